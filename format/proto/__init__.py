@@ -1,0 +1,1 @@
+"""Generated protobuf modules (run `make protos`); private to `format`."""
