@@ -1,0 +1,57 @@
+"""The interface every data-file reader implements, whatever the file version.
+
+A data file holds some of a fragment's columns for all of its `physical_rows` rows. The
+fragment reader asks each of its files for the same row ranges and batch size, so the
+arrays they yield line up row for row and can be zipped into record batches.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from format.table.schema import LanceField
+
+DEFAULT_BATCH_SIZE = 8192
+
+
+def split_ranges(ranges: Sequence[tuple[int, int]], batch_size: int) -> Iterator[tuple[int, int]]:
+    """The steps a reader yields: each range cut at `batch_size` rows from its start."""
+    for start, stop in ranges:
+        for s in range(start, stop, batch_size):
+            yield s, min(s + batch_size, stop)
+
+
+class DataFileReader(ABC):
+    """Reads columns of one data file.
+
+    `fields` arguments are top-level dataset fields already pruned (with
+    `LanceField.project_ids`) to the field ids this file stores; each returned array has
+    exactly `field.arrow_type` and `stop - start` (or `len(indices)`) rows.
+    """
+
+    path: str
+    num_rows: int
+
+    @abstractmethod
+    def read(
+        self,
+        fields: Sequence[LanceField],
+        ranges: Sequence[tuple[int, int]],
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> Iterator[list[pa.Array]]:
+        """Stream `fields` over sorted, disjoint row ranges, one step per `split_ranges` item.
+
+        Only the pages of the requested columns that overlap the ranges are fetched, and
+        memory stays bounded by roughly one page per column plus one step.
+        """
+
+    @abstractmethod
+    def take(self, fields: Sequence[LanceField], indices: np.ndarray) -> list[pa.Array]:
+        """The rows at sorted, unique physical offsets `indices` (uint64), one array per field."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release any open handle."""

@@ -1,0 +1,238 @@
+"""An object store rooted at one URI, on fsspec, with ranged and coalesced reads.
+
+Paths given to `ObjectStore` methods are relative to its root (``"_versions/1.manifest"``).
+Nothing here assumes a local filesystem; the local backend only gets faster reads
+(``os.pread`` on a kept descriptor) and an atomic create-if-absent through ``link(2)``.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import threading
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+# Ranges closer than this are fetched with one request and split afterwards.
+_COALESCE_GAP_LOCAL = 4 * 1024
+_COALESCE_GAP_REMOTE = 1024 * 1024
+
+
+def _split_uri(uri: str, storage_options: dict[str, Any] | None) -> tuple[Any, str]:
+    """Return (filesystem, root path without trailing slash) for a URI or local path."""
+    fs, path = fsspec.core.url_to_fs(uri, **(storage_options or {}))
+    if isinstance(fs, LocalFileSystem):
+        path = os.path.abspath(path)
+    return fs, path.rstrip("/") or "/"
+
+
+class FileReader:
+    """Random access to one stored file: sized, ranged and batched reads."""
+
+    def __init__(self, store: ObjectStore, path: str, size: int | None = None) -> None:
+        self.store = store
+        self.path = path
+        self.full_path = store.full_path(path)
+        self._fd: int | None = None
+        if store.is_local:
+            try:
+                self._fd = os.open(self.full_path, os.O_RDONLY)
+            except FileNotFoundError:
+                raise FileNotFoundError(f"{store.uri_of(path)} does not exist") from None
+            self.size = os.fstat(self._fd).st_size if size is None else size
+        else:
+            self.size = store.size(path) if size is None else size
+
+    def close(self) -> None:
+        """Release the local descriptor, if any."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> FileReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    def read(self, start: int, length: int) -> bytes:
+        """Read exactly `length` bytes at `start`; raises EOFError if the file is shorter."""
+        if start < 0 or length < 0 or start + length > self.size:
+            raise EOFError(
+                f"{self.store.uri_of(self.path)}: range {start}+{length} outside file of "
+                f"{self.size} bytes"
+            )
+        if length == 0:
+            return b""
+        if self._fd is not None:
+            data = os.pread(self._fd, length, start)
+        else:
+            data = self.store.fs.cat_file(self.full_path, start=start, end=start + length)
+        if len(data) != length:
+            raise EOFError(f"{self.store.uri_of(self.path)}: short read at {start}+{length}")
+        return data
+
+    def read_tail(self, length: int) -> bytes:
+        """Read the last `min(length, size)` bytes."""
+        n = min(length, self.size)
+        return self.read(self.size - n, n)
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Read many (start, length) ranges, coalescing neighbours into fewer requests."""
+        if not ranges:
+            return []
+        gap = _COALESCE_GAP_LOCAL if self._fd is not None else _COALESCE_GAP_REMOTE
+        order = sorted(range(len(ranges)), key=lambda i: ranges[i][0])
+        groups: list[tuple[int, int, list[int]]] = []  # (start, end, member indices)
+        for i in order:
+            start, length = ranges[i]
+            end = start + length
+            if groups and start <= groups[-1][1] + gap:
+                g_start, g_end, members = groups[-1]
+                members.append(i)
+                groups[-1] = (g_start, max(g_end, end), members)
+            else:
+                groups.append((start, end, [i]))
+        if self._fd is not None or len(groups) == 1:
+            blobs = [self.read(s, e - s) for s, e, _ in groups]
+        else:
+            if groups[-1][1] > self.size or max(e for _, e, _ in groups) > self.size:
+                raise EOFError(f"{self.store.uri_of(self.path)}: range ends past {self.size}")
+            blobs = self.store.fs.cat_ranges(
+                [self.full_path] * len(groups), [s for s, _, _ in groups], [e for _, e, _ in groups]
+            )
+        out: list[bytes] = [b""] * len(ranges)
+        for (g_start, _, members), blob in zip(groups, blobs, strict=True):
+            view = memoryview(blob)
+            for i in members:
+                start, length = ranges[i]
+                piece = view[start - g_start : start - g_start + length]
+                if len(piece) != length:
+                    raise EOFError(f"{self.store.uri_of(self.path)}: short read at {start}")
+                out[i] = bytes(piece) if len(members) > 1 else blob
+        return out
+
+
+class ObjectStore:
+    """A directory-like view of one storage location (a dataset root)."""
+
+    def __init__(self, fs: Any, root: str, uri: str) -> None:
+        self.fs = fs
+        self.root = root
+        self.uri = uri
+        self.is_local = isinstance(fs, LocalFileSystem)
+        self._lock = threading.Lock()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ObjectStore, (self.fs, self.root, self.uri))
+
+    # paths -------------------------------------------------------------------------------
+    def full_path(self, path: str) -> str:
+        """The backend path of a root-relative path."""
+        return posixpath.join(self.root, path) if path else self.root
+
+    def uri_of(self, path: str) -> str:
+        """A human-readable URI of a root-relative path, for messages."""
+        return f"{self.uri.rstrip('/')}/{path}" if path else self.uri
+
+    def child(self, path: str) -> ObjectStore:
+        """A store rooted at a sub-directory."""
+        return ObjectStore(self.fs, self.full_path(path), self.uri_of(path))
+
+    # reads -------------------------------------------------------------------------------
+    def open(self, path: str, size: int | None = None) -> FileReader:
+        """Open a file for ranged reads."""
+        return FileReader(self, path, size)
+
+    def read_all(self, path: str) -> bytes:
+        """Read a whole (small) file."""
+        try:
+            return self.fs.cat_file(self.full_path(path))
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{self.uri_of(path)} does not exist") from None
+
+    def size(self, path: str) -> int:
+        """Size in bytes of a file."""
+        try:
+            return int(self.fs.size(self.full_path(path)))
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{self.uri_of(path)} does not exist") from None
+
+    def exists(self, path: str) -> bool:
+        """Whether a file or directory exists."""
+        return bool(self.fs.exists(self.full_path(path)))
+
+    def list_dir(self, path: str) -> list[tuple[str, int, float | None]]:
+        """(name, size, mtime seconds or None) of the files directly under `path`; [] if absent."""
+        full = self.full_path(path)
+        try:
+            entries = self.fs.ls(full, detail=True)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        out = []
+        for e in entries:
+            if e.get("type") == "directory":
+                continue
+            name = posixpath.basename(e["name"].rstrip("/"))
+            mtime = e.get("mtime") or e.get("LastModified") or e.get("created")
+            if hasattr(mtime, "timestamp"):
+                mtime = mtime.timestamp()
+            out.append((name, int(e.get("size") or 0), mtime))
+        return out
+
+    # writes ------------------------------------------------------------------------------
+    def put(self, path: str, data: bytes) -> None:
+        """Write a whole file; locally through a temporary file and rename (atomic replace)."""
+        full = self.full_path(path)
+        if self.is_local:
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            tmp = f"{full}.tmp{uuid.uuid4().hex}"
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, full)
+        else:
+            self.fs.pipe_file(full, data)
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        """Create a file only if nothing exists at `path`; raises FileExistsError otherwise."""
+        full = self.full_path(path)
+        if self.is_local:
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            tmp = f"{full}#{uuid.uuid4().hex}"
+            with open(tmp, "wb") as f:
+                f.write(data)
+            try:
+                os.link(tmp, full)
+            finally:
+                os.unlink(tmp)
+            return
+        try:
+            self.fs.pipe_file(full, data, mode="create")
+        except TypeError:
+            with self._lock:  # backends without conditional writes (memory): best effort
+                if self.fs.exists(full):
+                    raise FileExistsError(self.uri_of(path)) from None
+                self.fs.pipe_file(full, data)
+
+    def delete(self, path: str) -> None:
+        """Remove a file; a missing file is not an error."""
+        try:
+            self.fs.rm_file(self.full_path(path))
+        except FileNotFoundError:
+            pass
+
+
+def open_store(uri: str, storage_options: dict[str, Any] | None = None) -> ObjectStore:
+    """Open the store rooted at `uri` (a local path, ``file://``, ``memory://`` or ``s3://``)."""
+    fs, root = _split_uri(uri, storage_options)
+    return ObjectStore(fs, root, uri)

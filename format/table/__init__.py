@@ -1,0 +1,1 @@
+"""Table-level structures: schema, manifests, fragments, deletion files, row ids."""

@@ -1,0 +1,371 @@
+"""Lance schemas: the flattened, id-carrying field list of a manifest <-> Arrow schemas.
+
+Lance stores a schema as `lance.file.Field` entries in pre-order (parent before children),
+each with an id, its parent's id and a logical type string (``"timestamp:us:UTC"``,
+``"fixed_size_list:float:4"``...). Field ids are what data files refer to.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+
+import pyarrow as pa
+
+from format.errors import ColumnNotFoundError, CorruptFileError, UnsupportedFeatureError
+from format.proto import file_pb2
+
+# Legacy per-field encoding hints (lance.file.Encoding).
+ENCODING_NONE, ENCODING_PLAIN, ENCODING_VAR_BINARY, ENCODING_DICTIONARY = 0, 1, 2, 3
+
+PRIMARY_KEY_METADATA = "lance-schema:unenforced-primary-key"
+
+_SIMPLE: dict[str, pa.DataType] = {
+    "null": pa.null(),
+    "bool": pa.bool_(),
+    "int8": pa.int8(),
+    "uint8": pa.uint8(),
+    "int16": pa.int16(),
+    "uint16": pa.uint16(),
+    "int32": pa.int32(),
+    "uint32": pa.uint32(),
+    "int64": pa.int64(),
+    "uint64": pa.uint64(),
+    "halffloat": pa.float16(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "string": pa.string(),
+    "binary": pa.binary(),
+    "large_string": pa.large_string(),
+    "large_binary": pa.large_binary(),
+    "json": pa.large_binary(),
+    "date32:day": pa.date32(),
+    "date64:ms": pa.date64(),
+}
+_SIMPLE_NAMES = {v: k for k, v in _SIMPLE.items() if k != "json"}
+_DECIMAL = re.compile(r"decimal:(128|256):(\d+):(-?\d+)$")
+
+
+def _leaf_type(logical: str, where: str) -> pa.DataType:
+    """Arrow type of a logical type string that needs no child fields."""
+    if logical in _SIMPLE:
+        return _SIMPLE[logical]
+    parts = logical.split(":")
+    head = parts[0]
+    try:
+        if head == "time32":
+            return pa.time32(parts[1])
+        if head == "time64":
+            return pa.time64(parts[1])
+        if head == "duration":
+            return pa.duration(parts[1])
+        if head == "timestamp":
+            tz = ":".join(parts[2:]) if len(parts) > 2 else "-"
+            return pa.timestamp(parts[1], None if tz == "-" else tz)
+        if head == "fixed_size_binary":
+            return pa.binary(int(parts[1]))
+        if head == "decimal":
+            m = _DECIMAL.match(logical)
+            if m:
+                bits, precision, scale = (int(g) for g in m.groups())
+                ctor = pa.decimal128 if bits == 128 else pa.decimal256
+                return ctor(precision, scale)
+        if head == "fixed_size_list":
+            inner, size = ":".join(parts[1:-1]), int(parts[-1])
+            if inner == "lance.bfloat16":
+                return pa.list_(pa.field("item", pa.binary(2), True), size)
+            return pa.list_(pa.field("item", _leaf_type(inner, where), True), size)
+        if head == "dict":
+            value = _leaf_type(parts[1], where)
+            index = _leaf_type(parts[2], where)
+            return pa.dictionary(index, value)
+    except (IndexError, ValueError, pa.ArrowInvalid, TypeError) as e:
+        raise CorruptFileError(where, f"bad logical type {logical!r}: {e}") from None
+    raise UnsupportedFeatureError(f"{where}: unsupported Lance logical type {logical!r}")
+
+
+def logical_type_of(dtype: pa.DataType) -> str:
+    """The Lance logical type string of an Arrow type (inverse of the table above)."""
+    if dtype in _SIMPLE_NAMES:
+        return _SIMPLE_NAMES[dtype]
+    if pa.types.is_time32(dtype):
+        return f"time32:{dtype.unit}"
+    if pa.types.is_time64(dtype):
+        return f"time64:{dtype.unit}"
+    if pa.types.is_duration(dtype):
+        return f"duration:{dtype.unit}"
+    if pa.types.is_timestamp(dtype):
+        return f"timestamp:{dtype.unit}:{dtype.tz or '-'}"
+    if pa.types.is_decimal128(dtype):
+        return f"decimal:128:{dtype.precision}:{dtype.scale}"
+    if pa.types.is_decimal256(dtype):
+        return f"decimal:256:{dtype.precision}:{dtype.scale}"
+    if pa.types.is_fixed_size_binary(dtype):
+        return f"fixed_size_binary:{dtype.byte_width}"
+    if pa.types.is_fixed_size_list(dtype):
+        return f"fixed_size_list:{logical_type_of(dtype.value_type)}:{dtype.list_size}"
+    if pa.types.is_dictionary(dtype):
+        return f"dict:{logical_type_of(dtype.value_type)}:{logical_type_of(dtype.index_type)}:false"
+    if pa.types.is_struct(dtype):
+        return "struct"
+    if pa.types.is_map(dtype):
+        return "map"
+    if pa.types.is_large_list(dtype):
+        return "large_list.struct" if pa.types.is_struct(dtype.value_type) else "large_list"
+    if pa.types.is_list(dtype):
+        return "list.struct" if pa.types.is_struct(dtype.value_type) else "list"
+    if isinstance(dtype, pa.ExtensionType):
+        return logical_type_of(dtype.storage_type)
+    raise UnsupportedFeatureError(f"Arrow type {dtype} has no Lance logical type")
+
+
+def _encoding_hint(dtype: pa.DataType) -> int:
+    """The legacy `Field.encoding` value pylance writes for a type."""
+    if pa.types.is_struct(dtype) or pa.types.is_map(dtype):
+        return ENCODING_NONE
+    if pa.types.is_dictionary(dtype):
+        return ENCODING_DICTIONARY
+    if (
+        pa.types.is_string(dtype)
+        or pa.types.is_large_string(dtype)
+        or pa.types.is_binary(dtype)
+        or pa.types.is_large_binary(dtype)
+    ):
+        return ENCODING_VAR_BINARY
+    return ENCODING_PLAIN
+
+
+@dataclass
+class LanceField:
+    """One field of a Lance schema with its id, children and Arrow type."""
+
+    id: int
+    name: str
+    logical_type: str
+    nullable: bool = True
+    parent_id: int = -1
+    children: list[LanceField] = field(default_factory=list)
+    metadata: dict[str, bytes] = field(default_factory=dict)
+    encoding: int = ENCODING_NONE
+    dictionary: tuple[int, int] | None = None  # legacy files: (offset, length) of the values
+    unenforced_primary_key: bool = False
+    unenforced_primary_key_position: int = 0
+    extension_name: str = ""
+
+    # -- Arrow ------------------------------------------------------------------------
+    @property
+    def arrow_type(self) -> pa.DataType:
+        """The Arrow type this field reads as."""
+        lt = self.logical_type
+        where = f"field {self.name!r} (id {self.id})"
+        if lt == "struct":
+            return pa.struct([c.to_arrow() for c in self.children])
+        if lt in ("list", "list.struct", "large_list", "large_list.struct"):
+            if len(self.children) != 1:
+                raise CorruptFileError(where, f"{lt} needs exactly one child field")
+            item = self.children[0].to_arrow()
+            return pa.large_list(item) if lt.startswith("large_list") else pa.list_(item)
+        if lt == "map":
+            if len(self.children) != 1 or len(self.children[0].children) != 2:
+                raise CorruptFileError(where, "map needs one entries child with key and value")
+            key, value = (c.to_arrow() for c in self.children[0].children)
+            return pa.map_(key, value)
+        return _leaf_type(lt, where)
+
+    def to_arrow(self) -> pa.Field:
+        """The Arrow field, metadata included."""
+        return pa.field(self.name, self.arrow_type, self.nullable, self.metadata or None)
+
+    # -- tree helpers -----------------------------------------------------------------
+    def walk(self) -> Iterator[LanceField]:
+        """This field and all its descendants in pre-order."""
+        yield self
+        for c in self.children:
+            yield from c.walk()
+
+    @property
+    def is_leaf(self) -> bool:
+        """Whether the field has no child fields (a column in 2.1+ files)."""
+        return not self.children
+
+    def project_ids(self, keep: set[int]) -> LanceField | None:
+        """This field pruned to the descendants whose ids are in `keep` (None if none are)."""
+        if not self.children:
+            return self if self.id in keep else None
+        kids = [k for c in self.children if (k := c.project_ids(keep)) is not None]
+        if not kids:
+            return None
+        if self.logical_type != "struct" and len(kids) != len(self.children):
+            return None  # list/map items can't be partial
+        return replace(self, children=kids)
+
+    # -- protobuf ---------------------------------------------------------------------
+    def to_protos(self) -> list[file_pb2.Field]:
+        """The pre-order `lance.file.Field` messages of this subtree."""
+        pb = file_pb2.Field(
+            name=self.name,
+            id=self.id,
+            parent_id=self.parent_id,
+            logical_type=self.logical_type,
+            nullable=self.nullable,
+            encoding=self.encoding,
+            extension_name=self.extension_name,
+            unenforced_primary_key=self.unenforced_primary_key,
+            unenforced_primary_key_position=self.unenforced_primary_key_position,
+        )
+        for k, v in self.metadata.items():
+            pb.metadata[k] = v
+        if self.dictionary is not None:
+            pb.dictionary.offset, pb.dictionary.length = self.dictionary
+        out = [pb]
+        for c in self.children:
+            out.extend(c.to_protos())
+        return out
+
+
+@dataclass
+class LanceSchema:
+    """A Lance schema: top-level fields (each a tree) plus schema metadata."""
+
+    fields: list[LanceField]
+    metadata: dict[str, bytes] = field(default_factory=dict)
+
+    # -- construction -----------------------------------------------------------------
+    @classmethod
+    def from_protos(
+        cls,
+        pb_fields: Iterable[file_pb2.Field],
+        metadata: dict[str, bytes] | None = None,
+        *,
+        where: str = "schema",
+    ) -> LanceSchema:
+        """Rebuild the field tree from pre-order protobuf fields (parents must come first)."""
+        by_id: dict[int, LanceField] = {}
+        top: list[LanceField] = []
+        for pb in pb_fields:
+            dictionary = None
+            if pb.HasField("dictionary") and (pb.dictionary.offset or pb.dictionary.length):
+                dictionary = (pb.dictionary.offset, pb.dictionary.length)
+            f = LanceField(
+                id=pb.id,
+                name=pb.name,
+                logical_type=pb.logical_type,
+                nullable=pb.nullable,
+                parent_id=pb.parent_id,
+                metadata=dict(pb.metadata),
+                encoding=pb.encoding,
+                dictionary=dictionary,
+                unenforced_primary_key=pb.unenforced_primary_key,
+                unenforced_primary_key_position=pb.unenforced_primary_key_position,
+                extension_name=pb.extension_name,
+            )
+            if f.id in by_id:
+                raise CorruptFileError(where, f"duplicate field id {f.id}")
+            if f.parent_id == -1:
+                top.append(f)
+            elif f.parent_id in by_id:
+                by_id[f.parent_id].children.append(f)
+            else:
+                raise CorruptFileError(
+                    where, f"field {f.name!r} (id {f.id}) has unknown parent {f.parent_id}"
+                )
+            by_id[f.id] = f
+        return cls(top, dict(metadata or {}))
+
+    @classmethod
+    def from_arrow(cls, schema: pa.Schema, *, first_id: int = 0) -> LanceSchema:
+        """A Lance schema for an Arrow schema, ids assigned in pre-order from `first_id`."""
+        next_id = [first_id]
+
+        def build(f: pa.Field, parent: int) -> LanceField:
+            meta = {
+                (k.decode() if isinstance(k, bytes) else k): v
+                for k, v in (f.metadata or {}).items()
+            }
+            pk = meta.get(PRIMARY_KEY_METADATA, b"").lower() in (b"true", b"1", b"yes")
+            lf = LanceField(
+                id=next_id[0],
+                name=f.name,
+                logical_type=logical_type_of(f.type),
+                nullable=f.nullable,
+                parent_id=parent,
+                metadata=meta,
+                encoding=_encoding_hint(f.type),
+                unenforced_primary_key=pk,
+            )
+            next_id[0] += 1
+            t = f.type
+            if pa.types.is_struct(t):
+                lf.children = [build(t.field(i), lf.id) for i in range(t.num_fields)]
+            elif pa.types.is_map(t):
+                entries = pa.field(
+                    "entries", pa.struct([t.key_field, t.item_field]), nullable=False
+                )
+                lf.children = [build(entries, lf.id)]
+            elif pa.types.is_list(t) or pa.types.is_large_list(t):
+                lf.children = [build(t.value_field, lf.id)]
+            return lf
+
+        fields = [build(f, -1) for f in schema]
+        meta = {
+            (k.decode() if isinstance(k, bytes) else k): v
+            for k, v in (schema.metadata or {}).items()
+        }
+        return cls(fields, meta)
+
+    # -- views ------------------------------------------------------------------------
+    def to_arrow(self) -> pa.Schema:
+        """The Arrow schema, with field and schema metadata."""
+        return pa.schema([f.to_arrow() for f in self.fields], metadata=self.metadata or None)
+
+    def to_protos(self) -> list[file_pb2.Field]:
+        """All fields as pre-order protobuf messages."""
+        out: list[file_pb2.Field] = []
+        for f in self.fields:
+            out.extend(f.to_protos())
+        return out
+
+    def walk(self) -> Iterator[LanceField]:
+        """Every field, pre-order."""
+        for f in self.fields:
+            yield from f.walk()
+
+    def field_ids(self) -> list[int]:
+        """All field ids, pre-order."""
+        return [f.id for f in self.walk()]
+
+    def max_field_id(self) -> int:
+        """The largest field id, or -1 for an empty schema."""
+        return max(self.field_ids(), default=-1)
+
+    @property
+    def names(self) -> list[str]:
+        """Top-level column names."""
+        return [f.name for f in self.fields]
+
+    def field(self, name: str, *, dataset: str = "dataset") -> LanceField:
+        """The top-level field named `name`."""
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise ColumnNotFoundError(
+            f"{dataset}: no column {name!r}; columns are {', '.join(self.names) or '(none)'}"
+        )
+
+    def project(self, columns: Sequence[str], *, dataset: str = "dataset") -> LanceSchema:
+        """The schema restricted to the named top-level columns, in the order given."""
+        seen: set[str] = set()
+        out = []
+        for c in columns:
+            if c in seen:
+                raise ColumnNotFoundError(f"{dataset}: column {c!r} requested twice")
+            seen.add(c)
+            out.append(self.field(c, dataset=dataset))
+        return LanceSchema(out, self.metadata)
+
+    def project_ids(self, ids: Iterable[int]) -> LanceSchema:
+        """The schema pruned to the fields whose ids are in `ids` (parents kept as needed)."""
+        keep = set(ids)
+        kept = [k for f in self.fields if (k := f.project_ids(keep)) is not None]
+        return LanceSchema(kept, self.metadata)
