@@ -106,7 +106,7 @@ class FileReader:
         if self._fd is not None or len(groups) == 1:
             blobs = [self.read(s, e - s) for s, e, _ in groups]
         else:
-            if groups[-1][1] > self.size or max(e for _, e, _ in groups) > self.size:
+            if max(e for _, e, _ in groups) > self.size:
                 raise EOFError(f"{self.store.uri_of(self.path)}: range ends past {self.size}")
             blobs = self.store.fs.cat_ranges(
                 [self.full_path] * len(groups), [s for s, _, _ in groups], [e for _, e, _ in groups]
