@@ -1,0 +1,7 @@
+"""The user-facing dataset API, shaped like pylance's."""
+
+from format.dataset.dataset import LanceDataset, Tags, dataset
+from format.dataset.fragment import LanceFragment
+from format.dataset.scan import Scanner
+
+__all__ = ["LanceDataset", "LanceFragment", "Scanner", "Tags", "dataset"]

@@ -1,0 +1,312 @@
+"""`LanceDataset`: one version of a Lance dataset, with pylance's read API."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from format.dataset.fragment import LanceFragment
+from format.dataset.scan import Scanner
+from format.errors import CorruptFileError, InvalidInputError
+from format.io.store import ObjectStore, open_store
+from format.table import versions as _versions
+from format.table.manifest import Manifest
+from format.table.schema import LanceSchema
+
+
+def dataset(
+    uri: str,
+    version: int | str | None = None,
+    asof: dt.datetime | str | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> LanceDataset:
+    """Open a Lance dataset at its latest version, a version number, a tag or a timestamp."""
+    uri = str(uri)
+    store = open_store(uri, storage_options)
+    manifest = _versions.resolve(store, version, asof)
+    return LanceDataset(store, manifest, storage_options=storage_options)
+
+
+class Tags:
+    """Read access to a dataset's tags (pylance's `ds.tags`)."""
+
+    def __init__(self, ds: LanceDataset) -> None:
+        self._ds = ds
+
+    def list(self) -> dict[str, dict[str, Any]]:
+        """Every tag: name -> {"version", "manifest_size", "created_at", ...}."""
+        return {
+            name: {
+                "version": t.version,
+                "manifest_size": t.manifest_size,
+                "created_at": t.created_at,
+                "updated_at": t.updated_at,
+                "metadata": t.metadata,
+            }
+            for name, t in sorted(_versions.list_tags(self._ds._store).items())
+        }
+
+    def get_version(self, tag: str) -> int:
+        """The version a tag points to."""
+        return _versions.read_tag(self._ds._store, tag).version
+
+
+class LanceDataset:
+    """A dataset pinned to one version."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        manifest: Manifest,
+        *,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        manifest.check_readable(store.uri)
+        self._store = store
+        self._manifest = manifest
+        self._storage_options = storage_options
+        self._base_stores: dict[int, tuple[ObjectStore, bool]] = {}
+
+    # -- identity ---------------------------------------------------------------------
+    @property
+    def uri(self) -> str:
+        """The dataset's URI."""
+        return self._store.uri
+
+    @property
+    def version(self) -> int:
+        """The version this object reads."""
+        return self._manifest.version
+
+    @property
+    def latest_version(self) -> int:
+        """The newest committed version (listed now)."""
+        return _versions.latest_entry(self._store).version
+
+    @property
+    def manifest(self) -> Manifest:
+        """The decoded manifest of this version."""
+        return self._manifest
+
+    @property
+    def lance_schema(self) -> LanceSchema:
+        """The schema with Lance field ids."""
+        return self._manifest.schema
+
+    @cached_property
+    def schema(self) -> pa.Schema:
+        """The Arrow schema of this version."""
+        return self._manifest.schema.to_arrow()
+
+    @property
+    def data_storage_version(self) -> str:
+        """Storage version of the data files ("0.1", "2.0", "2.1", "2.2")."""
+        return self._manifest.data_storage_version
+
+    @property
+    def tags(self) -> Tags:
+        """The dataset's tags."""
+        return Tags(self)
+
+    @property
+    def config(self) -> dict[str, str]:
+        """Table configuration of this version."""
+        return dict(self._manifest.pb.config)
+
+    def __repr__(self) -> str:
+        return f"LanceDataset(uri={self.uri!r}, version={self.version})"
+
+    # -- versions ---------------------------------------------------------------------
+    def versions(self) -> list[dict[str, Any]]:
+        """Every version with its commit time and summary statistics, oldest first."""
+        out = []
+        entries = _versions.list_manifests(self._store)
+        for v in sorted(entries):
+            m = _versions.load_manifest(self._store, entries[v])
+            frags = m.pb.fragments
+            deleted = sum(f.deletion_file.num_deleted_rows for f in frags)
+            physical = sum(f.physical_rows for f in frags)
+            out.append(
+                {
+                    "version": v,
+                    "timestamp": m.timestamp.astimezone().replace(tzinfo=None),
+                    "metadata": {
+                        "total_data_file_rows": str(physical),
+                        "total_data_files": str(sum(len(f.files) for f in frags)),
+                        "total_deletion_file_rows": str(deleted),
+                        "total_deletion_files": str(
+                            sum(1 for f in frags if f.HasField("deletion_file"))
+                        ),
+                        "total_files_size": str(
+                            sum(d.file_size_bytes for f in frags for d in f.files)
+                        ),
+                        "total_fragments": str(len(frags)),
+                        "total_rows": str(physical - deleted),
+                    },
+                }
+            )
+        return out
+
+    def checkout_version(self, version: int | str) -> LanceDataset:
+        """The same dataset at another version (number or tag)."""
+        return LanceDataset(
+            self._store,
+            _versions.resolve(self._store, version),
+            storage_options=self._storage_options,
+        )
+
+    # -- storage ----------------------------------------------------------------------
+    def _resolve(
+        self, path: str, base_id: int | None, *, relative_to_root: bool = False
+    ) -> tuple[ObjectStore, str]:
+        """The store and path of a file, following the manifest's base paths."""
+        if base_id is None:
+            return self._store, path
+        if base_id not in self._base_stores:
+            for bp in self._manifest.pb.base_paths:
+                if bp.id == base_id:
+                    self._base_stores[base_id] = (
+                        open_store(bp.path, self._storage_options),
+                        bp.is_dataset_root,
+                    )
+                    break
+            else:
+                raise CorruptFileError(
+                    self._store.uri_of(self._manifest.path),
+                    f"base path id {base_id} is not in the manifest's base paths",
+                )
+        store, is_root = self._base_stores[base_id]
+        if not is_root and not relative_to_root:
+            path = path.split("/", 1)[1]  # files sit directly under a non-root base
+        return store, path
+
+    # -- fragments and scans ----------------------------------------------------------
+    def get_fragments(self) -> list[LanceFragment]:
+        """The fragments of this version."""
+        return [LanceFragment(self, pb) for pb in self._manifest.pb.fragments]
+
+    def get_fragment(self, fragment_id: int) -> LanceFragment | None:
+        """One fragment by id, or None."""
+        for pb in self._manifest.pb.fragments:
+            if pb.id == fragment_id:
+                return LanceFragment(self, pb)
+        return None
+
+    def scanner(
+        self,
+        columns: Sequence[str] | None = None,
+        filter: str | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+        batch_size: int | None = None,
+        *,
+        with_row_id: bool = False,
+        with_row_address: bool = False,
+        fragments: Sequence[LanceFragment] | None = None,
+    ) -> Scanner:
+        """Plan a scan: projection, SQL filter, limit/offset, row id columns."""
+        return Scanner(
+            self,
+            columns=columns,
+            filter=filter,
+            limit=limit,
+            offset=offset,
+            batch_size=batch_size,
+            with_row_id=with_row_id,
+            with_row_address=with_row_address,
+            fragments=fragments,
+        )
+
+    def to_table(
+        self,
+        columns: Sequence[str] | None = None,
+        filter: str | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+        batch_size: int | None = None,
+        *,
+        with_row_id: bool = False,
+        with_row_address: bool = False,
+    ) -> pa.Table:
+        """Read the (projected, filtered, limited) rows as one table."""
+        return self.scanner(
+            columns,
+            filter,
+            limit,
+            offset,
+            batch_size,
+            with_row_id=with_row_id,
+            with_row_address=with_row_address,
+        ).to_table()
+
+    def to_batches(self, **kwargs: Any) -> Any:
+        """Stream rows as record batches (same options as `scanner`)."""
+        return self.scanner(**kwargs).to_batches()
+
+    def count_rows(self, filter: str | None = None) -> int:
+        """Number of live rows, optionally matching a filter."""
+        if filter is None:
+            return sum(f.count_rows() for f in self.get_fragments())
+        return self.scanner(columns=[], filter=filter).count_rows()
+
+    def head(self, num_rows: int, **kwargs: Any) -> pa.Table:
+        """The first `num_rows` rows."""
+        return self.scanner(limit=num_rows, **kwargs).to_table()
+
+    def take(
+        self,
+        indices: Sequence[int] | np.ndarray | pa.Array,
+        columns: Sequence[str] | None = None,
+        *,
+        with_row_id: bool = False,
+        with_row_address: bool = False,
+    ) -> pa.Table:
+        """Rows by position among the live rows of this version, in the order given."""
+        idx = np.asarray(indices.to_numpy() if isinstance(indices, pa.Array) else indices)
+        if idx.size and (idx.dtype.kind not in "iu" or idx.min() < 0):
+            raise InvalidInputError("take indices must be non-negative integers")
+        idx = idx.astype(np.int64, copy=False)
+        scanner = self.scanner(columns, with_row_id=with_row_id, with_row_address=with_row_address)
+        schema = scanner.projected_schema
+        frags = self.get_fragments()
+        counts = np.array([f.count_rows() for f in frags], dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        total = int(starts[-1])
+        if idx.size and idx.max() >= total:
+            raise InvalidInputError(
+                f"{self.uri} version {self.version}: take index {int(idx.max())} out of range "
+                f"for {total} rows"
+            )
+        which = np.searchsorted(starts, idx, side="right") - 1
+        pieces: list[pa.RecordBatch] = []
+        order: list[np.ndarray] = []
+        projection = self.lance_schema.project(
+            list(columns) if columns is not None else self.lance_schema.names
+        )
+        for fi in np.unique(which):
+            sel = np.flatnonzero(which == fi)
+            frag = frags[int(fi)]
+            live = idx[sel] - starts[fi]
+            mask = frag.live_mask
+            physical = live if mask is None else np.flatnonzero(mask)[live]
+            uniq, inverse = np.unique(physical, return_inverse=True)
+            batch = frag.take_physical(
+                projection,
+                schema,
+                uniq.astype(np.uint64),
+                with_row_id=with_row_id,
+                with_row_address=with_row_address,
+            )
+            pieces.append(batch.take(pa.array(inverse)))
+            order.append(sel)
+        if not pieces:
+            return schema.empty_table()
+        table = pa.Table.from_batches(pieces, schema=schema)
+        positions = np.empty(len(idx), dtype=np.int64)
+        positions[np.concatenate(order)] = np.arange(len(idx))
+        return table.take(pa.array(positions))

@@ -1,0 +1,300 @@
+"""Reading one fragment: its data files side by side, minus deleted rows, plus row ids."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+from format.errors import CorruptFileError
+from format.file.base import DEFAULT_BATCH_SIZE, DataFileReader, split_ranges
+from format.file.open import open_data_file
+from format.proto import table_pb2
+from format.table.deletion import read_deletion_file
+from format.table.rowids import decode_row_ids
+from format.table.schema import LanceField, LanceSchema
+
+if TYPE_CHECKING:
+    from format.dataset.dataset import LanceDataset
+
+ROW_ID = "_rowid"
+ROW_ADDRESS = "_rowaddr"
+TOMBSTONE = -2
+
+
+def _leaf_ids(f: LanceField) -> set[int]:
+    return {x.id for x in f.walk() if x.is_leaf}
+
+
+@dataclass
+class _FilePlan:
+    """How one data file contributes to a projection."""
+
+    reader: DataFileReader
+    fields: list[LanceField]  # pruned top-level fields this file serves
+    targets: list[int]  # index of each in the projection
+
+
+class LanceFragment:
+    """One fragment of a dataset version (pylance's `LanceFragment`)."""
+
+    def __init__(self, dataset: LanceDataset, pb: table_pb2.DataFragment) -> None:
+        self._dataset = dataset
+        self.metadata = pb
+
+    # -- identity and counts ----------------------------------------------------------
+    @property
+    def fragment_id(self) -> int:
+        """The fragment's id, unique within the dataset."""
+        return int(self.metadata.id)
+
+    @property
+    def physical_rows(self) -> int:
+        """Rows stored in the data files, deleted ones included."""
+        return int(self.metadata.physical_rows)
+
+    @property
+    def num_deletions(self) -> int:
+        """Rows of this fragment marked deleted."""
+        return int(len(self.deleted_offsets))
+
+    def count_rows(self, filter: str | None = None) -> int:
+        """Live rows, optionally only those matching a SQL filter."""
+        if filter is None:
+            return self.physical_rows - self.num_deletions
+        return self._dataset.scanner(filter=filter, columns=[], fragments=[self]).count_rows()
+
+    def data_files(self) -> list[table_pb2.DataFile]:
+        """The fragment's data file entries."""
+        return list(self.metadata.files)
+
+    def deletion_file(self) -> table_pb2.DeletionFile | None:
+        """The fragment's deletion file entry, if any."""
+        return self.metadata.deletion_file if self.metadata.HasField("deletion_file") else None
+
+    def __repr__(self) -> str:
+        return f"LanceFragment(id={self.fragment_id}, physical_rows={self.physical_rows})"
+
+    # -- deletions and row ids --------------------------------------------------------
+    @cached_property
+    def deleted_offsets(self) -> np.ndarray:
+        """Sorted physical offsets of deleted rows (empty when none)."""
+        d = self.deletion_file()
+        if d is None:
+            return np.empty(0, dtype=np.uint64)
+        ext = "bin" if d.file_type == table_pb2.DeletionFile.BITMAP else "arrow"
+        path = f"_deletions/{self.fragment_id}-{d.read_version}-{d.id}.{ext}"
+        store, path = self._dataset._resolve(path, d.base_id if d.HasField("base_id") else None)
+        offsets = np.asarray(read_deletion_file(store, path, d.file_type), dtype=np.uint64)
+        if len(offsets) and int(offsets[-1]) >= self.physical_rows:
+            raise CorruptFileError(
+                store.uri_of(path),
+                f"deletes offset {int(offsets[-1])} of fragment {self.fragment_id} "
+                f"which has {self.physical_rows} rows",
+            )
+        return offsets
+
+    @cached_property
+    def live_mask(self) -> np.ndarray | None:
+        """Boolean mask over physical rows (True = live), or None when nothing is deleted."""
+        deleted = self.deleted_offsets
+        if not len(deleted):
+            return None
+        mask = np.ones(self.physical_rows, dtype=bool)
+        mask[deleted.astype(np.int64)] = False
+        return mask
+
+    @cached_property
+    def row_ids(self) -> np.ndarray | None:
+        """Stable row ids of every physical row, or None if the dataset has none."""
+        pb = self.metadata
+        which = pb.WhichOneof("row_id_sequence")
+        if which is None:
+            return None
+        if which == "inline_row_ids":
+            data = pb.inline_row_ids
+        else:
+            ext = pb.external_row_ids
+            store, path = self._dataset._resolve(ext.path, None, relative_to_root=True)
+            with store.open(path) as f:
+                data = f.read(ext.offset, ext.size)
+        ids = decode_row_ids(data)
+        if len(ids) != self.physical_rows:
+            raise CorruptFileError(
+                self._dataset.uri,
+                f"fragment {self.fragment_id} has {len(ids)} row ids for {self.physical_rows} rows",
+            )
+        return ids
+
+    # -- planning ---------------------------------------------------------------------
+    def _plan(self, projection: LanceSchema) -> list[_FilePlan]:
+        plans = []
+        for df in self.metadata.files:
+            ids = {i for i in df.fields if i != TOMBSTONE}
+            pruned, targets = [], []
+            for t, f in enumerate(projection.fields):
+                p = f.project_ids(ids)
+                if p is not None:
+                    pruned.append(p)
+                    targets.append(t)
+            if not pruned:
+                continue
+            store, path = self._dataset._resolve(
+                f"data/{df.path}", df.base_id if df.HasField("base_id") else None
+            )
+            reader = open_data_file(store, path, df)
+            if reader.num_rows != self.physical_rows:
+                raise CorruptFileError(
+                    store.uri_of(path),
+                    f"has {reader.num_rows} rows but fragment {self.fragment_id} "
+                    f"has {self.physical_rows}",
+                )
+            plans.append(_FilePlan(reader, pruned, targets))
+        return plans
+
+    def _assemble(
+        self,
+        projection: LanceSchema,
+        plans: list[_FilePlan],
+        parts: Sequence[list[pa.Array]],
+        n: int,
+    ) -> list[pa.Array]:
+        """Zip the arrays of each file into one array per projected field."""
+        pieces: list[list[tuple[LanceField, pa.Array]]] = [[] for _ in projection.fields]
+        for plan, arrays in zip(plans, parts, strict=True):
+            for f, t, a in zip(plan.fields, plan.targets, arrays, strict=True):
+                pieces[t].append((f, a))
+        return [_merge_field(f, pieces[t], n) for t, f in enumerate(projection.fields)]
+
+    def _extra_columns(
+        self, offsets: np.ndarray, with_row_id: bool, with_row_address: bool
+    ) -> list[pa.Array]:
+        extra = []
+        if with_row_id:
+            ids = self.row_ids
+            if ids is None:
+                extra.append(pa.array((self.fragment_id << 32) + offsets, pa.uint64()))
+            else:
+                extra.append(pa.array(ids[offsets.astype(np.int64)], pa.uint64()))
+        if with_row_address:
+            extra.append(pa.array((self.fragment_id << 32) + offsets, pa.uint64()))
+        return extra
+
+    # -- reading ----------------------------------------------------------------------
+    def live_ranges(self, batch_size: int, start: int = 0, stop: int | None = None) -> list:
+        """Physical row ranges in [start, stop) to read, skipping steps that are all deleted."""
+        stop = self.physical_rows if stop is None else stop
+        mask = self.live_mask
+        if mask is None:
+            return [(start, stop)] if stop > start else []
+        ranges: list[tuple[int, int]] = []
+        for s, e in split_ranges([(start, stop)], batch_size):
+            if mask[s:e].any():
+                if ranges and ranges[-1][1] == s:
+                    ranges[-1] = (ranges[-1][0], e)
+                else:
+                    ranges.append((s, e))
+        return ranges
+
+    def read_batches(
+        self,
+        projection: LanceSchema,
+        out_schema: pa.Schema,
+        *,
+        ranges: Sequence[tuple[int, int]] | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        with_row_id: bool = False,
+        with_row_address: bool = False,
+    ) -> Iterator[pa.RecordBatch]:
+        """Stream live rows of `projection` (plus row id columns) over physical ranges."""
+        if ranges is None:
+            ranges = self.live_ranges(batch_size)
+        if not ranges:
+            return
+        plans = self._plan(projection)
+        streams = [p.reader.read(p.fields, ranges, batch_size) for p in plans]
+        mask = self.live_mask
+        try:
+            for s, e in split_ranges(ranges, batch_size):
+                parts = [next(st) for st in streams]
+                arrays = self._assemble(projection, plans, parts, e - s)
+                offsets = np.arange(s, e, dtype=np.uint64)
+                keep = None if mask is None else mask[s:e]
+                if keep is not None and not keep.all():
+                    offsets = offsets[keep]
+                    sel = pa.array(keep)
+                    arrays = [a.filter(sel) for a in arrays]
+                arrays += self._extra_columns(offsets, with_row_id, with_row_address)
+                yield _make_batch(arrays, out_schema, len(offsets))
+        finally:
+            for p in plans:
+                p.reader.close()
+
+    def take_physical(
+        self,
+        projection: LanceSchema,
+        out_schema: pa.Schema,
+        offsets: np.ndarray,
+        *,
+        with_row_id: bool = False,
+        with_row_address: bool = False,
+    ) -> pa.RecordBatch:
+        """The rows at sorted unique physical `offsets`, as one batch."""
+        offsets = np.asarray(offsets, dtype=np.uint64)
+        plans = self._plan(projection)
+        try:
+            parts = [p.reader.take(p.fields, offsets) for p in plans]
+        finally:
+            for p in plans:
+                p.reader.close()
+        arrays = self._assemble(projection, plans, parts, len(offsets))
+        arrays += self._extra_columns(offsets, with_row_id, with_row_address)
+        return _make_batch(arrays, out_schema, len(offsets))
+
+    # -- pylance-style conveniences -----------------------------------------------------
+    def scanner(self, **kwargs: object):  # noqa: ANN201 - Scanner, avoids an import cycle
+        """A scanner over this fragment only (same options as `LanceDataset.scanner`)."""
+        return self._dataset.scanner(fragments=[self], **kwargs)
+
+    def to_table(self, **kwargs: object) -> pa.Table:
+        """This fragment's rows as a table (same options as `LanceDataset.to_table`)."""
+        return self.scanner(**kwargs).to_table()
+
+    def to_batches(self, **kwargs: object) -> Iterator[pa.RecordBatch]:
+        """This fragment's rows as a stream of batches."""
+        return self.scanner(**kwargs).to_batches()
+
+
+def _make_batch(arrays: list[pa.Array], schema: pa.Schema, n: int) -> pa.RecordBatch:
+    """A record batch; one with no columns still carries its row count."""
+    if arrays:
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    return pa.RecordBatch.from_struct_array(pa.StructArray.from_buffers(pa.struct([]), n, [None]))
+
+
+def _merge_field(f: LanceField, pieces: list[tuple[LanceField, pa.Array]], n: int) -> pa.Array:
+    """One array for field `f` from the (pruned field, array) pieces the data files gave."""
+    dtype = f.arrow_type
+    if not pieces:
+        return pa.nulls(n, dtype)
+    if len(pieces) == 1 and _leaf_ids(pieces[0][0]) == _leaf_ids(f):
+        return pieces[0][1]
+    if f.logical_type != "struct":
+        # non-struct fields live whole in one file; take the most complete piece
+        best = max(pieces, key=lambda p: len(_leaf_ids(p[0])))
+        return best[1] if best[1].type == dtype else pa.nulls(n, dtype)
+    children = []
+    for child in f.children:
+        sub = []
+        for pf, arr in pieces:
+            for i, pc_ in enumerate(pf.children):
+                if pc_.id == child.id:
+                    sub.append((pc_, arr.field(i)))
+        children.append(_merge_field(child, sub, n))
+    return pa.StructArray.from_arrays(
+        children, fields=[c.to_arrow() for c in f.children], mask=pieces[0][1].is_null()
+    )

@@ -1,0 +1,166 @@
+"""Scans: projection, SQL filter, limit/offset and row ids over a dataset's fragments."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+from format.errors import InvalidInputError
+from format.expr import compile_filter
+from format.file.base import DEFAULT_BATCH_SIZE
+from format.table.schema import LanceSchema
+
+if TYPE_CHECKING:
+    from format.dataset.dataset import LanceDataset
+    from format.dataset.fragment import LanceFragment
+
+ROW_ID_FIELD = pa.field("_rowid", pa.uint64())
+ROW_ADDRESS_FIELD = pa.field("_rowaddr", pa.uint64())
+
+
+def _check_count(name: str, value: int | None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInputError(f"{name} must be a non-negative integer, not {value!r}")
+    return value
+
+
+class Scanner:
+    """A planned read of one dataset version (pylance's `LanceScanner`)."""
+
+    def __init__(
+        self,
+        dataset: LanceDataset,
+        *,
+        columns: Sequence[str] | None = None,
+        filter: str | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+        batch_size: int | None = None,
+        with_row_id: bool = False,
+        with_row_address: bool = False,
+        fragments: Sequence[LanceFragment] | None = None,
+    ) -> None:
+        self._dataset = dataset
+        schema = dataset.lance_schema
+        name = dataset.uri
+        if columns is not None and (isinstance(columns, str) or not isinstance(columns, Sequence)):
+            raise InvalidInputError(f"columns must be a list of column names, not {columns!r}")
+        self._projection = schema.project(
+            list(columns) if columns is not None else schema.names, dataset=name
+        )
+        self._filter = None
+        if filter is not None:
+            if not isinstance(filter, str):
+                raise InvalidInputError(f"filter must be a SQL string, not {type(filter)}")
+            self._filter = compile_filter(filter, schema.to_arrow(), dataset=name)
+        self._limit = _check_count("limit", limit)
+        self._offset = _check_count("offset", offset) or 0
+        self._batch_size = _check_count("batch_size", batch_size) or DEFAULT_BATCH_SIZE
+        self._with_row_id = bool(with_row_id)
+        self._with_row_address = bool(with_row_address)
+        self._fragments = list(fragments) if fragments is not None else dataset.get_fragments()
+        extra = []
+        if self._with_row_id:
+            extra.append(ROW_ID_FIELD)
+        if self._with_row_address:
+            extra.append(ROW_ADDRESS_FIELD)
+        base = self._projection.to_arrow()
+        self._schema = pa.schema(list(base) + extra, metadata=base.metadata)
+
+    @property
+    def projected_schema(self) -> pa.Schema:
+        """The schema of the batches this scan yields."""
+        return self._schema
+
+    @property
+    def dataset_schema(self) -> pa.Schema:
+        """The full schema of the dataset version being scanned."""
+        return self._dataset.schema
+
+    # -- execution --------------------------------------------------------------------
+    def _read_schema(self) -> tuple[LanceSchema, pa.Schema]:
+        """The columns to read: the projection plus whatever the filter needs."""
+        if self._filter is None:
+            return self._projection, self._schema
+        names = list(self._projection.names)
+        names += [c for c in self._filter.columns if c not in names]
+        read = self._dataset.lance_schema.project(names)
+        base = read.to_arrow()
+        extra = [f for f in self._schema if f.name in ("_rowid", "_rowaddr")]
+        return read, pa.schema(list(base) + extra, metadata=base.metadata)
+
+    def _fragment_batches(self) -> Iterator[pa.RecordBatch]:
+        read, read_schema = self._read_schema()
+        skip = self._offset if self._filter is None else 0
+        for frag in self._fragments:
+            ranges = None
+            if skip:
+                live = frag.count_rows()
+                if skip >= live:
+                    skip -= live
+                    continue
+                start = _physical_offset(frag, skip)
+                ranges = frag.live_ranges(self._batch_size, start)
+                skip = 0
+            for batch in frag.read_batches(
+                read,
+                read_schema,
+                ranges=ranges,
+                batch_size=self._batch_size,
+                with_row_id=self._with_row_id,
+                with_row_address=self._with_row_address,
+            ):
+                if self._filter is not None:
+                    batch = batch.filter(self._filter.expression)
+                    batch = batch.select(self._schema.names)
+                if batch.num_rows:
+                    yield batch
+
+    def to_batches(self) -> Iterator[pa.RecordBatch]:
+        """Stream the result in batches; memory stays bounded by a few batches."""
+        skip = self._offset if self._filter is not None else 0
+        remaining = self._limit
+        if remaining == 0:
+            return
+        for batch in self._fragment_batches():
+            if skip:
+                if batch.num_rows <= skip:
+                    skip -= batch.num_rows
+                    continue
+                batch = batch.slice(skip)
+                skip = 0
+            if remaining is not None:
+                if batch.num_rows >= remaining:
+                    yield batch.slice(0, remaining)
+                    return
+                remaining -= batch.num_rows
+            yield batch
+
+    def to_reader(self) -> pa.RecordBatchReader:
+        """The result as a `pyarrow.RecordBatchReader`."""
+        return pa.RecordBatchReader.from_batches(self._schema, self.to_batches())
+
+    def to_table(self) -> pa.Table:
+        """The whole result as one table."""
+        return pa.Table.from_batches(list(self.to_batches()), schema=self._schema)
+
+    def count_rows(self) -> int:
+        """Number of rows the scan yields."""
+        if self._filter is None:
+            total = sum(f.count_rows() for f in self._fragments)
+            total = max(0, total - self._offset)
+            return total if self._limit is None else min(total, self._limit)
+        return sum(b.num_rows for b in self.to_batches())
+
+
+def _physical_offset(frag: LanceFragment, live_index: int) -> int:
+    """The physical row of the `live_index`-th live row of a fragment."""
+    mask = frag.live_mask
+    if mask is None:
+        return live_index
+    return int(np.flatnonzero(mask)[live_index])

@@ -1,0 +1,31 @@
+"""Open the right reader for a manifest `DataFile` entry, by its file version."""
+
+from __future__ import annotations
+
+from format.errors import CorruptFileError, UnsupportedFeatureError
+from format.file.base import DataFileReader
+from format.io.store import ObjectStore
+from format.proto import table_pb2
+from format.table.manifest import storage_version_of_file
+
+
+def open_data_file(store: ObjectStore, path: str, data_file: table_pb2.DataFile) -> DataFileReader:
+    """A reader for `data_file`, stored at `path` (relative to `store`)."""
+    version = storage_version_of_file(data_file.file_major_version, data_file.file_minor_version)
+    size = data_file.file_size_bytes or None
+    where = store.uri_of(path)
+    try:
+        file = store.open(path, size)
+    except FileNotFoundError:
+        raise CorruptFileError(where, "data file listed in the manifest is missing") from None
+    if version == "0.1":
+        from format.file.legacy import LegacyFileReader
+
+        return LegacyFileReader(file, path_for_errors=where)
+    if version in ("2.0", "2.1", "2.2"):
+        from format.file.v2 import V2FileReader
+
+        return V2FileReader(
+            file, list(data_file.fields), list(data_file.column_indices), path_for_errors=where
+        )
+    raise UnsupportedFeatureError(f"{where}: data file version {version} is not supported")

@@ -1,0 +1,210 @@
+"""Finding versions: list `_versions/`, resolve latest / a number / a tag / a timestamp.
+
+The latest version is found by listing `_versions/` (the hint file is only a hint). One
+directory never mixes the V1 (``{n}.manifest``) and V2 (``{u64::MAX - n:020}.manifest``)
+naming schemes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+
+from format.errors import (
+    CorruptFileError,
+    DatasetNotFoundError,
+    InvalidInputError,
+    TagNotFoundError,
+    VersionNotFoundError,
+)
+from format.io.store import ObjectStore
+from format.table.manifest import Manifest, decode_manifest, manifest_name, parse_manifest_name
+
+VERSIONS_DIR = "_versions"
+TAGS_DIR = "_refs/tags"
+
+
+@dataclass(frozen=True)
+class ManifestEntry:
+    """A manifest file found in `_versions/`."""
+
+    version: int
+    name: str
+    size: int
+    v2: bool
+
+    @property
+    def path(self) -> str:
+        """Path relative to the dataset root."""
+        return f"{VERSIONS_DIR}/{self.name}"
+
+
+def list_manifests(store: ObjectStore) -> dict[int, ManifestEntry]:
+    """Every committed manifest of the dataset, by version."""
+    out: dict[int, ManifestEntry] = {}
+    schemes: set[bool] = set()
+    for name, size, _ in store.list_dir(VERSIONS_DIR):
+        parsed = parse_manifest_name(name)
+        if parsed is None:
+            continue
+        version, v2 = parsed
+        schemes.add(v2)
+        out[version] = ManifestEntry(version, name, size, v2)
+    if len(schemes) > 1:
+        raise CorruptFileError(
+            store.uri_of(VERSIONS_DIR), "found both V1 and V2 manifest naming schemes"
+        )
+    return out
+
+
+def latest_entry(store: ObjectStore) -> ManifestEntry:
+    """The newest manifest; DatasetNotFoundError if there is none."""
+    entries = list_manifests(store)
+    if not entries:
+        raise DatasetNotFoundError(f"no Lance dataset at {store.uri} (no manifests in _versions/)")
+    return entries[max(entries)]
+
+
+def load_manifest(store: ObjectStore, entry: ManifestEntry) -> Manifest:
+    """Read and decode one manifest file."""
+    try:
+        data = store.read_all(entry.path)
+    except FileNotFoundError:
+        raise VersionNotFoundError(
+            f"{store.uri}: version {entry.version} disappeared (cleaned up?)"
+        ) from None
+    manifest = decode_manifest(data, store.uri_of(entry.path))
+    manifest.path = entry.path
+    if manifest.version != entry.version:
+        raise CorruptFileError(
+            store.uri_of(entry.path),
+            f"file name says version {entry.version} but the manifest says {manifest.version}",
+        )
+    return manifest
+
+
+def find_entry(store: ObjectStore, version: int) -> ManifestEntry:
+    """The manifest entry of one version, trying the V2 then the V1 name."""
+    if version < 1:
+        raise VersionNotFoundError(f"{store.uri}: version {version} does not exist (first is 1)")
+    for v2 in (True, False):
+        name = manifest_name(version, v2=v2)
+        try:
+            size = store.size(f"{VERSIONS_DIR}/{name}")
+        except FileNotFoundError:
+            continue
+        return ManifestEntry(version, name, size, v2)
+    if not list_manifests(store):
+        raise DatasetNotFoundError(f"no Lance dataset at {store.uri}")
+    raise VersionNotFoundError(f"{store.uri}: version {version} does not exist")
+
+
+@dataclass(frozen=True)
+class Tag:
+    """A named reference to a version (`_refs/tags/{name}.json`)."""
+
+    name: str
+    version: int
+    manifest_size: int | None
+    created_at: dt.datetime | None
+    updated_at: dt.datetime | None
+    metadata: dict
+
+
+def _parse_time(value: object) -> dt.datetime | None:
+    if not isinstance(value, str):
+        return None
+    text = value.rstrip("Z")
+    if "." in text:  # nanoseconds don't fit a datetime
+        head, frac = text.split(".", 1)
+        text = f"{head}.{frac[:6]}"
+    try:
+        return dt.datetime.fromisoformat(text).replace(tzinfo=dt.timezone.utc)
+    except ValueError:
+        return None
+
+
+def read_tag(store: ObjectStore, name: str) -> Tag:
+    """Read one tag; TagNotFoundError if it doesn't exist."""
+    check_tag_name(name)
+    path = f"{TAGS_DIR}/{name}.json"
+    try:
+        raw = store.read_all(path)
+    except FileNotFoundError:
+        raise TagNotFoundError(f"{store.uri}: tag {name!r} does not exist") from None
+    try:
+        doc = json.loads(raw)
+        version = int(doc["version"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise CorruptFileError(store.uri_of(path), f"bad tag file: {e}") from None
+    return Tag(
+        name=name,
+        version=version,
+        manifest_size=doc.get("manifestSize"),
+        created_at=_parse_time(doc.get("createdAt")),
+        updated_at=_parse_time(doc.get("updatedAt")),
+        metadata=doc.get("metadata") or {},
+    )
+
+
+def list_tags(store: ObjectStore) -> dict[str, Tag]:
+    """All tags, by name."""
+    tags = {}
+    for name, _, _ in store.list_dir(TAGS_DIR):
+        if name.endswith(".json"):
+            tag = name[: -len(".json")]
+            tags[tag] = read_tag(store, tag)
+    return tags
+
+
+def check_tag_name(name: str) -> None:
+    """Refuse tag names that are empty or could escape `_refs/tags/`."""
+    if (
+        not isinstance(name, str)
+        or not name
+        or "/" in name
+        or "\\" in name
+        or name.startswith(".")
+        or "\x00" in name
+        or name.endswith(".lock")
+    ):
+        raise InvalidInputError(f"invalid tag name {name!r}")
+
+
+def resolve(
+    store: ObjectStore,
+    version: int | str | None = None,
+    asof: dt.datetime | str | None = None,
+) -> Manifest:
+    """Load the manifest for a version number, a tag name, a timestamp, or the latest."""
+    if version is not None and asof is not None:
+        raise InvalidInputError("give either version or asof, not both")
+    if isinstance(version, str):
+        version = read_tag(store, version).version
+    if version is not None:
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise InvalidInputError(f"version must be an int or a tag name, not {version!r}")
+        return load_manifest(store, find_entry(store, version))
+    if asof is not None:
+        return resolve_asof(store, asof)
+    return load_manifest(store, latest_entry(store))
+
+
+def resolve_asof(store: ObjectStore, asof: dt.datetime | str) -> Manifest:
+    """The newest version committed at or before `asof` (naive datetimes are UTC)."""
+    if isinstance(asof, str):
+        try:
+            asof = dt.datetime.fromisoformat(asof.replace("Z", "+00:00"))
+        except ValueError:
+            raise InvalidInputError(f"asof {asof!r} is not an ISO-8601 timestamp") from None
+    if asof.tzinfo is None:
+        asof = asof.replace(tzinfo=dt.timezone.utc)
+    entries = list_manifests(store)
+    if not entries:
+        raise DatasetNotFoundError(f"no Lance dataset at {store.uri}")
+    for v in sorted(entries, reverse=True):
+        manifest = load_manifest(store, entries[v])
+        if manifest.timestamp <= asof:
+            return manifest
+    raise VersionNotFoundError(f"{store.uri}: no version was committed at or before {asof}")
