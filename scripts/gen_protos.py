@@ -52,7 +52,8 @@ def main() -> int:
         stale = [
             m.name
             for m in generate(Path(tmp))
-            if not (OUT_DIR / m.name).exists() or not filecmp.cmp(m, OUT_DIR / m.name, shallow=False)
+            if not (OUT_DIR / m.name).exists()
+            or not filecmp.cmp(m, OUT_DIR / m.name, shallow=False)
         ]
     if stale:
         print("stale generated protobuf modules (run `make protos`):", ", ".join(stale))
