@@ -26,7 +26,7 @@ protos: $(STAMP)
 	$(PY) scripts/gen_protos.py
 
 bench: $(STAMP)
-	$(PY) benchmarks/scan.py
+	$(PY) -m benchmarks.scan
 
 serve: $(STAMP)
 	@echo "The Flight server arrives with issue 4 (flight_server/). Until then:"

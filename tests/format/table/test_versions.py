@@ -1,0 +1,143 @@
+"""Manifest naming, framing, version/tag/timestamp resolution and bad manifests."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import struct
+import time
+from pathlib import Path
+
+import lance
+import pyarrow as pa
+import pytest
+
+from format.dataset import dataset
+from format.errors import (
+    CorruptFileError,
+    DatasetNotFoundError,
+    FilterBindError,
+    TagNotFoundError,
+    UnsupportedFeatureError,
+    VersionNotFoundError,
+)
+from format.table.manifest import (
+    decode_manifest,
+    encode_manifest,
+    manifest_name,
+    parse_manifest_name,
+)
+
+
+def test_manifest_names_both_schemes():
+    assert manifest_name(1) == "18446744073709551614.manifest"
+    assert manifest_name(42) == "18446744073709551573.manifest"
+    assert manifest_name(7, v2=False) == "7.manifest"
+    assert parse_manifest_name("18446744073709551614.manifest") == (1, True)
+    assert parse_manifest_name("12.manifest") == (12, False)
+    for junk in ("latest_version_hint.json", ".tmp_7.manifest_x", "3.manifest#1", "d9.manifest"):
+        assert parse_manifest_name(junk) is None
+
+
+@pytest.fixture
+def history(tmp_path: Path) -> str:
+    """A dataset with three versions and a tag on version 2."""
+    uri = str(tmp_path / "h.lance")
+    lance.write_dataset(pa.table({"a": [1, 2]}), uri)
+    time.sleep(0.02)
+    lance.write_dataset(pa.table({"a": [3]}), uri, mode="append")
+    time.sleep(0.02)
+    ds = lance.write_dataset(pa.table({"a": [4, 5, 6]}), uri, mode="append")
+    ds.tags.create("second", 2)
+    return uri
+
+
+def test_versions_tags_and_asof_match_pylance(history: str):
+    ref = lance.dataset(history)
+    ours = dataset(history)
+    assert ours.version == ref.version == 3
+    assert [v["version"] for v in ours.versions()] == [v["version"] for v in ref.versions()]
+    for ov, rv in zip(ours.versions(), ref.versions(), strict=True):
+        assert ov["metadata"] == rv["metadata"]
+        assert abs((ov["timestamp"] - rv["timestamp"]).total_seconds()) < 1e-3
+    assert dataset(history, version="second").to_table() == ref.checkout_version(2).to_table()
+    assert ours.tags.list()["second"]["version"] == 2
+    assert ours.checkout_version(1).to_table() == pa.table({"a": [1, 2]})
+    ts = ref.versions()[1]["timestamp"].astimezone(dt.timezone.utc)
+    assert dataset(history, asof=ts).version == 2
+    assert dataset(history, asof=ts.isoformat()).version == 2
+
+
+def test_missing_things_raise_specific_errors(history: str, tmp_path: Path):
+    with pytest.raises(VersionNotFoundError, match="version 9"):
+        dataset(history, version=9)
+    with pytest.raises(TagNotFoundError, match="nope"):
+        dataset(history, version="nope")
+    with pytest.raises(VersionNotFoundError, match="at or before"):
+        dataset(history, asof=dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc))
+    with pytest.raises(DatasetNotFoundError, match="no Lance dataset"):
+        dataset(str(tmp_path / "absent"))
+    with pytest.raises(FilterBindError, match="zz"):
+        dataset(history).to_table(filter="zz > 1")
+
+
+def _latest_manifest(uri: str) -> Path:
+    return sorted((Path(uri) / "_versions").glob("*.manifest"))[0]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["truncate_tail", "truncate_half", "bad_magic", "bad_position", "garbage_body", "empty"],
+)
+def test_corrupt_manifest_names_the_file(history: str, damage: str):
+    path = _latest_manifest(history)
+    data = path.read_bytes()
+    if damage == "truncate_tail":
+        data = data[:-3]
+    elif damage == "truncate_half":
+        data = data[len(data) // 2 :]
+    elif damage == "bad_magic":
+        data = data[:-4] + b"XXXX"
+    elif damage == "bad_position":
+        data = data[:-16] + struct.pack("<q", len(data) * 4) + data[-8:]
+    elif damage == "garbage_body":
+        (pos,) = struct.unpack_from("<q", data, len(data) - 16)
+        body = bytes([0xFF]) * (len(data) - 16 - pos - 4)
+        data = data[: pos + 4] + body + data[-16:]
+    else:
+        data = b""
+    path.write_bytes(data)
+    with pytest.raises(CorruptFileError) as err:
+        dataset(history)
+    assert path.name in str(err.value)
+
+
+def test_unknown_reader_feature_flag_is_refused(history: str):
+    path = _latest_manifest(history)
+    m = decode_manifest(path.read_bytes(), path.name)
+    m.pb.reader_feature_flags |= 4096
+    path.write_bytes(encode_manifest(m.pb))
+    with pytest.raises(UnsupportedFeatureError, match="version 3"):
+        dataset(history)
+
+
+def test_encode_manifest_round_trips_and_pylance_reads_it(history: str, tmp_path: Path):
+    copy = tmp_path / "copy.lance"
+    shutil.copytree(history, copy)
+    path = _latest_manifest(str(copy))
+    m = decode_manifest(path.read_bytes(), path.name)
+    path.write_bytes(encode_manifest(m.pb))
+    again = decode_manifest(path.read_bytes(), path.name)
+    assert again.pb == m.pb
+    assert lance.dataset(str(copy)).to_table() == lance.dataset(history).to_table()
+
+
+def test_v1_manifest_naming_is_read(tmp_path: Path):
+    uri = str(tmp_path / "v1.lance")
+    t = pa.table({"x": ["a", None, ""]})
+    lance.write_dataset(t, uri, enable_v2_manifest_paths=False)
+    lance.write_dataset(t, uri, mode="append")
+    assert sorted(os.listdir(Path(uri) / "_versions"))[:2] == ["1.manifest", "2.manifest"]
+    assert dataset(uri).to_table() == lance.dataset(uri).to_table()
+    assert dataset(uri, version=1).to_table() == t
