@@ -14,7 +14,7 @@ from format.errors import CorruptFileError
 from format.file.base import DEFAULT_BATCH_SIZE, DataFileReader, split_ranges
 from format.file.open import open_data_file
 from format.proto import table_pb2
-from format.table.deletion import read_deletion_file
+from format.table.deletion import deletion_file_path, live_mask, read_deletion_file
 from format.table.rowids import decode_row_ids
 from format.table.schema import LanceField, LanceSchema
 
@@ -86,8 +86,8 @@ class LanceFragment:
         d = self.deletion_file()
         if d is None:
             return np.empty(0, dtype=np.uint64)
-        ext = "bin" if d.file_type == table_pb2.DeletionFile.BITMAP else "arrow"
-        path = f"_deletions/{self.fragment_id}-{d.read_version}-{d.id}.{ext}"
+        bitmap = d.file_type == table_pb2.DeletionFile.BITMAP
+        path = deletion_file_path(self.fragment_id, d.read_version, d.id, bitmap)
         store, path = self._dataset._resolve(path, d.base_id if d.HasField("base_id") else None)
         offsets = np.asarray(read_deletion_file(store, path, d.file_type), dtype=np.uint64)
         if len(offsets) and int(offsets[-1]) >= self.physical_rows:
@@ -102,11 +102,7 @@ class LanceFragment:
     def live_mask(self) -> np.ndarray | None:
         """Boolean mask over physical rows (True = live), or None when nothing is deleted."""
         deleted = self.deleted_offsets
-        if not len(deleted):
-            return None
-        mask = np.ones(self.physical_rows, dtype=bool)
-        mask[deleted.astype(np.int64)] = False
-        return mask
+        return live_mask(self.physical_rows, deleted) if len(deleted) else None
 
     @cached_property
     def row_ids(self) -> np.ndarray | None:
