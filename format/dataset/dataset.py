@@ -208,6 +208,7 @@ class LanceDataset:
         with_row_id: bool = False,
         with_row_address: bool = False,
         fragments: Sequence[LanceFragment] | None = None,
+        fragment_readahead: int | None = None,
     ) -> Scanner:
         """Plan a scan: projection, SQL filter, limit/offset, row id columns."""
         return Scanner(
@@ -220,6 +221,7 @@ class LanceDataset:
             with_row_id=with_row_id,
             with_row_address=with_row_address,
             fragments=fragments,
+            fragment_readahead=fragment_readahead,
         )
 
     def to_table(

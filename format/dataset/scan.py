@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
+from format.dataset.readahead import ordered_readahead
 from format.errors import InvalidInputError
 from format.expr import compile_filter
 from format.file.base import DEFAULT_BATCH_SIZE
@@ -44,8 +46,10 @@ class Scanner:
         with_row_id: bool = False,
         with_row_address: bool = False,
         fragments: Sequence[LanceFragment] | None = None,
+        fragment_readahead: int | None = None,
     ) -> None:
         self._dataset = dataset
+        self._fragment_readahead = 2 if fragment_readahead is None else fragment_readahead
         schema = dataset.lance_schema
         name = dataset.uri
         if columns is not None and (isinstance(columns, str) or not isinstance(columns, Sequence)):
@@ -97,6 +101,7 @@ class Scanner:
     def _fragment_batches(self) -> Iterator[pa.RecordBatch]:
         read, read_schema = self._read_schema()
         skip = self._offset if self._filter is None else 0
+        producers = []
         for frag in self._fragments:
             ranges = None
             if skip:
@@ -104,22 +109,31 @@ class Scanner:
                 if skip >= live:
                     skip -= live
                     continue
-                start = _physical_offset(frag, skip)
-                ranges = frag.live_ranges(self._batch_size, start)
+                ranges = frag.live_ranges(self._batch_size, _physical_offset(frag, skip))
                 skip = 0
-            for batch in frag.read_batches(
-                read,
-                read_schema,
-                ranges=ranges,
-                batch_size=self._batch_size,
-                with_row_id=self._with_row_id,
-                with_row_address=self._with_row_address,
-            ):
-                if self._filter is not None:
-                    batch = batch.filter(self._filter.expression)
-                    batch = batch.select(self._schema.names)
-                if batch.num_rows:
-                    yield batch
+            producers.append(partial(self._scan_fragment, frag, read, read_schema, ranges))
+        yield from ordered_readahead(producers, readahead=self._fragment_readahead)
+
+    def _scan_fragment(
+        self,
+        frag: LanceFragment,
+        read: LanceSchema,
+        read_schema: pa.Schema,
+        ranges: list[tuple[int, int]] | None,
+    ) -> Iterator[pa.RecordBatch]:
+        for batch in frag.read_batches(
+            read,
+            read_schema,
+            ranges=ranges,
+            batch_size=self._batch_size,
+            with_row_id=self._with_row_id,
+            with_row_address=self._with_row_address,
+        ):
+            if self._filter is not None:
+                batch = batch.filter(self._filter.expression)
+                batch = batch.select(self._schema.names)
+            if batch.num_rows:
+                yield batch
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
         """Stream the result in batches; memory stays bounded by a few batches."""
