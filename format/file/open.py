@@ -21,7 +21,7 @@ def open_data_file(store: ObjectStore, path: str, data_file: table_pb2.DataFile)
     if version == "0.1":
         from format.file.legacy import LegacyFileReader
 
-        return LegacyFileReader(file, path_for_errors=where)
+        return LegacyFileReader(file, path_for_errors=where, field_ids=list(data_file.fields))
     if version in ("2.0", "2.1", "2.2"):
         from format.file.v2 import V2FileReader
 
