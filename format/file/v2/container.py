@@ -1,0 +1,334 @@
+"""The Lance v2.x data-file container, shared by file versions 2.0, 2.1 and 2.2.
+
+Layout: page buffers, global buffers (buffer 0 = `FileDescriptor`), the column metadata
+blobs, a column-metadata offset table (CMO), a global-buffer offset table (GBO) and a
+40-byte footer ``u64 A | u64 CMO | u64 GBO | u32 GN | u32 CN | u16 major | u16 minor |
+"LANC"``. Everything here is about locating bytes; decoding pages is someone else's job.
+Column metadata is parsed lazily, per requested column.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+from google.protobuf import any_pb2
+from google.protobuf.message import DecodeError
+
+from format.errors import CorruptFileError, UnsupportedFeatureError
+from format.io.store import FileReader
+from format.proto import encodings_v2_0_pb2, file2_pb2, file_pb2
+
+MAGIC = b"LANC"
+FOOTER_SIZE = 40
+# One read at the end of the file normally covers the footer, both offset tables and the
+# metadata of every column of a modest file.
+TAIL_READ_BYTES = 64 * 1024
+# Buffers closer than this are fetched with one read and handed out as views of it.
+COALESCE_GAP = 4 * 1024
+
+ARRAY_ENCODING_URL = "lance.encodings.ArrayEncoding"  # 2.0 pages
+PAGE_LAYOUT_URL = "lance.encodings21.PageLayout"  # 2.1+ pages
+COLUMN_ENCODING_URL = "lance.encodings.ColumnEncoding"
+
+_FOOTER = struct.Struct("<QQQIIHH4s")
+_VERSIONS = {(0, 3): "2.0", (2, 0): "2.0", (2, 1): "2.1", (2, 2): "2.2", (2, 3): "2.3"}
+
+
+def type_name(type_url: str) -> str:
+    """The message name of a `google.protobuf.Any` type URL (text after the last '/')."""
+    return type_url.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class Footer:
+    """The fixed 40-byte footer of a v2 data file."""
+
+    column_meta_start: int
+    cmo_table_pos: int
+    gbo_table_pos: int
+    num_global_buffers: int
+    num_columns: int
+    major: int
+    minor: int
+
+    @property
+    def version(self) -> str:
+        """The file version string ("2.0", "2.1", ...)."""
+        return _VERSIONS[(self.major, self.minor)]
+
+
+@dataclass(frozen=True)
+class EncodingRef:
+    """Where an `Encoding` lives: inline (`value`) or deferred to a file range."""
+
+    type_url: str
+    value: bytes | None
+    deferred: tuple[int, int] | None = None
+
+
+@dataclass
+class Page:
+    """One page of a column: its buffers, row count and (still serialized) encoding."""
+
+    index: int
+    buffers: list[tuple[int, int]]
+    length: int
+    priority: int
+    encoding: EncodingRef
+
+
+@dataclass
+class ColumnInfo:
+    """The parsed metadata of one column (its pages in row order)."""
+
+    index: int
+    pages: list[Page]
+    buffers: list[tuple[int, int]]
+    encoding: EncodingRef | None
+    page_starts: np.ndarray  # len(pages) + 1 cumulative row positions
+
+    @property
+    def num_rows(self) -> int:
+        """Rows (or items, for nested columns) over all pages."""
+        return int(self.page_starts[-1])
+
+
+class V2Container:
+    """Random access to the structure of one v2 data file."""
+
+    def __init__(self, file: FileReader, path_for_errors: str) -> None:
+        self.file = file
+        self.path = path_for_errors
+        self.size = int(file.size)
+        self._columns: dict[int, ColumnInfo] = {}
+        self._deferred: dict[tuple[int, int], EncodingRef] = {}
+        self._tail_start = 0
+        self._tail = b""
+        self.footer = self._read_footer()
+        self._column_table = self._read_table(
+            self.footer.cmo_table_pos, self.footer.num_columns, "column metadata offset table"
+        )
+        self.global_buffers = [
+            (int(p), int(s))
+            for p, s in self._read_table(
+                self.footer.gbo_table_pos, self.footer.num_global_buffers, "global buffer table"
+            )
+        ]
+
+    # -- errors and raw reads -----------------------------------------------------------
+    def corrupt(self, reason: str) -> CorruptFileError:
+        """A CorruptFileError about this file."""
+        return CorruptFileError(self.path, reason)
+
+    def check_range(self, pos: int, size: int, what: str) -> None:
+        """Raise CorruptFileError unless [pos, pos+size) lies before the footer."""
+        if pos < 0 or size < 0 or pos + size > self.size - FOOTER_SIZE:
+            raise self.corrupt(
+                f"{what} at {pos}+{size} lies outside the data region of {self.size} bytes"
+            )
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes | memoryview]:
+        """Read (pos, size) ranges (already bounds-checked) with coalescing; empty ones free."""
+        out: list[bytes | memoryview] = [b""] * len(ranges)
+        wanted = [i for i, (_, n) in enumerate(ranges) if n > 0]
+        tail_end = self._tail_start + len(self._tail)
+        missing = []
+        for i in wanted:
+            pos, n = ranges[i]
+            if pos >= self._tail_start and pos + n <= tail_end:
+                out[i] = self._tail[pos - self._tail_start : pos - self._tail_start + n]
+            else:
+                missing.append(i)
+        if not missing:
+            return out
+        # Merge neighbours ourselves and slice the merged reads with zero-copy views.
+        missing.sort(key=lambda i: ranges[i][0])
+        groups: list[tuple[int, int, list[int]]] = []
+        for i in missing:
+            pos, n = ranges[i]
+            if groups and pos <= groups[-1][1] + COALESCE_GAP:
+                g_start, g_end, members = groups[-1]
+                members.append(i)
+                groups[-1] = (g_start, max(g_end, pos + n), members)
+            else:
+                groups.append((pos, pos + n, [i]))
+        try:
+            blobs = self.file.read_ranges([(s, e - s) for s, e, _ in groups])
+        except EOFError as e:
+            raise self.corrupt(f"truncated: {e}") from None
+        for (g_start, _, members), blob in zip(groups, blobs, strict=True):
+            if len(members) == 1:
+                out[members[0]] = blob
+                continue
+            view = memoryview(blob)
+            for i in members:
+                pos, n = ranges[i]
+                out[i] = view[pos - g_start : pos - g_start + n]
+        return out
+
+    # -- footer and tables --------------------------------------------------------------
+    def _read_footer(self) -> Footer:
+        if self.size < FOOTER_SIZE:
+            raise self.corrupt(f"{self.size} bytes is too small for a Lance v2 footer")
+        try:
+            self._tail = self.file.read_tail(TAIL_READ_BYTES)
+        except EOFError as e:
+            raise self.corrupt(f"truncated: {e}") from None
+        self._tail_start = self.size - len(self._tail)
+        a, cmo, gbo, gn, cn, major, minor, magic = _FOOTER.unpack(self._tail[-FOOTER_SIZE:])
+        if magic != MAGIC:
+            raise self.corrupt(f"bad magic {magic!r} (expected {MAGIC!r}); not a Lance file")
+        if (major, minor) in ((0, 1), (0, 2)):
+            raise self.corrupt(f"footer says legacy file version {major}.{minor}, not v2")
+        if (major, minor) not in _VERSIONS:
+            raise UnsupportedFeatureError(
+                f"{self.path}: unsupported Lance data file version {major}.{minor}"
+            )
+        data_end = self.size - FOOTER_SIZE
+        if not a <= cmo <= data_end or not gbo <= data_end:
+            raise self.corrupt(
+                f"footer offsets (metadata {a}, column table {cmo}, buffer table {gbo}) "
+                f"lie outside the file of {self.size} bytes"
+            )
+        return Footer(a, cmo, gbo, gn, cn, major, minor)
+
+    def _read_table(self, pos: int, count: int, what: str) -> np.ndarray:
+        """A (count, 2) array of u64 (position, size) pairs at `pos`."""
+        self.check_range(pos, count * 16, what)
+        (raw,) = self.read_ranges([(pos, count * 16)])
+        table = np.frombuffer(raw, dtype="<u8").reshape(count, 2)
+        if count and np.any(table[:, 0] + table[:, 1] > self.size - FOOTER_SIZE):
+            bad = int(np.flatnonzero(table[:, 0] + table[:, 1] > self.size - FOOTER_SIZE)[0])
+            raise self.corrupt(
+                f"{what} entry {bad} ({int(table[bad, 0])}+{int(table[bad, 1])}) "
+                f"points past the end of the data"
+            )
+        return table
+
+    @property
+    def version(self) -> str:
+        """The file version string ("2.0", "2.1", "2.2" or "2.3")."""
+        return self.footer.version
+
+    @property
+    def num_columns(self) -> int:
+        """How many physical columns the file has."""
+        return self.footer.num_columns
+
+    # -- global buffers -----------------------------------------------------------------
+    @cached_property
+    def descriptor(self) -> file_pb2.FileDescriptor:
+        """Global buffer 0: the file's schema and row count."""
+        if not self.global_buffers:
+            raise self.corrupt("no global buffers (the FileDescriptor is missing)")
+        (raw,) = self.read_ranges([self.global_buffers[0]])
+        try:
+            return file_pb2.FileDescriptor.FromString(bytes(raw))
+        except DecodeError as e:
+            raise self.corrupt(f"bad FileDescriptor: {e}") from None
+
+    @property
+    def num_rows(self) -> int:
+        """Rows in the file, from the FileDescriptor."""
+        return int(self.descriptor.length)
+
+    # -- columns ------------------------------------------------------------------------
+    def columns(self, indices: Sequence[int]) -> list[ColumnInfo]:
+        """The metadata of these columns, fetching the missing ones in one batched read."""
+        todo = sorted({i for i in indices if i not in self._columns})
+        for i in todo:
+            if not 0 <= i < self.num_columns:
+                raise self.corrupt(f"column {i} does not exist (file has {self.num_columns})")
+        if todo:
+            ranges = [(int(self._column_table[i, 0]), int(self._column_table[i, 1])) for i in todo]
+            for i, raw in zip(todo, self.read_ranges(ranges), strict=True):
+                self._columns[i] = self._parse_column(i, raw)
+        return [self._columns[i] for i in indices]
+
+    def column(self, index: int) -> ColumnInfo:
+        """The metadata of one column."""
+        return self.columns([index])[0]
+
+    def _encoding(self, enc: file2_pb2.Encoding, what: str) -> EncodingRef | None:
+        kind = enc.WhichOneof("location")
+        if kind is None or kind == "none":
+            return None
+        if kind == "indirect":
+            pos, size = int(enc.indirect.buffer_location), int(enc.indirect.buffer_length)
+            self.check_range(pos, size, f"{what} deferred encoding")
+            return EncodingRef("", None, (pos, size))
+        try:
+            msg = any_pb2.Any.FromString(enc.direct.encoding)
+        except DecodeError as e:
+            raise self.corrupt(f"{what}: bad encoding: {e}") from None
+        return EncodingRef(msg.type_url, msg.value)
+
+    def resolve(self, ref: EncodingRef, what: str) -> EncodingRef:
+        """An inline copy of a deferred encoding (reads it from the file)."""
+        if ref.deferred is None:
+            return ref
+        hit = self._deferred.get(ref.deferred)
+        if hit is not None:
+            return hit
+        (raw,) = self.read_ranges([ref.deferred])
+        try:
+            msg = any_pb2.Any.FromString(bytes(raw))
+        except DecodeError as e:
+            raise self.corrupt(f"{what}: bad deferred encoding: {e}") from None
+        if len(self._deferred) > 4096:
+            self._deferred.clear()
+        self._deferred[ref.deferred] = out = EncodingRef(msg.type_url, msg.value)
+        return out
+
+    def _parse_column(self, index: int, raw: bytes) -> ColumnInfo:
+        what = f"column {index}"
+        try:
+            cm = file2_pb2.ColumnMetadata.FromString(bytes(raw))
+        except DecodeError as e:
+            raise self.corrupt(f"{what}: bad ColumnMetadata: {e}") from None
+        if len(cm.buffer_offsets) != len(cm.buffer_sizes):
+            raise self.corrupt(f"{what}: buffer offsets and sizes differ in length")
+        buffers = [
+            (int(p), int(s)) for p, s in zip(cm.buffer_offsets, cm.buffer_sizes, strict=True)
+        ]
+        for b, (p, s) in enumerate(buffers):
+            self.check_range(p, s, f"{what} buffer {b}")
+        pages = []
+        for k, pg in enumerate(cm.pages):
+            where = f"{what} page {k}"
+            if len(pg.buffer_offsets) != len(pg.buffer_sizes):
+                raise self.corrupt(f"{where}: buffer offsets and sizes differ in length")
+            bufs = [
+                (int(p), int(s)) for p, s in zip(pg.buffer_offsets, pg.buffer_sizes, strict=True)
+            ]
+            for b, (p, s) in enumerate(bufs):
+                self.check_range(p, s, f"{where} buffer {b}")
+            enc = self._encoding(pg.encoding, where)
+            if enc is None:
+                raise self.corrupt(f"{where} has no encoding")
+            pages.append(Page(k, bufs, int(pg.length), int(pg.priority), enc))
+        starts = np.zeros(len(pages) + 1, dtype=np.int64)
+        if pages:
+            lengths = np.array([p.length for p in pages], dtype=np.uint64)
+            if np.any(lengths >= 1 << 62):
+                raise self.corrupt(f"{what}: absurd page length")
+            np.cumsum(lengths.astype(np.int64), out=starts[1:])
+        return ColumnInfo(
+            index, pages, buffers, self._encoding(cm.encoding, f"{what} encoding"), starts
+        )
+
+    def column_encoding(self, info: ColumnInfo) -> encodings_v2_0_pb2.ColumnEncoding | None:
+        """The column-level `ColumnEncoding`, or None when absent or of another type."""
+        if info.encoding is None:
+            return None
+        ref = self.resolve(info.encoding, f"column {info.index} encoding")
+        if type_name(ref.type_url) != COLUMN_ENCODING_URL:
+            return None
+        try:
+            return encodings_v2_0_pb2.ColumnEncoding.FromString(ref.value or b"")
+        except DecodeError as e:
+            raise self.corrupt(f"column {info.index}: bad ColumnEncoding: {e}") from None

@@ -1,0 +1,605 @@
+"""`V2FileReader`: reads Lance v2.x data files (2.0 encodings) as Arrow arrays.
+
+In a 2.0 file every field of the pre-order schema walk has its own column: a struct has an
+empty header column followed by its children, a list has an offsets column (`List` pages)
+followed by its item columns, and anything else is one value column. Columns are paged
+independently, so a list's item pages need not line up with its offsets pages: each
+offsets page records how many items it covers, which places its rows in the item column.
+
+Reading works level by level. The requested row ranges of the top-level fields select
+pages of their columns (structs pass ranges to their children unchanged); all missing
+pages of one level are fetched with one coalesced `read_ranges` call and decoded whole;
+list columns then turn their row ranges into item ranges, which form the next level.
+Decoded pages stay cached per column only while requests still overlap them, so a scan
+holds about one page per column plus one step of output.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+import pyarrow as pa
+from google.protobuf.message import DecodeError
+
+from format.errors import CorruptFileError, InvalidInputError, LanceError, UnsupportedFeatureError
+from format.file.base import DEFAULT_BATCH_SIZE, DataFileReader, split_ranges
+from format.file.v2 import encodings_v20 as v20
+from format.file.v2.container import (
+    ARRAY_ENCODING_URL,
+    ColumnInfo,
+    V2Container,
+    type_name,
+)
+from format.io.store import FileReader
+from format.proto import encodings_v2_0_pb2 as pb
+from format.table.schema import LanceField
+
+TOMBSTONE = -2
+_LIST_TYPES = ("list", "list.struct", "large_list", "large_list.struct")
+_INT32_MAX = (1 << 31) - 1
+_BLOB_DESC = pa.struct([("position", pa.uint64()), ("size", pa.uint64())])
+
+LEAF, STRUCT, LIST, BLOB = "leaf", "struct", "list", "blob"
+
+
+# -- row ranges ----------------------------------------------------------------------------
+@dataclass
+class Ranges:
+    """Sorted, disjoint, non-empty row ranges [starts[i], stops[i]) as int64 arrays."""
+
+    starts: np.ndarray
+    stops: np.ndarray
+
+    @classmethod
+    def single(cls, start: int, stop: int) -> Ranges:
+        """One range (empty if stop <= start)."""
+        if stop <= start:
+            return cls(np.zeros(0, np.int64), np.zeros(0, np.int64))
+        return cls(np.array([start], np.int64), np.array([stop], np.int64))
+
+    @classmethod
+    def from_spans(cls, starts: np.ndarray, stops: np.ndarray) -> Ranges:
+        """Ranges from ordered, non-overlapping spans: empty ones dropped, touching ones merged."""
+        keep = stops > starts
+        starts, stops = starts[keep], stops[keep]
+        if len(starts) > 1:
+            gap = np.flatnonzero(starts[1:] != stops[:-1])
+            starts = starts[np.concatenate(([0], gap + 1))]
+            stops = stops[np.concatenate((gap, [len(stops) - 1]))]
+        return cls(starts.astype(np.int64, copy=False), stops.astype(np.int64, copy=False))
+
+    @classmethod
+    def from_indices(cls, indices: np.ndarray) -> Ranges:
+        """Ranges covering sorted, unique row indices (runs merged)."""
+        idx = indices.astype(np.int64, copy=False)
+        return cls.from_spans(idx, idx + 1)
+
+    @property
+    def total(self) -> int:
+        """Rows covered."""
+        return int((self.stops - self.starts).sum())
+
+
+def range_indices(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    """All positions in the ranges, concatenated (vectorised `np.r_[s0:e0, s1:e1, ...]`)."""
+    lens = stops - starts
+    total = int(lens.sum())
+    firsts = np.cumsum(lens) - lens
+    return np.arange(total, dtype=np.int64) - np.repeat(firsts - starts, lens)
+
+
+# -- columns and nodes ---------------------------------------------------------------------
+_Split = tuple[int, np.ndarray, np.ndarray]  # (page, local starts, local stops)
+
+
+class _AllNull:
+    """Placeholder for a decoded `Nullable{AllNull}` page (nothing to keep in memory)."""
+
+
+@dataclass(eq=False)
+class _Column:
+    """One physical column: its metadata, per-page list info and decoded-page cache."""
+
+    info: ColumnInfo
+    where: str
+    item_bases: np.ndarray | None = None  # list columns: first item of each page
+    cache: dict[int, object] = field(default_factory=dict)
+
+    @property
+    def num_rows(self) -> int:
+        """Rows (items) over all pages."""
+        return self.info.num_rows
+
+    @cached_property
+    def starts_list(self) -> list[int]:
+        """Page start rows as Python ints (plus the end), for bisecting."""
+        return self.info.page_starts.tolist()
+
+    def split(self, rng: Ranges, path: str) -> list[_Split]:
+        """(page, local starts, local stops) for every page the ranges overlap, in order."""
+        if not len(rng.starts):
+            return []
+        ps = self.info.page_starts
+        if int(rng.stops[-1]) > int(ps[-1]):
+            raise CorruptFileError(
+                path,
+                f"{self.where}: rows up to {int(rng.stops[-1])} needed but the column has "
+                f"{int(ps[-1])}",
+            )
+        if len(rng.starts) == 1:  # the streaming case: plain Python is faster
+            start, stop = int(rng.starts[0]), int(rng.stops[0])
+            starts = self.starts_list
+            k = bisect.bisect_right(starts, start) - 1
+            out = []
+            while k < len(starts) - 1 and starts[k] < stop:
+                lo, hi = starts[k], starts[k + 1]
+                if hi > lo:
+                    local = (np.array([max(start, lo) - lo]), np.array([min(stop, hi) - lo]))
+                    out.append((k, *local))
+                k += 1
+            return out
+        first = np.searchsorted(ps, rng.starts, side="right") - 1
+        last = np.searchsorted(ps, rng.stops - 1, side="right") - 1
+        cover = np.zeros(len(ps), dtype=np.int64)
+        np.add.at(cover, first, 1)
+        np.add.at(cover, last + 1, -1)
+        pages = np.flatnonzero(np.cumsum(cover) > 0).tolist()
+        out = []
+        for k in pages:
+            lo, hi = int(ps[k]), int(ps[k + 1])
+            if hi == lo:
+                continue
+            a = int(np.searchsorted(rng.stops, lo, side="right"))
+            b = int(np.searchsorted(rng.starts, hi, side="left"))
+            if a >= b:
+                continue
+            s = np.maximum(rng.starts[a:b], lo) - lo
+            e = np.minimum(rng.stops[a:b], hi) - lo
+            out.append((k, s, e))
+        return out
+
+
+@dataclass(eq=False)
+class _Node:
+    """A field to read: a value column, a blob column, a list, or a struct of nodes."""
+
+    field: LanceField
+    kind: str
+    arrow_type: pa.DataType
+    column: _Column | None = None
+    children: list[_Node] = field(default_factory=list)
+
+
+def _is_packed(f: LanceField) -> bool:
+    """Whether a struct field is stored packed (one column) rather than child by child."""
+    meta = f.metadata
+    if "packed" in meta:
+        v = meta["packed"]
+        return (v.decode() if isinstance(v, bytes) else str(v)).lower() == "true"
+    return "lance-encoding:packed" in meta
+
+
+def _empty(t: pa.DataType) -> pa.Array:
+    """A zero-length array of type `t`."""
+    return pa.array([], type=t)
+
+
+def _concat(pieces: list[pa.Array], t: pa.DataType) -> pa.Array:
+    """Concatenate page pieces (no copy for a single piece)."""
+    if not pieces:
+        return _empty(t)
+    if len(pieces) == 1:
+        return pieces[0]
+    return pa.concat_arrays(pieces)
+
+
+class V2FileReader(DataFileReader):
+    """Reads one Lance v2.x data file; decodes 2.0 (`ArrayEncoding`) pages."""
+
+    def __init__(
+        self,
+        file: FileReader,
+        fields: Sequence[int],
+        column_indices: Sequence[int],
+        *,
+        path_for_errors: str,
+    ) -> None:
+        self.path = path_for_errors
+        self._file = file
+        if len(fields) != len(column_indices):
+            raise CorruptFileError(
+                self.path,
+                f"DataFile lists {len(fields)} field ids but {len(column_indices)} column indices",
+            )
+        self._container = V2Container(file, self.path)
+        self.version = self._container.version
+        self._column_of: dict[int, int] = {}
+        for fid, col in zip(fields, column_indices, strict=True):
+            if fid == TOMBSTONE or col < 0:
+                continue
+            if col >= self._container.num_columns:
+                raise CorruptFileError(
+                    self.path,
+                    f"field id {fid} maps to column {col} but the file has "
+                    f"{self._container.num_columns} columns",
+                )
+            self._column_of[int(fid)] = int(col)
+        self.num_rows = self._container.num_rows
+        self._columns: dict[int, _Column] = {}
+        self._encodings: dict[bytes, pb.ArrayEncoding] = {}
+
+    # -- public API ---------------------------------------------------------------------
+    def read(
+        self,
+        fields: Sequence[LanceField],
+        ranges: Sequence[tuple[int, int]],
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> Iterator[list[pa.Array]]:
+        """Stream `fields` over sorted, disjoint row ranges, one step per `split_ranges` item."""
+        if batch_size <= 0:
+            raise InvalidInputError(f"batch_size must be positive, got {batch_size}")
+        prev = 0
+        for start, stop in ranges:
+            if start < prev or stop < start or stop > self.num_rows:
+                raise InvalidInputError(
+                    f"{self.path}: row ranges must be sorted, disjoint and within "
+                    f"[0, {self.num_rows}); got ({start}, {stop})"
+                )
+            prev = stop
+        nodes = self._plan(fields)
+        try:
+            for start, stop in split_ranges(ranges, batch_size):
+                yield self._materialize([(n, Ranges.single(start, stop)) for n in nodes])
+        finally:
+            self._release(nodes)
+
+    def take(self, fields: Sequence[LanceField], indices: np.ndarray) -> list[pa.Array]:
+        """The rows at sorted, unique physical offsets `indices` (uint64), one array per field."""
+        idx = np.asarray(indices)
+        if idx.ndim != 1:
+            raise InvalidInputError(f"{self.path}: take indices must be one-dimensional")
+        if len(idx):
+            if idx.dtype.kind not in "ui":
+                raise InvalidInputError(f"{self.path}: take indices must be integers")
+            if (idx.dtype.kind == "i" and int(idx.min()) < 0) or int(idx.max()) >= self.num_rows:
+                raise InvalidInputError(
+                    f"{self.path}: take index out of range for {self.num_rows} rows"
+                )
+            if np.any(np.diff(idx.astype(np.int64)) <= 0):
+                raise InvalidInputError(f"{self.path}: take indices must be sorted and unique")
+        nodes = self._plan(fields)
+        rng = Ranges.from_indices(idx.astype(np.int64))
+        try:
+            return self._materialize([(n, rng) for n in nodes])
+        finally:
+            self._release(nodes)
+
+    def close(self) -> None:
+        """Drop cached pages and release the file handle."""
+        for col in self._columns.values():
+            col.cache.clear()
+        self._file.close()
+
+    # -- planning -----------------------------------------------------------------------
+    def _plan(self, fields: Sequence[LanceField]) -> list[_Node]:
+        """Nodes for the requested fields, loading the metadata of their columns at once."""
+        if self.version != "2.0":
+            self._unsupported_layout(fields)
+        wanted: list[int] = []
+        for f in fields:
+            self._collect_columns(f, wanted)
+        missing = [c for c in dict.fromkeys(wanted) if c not in self._columns]
+        for info in self._container.columns(missing):
+            self._columns[info.index] = _Column(info, f"column {info.index}")
+        return [self._node(f, top=True) for f in fields]
+
+    def _collect_columns(self, f: LanceField, out: list[int]) -> None:
+        """The columns decoding `f` needs (a plain struct's empty header column is not one)."""
+        packed = f.logical_type == "struct" and _is_packed(f)
+        col = self._column_of.get(f.id)
+        if col is not None and (f.logical_type != "struct" or packed):
+            out.append(col)
+        if not packed:
+            for c in f.children:
+                self._collect_columns(c, out)
+
+    def _column_for(self, f: LanceField, top: bool, role: str) -> _Column:
+        col_index = self._column_of.get(f.id)
+        if col_index is None:
+            raise CorruptFileError(
+                self.path, f"field {f.name!r} (id {f.id}) has no {role} column in this file"
+            )
+        col = self._columns[col_index]
+        col.where = f"column {col_index} (field {f.name!r}, id {f.id})"
+        if top and col.num_rows != self.num_rows:
+            raise CorruptFileError(
+                self.path, f"{col.where} has {col.num_rows} rows, the file has {self.num_rows}"
+            )
+        return col
+
+    def _node(self, f: LanceField, top: bool) -> _Node:
+        lt = f.logical_type
+        t = f.arrow_type
+        if lt == "struct" and _is_packed(f):
+            return _Node(f, LEAF, t, self._column_for(f, top, "packed struct"))
+        if lt == "struct":
+            return _Node(f, STRUCT, t, None, [self._node(c, top) for c in f.children])
+        if lt in _LIST_TYPES:
+            col = self._column_for(f, top, "list offsets")
+            if col.item_bases is None:
+                col.item_bases = self._item_bases(col)
+            return _Node(f, LIST, t, col, [self._node(f.children[0], False)])
+        if lt == "map":
+            raise UnsupportedFeatureError(
+                f"{self.path}: field {f.name!r}: maps cannot be stored in 2.0 files"
+            )
+        col = self._column_for(f, top, "value")
+        kind = LEAF
+        ce = self._container.column_encoding(col.info)
+        if ce is not None and ce.WhichOneof("column_encoding") == "blob":
+            if not pa.types.is_large_binary(t):
+                raise CorruptFileError(self.path, f"{col.where}: blob column of type {t}")
+            kind = BLOB
+        return _Node(f, kind, t, col)
+
+    def _item_bases(self, col: _Column) -> np.ndarray:
+        """Item position of the first item of every page of a list offsets column."""
+        counts = np.zeros(len(col.info.pages) + 1, dtype=np.int64)
+        for page in col.info.pages:
+            enc = self._page_encoding(col, page.index)
+            if v20.variant(enc) != "list":
+                raise CorruptFileError(
+                    self.path, f"{col.where} page {page.index}: not a List page in a list column"
+                )
+            n = int(enc.list.num_items)
+            if n >= 1 << 62:
+                raise CorruptFileError(self.path, f"{col.where}: absurd item count {n}")
+            counts[page.index + 1] = n
+        return np.cumsum(counts)
+
+    def _unsupported_layout(self, fields: Sequence[LanceField]) -> None:
+        """Raise for files whose pages are not 2.0 `ArrayEncoding`s (2.1+ structural)."""
+        cols = [self._column_of[x.id] for f in fields for x in f.walk() if x.id in self._column_of]
+        for info in self._container.columns(cols[:1]):
+            for page in info.pages[:1]:
+                ref = self._container.resolve(page.encoding, f"column {info.index}")
+                raise UnsupportedFeatureError(
+                    f"{self.path}: column {info.index} page 0 uses {ref.type_url!r} "
+                    f"(file version {self.version}); only 2.0 page encodings are supported"
+                )
+        raise UnsupportedFeatureError(
+            f"{self.path}: file version {self.version} is not supported by this reader"
+        )
+
+    # -- pages --------------------------------------------------------------------------
+    def _page_encoding(self, col: _Column, k: int) -> pb.ArrayEncoding:
+        page = col.info.pages[k]
+        ref = self._container.resolve(page.encoding, f"{col.where} page {k}")
+        if type_name(ref.type_url) != ARRAY_ENCODING_URL:
+            raise UnsupportedFeatureError(
+                f"{self.path}: {col.where} page {k} uses {ref.type_url!r}, which this 2.0 "
+                f"decoder cannot read"
+            )
+        raw = ref.value or b""
+        enc = self._encodings.get(raw)
+        if enc is None:
+            try:
+                enc = pb.ArrayEncoding.FromString(raw)
+            except DecodeError as e:
+                raise CorruptFileError(
+                    self.path, f"{col.where} page {k}: bad encoding: {e}"
+                ) from None
+            if len(self._encodings) > 4096:
+                self._encodings.clear()
+            self._encodings[raw] = enc
+        return enc
+
+    def _other_buffer(self, col: _Column) -> Callable[[int, int], bytes | memoryview]:
+        """A fetcher of the column's (1) or the file's global (2) buffers by index."""
+
+        def fetch(kind: int, index: int) -> bytes | memoryview:
+            bufs = col.info.buffers if kind == v20.BUFFER_COLUMN else self._container.global_buffers
+            if index >= len(bufs):
+                raise CorruptFileError(self.path, f"{col.where}: no buffer {index} of type {kind}")
+            (raw,) = self._container.read_ranges([bufs[index]])
+            return raw
+
+        return fetch
+
+    def _decode_page(self, node: _Node, k: int, buffers: list[bytes | memoryview]) -> object:
+        col = node.column
+        assert col is not None
+        page = col.info.pages[k]
+        enc = self._page_encoding(col, k)
+        ctx = v20.PageContext(self.path, f"{col.where} page {k}", buffers, self._other_buffer(col))
+        with self._guard(ctx.where):
+            if node.kind == LIST:
+                return v20.decode_list_page(enc, page.length, ctx)
+            if v20.is_all_null(enc):
+                return _AllNull()
+            t = _BLOB_DESC if node.kind == BLOB else node.arrow_type
+            return v20.decode_array(enc, page.length, t, ctx)
+
+    @contextlib.contextmanager
+    def _guard(self, where: str) -> Iterator[None]:
+        """Turn unexpected decoding failures (Arrow, numpy) into CorruptFileError."""
+        try:
+            yield
+        except LanceError:
+            raise
+        except (pa.ArrowException, ValueError, TypeError, IndexError, OverflowError) as e:
+            raise CorruptFileError(self.path, f"{where}: {e}") from None
+
+    def _load(self, reqs: list[tuple[_Node, Ranges]]) -> list[list[_Split]]:
+        """Make the pages the requests overlap resident (one batched read), evicting others.
+
+        Returns each request's split into (page, local starts, local stops).
+        """
+        splits = []
+        todo: list[tuple[_Node, int]] = []
+        for node, rng in reqs:
+            col = node.column
+            assert col is not None
+            split = col.split(rng, self.path)
+            splits.append(split)
+            needed = {k for k, _, _ in split}
+            for k in [k for k in col.cache if k not in needed]:
+                del col.cache[k]
+            todo.extend((node, k) for k in sorted(needed) if k not in col.cache)
+        ranges = [b for node, k in todo for b in node.column.info.pages[k].buffers]
+        blobs = self._container.read_ranges(ranges)
+        i = 0
+        for node, k in todo:
+            n = len(node.column.info.pages[k].buffers)
+            node.column.cache[k] = self._decode_page(node, k, blobs[i : i + n])
+            i += n
+        return splits
+
+    def _release(self, nodes: list[_Node]) -> None:
+        """Drop the decoded pages of these nodes' columns."""
+        for node in nodes:
+            if node.column is not None:
+                node.column.cache.clear()
+            self._release(node.children)
+
+    # -- gathering ----------------------------------------------------------------------
+    def _gather(self, node: _Node, split: list[_Split], t: pa.DataType) -> pa.Array:
+        """The rows of a value column in the ranges (slices of the cached pages)."""
+        col = node.column
+        pieces = []
+        for k, s, e in split:
+            page = col.cache[k]
+            if isinstance(page, _AllNull):
+                pieces.append(pa.nulls(int((e - s).sum()), t))
+            elif len(s) == 1:
+                pieces.append(page.slice(int(s[0]), int(e[0] - s[0])))
+            else:
+                pieces.append(page.take(pa.array(range_indices(s, e))))
+        return _concat(pieces, t)
+
+    def _gather_list(
+        self, node: _Node, split: list[_Split]
+    ) -> tuple[np.ndarray, np.ndarray | None, Ranges]:
+        """Offsets (from 0), validity and the item ranges of the list rows in the ranges."""
+        col = node.column
+        starts, ends, valids = [], [], []
+        any_null = False
+        for k, s, e in split:
+            lp = col.cache[k]
+            base = int(col.item_bases[k])
+            if len(s) == 1:
+                sel = slice(int(s[0]), int(e[0]))
+            else:
+                sel = range_indices(s, e)
+            starts.append(lp.starts[sel] + base)
+            ends.append(lp.ends[sel] + base)
+            if lp.valid is None:
+                valids.append(np.ones(len(starts[-1]), dtype=bool))
+            else:
+                valids.append(lp.valid[sel])
+                any_null = True
+        if not starts:
+            return np.zeros(1, np.int64), None, Ranges.single(0, 0)
+        st, en = np.concatenate(starts), np.concatenate(ends)
+        offsets = np.zeros(len(st) + 1, dtype=np.int64)
+        np.cumsum(en - st, out=offsets[1:])
+        valid = np.concatenate(valids) if any_null else None
+        return offsets, valid, Ranges.from_spans(st, en)
+
+    def _blobs(self, node: _Node, split: list[_Split]) -> pa.Array:
+        """Blob column rows: descriptions (position, size) resolved to their bytes."""
+        desc = self._gather(node, split, _BLOB_DESC)
+        n = len(desc)
+        if desc.null_count:
+            raise CorruptFileError(self.path, f"{node.column.where}: null blob descriptions")
+        pos = desc.field("position").to_numpy(zero_copy_only=False).astype(np.int64)
+        size = desc.field("size").to_numpy(zero_copy_only=False).astype(np.int64)
+        if n and (pos.min() < 0 or size.min() < 0):
+            raise CorruptFileError(self.path, f"{node.column.where}: blob position out of range")
+        valid = ~((pos == 1) & (size == 0))
+        has = size > 0
+        wanted = list(zip(pos[has].tolist(), size[has].tolist(), strict=True))
+        for p, s in wanted:
+            self._container.check_range(p, s, f"{node.column.where} blob")
+        data = b"".join(self._container.read_ranges(wanted))
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.where(has, size, 0), out=offsets[1:])
+        bitmap = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+        return pa.Array.from_buffers(
+            pa.large_binary(), n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)]
+        )
+
+    def _materialize(self, reqs: list[tuple[_Node, Ranges]]) -> list[pa.Array]:
+        """The arrays of the requested (node, ranges), reading one nesting level at a time."""
+        flat: list[tuple[_Node, Ranges]] = []
+
+        def collect(node: _Node, rng: Ranges) -> None:
+            if node.kind == STRUCT:
+                for c in node.children:
+                    collect(c, rng)
+            else:
+                flat.append((node, rng))
+
+        for node, rng in reqs:
+            collect(node, rng)
+        splits = self._load(flat)
+
+        lists, child_reqs = [], []
+        for (node, _), split in zip(flat, splits, strict=True):
+            if node.kind == LIST:
+                with self._guard(node.column.where):
+                    offsets, valid, items = self._gather_list(node, split)
+                lists.append((offsets, valid))
+                child_reqs.append((node.children[0], items))
+        child_arrays = iter(self._materialize(child_reqs) if child_reqs else [])
+        list_parts = iter(lists)
+
+        results = []
+        for (node, _), split in zip(flat, splits, strict=True):
+            with self._guard(node.column.where):
+                if node.kind == LIST:
+                    offsets, valid = next(list_parts)
+                    results.append(self._list_array(node, offsets, valid, next(child_arrays)))
+                elif node.kind == BLOB:
+                    results.append(self._blobs(node, split))
+                else:
+                    results.append(self._gather(node, split, node.arrow_type))
+        it = iter(results)
+
+        def assemble(node: _Node, rng: Ranges) -> pa.Array:
+            if node.kind != STRUCT:
+                return next(it)
+            kids = [assemble(c, rng) for c in node.children]
+            t = node.arrow_type
+            if not kids:
+                return pa.Array.from_buffers(t, rng.total, [None], children=[])
+            return pa.StructArray.from_arrays(kids, fields=list(t))
+
+        return [assemble(node, rng) for node, rng in reqs]
+
+    def _list_array(
+        self, node: _Node, offsets: np.ndarray, valid: np.ndarray | None, items: pa.Array
+    ) -> pa.Array:
+        t = node.arrow_type
+        n = len(offsets) - 1
+        if len(items) != int(offsets[-1]):
+            raise CorruptFileError(
+                self.path,
+                f"{node.column.where}: {len(items)} items for offsets up to {offsets[-1]}",
+            )
+        if pa.types.is_large_list(t):
+            off = offsets
+        else:
+            if int(offsets[-1]) > _INT32_MAX:
+                raise UnsupportedFeatureError(
+                    f"{self.path}: {node.column.where}: {int(offsets[-1])} items in one step "
+                    f"overflow {t}; use a smaller batch size"
+                )
+            off = offsets.astype(np.int32)
+        bitmap = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
+        return pa.Array.from_buffers(t, n, [bitmap, pa.py_buffer(off)], children=[items])
