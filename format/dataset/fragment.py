@@ -27,7 +27,10 @@ TOMBSTONE = -2
 
 
 def _leaf_ids(f: LanceField) -> set[int]:
-    return {x.id for x in f.walk() if x.is_leaf}
+    """Ids of the fields of `f`'s subtree that are stored as columns."""
+    if f.is_leaf:
+        return {f.id}
+    return set().union(*(_leaf_ids(c) for c in f.children))
 
 
 @dataclass

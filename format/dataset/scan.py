@@ -73,7 +73,7 @@ class Scanner:
             extra.append(ROW_ID_FIELD)
         if self._with_row_address:
             extra.append(ROW_ADDRESS_FIELD)
-        base = self._projection.to_arrow()
+        base = self._projection.to_arrow(blob_descriptions=True)
         self._schema = pa.schema(list(base) + extra, metadata=base.metadata)
 
     @property
@@ -94,7 +94,7 @@ class Scanner:
         names = list(self._projection.names)
         names += [c for c in self._filter.columns if c not in names]
         read = self._dataset.lance_schema.project(names)
-        base = read.to_arrow()
+        base = read.to_arrow(blob_descriptions=True)
         extra = [f for f in self._schema if f.name in ("_rowid", "_rowaddr")]
         return read, pa.schema(list(base) + extra, metadata=base.metadata)
 

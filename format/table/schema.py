@@ -20,6 +20,8 @@ from format.proto import file_pb2
 ENCODING_NONE, ENCODING_PLAIN, ENCODING_VAR_BINARY, ENCODING_DICTIONARY = 0, 1, 2, 3
 
 PRIMARY_KEY_METADATA = "lance-schema:unenforced-primary-key"
+# What a scan returns for a blob column by default (as pylance does): where its bytes are.
+BLOB_DESCRIPTION = pa.struct([("position", pa.uint64()), ("size", pa.uint64())])
 
 _SIMPLE: dict[str, pa.DataType] = {
     "null": pa.null(),
@@ -173,9 +175,10 @@ class LanceField:
             return pa.map_(key, value)
         return _leaf_type(lt, where)
 
-    def to_arrow(self) -> pa.Field:
-        """The Arrow field, metadata included."""
-        return pa.field(self.name, self.arrow_type, self.nullable, self.metadata or None)
+    def to_arrow(self, *, blob_descriptions: bool = False) -> pa.Field:
+        """The Arrow field, metadata included; blob columns optionally as their descriptions."""
+        dtype = BLOB_DESCRIPTION if blob_descriptions and self.is_blob else self.arrow_type
+        return pa.field(self.name, dtype, self.nullable, self.metadata or None)
 
     # -- tree helpers -----------------------------------------------------------------
     def walk(self) -> Iterator[LanceField]:
@@ -185,13 +188,26 @@ class LanceField:
             yield from c.walk()
 
     @property
+    def is_blob(self) -> bool:
+        """Whether this binary field is a blob column (values stored out of line)."""
+        return self.metadata.get("lance-encoding:blob", b"").lower() in (b"true", b"1", b"yes")
+
+    @property
+    def is_packed(self) -> bool:
+        """Whether this struct is stored packed, as one column (children have no columns)."""
+        for key in ("lance-encoding:packed", "packed"):
+            if self.metadata.get(key, b"").lower() in (b"true", b"1", b"yes"):
+                return True
+        return False
+
+    @property
     def is_leaf(self) -> bool:
-        """Whether the field has no child fields (a column in 2.1+ files)."""
-        return not self.children
+        """Whether the field is stored as one column: no children, or a packed struct."""
+        return not self.children or self.is_packed
 
     def project_ids(self, keep: set[int]) -> LanceField | None:
         """This field pruned to the descendants whose ids are in `keep` (None if none are)."""
-        if not self.children:
+        if self.is_leaf:
             return self if self.id in keep else None
         kids = [k for c in self.children if (k := c.project_ids(keep)) is not None]
         if not kids:
@@ -315,9 +331,12 @@ class LanceSchema:
         return cls(fields, meta)
 
     # -- views ------------------------------------------------------------------------
-    def to_arrow(self) -> pa.Schema:
-        """The Arrow schema, with field and schema metadata."""
-        return pa.schema([f.to_arrow() for f in self.fields], metadata=self.metadata or None)
+    def to_arrow(self, *, blob_descriptions: bool = False) -> pa.Schema:
+        """The Arrow schema, with field and schema metadata (see `LanceField.to_arrow`)."""
+        return pa.schema(
+            [f.to_arrow(blob_descriptions=blob_descriptions) for f in self.fields],
+            metadata=self.metadata or None,
+        )
 
     def to_protos(self) -> list[file_pb2.Field]:
         """All fields as pre-order protobuf messages."""

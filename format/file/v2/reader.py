@@ -208,9 +208,12 @@ class V2FileReader(DataFileReader):
         column_indices: Sequence[int],
         *,
         path_for_errors: str,
+        blob_descriptions: bool = True,
     ) -> None:
         self.path = path_for_errors
         self._file = file
+        # pylance's default: blob columns read as (position, size) descriptions, not bytes
+        self.blob_descriptions = blob_descriptions
         if len(fields) != len(column_indices):
             raise CorruptFileError(
                 self.path,
@@ -565,6 +568,8 @@ class V2FileReader(DataFileReader):
                 if node.kind == LIST:
                     offsets, valid = next(list_parts)
                     results.append(self._list_array(node, offsets, valid, next(child_arrays)))
+                elif node.kind == BLOB and self.blob_descriptions:
+                    results.append(self._gather(node, split, _BLOB_DESC))
                 elif node.kind == BLOB:
                     results.append(self._blobs(node, split))
                 else:

@@ -44,7 +44,7 @@ def test_manifest_names_both_schemes():
 def history(tmp_path: Path) -> str:
     """A dataset with three versions and a tag on version 2."""
     uri = str(tmp_path / "h.lance")
-    lance.write_dataset(pa.table({"a": [1, 2]}), uri)
+    lance.write_dataset(pa.table({"a": [1, 2]}), uri, data_storage_version="2.0")
     time.sleep(0.02)
     lance.write_dataset(pa.table({"a": [3]}), uri, mode="append")
     time.sleep(0.02)
@@ -136,7 +136,7 @@ def test_encode_manifest_round_trips_and_pylance_reads_it(history: str, tmp_path
 def test_v1_manifest_naming_is_read(tmp_path: Path):
     uri = str(tmp_path / "v1.lance")
     t = pa.table({"x": ["a", None, ""]})
-    lance.write_dataset(t, uri, enable_v2_manifest_paths=False)
+    lance.write_dataset(t, uri, enable_v2_manifest_paths=False, data_storage_version="2.0")
     lance.write_dataset(t, uri, mode="append")
     assert sorted(os.listdir(Path(uri) / "_versions"))[:2] == ["1.manifest", "2.manifest"]
     assert dataset(uri).to_table() == lance.dataset(uri).to_table()

@@ -84,9 +84,13 @@ class Files:
     def entries(self) -> list[tuple[table_pb2.DataFragment, table_pb2.DataFile]]:
         return [(fr, df) for fr in self.manifest.fragments for df in fr.files]
 
-    def reader(self, df: table_pb2.DataFile, file: FileReader | None = None) -> V2FileReader:
+    def reader(
+        self, df: table_pb2.DataFile, file: FileReader | None = None, **kwargs: bool
+    ) -> V2FileReader:
         f = file or self.store.open(f"data/{df.path}")
-        return V2FileReader(f, list(df.fields), list(df.column_indices), path_for_errors=df.path)
+        return V2FileReader(
+            f, list(df.fields), list(df.column_indices), path_for_errors=df.path, **kwargs
+        )
 
     def fields(self, df: table_pb2.DataFile) -> list[LanceField]:
         ids = {i for i in df.fields if i >= 0}
@@ -487,7 +491,7 @@ def test_blob_column_reads_blob_bytes(tmp_path: Path) -> None:
     _write(uri, pa.table({"b": pa.array(vals, pa.large_binary())}, schema=schema), batch=100)
     files = Files(uri)
     for _, df in files.entries():
-        r = files.reader(df)
+        r = files.reader(df, blob_descriptions=False)
         (f,) = files.fields(df)
         got = _concat_steps(list(r.read([f], [(0, r.num_rows)], 33)), 0, f.arrow_type)
         assert got.type == pa.large_binary()
