@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 ROW_ID_FIELD = pa.field("_rowid", pa.uint64())
 ROW_ADDRESS_FIELD = pa.field("_rowaddr", pa.uint64())
+# Above this fraction of matching rows, a filtered scan reads whole columns instead of taking.
+LATE_MATERIALIZATION_MAX = 0.2
 
 
 def _check_count(name: str, value: int | None) -> int | None:
@@ -121,6 +123,11 @@ class Scanner:
         read_schema: pa.Schema,
         ranges: list[tuple[int, int]] | None,
     ) -> Iterator[pa.RecordBatch]:
+        if self._filter is not None and ranges is None:
+            late = self._late_materialize(frag)
+            if late is not None:
+                yield from late
+                return
         for batch in frag.read_batches(
             read,
             read_schema,
@@ -134,6 +141,41 @@ class Scanner:
                 batch = batch.select(self._schema.names)
             if batch.num_rows:
                 yield batch
+
+    def _late_materialize(self, frag: LanceFragment) -> Iterator[pa.RecordBatch] | None:
+        """Selective filters: read only the filter columns, then take the matching rows.
+
+        Returns None (read everything instead) when the projection needs no other column
+        or when more than `LATE_MATERIALIZATION_MAX` of the rows match.
+        """
+        assert self._filter is not None
+        wanted = set(self._projection.names)
+        if wanted <= set(self._filter.columns):
+            return None
+        schema = self._dataset.lance_schema.project(self._filter.columns)
+        arrow = schema.to_arrow(blob_descriptions=True)
+        arrow = arrow.append(ROW_ADDRESS_FIELD)
+        matches = []
+        for batch in frag.read_batches(
+            schema, arrow, batch_size=self._batch_size, with_row_address=True
+        ):
+            addr = batch.filter(self._filter.expression).column("_rowaddr")
+            if len(addr):
+                matches.append(addr.to_numpy() & 0xFFFFFFFF)
+        found = np.concatenate(matches) if matches else np.empty(0, np.uint64)
+        if len(found) > LATE_MATERIALIZATION_MAX * max(1, frag.count_rows()):
+            return None
+        return self._take_chunks(frag, found)
+
+    def _take_chunks(self, frag: LanceFragment, offsets: np.ndarray) -> Iterator[pa.RecordBatch]:
+        for start in range(0, len(offsets), self._batch_size):
+            yield frag.take_physical(
+                self._projection,
+                self._schema,
+                offsets[start : start + self._batch_size],
+                with_row_id=self._with_row_id,
+                with_row_address=self._with_row_address,
+            )
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
         """Stream the result in batches; memory stays bounded by a few batches."""
