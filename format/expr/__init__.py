@@ -1,0 +1,74 @@
+"""pylance-style SQL filter strings -> `pyarrow.compute.Expression`.
+
+    compiled = compile_filter("x > 5 AND s LIKE 'a%' AND id IN (1, 2)", table.schema)
+    table.filter(compiled.expression)          # or apply_filter(batch, compiled)
+
+Parsing is sqlglot's (in pylance's dialect: backtick identifiers, double-quoted strings);
+typing and semantics follow pylance 14 / DataFusion: literals are converted to the column
+type they are compared with (or rejected), NULL comparisons are NULL, float comparisons
+use total order (NaN = NaN and above every number, see `floats`) and rows whose predicate
+is NULL are dropped. Where pylance would fail on a zero integer divisor or an out-of-range
+integer CAST in a row, the value is NULL instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from format.errors import FilterBindError, FilterSyntaxError, InvalidInputError
+from format.expr.parse import describe_filter, parse_filter
+from format.expr.to_arrow import Binder
+from format.expr.types import TypeRuleError
+
+__all__ = ["CompiledFilter", "apply_filter", "compile_filter"]
+
+_Data = TypeVar("_Data", pa.Table, pa.RecordBatch)
+
+
+@dataclass(frozen=True)
+class CompiledFilter:
+    """A filter bound to a schema: the Arrow expression and the top-level columns it reads."""
+
+    expression: pc.Expression
+    columns: list[str] = field(default_factory=list)
+    sql: str = ""
+
+
+def compile_filter(sql: str, schema: pa.Schema, *, dataset: str | None = None) -> CompiledFilter:
+    """Compile a pylance SQL filter against `schema`; raises FilterSyntaxError/FilterBindError."""
+    node = parse_filter(sql, dataset=dataset)
+    binder = Binder(sql, schema, dataset)
+    try:
+        bound = binder.bind_root(node)
+    except (FilterSyntaxError, FilterBindError):
+        raise
+    except RecursionError:
+        raise FilterSyntaxError(
+            f"{describe_filter(sql, dataset)} is too deeply nested to compile"
+        ) from None
+    except (TypeRuleError, pa.ArrowException, TypeError, ValueError, KeyError) as e:
+        raise FilterBindError(f"{describe_filter(sql, dataset)}: {e}") from None
+    except (AttributeError, IndexError) as e:  # a syntax tree shape the binder does not know
+        raise FilterSyntaxError(
+            f"{describe_filter(sql, dataset)}: unsupported construct ({type(e).__name__}: {e})"
+        ) from None
+    columns = [name for name in schema.names if name in binder.columns]
+    return CompiledFilter(expression=bound.expression(), columns=columns, sql=sql)
+
+
+def apply_filter(data: _Data, compiled: CompiledFilter) -> _Data:
+    """Keep the rows of a table or batch where the filter is TRUE (NULL and FALSE drop).
+
+    Errors that only show when evaluating (a string that does not parse in a CAST, a NaN
+    compared with a decimal) become InvalidInputError naming the filter.
+    """
+    try:
+        return data.filter(compiled.expression)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+        raise InvalidInputError(
+            f"{describe_filter(compiled.sql, None)} failed on the data: {e}"
+        ) from None
