@@ -23,6 +23,7 @@ ROW_ID_FIELD = pa.field("_rowid", pa.uint64())
 ROW_ADDRESS_FIELD = pa.field("_rowaddr", pa.uint64())
 # Above this fraction of matching rows, a filtered scan reads whole columns instead of taking.
 LATE_MATERIALIZATION_MAX = 0.2
+_ROW_COLUMNS = (ROW_ID_FIELD.name, ROW_ADDRESS_FIELD.name)
 
 
 def _check_count(name: str, value: int | None) -> int | None:
@@ -63,7 +64,9 @@ class Scanner:
         if filter is not None:
             if not isinstance(filter, str):
                 raise InvalidInputError(f"filter must be a SQL string, not {type(filter)}")
-            self._filter = compile_filter(filter, schema.to_arrow(), dataset=name)
+            # like pylance, filters may use the row id columns whether or not they are output
+            filter_schema = pa.schema(list(schema.to_arrow()) + [ROW_ID_FIELD, ROW_ADDRESS_FIELD])
+            self._filter = compile_filter(filter, filter_schema, dataset=name)
         self._limit = _check_count("limit", limit)
         self._offset = _check_count("offset", offset) or 0
         self._batch_size = _check_count("batch_size", batch_size) or DEFAULT_BATCH_SIZE
@@ -89,19 +92,26 @@ class Scanner:
         return self._dataset.schema
 
     # -- execution --------------------------------------------------------------------
-    def _read_schema(self) -> tuple[LanceSchema, pa.Schema]:
-        """The columns to read: the projection plus whatever the filter needs."""
-        if self._filter is None:
-            return self._projection, self._schema
+    def _filter_columns(self) -> tuple[list[str], bool, bool]:
+        """The data columns the filter reads, and whether it uses _rowid / _rowaddr."""
+        cols = self._filter.columns if self._filter is not None else []
+        data = [c for c in cols if c not in _ROW_COLUMNS]
+        return data, ROW_ID_FIELD.name in cols, ROW_ADDRESS_FIELD.name in cols
+
+    def _read_schema(self) -> tuple[LanceSchema, pa.Schema, bool, bool]:
+        """What to read: the projection plus whatever the filter needs, row id flags included."""
+        data, row_id, row_addr = self._filter_columns()
+        row_id |= self._with_row_id
+        row_addr |= self._with_row_address
         names = list(self._projection.names)
-        names += [c for c in self._filter.columns if c not in names]
+        names += [c for c in data if c not in names]
         read = self._dataset.lance_schema.project(names)
         base = read.to_arrow(blob_descriptions=True)
-        extra = [f for f in self._schema if f.name in ("_rowid", "_rowaddr")]
-        return read, pa.schema(list(base) + extra, metadata=base.metadata)
+        extra = [ROW_ID_FIELD] * row_id + [ROW_ADDRESS_FIELD] * row_addr
+        return read, pa.schema(list(base) + extra, metadata=base.metadata), row_id, row_addr
 
     def _fragment_batches(self) -> Iterator[pa.RecordBatch]:
-        read, read_schema = self._read_schema()
+        read, read_schema, row_id, row_addr = self._read_schema()
         skip = self._offset if self._filter is None else 0
         producers = []
         for frag in self._fragments:
@@ -113,7 +123,9 @@ class Scanner:
                     continue
                 ranges = frag.live_ranges(self._batch_size, _physical_offset(frag, skip))
                 skip = 0
-            producers.append(partial(self._scan_fragment, frag, read, read_schema, ranges))
+            producers.append(
+                partial(self._scan_fragment, frag, read, read_schema, ranges, row_id, row_addr)
+            )
         yield from ordered_readahead(producers, readahead=self._fragment_readahead)
 
     def _scan_fragment(
@@ -122,6 +134,8 @@ class Scanner:
         read: LanceSchema,
         read_schema: pa.Schema,
         ranges: list[tuple[int, int]] | None,
+        row_id: bool,
+        row_addr: bool,
     ) -> Iterator[pa.RecordBatch]:
         if self._filter is not None and ranges is None:
             late = self._late_materialize(frag)
@@ -133,8 +147,8 @@ class Scanner:
             read_schema,
             ranges=ranges,
             batch_size=self._batch_size,
-            with_row_id=self._with_row_id,
-            with_row_address=self._with_row_address,
+            with_row_id=row_id,
+            with_row_address=row_addr,
         ):
             if self._filter is not None:
                 batch = batch.filter(self._filter.expression)
@@ -149,15 +163,15 @@ class Scanner:
         or when more than `LATE_MATERIALIZATION_MAX` of the rows match.
         """
         assert self._filter is not None
-        wanted = set(self._projection.names)
-        if wanted <= set(self._filter.columns):
+        data, row_id, _ = self._filter_columns()
+        if set(self._projection.names) <= set(data):
             return None
-        schema = self._dataset.lance_schema.project(self._filter.columns)
-        arrow = schema.to_arrow(blob_descriptions=True)
-        arrow = arrow.append(ROW_ADDRESS_FIELD)
+        schema = self._dataset.lance_schema.project(data)
+        base = schema.to_arrow(blob_descriptions=True)
+        arrow = pa.schema(list(base) + [ROW_ID_FIELD] * row_id + [ROW_ADDRESS_FIELD])
         matches = []
         for batch in frag.read_batches(
-            schema, arrow, batch_size=self._batch_size, with_row_address=True
+            schema, arrow, batch_size=self._batch_size, with_row_id=row_id, with_row_address=True
         ):
             addr = batch.filter(self._filter.expression).column("_rowaddr")
             if len(addr):
