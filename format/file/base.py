@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -55,3 +56,28 @@ class DataFileReader(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release any open handle."""
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """What a finished data file holds, as the manifest's `DataFile` entry needs it."""
+
+    num_rows: int
+    size_bytes: int
+    fields: list[int]  # field ids, in the order of `column_indices`
+    column_indices: list[int]
+    major_version: int  # as recorded in the manifest (2.0 files: 2, 0)
+    minor_version: int
+
+
+class DataFileWriter(ABC):
+    """Writes one data file, streaming: pages are flushed as they fill, so memory stays
+    bounded by about one page per column whatever the number of rows."""
+
+    @abstractmethod
+    def write(self, batch: pa.RecordBatch) -> None:
+        """Append rows; `batch` has exactly the columns and types of the writer's schema."""
+
+    @abstractmethod
+    def finish(self) -> WrittenFile:
+        """Flush the remaining pages, write metadata and footer; the sink is then complete."""

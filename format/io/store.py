@@ -7,12 +7,14 @@ Nothing here assumes a local filesystem; the local backend only gets faster read
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import posixpath
 import threading
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, BinaryIO
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -123,6 +125,30 @@ class FileReader:
         return out
 
 
+class _AtomicLocalFile(io.FileIO):
+    """A local file written under a temporary name and renamed into place on close."""
+
+    def __init__(self, final: str) -> None:
+        self.final = final
+        self.tmp = os.path.join(
+            os.path.dirname(final), f".tmp_{os.path.basename(final)}_{uuid.uuid4().hex}"
+        )
+        super().__init__(self.tmp, "wb")
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        super().close()
+        os.replace(self.tmp, self.final)
+
+    def abort(self) -> None:
+        """Close and remove the temporary file without publishing it."""
+        if not self.closed:
+            super().close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.tmp)
+
+
 class ObjectStore:
     """A directory-like view of one storage location (a dataset root)."""
 
@@ -202,6 +228,18 @@ class ObjectStore:
             os.replace(tmp, full)
         else:
             self.fs.pipe_file(full, data)
+
+    def open_write(self, path: str) -> BinaryIO:
+        """A streaming writer for a new file; the file appears whole only once closed.
+
+        Locally it is written to a temporary name and renamed on close, so a writer killed
+        midway leaves no partial file under the final name (only a removable temporary).
+        """
+        full = self.full_path(path)
+        if self.is_local:
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            return _AtomicLocalFile(full)
+        return self.fs.open(full, "wb")
 
     def put_if_absent(self, path: str, data: bytes) -> None:
         """Create a file only if nothing exists at `path`; raises FileExistsError otherwise."""
