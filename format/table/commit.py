@@ -1,0 +1,248 @@
+"""The commit protocol: write the transaction, check what committed meanwhile, then create
+the next manifest with put-if-absent, retrying compatible conflicts with backoff.
+
+No manifest is ever overwritten: a lost race shows up as FileExistsError on the
+conditional create, and the loop re-reads the newer versions' transactions.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from format.errors import CommitConflictError, CorruptFileError
+from format.io.store import ObjectStore
+from format.proto import table_pb2, transaction_pb2
+from format.table import versions as _versions
+from format.table.conflicts import Resolution, check
+from format.table.deletion import read_deletion_file, write_deletion_file
+from format.table.manifest import (
+    Manifest,
+    decode_manifest,
+    encode_manifest,
+    inline_transaction,
+    manifest_name,
+    read_section,
+)
+from format.table.transaction import (
+    IDEMPOTENCY_KEY,
+    ManifestContext,
+    build_manifest,
+    check_writable,
+    operation_of,
+    transaction_file_name,
+)
+
+TRANSACTIONS_DIR = "_transactions"
+HINT_FILE = "_versions/latest_version_hint.json"
+DEFAULT_MAX_RETRIES = 20
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """The manifest a commit produced, or the one an idempotent retry found."""
+
+    manifest: Manifest
+    duplicate: bool = False  # the idempotency key had already committed
+
+
+def read_transaction(store: ObjectStore, manifest: Manifest) -> transaction_pb2.Transaction | None:
+    """A version's transaction: inline in its manifest, else its `_transactions/` file."""
+    txn = inline_transaction(manifest)
+    if txn is not None:
+        return txn
+    name = manifest.pb.transaction_file
+    if not name:
+        return None
+    path = f"{TRANSACTIONS_DIR}/{name}"
+    try:
+        data = store.read_all(path)
+    except FileNotFoundError:
+        return None
+    txn = transaction_pb2.Transaction()
+    try:
+        txn.ParseFromString(data)
+    except Exception as e:  # noqa: BLE001 - protobuf raises several types
+        raise CorruptFileError(store.uri_of(path), f"transaction does not decode: {e}") from None
+    return txn
+
+
+def _index_section(store: ObjectStore, manifest: Manifest | None) -> bytes | None:
+    """The previous version's index section, to carry over unchanged."""
+    if manifest is None or not manifest.pb.HasField("index_section"):
+        return None
+    section = read_section(
+        manifest, manifest.pb.index_section, table_pb2.IndexSection, "index section"
+    )
+    return section.SerializeToString()
+
+
+def _prune_indices(section: bytes | None, txn: transaction_pb2.Transaction) -> bytes | None:
+    """Drop rewritten/removed fragments from index bitmaps; overwrites drop every index."""
+    from pyroaring import BitMap
+
+    if section is None:
+        return None
+    op = operation_of(txn)
+    if op == "overwrite":
+        return None
+    removed: set[int] = set()
+    if op == "rewrite":
+        removed = {int(f.id) for g in txn.rewrite.groups for f in g.old_fragments}
+        removed |= {int(f.id) for f in txn.rewrite.old_fragments}
+    elif op == "delete":
+        removed = set(txn.delete.deleted_fragment_ids)
+    elif op == "update":
+        removed = set(txn.update.removed_fragment_ids)
+    if not removed:
+        return section
+    pb = table_pb2.IndexSection()
+    pb.ParseFromString(section)
+    for index in pb.indices:
+        bitmap = BitMap.deserialize(index.fragment_bitmap) if index.fragment_bitmap else BitMap()
+        bitmap -= BitMap(removed)
+        index.fragment_bitmap = bitmap.serialize()
+    return pb.SerializeToString()
+
+
+def _rebase_delete(
+    store: ObjectStore,
+    mine: transaction_pb2.Transaction,
+    theirs: transaction_pb2.Transaction,
+    latest: Manifest,
+) -> transaction_pb2.Transaction:
+    """Merge my deletion vectors with those a concurrent delete/update wrote."""
+    rebased = copy.deepcopy(mine)
+    body = rebased.delete
+    op = operation_of(theirs)
+    other = theirs.delete if op == "delete" else theirs.update
+    gone = set(other.deleted_fragment_ids if op == "delete" else other.removed_fragment_ids)
+    their_frags = {int(f.id): f for f in other.updated_fragments}
+    current = {int(f.id): f for f in latest.pb.fragments}
+    keep = []
+    for frag in body.updated_fragments:
+        fid = int(frag.id)
+        if fid in gone or fid not in current:
+            continue  # their commit removed the fragment; our deletions are moot
+        if fid not in their_frags or not their_frags[fid].HasField("deletion_file"):
+            keep.append(frag)
+            continue
+        ours = _deleted(store, frag)
+        union = np.union1d(ours, _deleted(store, their_frags[fid]))
+        if len(union) >= frag.physical_rows:
+            body.deleted_fragment_ids.append(fid)
+            continue
+        info = write_deletion_file(store, fid, latest.version, union)
+        merged = copy.deepcopy(frag)
+        merged.deletion_file.CopyFrom(
+            table_pb2.DeletionFile(
+                file_type=info.file_type,
+                read_version=latest.version,
+                id=info.file_id,
+                num_deleted_rows=info.num_deleted_rows,
+            )
+        )
+        keep.append(merged)
+    del body.updated_fragments[:]
+    body.updated_fragments.extend(keep)
+    ids = sorted(set(body.deleted_fragment_ids) - gone)
+    del body.deleted_fragment_ids[:]
+    body.deleted_fragment_ids.extend(ids)
+    return rebased
+
+
+def _deleted(store: ObjectStore, frag: table_pb2.DataFragment) -> np.ndarray:
+    from format.table.deletion import deletion_file_path
+
+    d = frag.deletion_file
+    path = deletion_file_path(
+        int(frag.id), d.read_version, d.id, d.file_type == table_pb2.DeletionFile.BITMAP
+    )
+    return read_deletion_file(store, path, d.file_type)
+
+
+def _write_hint(store: ObjectStore, version: int) -> None:
+    """Best effort: keep pylance's version hint file from going stale."""
+    try:
+        store.put(HINT_FILE, json.dumps({"version": version}, separators=(",", ":")).encode())
+    except OSError:
+        pass
+
+
+def commit_transaction(
+    store: ObjectStore,
+    txn: transaction_pb2.Transaction,
+    *,
+    ctx: ManifestContext | None = None,
+    max_retries: int = DEFAULT_MAX_RETRIES,
+) -> CommitResult:
+    """Commit `txn` (built on `txn.read_version`; 0 creates the dataset) as the next version."""
+    ctx = ctx or ManifestContext()
+    key = txn.transaction_properties.get(IDEMPOTENCY_KEY)
+    txn_name = transaction_file_name(txn)
+    store.put(f"{TRANSACTIONS_DIR}/{txn_name}", txn.SerializeToString())
+    checked = int(txn.read_version)
+    delay = 0.01
+    for _attempt in range(max_retries + 1):
+        entries = _versions.list_manifests(store)
+        latest_version = max(entries) if entries else 0
+        for v in range(checked + 1, latest_version + 1):
+            if v not in entries:
+                continue  # cleaned up; its effects are in the latest manifest
+            theirs_manifest = _versions.load_manifest(store, entries[v])
+            theirs = read_transaction(store, theirs_manifest)
+            if (
+                key
+                and theirs is not None
+                and theirs.transaction_properties.get(IDEMPOTENCY_KEY) == key
+            ):
+                return CommitResult(theirs_manifest, duplicate=True)
+            resolution = check(txn, theirs)
+            if resolution is Resolution.REBASE:
+                txn = _rebase_delete(store, txn, theirs, theirs_manifest)
+                store.put(f"{TRANSACTIONS_DIR}/{txn_name}", txn.SerializeToString())
+            elif resolution is not Resolution.OK:
+                raise CommitConflictError(
+                    f"{store.uri}: {operation_of(txn)} on version {txn.read_version} conflicts "
+                    f"with the {operation_of(theirs) if theirs else 'unknown'} committed as "
+                    f"version {v}"
+                    + (
+                        "; retry on the new version"
+                        if resolution is Resolution.RETRY
+                        else "; it cannot succeed"
+                    ),
+                    version=v,
+                    retryable=resolution is Resolution.RETRY,
+                )
+        checked = latest_version
+        base = _versions.load_manifest(store, entries[latest_version]) if latest_version else None
+        if base is not None:
+            check_writable(base, store.uri)
+        version = latest_version + 1
+        v2_names = all(e.v2 for e in entries.values()) if entries else True
+        pb = build_manifest(base, txn, version, ctx)
+        pb.transaction_file = txn_name
+        data = encode_manifest(
+            pb, transaction=txn, index_section=_prune_indices(_index_section(store, base), txn)
+        )
+        path = f"{_versions.VERSIONS_DIR}/{manifest_name(version, v2=v2_names)}"
+        try:
+            store.put_if_absent(path, data)
+        except FileExistsError:
+            time.sleep(delay * (1 + random.random()))
+            delay = min(delay * 2, 1.0)
+            continue
+        _write_hint(store, version)
+        manifest = decode_manifest(data, store.uri_of(path))
+        manifest.path = path
+        return CommitResult(manifest)
+    raise CommitConflictError(
+        f"{store.uri}: gave up after {max_retries} retries: too many concurrent commits",
+        version=None,
+        retryable=True,
+    )

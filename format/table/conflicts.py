@@ -1,0 +1,112 @@
+"""Can my transaction commit after theirs? The conflict table of the Lance commit protocol.
+
+Each check answers, from the point of view of the transaction being committed, what a
+transaction that committed since its read version means for it:
+- OK: apply mine on top of the newer manifest as it is;
+- REBASE: compatible, but mine must be transformed first (deletion vectors merged);
+- RETRY: the caller has to redo its operation on the new version;
+- INCOMPATIBLE: the operation can never succeed (e.g. the table was overwritten).
+A missing or unknown transaction is a RETRY conflict: we cannot prove it harmless.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from format.proto import transaction_pb2
+from format.table.transaction import operation_of
+
+Transaction = transaction_pb2.Transaction
+
+
+class Resolution(enum.Enum):
+    """What a committed transaction means for the one being committed."""
+
+    OK = "ok"
+    REBASE = "rebase"
+    RETRY = "retry"
+    INCOMPATIBLE = "incompatible"
+
+
+def touched_fragments(txn: Transaction) -> set[int]:
+    """Ids of existing fragments a transaction modifies or removes."""
+    op = operation_of(txn)
+    if op == "delete":
+        return {int(f.id) for f in txn.delete.updated_fragments} | set(
+            txn.delete.deleted_fragment_ids
+        )
+    if op == "update":
+        return {int(f.id) for f in txn.update.updated_fragments} | set(
+            txn.update.removed_fragment_ids
+        )
+    if op == "rewrite":
+        old = [f for g in txn.rewrite.groups for f in g.old_fragments]
+        old += list(txn.rewrite.old_fragments)
+        return {int(f.id) for f in old}
+    if op == "data_replacement":
+        return {int(g.fragment_id) for g in txn.data_replacement.replacements}
+    if op == "merge":
+        return {int(f.id) for f in txn.merge.fragments}
+    return set()
+
+
+def _config_keys(txn: Transaction) -> set[str]:
+    body = txn.update_config
+    keys = set(body.upsert_values) | set(body.delete_keys)
+    keys |= {e.key for e in body.config_updates.update_entries}
+    return keys
+
+
+def check(mine: Transaction, theirs: Transaction | None) -> Resolution:
+    """How `theirs` (committed after my read version) affects `mine`."""
+    me, other = operation_of(mine), operation_of(theirs) if theirs is not None else None
+    if other is None:
+        return Resolution.RETRY
+    if me == "restore":
+        return Resolution.OK
+    if me == "overwrite":
+        if other == "overwrite":
+            return Resolution.RETRY
+        if other == "update_config" and _config_keys(theirs) & set(
+            mine.overwrite.config_upsert_values
+        ):
+            return Resolution.RETRY
+        return Resolution.OK
+    if other in ("overwrite", "restore"):
+        return Resolution.INCOMPATIBLE
+    if other in ("clone", "update_bases"):
+        return Resolution.RETRY
+    if me == "update_config":
+        if other == "update_config" and _config_keys(mine) & _config_keys(theirs):
+            return Resolution.RETRY
+        return Resolution.OK
+    if other in ("update_config", "create_index", "reserve_fragments"):
+        return Resolution.OK
+    if me in ("append", "reserve_fragments", "create_index"):
+        # new fragments don't touch old ones; a schema change invalidates the data we wrote
+        return Resolution.RETRY if other in ("merge", "project") else Resolution.OK
+    if me in ("merge", "project"):
+        if other == "append" and me == "project":
+            return Resolution.OK
+        return Resolution.RETRY
+    overlap = touched_fragments(mine) & touched_fragments(theirs)
+    if me in ("delete", "update"):
+        if other == "append":
+            return Resolution.OK
+        if other in ("merge", "project"):
+            return Resolution.RETRY
+        if not overlap:
+            return Resolution.OK
+        rewrites_columns = (
+            other == "update" and theirs.update.update_mode == Transaction.REWRITE_COLUMNS
+        )
+        if other in ("delete", "update") and me == "delete" and not rewrites_columns:
+            return Resolution.REBASE
+        return Resolution.RETRY
+    if me in ("rewrite", "data_replacement"):
+        if other in ("append",):
+            return Resolution.OK
+        if other in ("merge", "project") or overlap:
+            return Resolution.RETRY
+        return Resolution.OK
+    return Resolution.RETRY
