@@ -1,0 +1,316 @@
+"""`write_dataset`: stream Arrow data into data files, one fragment per file, then commit.
+
+Memory stays bounded whatever the input size: batches flow straight into the current file
+writer, which flushes pages as they fill. The schema of appended data is checked before
+any file is written, and files written by a failed call are removed (best effort; cleanup
+removes whatever a killed writer leaves behind).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from format.errors import (
+    DatasetAlreadyExistsError,
+    InvalidInputError,
+    SchemaMismatchError,
+    UnsupportedFeatureError,
+)
+from format.file.base import DataFileWriter, WrittenFile
+from format.io.store import ObjectStore, open_store
+from format.proto import table_pb2, transaction_pb2
+from format.table import versions as _versions
+from format.table.commit import commit_transaction
+from format.table.manifest import STORAGE_VERSIONS
+from format.table.schema import LanceSchema
+from format.table.transaction import IDEMPOTENCY_KEY, ManifestContext, new_transaction
+
+DEFAULT_STORAGE_VERSION = "2.0"  # becomes "2.2", pylance's default, once 2.2 files are written
+DEFAULT_MAX_ROWS_PER_FILE = 1024 * 1024
+DEFAULT_MAX_ROWS_PER_GROUP = 1024
+_VERSION_ALIASES = {"legacy": "0.1", "0.1": "0.1", "stable": DEFAULT_STORAGE_VERSION}
+
+Mode = Literal["create", "append", "overwrite"]
+
+
+def normalize_storage_version(version: str | None) -> str:
+    """ "legacy"/"0.1", "2.0", ... -> the manifest's version string; refuses what we can't write."""
+    if version is None:
+        return DEFAULT_STORAGE_VERSION
+    v = _VERSION_ALIASES.get(str(version), str(version))
+    if v not in STORAGE_VERSIONS:
+        raise InvalidInputError(f"unknown data_storage_version {version!r}")
+    if v not in ("0.1", "2.0"):
+        raise UnsupportedFeatureError(f"writing storage version {v} is not supported yet")
+    return v
+
+
+def data_file_name() -> str:
+    """A new data file name as pylance makes them: 24 binary digits + 26 hex digits."""
+    raw = uuid.uuid4().bytes
+    return "".join(f"{b:08b}" for b in raw[:3]) + raw[3:].hex() + ".lance"
+
+
+def to_reader(data: Any, schema: pa.Schema | None = None) -> pa.RecordBatchReader:
+    """Anything Arrow-like (table, batch, reader, batches, C stream) as a RecordBatchReader."""
+    if isinstance(data, pa.RecordBatchReader):
+        return data
+    if isinstance(data, pa.Table):
+        return data.to_reader()
+    if isinstance(data, pa.RecordBatch):
+        return pa.RecordBatchReader.from_batches(data.schema, [data])
+    if hasattr(data, "__arrow_c_stream__"):
+        return pa.RecordBatchReader.from_stream(data)
+    if isinstance(data, Iterable) and schema is not None:
+        return pa.RecordBatchReader.from_batches(schema, data)
+    try:
+        import pandas as pd
+
+        if isinstance(data, pd.DataFrame):
+            return pa.Table.from_pandas(data, schema=schema, preserve_index=False).to_reader()
+    except ImportError:
+        pass
+    raise InvalidInputError(
+        f"cannot write {type(data).__name__}: pass an Arrow table, record batch(es) "
+        "with a schema, or a RecordBatchReader"
+    )
+
+
+def open_writer(
+    sink: Any, schema: LanceSchema, storage_version: str, *, max_rows_per_group: int, path: str
+) -> DataFileWriter:
+    """A data file writer for one storage version."""
+    if storage_version == "0.1":
+        from format.file.legacy_writer import LegacyFileWriter
+
+        return LegacyFileWriter(
+            sink, schema, max_rows_per_group=max_rows_per_group, path_for_errors=path
+        )
+    from format.file.v2.writer import V2FileWriter
+
+    return V2FileWriter(sink, schema, version=storage_version, path_for_errors=path)
+
+
+def check_append_schema(data: pa.Schema, target: LanceSchema, dataset: str) -> list[str]:
+    """Refuse appended data whose columns differ from the dataset's; returns the column order."""
+    want = target.to_arrow()
+    have = {f.name: f for f in data}
+    missing = [f.name for f in want if f.name not in have]
+    extra = [n for n in have if n not in want.names]
+    wrong = [
+        f"{f.name} ({have[f.name].type} instead of {f.type})"
+        for f in want
+        if f.name in have and not have[f.name].type.equals(f.type)
+    ]
+    problems = []
+    if missing:
+        problems.append("missing columns " + ", ".join(missing))
+    if extra:
+        problems.append("unexpected columns " + ", ".join(extra))
+    if wrong:
+        problems.append("differently typed columns " + ", ".join(wrong))
+    if problems:
+        raise SchemaMismatchError(
+            f"cannot append to {dataset}: {'; '.join(problems)} (dataset schema: "
+            + ", ".join(f"{f.name}: {f.type}" for f in want)
+            + ")"
+        )
+    return want.names
+
+
+@dataclass
+class _FileInProgress:
+    name: str
+    sink: Any
+    writer: DataFileWriter
+    rows: int = 0
+
+
+def write_fragments(
+    store: ObjectStore,
+    reader: pa.RecordBatchReader,
+    schema: LanceSchema,
+    storage_version: str,
+    *,
+    max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE,
+    max_rows_per_group: int = DEFAULT_MAX_ROWS_PER_GROUP,
+    columns: list[str] | None = None,
+) -> list[table_pb2.DataFragment]:
+    """Write the stream into data files of at most `max_rows_per_file` rows; one fragment each.
+
+    The fragments have no id yet (the commit assigns them). On error every file written
+    so far is removed.
+    """
+    if max_rows_per_file < 1 or max_rows_per_group < 1:
+        raise InvalidInputError("max_rows_per_file and max_rows_per_group must be positive")
+    arrow = schema.to_arrow()
+    fragments: list[table_pb2.DataFragment] = []
+    written: list[str] = []
+    current: _FileInProgress | None = None
+
+    def finish() -> None:
+        nonlocal current
+        assert current is not None
+        info: WrittenFile = current.writer.finish()
+        current.sink.close()
+        fragments.append(_fragment(current.name, info))
+        current = None
+
+    try:
+        for batch in _batches(reader, columns, arrow, store.uri):
+            offset = 0
+            while offset < batch.num_rows:
+                if current is None:
+                    name = data_file_name()
+                    written.append(name)
+                    sink = store.open_write(f"data/{name}")
+                    writer = open_writer(
+                        sink,
+                        schema,
+                        storage_version,
+                        max_rows_per_group=max_rows_per_group,
+                        path=store.uri_of(f"data/{name}"),
+                    )
+                    current = _FileInProgress(name, sink, writer)
+                take = min(batch.num_rows - offset, max_rows_per_file - current.rows)
+                current.writer.write(batch.slice(offset, take))
+                current.rows += take
+                offset += take
+                if current.rows >= max_rows_per_file:
+                    finish()
+        if current is not None:
+            finish()
+    except BaseException:
+        if current is not None:
+            abort = getattr(current.sink, "abort", None)
+            with contextlib.suppress(Exception):
+                abort() if abort else current.sink.close()
+        for name in written:
+            with contextlib.suppress(Exception):
+                store.delete(f"data/{name}")
+        raise
+    return fragments
+
+
+def _batches(
+    reader: pa.RecordBatchReader, columns: list[str] | None, schema: pa.Schema, uri: str
+) -> Iterator[pa.RecordBatch]:
+    """The input batches in the dataset's column order and exact types."""
+    for batch in reader:
+        if columns is not None:
+            batch = batch.select(columns)
+        if not batch.schema.equals(schema, check_metadata=False):
+            try:
+                batch = pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+            except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+                raise SchemaMismatchError(f"{uri}: batch does not match the schema: {e}") from None
+        for field, col in zip(schema, batch.columns, strict=True):
+            if not field.nullable and col.null_count:
+                raise SchemaMismatchError(
+                    f"{uri}: column {field.name!r} is not nullable but the data has "
+                    f"{col.null_count} null(s)"
+                )
+        if batch.num_rows:
+            yield batch
+
+
+def _fragment(name: str, info: WrittenFile) -> table_pb2.DataFragment:
+    return table_pb2.DataFragment(
+        files=[
+            table_pb2.DataFile(
+                path=name,
+                fields=info.fields,
+                column_indices=info.column_indices,
+                file_major_version=info.major_version,
+                file_minor_version=info.minor_version,
+                file_size_bytes=info.size_bytes,
+            )
+        ],
+        physical_rows=info.num_rows,
+    )
+
+
+def write_dataset(
+    data: Any,
+    uri: str,
+    schema: pa.Schema | None = None,
+    mode: Mode = "create",
+    *,
+    max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE,
+    max_rows_per_group: int = DEFAULT_MAX_ROWS_PER_GROUP,
+    data_storage_version: str | None = None,
+    enable_stable_row_ids: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    commit_message: str | None = None,
+    idempotency_key: str | None = None,
+    config: dict[str, str] | None = None,
+):  # noqa: ANN201 - returns LanceDataset (import cycle)
+    """Create, append to or overwrite a Lance dataset from Arrow data (pylance's signature)."""
+    from format.dataset.dataset import LanceDataset
+
+    if mode not in ("create", "append", "overwrite"):
+        raise InvalidInputError(f"mode must be create, append or overwrite, not {mode!r}")
+    uri = str(uri)
+    store = open_store(uri, storage_options)
+    reader = to_reader(data, schema)
+    entries = _versions.list_manifests(store)
+    latest = _versions.load_manifest(store, entries[max(entries)]) if entries else None
+    if mode == "create" and latest is not None:
+        raise DatasetAlreadyExistsError(f"a dataset already exists at {uri} (use mode='append')")
+    properties = {}
+    if commit_message:
+        properties["__lance_commit_message"] = commit_message
+    if idempotency_key:
+        properties[IDEMPOTENCY_KEY] = idempotency_key
+    if mode == "append" and latest is not None:
+        lance_schema = latest.schema
+        order = check_append_schema(reader.schema, lance_schema, uri)
+        version = latest.data_storage_version
+        frags = write_fragments(
+            store,
+            reader,
+            lance_schema,
+            version,
+            max_rows_per_file=max_rows_per_file,
+            max_rows_per_group=max_rows_per_group,
+            columns=order,
+        )
+        txn = new_transaction(
+            latest.version,
+            "append",
+            transaction_pb2.Transaction.Append(fragments=frags),
+            properties=properties,
+        )
+        ctx = ManifestContext(storage_version=version)
+    else:
+        version = normalize_storage_version(data_storage_version)
+        lance_schema = LanceSchema.from_arrow(reader.schema)
+        frags = write_fragments(
+            store,
+            reader,
+            lance_schema,
+            version,
+            max_rows_per_file=max_rows_per_file,
+            max_rows_per_group=max_rows_per_group,
+        )
+        body = transaction_pb2.Transaction.Overwrite(
+            fragments=frags, schema=lance_schema.to_protos()
+        )
+        for k, v in lance_schema.metadata.items():
+            body.schema_metadata[k] = v
+        txn = new_transaction(
+            latest.version if latest is not None else 0, "overwrite", body, properties=properties
+        )
+        ctx = ManifestContext(
+            storage_version=version,
+            stable_row_ids=enable_stable_row_ids,
+            config=dict(config or {}),
+        )
+    result = commit_transaction(store, txn, ctx=ctx)
+    return LanceDataset(store, result.manifest, storage_options=storage_options)
