@@ -27,9 +27,14 @@ def dataset(
 ) -> LanceDataset:
     """Open a Lance dataset at its latest version, a version number, a tag or a timestamp."""
     uri = str(uri)
-    store = open_store(uri, storage_options)
+    store, version = _versions.resolve_ref(open_store(uri, storage_options), version)
     manifest = _versions.resolve(store, version, asof)
     return LanceDataset(store, manifest, storage_options=storage_options)
+
+
+def _local_time(ns: int) -> dt.datetime:
+    """A commit time as pylance's versions() shows it: naive local time, float-rounded."""
+    return dt.datetime.fromtimestamp(ns // 1e9) + dt.timedelta(microseconds=(ns % 1e9) // 1e3)
 
 
 class Tags:
@@ -134,7 +139,7 @@ class LanceDataset:
             out.append(
                 {
                     "version": v,
-                    "timestamp": m.timestamp.astimezone().replace(tzinfo=None),
+                    "timestamp": _local_time(m.pb.timestamp.ToNanoseconds()),
                     "metadata": {
                         "total_data_file_rows": str(physical),
                         "total_data_files": str(sum(len(f.files) for f in frags)),
@@ -154,10 +159,9 @@ class LanceDataset:
 
     def checkout_version(self, version: int | str) -> LanceDataset:
         """The same dataset at another version (number or tag)."""
+        store, number = _versions.resolve_ref(self._store, version)
         return LanceDataset(
-            self._store,
-            _versions.resolve(self._store, version),
-            storage_options=self._storage_options,
+            store, _versions.resolve(store, number), storage_options=self._storage_options
         )
 
     # -- storage ----------------------------------------------------------------------

@@ -131,28 +131,33 @@ class LanceFragment:
 
     # -- planning ---------------------------------------------------------------------
     def _plan(self, projection: LanceSchema) -> list[_FilePlan]:
-        plans = []
-        for df in self.metadata.files:
-            ids = {i for i in df.fields if i != TOMBSTONE}
-            pruned, targets = [], []
-            for t, f in enumerate(projection.fields):
-                p = f.project_ids(ids)
-                if p is not None:
-                    pruned.append(p)
-                    targets.append(t)
-            if not pruned:
-                continue
-            store, path = self._dataset._resolve(
-                f"data/{df.path}", df.base_id if df.HasField("base_id") else None
-            )
-            reader = open_data_file(store, path, df)
-            if reader.num_rows != self.physical_rows:
-                raise CorruptFileError(
-                    store.uri_of(path),
-                    f"has {reader.num_rows} rows but fragment {self.fragment_id} "
-                    f"has {self.physical_rows}",
+        plans: list[_FilePlan] = []
+        try:
+            for df in self.metadata.files:
+                ids = {i for i in df.fields if i != TOMBSTONE}
+                pruned, targets = [], []
+                for t, f in enumerate(projection.fields):
+                    p = f.project_ids(ids)
+                    if p is not None:
+                        pruned.append(p)
+                        targets.append(t)
+                if not pruned:
+                    continue
+                store, path = self._dataset._resolve(
+                    f"data/{df.path}", df.base_id if df.HasField("base_id") else None
                 )
-            plans.append(_FilePlan(reader, pruned, targets))
+                reader = open_data_file(store, path, df)
+                plans.append(_FilePlan(reader, pruned, targets))
+                if reader.num_rows != self.physical_rows:
+                    raise CorruptFileError(
+                        store.uri_of(path),
+                        f"has {reader.num_rows} rows but fragment {self.fragment_id} "
+                        f"has {self.physical_rows}",
+                    )
+        except BaseException:
+            for p in plans:
+                p.reader.close()
+            raise
         return plans
 
     def _assemble(

@@ -57,9 +57,12 @@ class Scanner:
         name = dataset.uri
         if columns is not None and (isinstance(columns, str) or not isinstance(columns, Sequence)):
             raise InvalidInputError(f"columns must be a list of column names, not {columns!r}")
-        self._projection = schema.project(
-            list(columns) if columns is not None else schema.names, dataset=name
-        )
+        names = list(columns) if columns is not None else schema.names
+        row_columns = [c for c in names if c in _ROW_COLUMNS and c not in schema.names]
+        with_row_id = with_row_id or ROW_ID_FIELD.name in row_columns
+        with_row_address = with_row_address or ROW_ADDRESS_FIELD.name in row_columns
+        self._projection = schema.project([c for c in names if c not in row_columns], dataset=name)
+        self._output_order = names if row_columns else None
         self._filter = None
         if filter is not None:
             if not isinstance(filter, str):
@@ -80,11 +83,16 @@ class Scanner:
             extra.append(ROW_ADDRESS_FIELD)
         base = self._projection.to_arrow(blob_descriptions=True)
         self._schema = pa.schema(list(base) + extra, metadata=base.metadata)
+        self._out_schema = self._schema
+        if self._output_order is not None:  # row id columns placed where the user named them
+            self._out_schema = pa.schema(
+                [self._schema.field(c) for c in self._output_order], metadata=base.metadata
+            )
 
     @property
     def projected_schema(self) -> pa.Schema:
         """The schema of the batches this scan yields."""
-        return self._schema
+        return self._out_schema
 
     @property
     def dataset_schema(self) -> pa.Schema:
@@ -193,6 +201,10 @@ class Scanner:
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
         """Stream the result in batches; memory stays bounded by a few batches."""
+        for batch in self._limited_batches():
+            yield batch if self._output_order is None else batch.select(self._output_order)
+
+    def _limited_batches(self) -> Iterator[pa.RecordBatch]:
         skip = self._offset if self._filter is not None else 0
         remaining = self._limit
         if remaining == 0:
@@ -212,12 +224,16 @@ class Scanner:
             yield batch
 
     def to_reader(self) -> pa.RecordBatchReader:
-        """The result as a `pyarrow.RecordBatchReader`."""
-        return pa.RecordBatchReader.from_batches(self._schema, self.to_batches())
+        """The result as a `pyarrow.RecordBatchReader`.
+
+        Background readahead stops when the reader is exhausted or garbage-collected
+        (pyarrow keeps the source generator until then, even after `close()`).
+        """
+        return pa.RecordBatchReader.from_batches(self._out_schema, self.to_batches())
 
     def to_table(self) -> pa.Table:
         """The whole result as one table."""
-        return pa.Table.from_batches(list(self.to_batches()), schema=self._schema)
+        return pa.Table.from_batches(list(self.to_batches()), schema=self._out_schema)
 
     def count_rows(self) -> int:
         """Number of rows the scan yields."""

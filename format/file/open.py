@@ -18,14 +18,18 @@ def open_data_file(store: ObjectStore, path: str, data_file: table_pb2.DataFile)
         file = store.open(path, size)
     except FileNotFoundError:
         raise CorruptFileError(where, "data file listed in the manifest is missing") from None
-    if version == "0.1":
-        from format.file.legacy import LegacyFileReader
+    try:
+        if version == "0.1":
+            from format.file.legacy import LegacyFileReader
 
-        return LegacyFileReader(file, path_for_errors=where, field_ids=list(data_file.fields))
-    if version in ("2.0", "2.1", "2.2"):
-        from format.file.v2 import V2FileReader
+            return LegacyFileReader(file, path_for_errors=where, field_ids=list(data_file.fields))
+        if version in ("2.0", "2.1", "2.2"):
+            from format.file.v2 import V2FileReader
 
-        return V2FileReader(
-            file, list(data_file.fields), list(data_file.column_indices), path_for_errors=where
-        )
-    raise UnsupportedFeatureError(f"{where}: data file version {version} is not supported")
+            return V2FileReader(
+                file, list(data_file.fields), list(data_file.column_indices), path_for_errors=where
+            )
+        raise UnsupportedFeatureError(f"{where}: data file version {version} is not supported")
+    except BaseException:
+        file.close()
+        raise

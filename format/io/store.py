@@ -136,10 +136,21 @@ class _AtomicLocalFile(io.FileIO):
         super().__init__(self.tmp, "wb")
 
     def close(self) -> None:
+        """Publish the file under its final name (only after a complete, explicit write)."""
         if self.closed:
             return
         super().close()
         os.replace(self.tmp, self.final)
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        if exc_type is not None:
+            self.abort()
+        else:
+            self.close()
+
+    def __del__(self) -> None:
+        # dropped without close(): never publish a possibly partial file
+        self.abort()
 
     def abort(self) -> None:
         """Close and remove the temporary file without publishing it."""

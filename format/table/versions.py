@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import urllib.parse
 from dataclasses import dataclass
 
 from format.errors import (
@@ -106,6 +107,7 @@ class Tag:
 
     name: str
     version: int
+    branch: str | None
     manifest_size: int | None
     created_at: dt.datetime | None
     updated_at: dt.datetime | None
@@ -128,7 +130,7 @@ def _parse_time(value: object) -> dt.datetime | None:
 def read_tag(store: ObjectStore, name: str) -> Tag:
     """Read one tag; TagNotFoundError if it doesn't exist."""
     check_tag_name(name)
-    path = f"{TAGS_DIR}/{name}.json"
+    path = tag_path(name)
     try:
         raw = store.read_all(path)
     except FileNotFoundError:
@@ -141,6 +143,7 @@ def read_tag(store: ObjectStore, name: str) -> Tag:
     return Tag(
         name=name,
         version=version,
+        branch=doc.get("branch"),
         manifest_size=doc.get("manifestSize"),
         created_at=_parse_time(doc.get("createdAt")),
         updated_at=_parse_time(doc.get("updatedAt")),
@@ -153,9 +156,19 @@ def list_tags(store: ObjectStore) -> dict[str, Tag]:
     tags = {}
     for name, _, _ in store.list_dir(TAGS_DIR):
         if name.endswith(".json"):
-            tag = name[: -len(".json")]
+            tag = urllib.parse.unquote(name[: -len(".json")])
             tags[tag] = read_tag(store, tag)
     return tags
+
+
+def tag_path(name: str) -> str:
+    """Where a tag is stored; pylance percent-encodes the name."""
+    return f"{TAGS_DIR}/{urllib.parse.quote(name, safe='')}.json"
+
+
+def branch_store(store: ObjectStore, branch: str) -> ObjectStore:
+    """The store of a branch, a shallow clone under `tree/` (with '/' encoded as %2F)."""
+    return store.child(f"tree/{branch.replace('/', '%2F')}")
 
 
 def check_tag_name(name: str) -> None:
@@ -170,6 +183,14 @@ def check_tag_name(name: str) -> None:
         or name.endswith(".lock")
     ):
         raise InvalidInputError(f"invalid tag name {name!r}")
+
+
+def resolve_ref(store: ObjectStore, version: int | str | None) -> tuple[ObjectStore, int | None]:
+    """Follow a tag name to (the store of its branch, its version number)."""
+    if not isinstance(version, str):
+        return store, version
+    tag = read_tag(store, version)
+    return (branch_store(store, tag.branch) if tag.branch else store), tag.version
 
 
 def resolve(
@@ -192,14 +213,14 @@ def resolve(
 
 
 def resolve_asof(store: ObjectStore, asof: dt.datetime | str) -> Manifest:
-    """The newest version committed at or before `asof` (naive datetimes are UTC)."""
+    """The newest version committed at or before `asof` (naive datetimes are local time)."""
     if isinstance(asof, str):
         try:
             asof = dt.datetime.fromisoformat(asof.replace("Z", "+00:00"))
         except ValueError:
             raise InvalidInputError(f"asof {asof!r} is not an ISO-8601 timestamp") from None
     if asof.tzinfo is None:
-        asof = asof.replace(tzinfo=dt.timezone.utc)
+        asof = asof.astimezone()
     entries = list_manifests(store)
     if not entries:
         raise DatasetNotFoundError(f"no Lance dataset at {store.uri}")

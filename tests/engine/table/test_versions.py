@@ -141,3 +141,18 @@ def test_v1_manifest_naming_is_read(tmp_path: Path):
     assert sorted(os.listdir(Path(uri) / "_versions"))[:2] == ["1.manifest", "2.manifest"]
     assert dataset(uri).to_table() == lance.dataset(uri).to_table()
     assert dataset(uri, version=1).to_table() == t
+
+
+def test_atomic_write_never_publishes_partial_files(tmp_path: Path):
+    from format.io import open_store
+
+    store = open_store(str(tmp_path))
+    with pytest.raises(RuntimeError), store.open_write("data/a.lance") as f:
+        f.write(b"partial")
+        raise RuntimeError("writer died")
+    f = store.open_write("data/b.lance")
+    f.write(b"dropped")
+    del f
+    with store.open_write("data/c.lance") as f:
+        f.write(b"whole")
+    assert sorted(os.listdir(tmp_path / "data")) == ["c.lance"]
