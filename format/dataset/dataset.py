@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
@@ -12,11 +13,15 @@ import pyarrow as pa
 
 from format.dataset.fragment import LanceFragment
 from format.dataset.scan import Scanner
-from format.errors import CorruptFileError, InvalidInputError
+from format.errors import CorruptFileError, DatasetAlreadyExistsError, InvalidInputError
 from format.io.store import ObjectStore, open_store
+from format.proto import table_pb2, transaction_pb2
 from format.table import versions as _versions
+from format.table.commit import commit_transaction
+from format.table.deletion import write_deletion_file
 from format.table.manifest import Manifest
 from format.table.schema import LanceSchema
+from format.table.transaction import ManifestContext, new_transaction
 
 
 def dataset(
@@ -59,6 +64,52 @@ class Tags:
     def get_version(self, tag: str) -> int:
         """The version a tag points to."""
         return _versions.read_tag(self._ds._store, tag).version
+
+    def create(self, tag: str, version: int) -> None:
+        """Create a tag on an existing version; refuses an existing tag name."""
+        self._write(tag, version, create=True)
+
+    def update(self, tag: str, version: int) -> None:
+        """Point an existing tag at another version."""
+        _versions.read_tag(self._ds._store, tag)  # must exist
+        self._write(tag, version, create=False)
+
+    def delete(self, tag: str) -> None:
+        """Remove a tag."""
+        store = self._ds._store
+        _versions.read_tag(store, tag)
+        store.delete(_versions.tag_path(tag))
+
+    def _write(self, tag: str, version: int, *, create: bool) -> None:
+        store = self._ds._store
+        _versions.check_tag_name(tag)
+        entry = _versions.find_entry(store, version)
+        now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        created = now
+        if not create:
+            old = _versions.read_tag(store, tag).created_at
+            created = old.strftime("%Y-%m-%dT%H:%M:%S.%fZ") if old else now
+        body = json.dumps(
+            {
+                "branch": None,
+                "version": version,
+                "createdAt": created,
+                "updatedAt": now,
+                "manifestSize": entry.size,
+                "metadata": {},
+            },
+            indent=2,
+        ).encode()
+        path = _versions.tag_path(tag)
+        if create:
+            try:
+                store.put_if_absent(path, body)
+            except FileExistsError:
+                raise DatasetAlreadyExistsError(
+                    f"{store.uri}: tag {tag!r} already exists"
+                ) from None
+        else:
+            store.put(path, body)
 
 
 class LanceDataset:
@@ -316,3 +367,61 @@ class LanceDataset:
         positions = np.empty(len(idx), dtype=np.int64)
         positions[np.concatenate(order)] = np.arange(len(idx))
         return table.take(pa.array(positions))
+
+    # -- mutations ----------------------------------------------------------------------
+    def _commit(self, txn: transaction_pb2.Transaction, ctx: ManifestContext | None = None) -> None:
+        """Commit on top of this version and move this object to the new version."""
+        result = commit_transaction(
+            self._store, txn, ctx=ctx or ManifestContext(load_version=self._load_version)
+        )
+        self._manifest = result.manifest
+        self.__dict__.pop("schema", None)
+
+    def _load_version(self, version: int) -> Manifest:
+        return _versions.load_manifest(self._store, _versions.find_entry(self._store, version))
+
+    def delete(self, predicate: str) -> None:
+        """Delete the rows matching a SQL predicate, as one new version.
+
+        Each touched fragment gets a deletion file holding its old and new deleted rows;
+        fragments left with no live row are dropped.
+        """
+        if not isinstance(predicate, str) or not predicate.strip():
+            raise InvalidInputError("delete needs a SQL predicate string")
+        updated, removed = [], []
+        scanner = self.scanner(columns=[], filter=predicate, with_row_address=True)
+        by_fragment: dict[int, list[np.ndarray]] = {}
+        for batch in scanner.to_batches():
+            addr = batch.column("_rowaddr").to_numpy()
+            for fid in np.unique(addr >> 32):
+                sel = addr[(addr >> 32) == fid] & 0xFFFFFFFF
+                by_fragment.setdefault(int(fid), []).append(sel)
+        for frag in self.get_fragments():
+            new = by_fragment.get(frag.fragment_id)
+            if not new:
+                continue
+            deleted = np.union1d(frag.deleted_offsets, np.concatenate(new))
+            if len(deleted) >= frag.physical_rows:
+                removed.append(frag.fragment_id)
+                continue
+            info = write_deletion_file(self._store, frag.fragment_id, self.version, deleted)
+            pb = table_pb2.DataFragment()
+            pb.CopyFrom(frag.metadata)
+            pb.deletion_file.CopyFrom(
+                table_pb2.DeletionFile(
+                    file_type=info.file_type,
+                    read_version=self.version,
+                    id=info.file_id,
+                    num_deleted_rows=info.num_deleted_rows,
+                )
+            )
+            updated.append(pb)
+        body = transaction_pb2.Transaction.Delete(
+            updated_fragments=updated, deleted_fragment_ids=removed, predicate=predicate
+        )
+        self._commit(new_transaction(self.version, "delete", body))
+
+    def restore(self) -> None:
+        """Make this (old) version the latest again, as a new version."""
+        body = transaction_pb2.Transaction.Restore(version=self.version)
+        self._commit(new_transaction(self.latest_version, "restore", body))
