@@ -36,6 +36,16 @@ COLUMN_ENCODING_URL = "lance.encodings.ColumnEncoding"
 
 _FOOTER = struct.Struct("<QQQIIHH4s")
 _VERSIONS = {(0, 3): "2.0", (2, 0): "2.0", (2, 1): "2.1", (2, 2): "2.2", (2, 3): "2.3"}
+# What writers put in the footer for each file version (pylance writes 0.3 for 2.0).
+FOOTER_VERSIONS = {"2.0": (0, 3), "2.1": (2, 1), "2.2": (2, 2), "2.3": (2, 3)}
+# Page and global buffers start on 64-byte boundaries; pylance pads with 'H' (0x48).
+ALIGNMENT = 64
+PAD_BYTE = b"H"
+
+
+def any_bytes(type_name: str, value: bytes) -> bytes:
+    """A serialized `google.protobuf.Any` of message `type_name` (URL "/type_name")."""
+    return any_pb2.Any(type_url=f"/{type_name}", value=value).SerializeToString()
 
 
 def type_name(type_url: str) -> str:
@@ -59,6 +69,19 @@ class Footer:
     def version(self) -> str:
         """The file version string ("2.0", "2.1", ...)."""
         return _VERSIONS[(self.major, self.minor)]
+
+    def pack(self) -> bytes:
+        """The 40 footer bytes, ending in the magic."""
+        return _FOOTER.pack(
+            self.column_meta_start,
+            self.cmo_table_pos,
+            self.gbo_table_pos,
+            self.num_global_buffers,
+            self.num_columns,
+            self.major,
+            self.minor,
+            MAGIC,
+        )
 
 
 @dataclass(frozen=True)

@@ -349,6 +349,16 @@ def _dictionary(enc: pb.ArrayEncoding, n: int, t: pa.DataType, ctx: PageContext)
         raise ctx.corrupt(f"absurd dictionary size {num_items}")
     idx, idx_valid = decode_uints(d.indices, n, ctx)
     items = decode_array(d.items, num_items, value_type, ctx)
+    return dictionary_values(idx, idx_valid, items, t, ctx)
+
+
+def dictionary_values(
+    idx: np.ndarray, idx_valid: np.ndarray | None, items: pa.Array, t: pa.DataType, ctx: PageContext
+) -> pa.Array:
+    """Rows of a `Dictionary` page from their indices and the page's decoded items."""
+    n = len(idx)
+    num_items = len(items)
+    as_dict = pa.types.is_dictionary(t)
     if as_dict:
         # Values as written; a row is null when its item is (pylance stores nulls that way).
         if n and int(idx.max()) >= num_items:

@@ -11,7 +11,13 @@ pages of their columns (structs pass ranges to their children unchanged); all mi
 pages of one level are fetched with one coalesced `read_ranges` call and decoded whole;
 list columns then turn their row ranges into item ranges, which form the next level.
 Decoded pages stay cached per column only while requests still overlap them, so a scan
-holds about one page per column plus one step of output.
+holds about one page per column plus one step of output; a step inside the one cached
+page of every (value) column is a zero-copy slice of it.
+
+`take` does not decode whole pages of value columns when their encoding allows random
+access (Flat, Nullable, FixedSizeList, Binary, dictionary indices; see `random_access`):
+it reads only the bytes of the wanted rows. Other encodings and list offsets still read
+whole pages.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from google.protobuf.message import DecodeError
 from format.errors import CorruptFileError, InvalidInputError, LanceError, UnsupportedFeatureError
 from format.file.base import DEFAULT_BATCH_SIZE, DataFileReader, split_ranges
 from format.file.v2 import encodings_v20 as v20
+from format.file.v2 import random_access as ra
 from format.file.v2.container import (
     ARRAY_ENCODING_URL,
     ColumnInfo,
@@ -109,6 +116,18 @@ class _Column:
     where: str
     item_bases: np.ndarray | None = None  # list columns: first item of each page
     cache: dict[int, object] = field(default_factory=dict)
+    # (first row, end row, decoded array) of the one cached page of a value column, which
+    # `read` slices steps from directly; None when not exactly one array page is cached.
+    current: tuple[int, int, pa.Array] | None = None
+
+    def remember_current(self) -> None:
+        """Set `current` from the cache (a single decoded value page, not all-null)."""
+        self.current = None
+        if len(self.cache) == 1:
+            ((k, page),) = self.cache.items()
+            if isinstance(page, pa.Array):
+                starts = self.starts_list
+                self.current = (starts[k], starts[k + 1], page)
 
     @property
     def num_rows(self) -> int:
@@ -255,9 +274,25 @@ class V2FileReader(DataFileReader):
                 )
             prev = stop
         nodes = self._plan(fields)
+        leaves = [n.column for n in nodes] if all(n.kind == LEAF for n in nodes) else None
         try:
             for start, stop in split_ranges(ranges, batch_size):
-                yield self._materialize([(n, Ranges.single(start, stop)) for n in nodes])
+                if leaves is not None:
+                    # Fast path: every column has the step inside its current page.
+                    out = []
+                    for col in leaves:
+                        cur = col.current
+                        if cur is None or start < cur[0] or stop > cur[1]:
+                            break
+                        out.append(cur[2].slice(start - cur[0], stop - start))
+                    else:
+                        yield out
+                        continue
+                out = self._materialize([(n, Ranges.single(start, stop)) for n in nodes])
+                if leaves is not None:
+                    for col in leaves:
+                        col.remember_current()
+                yield out
         finally:
             self._release(nodes)
 
@@ -278,7 +313,7 @@ class V2FileReader(DataFileReader):
         nodes = self._plan(fields)
         rng = Ranges.from_indices(idx.astype(np.int64))
         try:
-            return self._materialize([(n, rng) for n in nodes])
+            return self._materialize([(n, rng) for n in nodes], partial=True)
         finally:
             self._release(nodes)
 
@@ -286,6 +321,7 @@ class V2FileReader(DataFileReader):
         """Drop cached pages and release the file handle."""
         for col in self._columns.values():
             col.cache.clear()
+            col.current = None
         self._file.close()
 
     # -- planning -----------------------------------------------------------------------
@@ -463,11 +499,55 @@ class V2FileReader(DataFileReader):
             i += n
         return splits
 
+    def _take_direct(self, reqs: list[tuple[int, _Node, Ranges]]) -> dict[int, pa.Array]:
+        """Rows of value columns read with random access (whole pages only where needed)."""
+        plans, owners = [], []
+        for i, node, rng in reqs:
+            col = node.column
+            for k, s, e in col.split(rng, self.path):
+                plans.append(self._take_plan(node, k, s, e))
+                owners.append(i)
+        arrays = ra.run_all(plans, self._container.read_ranges)
+        pieces: dict[int, list[pa.Array]] = {i: [] for i, _, _ in reqs}
+        for i, arr in zip(owners, arrays, strict=True):
+            pieces[i].append(arr)
+        return {i: _concat(pieces[i], node.arrow_type) for i, node, _ in reqs}
+
+    def _take_plan(self, node: _Node, k: int, s: np.ndarray, e: np.ndarray) -> ra.Plan:
+        """A plan for local rows [s, e) of page k: random access, or the whole page."""
+        col = node.column
+        page = col.info.pages[k]
+        where = f"{col.where} page {k}"
+        with self._guard(where):
+            enc = self._page_encoding(col, k)
+            ctx = v20.PageContext(self.path, where, [], None)
+            plan = None
+            if not v20.is_all_null(enc):
+                plan = ra.plan_rows(enc, page.length, node.arrow_type, s, e, page.buffers, ctx)
+        if plan is None:
+            plan = self._whole_page(node, k, s, e)
+        return self._guarded(plan, where)
+
+    def _whole_page(self, node: _Node, k: int, s: np.ndarray, e: np.ndarray) -> ra.Plan:
+        bufs = yield list(node.column.info.pages[k].buffers)
+        page = self._decode_page(node, k, bufs)
+        t = node.arrow_type
+        if isinstance(page, _AllNull):
+            return pa.nulls(int((e - s).sum()), t)
+        if len(s) == 1:
+            return page.slice(int(s[0]), int(e[0] - s[0]))
+        return page.take(pa.array(range_indices(s, e)))
+
+    def _guarded(self, plan: ra.Plan, where: str) -> ra.Plan:
+        with self._guard(where):
+            return (yield from plan)
+
     def _release(self, nodes: list[_Node]) -> None:
         """Drop the decoded pages of these nodes' columns."""
         for node in nodes:
             if node.column is not None:
                 node.column.cache.clear()
+                node.column.current = None
             self._release(node.children)
 
     # -- gathering ----------------------------------------------------------------------
@@ -537,8 +617,14 @@ class V2FileReader(DataFileReader):
             pa.large_binary(), n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)]
         )
 
-    def _materialize(self, reqs: list[tuple[_Node, Ranges]]) -> list[pa.Array]:
-        """The arrays of the requested (node, ranges), reading one nesting level at a time."""
+    def _materialize(
+        self, reqs: list[tuple[_Node, Ranges]], partial: bool = False
+    ) -> list[pa.Array]:
+        """The arrays of the requested (node, ranges), reading one nesting level at a time.
+
+        With `partial` (take), value columns read only the bytes of the wanted rows where
+        their encoding allows it (`random_access`) instead of whole pages.
+        """
         flat: list[tuple[_Node, Ranges]] = []
 
         def collect(node: _Node, rng: Ranges) -> None:
@@ -550,7 +636,14 @@ class V2FileReader(DataFileReader):
 
         for node, rng in reqs:
             collect(node, rng)
-        splits = self._load(flat)
+        direct: dict[int, pa.Array] = {}
+        if partial:
+            direct = self._take_direct(
+                [(i, n, r) for i, (n, r) in enumerate(flat) if n.kind == LEAF]
+            )
+        splits = self._load(
+            [(n, Ranges.single(0, 0) if i in direct else r) for i, (n, r) in enumerate(flat)]
+        )
 
         lists, child_reqs = [], []
         for (node, _), split in zip(flat, splits, strict=True):
@@ -559,13 +652,15 @@ class V2FileReader(DataFileReader):
                     offsets, valid, items = self._gather_list(node, split)
                 lists.append((offsets, valid))
                 child_reqs.append((node.children[0], items))
-        child_arrays = iter(self._materialize(child_reqs) if child_reqs else [])
+        child_arrays = iter(self._materialize(child_reqs, partial) if child_reqs else [])
         list_parts = iter(lists)
 
         results = []
-        for (node, _), split in zip(flat, splits, strict=True):
+        for i, ((node, _), split) in enumerate(zip(flat, splits, strict=True)):
             with self._guard(node.column.where):
-                if node.kind == LIST:
+                if i in direct:
+                    results.append(direct[i])
+                elif node.kind == LIST:
                     offsets, valid = next(list_parts)
                     results.append(self._list_array(node, offsets, valid, next(child_arrays)))
                 elif node.kind == BLOB and self.blob_descriptions:
