@@ -23,6 +23,7 @@ ROW_ID_FIELD = pa.field("_rowid", pa.uint64())
 ROW_ADDRESS_FIELD = pa.field("_rowaddr", pa.uint64())
 # Above this fraction of matching rows, a filtered scan reads whole columns instead of taking.
 LATE_MATERIALIZATION_MAX = 0.2
+LATE_MATERIALIZATION_STEP = 65536
 _ROW_COLUMNS = (ROW_ID_FIELD.name, ROW_ADDRESS_FIELD.name)
 
 
@@ -178,8 +179,10 @@ class Scanner:
         base = schema.to_arrow(blob_descriptions=True)
         arrow = pa.schema(list(base) + [ROW_ID_FIELD] * row_id + [ROW_ADDRESS_FIELD])
         matches = []
+        # only offsets come out of this pass, so big steps amortise the filter's overhead
+        step = max(self._batch_size, LATE_MATERIALIZATION_STEP)
         for batch in frag.read_batches(
-            schema, arrow, batch_size=self._batch_size, with_row_id=row_id, with_row_address=True
+            schema, arrow, batch_size=step, with_row_id=row_id, with_row_address=True
         ):
             addr = batch.filter(self._filter.expression).column("_rowaddr")
             if len(addr):
