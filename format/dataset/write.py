@@ -141,11 +141,12 @@ def write_fragments(
     max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE,
     max_rows_per_group: int = DEFAULT_MAX_ROWS_PER_GROUP,
     columns: list[str] | None = None,
+    dictionaries: dict[int, pa.Array] | None = None,
 ) -> list[table_pb2.DataFragment]:
     """Write the stream into data files of at most `max_rows_per_file` rows; one fragment each.
 
     The fragments have no id yet (the commit assigns them). On error every file written
-    so far is removed.
+    so far is removed. Legacy files' dictionary values are collected into `dictionaries`.
     """
     if max_rows_per_file < 1 or max_rows_per_group < 1:
         raise InvalidInputError("max_rows_per_file and max_rows_per_group must be positive")
@@ -159,6 +160,8 @@ def write_fragments(
         assert current is not None
         info: WrittenFile = current.writer.finish()
         current.sink.close()
+        if dictionaries is not None and not dictionaries:
+            dictionaries.update(getattr(current.writer, "dictionaries", None) or {})
         fragments.append(_fragment(current.name, info))
         current = None
 
@@ -291,6 +294,7 @@ def write_dataset(
     else:
         version = normalize_storage_version(data_storage_version)
         lance_schema = LanceSchema.from_arrow(reader.schema)
+        dictionaries: dict[int, pa.Array] = {}
         frags = write_fragments(
             store,
             reader,
@@ -298,6 +302,7 @@ def write_dataset(
             version,
             max_rows_per_file=max_rows_per_file,
             max_rows_per_group=max_rows_per_group,
+            dictionaries=dictionaries,
         )
         body = transaction_pb2.Transaction.Overwrite(
             fragments=frags, schema=lance_schema.to_protos()
@@ -312,5 +317,9 @@ def write_dataset(
             stable_row_ids=enable_stable_row_ids,
             config=dict(config or {}),
         )
+        if dictionaries:
+            from format.file.legacy_writer import encode_dictionaries
+
+            ctx.legacy_dictionaries = encode_dictionaries(dictionaries)
     result = commit_transaction(store, txn, ctx=ctx)
     return LanceDataset(store, result.manifest, storage_options=storage_options)

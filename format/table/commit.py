@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+import struct
 import time
 from dataclasses import dataclass
 
@@ -166,6 +167,31 @@ def _deleted(store: ObjectStore, frag: table_pb2.DataFragment) -> np.ndarray:
     return read_deletion_file(store, path, d.file_type)
 
 
+def _dictionary_prefix(
+    pb: table_pb2.Manifest, base: Manifest | None, ctx: ManifestContext
+) -> bytes:
+    """Legacy dictionary values for the head of the manifest file (where pylance reads them).
+
+    New values come from the writer; otherwise the previous manifest's head is copied
+    verbatim, so the offsets (and the absolute positions inside the values) stay valid.
+    """
+    if ctx.legacy_dictionaries is not None:
+        data, where = ctx.legacy_dictionaries
+        for field in pb.fields:
+            if field.id in where:
+                field.dictionary.offset, field.dictionary.length = where[field.id]
+        return data
+    if base is None or base.raw is None or not any(f.dictionary.length for f in pb.fields):
+        return b""
+    # the head ends where the first section (index, transaction or manifest) begins
+    (manifest_pos,) = struct.unpack_from("<q", base.raw, len(base.raw) - 16)
+    starts = [manifest_pos]
+    for name in ("index_section", "transaction_section", "transaction_section_deprecated"):
+        if base.pb.HasField(name):
+            starts.append(getattr(base.pb, name))
+    return base.raw[: min(starts)]
+
+
 def _write_hint(store: ObjectStore, version: int) -> None:
     """Best effort: keep pylance's version hint file from going stale."""
     try:
@@ -228,7 +254,10 @@ def commit_transaction(
         pb = build_manifest(base, txn, version, ctx)
         pb.transaction_file = txn_name
         data = encode_manifest(
-            pb, transaction=txn, index_section=_prune_indices(_index_section(store, base), txn)
+            pb,
+            transaction=txn,
+            index_section=_prune_indices(_index_section(store, base), txn),
+            prefix=_dictionary_prefix(pb, base, ctx),
         )
         path = f"{_versions.VERSIONS_DIR}/{manifest_name(version, v2=v2_names)}"
         try:

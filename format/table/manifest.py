@@ -225,13 +225,15 @@ def encode_manifest(
     *,
     transaction: transaction_pb2.Transaction | None = None,
     index_section: bytes | None = None,
+    prefix: bytes = b"",
 ) -> bytes:
-    """Serialise a manifest file: index section, inline transaction, manifest, footer.
+    """Serialise a manifest file: [prefix], index section, inline transaction, manifest, footer.
 
-    Sets `index_section` and `transaction_section` positions on `pb` as a side effect.
+    `prefix` holds legacy datasets' dictionary values, which pylance reads from the head
+    of the manifest file. Sets `index_section` and `transaction_section` positions on `pb`.
     """
-    parts: list[bytes] = []
-    offset = 0
+    parts: list[bytes] = [prefix]
+    offset = len(prefix)
     if index_section is not None:
         pb.index_section = offset
         parts.append(struct.pack("<I", len(index_section)) + index_section)

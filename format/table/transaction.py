@@ -75,6 +75,8 @@ class ManifestContext:
     stable_row_ids: bool = False  # create only
     config: dict[str, str] = field(default_factory=dict)  # create only
     load_version: Callable[[int], Manifest] | None = None  # for Restore
+    # legacy datasets: dictionary values for the manifest head, and each field's place there
+    legacy_dictionaries: tuple[bytes, dict[int, tuple[int, int]]] | None = None
 
 
 def _assign_row_ids(frags: Iterable[Fragment], manifest: table_pb2.Manifest, version: int) -> None:
