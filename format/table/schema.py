@@ -124,7 +124,7 @@ def logical_type_of(dtype: pa.DataType) -> str:
 
 def _encoding_hint(dtype: pa.DataType) -> int:
     """The legacy `Field.encoding` value pylance writes for a type."""
-    if pa.types.is_struct(dtype) or pa.types.is_map(dtype):
+    if pa.types.is_struct(dtype) or pa.types.is_map(dtype) or pa.types.is_null(dtype):
         return ENCODING_NONE
     if pa.types.is_dictionary(dtype):
         return ENCODING_DICTIONARY
