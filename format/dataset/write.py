@@ -106,7 +106,7 @@ def check_append_schema(data: pa.Schema, target: LanceSchema, dataset: str) -> l
     wrong = [
         f"{f.name} ({have[f.name].type} instead of {f.type})"
         for f in want
-        if f.name in have and not have[f.name].type.equals(f.type)
+        if f.name in have and not _stored_type(have[f.name].type).equals(f.type)
     ]
     problems = []
     if missing:
@@ -122,6 +122,11 @@ def check_append_schema(data: pa.Schema, target: LanceSchema, dataset: str) -> l
             + ")"
         )
     return want.names
+
+
+def _stored_type(dtype: pa.DataType) -> pa.DataType:
+    """The type a column is stored (and read back) as: views become plain strings/binary."""
+    return LanceSchema.from_arrow(pa.schema([pa.field("x", dtype)])).fields[0].arrow_type
 
 
 @dataclass
@@ -209,9 +214,13 @@ def _batches(
         if columns is not None:
             batch = batch.select(columns)
         if not batch.schema.equals(schema, check_metadata=False):
-            try:
-                batch = pa.RecordBatch.from_arrays(batch.columns, schema=schema)
-            except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+            try:  # views to plain types, list item names; columns already right stay as they are
+                arrays = [
+                    c if c.type.equals(f.type) else c.cast(f.type)
+                    for c, f in zip(batch.columns, schema, strict=True)
+                ]
+                batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
                 raise SchemaMismatchError(f"{uri}: batch does not match the schema: {e}") from None
         for field, col in zip(schema, batch.columns, strict=True):
             if not field.nullable and col.null_count:

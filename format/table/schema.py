@@ -88,7 +88,14 @@ def _leaf_type(logical: str, where: str) -> pa.DataType:
 
 
 def logical_type_of(dtype: pa.DataType) -> str:
-    """The Lance logical type string of an Arrow type (inverse of the table above)."""
+    """The Lance logical type string of an Arrow type (inverse of the table above).
+
+    View types are stored as their plain forms, as pylance stores them.
+    """
+    if pa.types.is_string_view(dtype):
+        return "string"
+    if pa.types.is_binary_view(dtype):
+        return "binary"
     if dtype in _SIMPLE_NAMES:
         return _SIMPLE_NAMES[dtype]
     if pa.types.is_time32(dtype):
