@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint protos check-protos serve bench clean
+.PHONY: test lint protos serve bench bench-write clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,9 @@ protos: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.scan
+
+bench-write: $(STAMP)
+	$(PY) -m benchmarks.write
 
 serve: $(STAMP)
 	@echo "The Flight server arrives with issue 4 (flight_server/). Until then:"
