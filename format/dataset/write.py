@@ -29,7 +29,12 @@ from format.table import versions as _versions
 from format.table.commit import commit_transaction
 from format.table.manifest import STORAGE_VERSIONS
 from format.table.schema import LanceSchema
-from format.table.transaction import IDEMPOTENCY_KEY, ManifestContext, new_transaction
+from format.table.transaction import (
+    IDEMPOTENCY_KEY,
+    ManifestContext,
+    check_writable,
+    new_transaction,
+)
 
 DEFAULT_STORAGE_VERSION = "2.0"  # becomes "2.2", pylance's default, once 2.2 files are written
 DEFAULT_MAX_ROWS_PER_FILE = 1024 * 1024
@@ -275,6 +280,8 @@ def write_dataset(
     latest = _versions.load_manifest(store, entries[max(entries)]) if entries else None
     if mode == "create" and latest is not None:
         raise DatasetAlreadyExistsError(f"a dataset already exists at {uri} (use mode='append')")
+    if latest is not None:
+        check_writable(latest, uri)  # before any file is written
     properties = {}
     if commit_message:
         properties["__lance_commit_message"] = commit_message
