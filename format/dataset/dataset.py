@@ -13,7 +13,12 @@ import pyarrow as pa
 
 from format.dataset.fragment import LanceFragment
 from format.dataset.scan import Scanner
-from format.errors import CorruptFileError, DatasetAlreadyExistsError, InvalidInputError
+from format.errors import (
+    CorruptFileError,
+    DatasetAlreadyExistsError,
+    InvalidInputError,
+    UnsupportedFeatureError,
+)
 from format.io.store import ObjectStore, open_store
 from format.proto import table_pb2, transaction_pb2
 from format.table import versions as _versions
@@ -420,6 +425,32 @@ class LanceDataset:
             updated_fragments=updated, deleted_fragment_ids=removed, predicate=predicate
         )
         self._commit(new_transaction(self.version, "delete", body))
+
+    def add_columns(
+        self,
+        transforms: Any,
+        read_columns: Sequence[str] | None = None,
+        reader_schema: pa.Schema | None = None,
+        batch_size: int | None = None,
+    ) -> None:
+        """Add columns from SQL expressions, all-null fields or row-aligned Arrow data."""
+        from format.dataset import evolution
+
+        if read_columns is not None:
+            raise UnsupportedFeatureError("read_columns is only for UDFs, which are not supported")
+        evolution.add_columns(self, transforms, reader_schema=reader_schema, batch_size=batch_size)
+
+    def drop_columns(self, columns: Sequence[str]) -> None:
+        """Remove columns from the schema (data files are left as they are)."""
+        from format.dataset import evolution
+
+        evolution.drop_columns(self, columns)
+
+    def alter_columns(self, *alterations: dict[str, Any]) -> None:
+        """Rename, change nullability or change the type of columns (pylance's dict form)."""
+        from format.dataset import evolution
+
+        evolution.alter_columns(self, *alterations)
 
     def restore(self) -> None:
         """Make this (old) version the latest again, as a new version."""

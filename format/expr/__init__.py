@@ -23,8 +23,16 @@ from format.errors import FilterBindError, FilterSyntaxError, InvalidInputError
 from format.expr.parse import describe_filter, parse_filter
 from format.expr.to_arrow import Binder
 from format.expr.types import TypeRuleError
+from format.expr.values import CompiledExpression, compile_expression, evaluate_expressions
 
-__all__ = ["CompiledFilter", "apply_filter", "compile_filter"]
+__all__ = [
+    "CompiledExpression",
+    "CompiledFilter",
+    "apply_filter",
+    "compile_expression",
+    "compile_filter",
+    "evaluate_expressions",
+]
 
 _Data = TypeVar("_Data", pa.Table, pa.RecordBatch)
 

@@ -182,6 +182,19 @@ class Binder:
             )
         return result
 
+    def bind_value_root(self, node: exp.Expression) -> Typed:
+        """Bind a whole value expression (`a * 2`, `s || 'x'`), whatever its type.
+
+        pylance resolves the literals of a root `column <op> literal` for every binary
+        operator, arithmetic and concatenation included: `a * 2` on an int32 column is int32.
+        """
+        node = _unparen(node)
+        kind = type(node)
+        if kind in _ARITH_NODES or kind is exp.DPipe:
+            left, right = self._operands(node, True)
+            return self._binary(kind, left, right, node)
+        return self.bind(node, resolve=True)
+
     def bind(self, node: exp.Expression, resolve: bool = False) -> Typed:
         """Bind one node; `resolve` marks positions where pylance resolves literals."""
         node = _unparen(node)
@@ -840,6 +853,10 @@ class Binder:
             same = self._call(pc.coalesce, [same, _const(pa.scalar(False))], pa.bool_())
             if a.is_null_const:
                 return a
+            # DataFusion coerces both arguments to their common type: the result's type
+            target = T.comparison_type(a.type, b.type)
+            if target is not None and not pa.types.is_nested(target) and T.is_numeric(target):
+                a = self._cast(a, target)
             return self._call(
                 pc.if_else, [same, _const(pa.scalar(None, a.type)), a], a.type, sql="nullif"
             )

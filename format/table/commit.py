@@ -83,8 +83,11 @@ def _index_section(store: ObjectStore, manifest: Manifest | None) -> bytes | Non
     return section.SerializeToString()
 
 
-def _prune_indices(section: bytes | None, txn: transaction_pb2.Transaction) -> bytes | None:
-    """Drop rewritten/removed fragments from index bitmaps; overwrites drop every index."""
+def _prune_indices(
+    section: bytes | None, txn: transaction_pb2.Transaction, field_ids: set[int]
+) -> bytes | None:
+    """Carry indices over, minus what the commit invalidates: every index on an overwrite,
+    indices on fields no longer in the schema, rewritten/removed fragments in bitmaps."""
     from pyroaring import BitMap
 
     if section is None:
@@ -92,6 +95,13 @@ def _prune_indices(section: bytes | None, txn: transaction_pb2.Transaction) -> b
     op = operation_of(txn)
     if op == "overwrite":
         return None
+    pb = table_pb2.IndexSection()
+    pb.ParseFromString(section)
+    kept = [i for i in pb.indices if set(i.fields) <= field_ids]
+    if len(kept) != len(pb.indices):
+        del pb.indices[:]
+        pb.indices.extend(kept)
+        section = pb.SerializeToString()
     removed: set[int] = set()
     if op == "rewrite":
         removed = {int(f.id) for g in txn.rewrite.groups for f in g.old_fragments}
@@ -256,7 +266,9 @@ def commit_transaction(
         data = encode_manifest(
             pb,
             transaction=txn,
-            index_section=_prune_indices(_index_section(store, base), txn),
+            index_section=_prune_indices(
+                _index_section(store, base), txn, {f.id for f in pb.fields}
+            ),
             prefix=_dictionary_prefix(pb, base, ctx),
         )
         path = f"{_versions.VERSIONS_DIR}/{manifest_name(version, v2=v2_names)}"

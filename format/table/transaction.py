@@ -94,12 +94,20 @@ def _assign_row_ids(frags: Iterable[Fragment], manifest: table_pb2.Manifest, ver
             frag.inline_last_updated_at_versions = encode_row_versions(versions)
 
 
+def _next_fragment_id(manifest: table_pb2.Manifest) -> int:
+    """The first unused fragment id: after the recorded maximum, else after the largest id in
+    use (pylance's ``Manifest::max_fragment_id``; old manifests don't record it)."""
+    if manifest.HasField("max_fragment_id"):
+        return int(manifest.max_fragment_id) + 1
+    return max((int(f.id) for f in manifest.fragments), default=-1) + 1
+
+
 def _add_fragments(
     manifest: table_pb2.Manifest, frags: Iterable[Fragment], version: int, stable: bool
 ) -> list[Fragment]:
     """Append copies of `frags` with fresh ids (and row ids when the dataset has them)."""
     out = []
-    next_id = manifest.max_fragment_id + 1 if manifest.HasField("max_fragment_id") else 0
+    next_id = _next_fragment_id(manifest)
     for f in frags:
         g = copy.deepcopy(f)
         g.id = next_id
@@ -137,6 +145,17 @@ def check_writable(manifest: Manifest, dataset: str) -> None:
             f"{dataset} version {manifest.version} uses writer feature flags {unknown} "
             "that this engine cannot preserve; refusing to write"
         )
+
+
+def _drop_unreferenced_files(m: table_pb2.Manifest) -> None:
+    """Remove the data files none of whose fields is in the schema any more (as pylance
+    does after a projection: dropping every column a file holds drops the file)."""
+    ids = {f.id for f in m.fields}
+    for frag in m.fragments:
+        keep = [df for df in frag.files if any(i in ids for i in df.fields)]
+        if len(keep) != len(frag.files):
+            del frag.files[:]
+            frag.files.extend(keep)
 
 
 def _by_id(frags: Iterable[Fragment]) -> dict[int, Fragment]:
@@ -215,6 +234,7 @@ def build_manifest(
     elif op == "project":
         del m.fields[:]
         m.fields.extend(txn.project.schema)
+        _drop_unreferenced_files(m)
     elif op == "data_replacement":
         current = _by_id(m.fragments)
         for group in txn.data_replacement.replacements:
@@ -243,8 +263,9 @@ def build_manifest(
     elif op == "update_config":
         _apply_config(m, txn.update_config)
     elif op == "reserve_fragments":
-        base = m.max_fragment_id + 1 if m.HasField("max_fragment_id") else 0
-        m.max_fragment_id = base + txn.reserve_fragments.num_fragments - 1
+        base = _next_fragment_id(m)
+        if txn.reserve_fragments.num_fragments:
+            m.max_fragment_id = base + txn.reserve_fragments.num_fragments - 1
     else:
         raise UnsupportedFeatureError(f"cannot apply a {op or 'unknown'} transaction")
 
@@ -257,6 +278,9 @@ def build_manifest(
         m.data_format.CopyFrom(
             table_pb2.Manifest.DataStorageFormat(file_format="lance", version=ctx.storage_version)
         )
+    # pylance keeps fragments in id order (its compaction planner asserts it) and every
+    # pylance commit re-sorts them; rewritten fragments thus move to the end of the table
+    m.fragments.sort(key=lambda f: f.id)
     if m.fragments and not m.HasField("max_fragment_id"):
         m.max_fragment_id = max(f.id for f in m.fragments)
     previous_flags = prev_pb.reader_feature_flags | prev_pb.writer_feature_flags
@@ -275,29 +299,33 @@ def build_manifest(
 def _apply_rewrite(
     m: table_pb2.Manifest, body: transaction_pb2.Transaction.Rewrite, version: int, stable: bool
 ) -> None:
-    """Replace each group's old fragments by its new ones, at the first old one's place."""
-    groups = list(body.groups) or [
-        transaction_pb2.Transaction.Rewrite.RewriteGroup(
-            old_fragments=body.old_fragments, new_fragments=body.new_fragments
-        )
-    ]
+    """Replace each group's old fragments by its new ones (which sort last: fresh ids)."""
+    groups = list(body.groups)
+    if not groups and (body.old_fragments or body.new_fragments):  # the pre-groups form
+        groups = [
+            transaction_pb2.Transaction.Rewrite.RewriteGroup(
+                old_fragments=body.old_fragments, new_fragments=body.new_fragments
+            )
+        ]
     frags = list(m.fragments)
     present = {int(f.id) for f in frags}
     for g in groups:
         old_ids = {int(f.id) for f in g.old_fragments}
+        if not old_ids:
+            raise InvalidInputError("a rewrite group must name the fragments it replaces")
         missing = old_ids - present
         if missing:
             raise InvalidInputError(f"rewrite of fragments {sorted(missing)} that don't exist")
-        position = min(i for i, f in enumerate(frags) if f.id in old_ids)
-        scratch = table_pb2.Manifest()
-        if m.HasField("max_fragment_id"):
-            scratch.max_fragment_id = m.max_fragment_id
-        scratch.next_row_id = m.next_row_id
+        # new ids continue after every id ever used, including the fragments being replaced
+        scratch = table_pb2.Manifest(next_row_id=m.next_row_id)
+        first_free = _next_fragment_id(m)
+        if first_free:
+            scratch.max_fragment_id = first_free - 1
         new = _add_fragments(scratch, g.new_fragments, version, stable)
-        m.max_fragment_id = scratch.max_fragment_id
+        if scratch.HasField("max_fragment_id"):
+            m.max_fragment_id = scratch.max_fragment_id
         m.next_row_id = scratch.next_row_id
-        frags = [f for f in frags if f.id not in old_ids]
-        frags[position:position] = new
+        frags = [f for f in frags if f.id not in old_ids] + new
         present = (present - old_ids) | {int(f.id) for f in new}
     del m.fragments[:]
     m.fragments.extend(frags)

@@ -1,0 +1,171 @@
+"""pylance-style SQL value expressions (`a * 2`, `s || 'x'`, `CAST(f AS double)`) -> Arrow.
+
+The grammar, typing and semantics are those of filters (see `format.expr`), plus pylance's
+rule that the literal of a root `column <op> literal` takes the column's type for every
+binary operator: `a * 2` on an int32 column is int32, `a + 1.5` is refused. The result's
+nullability follows DataFusion's: columns carry theirs, literals are never NULL (except
+NULL itself), operators are nullable when an operand is, COALESCE when all its arguments
+are, IS NULL never is, and other functions always are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.acero as acero
+import pyarrow.compute as pc
+from sqlglot import exp
+
+from format.errors import FilterBindError, FilterSyntaxError, InvalidInputError
+from format.expr.parse import parse_filter
+from format.expr.to_arrow import Binder
+from format.expr.types import TypeRuleError
+
+_ALWAYS_NULLABLE_FUNCTIONS = (
+    exp.Anonymous,
+    exp.Lower,
+    exp.Upper,
+    exp.Length,
+    exp.Abs,
+    exp.IsNan,
+    exp.Nullif,
+    exp.RegexpLike,
+)
+
+
+@dataclass(frozen=True)
+class CompiledExpression:
+    """A value expression bound to a schema: its Arrow expression, result field and inputs."""
+
+    expression: pc.Expression
+    type: pa.DataType
+    nullable: bool
+    columns: list[str] = field(default_factory=list)
+    sql: str = ""
+
+    def to_field(self, name: str) -> pa.Field:
+        """The Arrow field of a column holding this expression's values."""
+        return pa.field(name, self.type, self.nullable)
+
+
+def _as_expression_error(e: InvalidInputError) -> InvalidInputError:
+    """The same error, worded for an expression rather than a filter."""
+    message = str(e)
+    if message.startswith("filter "):
+        message = "expression " + message[len("filter ") :]
+    message = message.replace("is not supported in filters", "is not supported in expressions")
+    return type(e)(message)
+
+
+def compile_expression(
+    sql: str, schema: pa.Schema, *, dataset: str | None = None
+) -> CompiledExpression:
+    """Compile a pylance SQL value expression against `schema`.
+
+    Raises FilterSyntaxError / FilterBindError (worded for an expression) as filters do.
+    """
+    try:
+        node = parse_filter(sql, dataset=dataset)
+        binder = Binder(sql, schema, dataset)
+        try:
+            bound = binder.bind_value_root(node)
+        except (FilterSyntaxError, FilterBindError):
+            raise
+        except RecursionError:
+            raise FilterSyntaxError(f"expression {sql!r} is too deeply nested to compile") from None
+        except (TypeRuleError, pa.ArrowException, TypeError, ValueError, KeyError) as e:
+            raise binder.bind_error(str(e)) from None
+        except (AttributeError, IndexError) as e:
+            raise binder.unsupported(f"this construct ({type(e).__name__}: {e})") from None
+        for call in node.find_all(exp.Anonymous):
+            if str(call.this).lower() == "regexp_match":
+                # pylance returns the matches (a list of strings) here, not a boolean
+                raise binder.unsupported("regexp_match (use regexp_like)")
+        if bound.const:
+            nullable = bound.value is None or not bound.value.is_valid
+        else:
+            nullable = _nullable(node, binder)
+    except (FilterSyntaxError, FilterBindError) as e:
+        raise _as_expression_error(e) from None
+    columns = [name for name in schema.names if name in binder.columns]
+    return CompiledExpression(
+        expression=bound.expression(),
+        type=bound.type,
+        nullable=nullable,
+        columns=columns,
+        sql=sql,
+    )
+
+
+def _nullable(node: exp.Expression, binder: Binder) -> bool:
+    """Whether the value of `node` may be NULL, by DataFusion's rules."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, (exp.Column, exp.Dot)) or (
+        isinstance(node, exp.Bracket) and binder._is_field(node)
+    ):
+        return _column_nullable(node, binder)
+    if isinstance(node, exp.Null):
+        return True
+    if isinstance(node, (exp.Literal, exp.Boolean, exp.HexString, exp.Is)):
+        return False
+    if isinstance(node, exp.Coalesce):
+        return all(_nullable(a, binder) for a in [node.this, *node.expressions])
+    if isinstance(node, _ALWAYS_NULLABLE_FUNCTIONS):
+        return True
+    return any(_nullable(child, binder) for child in node.iter_expressions())
+
+
+def _column_nullable(node: exp.Expression, binder: Binder) -> bool:
+    parts = binder._parts(node)
+    top = binder._top_field(*parts[0])
+    if top.nullable:
+        return True
+    dtype = top.type
+    for name, _quoted in parts[1:]:
+        child = dtype.field(dtype.get_field_index(name))
+        if child.nullable:
+            return True
+        dtype = child.type
+    return False
+
+
+def evaluate_expressions(
+    data: pa.RecordBatch | pa.Table, expressions: Sequence[tuple[str, CompiledExpression]]
+) -> pa.RecordBatch:
+    """One batch with a column per (name, expression), computed over the rows of `data`.
+
+    Errors only seen while evaluating (a string that does not parse in a CAST) become
+    InvalidInputError naming the expression.
+    """
+    table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
+    schema = pa.schema([e.to_field(name) for name, e in expressions])
+    if not expressions:
+        return pa.RecordBatch.from_struct_array(
+            pa.StructArray.from_buffers(pa.struct([]), table.num_rows, [None])
+        )
+    plan = acero.Declaration.from_sequence(
+        [
+            acero.Declaration("table_source", acero.TableSourceNodeOptions(table)),
+            acero.Declaration(
+                "project",
+                acero.ProjectNodeOptions(
+                    [e.expression for _, e in expressions], [name for name, _ in expressions]
+                ),
+            ),
+        ]
+    )
+    try:
+        result = plan.to_table(use_threads=False)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+        sqls = ", ".join(repr(x.sql) for _, x in expressions)
+        raise InvalidInputError(f"expression(s) {sqls} failed on the data: {e}") from None
+    arrays = []
+    for (_name, compiled), column in zip(expressions, result.columns, strict=True):
+        array = column.combine_chunks()
+        if not array.type.equals(compiled.type):
+            array = array.cast(compiled.type)
+        arrays.append(array)
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
