@@ -22,7 +22,7 @@ from format.errors import (
 from format.io.store import ObjectStore, open_store
 from format.proto import table_pb2, transaction_pb2
 from format.table import versions as _versions
-from format.table.commit import commit_transaction
+from format.table.commit import commit_clone, commit_transaction
 from format.table.deletion import write_deletion_file
 from format.table.manifest import Manifest
 from format.table.schema import LanceSchema
@@ -451,6 +451,44 @@ class LanceDataset:
         from format.dataset import evolution
 
         evolution.alter_columns(self, *alterations)
+
+    def shallow_clone(
+        self,
+        target_path: str,
+        reference: int | str | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> LanceDataset:
+        """A new dataset at `target_path` sharing this one's files through a base path.
+
+        The clone starts at the referenced version (number, tag, or this version) and
+        copies no data: its manifest points every existing file at the source's root.
+        """
+        source = self if reference is None else self.checkout_version(reference)
+        target = open_store(str(target_path), storage_options)
+        if _versions.list_manifests(target):
+            raise DatasetAlreadyExistsError(f"a dataset already exists at {target_path}")
+        pb = table_pb2.Manifest()
+        pb.CopyFrom(source.manifest.pb)
+        base_id = max((b.id for b in pb.base_paths), default=-1) + 1
+        root = source.uri if "://" in source.uri else source._store.full_path("")
+        pb.base_paths.append(table_pb2.BasePath(id=base_id, is_dataset_root=True, path=root))
+        for frag in pb.fragments:
+            for df in frag.files:
+                if not df.HasField("base_id"):
+                    df.base_id = base_id
+            if frag.HasField("deletion_file") and not frag.deletion_file.HasField("base_id"):
+                frag.deletion_file.base_id = base_id
+        body = transaction_pb2.Transaction.Clone(
+            is_shallow=True, ref_version=source.version, ref_path=root
+        )
+        if isinstance(reference, str):
+            body.ref_name = reference
+        txn = new_transaction(source.version, "clone", body)
+        return LanceDataset(
+            target,
+            commit_clone(target, txn, pb, source.manifest),
+            storage_options=storage_options,
+        )
 
     def restore(self) -> None:
         """Make this (old) version the latest again, as a new version."""

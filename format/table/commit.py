@@ -33,6 +33,7 @@ from format.table.manifest import (
 from format.table.transaction import (
     IDEMPOTENCY_KEY,
     ManifestContext,
+    apply_feature_flags,
     build_manifest,
     check_writable,
     operation_of,
@@ -287,3 +288,32 @@ def commit_transaction(
         version=None,
         retryable=True,
     )
+
+
+def commit_clone(
+    store: ObjectStore,
+    txn: transaction_pb2.Transaction,
+    pb: table_pb2.Manifest,
+    source: Manifest,
+) -> Manifest:
+    """Create a shallow clone's first manifest (same version number as its source)."""
+    pb.ClearField("transaction_section")
+    pb.ClearField("transaction_section_deprecated")
+    pb.ClearField("index_section")
+    pb.transaction_file = transaction_file_name(txn)
+    pb.timestamp.FromNanoseconds(time.time_ns())
+    flags = pb.reader_feature_flags | pb.writer_feature_flags
+    apply_feature_flags(pb, flags)
+    store.put(f"{TRANSACTIONS_DIR}/{pb.transaction_file}", txn.SerializeToString())
+    data = encode_manifest(
+        pb, transaction=txn, prefix=_dictionary_prefix(pb, source, ManifestContext())
+    )
+    path = f"{_versions.VERSIONS_DIR}/{manifest_name(pb.version)}"
+    try:
+        store.put_if_absent(path, data)
+    except FileExistsError:
+        raise CommitConflictError(f"{store.uri}: a dataset was created here concurrently") from None
+    _write_hint(store, pb.version)
+    manifest = decode_manifest(data, store.uri_of(path))
+    manifest.path = path
+    return manifest

@@ -121,7 +121,7 @@ def _add_fragments(
     return out
 
 
-def _apply_feature_flags(manifest: table_pb2.Manifest, previous: int) -> None:
+def apply_feature_flags(manifest: table_pb2.Manifest, previous: int) -> None:
     """Recompute the flag words as pylance does, keeping sticky bits."""
     flags = previous & _STICKY
     if any(f.HasField("deletion_file") for f in manifest.fragments):
@@ -286,7 +286,7 @@ def build_manifest(
     previous_flags = prev_pb.reader_feature_flags | prev_pb.writer_feature_flags
     if previous is None and ctx.stable_row_ids:
         previous_flags |= FLAG_STABLE_ROW_IDS
-    _apply_feature_flags(m, previous_flags if op != "restore" else m.reader_feature_flags)
+    apply_feature_flags(m, previous_flags if op != "restore" else m.reader_feature_flags)
     if m.reader_feature_flags & FLAG_STABLE_ROW_IDS:
         missing = [f.id for f in m.fragments if f.WhichOneof("row_id_sequence") is None]
         if missing:
