@@ -490,6 +490,34 @@ class LanceDataset:
             storage_options=storage_options,
         )
 
+    @property
+    def optimize(self) -> Any:
+        """Table maintenance (pylance's `ds.optimize`): `compact_files(...)`."""
+        from format.dataset.maintenance import DatasetOptimizer
+
+        return DatasetOptimizer(self)
+
+    def cleanup_old_versions(
+        self,
+        older_than: dt.timedelta | None = None,
+        retain_versions: int | None = None,
+        *,
+        delete_unverified: bool = False,
+        error_if_tagged_old_versions: bool = True,
+        versions: Sequence[int] | None = None,
+    ) -> Any:
+        """Remove old versions and the files only they used; returns CleanupStats."""
+        from format.dataset import maintenance
+
+        return maintenance.cleanup_old_versions(
+            self,
+            older_than,
+            retain_versions,
+            delete_unverified=delete_unverified,
+            error_if_tagged_old_versions=error_if_tagged_old_versions,
+            versions=versions,
+        )
+
     def restore(self) -> None:
         """Make this (old) version the latest again, as a new version."""
         body = transaction_pb2.Transaction.Restore(version=self.version)
