@@ -17,6 +17,7 @@ import pytest
 from google.protobuf import any_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strategies import arrow_types, random_array
 
 from format.errors import CorruptFileError, InvalidInputError, LanceError, UnsupportedFeatureError
 from format.file.base import split_ranges
@@ -689,75 +690,13 @@ _LEAVES = [
 ]
 
 
-def _type_strategy() -> st.SearchStrategy[pa.DataType]:
-    leaf = st.sampled_from(_LEAVES)
-
-    def extend(children: st.SearchStrategy[pa.DataType]) -> st.SearchStrategy[pa.DataType]:
-        return st.one_of(
-            st.builds(pa.list_, children),
-            st.builds(pa.large_list, children),
-            st.lists(children, min_size=1, max_size=3).map(
-                lambda ts: pa.struct([(f"f{i}", t) for i, t in enumerate(ts)])
-            ),
-        )
-
-    return st.recursive(leaf, extend, max_leaves=4)
-
-
-def _random_array(t: pa.DataType, n: int, rng: np.random.Generator, p_null: float) -> pa.Array:
-    mask = rng.random(n) < p_null if p_null else None
-    if pa.types.is_struct(t):  # 2.0 cannot store struct validity
-        return pa.StructArray.from_arrays(
-            [_random_array(f.type, n, rng, p_null) for f in t], fields=list(t)
-        )
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        lens = rng.integers(0, 4, n)
-        offsets = np.concatenate(([0], np.cumsum(lens)))
-        items = _random_array(t.value_type, int(offsets[-1]), rng, p_null)
-        cls = pa.LargeListArray if pa.types.is_large_list(t) else pa.ListArray
-        off = pa.array(offsets, pa.int64() if pa.types.is_large_list(t) else pa.int32())
-        return cls.from_arrays(off, items, mask=pa.array(mask) if mask is not None else None)
-    if pa.types.is_fixed_size_list(t):
-        items = _random_array(t.value_type, n * t.list_size, rng, p_null)
-        return pa.FixedSizeListArray.from_arrays(
-            items, t.list_size, mask=pa.array(mask) if mask is not None else None
-        )
-    if pa.types.is_boolean(t):
-        return pa.array(rng.random(n) < 0.5, mask=mask)
-    if pa.types.is_floating(t):
-        vals = rng.standard_normal(n).astype(t.to_pandas_dtype())
-        return pa.array(vals, t, mask=mask)
-    if pa.types.is_integer(t):
-        info = np.iinfo(t.to_pandas_dtype())
-        return pa.array(
-            rng.integers(info.min, info.max, n, dtype=info.dtype, endpoint=True), t, mask=mask
-        )
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        # Few distinct values (dictionary pages once >= 100 rows) or mostly distinct ones.
-        size = int(rng.choice([5, 3 * n]))
-        pool = [f"w{i}" * int(k) for i, k in enumerate(rng.integers(0, 4, size))]
-        vals = [pool[int(k)] for k in rng.integers(0, size, n)]
-        return pa.array(vals, t, mask=mask)
-    if pa.types.is_binary(t):
-        return pa.array([bytes(int(k)) for k in rng.integers(0, 5, n)], t, mask=mask)
-    if pa.types.is_fixed_size_binary(t):
-        return pa.array([bytes([int(k)]) * 3 for k in rng.integers(0, 256, n)], t, mask=mask)
-    if pa.types.is_date32(t):
-        return pa.array(rng.integers(0, 30000, n).astype(np.int32), t, mask=mask)
-    if pa.types.is_timestamp(t):
-        return pa.array(rng.integers(0, 2**50, n), t, mask=mask)
-    if pa.types.is_decimal(t):
-        return pa.array(rng.integers(-(10**12), 10**12, n), pa.int64(), mask=mask).cast(t)
-    raise AssertionError(t)
-
-
 @settings(
     max_examples=60,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
-    types=st.lists(_type_strategy(), min_size=1, max_size=4),
+    types=st.lists(arrow_types(_LEAVES), min_size=1, max_size=4),
     n=st.integers(1, 700),
     seed=st.integers(0, 2**32 - 1),
     p_null=st.sampled_from([0.0, 0.2, 1.0]),
@@ -774,7 +713,7 @@ def test_random_tables_round_trip(
     page_bytes: int,
 ) -> None:
     rng = np.random.default_rng(seed)
-    table = pa.table({f"c{i}": _random_array(t, n, rng, p_null) for i, t in enumerate(types)})
+    table = pa.table({f"c{i}": random_array(t, n, rng, p_null) for i, t in enumerate(types)})
     uri = str(tmp_path_factory.mktemp("hyp") / "ds")
     _write(
         uri,
