@@ -31,10 +31,13 @@ bench: $(STAMP)
 bench-write: $(STAMP)
 	$(PY) -m benchmarks.write
 
+# The Flight server on ./data at grpc://127.0.0.1:8815, with a demo dataset if ./data has none.
+ROOT ?= ./data
+HOST ?= 127.0.0.1
+PORT ?= 8815
 serve: $(STAMP)
-	@echo "The Flight server arrives with issue 4 (flight_server/). Until then:"
-	@echo "  $(VENV)/bin/quiver inspect PATH_TO_DATASET   # versions, schema and fragments of a Lance dataset"
-	@exit 1
+	$(PY) -m flight_server demo --root $(ROOT)
+	$(PY) -m flight_server serve --root $(ROOT) --host $(HOST) --port $(PORT)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,14 +1,28 @@
-"""The `quiver` command line: `quiver inspect URI` describes a Lance dataset."""
+"""The `quiver` command line (also `python -m flight_server`).
+
+    quiver serve --root ./data --host 127.0.0.1 --port 8815 [--advertise URI ...]
+    quiver inspect PATH_OR_URI [--version N|TAG]
+    quiver demo --root ./data        # create the demo dataset if the root has none
+
+Without a subcommand, the arguments are those of `serve`; every `serve` flag can also
+come from a `QUIVER_*` environment variable (see `flight_server.config`).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
+from flight_server.config import ConfigError, ServerConfig, add_serve_arguments
 from format.dataset import dataset
 from format.errors import LanceError
+
+COMMANDS = ("serve", "inspect", "demo")
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -38,17 +52,84 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the process exit code."""
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level, logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from flight_server.demo import ensure_demo
+
+    config = ServerConfig.from_namespace(args)
+    created = ensure_demo(config.root)
+    if created:
+        print(f"quiver: created the demo dataset {created!r} under {config.root}", file=sys.stderr)
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from flight_server.server import build_server
+
+    config = ServerConfig.from_namespace(args)
+    _setup_logging(config.log_level)
+    try:
+        server = build_server(config)
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - e.g. the port is taken
+        print(f"quiver: cannot serve on {config.bind_location()}: {e}", file=sys.stderr)
+        return 1
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        logging.getLogger("quiver").info("signal %d: shutting down", signum)
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
+    print(
+        f"quiver: serving {config.root} at {', '.join(server.locations)} (Ctrl-C stops)",
+        file=sys.stderr,
+        flush=True,
+    )
+    while not stop.wait(0.5):
+        pass
+    server.service.set_serving(False)
+    server.shutdown()  # waits for calls in progress
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `quiver` argument parser."""
     parser = argparse.ArgumentParser(prog="quiver", description="Serve Lance datasets over Flight.")
     sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("serve", help="run the Arrow Flight server")
+    add_serve_arguments(p)
+    p.set_defaults(func=_serve)
     p = sub.add_parser("inspect", help="describe a Lance dataset (versions, schema, fragments)")
     p.add_argument("uri", help="dataset path or URI (file://, memory://, s3://)")
     p.add_argument("--version", help="version number or tag (default: latest)")
     p.set_defaults(func=_inspect)
-    args = parser.parse_args(argv)
+    p = sub.add_parser("demo", help="create the demo dataset under the root if it has none")
+    p.add_argument("--root", help="storage root (env QUIVER_ROOT, default ./data)")
+    p.set_defaults(func=_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the process exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
+        argv.insert(0, "serve")
+    args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
+    except ConfigError as e:
+        print(f"quiver: {e}", file=sys.stderr)
+        return 2
     except LanceError as e:
         print(f"quiver: {e}", file=sys.stderr)
         return 2

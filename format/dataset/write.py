@@ -183,14 +183,14 @@ def write_fragments(
                     name = data_file_name()
                     written.append(name)
                     sink = store.open_write(f"data/{name}")
-                    writer = open_writer(
+                    current = _FileInProgress(name, sink, None)  # type: ignore[arg-type]
+                    current.writer = open_writer(
                         sink,
                         schema,
                         storage_version,
                         max_rows_per_group=max_rows_per_group,
                         path=store.uri_of(f"data/{name}"),
                     )
-                    current = _FileInProgress(name, sink, writer)
                 take = min(batch.num_rows - offset, max_rows_per_file - current.rows)
                 current.writer.write(batch.slice(offset, take))
                 current.rows += take

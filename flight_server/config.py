@@ -1,0 +1,247 @@
+"""`ServerConfig`: everything `quiver serve` takes, from flags or `QUIVER_*` variables.
+
+A flag wins over its environment variable, which wins over the default:
+
+| flag                        | environment                    | default       |
+|-----------------------------|--------------------------------|---------------|
+| --root                      | QUIVER_ROOT                    | ./data        |
+| --host                      | QUIVER_HOST                    | 127.0.0.1     |
+| --port                      | QUIVER_PORT                    | 8815          |
+| --advertise URI (repeat)    | QUIVER_ADVERTISE (comma-sep.)  | grpc://host:port |
+| --tls-cert / --tls-key      | QUIVER_TLS_CERT / _KEY         | none          |
+| --tls-client-ca             | QUIVER_TLS_CLIENT_CA           | none          |
+| --auth-file                 | QUIVER_AUTH_FILE               | none          |
+| --max-rows-per-endpoint N   | QUIVER_MAX_ROWS_PER_ENDPOINT   | none (1 endpoint per fragment) |
+| --batch-size N              | QUIVER_BATCH_SIZE              | engine's (8192) |
+| --ticket-ttl SECONDS        | QUIVER_TICKET_TTL              | 86400 (0: never expire) |
+| --ticket-key-file PATH      | QUIVER_TICKET_KEY_FILE         | none          |
+| (environment only)          | QUIVER_TICKET_KEY              | random per process |
+| (environment only)          | QUIVER_STORAGE_OPTIONS (JSON)  | {}            |
+| --log-level                 | QUIVER_LOG_LEVEL               | INFO          |
+
+The ticket key signs tickets and staged fragments; replicas behind one address must share
+it. It is read from the environment or a file, never from a flag (flags show in `ps`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_PORT = 8815
+DEFAULT_TICKET_TTL = 24 * 3600
+_SCHEMES = ("grpc", "grpc+tcp", "grpc+tls")
+
+
+class ConfigError(ValueError):
+    """A flag or variable has an unusable value; the message is one line for the user."""
+
+
+def _host_in_uri(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+@dataclass
+class ServerConfig:
+    """How to run one Quiver server process."""
+
+    root: str = "./data"
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    advertise: tuple[str, ...] = ()
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    auth_file: str | None = None
+    max_rows_per_endpoint: int | None = None
+    batch_size: int | None = None
+    ticket_ttl: int = DEFAULT_TICKET_TTL
+    ticket_key: bytes | None = field(default=None, repr=False)
+    storage_options: dict[str, Any] = field(default_factory=dict, repr=False)
+    log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # -- derived ------------------------------------------------------------------------
+    @property
+    def tls(self) -> bool:
+        """Whether the server listens with TLS."""
+        return bool(self.tls_cert)
+
+    @property
+    def scheme(self) -> str:
+        """``grpc+tls`` with TLS, ``grpc`` otherwise."""
+        return "grpc+tls" if self.tls else "grpc"
+
+    def bind_location(self) -> str:
+        """The URI the server binds to."""
+        return f"{self.scheme}://{_host_in_uri(self.host)}:{self.port}"
+
+    def advertised(self, port: int | None = None) -> list[str]:
+        """The URIs endpoints name: --advertise, else this host and the bound port."""
+        if self.advertise:
+            return list(self.advertise)
+        host = self.host
+        if host in ("0.0.0.0", "::", "[::]", ""):
+            import socket
+
+            host = socket.gethostname()
+        return [f"{self.scheme}://{_host_in_uri(host)}:{port if port is not None else self.port}"]
+
+    # -- checks -------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Refuse inconsistent settings with a one-line ConfigError."""
+        if not str(self.root).strip():
+            raise ConfigError("--root is empty")
+        if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
+            raise ConfigError(f"--port must be 0..65535, not {self.port!r}")
+        if not self.host:
+            raise ConfigError("--host is empty")
+        for uri in self.advertise:
+            scheme = uri.split("://", 1)[0] if "://" in uri else ""
+            if scheme not in _SCHEMES or not uri.split("://", 1)[1]:
+                raise ConfigError(
+                    f"--advertise {uri!r}: expected grpc://, grpc+tcp:// or grpc+tls://host:port"
+                )
+            if self.tls and scheme != "grpc+tls":
+                raise ConfigError(f"--advertise {uri!r}: a TLS server must advertise grpc+tls://")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ConfigError("--tls-cert and --tls-key go together")
+        if self.tls_client_ca and not self.tls:
+            raise ConfigError("--tls-client-ca needs --tls-cert and --tls-key")
+        for name in ("max_rows_per_endpoint", "batch_size"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                flag = "--" + name.replace("_", "-")
+                raise ConfigError(f"{flag} must be a positive integer, not {value!r}")
+        if not isinstance(self.ticket_ttl, int) or self.ticket_ttl < 0:
+            raise ConfigError(f"--ticket-ttl must be >= 0 seconds, not {self.ticket_ttl!r}")
+        if self.ticket_key is not None and len(self.ticket_key) < 16:
+            raise ConfigError("the ticket key (QUIVER_TICKET_KEY) needs at least 16 bytes")
+        if not isinstance(self.storage_options, dict):
+            raise ConfigError("QUIVER_STORAGE_OPTIONS must be a JSON object")
+
+    # -- construction -------------------------------------------------------------------
+    @classmethod
+    def from_args(
+        cls, argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
+    ) -> ServerConfig:
+        """Parse `quiver serve` flags (without the subcommand) over the environment."""
+        parser = argparse.ArgumentParser(prog="quiver serve")
+        add_serve_arguments(parser)
+        return cls.from_namespace(parser.parse_args(argv), env)
+
+    @classmethod
+    def from_namespace(
+        cls, ns: argparse.Namespace, env: Mapping[str, str] | None = None
+    ) -> ServerConfig:
+        """Combine parsed flags (None = not given) with `QUIVER_*` variables and defaults."""
+        env = os.environ if env is None else env
+
+        def pick(attr: str, var: str) -> str | None:
+            value = getattr(ns, attr, None)
+            if value is not None:
+                return value
+            value = env.get(var)
+            return value if value not in (None, "") else None
+
+        def integer(attr: str, var: str, default: int | None) -> int | None:
+            value = pick(attr, var)
+            if value is None:
+                return default
+            try:
+                return int(value)
+            except (TypeError, ValueError):
+                flag = "--" + attr.replace("_", "-")
+                raise ConfigError(f"{flag} / {var} must be an integer, not {value!r}") from None
+
+        advertise: list[str] = list(getattr(ns, "advertise", None) or [])
+        if not advertise and env.get("QUIVER_ADVERTISE"):
+            advertise = [u.strip() for u in env["QUIVER_ADVERTISE"].split(",") if u.strip()]
+        key: bytes | None = None
+        key_file = pick("ticket_key_file", "QUIVER_TICKET_KEY_FILE")
+        if key_file:
+            try:
+                with open(key_file, "rb") as f:
+                    key = f.read().strip()
+            except OSError as e:
+                raise ConfigError(f"cannot read the ticket key file: {e.strerror}") from None
+        elif env.get("QUIVER_TICKET_KEY"):
+            key = env["QUIVER_TICKET_KEY"].encode("utf-8")
+        options: dict[str, Any] = {}
+        if env.get("QUIVER_STORAGE_OPTIONS"):
+            try:
+                options = json.loads(env["QUIVER_STORAGE_OPTIONS"])
+            except ValueError:
+                raise ConfigError("QUIVER_STORAGE_OPTIONS is not valid JSON") from None
+        return cls(
+            root=pick("root", "QUIVER_ROOT") or "./data",
+            host=pick("host", "QUIVER_HOST") or "127.0.0.1",
+            port=integer("port", "QUIVER_PORT", DEFAULT_PORT),  # type: ignore[arg-type]
+            advertise=tuple(advertise),
+            tls_cert=pick("tls_cert", "QUIVER_TLS_CERT"),
+            tls_key=pick("tls_key", "QUIVER_TLS_KEY"),
+            tls_client_ca=pick("tls_client_ca", "QUIVER_TLS_CLIENT_CA"),
+            auth_file=pick("auth_file", "QUIVER_AUTH_FILE"),
+            max_rows_per_endpoint=integer(
+                "max_rows_per_endpoint", "QUIVER_MAX_ROWS_PER_ENDPOINT", None
+            ),
+            batch_size=integer("batch_size", "QUIVER_BATCH_SIZE", None),
+            ticket_ttl=integer(  # type: ignore[arg-type]
+                "ticket_ttl", "QUIVER_TICKET_TTL", DEFAULT_TICKET_TTL
+            ),
+            ticket_key=key,
+            storage_options=options,
+            log_level=(pick("log_level", "QUIVER_LOG_LEVEL") or "INFO").upper(),
+        )
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of `quiver serve` (defaults are None so the environment can fill them)."""
+    a = parser.add_argument
+    a(
+        "--root",
+        help="storage root: a directory, memory://... or s3://bucket/prefix "
+        "(env QUIVER_ROOT, default ./data)",
+    )
+    a("--host", help="address to bind (env QUIVER_HOST, default 127.0.0.1)")
+    a("--port", help="port to bind, 0 for any (env QUIVER_PORT, default 8815)")
+    a(
+        "--advertise",
+        action="append",
+        metavar="URI",
+        help="URI clients use to reach this server, put in every endpoint; repeat for replicas "
+        "(env QUIVER_ADVERTISE, comma-separated; default grpc://HOST:PORT)",
+    )
+    a("--tls-cert", help="PEM certificate chain for TLS (env QUIVER_TLS_CERT)")
+    a("--tls-key", help="PEM private key for TLS (env QUIVER_TLS_KEY)")
+    a(
+        "--tls-client-ca",
+        help="PEM CA bundle: require client certificates signed by it "
+        "(mutual TLS; env QUIVER_TLS_CLIENT_CA)",
+    )
+    a("--auth-file", help="users, password hashes and per-dataset rights (env QUIVER_AUTH_FILE)")
+    a(
+        "--max-rows-per-endpoint",
+        metavar="N",
+        help="split fragments with more rows into row-range endpoints "
+        "(env QUIVER_MAX_ROWS_PER_ENDPOINT; default: one endpoint per fragment)",
+    )
+    a("--batch-size", metavar="N", help="rows per streamed batch (env QUIVER_BATCH_SIZE)")
+    a(
+        "--ticket-ttl",
+        metavar="SECONDS",
+        help="how long tickets stay redeemable (env QUIVER_TICKET_TTL, default 86400; 0: forever)",
+    )
+    a(
+        "--ticket-key-file",
+        metavar="PATH",
+        help="file holding the key that signs tickets, shared by replicas "
+        "(env QUIVER_TICKET_KEY_FILE, or the key itself in QUIVER_TICKET_KEY)",
+    )
+    a("--log-level", help="DEBUG, INFO, WARNING... (env QUIVER_LOG_LEVEL, default INFO)")

@@ -1,0 +1,239 @@
+"""The JSON side of the Flight contract: strict objects, descriptors and DoPut commands.
+
+Every JSON document a client sends (CMD descriptors, action bodies) must be one UTF-8
+object; duplicate keys, unknown keys, wrong types, NaN/Infinity are `InvalidArgument`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from flight_server.errors import InvalidArgument
+from flight_server.names import name_from_path, validate_name
+
+MAX_JSON_BYTES = 256 << 20
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise InvalidArgument(f"duplicate key {k!r}")
+        out[k] = v
+    return out
+
+
+def _no_constants(token: str) -> Any:
+    raise InvalidArgument(f"{token} is not valid JSON")
+
+
+def parse_object(data: bytes | str | None, what: str, *, empty_ok: bool = False) -> dict[str, Any]:
+    """Decode one JSON object; an empty body is `{}` only when `empty_ok`."""
+    if data is None or (isinstance(data, (bytes, str)) and not data.strip()):
+        if empty_ok:
+            return {}
+        raise InvalidArgument(f"{what}: expected a JSON object, got an empty body")
+    if len(data) > MAX_JSON_BYTES:
+        raise InvalidArgument(f"{what}: body larger than {MAX_JSON_BYTES} bytes")
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidArgument(f"{what}: body is not UTF-8") from None
+    try:
+        doc = json.loads(data, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+    except InvalidArgument as e:
+        raise InvalidArgument(f"{what}: {e}") from None
+    except (ValueError, RecursionError) as e:
+        msg = e.msg if isinstance(e, json.JSONDecodeError) else "cannot parse"
+        raise InvalidArgument(f"{what}: malformed JSON ({msg})") from None
+    if not isinstance(doc, dict):
+        raise InvalidArgument(f"{what}: expected a JSON object, got {type(doc).__name__}")
+    return doc
+
+
+class Fields:
+    """Typed access to a JSON object whose keys must all be among `allowed`."""
+
+    def __init__(self, doc: dict[str, Any], what: str, allowed: Collection[str]) -> None:
+        unknown = sorted(set(doc) - set(allowed))
+        if unknown:
+            raise InvalidArgument(
+                f"{what}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})"
+            )
+        self.doc = doc
+        self.what = what
+
+    def has(self, key: str) -> bool:
+        """Whether the key is present and not null."""
+        return self.doc.get(key) is not None
+
+    def _get(self, key: str, required: bool) -> Any:
+        value = self.doc.get(key)
+        if value is None and required:
+            raise InvalidArgument(f"{self.what}: missing {key!r}")
+        return value
+
+    def _bad(self, key: str, expected: str) -> InvalidArgument:
+        return InvalidArgument(f"{self.what}: {key!r} must be {expected}")
+
+    def str(self, key: str, *, required: bool = False, nonempty: bool = True) -> Any:
+        """A string (or None when absent)."""
+        value = self._get(key, required)
+        if value is not None and (not isinstance(value, str) or (nonempty and not value)):
+            raise self._bad(key, "a non-empty string" if nonempty else "a string")
+        return value
+
+    def int(self, key: str, *, required: bool = False, minimum: int | None = None) -> Any:
+        """An integer (booleans refused), optionally bounded below."""
+        value = self._get(key, required)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self._bad(key, "an integer")
+        if minimum is not None and value < minimum:
+            raise self._bad(key, f"an integer >= {minimum}")
+        return value
+
+    def number(self, key: str, *, minimum: float | None = None) -> Any:
+        """A JSON number."""
+        value = self._get(key, False)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self._bad(key, "a number")
+        if minimum is not None and value < minimum:
+            raise self._bad(key, f"a number >= {minimum}")
+        return value
+
+    def bool(self, key: str, *, default: bool | None = None) -> Any:
+        """A boolean, or `default` when absent."""
+        value = self._get(key, False)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self._bad(key, "true or false")
+        return value
+
+    def str_list(self, key: str, *, required: bool = False, nonempty: bool = False) -> Any:
+        """A list of non-empty strings."""
+        value = self._get(key, required)
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise self._bad(key, "a list of non-empty strings")
+        if nonempty and not value:
+            raise self._bad(key, "a non-empty list")
+        return value
+
+    def obj(self, key: str, *, required: bool = False) -> Any:
+        """A JSON object."""
+        value = self._get(key, required)
+        if value is not None and not isinstance(value, dict):
+            raise self._bad(key, "a JSON object")
+        return value
+
+    def list(self, key: str, *, required: bool = False) -> Any:
+        """A JSON array."""
+        value = self._get(key, required)
+        if value is not None and not isinstance(value, list):
+            raise self._bad(key, "a JSON array")
+        return value
+
+    def dataset(self) -> str:
+        """The required, validated "dataset" name."""
+        return validate_name(self.str("dataset", required=True))
+
+
+# -- reads ----------------------------------------------------------------------------------
+READ_KEYS = ("dataset", "version", "tag", "as_of", "columns", "filter", "limit", "with_row_id")
+
+
+@dataclass(frozen=True)
+class ReadRequest:
+    """What a descriptor asks to read: a dataset at a version, projected and filtered."""
+
+    dataset: str
+    version: int | None = None
+    tag: str | None = None
+    as_of: str | None = None
+    columns: tuple[str, ...] | None = None
+    filter: str | None = None
+    limit: int | None = None
+    with_row_id: bool = False
+
+    def ref(self) -> dict[str, Any]:
+        """The version reference as given (for messages and logs)."""
+        return {
+            k: v
+            for k, v in (("version", self.version), ("tag", self.tag), ("as_of", self.as_of))
+            if v is not None
+        }
+
+
+def version_ref(f: Fields) -> tuple[int | None, str | None, str | None]:
+    """The optional, mutually exclusive "version" / "tag" / "as_of" of a body."""
+    version = f.int("version", minimum=1)
+    tag = f.str("tag")
+    as_of = f.str("as_of")
+    if sum(x is not None for x in (version, tag, as_of)) > 1:
+        raise InvalidArgument(f"{f.what}: give at most one of 'version', 'tag' and 'as_of'")
+    return version, tag, as_of
+
+
+def read_request_from_command(cmd: bytes) -> ReadRequest:
+    """Parse a CMD descriptor: the JSON object of DESIGN.md §3."""
+    f = Fields(parse_object(cmd, "CMD descriptor"), "CMD descriptor", READ_KEYS)
+    name = f.dataset()
+    version, tag, as_of = version_ref(f)
+    columns = f.str_list("columns")
+    if columns is not None and len(set(columns)) != len(columns):
+        raise InvalidArgument("CMD descriptor: 'columns' names a column twice")
+    filt = f.str("filter")
+    return ReadRequest(
+        dataset=name,
+        version=version,
+        tag=tag,
+        as_of=as_of,
+        columns=tuple(columns) if columns is not None else None,
+        filter=filt if filt is None or filt.strip() else None,
+        limit=f.int("limit", minimum=0),
+        with_row_id=f.bool("with_row_id", default=False),
+    )
+
+
+def read_request_from_path(path: Sequence[bytes | str]) -> ReadRequest:
+    """Parse a PATH descriptor: the dataset name (elements joined by '/'), latest version."""
+    return ReadRequest(dataset=name_from_path(path))
+
+
+# -- writes ---------------------------------------------------------------------------------
+PUT_KEYS = ("dataset", "mode", "commit")
+MODES = ("append", "create", "overwrite")
+
+
+@dataclass(frozen=True)
+class PutRequest:
+    """A DoPut: where the rows go and whether to commit them now."""
+
+    dataset: str
+    mode: str = "append"
+    commit: bool = True
+
+
+def put_request_from_command(cmd: bytes) -> PutRequest:
+    """Parse a DoPut CMD: {"dataset", "mode": append|create|overwrite, "commit"?: bool}."""
+    f = Fields(parse_object(cmd, "DoPut command"), "DoPut command", PUT_KEYS)
+    name = f.dataset()
+    mode = f.str("mode") or "append"
+    if mode not in MODES:
+        raise InvalidArgument(f"DoPut command: 'mode' must be one of {', '.join(MODES)}")
+    return PutRequest(name, mode, f.bool("commit", default=True))
+
+
+def put_request_from_path(path: Sequence[bytes | str]) -> PutRequest:
+    """A PATH DoPut appends (creating the dataset if needed) and commits."""
+    return PutRequest(name_from_path(path))

@@ -1,0 +1,390 @@
+"""`QuiverFlightServer`: the Arrow Flight RPCs on top of `DatasetService`.
+
+Every handler runs inside `_Call`, which times the call, writes one structured log line
+(logger ``quiver.access``: method, dataset, version, rows, bytes, duration, status) and
+turns every exception into a Flight error through `flight_server.errors` (one-line
+message, JSON `extra_info` code; never a traceback or a server path).
+
+`build_server(config)` is the one place a server is put together; the authentication
+middleware, TLS material and health side port plug in there (see `load_tls`, `load_auth`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from flight_server.config import ConfigError, ServerConfig
+from flight_server.errors import (
+    InvalidArgument,
+    make_flight_error,
+    schema_error,
+    to_flight_error,
+)
+from flight_server.protocol import (
+    put_request_from_command,
+    put_request_from_path,
+    read_request_from_command,
+    read_request_from_path,
+)
+from flight_server.service import ACTIONS, DatasetService
+
+access_log = logging.getLogger("quiver.access")
+
+AUTH_MIDDLEWARE_KEY = "auth"  # where the auth middleware registers; it exposes `.identity`
+
+
+class _Call:
+    """One RPC: timing, the access log line and error translation."""
+
+    def __init__(
+        self, server: QuiverFlightServer, method: str, context: flight.ServerCallContext
+    ) -> None:
+        self.server = server
+        self.method = method
+        self.context = context
+        self.dataset: str | None = None
+        self.version: int | None = None
+        self.rows: int | None = None
+        self.bytes: int | None = None
+        self.status = "ok"
+        self.deferred = False  # DoGet logs when its stream ends, not when the handler returns
+        self.started = time.perf_counter()
+        self.identity = server.identity(context)
+
+    def __enter__(self) -> _Call:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        if exc is None:
+            if not self.deferred:
+                self.log()
+            return False
+        raise self.fail(exc) from None
+
+    def fail(self, exc: BaseException) -> flight.FlightError:
+        """Log the failed call; the Flight error to raise instead of `exc`."""
+        scrub = self.server.service.scrubber_for(self.dataset)
+        error = to_flight_error(exc, scrub, context=self.method)
+        try:
+            self.status = json.loads(error.extra_info or b"{}").get("code", "internal")
+        except ValueError:
+            self.status = "internal"
+        self.log()
+        return error
+
+    def log(self) -> None:
+        """Write the access log line."""
+        record = {
+            "method": self.method,
+            "dataset": self.dataset,
+            "version": self.version,
+            "rows": self.rows,
+            "bytes": self.bytes,
+            "duration_ms": round((time.perf_counter() - self.started) * 1000, 3),
+            "status": self.status,
+            "peer": _peer(self.context),
+        }
+        if self.identity is not None:
+            record["identity"] = str(getattr(self.identity, "user", self.identity))
+        access_log.info(json.dumps(record, separators=(",", ":")))
+
+
+def _peer(context: flight.ServerCallContext) -> str | None:
+    try:
+        peer = context.peer()
+    except Exception:  # noqa: BLE001 - informational only
+        return None
+    return peer.decode("utf-8", "replace") if isinstance(peer, bytes) else peer
+
+
+def _json(doc: Any) -> bytes:
+    return json.dumps(doc, separators=(",", ":")).encode("utf-8")
+
+
+class QuiverFlightServer(flight.FlightServerBase):
+    """Lance datasets under one root, served over Arrow Flight (DESIGN.md §3)."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        service: DatasetService,
+        *,
+        auth_handler: flight.ServerAuthHandler | None = None,
+        middleware: dict[str, flight.ServerMiddlewareFactory] | None = None,
+        tls_certificates: list[Any] | None = None,
+        verify_client: bool = False,
+        root_certificates: bytes | None = None,
+    ) -> None:
+        super().__init__(
+            config.bind_location(),
+            auth_handler=auth_handler,
+            tls_certificates=tls_certificates,
+            verify_client=verify_client,
+            root_certificates=root_certificates,
+            middleware=middleware,
+        )
+        self.config = config
+        self.service = service
+        self.locations: list[str] = config.advertised(self.port)
+
+    # -- plumbing -----------------------------------------------------------------------
+    def identity(self, context: flight.ServerCallContext) -> Any:
+        """Who is calling: the auth middleware's `identity` object (passed as is to
+        `service.authorize`), else the TLS/handshake peer identity string, else None."""
+        try:
+            middleware = context.get_middleware(AUTH_MIDDLEWARE_KEY)
+        except Exception:  # noqa: BLE001 - no middleware registered
+            middleware = None
+        identity = getattr(middleware, "identity", None)
+        if identity is not None:
+            return identity
+        try:
+            peer = context.peer_identity()
+        except Exception:  # noqa: BLE001
+            return None
+        return peer.decode("utf-8", "replace") if peer else None
+
+    def _call(self, method: str, context: flight.ServerCallContext) -> _Call:
+        return _Call(self, method, context)
+
+    @staticmethod
+    def _read_request(descriptor: flight.FlightDescriptor) -> Any:
+        if descriptor.descriptor_type == flight.DescriptorType.PATH:
+            return read_request_from_path(descriptor.path)
+        if descriptor.descriptor_type == flight.DescriptorType.CMD:
+            return read_request_from_command(descriptor.command)
+        raise InvalidArgument("descriptor must be PATH or CMD")
+
+    def _expiration(self, expires: int | None) -> pa.TimestampScalar | None:
+        if expires is None:
+            return None
+        when = dt.datetime.fromtimestamp(expires, dt.timezone.utc)
+        return pa.scalar(when, type=pa.timestamp("us", tz="UTC"))
+
+    # -- RPCs ---------------------------------------------------------------------------
+    def list_flights(
+        self, context: flight.ServerCallContext, criteria: bytes
+    ) -> Iterator[flight.FlightInfo]:
+        """One FlightInfo per dataset (no endpoints); criteria = a UTF-8 name prefix."""
+        with self._call("ListFlights", context) as call:
+            try:
+                prefix = (criteria or b"").decode("utf-8")
+            except UnicodeDecodeError:
+                raise InvalidArgument("ListFlights criteria must be a UTF-8 name prefix") from None
+            found = self.service.list_datasets(prefix, call.identity)
+            infos = [
+                flight.FlightInfo(
+                    d.schema,
+                    flight.FlightDescriptor.for_path(d.name),
+                    [],
+                    total_records=d.rows,
+                    total_bytes=-1,
+                    app_metadata=_json({"version": d.version, "fragments": d.fragments}),
+                )
+                for d in found
+            ]
+            call.rows = len(infos)
+        return iter(infos)
+
+    def get_flight_info(
+        self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor
+    ) -> flight.FlightInfo:
+        """Plan a read: projected schema and one endpoint per fragment (or row range)."""
+        with self._call("GetFlightInfo", context) as call:
+            request = self._read_request(descriptor)
+            call.dataset = request.dataset
+            plan = self.service.plan_scan(request, call.identity)
+            call.version = plan.version
+            call.rows = plan.total_records
+            expiration = self._expiration(plan.expires)
+            endpoints = [
+                flight.FlightEndpoint(
+                    e.ticket,
+                    self.locations,
+                    expiration_time=expiration,
+                    app_metadata=_json(e.metadata(plan.version)),
+                )
+                for e in plan.endpoints
+            ]
+            return flight.FlightInfo(
+                plan.schema,
+                descriptor,
+                endpoints,
+                total_records=plan.total_records,
+                total_bytes=-1,
+                ordered=True,
+                app_metadata=_json({"dataset": plan.dataset, "version": plan.version}),
+            )
+
+    def get_schema(
+        self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor
+    ) -> flight.SchemaResult:
+        """The schema DoGet would stream for this descriptor."""
+        try:
+            with self._call("GetSchema", context) as call:
+                request = self._read_request(descriptor)
+                call.dataset = request.dataset
+                return flight.SchemaResult(self.service.schema(request, call.identity))
+        except flight.FlightError as e:
+            raise schema_error(e, context) from None
+
+    def do_get(
+        self, context: flight.ServerCallContext, ticket: flight.Ticket
+    ) -> flight.FlightDataStream:
+        """Stream one endpoint's rows, batch by batch, stopping if the client cancels."""
+        call = self._call("DoGet", context)
+        call.deferred = True
+        with call:
+            t, reader = self.service.read(ticket.ticket, call.identity)
+            call.dataset, call.version = t.dataset, t.version
+            call.rows = call.bytes = 0
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            finished = False
+            try:
+                for batch in reader:
+                    if context.is_cancelled():
+                        call.status = "cancelled"
+                        break
+                    call.rows += batch.num_rows  # type: ignore[operator]
+                    call.bytes += batch.nbytes  # type: ignore[operator]
+                    yield batch
+                else:
+                    finished = True
+            except GeneratorExit:
+                call.status = "cancelled"
+                raise
+            except Exception as e:  # noqa: BLE001 - translated, never sent raw
+                raise call.fail(e) from None
+            finally:
+                if call.status == "ok" and not finished:
+                    call.status = "cancelled"
+                if call.status in ("ok", "cancelled"):
+                    call.log()
+
+        return flight.GeneratorStream(reader.schema, batches())
+
+    def do_put(
+        self,
+        context: flight.ServerCallContext,
+        descriptor: flight.FlightDescriptor,
+        reader: flight.MetadataRecordBatchReader,
+        writer: flight.FlightMetadataWriter,
+    ) -> None:
+        """Write the uploaded stream; answer one PutResult with JSON app_metadata."""
+        with self._call("DoPut", context) as call:
+            if descriptor.descriptor_type == flight.DescriptorType.PATH:
+                request = put_request_from_path(descriptor.path)
+            else:
+                request = put_request_from_command(descriptor.command)
+            call.dataset = request.dataset
+            call.bytes = 0
+
+            def batches() -> Iterator[pa.RecordBatch]:
+                while True:
+                    try:
+                        chunk = reader.read_chunk()
+                    except StopIteration:
+                        return
+                    if chunk.data is not None:
+                        call.bytes += chunk.data.nbytes  # type: ignore[operator]
+                        yield chunk.data
+
+            result = self.service.put(
+                request, reader.schema, batches(), context.is_cancelled, call.identity
+            )
+            call.rows = result.get("rows")
+            call.version = result.get("version")
+            writer.write(pa.py_buffer(_json(result)))
+
+    def do_action(
+        self, context: flight.ServerCallContext, action: flight.Action
+    ) -> list[flight.Result]:
+        """Run an action of DESIGN.md §3 with its JSON body; one JSON Result."""
+        with self._call(f"DoAction:{action.type[:64]}", context) as call:
+            body = action.body.to_pybytes() if action.body is not None else b""
+            call.dataset = _peek_dataset(body)
+            result = self.service.action(action.type, body, call.identity)
+            call.version = _int_or_none(result.get("version"))
+            call.rows = _int_or_none(result.get("rows", result.get("deleted_rows")))
+            return [flight.Result(_json(result))]
+
+    def list_actions(self, context: flight.ServerCallContext) -> list[flight.ActionType]:
+        """Every action with a one-line description."""
+        with self._call("ListActions", context) as call:
+            call.rows = len(ACTIONS)
+            return [flight.ActionType(name, text) for name, text in ACTIONS.items()]
+
+    def do_exchange(
+        self,
+        context: flight.ServerCallContext,
+        descriptor: flight.FlightDescriptor,
+        reader: flight.MetadataRecordBatchReader,
+        writer: flight.MetadataRecordBatchWriter,
+    ) -> None:
+        """Not part of the contract."""
+        raise make_flight_error("unimplemented", "DoExchange is not supported by Quiver")
+
+
+def _peek_dataset(body: bytes) -> str | None:
+    """The "dataset" of an action body, for the log line only (validated later)."""
+    try:
+        doc = json.loads(body) if body else None
+    except ValueError:
+        return None
+    name = doc.get("dataset") if isinstance(doc, dict) else None
+    return name if isinstance(name, str) and len(name) <= 256 else None
+
+
+# ------------------------------------------------------------------------------- building
+def load_tls(config: ServerConfig) -> dict[str, Any]:
+    """TLS keyword arguments for the server: tls_certificates, verify_client, root_certificates.
+
+    Hook for the TLS layer. Until it is wired in, asking for TLS fails closed rather than
+    serving plaintext.
+    """
+    if config.tls_cert or config.tls_key or config.tls_client_ca:
+        raise ConfigError("TLS (--tls-cert/--tls-key/--tls-client-ca) is not available yet")
+    return {}
+
+
+def load_auth(config: ServerConfig, service: DatasetService) -> dict[str, Any]:
+    """Authentication keyword arguments for the server: auth_handler and/or middleware.
+
+    Hook for the auth layer (Basic -> Bearer middleware registered under
+    `AUTH_MIDDLEWARE_KEY`, exposing `.identity`; rights through `service.authorize`).
+    Until it is wired in, asking for auth fails closed rather than serving everyone.
+    """
+    if config.auth_file:
+        raise ConfigError("--auth-file is not available yet")
+    return {}
+
+
+def build_server(
+    config: ServerConfig, *, service: DatasetService | None = None
+) -> QuiverFlightServer:
+    """Construct (and start listening) the server a config describes."""
+    service = service or DatasetService.from_config(config)
+    tls = load_tls(config)
+    auth = load_auth(config, service)
+    server = QuiverFlightServer(config, service, **tls, **auth)
+    logging.getLogger("quiver").info(
+        "serving %s on %s:%d (advertised: %s)",
+        service.root,
+        config.bind_location().rsplit(":", 1)[0],
+        server.port,
+        ", ".join(server.locations),
+    )
+    return server
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
