@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint protos serve bench bench-write clean
+.PHONY: test lint protos serve bench bench-write bench-flight clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,9 @@ bench: $(STAMP)
 
 bench-write: $(STAMP)
 	$(PY) -m benchmarks.write
+
+bench-flight: $(STAMP)
+	$(PY) -m benchmarks.flight
 
 # The Flight server on ./data at grpc://127.0.0.1:8815, with a demo dataset if ./data has none.
 ROOT ?= ./data
