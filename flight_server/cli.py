@@ -3,6 +3,7 @@
     quiver serve --root ./data --host 127.0.0.1 --port 8815 [--advertise URI ...]
     quiver inspect PATH_OR_URI [--version N|TAG]
     quiver demo --root ./data        # create the demo dataset if the root has none
+    quiver hash-password [--pbkdf2]  # read a password (prompt or stdin), print its hash
 
 Without a subcommand, the arguments are those of `serve`; every `serve` flag can also
 come from a `QUIVER_*` environment variable (see `flight_server.config`).
@@ -13,16 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import signal
 import sys
-import threading
 from collections.abc import Sequence
 
 from flight_server.config import ConfigError, ServerConfig, add_serve_arguments
 from format.dataset import dataset
 from format.errors import LanceError
 
-COMMANDS = ("serve", "inspect", "demo")
+COMMANDS = ("serve", "inspect", "demo", "hash-password")
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -71,6 +70,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from flight_server.health import HealthServer, serve_until_signalled
     from flight_server.server import build_server
 
     config = ServerConfig.from_namespace(args)
@@ -82,24 +82,37 @@ def _serve(args: argparse.Namespace) -> int:
     except Exception as e:  # noqa: BLE001 - e.g. the port is taken
         print(f"quiver: cannot serve on {config.bind_location()}: {e}", file=sys.stderr)
         return 1
-    stop = threading.Event()
+    health = None
+    if config.health_port is not None:
+        try:
+            health = HealthServer(config.host, config.health_port).start()
+        except Exception as e:  # noqa: BLE001 - e.g. the port is taken
+            print(f"quiver: cannot serve health on port {config.health_port}: {e}", file=sys.stderr)
+            server.shutdown()
+            return 1
 
-    def on_signal(signum: int, _frame: object) -> None:
-        logging.getLogger("quiver").info("signal %d: shutting down", signum)
-        stop.set()
+    def ready() -> None:
+        where = ", ".join(server.locations)
+        extra = f"; health on {config.host}:{health.port}" if health is not None else ""
+        print(f"quiver: serving {config.root} at {where}{extra} (Ctrl-C stops)", file=sys.stderr)
+        sys.stderr.flush()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, on_signal)
-    print(
-        f"quiver: serving {config.root} at {', '.join(server.locations)} (Ctrl-C stops)",
-        file=sys.stderr,
-        flush=True,
+    # SIGTERM/SIGINT: health NOT_SERVING, new calls UNAVAILABLE, running calls finish (up to
+    # --drain-seconds), then shutdown and exit 0.
+    return serve_until_signalled(
+        server,
+        server.drain,
+        health_server=health,
+        drain_seconds=config.drain_seconds,
+        on_ready=ready,
+        on_drain=lambda: server.service.set_serving(False),
     )
-    while not stop.wait(0.5):
-        pass
-    server.service.set_serving(False)
-    server.shutdown()  # waits for calls in progress
-    return 0
+
+
+def _hash_password(args: argparse.Namespace) -> int:
+    from flight_server.auth import main as hash_main
+
+    return hash_main(["--pbkdf2"] if args.pbkdf2 else [])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,6 +129,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="create the demo dataset under the root if it has none")
     p.add_argument("--root", help="storage root (env QUIVER_ROOT, default ./data)")
     p.set_defaults(func=_demo)
+    p = sub.add_parser(
+        "hash-password",
+        help="print a salted password hash for the auth file (reads the password from a "
+        "prompt, or one line of stdin)",
+    )
+    p.add_argument("--pbkdf2", action="store_true", help="pbkdf2_sha256 instead of scrypt")
+    p.set_defaults(func=_hash_password)
     return parser
 
 

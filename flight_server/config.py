@@ -10,7 +10,10 @@ A flag wins over its environment variable, which wins over the default:
 | --advertise URI (repeat)    | QUIVER_ADVERTISE (comma-sep.)  | grpc://host:port |
 | --tls-cert / --tls-key      | QUIVER_TLS_CERT / _KEY         | none          |
 | --tls-client-ca             | QUIVER_TLS_CLIENT_CA           | none          |
-| --auth-file                 | QUIVER_AUTH_FILE               | none          |
+| --auth-file                 | QUIVER_AUTH_FILE               | none (no auth) |
+| --token-ttl SECONDS         | QUIVER_TOKEN_TTL               | 3600          |
+| --health-port PORT          | QUIVER_HEALTH_PORT             | none (no health port; 0: any) |
+| --drain-seconds SECONDS     | QUIVER_DRAIN_SECONDS           | 30            |
 | --max-rows-per-endpoint N   | QUIVER_MAX_ROWS_PER_ENDPOINT   | none (1 endpoint per fragment) |
 | --batch-size N              | QUIVER_BATCH_SIZE              | engine's (8192) |
 | --ticket-ttl SECONDS        | QUIVER_TICKET_TTL              | 86400 (0: never expire) |
@@ -34,6 +37,8 @@ from typing import Any
 
 DEFAULT_PORT = 8815
 DEFAULT_TICKET_TTL = 24 * 3600
+DEFAULT_TOKEN_TTL = 3600.0
+DEFAULT_DRAIN_SECONDS = 30.0
 _SCHEMES = ("grpc", "grpc+tcp", "grpc+tls")
 
 
@@ -57,6 +62,9 @@ class ServerConfig:
     tls_key: str | None = None
     tls_client_ca: str | None = None
     auth_file: str | None = None
+    token_ttl: float = DEFAULT_TOKEN_TTL
+    health_port: int | None = None
+    drain_seconds: float = DEFAULT_DRAIN_SECONDS
     max_rows_per_endpoint: int | None = None
     batch_size: int | None = None
     ticket_ttl: int = DEFAULT_TICKET_TTL
@@ -114,6 +122,14 @@ class ServerConfig:
             raise ConfigError("--tls-cert and --tls-key go together")
         if self.tls_client_ca and not self.tls:
             raise ConfigError("--tls-client-ca needs --tls-cert and --tls-key")
+        if not isinstance(self.token_ttl, (int, float)) or not self.token_ttl > 0:
+            raise ConfigError(f"--token-ttl must be > 0 seconds, not {self.token_ttl!r}")
+        if self.health_port is not None and (
+            not isinstance(self.health_port, int) or not 0 <= self.health_port <= 65535
+        ):
+            raise ConfigError(f"--health-port must be 0..65535, not {self.health_port!r}")
+        if not isinstance(self.drain_seconds, (int, float)) or self.drain_seconds < 0:
+            raise ConfigError(f"--drain-seconds must be >= 0, not {self.drain_seconds!r}")
         for name in ("max_rows_per_endpoint", "batch_size"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
@@ -160,6 +176,16 @@ class ServerConfig:
                 flag = "--" + attr.replace("_", "-")
                 raise ConfigError(f"{flag} / {var} must be an integer, not {value!r}") from None
 
+        def number(attr: str, var: str, default: float) -> float:
+            value = pick(attr, var)
+            if value is None:
+                return default
+            try:
+                return float(value)
+            except (TypeError, ValueError):
+                flag = "--" + attr.replace("_", "-")
+                raise ConfigError(f"{flag} / {var} must be a number, not {value!r}") from None
+
         advertise: list[str] = list(getattr(ns, "advertise", None) or [])
         if not advertise and env.get("QUIVER_ADVERTISE"):
             advertise = [u.strip() for u in env["QUIVER_ADVERTISE"].split(",") if u.strip()]
@@ -188,6 +214,9 @@ class ServerConfig:
             tls_key=pick("tls_key", "QUIVER_TLS_KEY"),
             tls_client_ca=pick("tls_client_ca", "QUIVER_TLS_CLIENT_CA"),
             auth_file=pick("auth_file", "QUIVER_AUTH_FILE"),
+            token_ttl=number("token_ttl", "QUIVER_TOKEN_TTL", DEFAULT_TOKEN_TTL),
+            health_port=integer("health_port", "QUIVER_HEALTH_PORT", None),
+            drain_seconds=number("drain_seconds", "QUIVER_DRAIN_SECONDS", DEFAULT_DRAIN_SECONDS),
             max_rows_per_endpoint=integer(
                 "max_rows_per_endpoint", "QUIVER_MAX_ROWS_PER_ENDPOINT", None
             ),
@@ -225,7 +254,29 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="PEM CA bundle: require client certificates signed by it "
         "(mutual TLS; env QUIVER_TLS_CLIENT_CA)",
     )
-    a("--auth-file", help="users, password hashes and per-dataset rights (env QUIVER_AUTH_FILE)")
+    a(
+        "--auth-file",
+        help="JSON file of users, password hashes and per-dataset read/write rights; "
+        "enables Basic -> Bearer authentication (env QUIVER_AUTH_FILE; default: no auth)",
+    )
+    a(
+        "--token-ttl",
+        metavar="SECONDS",
+        help="lifetime of the bearer tokens handed out for Basic credentials "
+        "(env QUIVER_TOKEN_TTL, default 3600)",
+    )
+    a(
+        "--health-port",
+        metavar="PORT",
+        help="serve grpc.health.v1 on this port of --host, 0 for any "
+        "(env QUIVER_HEALTH_PORT; default: none)",
+    )
+    a(
+        "--drain-seconds",
+        metavar="SECONDS",
+        help="on SIGTERM, how long running calls may finish before shutdown "
+        "(env QUIVER_DRAIN_SECONDS, default 30)",
+    )
     a(
         "--max-rows-per-endpoint",
         metavar="N",

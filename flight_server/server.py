@@ -5,8 +5,10 @@ Every handler runs inside `_Call`, which times the call, writes one structured l
 turns every exception into a Flight error through `flight_server.errors` (one-line
 message, JSON `extra_info` code; never a traceback or a server path).
 
-`build_server(config)` is the one place a server is put together; the authentication
-middleware, TLS material and health side port plug in there (see `load_tls`, `load_auth`).
+`build_server(config)` is the one place a server is put together: TLS material
+(`flight_server.tls`), the Basic → Bearer authentication middleware (`flight_server.auth`)
+and the drain middleware (`flight_server.health`) plug in there; the health side port and
+SIGTERM handling live in `quiver serve` (`flight_server.cli`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from flight_server.auth import (
+    AUTH_MIDDLEWARE_KEY,
+    Authenticator,
+    AuthFileError,
+    AuthMiddlewareFactory,
+    HandshakeAuthHandler,
+)
 from flight_server.config import ConfigError, ServerConfig
 from flight_server.errors import (
     InvalidArgument,
@@ -28,6 +37,8 @@ from flight_server.errors import (
     schema_error,
     to_flight_error,
 )
+from flight_server.health import DRAIN_MIDDLEWARE_KEY, Drain
+from flight_server.memory import tune_allocator
 from flight_server.protocol import (
     put_request_from_command,
     put_request_from_path,
@@ -35,10 +46,10 @@ from flight_server.protocol import (
     read_request_from_path,
 )
 from flight_server.service import ACTIONS, DatasetService
+from flight_server.tls import TlsConfigError
+from flight_server.tls import load_tls as _read_tls_files
 
 access_log = logging.getLogger("quiver.access")
-
-AUTH_MIDDLEWARE_KEY = "auth"  # where the auth middleware registers; it exposes `.identity`
 
 
 class _Call:
@@ -122,7 +133,9 @@ class QuiverFlightServer(flight.FlightServerBase):
         tls_certificates: list[Any] | None = None,
         verify_client: bool = False,
         root_certificates: bytes | None = None,
+        drain: Drain | None = None,
     ) -> None:
+        self.drain = drain or Drain()  # draining state; its middleware counts running calls
         super().__init__(
             config.bind_location(),
             auth_handler=auth_handler,
@@ -250,7 +263,7 @@ class QuiverFlightServer(flight.FlightServerBase):
         def batches() -> Iterator[pa.RecordBatch]:
             finished = False
             try:
-                for batch in reader:
+                for batch in self.drain.guard(reader):
                     if context.is_cancelled():
                         call.status = "cancelled"
                         break
@@ -346,42 +359,54 @@ def _peek_dataset(body: bytes) -> str | None:
 
 # ------------------------------------------------------------------------------- building
 def load_tls(config: ServerConfig) -> dict[str, Any]:
-    """TLS keyword arguments for the server: tls_certificates, verify_client, root_certificates.
-
-    Hook for the TLS layer. Until it is wired in, asking for TLS fails closed rather than
-    serving plaintext.
-    """
-    if config.tls_cert or config.tls_key or config.tls_client_ca:
-        raise ConfigError("TLS (--tls-cert/--tls-key/--tls-client-ca) is not available yet")
-    return {}
+    """TLS keyword arguments for the server: tls_certificates, verify_client, root_certificates."""
+    try:
+        files = _read_tls_files(config.tls_cert, config.tls_key, config.tls_client_ca)
+    except TlsConfigError as e:
+        raise ConfigError(str(e)) from None
+    return files.server_kwargs() if files is not None else {}
 
 
 def load_auth(config: ServerConfig, service: DatasetService) -> dict[str, Any]:
-    """Authentication keyword arguments for the server: auth_handler and/or middleware.
+    """Authentication keyword arguments for the server: auth_handler and middleware.
 
-    Hook for the auth layer (Basic -> Bearer middleware registered under
-    `AUTH_MIDDLEWARE_KEY`, exposing `.identity`; rights through `service.authorize`).
-    Until it is wired in, asking for auth fails closed rather than serving everyone.
+    With an auth file, every call goes through `AuthMiddlewareFactory` (Basic → Bearer,
+    registered under `AUTH_MIDDLEWARE_KEY`, exposing `.identity`), and the service checks
+    rights per dataset in `service.authorize`. Without one, nothing is installed.
     """
-    if config.auth_file:
-        raise ConfigError("--auth-file is not available yet")
-    return {}
+    if not config.auth_file:
+        return {}
+    try:
+        authenticator = Authenticator(config.auth_file, token_ttl=config.token_ttl)
+    except AuthFileError as e:
+        raise ConfigError(str(e)) from None
+    return {
+        "auth_handler": HandshakeAuthHandler(),
+        "middleware": {AUTH_MIDDLEWARE_KEY: AuthMiddlewareFactory(authenticator)},
+    }
 
 
 def build_server(
     config: ServerConfig, *, service: DatasetService | None = None
 ) -> QuiverFlightServer:
     """Construct (and start listening) the server a config describes."""
+    tune_allocator()  # a streaming server's RSS otherwise creeps far above its live memory
     service = service or DatasetService.from_config(config)
     tls = load_tls(config)
     auth = load_auth(config, service)
-    server = QuiverFlightServer(config, service, **tls, **auth)
+    drain = Drain()
+    # The drain middleware goes last: a factory before it that refuses a call (auth) must not
+    # leave that call counted as running.
+    middleware = {**auth.pop("middleware", {}), DRAIN_MIDDLEWARE_KEY: drain.middleware()}
+    server = QuiverFlightServer(config, service, **tls, **auth, middleware=middleware, drain=drain)
     logging.getLogger("quiver").info(
-        "serving %s on %s:%d (advertised: %s)",
+        "serving %s on %s:%d (advertised: %s; tls: %s; auth: %s)",
         service.root,
         config.bind_location().rsplit(":", 1)[0],
         server.port,
         ", ".join(server.locations),
+        "mutual" if config.tls_client_ca else ("on" if config.tls else "off"),
+        "on" if config.auth_file else "off",
     )
     return server
 

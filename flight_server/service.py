@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 from fsspec.implementations.local import LocalFileSystem
 
+from flight_server.auth import Identity, authorize
 from flight_server.config import DEFAULT_TICKET_TTL, ServerConfig
 from flight_server.errors import (
     AlreadyExists,
@@ -261,9 +262,15 @@ class DatasetService:
     def authorize(self, identity: Any, dataset: str, right: str) -> None:
         """Allow or refuse (PermissionDenied) `right` ("read"/"write") on `dataset`.
 
-        Hook for the authentication layer; allows everything until it is configured.
+        `identity` is the auth middleware's `Identity` (rights from the auth file); anything
+        else (None: the server runs without an auth file) is allowed everything.
         """
-        return None
+        authorize(identity if isinstance(identity, Identity) else None, dataset, right)
+
+    @staticmethod
+    def may_read(identity: Any, dataset: str) -> bool:
+        """Whether `identity` may read `dataset` (always, without authentication)."""
+        return not isinstance(identity, Identity) or identity.may(READ, dataset)
 
     def set_serving(self, serving: bool) -> None:
         """Mark the service (not) ready; `healthcheck` answers unavailable while not."""
@@ -335,8 +342,9 @@ class DatasetService:
         """Every readable dataset under the root whose name starts with `prefix`."""
         out = []
         for found in discover(self.root, self.storage_options, prefix):
+            if not self.may_read(identity, found.name):
+                continue  # unreadable datasets are not listed, not even by name
             try:
-                self.authorize(identity, found.name, READ)
                 ds = dataset(found.uri, storage_options=self.storage_options)
                 frags = ds.manifest.pb.fragments
                 out.append(

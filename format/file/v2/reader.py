@@ -487,8 +487,11 @@ class V2FileReader(DataFileReader):
             split = col.split(rng, self.path)
             splits.append(split)
             needed = {k for k, _, _ in split}
-            for k in [k for k in col.cache if k not in needed]:
+            stale = [k for k in col.cache if k not in needed]
+            for k in stale:
                 del col.cache[k]
+            if stale:
+                col.current = None  # don't keep an evicted page alive through `current`
             todo.extend((node, k) for k in sorted(needed) if k not in col.cache)
         ranges = [b for node, k in todo for b in node.column.info.pages[k].buffers]
         blobs = self._container.read_ranges(ranges)

@@ -1,0 +1,906 @@
+"""A typed Python client of the Quiver Flight server, a thin layer over `pyarrow.flight`.
+
+```python
+from clients import Client, CommitConflict
+
+with Client("grpc://127.0.0.1:8815") as qc:
+    qc.datasets()                                   # ["demo", ...]
+    qc.read("demo", columns=["id", "x"], filter="x > 5", version=3)  # pyarrow.Table
+    qc.write("demo", table, mode="append")          # {"version": 4, "rows": 1000}
+    frags = qc.stage("demo", more)                  # written, not visible
+    qc.commit("demo", frags, idempotency_key="job-17")
+```
+
+Reads ask the server for one `FlightInfo` (one endpoint per fragment, every ticket pinned to
+the same version) and fetch the endpoints in parallel threads, keeping their order in the
+result. Each endpoint's locations are tried in order; the client opens a connection to a
+location it has not seen before with the same TLS settings and credentials. Every failed
+call raises a subclass of `clients.errors.QuiverError` chosen by the server's error code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from typing import Any, TypeAlias, TypeVar
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from clients.errors import (
+    InvalidArgument,
+    QuiverError,
+    Unauthenticated,
+    Unavailable,
+    from_flight_error,
+    server_message,
+)
+
+__all__ = ["Client", "DataLike", "put_command", "read_command", "read_descriptor"]
+
+DataLike: TypeAlias = Any
+"""What `write` and `stage` take: a `pyarrow.Table`, `RecordBatch` or `RecordBatchReader`,
+an iterable of record batches, a mapping of column name to values, a list of row dicts, a
+pandas DataFrame, or any object exporting the Arrow C stream interface."""
+
+T = TypeVar("T")
+PemLike: TypeAlias = "bytes | str | os.PathLike[str]"
+
+REUSE_CONNECTION = "arrow-flight-reuse-connection://?"
+_PUT_MODES = ("append", "create", "overwrite")
+_COMMIT_OPERATIONS = ("append", "overwrite", "create")
+_BATCH_ROWS = 64 * 1024  # rows per uploaded record batch
+
+
+# ---------------------------------------------------------------------------------------------
+# Descriptors and command bodies
+
+
+def _as_of_text(as_of: str | dt.datetime | dt.date) -> str:
+    if isinstance(as_of, str):
+        return as_of
+    if isinstance(as_of, dt.datetime):
+        # a naive datetime is local time, as everywhere in Python
+        ts = as_of.astimezone(dt.timezone.utc)
+        return ts.isoformat().replace("+00:00", "Z")
+    if isinstance(as_of, dt.date):  # midnight UTC of that day
+        return f"{as_of.isoformat()}T00:00:00Z"
+    raise TypeError(f"as_of must be a str, datetime or date, not {type(as_of).__name__}")
+
+
+def read_command(
+    dataset: str,
+    *,
+    columns: Sequence[str] | None = None,
+    filter: str | None = None,
+    version: int | None = None,
+    tag: str | None = None,
+    as_of: str | dt.datetime | dt.date | None = None,
+    limit: int | None = None,
+    with_row_id: bool = False,
+) -> dict[str, Any]:
+    """The JSON object of a read CMD descriptor; only the options that are set appear."""
+    if not isinstance(dataset, str) or not dataset:
+        raise TypeError("dataset must be a non-empty string")
+    pins = [
+        name for name, v in (("version", version), ("tag", tag), ("as_of", as_of)) if v is not None
+    ]
+    if len(pins) > 1:
+        raise InvalidArgument(f"give at most one of version, tag and as_of (got {', '.join(pins)})")
+    cmd: dict[str, Any] = {"dataset": dataset}
+    if version is not None:
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise TypeError(f"version must be an int, not {type(version).__name__}")
+        cmd["version"] = version
+    if tag is not None:
+        cmd["tag"] = str(tag)
+    if as_of is not None:
+        cmd["as_of"] = _as_of_text(as_of)
+    if columns is not None:
+        if isinstance(columns, str):
+            raise TypeError("columns must be a sequence of column names, not a string")
+        cmd["columns"] = [str(c) for c in columns]
+    if filter is not None:
+        cmd["filter"] = str(filter)
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise TypeError(f"limit must be an int, not {type(limit).__name__}")
+        cmd["limit"] = limit
+    if with_row_id:
+        cmd["with_row_id"] = True
+    return cmd
+
+
+def read_descriptor(dataset: str, **options: Any) -> flight.FlightDescriptor:
+    """The CMD descriptor of a read of `dataset` (options as in `read_command`)."""
+    return flight.FlightDescriptor.for_command(_json_bytes(read_command(dataset, **options)))
+
+
+def put_command(dataset: str, *, mode: str = "append", commit: bool = True) -> dict[str, Any]:
+    """The JSON object of a DoPut CMD descriptor."""
+    if not isinstance(dataset, str) or not dataset:
+        raise TypeError("dataset must be a non-empty string")
+    if mode not in _PUT_MODES:
+        raise InvalidArgument(f"mode must be one of {', '.join(_PUT_MODES)}, not {mode!r}")
+    cmd: dict[str, Any] = {"dataset": dataset, "mode": mode}
+    if not commit:
+        cmd["commit"] = False
+    return cmd
+
+
+def _json_bytes(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode("utf-8")
+
+
+def _parse_json(raw: bytes | pa.Buffer | None, what: str) -> Any:
+    if raw is None:
+        return None
+    data = raw.to_pybytes() if isinstance(raw, pa.Buffer) else bytes(raw)
+    if not data:
+        return None
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise QuiverError(f"the server answered {what} with something other than JSON") from e
+
+
+def _pem(value: PemLike | None) -> bytes | None:
+    """PEM bytes from bytes, PEM text, or the path of a PEM file."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str) and "-----BEGIN" in value:
+        return value.encode("ascii")
+    with open(os.fspath(value), "rb") as f:
+        return f.read()
+
+
+def _normalize_uri(uri: str | flight.Location) -> str:
+    if isinstance(uri, flight.Location):
+        raw = uri.uri
+        return raw.decode() if isinstance(raw, bytes) else str(raw)
+    if "://" not in uri:
+        return f"grpc://{uri}"
+    return uri
+
+
+def _dataset_name(descriptor: flight.FlightDescriptor) -> str | None:
+    if descriptor.descriptor_type == flight.DescriptorType.PATH:
+        parts = [p.decode() if isinstance(p, bytes) else str(p) for p in descriptor.path or []]
+        return "/".join(parts) or None
+    cmd = _parse_json(descriptor.command, "ListFlights")
+    if isinstance(cmd, dict) and isinstance(cmd.get("dataset"), str):
+        return cmd["dataset"]
+    return None
+
+
+@contextlib.contextmanager
+def _translated() -> Iterator[None]:
+    """Turn the exceptions of a Flight call into `QuiverError`s."""
+    try:
+        yield
+    except QuiverError:
+        raise
+    except pa.ArrowException as e:  # FlightError and the Arrow errors a call can raise
+        raise from_flight_error(e) from e
+
+
+# ---------------------------------------------------------------------------------------------
+# Data to upload
+
+
+def _batches(data: DataLike) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+    """The schema and record batches of anything `write` accepts."""
+    if isinstance(data, pa.Table):
+        return data.schema, iter(data.to_batches(max_chunksize=_BATCH_ROWS))
+    if isinstance(data, pa.RecordBatch):
+        return data.schema, iter([data])
+    if isinstance(data, pa.RecordBatchReader):
+        return data.schema, iter(data)
+    if isinstance(data, Mapping):
+        return _batches(pa.table(dict(data)))
+    if type(data).__module__.split(".")[0] == "pandas" and hasattr(data, "columns"):
+        return _batches(pa.Table.from_pandas(data, preserve_index=False))
+    if hasattr(data, "__arrow_c_stream__"):
+        return _batches(pa.RecordBatchReader.from_stream(data))
+    if isinstance(data, list) and (not data or isinstance(data[0], Mapping)):
+        if not data:
+            raise TypeError("cannot write an empty list of rows: its schema is unknown")
+        return _batches(pa.Table.from_pylist(data))
+    if isinstance(data, Iterable):
+        it = iter(data)
+        try:
+            first = next(it)
+        except StopIteration:
+            raise TypeError(
+                "cannot write an empty iterable of batches: its schema is unknown"
+            ) from None
+        if not isinstance(first, pa.RecordBatch):
+            raise TypeError(f"expected record batches, got {type(first).__name__}")
+
+        def chained() -> Iterator[pa.RecordBatch]:
+            yield first
+            yield from it
+
+        return first.schema, chained()
+    raise TypeError(f"cannot write {type(data).__name__}; give a pyarrow Table or batches")
+
+
+# ---------------------------------------------------------------------------------------------
+# Progress
+
+
+class _Progress:
+    """Rows read so far: a tqdm bar when tqdm is installed, else one stderr line."""
+
+    def __init__(self, enabled: bool, desc: str, total_rows: int | None, endpoints: int) -> None:
+        self._enabled = enabled
+        self._lock = threading.Lock()
+        self._rows = 0
+        self._done = 0
+        self._endpoints = endpoints
+        self._desc = desc
+        self._last = 0.0
+        self._bar: Any = None
+        if not enabled:
+            return
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:
+            self._render(force=True)
+        else:
+            self._bar = tqdm(
+                total=total_rows, desc=desc, unit="rows", unit_scale=True, file=sys.stderr
+            )
+
+    def rows(self, n: int) -> None:
+        if not self._enabled:
+            return
+        with self._lock:
+            self._rows += n
+            if self._bar is not None:
+                self._bar.update(n)
+            else:
+                self._render()
+
+    def endpoint_done(self) -> None:
+        if not self._enabled:
+            return
+        with self._lock:
+            self._done += 1
+            if self._bar is not None:
+                self._bar.set_postfix_str(f"{self._done}/{self._endpoints} endpoints")
+            else:
+                self._render()
+
+    def _render(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last < 0.1 and self._done < self._endpoints:
+            return
+        self._last = now
+        sys.stderr.write(
+            f"\r{self._desc}: {self._rows:,} rows, {self._done}/{self._endpoints} endpoints"
+        )
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if not self._enabled:
+            return
+        with self._lock:
+            if self._bar is not None:
+                self._bar.close()
+            else:
+                self._render(force=True)
+                sys.stderr.write("\n")
+                sys.stderr.flush()
+
+
+# ---------------------------------------------------------------------------------------------
+# The client
+
+
+class Client:
+    """A connection to a Quiver Flight server.
+
+    `uri` is `grpc://host:port` or `grpc+tls://host:port` (a bare `host:port` means
+    `grpc://`). Give either a bearer `token`, or `username` and `password` (exchanged once
+    for a bearer token through the Basic → Bearer handshake); the token goes with every
+    call. `tls_root_certs`, `cert_chain` and `private_key` are PEM bytes, PEM text or paths
+    of PEM files (the last two for mutual TLS). `timeout` (seconds) bounds every call.
+    """
+
+    def __init__(
+        self,
+        uri: str | flight.Location,
+        *,
+        token: str | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        tls_root_certs: PemLike | None = None,
+        cert_chain: PemLike | None = None,
+        private_key: PemLike | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        if token is not None and (username is not None or password is not None):
+            raise ValueError("give either token, or username and password, not both")
+        if (username is None) != (password is None):
+            raise ValueError("username and password go together")
+        if (cert_chain is None) != (private_key is None):
+            raise ValueError("cert_chain and private_key go together (mutual TLS)")
+        self.uri = _normalize_uri(uri)
+        self.timeout = timeout
+        self._tls_root_certs = _pem(tls_root_certs)
+        self._cert_chain = _pem(cert_chain)
+        self._private_key = _pem(private_key)
+        self._username = username
+        self._password = password
+        self._token_header: tuple[bytes, bytes] | None = None
+        if token is not None:
+            value = token if token.lower().startswith("bearer ") else f"Bearer {token}"
+            self._token_header = (b"authorization", value.encode("utf-8"))
+        self._lock = threading.Lock()
+        self._clients: dict[str, flight.FlightClient] = {}
+        self._headers: dict[str, list[tuple[bytes, bytes]]] = {}
+        self._closed = False
+        self._client = self._connection(self.uri)
+
+    # -- connections ------------------------------------------------------------------------
+
+    def _connect(self, uri: str) -> tuple[flight.FlightClient, list[tuple[bytes, bytes]]]:
+        with _translated():
+            client = flight.FlightClient(
+                uri,
+                tls_root_certs=self._tls_root_certs,
+                cert_chain=self._cert_chain,
+                private_key=self._private_key,
+            )
+        if self._token_header is not None:
+            return client, [self._token_header]
+        if self._username is None:
+            return client, []
+        try:
+            return client, self._basic_to_bearer(uri, client)
+        except BaseException:
+            client.close()
+            raise
+
+    def _basic_to_bearer(self, uri: str, client: flight.FlightClient) -> list[tuple[bytes, bytes]]:
+        """Exchange username and password for a bearer token header (Handshake)."""
+        try:
+            key, value = client.authenticate_basic_token(
+                self._username or "",
+                self._password or "",
+                flight.FlightCallOptions(timeout=self.timeout),
+            )
+        except pa.ArrowException as e:
+            if isinstance(e, flight.FlightInternalError) and not e.extra_info:
+                # what pyarrow raises when the handshake finds nobody listening
+                raise Unavailable(f"cannot reach {uri}: {server_message(str(e))}") from e
+            raise from_flight_error(e) from e
+        return [(key, value)]
+
+    def _connection(self, uri: str) -> flight.FlightClient:
+        """The client for `uri`, connecting (and authenticating) on first use."""
+        with self._lock:
+            if self._closed:
+                raise QuiverError("the client is closed", code="closed")
+            client = self._clients.get(uri)
+            if client is not None:
+                return client
+            client, headers = self._connect(uri)
+            self._clients[uri] = client
+            self._headers[uri] = headers
+            return client
+
+    def _options(self, uri: str | None = None) -> flight.FlightCallOptions:
+        headers = self._headers.get(uri or self.uri, [])
+        return flight.FlightCallOptions(timeout=self.timeout, headers=headers)
+
+    def _rpc(
+        self,
+        call: Callable[[flight.FlightClient, flight.FlightCallOptions], T],
+        uri: str | None = None,
+    ) -> T:
+        """Run one call at `uri` (default: the client's server), translating its errors.
+
+        With username and password, a call refused as unauthenticated (an expired bearer
+        token) is retried once on a fresh token. `call` must consume any stream it opens,
+        or at least its first message, so that the refusal shows inside it.
+        """
+        uri = uri or self.uri
+        client = self._connection(uri)
+        try:
+            with _translated():
+                return call(client, self._options(uri))
+        except Unauthenticated:
+            if self._username is None:
+                raise
+            self._reauthenticate(uri, client)
+        with _translated():
+            return call(client, self._options(uri))
+
+    def _reauthenticate(self, uri: str, client: flight.FlightClient) -> None:
+        with self._lock:
+            self._headers[uri] = self._basic_to_bearer(uri, client)
+
+    def close(self) -> None:
+        """Close every connection; the client cannot be used afterwards."""
+        with self._lock:
+            self._closed = True
+            clients = list(self._clients.values())
+            self._clients.clear()
+        for client in clients:
+            with contextlib.suppress(Exception):
+                client.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Client({self.uri!r})"
+
+    # -- calls ------------------------------------------------------------------------------
+
+    def action(self, name: str, body: Mapping[str, Any] | None = None) -> Any:
+        """Run `DoAction(name)` with a JSON body; the JSON result (a list if several)."""
+        action = flight.Action(name, _json_bytes(dict(body or {})))
+        answers = self._rpc(lambda c, o: [r.body.to_pybytes() for r in c.do_action(action, o)])
+        results = [_parse_json(a, f"action {name!r}") for a in answers]
+        if not results:
+            return None
+        return results[0] if len(results) == 1 else results
+
+    def list_actions(self) -> dict[str, str]:
+        """The server's actions, each with its one-line description."""
+        actions = self._rpc(lambda c, o: list(c.list_actions(o)))
+        return {a.type: a.description for a in actions}
+
+    def healthcheck(self) -> dict[str, Any]:
+        """The server's health answer (raises `Unavailable` while it is draining)."""
+        return self.action("healthcheck") or {}
+
+    # -- catalog ----------------------------------------------------------------------------
+
+    def datasets(self) -> list[str]:
+        """The names of the datasets under the server's root."""
+        infos = self._rpc(lambda c, o: list(c.list_flights(b"", o)))
+        names = [_dataset_name(info.descriptor) for info in infos]
+        return [n for n in names if n is not None]
+
+    def describe(
+        self,
+        name: str,
+        *,
+        version: int | None = None,
+        tag: str | None = None,
+        as_of: str | dt.datetime | dt.date | None = None,
+    ) -> dict[str, Any]:
+        """Version, schema, fragments, rows and tags of a dataset (the `describe` action)."""
+        body = read_command(name, version=version, tag=tag, as_of=as_of)
+        return self.action("describe", body)
+
+    def flight_info(self, dataset: str, **options: Any) -> flight.FlightInfo:
+        """The `FlightInfo` of a read (options as in `read`): schema and endpoints."""
+        descriptor = read_descriptor(dataset, **options)
+        return self._rpc(lambda c, o: c.get_flight_info(descriptor, o))
+
+    def schema(
+        self,
+        name: str,
+        *,
+        columns: Sequence[str] | None = None,
+        version: int | None = None,
+        tag: str | None = None,
+        as_of: str | dt.datetime | dt.date | None = None,
+        with_row_id: bool = False,
+    ) -> pa.Schema:
+        """The Arrow schema a read with these options returns."""
+        descriptor = read_descriptor(
+            name, columns=columns, version=version, tag=tag, as_of=as_of, with_row_id=with_row_id
+        )
+
+        def call(c: flight.FlightClient, o: flight.FlightCallOptions) -> pa.Schema:
+            try:
+                return c.get_schema(descriptor, o).schema
+            except pa.ArrowNotImplementedError:  # a server without GetSchema
+                return c.get_flight_info(descriptor, o).schema
+
+        return self._rpc(call)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def _locations(self, endpoint: flight.FlightEndpoint) -> list[str]:
+        uris: list[str] = []
+        for loc in endpoint.locations:
+            raw = loc.uri
+            uri = raw.decode() if isinstance(raw, bytes) else str(raw)
+            uris.append(self.uri if uri in ("", REUSE_CONNECTION) else uri)
+        if self.uri not in uris:
+            # Tickets are self-contained; when no advertised replica answers (or there is
+            # none), the server this client talks to is the last resort.
+            uris.append(self.uri)
+        return uris
+
+    def _open(self, endpoint: flight.FlightEndpoint) -> tuple[flight.FlightStreamReader, str]:
+        """A DoGet stream of `endpoint` from the first of its locations that answers."""
+        last: QuiverError | None = None
+
+        def call(c: flight.FlightClient, o: flight.FlightCallOptions) -> flight.FlightStreamReader:
+            reader = c.do_get(endpoint.ticket, o)
+            reader.schema  # noqa: B018 - the first message shows whether the ticket is accepted
+            return reader
+
+        for uri in self._locations(endpoint):
+            try:
+                self._connection(uri)
+            except QuiverError as e:  # cannot connect to (or authenticate at) this replica
+                last = e
+                continue
+            try:
+                return self._rpc(call, uri), uri
+            except Unavailable as e:
+                last = e
+            except Unauthenticated as e:  # another replica that does not take our token
+                if uri == self.uri:
+                    raise
+                last = e
+        assert last is not None
+        raise last
+
+    def endpoint_batches(self, endpoint: flight.FlightEndpoint) -> Iterator[pa.RecordBatch]:
+        """The record batches of one endpoint of a `FlightInfo`, in order."""
+        reader, _ = self._open(endpoint)
+        with _translated():
+            while True:
+                try:
+                    chunk = reader.read_chunk()
+                except StopIteration:
+                    return
+                if chunk.data is not None:
+                    yield chunk.data
+
+    def _fetch(
+        self, endpoint: flight.FlightEndpoint, progress: _Progress, stop: threading.Event
+    ) -> list[pa.RecordBatch]:
+        batches: list[pa.RecordBatch] = []
+        for batch in self.endpoint_batches(endpoint):
+            if stop.is_set():
+                break
+            batches.append(batch)
+            progress.rows(batch.num_rows)
+        progress.endpoint_done()
+        return batches
+
+    def read(
+        self,
+        dataset: str,
+        *,
+        columns: Sequence[str] | None = None,
+        filter: str | None = None,
+        version: int | None = None,
+        tag: str | None = None,
+        as_of: str | dt.datetime | dt.date | None = None,
+        limit: int | None = None,
+        with_row_id: bool = False,
+        parallel: int = 8,
+        progress: bool = False,
+    ) -> pa.Table:
+        """Read a dataset (one version of it) into a `pyarrow.Table`.
+
+        The endpoints of the one `FlightInfo` are fetched by up to `parallel` threads and
+        concatenated in endpoint (fragment) order. `progress=True` shows rows read on
+        stderr (a tqdm bar when tqdm is installed).
+        """
+        if parallel < 1:
+            raise ValueError("parallel must be at least 1")
+        info = self.flight_info(
+            dataset,
+            columns=columns,
+            filter=filter,
+            version=version,
+            tag=tag,
+            as_of=as_of,
+            limit=limit,
+            with_row_id=with_row_id,
+        )
+        schema = info.schema
+        endpoints = list(info.endpoints)
+        total = info.total_records if info.total_records >= 0 else None
+        if limit is not None and total is not None:
+            total = min(total, limit)
+        bar = _Progress(progress, f"reading {dataset}", total, len(endpoints))
+        stop = threading.Event()
+        try:
+            parts = self._fetch_all(endpoints, bar, stop, parallel)
+        finally:
+            bar.close()
+        batches = [_conform(b, schema) for part in parts for b in part]
+        table = pa.Table.from_batches(batches, schema=schema)
+        if limit is not None and table.num_rows > limit:
+            table = table.slice(0, limit)
+        return table
+
+    def _fetch_all(
+        self,
+        endpoints: list[flight.FlightEndpoint],
+        bar: _Progress,
+        stop: threading.Event,
+        parallel: int,
+    ) -> list[list[pa.RecordBatch]]:
+        if not endpoints:
+            return []
+        if parallel == 1 or len(endpoints) == 1:
+            return [self._fetch(e, bar, stop) for e in endpoints]
+        pool = ThreadPoolExecutor(
+            max_workers=min(parallel, len(endpoints)), thread_name_prefix="quiver-read"
+        )
+        try:
+            futures: list[Future[list[pa.RecordBatch]]] = [
+                pool.submit(self._fetch, e, bar, stop) for e in endpoints
+            ]
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            for f in futures:  # the first failure in endpoint order
+                if f in done and f.exception() is not None:
+                    stop.set()
+                    for other in futures:
+                        other.cancel()
+                    raise f.exception()  # type: ignore[misc]
+            return [f.result() for f in futures]
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def reader(
+        self,
+        dataset: str,
+        *,
+        columns: Sequence[str] | None = None,
+        filter: str | None = None,
+        version: int | None = None,
+        tag: str | None = None,
+        as_of: str | dt.datetime | dt.date | None = None,
+        limit: int | None = None,
+        with_row_id: bool = False,
+    ) -> pa.RecordBatchReader:
+        """Stream a dataset: the endpoints one after another, in order, batch by batch."""
+        info = self.flight_info(
+            dataset,
+            columns=columns,
+            filter=filter,
+            version=version,
+            tag=tag,
+            as_of=as_of,
+            limit=limit,
+            with_row_id=with_row_id,
+        )
+        schema = info.schema
+        endpoints = list(info.endpoints)
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            left = limit
+            for endpoint in endpoints:
+                for batch in self.endpoint_batches(endpoint):
+                    if left is not None:
+                        if left <= 0:
+                            return
+                        if batch.num_rows > left:
+                            batch = batch.slice(0, left)
+                        left -= batch.num_rows
+                    yield _conform(batch, schema)
+
+        return pa.RecordBatchReader.from_batches(schema, batches())
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def _put(self, command: Mapping[str, Any], data: DataLike) -> Any:
+        schema, batches = _batches(data)
+        descriptor = flight.FlightDescriptor.for_command(_json_bytes(dict(command)))
+        with _translated():
+            # no re-authentication here: a refused upload cannot be replayed
+            writer, metadata = self._connection(self.uri).do_put(
+                descriptor, schema, self._options()
+            )
+            try:
+                for batch in batches:
+                    writer.write_batch(batch)
+                writer.done_writing()
+                answer = metadata.read()
+            except BaseException:
+                with contextlib.suppress(Exception):  # the first error is the server's
+                    writer.close()
+                raise
+            writer.close()
+        result = _parse_json(answer, "DoPut")
+        if not isinstance(result, dict):
+            raise QuiverError("the server answered DoPut without a JSON PutResult")
+        return result
+
+    def write(self, dataset: str, data: DataLike, *, mode: str = "append") -> dict[str, Any]:
+        """Write and commit in one call (`mode`: append, create or overwrite).
+
+        Returns the server's answer, `{"version": N, "rows": R}`.
+        """
+        return self._put(put_command(dataset, mode=mode), data)
+
+    def stage(self, dataset: str, data: DataLike, *, mode: str = "append") -> list[str]:
+        """Write data files without committing; the opaque fragments to `commit` or `abort`.
+
+        Stage with the mode of the commit to come: fragments staged for `append` can only
+        be committed by an append (the server refuses them for create or overwrite).
+        """
+        answer = self._put(put_command(dataset, mode=mode, commit=False), data)
+        fragments = answer.get("fragments")
+        if not isinstance(fragments, list):
+            raise QuiverError("the server answered a staged DoPut without fragments")
+        return [str(f) for f in fragments]
+
+    def commit(
+        self,
+        dataset: str,
+        fragments: Sequence[str],
+        *,
+        operation: str = "append",
+        read_version: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
+        """Make staged fragments visible in one new version (all or none).
+
+        Raises `CommitConflict` (with `.retryable` and `.version`) when a concurrent commit
+        won; the same `idempotency_key` never commits twice.
+        """
+        if operation not in _COMMIT_OPERATIONS:
+            raise InvalidArgument(
+                f"operation must be one of {', '.join(_COMMIT_OPERATIONS)}, not {operation!r}"
+            )
+        body: dict[str, Any] = {
+            "dataset": dataset,
+            "operation": operation,
+            "fragments": list(fragments),
+        }
+        if read_version is not None:
+            body["read_version"] = read_version
+        if idempotency_key is not None:
+            body["idempotency_key"] = idempotency_key
+        return self.action("commit", body)
+
+    def abort(self, dataset: str, fragments: Sequence[str]) -> dict[str, Any] | None:
+        """Remove the files of staged fragments that will never be committed."""
+        return self.action("abort", {"dataset": dataset, "fragments": list(fragments)})
+
+    # -- table operations -------------------------------------------------------------------
+
+    def delete(self, dataset: str, predicate: str) -> dict[str, Any]:
+        """Delete the rows matching a SQL predicate, in one new version.
+
+        Returns `{"version": N, "deleted_rows": R}`.
+        """
+        return self.action("delete", {"dataset": dataset, "predicate": predicate})
+
+    def versions(self, dataset: str) -> list[dict[str, Any]]:
+        """Every version of a dataset, oldest first: `{"version", "timestamp", "rows", ...}`."""
+        return _listed(self.action("list_versions", {"dataset": dataset}), "versions")
+
+    def tags(self, dataset: str) -> dict[str, dict[str, Any]]:
+        """The tags of a dataset: name → `{"version", "created_at", "updated_at"}`."""
+        answer = self.action("list_tags", {"dataset": dataset})
+        if isinstance(answer, dict) and isinstance(answer.get("tags"), dict):
+            return answer["tags"]
+        return {}
+
+    def create_tag(self, dataset: str, tag: str, version: int | None = None) -> dict[str, Any]:
+        """Name `version` (default: the latest) of a dataset `tag`."""
+        body: dict[str, Any] = {"dataset": dataset, "tag": tag}
+        if version is not None:
+            body["version"] = version
+        return self.action("create_tag", body)
+
+    def delete_tag(self, dataset: str, tag: str) -> dict[str, Any]:
+        """Remove a tag (the version it names stays)."""
+        return self.action("delete_tag", {"dataset": dataset, "tag": tag})
+
+    def restore(self, dataset: str, version: int | str) -> dict[str, Any]:
+        """Make an old version (a number, or a tag name) the latest, as a new version."""
+        key = "tag" if isinstance(version, str) else "version"
+        return self.action("restore", {"dataset": dataset, key: version})
+
+    def add_columns(self, dataset: str, columns: Mapping[str, str]) -> dict[str, Any]:
+        """Add columns computed from SQL expressions: `{"y": "x * 2"}`."""
+        return self.action("add_columns", {"dataset": dataset, "columns": dict(columns)})
+
+    def drop_columns(self, dataset: str, columns: Sequence[str]) -> dict[str, Any]:
+        """Drop columns."""
+        if isinstance(columns, str):
+            columns = [columns]
+        return self.action("drop_columns", {"dataset": dataset, "columns": list(columns)})
+
+    def alter_columns(self, dataset: str, *alterations: Mapping[str, Any]) -> dict[str, Any]:
+        """Rename columns or change their nullability or type, as pylance's `alter_columns`:
+        `{"path": "x", "name": "x2", "nullable": True, "data_type": "int64"}` (`data_type`
+        may also be a `pyarrow.DataType`)."""
+        body = []
+        for alteration in alterations:
+            a = dict(alteration)
+            if isinstance(a.get("data_type"), pa.DataType):
+                a["data_type"] = str(a["data_type"])
+            body.append(a)
+        return self.action("alter_columns", {"dataset": dataset, "alterations": body})
+
+    def compact(
+        self,
+        dataset: str,
+        *,
+        target_rows_per_fragment: int | None = None,
+        max_rows_per_group: int | None = None,
+        materialize_deletions: bool | None = None,
+        materialize_deletions_threshold: float | None = None,
+    ) -> dict[str, Any]:
+        """Merge small fragments and purge deleted rows (pylance's `compact_files`)."""
+        return self.action(
+            "compact",
+            _without_none(
+                dataset=dataset,
+                target_rows_per_fragment=target_rows_per_fragment,
+                max_rows_per_group=max_rows_per_group,
+                materialize_deletions=materialize_deletions,
+                materialize_deletions_threshold=materialize_deletions_threshold,
+            ),
+        )
+
+    def cleanup(
+        self,
+        dataset: str,
+        *,
+        older_than: dt.timedelta | float | None = None,
+        retain_versions: int | None = None,
+        delete_unverified: bool | None = None,
+        error_if_tagged_old_versions: bool | None = None,
+    ) -> dict[str, Any]:
+        """Remove old versions and unreferenced files (pylance's `cleanup_old_versions`);
+        `older_than` is a timedelta or seconds."""
+        if isinstance(older_than, dt.timedelta):
+            older_than = older_than.total_seconds()
+        return self.action(
+            "cleanup",
+            _without_none(
+                dataset=dataset,
+                older_than_seconds=older_than,
+                retain_versions=retain_versions,
+                delete_unverified=delete_unverified,
+                error_if_tagged_old_versions=error_if_tagged_old_versions,
+            ),
+        )
+
+    def drop_dataset(self, dataset: str) -> dict[str, Any]:
+        """Delete a whole dataset, every version and file."""
+        return self.action("drop_dataset", {"dataset": dataset})
+
+
+def _without_none(**body: Any) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if v is not None}
+
+
+def _listed(answer: Any, key: str) -> list[Any]:
+    if isinstance(answer, dict) and isinstance(answer.get(key), list):
+        return answer[key]
+    if isinstance(answer, list):
+        return answer
+    return [] if answer is None else [answer]
+
+
+def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """`batch` with exactly `schema` (the server may differ only in schema metadata)."""
+    if batch.schema.equals(schema, check_metadata=True):
+        return batch
+    if batch.schema.equals(schema, check_metadata=False):
+        return pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+    return batch.cast(schema)

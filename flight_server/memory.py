@@ -1,0 +1,35 @@
+"""Keep the server's resident memory close to what it actually uses.
+
+Data pages arrive as multi-megabyte buffers that live for one page each. glibc raises its
+mmap threshold after the first such buffer is freed and serves the next ones from the
+heap, which then fragments and is not given back: a streaming server's RSS creeps up to
+several times its live memory. A fixed threshold keeps big buffers on mmap, so freeing
+one returns it to the system at once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD = 256 * 1024
+TRIM_THRESHOLD = 16 * 1024 * 1024
+
+
+def tune_allocator() -> bool:
+    """Fix glibc's mmap and trim thresholds; returns False where there is no glibc."""
+    name = ctypes.util.find_library("c")
+    if not name:
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    ok = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+    ok &= bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    logging.getLogger("quiver").debug("allocator thresholds fixed: %s", ok)
+    return ok
