@@ -78,6 +78,9 @@ def _parse_error_message(sql: str, dataset: str | None, err: ParseError) -> str:
     detail = ""
     for info in err.errors[:1]:
         description = info.get("description") or "syntax error"
+        if description.startswith("Required keyword"):
+            # sqlglot names its own classes here; say what a user can act on
+            description = "an operand is missing"
         line, col = info.get("line"), info.get("col")
         if isinstance(line, int) and isinstance(col, int):
             if line == 1:

@@ -597,3 +597,10 @@ def test_empty_table_and_dictionary_column() -> None:
     assert table.filter(compiled.expression).column("v").to_pylist() == [4]
     empty = table.schema.empty_table()
     assert empty.filter(compiled.expression).num_rows == 0
+
+
+def test_incomplete_filter_message_names_no_parser_internals():
+    with pytest.raises(FilterSyntaxError) as err:
+        compile_filter("x >", pa.schema([("x", pa.int64())]))
+    assert "an operand is missing" in str(err.value)
+    assert "sqlglot" not in str(err.value) and "class" not in str(err.value)
