@@ -20,7 +20,13 @@ A flag wins over its environment variable, which wins over the default:
 | --ticket-key-file PATH      | QUIVER_TICKET_KEY_FILE         | none          |
 | (environment only)          | QUIVER_TICKET_KEY              | random per process |
 | (environment only)          | QUIVER_STORAGE_OPTIONS (JSON)  | {}            |
+| --s3-endpoint-url URL       | QUIVER_S3_ENDPOINT_URL         | AWS's (or AWS_ENDPOINT_URL) |
 | --log-level                 | QUIVER_LOG_LEVEL               | INFO          |
+
+S3 credentials and region come from QUIVER_STORAGE_OPTIONS (s3fs's ``key``/``secret``/
+``client_kwargs`` or Lance's ``aws_access_key_id``... names) or from the standard AWS_*
+variables and profiles, which botocore reads itself. --s3-endpoint-url points ``s3://`` roots
+at an S3-compatible server (MinIO, moto...).
 
 The ticket key signs tickets and staged fragments; replicas behind one address must share
 it. It is read from the environment or a file, never from a flag (flags show in `ps`).
@@ -205,6 +211,13 @@ class ServerConfig:
                 options = json.loads(env["QUIVER_STORAGE_OPTIONS"])
             except ValueError:
                 raise ConfigError("QUIVER_STORAGE_OPTIONS is not valid JSON") from None
+        endpoint = pick("s3_endpoint_url", "QUIVER_S3_ENDPOINT_URL")
+        if endpoint and isinstance(options, dict):
+            options = dict(options)
+            client_kwargs = dict(options.get("client_kwargs") or {})
+            client_kwargs["endpoint_url"] = endpoint
+            options["client_kwargs"] = client_kwargs
+            options.pop("endpoint_url", None)
         return cls(
             root=pick("root", "QUIVER_ROOT") or "./data",
             host=pick("host", "QUIVER_HOST") or "127.0.0.1",
@@ -294,5 +307,11 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="file holding the key that signs tickets, shared by replicas "
         "(env QUIVER_TICKET_KEY_FILE, or the key itself in QUIVER_TICKET_KEY)",
+    )
+    a(
+        "--s3-endpoint-url",
+        metavar="URL",
+        help="endpoint of an S3-compatible server for s3:// roots "
+        "(env QUIVER_S3_ENDPOINT_URL; default: AWS, or AWS_ENDPOINT_URL)",
     )
     a("--log-level", help="DEBUG, INFO, WARNING... (env QUIVER_LOG_LEVEL, default INFO)")

@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from flight_server.errors import InvalidArgument
+from format.io.store import filesystem
 
 log = logging.getLogger("quiver.names")
 
@@ -118,7 +118,7 @@ def discover(
     Directories whose names are not valid segments are skipped, as is the inside of every
     dataset. `prefix` keeps only names starting with it.
     """
-    fs, base = fsspec.core.url_to_fs(root, **(storage_options or {}))
+    fs, base = filesystem(root, storage_options)
     if isinstance(fs, LocalFileSystem):
         base = os.path.abspath(base)
     base = base.rstrip("/")

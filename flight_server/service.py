@@ -30,7 +30,6 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import fsspec
 import numpy as np
 import pyarrow as pa
 from fsspec.implementations.local import LocalFileSystem
@@ -69,7 +68,7 @@ from format.errors import (
     InvalidInputError,
     SchemaMismatchError,
 )
-from format.io.store import ObjectStore, open_store
+from format.io.store import ObjectStore, filesystem, open_store
 from format.proto import table_pb2
 from format.table import versions as _versions
 from format.table.commit import read_transaction
@@ -673,7 +672,7 @@ class DatasetService:
         if not self.serving:
             raise Unavailable("the server is draining")
         try:
-            fs, path = fsspec.core.url_to_fs(self.root, **self.storage_options)
+            fs, path = filesystem(self.root, self.storage_options)
             if isinstance(fs, LocalFileSystem):
                 if not fs.isdir(path):
                     raise FileNotFoundError

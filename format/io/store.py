@@ -8,9 +8,12 @@ Nothing here assumes a local filesystem; the local backend only gets faster read
 from __future__ import annotations
 
 import contextlib
+import errno
+import inspect
 import io
 import os
 import posixpath
+import tempfile
 import threading
 import uuid
 from collections.abc import Sequence
@@ -19,14 +22,74 @@ from typing import Any, BinaryIO
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from format.errors import UnsupportedFeatureError
+
 # Ranges closer than this are fetched with one request and split afterwards.
 _COALESCE_GAP_LOCAL = 4 * 1024
 _COALESCE_GAP_REMOTE = 1024 * 1024
 
 
+_S3_PROTOCOLS = ("s3", "s3a")
+
+# Lance / object_store style option names, accepted for S3 next to s3fs's own.
+_S3_ALIASES = {
+    "aws_access_key_id": "key",
+    "access_key_id": "key",
+    "aws_secret_access_key": "secret",
+    "secret_access_key": "secret",
+    "aws_session_token": "token",
+    "session_token": "token",
+    "aws_endpoint": "endpoint_url",
+    "aws_endpoint_url": "endpoint_url",
+    "endpoint": "endpoint_url",
+}
+_S3_REGION_KEYS = ("aws_region", "region", "region_name", "aws_default_region")
+_S3_DROPPED = ("allow_http", "aws_allow_http", "virtual_hosted_style_request")
+
+
+def _protocols(fs: Any) -> tuple[str, ...]:
+    protocol = fs.protocol
+    return tuple(protocol) if isinstance(protocol, (tuple, list)) else (protocol,)
+
+
+def _is_s3(fs: Any) -> bool:
+    return any(p in _S3_PROTOCOLS for p in _protocols(fs))
+
+
+def _s3_options(options: dict[str, Any]) -> dict[str, Any]:
+    """s3fs keyword arguments from storage options (s3fs's names or Lance's)."""
+    out: dict[str, Any] = {}
+    client_kwargs = dict(options.get("client_kwargs") or {})
+    for key, value in options.items():
+        low = key.lower()
+        if key == "client_kwargs" or low in _S3_DROPPED:
+            continue
+        if low in _S3_REGION_KEYS:
+            client_kwargs.setdefault("region_name", value)
+        elif low in _S3_ALIASES:
+            out.setdefault(_S3_ALIASES[low], value)
+        else:
+            out[key] = value
+    if client_kwargs:
+        out["client_kwargs"] = client_kwargs
+    # Listings are cached per process by default: another writer's new manifest would stay
+    # invisible (and `info` on it would even raise FileNotFoundError). Never cache them.
+    out.setdefault("use_listings_cache", False)
+    return out
+
+
+def filesystem(uri: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
+    """(fsspec filesystem, backend path) of a URI, with the storage options normalized."""
+    options = dict(storage_options or {})
+    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
+    if scheme in _S3_PROTOCOLS:
+        options = _s3_options(options)
+    return fsspec.core.url_to_fs(uri, **options)
+
+
 def _split_uri(uri: str, storage_options: dict[str, Any] | None) -> tuple[Any, str]:
     """Return (filesystem, root path without trailing slash) for a URI or local path."""
-    fs, path = fsspec.core.url_to_fs(uri, **(storage_options or {}))
+    fs, path = filesystem(uri, storage_options)
     if isinstance(fs, LocalFileSystem):
         path = os.path.abspath(path)
     return fs, path.rstrip("/") or "/"
@@ -160,6 +223,59 @@ class _AtomicLocalFile(io.FileIO):
             os.unlink(self.tmp)
 
 
+class _RemoteUpload(io.FileIO):
+    """A remote file staged in a local temporary file and uploaded whole on a clean close.
+
+    Nothing appears under the final key until `close()` (or leaving a ``with`` block without
+    an exception); `abort()`, an exception in the block or dropping the writer unclosed
+    discard it. S3 objects only become visible once a PUT or multipart upload completes.
+    """
+
+    def __init__(self, fs: Any, final: str) -> None:
+        self.fs = fs
+        self.final = final
+        fd, self.tmp = tempfile.mkstemp(prefix="quiver-upload-")
+        super().__init__(fd, "wb", closefd=True)
+
+    def close(self) -> None:
+        """Upload the complete file under its final key."""
+        if self.closed:
+            return
+        super().close()
+        try:
+            self.fs.put_file(self.tmp, self.final)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.tmp)
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        if exc_type is not None:
+            self.abort()
+        else:
+            self.close()
+
+    def __del__(self) -> None:
+        self.abort()
+
+    def abort(self) -> None:
+        """Drop the staged bytes without uploading anything."""
+        if not self.closed:
+            super().close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.tmp)
+
+
+# memory:// lives in this process, so one lock makes its create-if-absent atomic.
+_MEMORY_LOCK = threading.Lock()
+
+
+def _s3_supports_create(fs: Any) -> bool:
+    try:
+        return "mode" in inspect.signature(fs._pipe_file).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False
+
+
 class ObjectStore:
     """A directory-like view of one storage location (a dataset root)."""
 
@@ -168,7 +284,6 @@ class ObjectStore:
         self.root = root
         self.uri = uri
         self.is_local = isinstance(fs, LocalFileSystem)
-        self._lock = threading.Lock()
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (ObjectStore, (self.fs, self.root, self.uri))
@@ -212,6 +327,8 @@ class ObjectStore:
     def list_dir(self, path: str) -> list[tuple[str, int, float | None]]:
         """(name, size, mtime seconds or None) of the files directly under `path`; [] if absent."""
         full = self.full_path(path)
+        with contextlib.suppress(Exception):
+            self.fs.invalidate_cache(full)  # a cached listing would hide new versions
         try:
             entries = self.fs.ls(full, detail=True)
         except (FileNotFoundError, NotADirectoryError):
@@ -245,15 +362,21 @@ class ObjectStore:
 
         Locally it is written to a temporary name and renamed on close, so a writer killed
         midway leaves no partial file under the final name (only a removable temporary).
+        Remotely it is staged in a local temporary file and uploaded on a clean close.
         """
         full = self.full_path(path)
         if self.is_local:
             os.makedirs(os.path.dirname(full), exist_ok=True)
             return _AtomicLocalFile(full)
-        return self.fs.open(full, "wb")
+        return _RemoteUpload(self.fs, full)
 
     def put_if_absent(self, path: str, data: bytes) -> None:
-        """Create a file only if nothing exists at `path`; raises FileExistsError otherwise."""
+        """Create a file only if nothing exists at `path`; raises FileExistsError otherwise.
+
+        Atomic on every backend it accepts: ``link(2)`` locally, a conditional PUT
+        (``If-None-Match: *``) on S3, a process-wide lock for ``memory://``. Other backends
+        raise UnsupportedFeatureError rather than risk two writers both "winning".
+        """
         full = self.full_path(path)
         if self.is_local:
             os.makedirs(os.path.dirname(full), exist_ok=True)
@@ -265,13 +388,41 @@ class ObjectStore:
             finally:
                 os.unlink(tmp)
             return
+        if _is_s3(self.fs):
+            self._s3_put_if_absent(path, full, data)
+            return
+        if "memory" in _protocols(self.fs):
+            with _MEMORY_LOCK:
+                if self.fs.exists(full):
+                    raise FileExistsError(f"{self.uri_of(path)} already exists")
+                self.fs.pipe_file(full, data)
+            return
+        raise UnsupportedFeatureError(
+            f"{self.uri}: storage backend {self.fs.protocol!r} offers no atomic "
+            "create-if-absent, so commits could overwrite each other; refusing to commit"
+        )
+
+    def _s3_put_if_absent(self, path: str, full: str, data: bytes) -> None:
+        if not _s3_supports_create(self.fs):
+            raise UnsupportedFeatureError(
+                f"{self.uri}: this s3fs has no conditional create (pipe_file mode='create'); "
+                "upgrade s3fs to commit safely"
+            )
         try:
             self.fs.pipe_file(full, data, mode="create")
-        except TypeError:
-            with self._lock:  # backends without conditional writes (memory): best effort
-                if self.fs.exists(full):
-                    raise FileExistsError(self.uri_of(path)) from None
-                self.fs.pipe_file(full, data)
+            return
+        except FileExistsError:
+            pass
+        except OSError as e:
+            # 409 ConditionalRequestConflict: a concurrent conditional write to the same key
+            # is in flight. Nothing of ours was written; report it as a lost race.
+            if e.errno != errno.EBUSY:
+                raise
+        # Lost the race, unless a retried request of ours is what created the object.
+        with contextlib.suppress(OSError):
+            if self.fs.cat_file(full) == data:
+                return
+        raise FileExistsError(f"{self.uri_of(path)} already exists")
 
     def delete(self, path: str) -> None:
         """Remove a file; a missing file is not an error."""
