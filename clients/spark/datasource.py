@@ -340,6 +340,8 @@ class QuiverReader(DataSourceReader):
         return _PushFilters(self)
 
     def _push(self, filters: list[Filter]) -> Iterator[Filter]:
+        # Spark may push into the same reader again for another query: start afresh
+        self.pushed = []
         for f in filters:
             sql = filter_sql(f, self.schema)
             if sql is None:
