@@ -4,7 +4,8 @@ Data pages arrive as multi-megabyte buffers that live for one page each. glibc r
 mmap threshold after the first such buffer is freed and serves the next ones from the
 heap, which then fragments and is not given back: a streaming server's RSS creeps up to
 several times its live memory. A fixed threshold keeps big buffers on mmap, so freeing
-one returns it to the system at once.
+one returns it to the system at once. Arrow's own allocations go through the same system
+allocator (mimalloc, Arrow's default, keeps freed segments resident for reuse).
 """
 
 from __future__ import annotations
@@ -31,5 +32,9 @@ def tune_allocator() -> bool:
         return False
     ok = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
     ok &= bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    if ok:
+        import pyarrow as pa
+
+        pa.set_memory_pool(pa.system_memory_pool())
     logging.getLogger("quiver").debug("allocator thresholds fixed: %s", ok)
     return ok
