@@ -188,22 +188,24 @@ class FileReader:
         return out
 
 
-class _AtomicLocalFile(io.FileIO):
-    """A local file written under a temporary name and renamed into place on close."""
+class _StagedFile(io.FileIO):
+    """A file written to a local temporary path and published whole only on a clean close.
 
-    def __init__(self, final: str) -> None:
-        self.final = final
-        self.tmp = os.path.join(
-            os.path.dirname(final), f".tmp_{os.path.basename(final)}_{uuid.uuid4().hex}"
-        )
-        super().__init__(self.tmp, "wb")
+    `abort()`, an exception inside a ``with`` block or dropping the writer unclosed
+    discard the temporary file, so no partial file ever appears under the final name.
+    """
+
+    tmp: str
+
+    def _publish(self) -> None:
+        """Move the finished temporary file to its final place (each subclass's own way)."""
 
     def close(self) -> None:
-        """Publish the file under its final name (only after a complete, explicit write)."""
+        """Publish the complete file under its final name."""
         if self.closed:
             return
         super().close()
-        os.replace(self.tmp, self.final)
+        self._publish()
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
         if exc_type is not None:
@@ -212,7 +214,6 @@ class _AtomicLocalFile(io.FileIO):
             self.close()
 
     def __del__(self) -> None:
-        # dropped without close(): never publish a possibly partial file
         self.abort()
 
     def abort(self) -> None:
@@ -223,12 +224,24 @@ class _AtomicLocalFile(io.FileIO):
             os.unlink(self.tmp)
 
 
-class _RemoteUpload(io.FileIO):
-    """A remote file staged in a local temporary file and uploaded whole on a clean close.
+class _AtomicLocalFile(_StagedFile):
+    """A local file written under a temporary name beside it and renamed into place."""
 
-    Nothing appears under the final key until `close()` (or leaving a ``with`` block without
-    an exception); `abort()`, an exception in the block or dropping the writer unclosed
-    discard it. S3 objects only become visible once a PUT or multipart upload completes.
+    def __init__(self, final: str) -> None:
+        self.final = final
+        self.tmp = os.path.join(
+            os.path.dirname(final), f".tmp_{os.path.basename(final)}_{uuid.uuid4().hex}"
+        )
+        super().__init__(self.tmp, "wb")
+
+    def _publish(self) -> None:
+        os.replace(self.tmp, self.final)
+
+
+class _RemoteUpload(_StagedFile):
+    """A remote object staged in a local temporary file and uploaded in one request.
+
+    S3 objects only become visible once a PUT or multipart upload completes.
     """
 
     def __init__(self, fs: Any, final: str) -> None:
@@ -237,32 +250,12 @@ class _RemoteUpload(io.FileIO):
         fd, self.tmp = tempfile.mkstemp(prefix="quiver-upload-")
         super().__init__(fd, "wb", closefd=True)
 
-    def close(self) -> None:
-        """Upload the complete file under its final key."""
-        if self.closed:
-            return
-        super().close()
+    def _publish(self) -> None:
         try:
             self.fs.put_file(self.tmp, self.final)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.tmp)
-
-    def __exit__(self, exc_type: object, *rest: object) -> None:
-        if exc_type is not None:
-            self.abort()
-        else:
-            self.close()
-
-    def __del__(self) -> None:
-        self.abort()
-
-    def abort(self) -> None:
-        """Drop the staged bytes without uploading anything."""
-        if not self.closed:
-            super().close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.tmp)
 
 
 # memory:// lives in this process, so one lock makes its create-if-absent atomic.
