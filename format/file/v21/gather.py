@@ -1,0 +1,65 @@
+"""Vectorised range gathers shared by the 2.1+ codecs.
+
+Mini-block pages hold thousands of chunks; every codec needs "these byte ranges of the page,
+concatenated" or "this many elements from each chunk". These helpers do that with one numpy
+fancy-index instead of a Python loop per chunk, and bounds-check the ranges first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from format.errors import CorruptFileError
+
+I64 = np.int64
+
+
+def check_ranges(size: int, starts: np.ndarray, lengths: np.ndarray, where: str, what: str) -> None:
+    """Raise CorruptFileError unless every [start, start + length) lies inside [0, size)."""
+    if len(starts) == 0:
+        return
+    if (lengths < 0).any() or (starts < 0).any() or (starts + lengths > size).any():
+        bad = int(np.argmax((lengths < 0) | (starts < 0) | (starts + lengths > size)))
+        raise CorruptFileError(
+            where,
+            f"{what} #{bad} spans [{int(starts[bad])}, {int(starts[bad] + lengths[bad])}) "
+            f"outside a {size}-byte buffer",
+        )
+
+
+def range_index(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenation of arange(s, s + n) for every (s, n): the index of a multi-range gather."""
+    starts = np.asarray(starts, dtype=I64)
+    lengths = np.asarray(lengths, dtype=I64)
+    total = int(lengths.sum()) if len(lengths) else 0
+    if total == 0:
+        return np.zeros(0, dtype=I64)
+    out_starts = np.cumsum(lengths) - lengths
+    keep = lengths > 0
+    # Each element = its position in the output + (range start - range's output start).
+    shift = np.repeat((starts - out_starts)[keep], lengths[keep])
+    dtype = np.int32 if total < 2**31 and int(starts.max() + lengths.max()) < 2**31 else I64
+    return np.arange(total, dtype=dtype) + shift.astype(dtype, copy=False)
+
+
+def gather(
+    data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, where: str, what: str
+) -> np.ndarray:
+    """The elements data[s : s + n] of every range, concatenated (bounds-checked)."""
+    starts = np.asarray(starts, dtype=I64)
+    lengths = np.asarray(lengths, dtype=I64)
+    check_ranges(len(data), starts, lengths, where, what)
+    if len(starts) == 1:
+        s, n = int(starts[0]), int(lengths[0])
+        return data[s : s + n]
+    return data[range_index(starts, lengths)]
+
+
+def read_uint(data: np.ndarray, pos: np.ndarray, nbytes: int, where: str, what: str) -> np.ndarray:
+    """Little-endian unsigned integers of `nbytes` bytes at byte positions `pos` (any alignment)."""
+    pos = np.asarray(pos, dtype=I64)
+    check_ranges(len(data), pos, np.full(len(pos), nbytes, dtype=I64), where, what)
+    out = np.zeros(len(pos), dtype=np.uint64)
+    for b in range(nbytes):  # at most 8 byte planes, each vectorised over all positions
+        out |= data[pos + b].astype(np.uint64) << np.uint64(8 * b)
+    return out
