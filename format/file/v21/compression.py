@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from format.errors import CorruptFileError, UnsupportedFeatureError
+from format.file.v21 import bitpacking as bp
 from format.file.v21.gather import I64, check_ranges, gather, range_index, read_uint
 from format.proto import encodings_v2_1_pb2 as pb
 
@@ -224,6 +225,52 @@ def variable_block(bits: int, data: np.ndarray, count: int, where: str) -> pa.Ar
     return binary_array(offs - offs[0], data[start + offs[0] : start + offs[-1]])
 
 
+# -- bit-packing -----------------------------------------------------------------------------
+def word_view(ch: Chunks, bits: int, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The chunk buffers as `bits`-wide words: (words, word_starts, word_sizes). Buffers must
+    be whole words; misaligned starts (never written by Lance) are repacked into a copy."""
+    width = bits // 8
+    check_ranges(len(ch.data), ch.starts, ch.sizes, where, "chunk buffer")
+    if (ch.sizes % width).any():
+        i = int(np.argmax(ch.sizes % width))
+        raise CorruptFileError(
+            where, f"chunk {i} buffer of {int(ch.sizes[i])} bytes is not whole {bits}-bit words"
+        )
+    if not (ch.starts % width).any():
+        data = ch.data[: len(ch.data) - len(ch.data) % width]
+        return data.view(_NP_UINT[bits]), ch.starts // width, ch.sizes // width
+    packed = gather(ch.data, ch.starts, ch.sizes, where, "chunk buffer")
+    sizes = ch.sizes // width
+    return packed.view(_NP_UINT[bits]), np.cumsum(sizes) - sizes, sizes
+
+
+def _word_bits(bits: int, what: str, where: str) -> int:
+    if bits not in _UINT:
+        raise CorruptFileError(where, f"{what} of {bits}-bit values (expected 8/16/32/64)")
+    return bits
+
+
+def inline_chunks(enc: pb.InlineBitpacking, ch: Chunks, where: str) -> pa.Array:
+    """InlineBitpacking(T): per chunk `[T-bit width w][w * 1024 / T FastLanes words]`, <= 1024
+    values (the last chunk of a page is zero-padded to 1024)."""
+    bits = _word_bits(int(enc.uncompressed_bits_per_value), "InlineBitpacking", where)
+    if enc.HasField("values"):
+        raise _unsupported(where, "InlineBitpacking with buffer compression")
+    words, starts, sizes = word_view(ch, bits, where)
+    return fixed_array(bp.inline_decode(words, starts, sizes, ch.counts, bits, where), bits)
+
+
+def outofline_chunks(enc: pb.OutOfLineBitpacking, ch: Chunks, where: str) -> pa.Array:
+    """OutOfLineBitpacking{T, Flat(w)}: one block per chunk, see `bitpacking.outofline_decode`."""
+    bits = _word_bits(int(enc.uncompressed_bits_per_value), "OutOfLineBitpacking", where)
+    if variant(enc.values, where) != "flat":
+        raise CorruptFileError(where, "OutOfLineBitpacking values must be Flat")
+    width = int(enc.values.flat.bits_per_value)
+    words, starts, sizes = word_view(ch, bits, where)
+    values = bp.outofline_decode(words, starts, sizes, ch.counts, width, bits, where)
+    return fixed_array(values, bits)
+
+
 # -- dispatch --------------------------------------------------------------------------------
 def decode_chunks(enc: Encoding, buffers: Sequence[Chunks], where: str) -> pa.Array:
     """All chunks' values, concatenated in chunk order, as a *physical* array.
@@ -253,6 +300,10 @@ def _decode(enc: Encoding, bufs: list[Chunks], where: str, block: bool) -> pa.Ar
         if block:
             return variable_block(bits, ch.data[: int(ch.sizes[0])], int(ch.counts[0]), where)
         return variable_chunks(bits, ch, where)
+    if kind == "inline_bitpacking":
+        return inline_chunks(enc.inline_bitpacking, ch, where)
+    if kind == "out_of_line_bitpacking":
+        return outofline_chunks(enc.out_of_line_bitpacking, ch, where)
     if kind == "variable_packed_struct":
         raise _unsupported(
             where, "VariablePackedStruct compression (not readable in mini-block chunks)"

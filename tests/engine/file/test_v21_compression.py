@@ -225,3 +225,47 @@ def test_variable_block_and_offsets_checks():
     )
     with pytest.raises(UnsupportedFeatureError, match="inline_bitpacking"):
         decode_block(rle_offsets, data, 2, "blk")
+
+
+# -- bit-packing -----------------------------------------------------------------------------
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+def test_inline_bitpacking_sequential(tmp_path, version):
+    col = pa.array(np.arange(5000) * 3 - 7, pa.int64())
+    check_column(tmp_path, col, version, "inline_bitpacking")
+
+
+def test_inline_bitpacking_int8_int16(tmp_path):
+    rng = np.random.default_rng(3)
+    col = pa.array(rng.integers(0, 20, 3000), pa.int8())
+    check_column(tmp_path / "a", col, "2.1", "inline_bitpacking")
+    col = pa.array(rng.integers(0, 3000, 3000), pa.int16())
+    check_column(tmp_path / "b", col, "2.1", "inline_bitpacking")
+
+
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+def test_random_floats(tmp_path, version):
+    rng = np.random.default_rng(4)
+    check_column(tmp_path / "a", pa.array(rng.random(5000)), version, "inline_bitpacking")
+    col = pa.array(rng.random(5000).astype(np.float32))
+    check_column(tmp_path / "b", col, version, "inline_bitpacking")
+
+
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+def test_outofline_def_levels(tmp_path, version):
+    """Nullable ints: def levels OutOfLineBitpacking{16, Flat(1)}; compare levels and values."""
+    rng = np.random.default_rng(5)
+    n = 9000
+    vals = rng.integers(0, 1 << 40, n)
+    mask = rng.random(n) < 0.25
+    col = pa.array(vals, pa.int64(), mask=mask)
+    pages = write_pages(tmp_path, col, version)
+    defs, values = [], []
+    for p in pages:
+        mb = p.layout.mini_block_layout
+        assert encoding_kinds(mb.def_compression) == ["out_of_line_bitpacking", "flat"]
+        parsed = parse_miniblock(p)
+        defs.append(decode_chunks(mb.def_compression, [parsed.defs], "defs").to_numpy())
+        values.append(decode_page_values(p))
+    np.testing.assert_array_equal(np.concatenate(defs), mask.astype(np.uint16))
+    got = pa.concat_arrays(values).to_numpy().view(np.int64)
+    np.testing.assert_array_equal(got[~mask], vals[~mask])

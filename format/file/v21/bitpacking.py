@@ -1,0 +1,258 @@
+"""FastLanes bit-packing of 2.1+ pages: inline (mini-block values) and out-of-line (levels).
+
+A FastLanes block packs 1024 values of T bits (T = 8/16/32/64) at width w into w * 1024 / T
+words of T bits. The values are transposed over LANES = 1024 / T lanes: row r of lane l is the
+value at index `FL_ORDER[r // 8] * 16 + (r % 8) * 128 + l`; each lane's T rows are concatenated
+LSB-first into a w*T-bit stream whose word k is stored at `packed[LANES * k + l]`.
+Everything here works on many blocks at once: arrays shaped (blocks, ...).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+
+from format.errors import CorruptFileError
+
+BLOCK = 1024
+FL_ORDER = np.array([0, 4, 2, 6, 1, 5, 3, 7])
+_DTYPES = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
+
+
+def dtype_of(bits: int) -> type:
+    """The numpy unsigned type of a FastLanes word size (8, 16, 32 or 64)."""
+    return _DTYPES[bits]
+
+
+@cache
+def _order(bits: int) -> np.ndarray:
+    """Value index of (row, lane), flattened row-major: shape (bits * lanes,) = (1024,)."""
+    lanes = BLOCK // bits
+    r = np.arange(bits)[:, None]
+    lane = np.arange(lanes)[None, :]
+    return (FL_ORDER[r // 8] * 16 + (r % 8) * 128 + lane).reshape(-1)
+
+
+@cache
+def _rows(bits: int, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row: the word holding its first bit, the bit offset there, whether it spills over."""
+    start = np.arange(bits) * width
+    return start // bits, start % bits, (start % bits) + width > bits
+
+
+def _mask(bits: int, width: int) -> np.generic:
+    dt = _DTYPES[bits]
+    return dt(np.iinfo(dt).max) if width >= bits else dt((1 << width) - 1)
+
+
+def unpack(packed: np.ndarray, width: int, bits: int) -> np.ndarray:
+    """Unpack FastLanes blocks: `packed` (blocks, width * 1024 / bits) uint`bits` words ->
+    (blocks, 1024) values."""
+    dt = _DTYPES[bits]
+    nblocks = packed.shape[0]
+    if width == 0:
+        return np.zeros((nblocks, BLOCK), dtype=dt)
+    lanes = BLOCK // bits
+    words = packed.reshape(nblocks, width, lanes)
+    k0, off, spill = _rows(bits, width)
+    vals = words[:, k0, :] >> off.astype(dt)[None, :, None]
+    if spill.any():
+        k1 = np.minimum(k0 + 1, width - 1)
+        hi = words[:, k1, :] << ((bits - off) % bits).astype(dt)[None, :, None]
+        hi &= np.where(spill, _mask(bits, bits), dt(0)).astype(dt)[None, :, None]
+        vals |= hi
+    vals &= _mask(bits, width)
+    out = np.empty((nblocks, BLOCK), dtype=dt)
+    out[:, _order(bits)] = vals.reshape(nblocks, BLOCK)
+    return out
+
+
+def pack(values: np.ndarray, width: int, bits: int) -> np.ndarray:
+    """Pack (blocks, 1024) uint`bits` values at `width` bits each into (blocks, width * 1024 /
+    bits) words in the FastLanes layout. Bits above `width` are dropped."""
+    dt = _DTYPES[bits]
+    values = np.asarray(values, dtype=dt)
+    nblocks = values.shape[0]
+    lanes = BLOCK // bits
+    out = np.zeros((nblocks, width, lanes), dtype=dt)
+    if width == 0:
+        return out.reshape(nblocks, 0)
+    rows = values[:, _order(bits)].reshape(nblocks, bits, lanes) & _mask(bits, width)
+    k0, off, spill = _rows(bits, width)
+    for r in range(bits):  # one vectorised step per row (<= 64), over all blocks and lanes
+        out[:, k0[r], :] |= rows[:, r, :] << dt(off[r])
+        if spill[r]:
+            out[:, k0[r] + 1, :] |= rows[:, r, :] >> dt(bits - off[r])
+    return out.reshape(nblocks, width * lanes)
+
+
+def bit_widths(values: np.ndarray, bits: int) -> np.ndarray:
+    """Per block of 1024 values (rows of `values`, shape (blocks, 1024)): the smallest width
+    that holds every value (0 for all-zero blocks)."""
+    dt = _DTYPES[bits]
+    top = np.bitwise_or.reduce(np.asarray(values, dtype=dt), axis=1)
+    # bit_length via float log2 is exact for powers of two only; use a byte-wise search.
+    widths = np.zeros(len(top), dtype=np.int64)
+    for b in range(bits):  # <= 64 vectorised comparisons
+        widths[(top >> dt(b)) != 0] = b + 1
+    return widths
+
+
+# -- inline bit-packing (mini-block values) ---------------------------------------------------
+def inline_encode(values: np.ndarray, bits: int, widths: np.ndarray | None = None) -> list[bytes]:
+    """Mini-block InlineBitpacking chunks of (n_chunks, 1024) values: per chunk the bytes
+    `[T-bit LE width w][w * 1024 / T packed T-bit words]` (the last chunk zero-padded to 1024
+    values by the caller). `widths` defaults to `bit_widths` per chunk."""
+    dt = _DTYPES[bits]
+    values = np.asarray(values, dtype=dt)
+    if widths is None:
+        widths = bit_widths(values, bits)
+    out: list[bytes] = [b""] * len(values)
+    for w in np.unique(widths):  # one group per distinct width
+        rows = np.flatnonzero(widths == w)
+        packed = pack(values[rows], int(w), bits)
+        head = np.full((len(rows), 1), w, dtype=dt)
+        body = np.concatenate([head, packed], axis=1)
+        for i, row in zip(rows, body, strict=True):
+            out[i] = row.tobytes()
+    return out
+
+
+def inline_chunk_size(width: int, bits: int) -> int:
+    """Byte size of one InlineBitpacking chunk packed at `width`."""
+    return (1 + width * BLOCK // bits) * bits // 8
+
+
+def inline_decode(
+    words: np.ndarray,
+    word_starts: np.ndarray,
+    word_sizes: np.ndarray,
+    counts: np.ndarray,
+    bits: int,
+    where: str,
+) -> np.ndarray:
+    """Decode InlineBitpacking chunks: chunk i occupies `words[word_starts[i]:][:word_sizes[i]]`
+    (uint`bits` words: width, then packed block) and yields `counts[i]` <= 1024 values.
+    Chunks are grouped by width; each group is unpacked with one vectorised call."""
+    dt = _DTYPES[bits]
+    n = len(counts)
+    if n == 0:
+        return np.zeros(0, dtype=dt)
+    if (counts > BLOCK).any() or (counts < 0).any():
+        raise CorruptFileError(where, f"inline bit-packed chunk with more than {BLOCK} values")
+    if (
+        (word_sizes < 1).any()
+        or (word_starts < 0).any()
+        or (word_starts + word_sizes > len(words)).any()
+    ):
+        raise CorruptFileError(where, "inline bit-packed chunk outside its buffer")
+    widths = words[word_starts].astype(np.int64)
+    if (widths > bits).any():
+        i = int(np.argmax(widths > bits))
+        raise CorruptFileError(
+            where, f"inline bit-packed chunk {i} has width {int(widths[i])} > {bits}"
+        )
+    need = 1 + widths * (BLOCK // bits)
+    if (word_sizes < need).any():
+        i = int(np.argmax(word_sizes < need))
+        raise CorruptFileError(
+            where,
+            f"inline bit-packed chunk {i} ({int(word_sizes[i]) * bits // 8} bytes) is too short "
+            f"for width {int(widths[i])}",
+        )
+    out = np.empty((n, BLOCK), dtype=dt)
+    lanes = BLOCK // bits
+    for w in np.unique(widths):
+        rows = np.flatnonzero(widths == w)
+        nwords = int(w) * lanes
+        idx = (word_starts[rows] + 1)[:, None] + np.arange(nwords)[None, :]
+        out[rows] = unpack(words[idx], int(w), bits)
+    if (counts == BLOCK).all():
+        return out.reshape(-1)
+    keep = np.arange(BLOCK)[None, :] < counts[:, None]
+    return out[keep]
+
+
+# -- out-of-line bit-packing (levels, one block buffer per chunk) -----------------------------
+def outofline_encode(values: np.ndarray, width: int, bits: int) -> bytes:
+    """OutOfLineBitpacking block of `values` (uint`bits`): full 1024-value blocks packed at
+    `width` (w * 1024 / T words each), then the tail (< 1024 values) either zero-padded and
+    packed, or appended raw as T-bit words when packing would not save space."""
+    dt = _DTYPES[bits]
+    values = np.asarray(values, dtype=dt)
+    full = len(values) // BLOCK
+    tail = len(values) - full * BLOCK
+    parts = [pack(values[: full * BLOCK].reshape(full, BLOCK), width, bits).reshape(-1)]
+    if tail:
+        # Same choice as pylance: pack the tail iff the padding costs less than packing saves.
+        if width * (BLOCK - tail) < max(bits - width, 0) * tail:
+            padded = np.zeros((1, BLOCK), dtype=dt)
+            padded[0, :tail] = values[full * BLOCK :]
+            parts.append(pack(padded, width, bits).reshape(-1))
+        else:
+            parts.append(values[full * BLOCK :])
+    return np.concatenate(parts).tobytes()
+
+
+def outofline_decode(
+    words: np.ndarray,
+    word_starts: np.ndarray,
+    word_sizes: np.ndarray,
+    counts: np.ndarray,
+    width: int,
+    bits: int,
+    where: str,
+) -> np.ndarray:
+    """Decode OutOfLineBitpacking buffers, one per chunk: `counts[i]` values from
+    `words[word_starts[i]:][:word_sizes[i]]`. The tail of each buffer is raw iff the buffer has
+    exactly `full_blocks * w * 1024 / T + tail` words, else a padded packed block."""
+    dt = _DTYPES[bits]
+    if width > bits:
+        raise CorruptFileError(where, f"out-of-line bit-packing width {width} > {bits}")
+    counts = np.asarray(counts, dtype=np.int64)
+    wpb = width * BLOCK // bits
+    full = counts // BLOCK
+    tail = counts % BLOCK
+    raw = (tail > 0) & (word_sizes == full * wpb + tail)
+    packed_tail = (tail > 0) & ~raw
+    blocks = full + packed_tail
+    need = np.where(raw, full * wpb + tail, blocks * wpb)
+    if (
+        (word_sizes < need).any()
+        or (word_starts < 0).any()
+        or (word_starts + word_sizes > len(words)).any()
+    ):
+        i = int(np.argmax((word_sizes < need) | (word_starts + word_sizes > len(words))))
+        raise CorruptFileError(
+            where, f"out-of-line bit-packed buffer of chunk {i} is too short or out of bounds"
+        )
+    nblocks = int(blocks.sum())
+    block_chunk = np.repeat(np.arange(len(counts)), blocks)
+    first_block = np.cumsum(blocks) - blocks
+    block_in_chunk = np.arange(nblocks) - first_block[block_chunk]
+    block_word = word_starts[block_chunk] + block_in_chunk * wpb
+    if nblocks:
+        unpacked = unpack(words[block_word[:, None] + np.arange(wpb)[None, :]], width, bits)
+    else:
+        unpacked = np.zeros((0, BLOCK), dtype=dt)
+    raw_starts = word_starts + full * wpb
+    raw_vals = words[_ranges(raw_starts[raw], tail[raw])]
+    # Each chunk = its packed blocks (the last one cut to the tail), then its raw tail.
+    block_len = np.minimum(counts[block_chunk] - block_in_chunk * BLOCK, BLOCK)
+    source = np.concatenate([unpacked.reshape(-1), raw_vals])
+    seg_chunk = np.concatenate([block_chunk, np.flatnonzero(raw)])
+    seg_start = np.concatenate([np.arange(nblocks) * BLOCK, nblocks * BLOCK + _starts(tail[raw])])
+    seg_len = np.concatenate([block_len, tail[raw]])
+    order = np.argsort(seg_chunk, kind="stable")
+    return source[_ranges(seg_start[order], seg_len[order])]
+
+
+def _starts(lengths: np.ndarray) -> np.ndarray:
+    return np.cumsum(lengths) - lengths
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    from format.file.v21.gather import range_index
+
+    return range_index(starts, lengths)
