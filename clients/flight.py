@@ -123,7 +123,9 @@ def read_descriptor(dataset: str, **options: Any) -> flight.FlightDescriptor:
     return flight.FlightDescriptor.for_command(_json_bytes(read_command(dataset, **options)))
 
 
-def put_command(dataset: str, *, mode: str = "append", commit: bool = True) -> dict[str, Any]:
+def put_command(
+    dataset: str, *, mode: str = "append", commit: bool = True, job: str | None = None
+) -> dict[str, Any]:
     """The JSON object of a DoPut CMD descriptor."""
     if not isinstance(dataset, str) or not dataset:
         raise TypeError("dataset must be a non-empty string")
@@ -132,6 +134,8 @@ def put_command(dataset: str, *, mode: str = "append", commit: bool = True) -> d
     cmd: dict[str, Any] = {"dataset": dataset, "mode": mode}
     if not commit:
         cmd["commit"] = False
+    if job is not None:
+        cmd["job"] = job
     return cmd
 
 
@@ -732,13 +736,18 @@ class Client:
         """
         return self._put(put_command(dataset, mode=mode), data)
 
-    def stage(self, dataset: str, data: DataLike, *, mode: str = "append") -> list[str]:
+    def stage(
+        self, dataset: str, data: DataLike, *, mode: str = "append", job: str | None = None
+    ) -> list[str]:
         """Write data files without committing; the opaque fragments to `commit` or `abort`.
 
         Stage with the mode of the commit to come: fragments staged for `append` can only
-        be committed by an append (the server refuses them for create or overwrite).
+        be committed by an append (the server refuses them for create or overwrite). Puts
+        staged under one `job` are settled together: the job's commit or abort removes the
+        files of its puts the commit does not list (e.g. failed task attempts), and the job
+        takes no puts after that.
         """
-        answer = self._put(put_command(dataset, mode=mode, commit=False), data)
+        answer = self._put(put_command(dataset, mode=mode, commit=False, job=job), data)
         fragments = answer.get("fragments")
         if not isinstance(fragments, list):
             raise QuiverError("the server answered a staged DoPut without fragments")
@@ -752,11 +761,13 @@ class Client:
         operation: str = "append",
         read_version: int | None = None,
         idempotency_key: str | None = None,
+        job: str | None = None,
     ) -> dict[str, Any]:
         """Make staged fragments visible in one new version (all or none).
 
         Raises `CommitConflict` (with `.retryable` and `.version`) when a concurrent commit
-        won; the same `idempotency_key` never commits twice.
+        won; the same `idempotency_key` never commits twice. With `job`, also ends that
+        staging job, removing its puts' files that are not committed.
         """
         if operation not in _COMMIT_OPERATIONS:
             raise InvalidArgument(
@@ -771,11 +782,19 @@ class Client:
             body["read_version"] = read_version
         if idempotency_key is not None:
             body["idempotency_key"] = idempotency_key
+        if job is not None:
+            body["job"] = job
         return self.action("commit", body)
 
-    def abort(self, dataset: str, fragments: Sequence[str]) -> dict[str, Any] | None:
-        """Remove the files of staged fragments that will never be committed."""
-        return self.action("abort", {"dataset": dataset, "fragments": list(fragments)})
+    def abort(
+        self, dataset: str, fragments: Sequence[str] = (), *, job: str | None = None
+    ) -> dict[str, Any] | None:
+        """Remove the files of staged fragments that will never be committed; with `job`,
+        those of every put staged under the job too, and end the job."""
+        body: dict[str, Any] = {"dataset": dataset, "fragments": list(fragments)}
+        if job is not None:
+            body["job"] = job
+        return self.action("abort", body)
 
     # -- table operations -------------------------------------------------------------------
 

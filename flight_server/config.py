@@ -17,6 +17,8 @@ A flag wins over its environment variable, which wins over the default:
 | --max-rows-per-endpoint N   | QUIVER_MAX_ROWS_PER_ENDPOINT   | none (1 endpoint per fragment) |
 | --batch-size N              | QUIVER_BATCH_SIZE              | engine's (8192) |
 | --ticket-ttl SECONDS        | QUIVER_TICKET_TTL              | 86400 (0: never expire) |
+| --staged-ttl SECONDS        | QUIVER_STAGED_TTL              | 86400 (min 60) |
+| --sweep-interval SECONDS    | QUIVER_SWEEP_INTERVAL          | 600 (0: no sweep) |
 | --ticket-key-file PATH      | QUIVER_TICKET_KEY_FILE         | none          |
 | (environment only)          | QUIVER_TICKET_KEY              | random per process |
 | (environment only)          | QUIVER_STORAGE_OPTIONS (JSON)  | {}            |
@@ -27,6 +29,9 @@ S3 credentials and region come from QUIVER_STORAGE_OPTIONS (s3fs's ``key``/``sec
 ``client_kwargs`` or Lance's ``aws_access_key_id``... names) or from the standard AWS_*
 variables and profiles, which botocore reads itself. --s3-endpoint-url points ``s3://`` roots
 at an S3-compatible server (MinIO, moto...).
+
+Staged fragments (DoPut with commit=false) can be committed for --staged-ttl seconds; every
+--sweep-interval the server removes the files of stagings that expired uncommitted.
 
 The ticket key signs tickets and staged fragments; replicas behind one address must share
 it. It is read from the environment or a file, never from a flag (flags show in `ps`).
@@ -45,6 +50,9 @@ DEFAULT_PORT = 8815
 DEFAULT_TICKET_TTL = 24 * 3600
 DEFAULT_TOKEN_TTL = 3600.0
 DEFAULT_DRAIN_SECONDS = 30.0
+DEFAULT_STAGED_TTL = 24 * 3600
+DEFAULT_SWEEP_INTERVAL = 600
+MIN_STAGED_TTL = 60
 _SCHEMES = ("grpc", "grpc+tcp", "grpc+tls")
 
 
@@ -74,6 +82,8 @@ class ServerConfig:
     max_rows_per_endpoint: int | None = None
     batch_size: int | None = None
     ticket_ttl: int = DEFAULT_TICKET_TTL
+    staged_ttl: int = DEFAULT_STAGED_TTL
+    sweep_interval: int = DEFAULT_SWEEP_INTERVAL
     ticket_key: bytes | None = field(default=None, repr=False)
     storage_options: dict[str, Any] = field(default_factory=dict, repr=False)
     log_level: str = "INFO"
@@ -143,6 +153,12 @@ class ServerConfig:
                 raise ConfigError(f"{flag} must be a positive integer, not {value!r}")
         if not isinstance(self.ticket_ttl, int) or self.ticket_ttl < 0:
             raise ConfigError(f"--ticket-ttl must be >= 0 seconds, not {self.ticket_ttl!r}")
+        if not isinstance(self.staged_ttl, int) or self.staged_ttl < MIN_STAGED_TTL:
+            raise ConfigError(
+                f"--staged-ttl must be >= {MIN_STAGED_TTL} seconds, not {self.staged_ttl!r}"
+            )
+        if not isinstance(self.sweep_interval, int) or self.sweep_interval < 0:
+            raise ConfigError(f"--sweep-interval must be >= 0 seconds, not {self.sweep_interval!r}")
         if self.ticket_key is not None and len(self.ticket_key) < 16:
             raise ConfigError("the ticket key (QUIVER_TICKET_KEY) needs at least 16 bytes")
         if not isinstance(self.storage_options, dict):
@@ -237,6 +253,12 @@ class ServerConfig:
             ticket_ttl=integer(  # type: ignore[arg-type]
                 "ticket_ttl", "QUIVER_TICKET_TTL", DEFAULT_TICKET_TTL
             ),
+            staged_ttl=integer(  # type: ignore[arg-type]
+                "staged_ttl", "QUIVER_STAGED_TTL", DEFAULT_STAGED_TTL
+            ),
+            sweep_interval=integer(  # type: ignore[arg-type]
+                "sweep_interval", "QUIVER_SWEEP_INTERVAL", DEFAULT_SWEEP_INTERVAL
+            ),
             ticket_key=key,
             storage_options=options,
             log_level=(pick("log_level", "QUIVER_LOG_LEVEL") or "INFO").upper(),
@@ -301,6 +323,18 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--ticket-ttl",
         metavar="SECONDS",
         help="how long tickets stay redeemable (env QUIVER_TICKET_TTL, default 86400; 0: forever)",
+    )
+    a(
+        "--staged-ttl",
+        metavar="SECONDS",
+        help="how long staged fragments (DoPut commit=false) stay committable; the sweep "
+        "removes expired ones' files (env QUIVER_STAGED_TTL, default 86400)",
+    )
+    a(
+        "--sweep-interval",
+        metavar="SECONDS",
+        help="how often to remove the files of expired, uncommitted stagings "
+        "(env QUIVER_SWEEP_INTERVAL, default 600; 0: never)",
     )
     a(
         "--ticket-key-file",

@@ -111,12 +111,17 @@ class Found:
 
 
 def discover(
-    root: str, storage_options: dict[str, Any] | None = None, prefix: str = ""
+    root: str,
+    storage_options: dict[str, Any] | None = None,
+    prefix: str = "",
+    *,
+    holding: str = "_versions",
 ) -> list[Found]:
     """Every dataset under the root (directories ``*.lance`` holding ``_versions``), by name.
 
     Directories whose names are not valid segments are skipped, as is the inside of every
-    dataset. `prefix` keeps only names starting with it.
+    dataset. `prefix` keeps only names starting with it; `holding` names the subdirectory a
+    dataset directory must have (the staging sweep also looks at never-committed ones).
     """
     fs, base = filesystem(root, storage_options)
     if isinstance(fs, LocalFileSystem):
@@ -143,15 +148,15 @@ def discover(
                     validate_name(name)
                 except InvalidArgument:
                     continue
-                if name.startswith(prefix) and _has_versions(fs, full):
+                if name.startswith(prefix) and _has_dir(fs, f"{full}/{holding}"):
                     out.append(Found(name, f"{root.rstrip('/')}/{name}{SUFFIX}"))
             elif len(segments) + 1 < MAX_DEPTH:
                 stack.append((full, [*segments, seg]))
     return sorted(out, key=lambda f: f.name)
 
 
-def _has_versions(fs: Any, path: str) -> bool:
+def _has_dir(fs: Any, path: str) -> bool:
     try:
-        return bool(fs.isdir(f"{path}/_versions"))
+        return bool(fs.isdir(path))
     except OSError:
         return False

@@ -13,6 +13,7 @@ from typing import Any
 
 from flight_server.errors import InvalidArgument
 from flight_server.names import name_from_path, validate_name
+from flight_server.staging import valid_job
 
 MAX_JSON_BYTES = 256 << 20
 
@@ -211,7 +212,7 @@ def read_request_from_path(path: Sequence[bytes | str]) -> ReadRequest:
 
 
 # -- writes ---------------------------------------------------------------------------------
-PUT_KEYS = ("dataset", "mode", "commit")
+PUT_KEYS = ("dataset", "mode", "commit", "job")
 MODES = ("append", "create", "overwrite")
 
 
@@ -222,16 +223,33 @@ class PutRequest:
     dataset: str
     mode: str = "append"
     commit: bool = True
+    job: str | None = None  # staging only: groups the puts one commit or abort settles
+
+
+def job_field(f: Fields) -> str | None:
+    """The optional staging `job` key: a name of letters, digits, '_', '.', '-'."""
+    job = f.str("job")
+    if job is not None and not valid_job(job):
+        raise InvalidArgument(
+            f"{f.what}: 'job' must be 1-128 letters, digits, '_', '.' or '-' "
+            "starting with a letter or digit"
+        )
+    return job
 
 
 def put_request_from_command(cmd: bytes) -> PutRequest:
-    """Parse a DoPut CMD: {"dataset", "mode": append|create|overwrite, "commit"?: bool}."""
+    """Parse a DoPut CMD: {"dataset", "mode": append|create|overwrite, "commit"?: bool,
+    "job"?: str}."""
     f = Fields(parse_object(cmd, "DoPut command"), "DoPut command", PUT_KEYS)
     name = f.dataset()
     mode = f.str("mode") or "append"
     if mode not in MODES:
         raise InvalidArgument(f"DoPut command: 'mode' must be one of {', '.join(MODES)}")
-    return PutRequest(name, mode, f.bool("commit", default=True))
+    commit = f.bool("commit", default=True)
+    job = job_field(f)
+    if job is not None and commit:
+        raise InvalidArgument("DoPut command: 'job' is for staging puts ('commit': false)")
+    return PutRequest(name, mode, commit, job)
 
 
 def put_request_from_path(path: Sequence[bytes | str]) -> PutRequest:

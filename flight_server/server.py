@@ -46,6 +46,7 @@ from flight_server.protocol import (
     read_request_from_path,
 )
 from flight_server.service import ACTIONS, DatasetService
+from flight_server.staging import Sweeper
 from flight_server.tls import TlsConfigError
 from flight_server.tls import load_tls as _read_tls_files
 
@@ -147,6 +148,15 @@ class QuiverFlightServer(flight.FlightServerBase):
         self.config = config
         self.service = service
         self.locations: list[str] = config.advertised(self.port)
+        self.sweeper: Sweeper | None = None
+        if config.sweep_interval > 0:
+            self.sweeper = Sweeper(service.sweep_staging, config.sweep_interval).start()
+
+    def shutdown(self) -> None:
+        """Stop the staging sweep, then the server (running calls finish first)."""
+        if self.sweeper is not None:
+            self.sweeper.stop()
+        super().shutdown()
 
     # -- plumbing -----------------------------------------------------------------------
     def identity(self, context: flight.ServerCallContext) -> Any:

@@ -35,7 +35,7 @@ import pyarrow as pa
 from fsspec.implementations.local import LocalFileSystem
 
 from flight_server.auth import Identity, authorize
-from flight_server.config import DEFAULT_TICKET_TTL, ServerConfig
+from flight_server.config import DEFAULT_STAGED_TTL, DEFAULT_TICKET_TTL, ServerConfig
 from flight_server.errors import (
     AlreadyExists,
     Cancelled,
@@ -50,9 +50,11 @@ from flight_server.protocol import (
     Fields,
     PutRequest,
     ReadRequest,
+    job_field,
     parse_object,
     version_ref,
 )
+from flight_server.staging import AUTO_JOB_PREFIX, STAGING_DIR, StagingLedger, new_job
 from flight_server.tickets import FRAGMENT_KIND, ReadTicket, Signer
 from format.dataset import (
     LanceDataset,
@@ -133,6 +135,8 @@ class StagedFragment:
     fragment: table_pb2.DataFragment
     schema: pa.Schema | None  # set when its field ids are those of LanceSchema.from_arrow
     signature: str  # digest of the Lance schema (ids, names, types) it was written with
+    job: str | None = None  # the staging job and ledger record the put left
+    record: str | None = None
 
 
 def schema_signature(schema: LanceSchema) -> str:
@@ -216,6 +220,7 @@ class DatasetService:
         max_rows_per_endpoint: int | None = None,
         batch_size: int | None = None,
         ticket_ttl: int = DEFAULT_TICKET_TTL,
+        staged_ttl: int = DEFAULT_STAGED_TTL,
     ) -> None:
         self.root = normalize_root(root)
         self.storage_options = dict(storage_options or {})
@@ -223,6 +228,7 @@ class DatasetService:
         self.max_rows_per_endpoint = max_rows_per_endpoint
         self.batch_size = batch_size
         self.ticket_ttl = ticket_ttl
+        self.staged_ttl = staged_ttl
         self.serving = True
         self.scrub = Scrubber([(self.root, "<root>"), (f"file://{self.root}", "<root>")])
         self._cache: OrderedDict[tuple[str, int], LanceDataset] = OrderedDict()
@@ -241,6 +247,7 @@ class DatasetService:
             max_rows_per_endpoint=config.max_rows_per_endpoint,
             batch_size=config.batch_size,
             ticket_ttl=config.ticket_ttl,
+            staged_ttl=config.staged_ttl,
         )
 
     # -- names, access and errors -------------------------------------------------------
@@ -491,12 +498,17 @@ class DatasetService:
         return t, scanner.to_reader()
 
     # -- writes -------------------------------------------------------------------------
-    def _stage_token(self, name: str, frag: Any, schema: pa.Schema | None, sig: str) -> str:
+    def _stage_token(
+        self, name: str, frag: Any, schema: pa.Schema | None, sig: str, job: str, record: str
+    ) -> str:
         payload = {
             "d": name,
             "f": _b64(frag.SerializeToString()),
             "s": _b64(schema.serialize().to_pybytes()) if schema is not None else None,
             "h": sig,
+            "j": job,
+            "r": record,
+            "e": int(time.time()) + self.staged_ttl,
         }
         return self.signer.sign(FRAGMENT_KIND, payload)
 
@@ -512,7 +524,10 @@ class DatasetService:
             if p["s"] is not None:
                 schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(p["s"], validate=True)))
             sig, owner = p["h"], p["d"]
-            if not isinstance(sig, str) or not isinstance(owner, str):
+            job, record, expires = p["j"], p["r"], p["e"]
+            if not all(isinstance(x, str) for x in (sig, owner, job, record)):
+                raise ValueError
+            if isinstance(expires, bool) or not isinstance(expires, int):
                 raise ValueError
         except Exception:  # noqa: BLE001 - a signed but unreadable payload
             raise InvalidArgument("invalid staged fragment: malformed payload") from None
@@ -520,7 +535,12 @@ class DatasetService:
             raise InvalidArgument(f"a staged fragment belongs to dataset {owner!r}, not {name!r}")
         if not frag.files or any(not _plain_file(f.path) for f in frag.files):
             raise InvalidArgument("invalid staged fragment: bad data file entry")
-        return StagedFragment(token, frag, schema, sig)
+        if time.time() > expires:
+            raise InvalidArgument(
+                f"a staged fragment of dataset {name!r} expired (staged fragments can be "
+                f"committed for {self.staged_ttl} s); stage the data again"
+            )
+        return StagedFragment(token, frag, schema, sig, job, record)
 
     def _remove_files(self, uri: str, frags: list[table_pb2.DataFragment]) -> int:
         """Delete staged data files (best effort); drop the dataset directory if it is empty."""
@@ -534,7 +554,7 @@ class DatasetService:
                 except Exception as e:  # noqa: BLE001 - best effort
                     log.warning("could not remove a staged file: %s", type(e).__name__)
         if not _versions.list_manifests(store):
-            for sub in ("data", ""):
+            for sub in (STAGING_DIR, "data", ""):
                 with contextlib.suppress(Exception):
                     store.fs.rmdir(store.full_path(sub))
         return removed
@@ -601,7 +621,18 @@ class DatasetService:
             fresh = schema
             sig = schema_signature(LanceSchema.from_arrow(schema))
         if not request.commit:
-            tokens = [self._stage_token(name, f, fresh, sig) for f in written]
+            job = request.job or new_job()
+            ledger = StagingLedger(open_store(uri, self.storage_options))
+            record = ledger.record(job, [f.path for fr in written for f in fr.files])
+            if request.job is not None and ledger.finished(job):
+                # the job was committed or aborted while this put ran: nothing may join it
+                self._remove_files(uri, written)
+                ledger.drop(job, record)
+                raise InvalidArgument(
+                    f"staging job {job!r} of dataset {name!r} has already been committed or "
+                    "aborted; stage under a new job"
+                )
+            tokens = [self._stage_token(name, f, fresh, sig, job, record) for f in written]
             return {"fragments": tokens, "rows": rows}
         if appending:
             assert existing is not None
@@ -909,8 +940,8 @@ class DatasetService:
     _action_drop_dataset.keys = ("dataset",)  # type: ignore[attr-defined]
 
     # -- commit and abort ---------------------------------------------------------------
-    def _staged(self, name: str, f: Fields) -> list[StagedFragment]:
-        tokens = f.list("fragments", required=True)
+    def _staged(self, name: str, f: Fields, *, required: bool = True) -> list[StagedFragment]:
+        tokens = f.list("fragments", required=required) or []
         staged = [self.verify_fragment(name, t) for t in tokens]
         seen: set[str] = set()
         for s in staged:
@@ -927,6 +958,7 @@ class DatasetService:
             raise InvalidArgument("commit body: 'operation' must be append, overwrite or create")
         read_version = f.int("read_version", minimum=0)
         key = f.str("idempotency_key")
+        job = job_field(f)
         staged = self._staged(name, f)
         uri = self.uri(name)
         store = open_store(uri, self.storage_options)
@@ -936,6 +968,7 @@ class DatasetService:
         if key is not None and existing is not None:
             found = self._find_idempotent(store, key, read_version)
             if found is not None:
+                self._settle(store, name, staged, job, found)
                 return {"version": found, "rows": rows, "duplicate": True}
         for fr in frags:
             for file in fr.files:
@@ -967,6 +1000,7 @@ class DatasetService:
             else:
                 rv = 0
         new = self._commit(name, uri, operation, rv, frags, key, op, clean=False)
+        self._settle(store, name, staged, job, new.version)
         return {"version": new.version, "rows": rows}
 
     _action_commit.keys = (  # type: ignore[attr-defined]
@@ -975,7 +1009,47 @@ class DatasetService:
         "fragments",
         "read_version",
         "idempotency_key",
+        "job",
     )
+
+    def _settle(
+        self,
+        store: ObjectStore,
+        name: str,
+        staged: list[StagedFragment],
+        job: str | None,
+        version: int,
+    ) -> None:
+        """After a commit made `version`: forget the committed puts' ledger records and, when
+        the commit names its job, end the job and remove its other attempts' files."""
+        try:
+            committed = {
+                file.path
+                for fr in _versions.load_manifest(
+                    store, _versions.list_manifests(store)[version]
+                ).pb.fragments
+                for file in fr.files
+            }
+            ledger = StagingLedger(store)
+            records = {(s.job, s.record) for s in staged}
+            if job is not None:
+                ledger.finish(job)
+                for rec in ledger.records(job):
+                    doomed = [p for p in rec.files if p not in committed]
+                    for path in doomed:
+                        store.delete(f"data/{path}")
+                    ledger.drop(job, rec.record)
+                    records.discard((job, rec.record))
+            for rec_job, rec_id in records:
+                assert rec_job is not None and rec_id is not None
+                # a put whose fragments were committed only in part stays for the sweep
+                for rec in ledger.records(rec_job):
+                    if rec.record == rec_id and all(p in committed for p in rec.files):
+                        ledger.drop(rec_job, rec_id)
+                        if rec_job.startswith(AUTO_JOB_PREFIX):
+                            ledger.remove_job(rec_job)
+        except Exception as e:  # noqa: BLE001 - the commit stands; the sweep finishes this
+            log.warning("settling the staging ledger of %r failed: %s", name, type(e).__name__)
 
     @staticmethod
     def _check_storage_version(name: str, ds: LanceDataset, staged: list[StagedFragment]) -> None:
@@ -1038,31 +1112,100 @@ class DatasetService:
 
     def _action_abort(self, f: Fields) -> dict[str, Any]:
         name = f.dataset()
-        staged = self._staged(name, f)
+        job = job_field(f)
+        staged = self._staged(name, f, required=job is None)
         uri = self.uri(name)
         store = open_store(uri, self.storage_options)
-        referenced: set[str] = set()
-        entries = _versions.list_manifests(store)
-        for v in entries:
-            try:
-                m = _versions.load_manifest(store, entries[v])
-            except Exception:  # noqa: BLE001 - cleaned up meanwhile
-                continue
-            referenced |= {file.path for fr in m.pb.fragments for file in fr.files}
-        doomed = []
-        kept = 0
-        for s in staged:
-            if any(file.path in referenced for file in s.fragment.files):
-                kept += len(s.fragment.files)  # committed: its files belong to the dataset now
-            else:
-                doomed.append(s.fragment)
-        removed = self._remove_files(uri, doomed)
+        ledger = StagingLedger(store)
+        records = [(s.job, s.record) for s in staged]
+        paths = [file.path for s in staged for file in s.fragment.files]
+        if job is not None:
+            ledger.finish(job)
+            for rec in ledger.records(job):
+                records.append((job, rec.record))
+                paths.extend(rec.files)
+        referenced = _referenced_files(store)
+        doomed = sorted({p for p in paths if p not in referenced})
+        kept = len({p for p in paths if p in referenced})  # committed: the dataset's now
+        removed = self._remove_files(uri, [_fragment_of(doomed)])
+        for rec_job, rec_id in records:
+            if rec_job is not None and rec_id is not None:
+                ledger.drop(rec_job, rec_id)
+                if rec_job.startswith(AUTO_JOB_PREFIX):
+                    ledger.remove_job(rec_job)
+        if job is not None and not _versions.list_manifests(store):
+            ledger.remove_job(job)  # a dataset that never came to be leaves nothing
+            self._remove_files(uri, [])
         return {"removed_files": removed, "kept_files": kept}
 
-    _action_abort.keys = ("dataset", "fragments")  # type: ignore[attr-defined]
+    _action_abort.keys = ("dataset", "fragments", "job")  # type: ignore[attr-defined]
+
+    # -- the staging sweep --------------------------------------------------------------
+    def sweep_staging(self, now: float | None = None) -> dict[str, int]:
+        """Remove the files of stagings whose fragments expired uncommitted, in every
+        dataset under the root; forget ended jobs once their late puts can't arrive."""
+        now = time.time() if now is None else now
+        stats = {"removed_files": 0, "records": 0, "jobs": 0}
+        for found in discover(self.root, self.storage_options, holding=STAGING_DIR):
+            try:
+                self._sweep_dataset(found.uri, now, stats)
+            except Exception as e:  # noqa: BLE001 - one bad dataset must not stop the sweep
+                log.warning("staging sweep of %r failed: %s", found.name, type(e).__name__)
+        return stats
+
+    def _sweep_dataset(self, uri: str, now: float, stats: dict[str, int]) -> None:
+        store = open_store(uri, self.storage_options)
+        ledger = StagingLedger(store)
+        # a token lives staged_ttl from its put; allow clock skew between replicas
+        cutoff = now - self.staged_ttl - SWEEP_GRACE_SECONDS
+        referenced: set[str] | None = None
+        for job in ledger.jobs():
+            records = ledger.records(job)
+            for rec in records:
+                if rec.created > cutoff:
+                    continue
+                if referenced is None:
+                    referenced = _referenced_files(store)
+                for path in rec.files:
+                    if path not in referenced:
+                        store.delete(f"data/{path}")
+                        stats["removed_files"] += 1
+                ledger.drop(job, rec.record)
+                stats["records"] += 1
+            ended = ledger.finished_at(job)
+            live = [r for r in records if r.created > cutoff]
+            if not live and (ended is None or ended <= cutoff):
+                ledger.remove_job(job)
+                stats["jobs"] += 1
+        if not _versions.list_manifests(store):
+            self._remove_files(uri, [])
 
 
 # ------------------------------------------------------------------------------- helpers
+SWEEP_GRACE_SECONDS = 300
+
+
+def _referenced_files(store: ObjectStore) -> set[str]:
+    """Data file paths (relative to data/) any version of the dataset references."""
+    referenced: set[str] = set()
+    entries = _versions.list_manifests(store)
+    for v in entries:
+        try:
+            m = _versions.load_manifest(store, entries[v])
+        except Exception:  # noqa: BLE001 - cleaned up meanwhile
+            continue
+        referenced |= {file.path for fr in m.pb.fragments for file in fr.files}
+    return referenced
+
+
+def _fragment_of(paths: list[str]) -> table_pb2.DataFragment:
+    """A throwaway fragment listing data files, for `_remove_files`."""
+    frag = table_pb2.DataFragment()
+    for p in paths:
+        frag.files.add(path=p)
+    return frag
+
+
 class _StreamBroken(Exception):
     """The client's stream ended in an error."""
 

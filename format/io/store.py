@@ -337,6 +337,21 @@ class ObjectStore:
             out.append((name, int(e.get("size") or 0), mtime))
         return out
 
+    def list_subdirs(self, path: str) -> list[str]:
+        """Names of the directories directly under `path`; [] if absent."""
+        full = self.full_path(path)
+        with contextlib.suppress(Exception):
+            self.fs.invalidate_cache(full)
+        try:
+            entries = self.fs.ls(full, detail=True)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return sorted(
+            posixpath.basename(e["name"].rstrip("/"))
+            for e in entries
+            if e.get("type") == "directory"
+        )
+
     # writes ------------------------------------------------------------------------------
     def put(self, path: str, data: bytes) -> None:
         """Write a whole file; locally through a temporary file and rename (atomic replace)."""
@@ -423,6 +438,12 @@ class ObjectStore:
             self.fs.rm_file(self.full_path(path))
         except FileNotFoundError:
             pass
+
+    def remove_empty_dir(self, path: str) -> None:
+        """Remove a directory if it exists and is empty (object stores have none to remove)."""
+        if self.is_local:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.full_path(path))
 
 
 def open_store(uri: str, storage_options: dict[str, Any] | None = None) -> ObjectStore:
