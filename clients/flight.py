@@ -85,6 +85,7 @@ def read_command(
     as_of: str | dt.datetime | dt.date | None = None,
     limit: int | None = None,
     with_row_id: bool = False,
+    max_rows_per_endpoint: int | None = None,
 ) -> dict[str, Any]:
     """The JSON object of a read CMD descriptor; only the options that are set appear."""
     if not isinstance(dataset, str) or not dataset:
@@ -115,6 +116,10 @@ def read_command(
         cmd["limit"] = limit
     if with_row_id:
         cmd["with_row_id"] = True
+    if max_rows_per_endpoint is not None:
+        if isinstance(max_rows_per_endpoint, bool) or not isinstance(max_rows_per_endpoint, int):
+            raise TypeError("max_rows_per_endpoint must be an int")
+        cmd["max_rows_per_endpoint"] = max_rows_per_endpoint
     return cmd
 
 

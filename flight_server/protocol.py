@@ -150,7 +150,17 @@ class Fields:
 
 
 # -- reads ----------------------------------------------------------------------------------
-READ_KEYS = ("dataset", "version", "tag", "as_of", "columns", "filter", "limit", "with_row_id")
+READ_KEYS = (
+    "dataset",
+    "version",
+    "tag",
+    "as_of",
+    "columns",
+    "filter",
+    "limit",
+    "with_row_id",
+    "max_rows_per_endpoint",
+)
 
 
 @dataclass(frozen=True)
@@ -165,6 +175,7 @@ class ReadRequest:
     filter: str | None = None
     limit: int | None = None
     with_row_id: bool = False
+    max_rows_per_endpoint: int | None = None  # None: the server's setting
 
     def ref(self) -> dict[str, Any]:
         """The version reference as given (for messages and logs)."""
@@ -203,6 +214,7 @@ def read_request_from_command(cmd: bytes) -> ReadRequest:
         filter=filt if filt is None or filt.strip() else None,
         limit=f.int("limit", minimum=0),
         with_row_id=f.bool("with_row_id", default=False),
+        max_rows_per_endpoint=f.int("max_rows_per_endpoint", minimum=1),
     )
 
 

@@ -380,9 +380,11 @@ class DatasetService:
         self.authorize(identity, request.dataset, READ)
         return self._scanner(self.open(request), request).projected_schema
 
-    def _pieces(self, frag: Any, live: int) -> Iterator[tuple[tuple[int, int] | None, int]]:
-        """(physical row range or None for the whole fragment, live rows in it)."""
-        step = self.max_rows_per_endpoint
+    def _pieces(
+        self, frag: Any, live: int, step: int | None
+    ) -> Iterator[tuple[tuple[int, int] | None, int]]:
+        """(physical row range or None for the whole fragment, live rows in it), cutting
+        fragments into ranges of at most `step` physical rows."""
         physical = frag.physical_rows
         if step is None or physical <= step:
             yield None, live
@@ -430,7 +432,8 @@ class DatasetService:
             live = _known_live_rows(frag)
             if not live:
                 continue
-            for rng, rows in self._pieces(frag, live):
+            step = request.max_rows_per_endpoint or self.max_rows_per_endpoint
+            for rng, rows in self._pieces(frag, live, step):
                 limit = None
                 if remaining is not None:
                     if remaining == 0:

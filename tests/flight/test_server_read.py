@@ -137,6 +137,11 @@ def test_row_range_endpoints_split_big_fragments(tmp_path) -> None:
         ):
             got = sv.read({"dataset": "big", **case})
             assert got.equals(oracle(uri, **case)), case
+        # a request may cut finer (or coarser) than the server's setting
+        for step, pieces in ((100, 17), (5000, 2)):
+            info = sv.info({"dataset": "big", "max_rows_per_endpoint": step})
+            assert len(info.endpoints) == pieces
+            assert sv.read_info(info).equals(oracle(uri))
     finally:
         client.close()
         server.shutdown()
