@@ -23,6 +23,8 @@ import pyarrow as pa
 
 from format.errors import CorruptFileError, UnsupportedFeatureError
 from format.file.v21 import bitpacking as bp
+from format.file.v21 import byte_stream_split as bss
+from format.file.v21 import fsst, general, rle
 from format.file.v21.gather import I64, check_ranges, gather, range_index, read_uint
 from format.proto import encodings_v2_1_pb2 as pb
 
@@ -271,6 +273,248 @@ def outofline_chunks(enc: pb.OutOfLineBitpacking, ch: Chunks, where: str) -> pa.
     return fixed_array(values, bits)
 
 
+# -- run-length, byte-stream-split, general ---------------------------------------------------
+def _flat_bits(enc: Encoding, what: str, where: str, allowed: tuple[int, ...]) -> int:
+    if variant(enc, where) != "flat":
+        raise CorruptFileError(where, f"{what} must be Flat, not {variant(enc, where)}")
+    bits = int(enc.flat.bits_per_value)
+    if bits not in allowed:
+        raise CorruptFileError(where, f"{what} of {bits} bits (expected one of {allowed})")
+    return bits
+
+
+def rle_chunks(enc: pb.Rle, bufs: list[Chunks], where: str) -> pa.Array:
+    """Rle: per chunk a run-value buffer (Flat 8/16/32/64) and a u8 run-length buffer."""
+    bits = _flat_bits(enc.values, "Rle values", where, (8, 16, 32, 64))
+    _flat_bits(enc.run_lengths, "Rle run lengths", where, (8,))
+    if len(bufs) < 2:
+        raise CorruptFileError(where, "Rle needs two buffers per chunk")
+    vals, lens = bufs[0], bufs[1]
+    width = bits // 8
+    if (vals.sizes % width).any():
+        raise CorruptFileError(where, "Rle run values are not whole values")
+    runs = vals.sizes // width
+    if (lens.sizes != runs).any():
+        i = int(np.argmax(lens.sizes != runs))
+        raise CorruptFileError(
+            where, f"Rle chunk {i} has {int(runs[i])} run values but {int(lens.sizes[i])} lengths"
+        )
+    values = _words(vals, vals.starts, runs, bits, where, "Rle run values")
+    lengths = gather(lens.data, lens.starts, lens.sizes, where, "Rle run lengths")
+    return fixed_array(rle.decode(values, lengths, runs, vals.counts, where), bits)
+
+
+def bss_chunks(enc: pb.ByteStreamSplit, ch: Chunks, where: str) -> pa.Array:
+    """ByteStreamSplit{Flat(32|64)}: per chunk W byte streams of `count` bytes each."""
+    bits = _flat_bits(enc.values, "ByteStreamSplit values", where, (32, 64))
+    width = bits // 8
+    _check_sizes(ch, ch.counts * width, where, "ByteStreamSplit buffer")
+    raw = gather(ch.data, ch.starts, ch.counts * width, where, "ByteStreamSplit chunk")
+    return fixed_array(bss.join_chunks(raw, ch.counts, width), bits)
+
+
+def _scheme(comp: pb.BufferCompression, where: str) -> int:
+    if comp.scheme not in (general.LZ4, general.ZSTD):
+        raise _unsupported(where, f"general compression {general.scheme_name(comp.scheme)}")
+    return comp.scheme
+
+
+def decompress_chunks(ch: Chunks, scheme: int, where: str) -> Chunks:
+    """Each chunk's buffer decompressed (one library call per chunk), repacked 8-aligned."""
+    check_ranges(len(ch.data), ch.starts, ch.sizes, where, "compressed chunk buffer")
+    parts = []
+    sizes = np.zeros(len(ch.counts), dtype=I64)
+    for i, (s, n) in enumerate(zip(ch.starts.tolist(), ch.sizes.tolist(), strict=True)):
+        out = general.decompress(ch.data[s : s + n], scheme, f"{where} chunk {i}")
+        sizes[i] = len(out)
+        parts.append(out + bytes(-len(out) % 8))
+    padded = (sizes + 7) // 8 * 8
+    data = np.frombuffer(b"".join(parts), dtype=np.uint8)
+    return Chunks(data, np.cumsum(padded) - padded, sizes, ch.counts)
+
+
+# -- FixedSizeList, packed struct, constant ----------------------------------------------------
+def _fsl_layers(enc: Encoding, where: str) -> tuple[list[tuple[int, bool]], Encoding]:
+    """The nested FixedSizeList layers (dimension, has_validity), outermost first, and the
+    encoding of the innermost items."""
+    layers = []
+    while variant(enc, where) == "fixed_size_list":
+        fsl = enc.fixed_size_list
+        if fsl.items_per_value < 1:
+            raise CorruptFileError(where, f"FixedSizeList of {fsl.items_per_value} items")
+        layers.append((int(fsl.items_per_value), bool(fsl.has_validity)))
+        enc = fsl.values
+    return layers, enc
+
+
+def with_validity(arr: pa.Array, valid: np.ndarray) -> pa.Array:
+    """`arr` (offset 0) with a validity bitmap (True = valid)."""
+    if pa.types.is_fixed_size_list(arr.type):
+        return pa.FixedSizeListArray.from_arrays(
+            arr.values, type=arr.type, mask=pa.array(~valid, type=pa.bool_())
+        )
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(arr.type, len(arr), [bitmap, *arr.buffers()[1:]])
+
+
+def _nest_fsl(items: pa.Array, layers: list[tuple[int, bool]], valids: list) -> pa.Array:
+    arr = items
+    for (dim, has_validity), valid in zip(reversed(layers), reversed(valids), strict=True):
+        if has_validity:
+            arr = with_validity(arr, valid)
+        arr = pa.FixedSizeListArray.from_arrays(arr, dim)
+    return arr
+
+
+def fsl_chunks(enc: Encoding, bufs: list[Chunks], where: str, block: bool) -> pa.Array:
+    """FixedSizeList{k, has_validity, inner}: per chunk one validity bitmap (`count * cum_dim`
+    bits) per layer with validity, outermost first, then the inner buffer of `count * dims`
+    items."""
+    layers, inner = _fsl_layers(enc, where)
+    nvalid = sum(hv for _, hv in layers)
+    if len(bufs) < nvalid + 1:
+        raise CorruptFileError(where, f"FixedSizeList needs {nvalid + 1} buffers per chunk")
+    counts = bufs[0].counts
+    cum = np.cumprod([dim for dim, _ in layers])
+    valids: list = []
+    k = 0
+    for (_, hv), c in zip(layers, cum, strict=True):
+        if hv:
+            v = bufs[k]
+            bits = flat_chunks(1, Chunks(v.data, v.starts, v.sizes, counts * int(c)), where)
+            valids.append(bits.to_numpy(zero_copy_only=False))
+            k += 1
+        else:
+            valids.append(None)
+    d = bufs[nvalid]
+    items = _decode(
+        inner,
+        [Chunks(d.data, d.starts, d.sizes, counts * int(cum[-1])), *bufs[nvalid + 1 :]],
+        where,
+        block,
+    )
+    return _nest_fsl(items, layers, valids)
+
+
+def packed_struct_chunks(enc: pb.PackedStruct, ch: Chunks, where: str) -> pa.Array:
+    """PackedStruct{bits per field, Flat(total)}: row-major rows of the fields' LE bytes.
+    Returns a struct array with children "0", "1", ... of the fields' physical types."""
+    widths = [int(b) for b in enc.bits_per_value]
+    if not widths or any(b <= 0 or b % 8 for b in widths):
+        raise _unsupported(where, f"PackedStruct with field widths {widths}")
+    total = sum(widths)
+    _flat_bits(enc.values, "PackedStruct values", where, (total,))
+    rows = flat_chunks(total, ch, where) if total not in _UINT else None
+    if rows is None:
+        raw = np.frombuffer(flat_chunks(total, ch, where).buffers()[1], dtype=np.uint8)
+    else:
+        raw = np.frombuffer(rows.buffers()[1], dtype=np.uint8)[: len(rows) * total // 8]
+    table = raw.reshape(-1, total // 8)
+    children, pos = [], 0
+    for b in widths:
+        children.append(fixed_array(np.ascontiguousarray(table[:, pos : pos + b // 8]), b))
+        pos += b // 8
+    return pa.StructArray.from_arrays(children, names=[str(i) for i in range(len(widths))])
+
+
+def constant_values(enc: pb.Constant, count: int, where: str) -> pa.Array:
+    """Constant{value}: `count` copies of the LE scalar `value` (all null when absent)."""
+    if not enc.HasField("value"):
+        return pa.nulls(count)
+    raw = enc.value
+    if not raw:
+        raise CorruptFileError(where, "Constant with an empty value")
+    rep = np.tile(np.frombuffer(raw, dtype=np.uint8), count)
+    return fixed_array(rep, 8 * len(raw))
+
+
+def take_dictionary(items: pa.Array, indices: pa.Array, where: str) -> pa.Array:
+    """Dictionary pages: the items at `indices` (any integer array), bounds-checked."""
+    idx = np.asarray(indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    if len(idx) and (idx.max() >= len(items)):
+        raise CorruptFileError(
+            where, f"dictionary index {int(idx.max())} beyond the {len(items)} dictionary items"
+        )
+    return items.take(pa.array(idx))
+
+
+# -- full-zip per-value encodings --------------------------------------------------------------
+def decode_fullzip_fixed(enc: Encoding, data: np.ndarray, count: int, where: str) -> pa.Array:
+    """Fixed-width full-zip values: `count` values back to back (Flat, Constant), or for
+    FixedSizeList per row `[validity bytes of each layer with validity][item bytes]`, the
+    validity of a layer taking ceil(cum_dim / 8) bytes (LSB-first bits)."""
+    data = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
+    kind = variant(enc, where)
+    if kind == "flat":
+        return _decode(enc, [Chunks.single(data, count)], where, block=True)
+    if kind == "constant":
+        return constant_values(enc.constant, count, where)
+    if kind != "fixed_size_list":
+        raise _unsupported(where, f"{kind} compression of fixed-width full-zip values")
+    layers, inner = _fsl_layers(enc, where)
+    bits = _flat_bits(inner, "FixedSizeList items", where, tuple(range(8, 4097, 8)))
+    cum = [int(c) for c in np.cumprod([dim for dim, _ in layers])]
+    vbytes = [(c + 7) // 8 if hv else 0 for (_, hv), c in zip(layers, cum, strict=True)]
+    row = sum(vbytes) + bits // 8 * cum[-1]
+    if len(data) < row * count:
+        raise CorruptFileError(
+            where, f"{len(data)} bytes of full-zip values, {count} rows need {row * count}"
+        )
+    table = data[: row * count].reshape(count, row)
+    valids, pos = [], 0
+    for c, nb in zip(cum, vbytes, strict=True):
+        if nb:
+            bits_rows = np.unpackbits(table[:, pos : pos + nb], axis=1, bitorder="little")
+            valids.append(bits_rows[:, :c].reshape(-1).astype(bool))
+        else:
+            valids.append(None)
+        pos += nb
+    items = np.ascontiguousarray(table[:, pos:]).reshape(-1)
+    return _nest_fsl(fixed_array(items, bits), layers, valids)
+
+
+def decode_fullzip_variable(
+    enc: Encoding, offsets: np.ndarray, data: np.ndarray, where: str
+) -> pa.Array:
+    """Variable-width full-zip values `data[offsets[i]:offsets[i+1]]`, decoded per value:
+    Variable (as-is), Fsst{table, Variable} (FSST strings) or General{scheme, Variable} (each
+    value compressed on its own). Returns large_binary."""
+    data = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
+    offsets = np.asarray(offsets, dtype=I64)
+    if (
+        len(offsets) == 0
+        or (np.diff(offsets) < 0).any()
+        or offsets[0] < 0
+        or (offsets[-1] > len(data))
+    ):
+        raise CorruptFileError(where, "full-zip value offsets are out of order or out of bounds")
+    kind = variant(enc, where)
+    if kind == "variable":
+        _offset_bits(enc.variable, where)
+        return binary_array(offsets - offsets[0], data[offsets[0] : offsets[-1]])
+    if kind == "fsst":
+        table = fsst.parse_table(enc.fsst.symbol_table, where)
+        if variant(enc.fsst.values, where) != "variable":
+            raise _unsupported(where, "Fsst over a non-Variable encoding")
+        out_offsets, out = fsst.decode(table, offsets, data, where)
+        return binary_array(out_offsets, out)
+    if kind == "general":
+        scheme = _scheme(enc.general.compression, where)
+        parts = []
+        for i, (s, e) in enumerate(zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)):
+            parts.append(
+                general.decompress(data[s:e], scheme, f"{where} value {i}") if e > s else b""
+            )
+        lengths = np.fromiter((len(p) for p in parts), dtype=I64, count=len(parts))
+        out_offsets = np.concatenate([[0], np.cumsum(lengths)])
+        return binary_array(out_offsets, np.frombuffer(b"".join(parts), dtype=np.uint8))
+    if kind == "variable_packed_struct":
+        raise _unsupported(
+            where, "VariablePackedStruct compression (packed structs with variable-width fields)"
+        )
+    raise _unsupported(where, f"{kind} compression of variable-width full-zip values")
+
+
 # -- dispatch --------------------------------------------------------------------------------
 def decode_chunks(enc: Encoding, buffers: Sequence[Chunks], where: str) -> pa.Array:
     """All chunks' values, concatenated in chunk order, as a *physical* array.
@@ -304,8 +548,35 @@ def _decode(enc: Encoding, bufs: list[Chunks], where: str, block: bool) -> pa.Ar
         return inline_chunks(enc.inline_bitpacking, ch, where)
     if kind == "out_of_line_bitpacking":
         return outofline_chunks(enc.out_of_line_bitpacking, ch, where)
+    if kind == "rle":
+        return rle_chunks(enc.rle, bufs, where)
+    if kind == "byte_stream_split":
+        return bss_chunks(enc.byte_stream_split, ch, where)
+    if kind == "general":
+        g = enc.general
+        inner = decompress_chunks(ch, _scheme(g.compression, where), where)
+        return _decode(g.values, [inner, *bufs[1:]], where, block)
+    if kind == "fsst":
+        table = fsst.parse_table(enc.fsst.symbol_table, where)
+        compressed = _decode(enc.fsst.values, bufs, where, block)
+        if not pa.types.is_large_binary(compressed.type):
+            raise CorruptFileError(where, "Fsst over a fixed-width encoding")
+        offsets = np.frombuffer(compressed.buffers()[1], dtype=I64)[: len(compressed) + 1]
+        data = np.frombuffer(compressed.buffers()[2] or b"", dtype=np.uint8)
+        out_offsets, out = fsst.decode(table, offsets, data, where)
+        return binary_array(out_offsets, out)
+    if kind == "fixed_size_list":
+        return fsl_chunks(enc, bufs, where, block)
+    if kind == "packed_struct":
+        return packed_struct_chunks(enc.packed_struct, ch, where)
+    if kind == "constant":
+        return constant_values(enc.constant, ch.total, where)
+    if kind == "dictionary":
+        raise _unsupported(
+            where, "Dictionary compression inside a buffer (Lance writes page dictionaries)"
+        )
     if kind == "variable_packed_struct":
         raise _unsupported(
-            where, "VariablePackedStruct compression (not readable in mini-block chunks)"
+            where, "VariablePackedStruct compression (only legal in 2.2+ full-zip pages)"
         )
-    raise _unsupported(where, f"compression {kind} is not supported yet")
+    raise _unsupported(where, f"compression {kind}")

@@ -269,3 +269,76 @@ def test_outofline_def_levels(tmp_path, version):
     np.testing.assert_array_equal(np.concatenate(defs), mask.astype(np.uint16))
     got = pa.concat_arrays(values).to_numpy().view(np.int64)
     np.testing.assert_array_equal(got[~mask], vals[~mask])
+
+
+# -- dictionary, RLE -------------------------------------------------------------------------
+def test_dictionary_low_cardinality_ints(tmp_path):
+    rng = np.random.default_rng(6)
+    col = pa.array(rng.integers(-500, 500, 20_000), pa.int64())
+    check_column(tmp_path, col, "2.2", "dictionary")
+
+
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+def test_dictionary_low_cardinality_strings(tmp_path, version):
+    rng = np.random.default_rng(7)
+    words = np.array(["alpha", "beta", "γάμμα", "", "delta-delta-delta", "ε"], dtype=object)
+    col = pa.array(words[rng.integers(0, len(words), 5000)].tolist())
+    check_column(tmp_path, col, version, "dictionary")
+
+
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+def test_rle_long_runs(tmp_path, version):
+    rng = np.random.default_rng(8)
+    col = pa.array(
+        np.repeat(rng.integers(-(2**40), 2**40, 60), rng.integers(1, 900, 60)), pa.int64()
+    )
+    check_column(tmp_path, col, version, "rle")
+
+
+def test_rle_constant_21(tmp_path):
+    check_column(tmp_path, pa.array(np.full(3000, 7, np.int32)), "2.1", "rle")
+
+
+# -- FSST, general compression, byte-stream-split --------------------------------------------
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+def test_fsst_short_strings(tmp_path, version):
+    rng = np.random.default_rng(9)
+    suffix = ["", "ÿ", "\x00", "ü€", "😀", "x" * 40]
+    col = pa.array(
+        [f"value-{i}-{suffix[i % 6]}" if i % 11 else "" for i in rng.permutation(20_000)]
+    )
+    check_column(tmp_path, col, version, "fsst")
+
+
+@pytest.mark.parametrize(
+    ("scheme", "typ", "version"),
+    [
+        ("zstd", pa.int64(), "2.2"),
+        ("lz4", pa.int64(), "2.1"),
+        ("zstd", pa.string(), "2.2"),
+        ("lz4", pa.string(), "2.1"),
+    ],
+)
+def test_general_compression(tmp_path, scheme, typ, version):
+    rng = np.random.default_rng(10)
+    if typ == pa.string():
+        col = pa.array([f"v{i % 97}-{i}" for i in range(3000)])
+    else:
+        col = pa.array(rng.integers(0, 2**60, 5000), typ)
+    md = {"lance-encoding:compression": scheme}
+    pages = write_pages(tmp_path, col, version, metadata=md)
+    got = pa.concat_arrays([decode_page_values(p) for p in pages])
+    assert got.equals(physical(col))
+    assert "general" in encoding_kinds(pages[0].layout.mini_block_layout.value_compression)
+
+
+@pytest.mark.parametrize("typ", [pa.float32(), pa.float64()])
+def test_byte_stream_split(tmp_path, typ):
+    rng = np.random.default_rng(11)
+    col = pa.array(rng.random(5000) * 1000, typ)
+    md = {"lance-encoding:compression": "zstd", "lance-encoding:bss": "on"}
+    pages = write_pages(tmp_path, col, "2.2", metadata=md)
+    kinds = encoding_kinds(pages[0].layout.mini_block_layout.value_compression)
+    assert kinds[:2] == ["general", "byte_stream_split"]
+    got = pa.concat_arrays([decode_page_values(p) for p in pages])
+    assert got.equals(physical(col))
