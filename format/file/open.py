@@ -23,7 +23,13 @@ def open_data_file(store: ObjectStore, path: str, data_file: table_pb2.DataFile)
             from format.file.legacy import LegacyFileReader
 
             return LegacyFileReader(file, path_for_errors=where, field_ids=list(data_file.fields))
-        if version in ("2.0", "2.1", "2.2"):
+        if version in ("2.1", "2.2"):
+            from format.file.v21.reader import StructuralFileReader
+
+            return StructuralFileReader(
+                file, list(data_file.fields), list(data_file.column_indices), path_for_errors=where
+            )
+        if version == "2.0":
             from format.file.v2 import V2FileReader
 
             return V2FileReader(

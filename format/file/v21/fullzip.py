@@ -1,0 +1,187 @@
+"""Full-zip pages: per entry a control word (rep/def) zipped with the entry's value bytes.
+
+Buffer [0] holds, per level entry, ``[control word][value]``: the control word
+``rep << bits_def | def`` takes 0, 1, 2 or 4 bytes; fixed-width values follow every visible
+entry, variable-width ones (``[length][bytes]``) only visible valid entries. Buffer [1], the
+repetition index, holds ``rows + 1`` byte offsets of the rows (present with lists or variable
+width values). Rows are walked in lock step: one numpy step per entry position in a row, so
+the work per step is vectorised over all rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from format.file.v21 import compression as cz
+from format.file.v21.gather import I64, gather, read_uint
+from format.file.v21.layers import max_rep, max_visible_def, parse_layers
+from format.file.v21.page import DecodedPage, PageWhere
+from format.proto import encodings_v2_1_pb2 as pb
+
+
+def control_width(layout: pb.FullZipLayout) -> int:
+    """Bytes of each entry's control word."""
+    bits = int(layout.bits_rep) + int(layout.bits_def)
+    if bits == 0:
+        return 0
+    return 1 if bits <= 8 else 2 if bits <= 16 else 4
+
+
+def row_offsets(
+    buf: bytes | memoryview, num_rows: int, data_size: int, where: PageWhere
+) -> np.ndarray:
+    """The repetition index: `num_rows + 1` row byte offsets into the zipped buffer."""
+    n = num_rows + 1
+    if len(buf) % n or len(buf) // n not in (1, 2, 4, 8):
+        raise where.corrupt(f"repetition index of {len(buf)} bytes for {num_rows} rows")
+    width = len(buf) // n
+    out = np.frombuffer(buf, dtype=f"<u{width}").astype(I64)
+    if out[0] != 0 or (np.diff(out) < 0).any() or out[-1] > data_size:
+        raise where.corrupt("repetition index offsets are out of order or out of bounds")
+    return out
+
+
+def walk(
+    layout: pb.FullZipLayout,
+    data: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    where: PageWhere,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Parse the entries of rows [starts[i], ends[i]): (rep, def, visible, value start,
+    value length), one per entry in row order. Lengths of variable-width nulls are 0."""
+    layers = parse_layers(layout.layers, where.full)
+    cwb = control_width(layout)
+    bits_def = int(layout.bits_def)
+    vis_max = max_visible_def(layers)
+    fixed = layout.WhichOneof("details") == "bits_per_value"
+    vb = int(layout.bits_per_value) // 8 if fixed else 0
+    lw = 0 if fixed else int(layout.bits_per_offset) // 8
+    if not fixed and lw not in (4, 8):
+        raise where.corrupt(f"full-zip lengths of {8 * lw} bits")
+    w = where.full
+    rows = np.arange(len(starts), dtype=I64)
+    pos = starts.astype(I64, copy=True)
+    out: list[tuple[np.ndarray, ...]] = []
+    first = True
+    while len(rows):
+        if cwb:
+            cw = read_uint(data, pos, cwb, w, "full-zip control word").astype(I64)
+            rep, d = cw >> bits_def, cw & ((1 << bits_def) - 1)
+        else:
+            rep = d = np.zeros(len(rows), dtype=I64)
+        if first and max_rep(layers) and (rep != max_rep(layers)).any():
+            raise where.corrupt("a row does not start with the top repetition level")
+        first = False
+        pos = pos + cwb
+        visible = d <= vis_max
+        if fixed:
+            vstart, vlen = pos, np.where(visible, vb, 0)
+            pos = pos + vlen
+        else:
+            has = visible & (d == 0)
+            lens = np.zeros(len(rows), dtype=I64)
+            if has.any():
+                lens[has] = read_uint(data, pos[has], lw, w, "full-zip value length").astype(I64)
+            vstart = pos + np.where(has, lw, 0)
+            vlen = lens
+            pos = vstart + lens
+        out.append((rows, rep, d, visible, vstart, vlen))
+        over = pos > ends[rows]
+        if over.any():
+            raise where.corrupt(f"row {int(rows[np.argmax(over)])} runs past its end")
+        more = pos < ends[rows]
+        rows, pos = rows[more], pos[more]
+    if not out:
+        z = np.zeros(0, dtype=I64)
+        return z, z, z.astype(bool), z, z
+    cols = [np.concatenate(c) for c in zip(*out, strict=True)]
+    order = np.argsort(cols[0], kind="stable")
+    return tuple(c[order] for c in cols[1:])  # type: ignore[return-value]
+
+
+def decode_rows(
+    layout: pb.FullZipLayout,
+    data: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    num_rows: int,
+    where: PageWhere,
+) -> DecodedPage:
+    """Decode the rows [starts[i], ends[i]) of a full-zip page."""
+    layers = parse_layers(layout.layers, where.full)
+    rep, d, visible, vstart, vlen = walk(layout, data, starts, ends, where)
+    w = where.full
+    enc = layout.value_compression
+    vs, vl = vstart[visible], vlen[visible]
+    if layout.WhichOneof("details") == "bits_per_value":
+        raw = gather(data, vs, vl, w, "full-zip values")
+        values = cz.decode_fullzip_fixed(enc, raw, int(visible.sum()), w)
+    else:
+        offsets = np.zeros(len(vs) + 1, dtype=I64)
+        np.cumsum(vl, out=offsets[1:])
+        values = cz.decode_fullzip_variable(
+            enc, offsets, gather(data, vs, vl, w, "full-zip values"), w
+        )
+    if len(values) != int(visible.sum()):
+        raise where.corrupt(f"{len(values)} values decoded for {int(visible.sum())} visible items")
+    return DecodedPage(
+        layers,
+        num_rows,
+        rep.astype(np.uint16) if max_rep(layers) else None,
+        d.astype(np.uint16) if int(layout.bits_def) else None,
+        values,
+    )
+
+
+def page_rows(
+    layout: pb.FullZipLayout, bufs: Sequence[bytes | memoryview], num_rows: int, where: PageWhere
+) -> tuple[np.ndarray, np.ndarray]:
+    """Byte starts and ends of every row of the page."""
+    data_size = len(bufs[0])
+    layers = parse_layers(layout.layers, where.full)
+    fixed = layout.WhichOneof("details") == "bits_per_value"
+    if fixed and not max_rep(layers):
+        bits = int(layout.bits_per_value)
+        if bits % 8:
+            raise where.corrupt(f"full-zip values of {bits} bits")
+        stride = control_width(layout) + bits // 8
+        if stride * num_rows != data_size:
+            raise where.corrupt(
+                f"{num_rows} rows of {stride} bytes need {stride * num_rows}, "
+                f"the buffer has {data_size}"
+            )
+        starts = np.arange(num_rows, dtype=I64) * stride
+        return starts, starts + stride
+    if len(bufs) < 2:
+        raise where.corrupt("full-zip page without its repetition index")
+    offs = row_offsets(bufs[1], num_rows, data_size, where)
+    return offs[:-1], offs[1:]
+
+
+def decode_fullzip(
+    layout: pb.FullZipLayout, bufs: Sequence[bytes | memoryview], num_rows: int, where: PageWhere
+) -> DecodedPage:
+    """Decode a whole full-zip page."""
+    if not bufs:
+        raise where.corrupt("full-zip page has no buffers")
+    details = layout.WhichOneof("details")
+    if details is None:
+        raise where.corrupt("full-zip page has neither bits_per_value nor bits_per_offset")
+    data = np.frombuffer(bufs[0], dtype=np.uint8)
+    layers = parse_layers(layout.layers, where.full)
+    if details == "bits_per_value" and not max_rep(layers) and control_width(layout) == 0:
+        bits = int(layout.bits_per_value)
+        if bits % 8 or len(data) != num_rows * bits // 8:
+            raise where.corrupt(f"{len(data)} bytes for {num_rows} values of {bits} bits")
+        values = cz.decode_fullzip_fixed(layout.value_compression, data, num_rows, where.full)
+        return DecodedPage(layers, num_rows, None, None, values)
+    starts, ends = page_rows(layout, bufs, num_rows, where)
+    page = decode_rows(layout, data, starts, ends, num_rows, where)
+    if len(page.values) != int(layout.num_visible_items) and layout.num_visible_items:
+        raise where.corrupt(
+            f"{len(page.values)} visible items, the layout says {int(layout.num_visible_items)}"
+        )
+    return page

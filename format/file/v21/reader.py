@@ -1,0 +1,338 @@
+"""`StructuralFileReader`: reads Lance 2.1 / 2.2 data files ("structural" encodings).
+
+Only leaf fields have columns; a struct's or list's validity and offsets live in the
+repetition/definition levels of each of its leaves. Every page of a leaf column is decoded
+whole (mini-block, full-zip, constant / all-null layout) into levels plus visible values,
+then unravelled into a *path array* (the top-level field pruned to that leaf) whose length
+is the page's row count. Read steps slice these (zero-copy), and the leaves of a field are
+merged into one array of its type at the end of each step.
+
+Decoded pages stay cached per column only while the current step still overlaps them, so a
+scan holds about one page per column plus one step; all missing pages of a step are fetched
+with one coalesced `read_ranges` call.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+import pyarrow as pa
+from google.protobuf.message import DecodeError
+
+from format.errors import CorruptFileError, InvalidInputError, LanceError, UnsupportedFeatureError
+from format.file.base import DEFAULT_BATCH_SIZE, DataFileReader, split_ranges
+from format.file.v2.container import PAGE_LAYOUT_URL, ColumnInfo, V2Container, type_name
+from format.file.v21 import unravel as uv
+from format.file.v21.constant import decode_constant
+from format.file.v21.fullzip import decode_fullzip
+from format.file.v21.miniblock import decode_miniblock
+from format.file.v21.page import DecodedPage, PageWhere
+from format.io.store import FileReader
+from format.proto import encodings_v2_1_pb2 as pb
+from format.table.schema import BLOB_DESCRIPTION, LanceField
+
+TOMBSTONE = -2
+
+
+@dataclass(eq=False)
+class _Column:
+    """One leaf column: metadata, the leaf's path and the decoded-page cache."""
+
+    info: ColumnInfo
+    where: str
+    path: list[LanceField]
+    leaf_type: pa.DataType
+    cache: dict[int, pa.Array] = field(default_factory=dict)
+
+    @cached_property
+    def starts(self) -> list[int]:
+        """Page start rows (plus the end) as Python ints, for bisecting."""
+        return self.info.page_starts.tolist()
+
+    def pages_for(self, start: int, stop: int) -> list[int]:
+        """Indices of the non-empty pages overlapping rows [start, stop)."""
+        s = self.starts
+        k = bisect.bisect_right(s, start) - 1
+        out = []
+        while 0 <= k < len(s) - 1 and s[k] < stop:
+            if s[k + 1] > s[k]:
+                out.append(k)
+            k += 1
+        return out
+
+
+class StructuralFileReader(DataFileReader):
+    """Reads one Lance 2.1 / 2.2 data file as Arrow arrays of the fields' types."""
+
+    def __init__(
+        self,
+        file: FileReader,
+        fields: Sequence[int],
+        column_indices: Sequence[int],
+        *,
+        path_for_errors: str,
+        blob_descriptions: bool = True,
+    ) -> None:
+        self.path = path_for_errors
+        self._file = file
+        self.blob_descriptions = blob_descriptions
+        if len(fields) != len(column_indices):
+            raise CorruptFileError(
+                self.path,
+                f"DataFile lists {len(fields)} field ids but {len(column_indices)} column indices",
+            )
+        self._container = V2Container(file, self.path)
+        self.version = self._container.version
+        if self.version not in ("2.1", "2.2"):
+            raise UnsupportedFeatureError(
+                f"{self.path}: file version {self.version} is not read by the 2.1/2.2 reader"
+            )
+        self._column_of: dict[int, int] = {}
+        for fid, col in zip(fields, column_indices, strict=True):
+            if fid == TOMBSTONE or col < 0:
+                continue
+            if col >= self._container.num_columns:
+                raise CorruptFileError(
+                    self.path,
+                    f"field id {fid} maps to column {col} but the file has "
+                    f"{self._container.num_columns} columns",
+                )
+            self._column_of[int(fid)] = int(col)
+        self.num_rows = self._container.num_rows
+        self._columns: dict[int, _Column] = {}
+        self._layouts: dict[bytes, pb.PageLayout] = {}
+
+    # -- public API ---------------------------------------------------------------------
+    def read(
+        self,
+        fields: Sequence[LanceField],
+        ranges: Sequence[tuple[int, int]],
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> Iterator[list[pa.Array]]:
+        """Stream `fields` over sorted, disjoint row ranges, one step per `split_ranges` item."""
+        if batch_size <= 0:
+            raise InvalidInputError(f"batch_size must be positive, got {batch_size}")
+        prev = 0
+        for start, stop in ranges:
+            if start < prev or stop < start or stop > self.num_rows:
+                raise InvalidInputError(
+                    f"{self.path}: row ranges must be sorted, disjoint and within "
+                    f"[0, {self.num_rows}); got ({start}, {stop})"
+                )
+            prev = stop
+        plan = self._plan(fields)
+        cols = [c for _, leaves in plan for c in leaves]
+        try:
+            for start, stop in split_ranges(ranges, batch_size):
+                needed = [c.pages_for(start, stop) for c in cols]
+                self._load(cols, needed)
+                pieces = [
+                    self._slice(c, pages, start, stop)
+                    for c, pages in zip(cols, needed, strict=True)
+                ]
+                yield self._merge(plan, pieces)
+        finally:
+            self._release(cols)
+
+    def take(self, fields: Sequence[LanceField], indices: np.ndarray) -> list[pa.Array]:
+        """The rows at sorted, unique physical offsets `indices` (uint64), one array per field."""
+        idx = np.asarray(indices)
+        if idx.ndim != 1:
+            raise InvalidInputError(f"{self.path}: take indices must be one-dimensional")
+        if len(idx):
+            if idx.dtype.kind not in "ui":
+                raise InvalidInputError(f"{self.path}: take indices must be integers")
+            if (idx.dtype.kind == "i" and int(idx.min()) < 0) or int(idx.max()) >= self.num_rows:
+                raise InvalidInputError(
+                    f"{self.path}: take index out of range for {self.num_rows} rows"
+                )
+            if np.any(np.diff(idx.astype(np.int64)) <= 0):
+                raise InvalidInputError(f"{self.path}: take indices must be sorted and unique")
+        idx = idx.astype(np.int64)
+        plan = self._plan(fields)
+        cols = [c for _, leaves in plan for c in leaves]
+        try:
+            pieces = [self._take_column(c, idx) for c in cols]
+            return self._merge(plan, pieces)
+        finally:
+            self._release(cols)
+
+    def close(self) -> None:
+        """Drop cached pages and release the file handle."""
+        for col in self._columns.values():
+            col.cache.clear()
+        self._file.close()
+
+    # -- planning -----------------------------------------------------------------------
+    def _plan(self, fields: Sequence[LanceField]) -> list[tuple[LanceField, list[_Column]]]:
+        """Per field, its leaf columns in `leaf_paths` order (metadata fetched at once)."""
+        paths = [(f, uv.leaf_paths(f)) for f in fields]
+        wanted = []
+        for f, leaves in paths:
+            for p in leaves:
+                leaf = p[-1]
+                col = self._column_of.get(leaf.id)
+                if col is None:
+                    raise CorruptFileError(
+                        self.path,
+                        f"field {leaf.name!r} (id {leaf.id}) of {f.name!r} has no column here",
+                    )
+                wanted.append(col)
+        missing = [c for c in dict.fromkeys(wanted) if c not in self._columns]
+        infos = {info.index: info for info in self._container.columns(missing)}
+        out = []
+        it = iter(wanted)
+        for f, leaves in paths:
+            cols = []
+            for p in leaves:
+                c = next(it)
+                leaf = p[-1]
+                leaf_type = leaf.arrow_type
+                if leaf.is_blob and self.blob_descriptions:
+                    leaf_type = BLOB_DESCRIPTION
+                col = self._columns.get(c)
+                if col is None or col.path != p or col.leaf_type != leaf_type:
+                    info = infos[c] if c in infos else self._columns[c].info
+                    col = _Column(
+                        info, f"column {c} (field {leaf.name!r}, id {leaf.id})", p, leaf_type
+                    )
+                    if info.num_rows != self.num_rows:
+                        raise CorruptFileError(
+                            self.path,
+                            f"{col.where} has {info.num_rows} rows, the file has {self.num_rows}",
+                        )
+                    self._columns[c] = col
+                cols.append(col)
+            out.append((f, cols))
+        return out
+
+    def _merge(
+        self, plan: list[tuple[LanceField, list[_Column]]], pieces: list[pa.Array]
+    ) -> list[pa.Array]:
+        out, pos = [], 0
+        for f, cols in plan:
+            arrays = pieces[pos : pos + len(cols)]
+            pos += len(cols)
+            with self._guard(f"field {f.name!r}"):
+                out.append(uv.merge(f, arrays, cols[0].leaf_type, self.path))
+        return out
+
+    # -- pages --------------------------------------------------------------------------
+    def _layout(self, col: _Column, k: int) -> pb.PageLayout:
+        page = col.info.pages[k]
+        ref = self._container.resolve(page.encoding, f"{col.where} page {k}")
+        if type_name(ref.type_url) != PAGE_LAYOUT_URL:
+            raise UnsupportedFeatureError(
+                f"{self.path}: {col.where} page {k} uses {ref.type_url!r}, not a 2.1+ page layout"
+            )
+        raw = ref.value or b""
+        layout = self._layouts.get(raw)
+        if layout is None:
+            try:
+                layout = pb.PageLayout.FromString(raw)
+            except DecodeError as e:
+                raise CorruptFileError(
+                    self.path, f"{col.where} page {k}: bad page layout: {e}"
+                ) from None
+            if len(self._layouts) > 4096:
+                self._layouts.clear()
+            self._layouts[raw] = layout
+        return layout
+
+    def _decode(self, col: _Column, k: int, bufs: list[bytes | memoryview]) -> pa.Array:
+        """Decode page k of `col` into its path array."""
+        where = PageWhere(self.path, f"{col.where} page {k}")
+        page = col.info.pages[k]
+        with self._guard(where.page):
+            layout = self._layout(col, k)
+            decoded = self._decode_layout(layout, bufs, page.length, where)
+            return uv.unravel(decoded, col.path, col.leaf_type, where)
+
+    def _decode_layout(
+        self, layout: pb.PageLayout, bufs: list[bytes | memoryview], rows: int, where: PageWhere
+    ) -> DecodedPage:
+        kind = layout.WhichOneof("layout")
+        if kind == "mini_block_layout":
+            ml = layout.mini_block_layout
+            if ml.has_large_chunk != (self.version != "2.1"):
+                raise where.corrupt(
+                    f"has_large_chunk={ml.has_large_chunk} is not valid in a {self.version} file"
+                )
+            return decode_miniblock(ml, bufs, rows, where)
+        if kind == "full_zip_layout":
+            return decode_fullzip(layout.full_zip_layout, bufs, rows, where)
+        if kind == "constant_layout":
+            return decode_constant(layout.constant_layout, bufs, rows, where)
+        name = kind or "unknown (empty or newer)"
+        raise UnsupportedFeatureError(
+            f"{self.path}: {where.page}: page layout {name} is not supported by this reader"
+        )
+
+    @contextlib.contextmanager
+    def _guard(self, where: str) -> Iterator[None]:
+        """Turn unexpected decoding failures (Arrow, numpy) into CorruptFileError."""
+        try:
+            yield
+        except LanceError:
+            raise
+        except (pa.ArrowException, ValueError, TypeError, IndexError, OverflowError) as e:
+            raise CorruptFileError(self.path, f"{where}: {e}") from None
+
+    def _load(self, cols: list[_Column], needed: list[list[int]]) -> None:
+        """Make the needed pages resident (one batched read), evicting all others."""
+        todo: list[tuple[_Column, int]] = []
+        for col, pages in zip(cols, needed, strict=True):
+            keep = set(pages)
+            for k in [k for k in col.cache if k not in keep]:
+                del col.cache[k]
+            todo.extend((col, k) for k in pages if k not in col.cache)
+        if not todo:
+            return
+        ranges = [b for col, k in todo for b in col.info.pages[k].buffers]
+        blobs = self._container.read_ranges(ranges)
+        i = 0
+        for col, k in todo:
+            n = len(col.info.pages[k].buffers)
+            col.cache[k] = self._decode(col, k, list(blobs[i : i + n]))
+            i += n
+
+    def _slice(self, col: _Column, pages: list[int], start: int, stop: int) -> pa.Array:
+        """Rows [start, stop) of a column from its resident pages (zero-copy within a page)."""
+        s = col.starts
+        parts = []
+        for k in pages:
+            lo, hi = s[k], s[k + 1]
+            a, b = max(start, lo), min(stop, hi)
+            parts.append(col.cache[k].slice(a - lo, b - a))
+        return _concat(parts, col)
+
+    def _take_column(self, col: _Column, idx: np.ndarray) -> pa.Array:
+        """The rows `idx` of a column, decoding the pages that hold them."""
+        ps = col.info.page_starts
+        page_of = np.searchsorted(ps, idx, side="right") - 1
+        pages = np.unique(page_of).tolist()
+        self._load([col], [pages])
+        parts = []
+        for k in pages:
+            local = idx[page_of == k] - int(ps[k])
+            with self._guard(f"{col.where} page {k}"):
+                parts.append(col.cache[k].take(pa.array(local)))
+        col.cache.clear()
+        return _concat(parts, col)
+
+    def _release(self, cols: list[_Column]) -> None:
+        for col in cols:
+            col.cache.clear()
+
+
+def _concat(parts: list[pa.Array], col: _Column) -> pa.Array:
+    if len(parts) == 1:
+        return parts[0]
+    if not parts:
+        return pa.array([], type=uv.path_type(col.path, col.leaf_type))
+    return pa.concat_arrays(parts)
