@@ -81,10 +81,10 @@ def _unsupported(where: str, what: str) -> UnsupportedFeatureError:
 
 def fixed_array(values: np.ndarray, bits: int) -> pa.Array:
     """Physical Arrow array of little-endian fixed-width values (numpy uint or raw bytes)."""
+    raw = np.ascontiguousarray(values).reshape(-1).view(np.uint8)
     if bits in _UINT:
-        return pa.array(values.view(_NP_UINT[bits]), type=_UINT[bits])
+        return pa.array(raw.view(_NP_UINT[bits]), type=_UINT[bits])
     width = bits // 8
-    raw = np.ascontiguousarray(values).view(np.uint8)
     return pa.Array.from_buffers(pa.binary(width), len(raw) // width, [None, pa.py_buffer(raw)])
 
 

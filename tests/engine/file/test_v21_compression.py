@@ -18,7 +18,13 @@ import pytest
 
 from format.errors import CorruptFileError, UnsupportedFeatureError
 from format.file.v2.container import V2Container
-from format.file.v21.compression import Chunks, decode_block, decode_chunks
+from format.file.v21.compression import (
+    Chunks,
+    decode_block,
+    decode_chunks,
+    decode_fullzip_fixed,
+    decode_fullzip_variable,
+)
 from format.io.store import open_store
 from format.proto import encodings_v2_1_pb2 as pb
 
@@ -341,4 +347,93 @@ def test_byte_stream_split(tmp_path, typ):
     kinds = encoding_kinds(pages[0].layout.mini_block_layout.value_compression)
     assert kinds[:2] == ["general", "byte_stream_split"]
     got = pa.concat_arrays([decode_page_values(p) for p in pages])
+    assert got.equals(physical(col))
+
+
+# -- fixed-size lists, packed structs --------------------------------------------------------
+def physical_fsl(col: pa.FixedSizeListArray) -> pa.Array:
+    items = col.values
+    phys = pa.Array.from_buffers(pa.uint32(), len(items), items.buffers()[:2])
+    return pa.FixedSizeListArray.from_arrays(phys, col.type.list_size)
+
+
+@pytest.mark.parametrize("nullable_items", [False, True])
+def test_fixed_size_list_miniblock(tmp_path, nullable_items):
+    rng = np.random.default_rng(12)
+    mask = rng.random(4000) < 0.2 if nullable_items else None
+    col = pa.FixedSizeListArray.from_arrays(
+        pa.array(rng.random(4000).astype(np.float32), mask=mask), 4
+    )
+    pages = write_pages(tmp_path, col, "2.2")
+    enc = pages[0].layout.mini_block_layout.value_compression
+    assert enc.fixed_size_list.has_validity == nullable_items
+    got = pa.concat_arrays([decode_page_values(p) for p in pages])
+    assert got.equals(physical_fsl(col))
+    assert got.values.null_count == (int(mask.sum()) if nullable_items else 0)
+
+
+def fullzip_values(page: Page) -> pa.Array:
+    """Values of a full-zip page without rep/def levels (test-local parser)."""
+    fz = page.layout.full_zip_layout
+    assert fz.bits_rep == 0 and fz.bits_def == 0
+    data = page.buffers[0]
+    if fz.WhichOneof("details") == "bits_per_value":
+        return decode_fullzip_fixed(fz.value_compression, data, page.rows, "fz")
+    index = page.buffers[1]
+    width = len(index) // (page.rows + 1)
+    starts = index.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[width])
+    starts = starts.astype(np.int64)
+    lw = fz.bits_per_offset // 8
+    lengths = np.array(
+        [int.from_bytes(data[s : s + lw].tobytes(), "little") for s in starts[:-1]], np.int64
+    )
+    np.testing.assert_array_equal(starts[:-1] + lw + lengths, starts[1:])
+    keep = np.concatenate(
+        [np.arange(s + lw, e) for s, e in zip(starts[:-1], starts[1:], strict=True)]
+    )
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    return decode_fullzip_variable(fz.value_compression, offsets, data[keep], "fz")
+
+
+@pytest.mark.parametrize(("nullable_items", "version"), [(False, "2.1"), (True, "2.2")])
+def test_fixed_size_list_fullzip(tmp_path, nullable_items, version):
+    rng = np.random.default_rng(13)
+    n = 128 * 300
+    mask = rng.random(n) < 0.2 if nullable_items else None
+    col = pa.FixedSizeListArray.from_arrays(
+        pa.array(rng.random(n).astype(np.float32), mask=mask), 128
+    )
+    (page,) = write_pages(tmp_path, col, version)
+    assert page.layout.WhichOneof("layout") == "full_zip_layout"
+    assert fullzip_values(page).equals(physical_fsl(col))
+
+
+def test_packed_struct(tmp_path):
+    rng = np.random.default_rng(14)
+    x = pa.array(rng.integers(-(2**31), 2**31, 3000), pa.int32())
+    y = pa.array(rng.random(3000))
+    col = pa.StructArray.from_arrays([x, y], names=["x", "y"])
+    pages = write_pages(tmp_path, col, "2.2", metadata={"lance-encoding:packed": "true"})
+    assert pages[0].layout.mini_block_layout.value_compression.HasField("packed_struct")
+    got = pa.concat_arrays([decode_page_values(p) for p in pages])
+    assert got.field("0").equals(physical(x)) and got.field("1").equals(physical(y))
+
+
+# -- full-zip strings ------------------------------------------------------------------------
+def test_fullzip_fsst_long_strings(tmp_path):
+    col = pa.array([(f"long string {i} ü " * (20 + i % 13)) if i % 5 else "" for i in range(400)])
+    pages = write_pages(tmp_path, col, "2.2")
+    assert all(p.layout.full_zip_layout.value_compression.HasField("fsst") for p in pages)
+    got = pa.concat_arrays([fullzip_values(p) for p in pages])
+    assert got.equals(physical(col))
+
+
+def test_fullzip_general_huge_values(tmp_path):
+    rng = np.random.default_rng(15)
+    words = np.array([b"lorem", b"ipsum", b"dolor", b"\xff\x00", b"sit"], dtype=object)
+    col = pa.array([b" ".join(words[rng.integers(0, 5, 9000)]) for _ in range(6)], pa.binary())
+    pages = write_pages(tmp_path, col, "2.2")
+    kinds = {p.layout.full_zip_layout.value_compression.WhichOneof("compression") for p in pages}
+    assert kinds == {"general"}, kinds
+    got = pa.concat_arrays([fullzip_values(p) for p in pages])
     assert got.equals(physical(col))
