@@ -91,10 +91,9 @@ def to_logical(
                     raise where.corrupt("dictionary indices into an empty dictionary")
                 return pa.DictionaryArray.from_arrays(pa.nulls(n, t.index_type), items)
             idx = np.where((idx >= 0) & (idx < len(items)), idx, 0)
-            mask = None if valid is None else pa.array(~valid)
-            return pa.DictionaryArray.from_arrays(
-                pa.array(idx).cast(t.index_type), items, mask=mask
-            )
+            mask = None if valid is None else ~valid
+            indices = pa.array(idx, type=pa.int64(), mask=mask).cast(t.index_type)
+            return pa.DictionaryArray.from_arrays(indices, items)
         plain = to_logical(phys, t.value_type, valid, None, where)
         return plain.dictionary_encode().cast(t)
     if dictionary is not None:
@@ -147,6 +146,8 @@ def to_logical(
             offs = offs.astype(np.int32)
         return pa.Array.from_buffers(t, n, [bitmap(valid), pa.py_buffer(offs), data])
     if pa.types.is_boolean(t):
+        if pa.types.is_uint8(phys.type):  # an inline constant byte
+            phys = pa.array(phys.to_numpy(zero_copy_only=False) != 0)
         if not pa.types.is_boolean(phys.type):
             raise where.corrupt(f"values of physical type {phys.type} for {t}")
         return pa.Array.from_buffers(
