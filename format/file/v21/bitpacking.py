@@ -100,23 +100,29 @@ def bit_widths(values: np.ndarray, bits: int) -> np.ndarray:
 
 
 # -- inline bit-packing (mini-block values) ---------------------------------------------------
-def inline_encode(values: np.ndarray, bits: int, widths: np.ndarray | None = None) -> list[bytes]:
-    """Mini-block InlineBitpacking chunks of (n_chunks, 1024) values: per chunk the bytes
-    `[T-bit LE width w][w * 1024 / T packed T-bit words]` (the last chunk zero-padded to 1024
-    values by the caller). `widths` defaults to `bit_widths` per chunk."""
+def inline_encode(
+    values: np.ndarray, bits: int, widths: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Mini-block InlineBitpacking chunks of (n_chunks, 1024) values (the caller zero-pads the
+    last chunk). Chunk i is `[T-bit LE width w_i][w_i * 1024 / T FastLanes words]`; returns
+    (all chunks' bytes back to back as uint8, each chunk's byte size). `widths` defaults to
+    `bit_widths` (the narrowest width per chunk); wider widths are allowed."""
     dt = _DTYPES[bits]
     values = np.asarray(values, dtype=dt)
     if widths is None:
         widths = bit_widths(values, bits)
-    out: list[bytes] = [b""] * len(values)
-    for w in np.unique(widths):  # one group per distinct width
+    widths = np.asarray(widths, dtype=np.int64)
+    lanes = BLOCK // bits
+    nwords = 1 + widths * lanes
+    first = np.cumsum(nwords) - nwords
+    out = np.empty(int(nwords.sum()), dtype=dt)
+    for w in np.unique(widths):  # one vectorised pack per distinct width
         rows = np.flatnonzero(widths == w)
-        packed = pack(values[rows], int(w), bits)
-        head = np.full((len(rows), 1), w, dtype=dt)
-        body = np.concatenate([head, packed], axis=1)
-        for i, row in zip(rows, body, strict=True):
-            out[i] = row.tobytes()
-    return out
+        body = np.concatenate(
+            [np.full((len(rows), 1), w, dtype=dt), pack(values[rows], int(w), bits)], axis=1
+        )
+        out[first[rows][:, None] + np.arange(1 + int(w) * lanes)[None, :]] = body
+    return out.view(np.uint8), nwords * (bits // 8)
 
 
 def inline_chunk_size(width: int, bits: int) -> int:
@@ -193,6 +199,41 @@ def outofline_encode(values: np.ndarray, width: int, bits: int) -> bytes:
         else:
             parts.append(values[full * BLOCK :])
     return np.concatenate(parts).tobytes()
+
+
+def outofline_encode_chunks(
+    values: np.ndarray, counts: np.ndarray, width: int, bits: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """`outofline_encode` for many chunks at once (chunk i = the next `counts[i]` values):
+    returns (all blocks back to back as uint8, each chunk's byte size)."""
+    dt = _DTYPES[bits]
+    values = np.asarray(values, dtype=dt)
+    counts = np.asarray(counts, dtype=np.int64)
+    wpb = width * BLOCK // bits
+    full, tail = counts // BLOCK, counts % BLOCK
+    packed_tail = (tail > 0) & (width * (BLOCK - tail) < max(bits - width, 0) * tail)
+    blocks = full + packed_tail
+    chunk_start = np.cumsum(counts) - counts
+    nblocks = int(blocks.sum())
+    block_chunk = np.repeat(np.arange(len(counts)), blocks)
+    block_in_chunk = np.arange(nblocks) - (np.cumsum(blocks) - blocks)[block_chunk]
+    first = chunk_start[block_chunk] + block_in_chunk * BLOCK
+    block_len = np.minimum(counts[block_chunk] - block_in_chunk * BLOCK, BLOCK)
+    lane = np.arange(BLOCK)[None, :]
+    idx = np.minimum(first[:, None] + lane, max(len(values) - 1, 0))
+    grid = np.where(lane < block_len[:, None], values[idx] if len(values) else dt(0), dt(0))
+    packed = pack(grid.astype(dt), width, bits).reshape(-1)
+    raw = (tail > 0) & ~packed_tail
+    # Output per chunk: its packed blocks, then (if not packed) its raw tail.
+    source = np.concatenate([packed, values])
+    seg_chunk = np.concatenate([np.arange(len(counts)), np.arange(len(counts))])
+    seg_start = np.concatenate(
+        [(np.cumsum(blocks) - blocks) * wpb, len(packed) + chunk_start + full * BLOCK]
+    )
+    seg_len = np.concatenate([blocks * wpb, np.where(raw, tail, 0)])
+    order = np.argsort(seg_chunk, kind="stable")
+    out = source[_ranges(seg_start[order], seg_len[order])]
+    return out.view(np.uint8), (blocks * wpb + np.where(raw, tail, 0)) * (bits // 8)
 
 
 def outofline_decode(

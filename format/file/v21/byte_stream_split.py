@@ -15,16 +15,26 @@ def split(values: np.ndarray, width: int) -> bytes:
     return raw.T.tobytes()
 
 
+def split_chunks(data: np.ndarray, counts: np.ndarray, width: int) -> np.ndarray:
+    """`split` for many chunks at once: `data` holds the values' bytes in chunk order (chunk i
+    has `counts[i]` values); returns every chunk's byte streams back to back (uint8)."""
+    j, base, n = _positions(counts, width)
+    return np.ascontiguousarray(data).reshape(-1).view(np.uint8)[base + (j % n) * width + j // n]
+
+
+def _positions(counts: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per stream byte: its index inside its chunk, its chunk's first byte, the chunk's count."""
+    counts = np.asarray(counts, dtype=np.int64)
+    sizes = counts * width
+    chunk_of = np.repeat(np.arange(len(counts)), sizes)
+    base = (np.cumsum(sizes) - sizes)[chunk_of]
+    return np.arange(int(sizes.sum()), dtype=np.int64) - base, base, counts[chunk_of]
+
+
 def join_chunks(data: np.ndarray, counts: np.ndarray, width: int) -> np.ndarray:
     """Undo `split` for many chunks at once: `data` is the chunks' stream bytes concatenated
     (chunk i has `counts[i] * width` bytes); returns the values' bytes in chunk order."""
-    counts = np.asarray(counts, dtype=np.int64)
-    sizes = counts * width
-    total = int(sizes.sum())
-    chunk_of = np.repeat(np.arange(len(counts)), sizes)
-    base = (np.cumsum(sizes) - sizes)[chunk_of]
-    j = np.arange(total, dtype=np.int64) - base
-    n = counts[chunk_of]
-    out = np.empty(total, dtype=np.uint8)
-    out[base + (j % n) * width + j // n] = data[:total]
+    j, base, n = _positions(counts, width)
+    out = np.empty(len(j), dtype=np.uint8)
+    out[base + (j % n) * width + j // n] = data[: len(j)]
     return out
