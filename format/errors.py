@@ -70,3 +70,13 @@ class CommitConflictError(LanceError):
         super().__init__(message)
         self.version = version
         self.retryable = retryable
+
+
+class NotAppendOnlyError(LanceError):
+    """A version in a range did more than append rows (overwrite, update, schema change...),
+    so "the rows appended since version N" is not defined across it."""
+
+    def __init__(self, message: str, *, version: int, operation: str) -> None:
+        super().__init__(message)
+        self.version = version
+        self.operation = operation
