@@ -86,8 +86,13 @@ def read_command(
     limit: int | None = None,
     with_row_id: bool = False,
     max_rows_per_endpoint: int | None = None,
+    appended_since: int | None = None,
 ) -> dict[str, Any]:
-    """The JSON object of a read CMD descriptor; only the options that are set appear."""
+    """The JSON object of a read CMD descriptor; only the options that are set appear.
+
+    `appended_since=v` reads only the rows that appends added after version `v` (up to
+    `version`, default the latest), each endpoint pinned to the version that added it.
+    """
     if not isinstance(dataset, str) or not dataset:
         raise TypeError("dataset must be a non-empty string")
     pins = [
@@ -120,6 +125,10 @@ def read_command(
         if isinstance(max_rows_per_endpoint, bool) or not isinstance(max_rows_per_endpoint, int):
             raise TypeError("max_rows_per_endpoint must be an int")
         cmd["max_rows_per_endpoint"] = max_rows_per_endpoint
+    if appended_since is not None:
+        if isinstance(appended_since, bool) or not isinstance(appended_since, int):
+            raise TypeError(f"appended_since must be an int, not {type(appended_since).__name__}")
+        cmd["appended_since"] = appended_since
     return cmd
 
 
@@ -602,6 +611,7 @@ class Client:
         as_of: str | dt.datetime | dt.date | None = None,
         limit: int | None = None,
         with_row_id: bool = False,
+        appended_since: int | None = None,
         parallel: int = 8,
         progress: bool = False,
     ) -> pa.Table:
@@ -609,7 +619,8 @@ class Client:
 
         The endpoints of the one `FlightInfo` are fetched by up to `parallel` threads and
         concatenated in endpoint (fragment) order. `progress=True` shows rows read on
-        stderr (a tqdm bar when tqdm is installed).
+        stderr (a tqdm bar when tqdm is installed). `appended_since=v` reads only the rows
+        appends added after version `v`.
         """
         if parallel < 1:
             raise ValueError("parallel must be at least 1")
@@ -622,6 +633,7 @@ class Client:
             as_of=as_of,
             limit=limit,
             with_row_id=with_row_id,
+            appended_since=appended_since,
         )
         schema = info.schema
         endpoints = list(info.endpoints)

@@ -160,6 +160,7 @@ READ_KEYS = (
     "limit",
     "with_row_id",
     "max_rows_per_endpoint",
+    "appended_since",
 )
 
 
@@ -176,6 +177,8 @@ class ReadRequest:
     limit: int | None = None
     with_row_id: bool = False
     max_rows_per_endpoint: int | None = None  # None: the server's setting
+    # only the rows appended after this version, each endpoint pinned to the appending one
+    appended_since: int | None = None
 
     def ref(self) -> dict[str, Any]:
         """The version reference as given (for messages and logs)."""
@@ -197,7 +200,13 @@ def version_ref(f: Fields) -> tuple[int | None, str | None, str | None]:
 
 
 def read_request_from_command(cmd: bytes) -> ReadRequest:
-    """Parse a CMD descriptor: the JSON object of DESIGN.md §3."""
+    """Parse a CMD descriptor: the JSON object of DESIGN.md §3.
+
+    `"appended_since": v` (with the usual version/tag/as_of as the upper end `w`, default
+    the latest) asks for the rows that append commits added in versions (v, w] instead of
+    the whole version: one endpoint per appended fragment, each pinned to the version that
+    appended it (see `format.dataset.changes`); it cannot be combined with `limit`.
+    """
     f = Fields(parse_object(cmd, "CMD descriptor"), "CMD descriptor", READ_KEYS)
     name = f.dataset()
     version, tag, as_of = version_ref(f)
@@ -205,6 +214,9 @@ def read_request_from_command(cmd: bytes) -> ReadRequest:
     if columns is not None and len(set(columns)) != len(columns):
         raise InvalidArgument("CMD descriptor: 'columns' names a column twice")
     filt = f.str("filter")
+    since = f.int("appended_since", minimum=0)
+    if since is not None and f.has("limit"):
+        raise InvalidArgument("CMD descriptor: 'appended_since' cannot be combined with 'limit'")
     return ReadRequest(
         dataset=name,
         version=version,
@@ -215,6 +227,7 @@ def read_request_from_command(cmd: bytes) -> ReadRequest:
         limit=f.int("limit", minimum=0),
         with_row_id=f.bool("with_row_id", default=False),
         max_rows_per_endpoint=f.int("max_rows_per_endpoint", minimum=1),
+        appended_since=since,
     )
 
 

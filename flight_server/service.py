@@ -39,6 +39,7 @@ from flight_server.config import DEFAULT_STAGED_TTL, DEFAULT_TICKET_TTL, ServerC
 from flight_server.errors import (
     AlreadyExists,
     Cancelled,
+    FailedPrecondition,
     InvalidArgument,
     NotFound,
     Scrubber,
@@ -63,11 +64,13 @@ from format.dataset import (
     dataset,
     write_fragments,
 )
+from format.dataset.changes import appended_between
 from format.errors import (
     CommitConflictError,
     DatasetAlreadyExistsError,
     DatasetNotFoundError,
     InvalidInputError,
+    NotAppendOnlyError,
     SchemaMismatchError,
 )
 from format.io.store import ObjectStore, filesystem, open_store
@@ -105,10 +108,12 @@ class PlannedEndpoint:
     fragment_id: int | None
     row_range: tuple[int, int] | None
     rows: int  # rows it returns; -1 when a filter makes that unknown
+    version: int | None = None  # the version its ticket pins, when not the plan's
 
     def metadata(self, version: int) -> dict[str, Any]:
         """The endpoint's `app_metadata` document."""
-        out: dict[str, Any] = {"version": version, "fragment_id": self.fragment_id}
+        pinned = self.version if self.version is not None else version
+        out: dict[str, Any] = {"version": pinned, "fragment_id": self.fragment_id}
         if self.row_range is not None:
             out["row_range"] = list(self.row_range)
         out["rows"] = self.rows
@@ -402,6 +407,8 @@ class DatasetService:
         ds = self.open(request)
         schema = self._scanner(ds, request).projected_schema  # raises on bad columns / filter
         expires = int(time.time()) + self.ticket_ttl if self.ticket_ttl else None
+        if request.appended_since is not None:
+            return self._plan_appended(request, ds, schema, expires)
         stamp = _stamp(ds)
 
         def ticket(fid: int | None, rng: tuple[int, int] | None, limit: int | None) -> bytes:
@@ -451,6 +458,51 @@ class DatasetService:
                 )
         total = sum(e.rows for e in endpoints) if request.filter is None else -1
         return ScanPlan(request.dataset, ds.version, schema, endpoints, total, expires)
+
+    def _plan_appended(
+        self, request: ReadRequest, ds: LanceDataset, schema: pa.Schema, expires: int | None
+    ) -> ScanPlan:
+        """Endpoints of the rows appended in versions (appended_since, ds.version], each
+        ticket pinned to the version that appended its fragment (`format.dataset.changes`)."""
+        name, since = request.dataset, request.appended_since
+        assert since is not None
+        if since > ds.version:
+            raise InvalidArgument(
+                f"appended_since {since} is after version {ds.version} of dataset {name!r}"
+            )
+        store = open_store(self.uri(name), self.storage_options)
+        try:
+            appended = appended_between(store, since, ds.version)
+        except NotAppendOnlyError as e:
+            reason = str(e).split(": ", 1)[-1]
+            raise FailedPrecondition(
+                f"dataset {name!r}: {reason}; the rows appended since version {since} cannot "
+                f"be followed past version {e.version} (start again after it)",
+                version=e.version,
+                operation=e.operation,
+            ) from None
+        step = request.max_rows_per_endpoint or self.max_rows_per_endpoint
+        endpoints: list[PlannedEndpoint] = []
+        for a in appended:
+            pinned = self.open_version(name, a.version)
+            frag = pinned.get_fragment(a.fragment_id)
+            live = _known_live_rows(frag) if frag is not None else 0
+            for rng, rows in self._pieces(frag, live, step) if live else ():
+                token = ReadTicket(
+                    dataset=name,
+                    version=a.version,
+                    fragment_id=a.fragment_id,
+                    row_range=rng,
+                    columns=request.columns,
+                    filter=request.filter,
+                    with_row_id=request.with_row_id,
+                    expires=expires,
+                    stamp=_stamp(pinned),
+                ).encode(self.signer)
+                shown = rows if request.filter is None else -1
+                endpoints.append(PlannedEndpoint(token, a.fragment_id, rng, shown, a.version))
+        total = sum(e.rows for e in endpoints) if request.filter is None else -1
+        return ScanPlan(name, ds.version, schema, endpoints, total, expires)
 
     def read(self, token: bytes, identity: Any = None) -> tuple[ReadTicket, pa.RecordBatchReader]:
         """Verify a ticket and stream its rows (bounded memory, whatever the fragment size)."""
