@@ -1,0 +1,295 @@
+"""`StructuralFileWriter`: streams Arrow record batches into a Lance 2.1 or 2.2 data file.
+
+Only leaf fields get columns (struct, list and map layers live in the leaves' repetition
+and definition levels). Each incoming column is cut into row slices of about one page,
+shredded (`shred.py`) into per-leaf levels and visible values, and buffered per leaf; a
+leaf writes a page (`page_encoders.py`) as soon as about `page_bytes` are buffered, so
+memory stays at about one page per column. The container (64-byte aligned buffers,
+`FileDescriptor`, column metadata, offset tables, footer ``2.1`` / ``2.2``) is the one all
+v2 files share.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+import numpy as np
+import pyarrow as pa
+
+from format.errors import InvalidInputError, SchemaMismatchError, UnsupportedFeatureError
+from format.file.base import DataFileWriter, WrittenFile
+from format.file.v2.container import (
+    COLUMN_ENCODING_URL,
+    FOOTER_VERSIONS,
+    PAGE_LAYOUT_URL,
+    Footer,
+    any_bytes,
+)
+from format.file.v2.encoders_v20 import DEFAULT_PAGE_BYTES, MAX_PAGE_BYTES
+from format.file.v2.writer import _layout, _Output
+from format.file.v21 import shred as sh
+from format.file.v21.layers import max_def
+from format.file.v21.page_encoders import EncodedPage, PageInput, TooDense, encode_page
+from format.proto import encodings_v2_0_pb2, file2_pb2, file_pb2
+from format.table.schema import LanceSchema
+
+SUPPORTED_VERSIONS = ("2.1", "2.2")
+_PIN_SLACK = 64 * 1024
+_COLUMN_ENCODING = any_bytes(
+    COLUMN_ENCODING_URL, encodings_v2_0_pb2.ColumnEncoding(values={}).SerializeToString()
+)
+
+
+@dataclass
+class _Leaf:
+    """One leaf column: its path, buffered shredded pieces and its metadata so far."""
+
+    path: sh.LeafPath
+    column: int
+    meta: file2_pb2.ColumnMetadata
+    pieces: list[sh.Shredded] = field(default_factory=list)
+    buffered: int = 0
+    rows_written: int = 0
+    peak: int = 0
+
+
+def _piece_bytes(p: sh.Shredded) -> int:
+    return p.values.nbytes + 4 * p.num_entries
+
+
+def _compact(p: sh.Shredded) -> sh.Shredded:
+    """`p`, with its values copied if they are a small slice of much larger buffers."""
+    v = p.values
+    if pa.types.is_dictionary(v.type):
+        return p
+    if v.get_total_buffer_size() > 2 * v.nbytes + _PIN_SLACK:
+        return sh.Shredded(p.rep, p.defs, pa.concat_arrays([v]), p.num_rows)
+    return p
+
+
+class StructuralFileWriter(DataFileWriter):
+    """Writes one Lance data file of version 2.1 or 2.2 to a binary sink, streaming."""
+
+    def __init__(
+        self,
+        sink: BinaryIO,
+        schema: LanceSchema,
+        *,
+        version: str = "2.2",
+        path_for_errors: str,
+        page_bytes: int = DEFAULT_PAGE_BYTES,
+        max_page_bytes: int = MAX_PAGE_BYTES,
+        dictionaries: bool = True,
+    ) -> None:
+        self.path = path_for_errors
+        if version not in SUPPORTED_VERSIONS:
+            raise UnsupportedFeatureError(
+                f"{self.path}: StructuralFileWriter writes file versions "
+                f"{', '.join(SUPPORTED_VERSIONS)}, not {version!r}"
+            )
+        if page_bytes <= 0 or max_page_bytes < page_bytes:
+            raise InvalidInputError(
+                f"{self.path}: need 0 < page_bytes <= max_page_bytes, got {page_bytes} "
+                f"and {max_page_bytes}"
+            )
+        ids = schema.field_ids()
+        if len(set(ids)) != len(ids) or any(i < 0 for i in ids):
+            raise InvalidInputError(f"{self.path}: schema field ids must be unique and >= 0")
+        self.version = version
+        self.schema = schema
+        self.arrow_schema = schema.to_arrow()
+        self.page_bytes = page_bytes
+        self.max_page_bytes = max_page_bytes
+        self.auto_dictionaries = dictionaries
+        self._out = _Output(sink)
+        self._leaves: list[list[_Leaf]] = []
+        column = 0
+        for f in schema.fields:
+            if version == "2.1" and any(x.logical_type == "map" for x in f.walk()):
+                raise UnsupportedFeatureError(
+                    f"{self.path}: field {f.name!r} holds a map, which Lance file version 2.1 "
+                    "cannot store; use file version 2.2"
+                )
+            leaves = []
+            for path in sh.leaf_paths(f, self.path):
+                leaves.append(_Leaf(path, column, file2_pb2.ColumnMetadata()))
+                column += 1
+            self._leaves.append(leaves)
+        self.num_rows = 0
+        self._finished = False
+        self._failed = False
+
+    # -- public API ---------------------------------------------------------------------
+    def write(self, batch: pa.RecordBatch | pa.Table) -> None:
+        """Append rows; `batch` has exactly the columns and types of the writer's schema."""
+        if self._finished:
+            raise InvalidInputError(f"{self.path}: write() after finish()")
+        if self._failed:
+            raise InvalidInputError(f"{self.path}: the writer failed earlier; start a new file")
+        if isinstance(batch, pa.Table):
+            for b in batch.to_batches():
+                self.write(b)
+            return
+        self._check_batch(batch)
+        n = batch.num_rows
+        if n == 0:
+            return
+        try:
+            for f, leaves, col in zip(self.schema.fields, self._leaves, batch.columns, strict=True):
+                self._append(f, leaves, col)
+        except BaseException:
+            self._failed = True
+            raise
+        self.num_rows += n
+
+    def _check_batch(self, batch: pa.RecordBatch) -> None:
+        want = self.arrow_schema
+        got = batch.schema
+        if got.names != want.names:
+            raise SchemaMismatchError(
+                f"{self.path}: batch columns {got.names} do not match the file schema {want.names}"
+            )
+        for col, f in zip(batch.columns, want, strict=True):
+            t = col.type.storage_type if isinstance(col.type, pa.ExtensionType) else col.type
+            if not t.equals(f.type) and _layout(t) != _layout(f.type):
+                raise SchemaMismatchError(
+                    f"{self.path}: column {f.name!r} has type {col.type}, the file schema "
+                    f"expects {f.type}"
+                )
+
+    def _append(self, f, leaves: list[_Leaf], col: pa.Array) -> None:  # noqa: ANN001
+        n = len(col)
+        size = max(1, col.nbytes)
+        step = max(1, n * self.page_bytes // size) if size > self.page_bytes else n
+        for start in range(0, n, step):
+            piece = col.slice(start, min(step, n - start)) if step < n else col
+            for leaf, (path, shredded) in zip(leaves, sh.shred(f, piece, self.path), strict=True):
+                assert leaf.path.name == path.name
+                shredded = _compact(shredded)
+                size = _piece_bytes(shredded)
+                if leaf.pieces and leaf.buffered + size > self.max_page_bytes:
+                    self._flush(leaf)
+                leaf.pieces.append(shredded)
+                leaf.buffered += size
+                leaf.peak = max(leaf.peak, leaf.buffered)
+                if leaf.buffered >= self.page_bytes:
+                    self._flush(leaf)
+
+    # -- pages ----------------------------------------------------------------------------
+    def _flush(self, leaf: _Leaf) -> None:
+        if not leaf.pieces:
+            return
+        data = sh.concat(leaf.pieces)
+        leaf.pieces, leaf.buffered = [], 0
+        self._write_pages(leaf, data)
+
+    def _write_pages(self, leaf: _Leaf, data: sh.Shredded) -> None:
+        """Encode `data` as one page, or split by rows when a chunk cannot hold it."""
+        where = f"{self.path}: column {leaf.path.name!r}"
+        try:
+            page = encode_page(self._page_input(leaf.path, data), where)
+        except TooDense:
+            if data.num_rows <= 1:
+                raise UnsupportedFeatureError(
+                    f"{where}: one row holds more nested levels than a mini-block chunk can "
+                    "describe"
+                ) from None
+            half = data.num_rows // 2
+            self._write_pages(leaf, sh.slice_rows(data, leaf.path, 0, half))
+            self._write_pages(leaf, sh.slice_rows(data, leaf.path, half, data.num_rows))
+            return
+        self._emit(leaf, data.num_rows, page)
+
+    def _page_input(self, path: sh.LeafPath, data: sh.Shredded) -> PageInput:
+        layers = sh.layer_kinds(path, data.defs)
+        defs = None
+        if max_def(layers):
+            defs = sh.def_table(path, layers)[data.defs]
+        visible = sh.visible(path, data.defs) if path.has_list else None
+        return PageInput(
+            layers=layers,
+            rep=data.rep,
+            defs=defs,
+            visible=visible,
+            values=data.values,
+            num_rows=data.num_rows,
+            version=self.version,
+            dictionary=self.auto_dictionaries,
+        )
+
+    def _emit(self, leaf: _Leaf, rows: int, page: EncodedPage) -> None:
+        pm = leaf.meta.pages.add()
+        for buf in page.buffers:
+            data = (
+                buf
+                if isinstance(buf, bytes | memoryview)
+                else memoryview(np.ascontiguousarray(buf)).cast("B")
+            )
+            pos, size = self._out.buffer(data)
+            pm.buffer_offsets.append(pos)
+            pm.buffer_sizes.append(size)
+        pm.length = rows
+        pm.encoding.direct.encoding = any_bytes(PAGE_LAYOUT_URL, page.layout.SerializeToString())
+        pm.priority = leaf.rows_written
+        leaf.rows_written += rows
+
+    # -- finish ---------------------------------------------------------------------------
+    def finish(self) -> WrittenFile:
+        """Flush the remaining pages, write metadata and footer; the sink is then complete."""
+        if self._finished:
+            raise InvalidInputError(f"{self.path}: finish() called twice")
+        if self._failed:
+            raise InvalidInputError(f"{self.path}: the writer failed earlier; start a new file")
+        self._finished = True
+        leaves = [leaf for group in self._leaves for leaf in group]
+        for leaf in leaves:
+            self._flush(leaf)
+        out = self._out
+        desc = file_pb2.FileDescriptor(length=self.num_rows)
+        for pb in self.schema.to_protos():
+            if pb.logical_type.startswith("dict:"):
+                pb.dictionary.SetInParent()
+            desc.schema.fields.append(pb)
+        for k, v in self.schema.metadata.items():
+            desc.schema.metadata[k] = v if isinstance(v, bytes) else str(v).encode()
+        global_buffers = [out.buffer(desc.SerializeToString())]
+        meta_start = out.pos
+        table = []
+        for leaf in leaves:
+            leaf.meta.encoding.direct.encoding = _COLUMN_ENCODING
+            raw = leaf.meta.SerializeToString()
+            table.append((out.pos, len(raw)))
+            out.write(raw)
+        cmo = out.pos
+        out.write(b"".join(struct.pack("<QQ", p, s) for p, s in table))
+        gbo = out.pos
+        out.write(b"".join(struct.pack("<QQ", p, s) for p, s in global_buffers))
+        major, minor = FOOTER_VERSIONS[self.version]
+        out.write(
+            Footer(meta_start, cmo, gbo, len(global_buffers), len(table), major, minor).pack()
+        )
+        out.drain()
+        flush = getattr(out.sink, "flush", None)
+        if flush is not None:
+            flush()
+        return WrittenFile(
+            num_rows=self.num_rows,
+            size_bytes=out.pos,
+            fields=[leaf.path.field.id for leaf in leaves],
+            column_indices=[leaf.column for leaf in leaves],
+            major_version=major,
+            minor_version=minor,
+        )
+
+    # -- introspection --------------------------------------------------------------------
+    @property
+    def peak_buffered_bytes(self) -> dict[int, int]:
+        """Per column: the most bytes ever buffered before a page was written."""
+        return {leaf.column: leaf.peak for group in self._leaves for leaf in group}
+
+    @property
+    def pages_written(self) -> dict[int, int]:
+        """Per column: pages written so far."""
+        return {leaf.column: len(leaf.meta.pages) for group in self._leaves for leaf in group}
