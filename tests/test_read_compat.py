@@ -11,20 +11,37 @@ import math
 import lance
 import pyarrow as pa
 import pytest
+from corpus import CorpusDataset, build_corpus
 
 from format.dataset import dataset
 from format.expr import compile_filter
 
 pytestmark = pytest.mark.compat
 
-# Datasets holding 2.1/2.2 data files even at an older storage version: read with issue 6.
-NEEDS_STRUCTURAL_READER = {"mixed_file_versions"}
+# The structural (2.1/2.2) versions of the corpus, written once per session.
+STRUCTURAL_VERSIONS = ("2.1", "2.2")
+
+
+# (storage version, dataset) -> why Quiver does not read it yet.
+NOT_READ_YET = {
+    ("2.2", "blob"): (
+        "blob v2 (extension lance.blob.v2, a VariablePackedStruct full-zip column that pylance "
+        "reads as struct<kind, position, size, blob_id, blob_uri>) is not implemented"
+    ),
+}
+
+
+@pytest.fixture(scope="session")
+def structural_corpus(tmp_path_factory: pytest.TempPathFactory) -> list[CorpusDataset]:
+    """The corpus at the 2.1 and 2.2 storage versions (minus `NOT_READ_YET`)."""
+    built = build_corpus(tmp_path_factory.mktemp("corpus_v21"), STRUCTURAL_VERSIONS)
+    return [ds for ds in built if (ds.storage_version, ds.name) not in NOT_READ_YET]
 
 
 @pytest.fixture
-def corpus(corpus):
-    """The corpus minus datasets that need readers not built yet."""
-    return [ds for ds in corpus if ds.name not in NEEDS_STRUCTURAL_READER]
+def corpus(corpus, structural_corpus):
+    """Every corpus dataset: legacy and 2.0 (conftest) plus 2.1 and 2.2."""
+    return [*corpus, *structural_corpus]
 
 
 def _same_values(a: object, b: object) -> bool:

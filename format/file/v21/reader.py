@@ -28,6 +28,7 @@ from format.errors import CorruptFileError, InvalidInputError, LanceError, Unsup
 from format.file.base import DEFAULT_BATCH_SIZE, DataFileReader, split_ranges
 from format.file.v2.container import PAGE_LAYOUT_URL, ColumnInfo, V2Container, type_name
 from format.file.v21 import unravel as uv
+from format.file.v21.blob import decode_blob
 from format.file.v21.constant import decode_constant
 from format.file.v21.fullzip import decode_fullzip
 from format.file.v21.miniblock import decode_miniblock
@@ -268,6 +269,12 @@ class StructuralFileReader(DataFileReader):
             return decode_fullzip(layout.full_zip_layout, bufs, rows, where)
         if kind == "constant_layout":
             return decode_constant(layout.constant_layout, bufs, rows, where)
+        if kind == "blob_layout":
+            if not self.blob_descriptions:
+                raise UnsupportedFeatureError(
+                    f"{self.path}: {where.page}: reading 2.1 blob bytes (not descriptions)"
+                )
+            return decode_blob(layout.blob_layout, bufs, rows, where, self._decode_layout)
         name = kind or "unknown (empty or newer)"
         raise UnsupportedFeatureError(
             f"{self.path}: {where.page}: page layout {name} is not supported by this reader"

@@ -121,6 +121,14 @@ def to_logical(
         )
         items = to_logical(inner, t.value_type, inner_valid, None, where)
         return pa.Array.from_buffers(t, n, [bitmap(valid)], children=[items])
+    if pa.types.is_struct(t) and pa.types.is_struct(phys.type):  # a packed struct
+        if phys.type.num_fields != t.num_fields:
+            raise where.corrupt(f"packed struct of {phys.type.num_fields} fields for {t}")
+        kids = [
+            to_logical(phys.field(i), t.field(i).type, None, None, where)
+            for i in range(t.num_fields)
+        ]
+        return pa.Array.from_buffers(t, n, [bitmap(valid)], children=kids)
     if (
         pa.types.is_struct(t)
         or pa.types.is_list(t)
