@@ -46,6 +46,23 @@ def _mask(bits: int, width: int) -> np.generic:
     return dt(np.iinfo(dt).max) if width >= bits else dt((1 << width) - 1)
 
 
+@cache
+def _unpack_plan(bits: int, width: int) -> tuple[np.ndarray, ...]:
+    """Per output value j (in value order): the word holding its low bits and the shift
+    there, the word holding its spilled high bits and the shift there, and a mask that is
+    all-ones where the value spills into a second word."""
+    dt = _DTYPES[bits]
+    lanes = BLOCK // bits
+    k0, off, spill = _rows(bits, width)
+    inv = np.empty(BLOCK, dtype=np.int64)
+    inv[_order(bits)] = np.arange(BLOCK)  # value index -> row * lanes + lane
+    r, lane = inv // lanes, inv % lanes
+    lo_word = k0[r] * lanes + lane
+    hi_word = np.minimum(k0[r] + 1, width - 1) * lanes + lane
+    hi_mask = np.where(spill[r], _mask(bits, bits), dt(0)).astype(dt)
+    return lo_word, off[r].astype(dt), hi_word, ((bits - off[r]) % bits).astype(dt), hi_mask
+
+
 def unpack(packed: np.ndarray, width: int, bits: int) -> np.ndarray:
     """Unpack FastLanes blocks: `packed` (blocks, width * 1024 / bits) uint`bits` words ->
     (blocks, 1024) values."""
@@ -53,19 +70,18 @@ def unpack(packed: np.ndarray, width: int, bits: int) -> np.ndarray:
     nblocks = packed.shape[0]
     if width == 0:
         return np.zeros((nblocks, BLOCK), dtype=dt)
-    lanes = BLOCK // bits
-    words = packed.reshape(nblocks, width, lanes)
-    k0, off, spill = _rows(bits, width)
-    vals = words[:, k0, :] >> off.astype(dt)[None, :, None]
-    if spill.any():
-        k1 = np.minimum(k0 + 1, width - 1)
-        hi = words[:, k1, :] << ((bits - off) % bits).astype(dt)[None, :, None]
-        hi &= np.where(spill, _mask(bits, bits), dt(0)).astype(dt)[None, :, None]
+    words = packed.reshape(nblocks, width * (BLOCK // bits))
+    lo_word, lo_shift, hi_word, hi_shift, hi_mask = _unpack_plan(bits, width)
+    vals = words[:, lo_word]
+    vals >>= lo_shift
+    if hi_mask.any():
+        hi = words[:, hi_word]
+        hi <<= hi_shift
+        hi &= hi_mask
         vals |= hi
-    vals &= _mask(bits, width)
-    out = np.empty((nblocks, BLOCK), dtype=dt)
-    out[:, _order(bits)] = vals.reshape(nblocks, BLOCK)
-    return out
+    if width < bits:
+        vals &= _mask(bits, width)
+    return vals
 
 
 def pack(values: np.ndarray, width: int, bits: int) -> np.ndarray:

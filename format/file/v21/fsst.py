@@ -46,7 +46,7 @@ def parse_table(raw: bytes, where: str) -> SymbolTable:
     buf = np.frombuffer(raw, dtype=np.uint8)
     symbols = np.zeros((256, 8), dtype=np.uint8)
     symbols[:n] = buf[8 : 8 + 8 * n].reshape(n, 8)
-    lengths = np.zeros(256, dtype=np.int64)
+    lengths = np.zeros(256, dtype=np.int8)
     lengths[:n] = buf[8 + 8 * n : 8 + 9 * n]
     if ((lengths[:n] < 1) | (lengths[:n] > 8)).any():
         raise CorruptFileError(where, "FSST symbol of length outside 1..8")
@@ -68,29 +68,55 @@ def decode(
     # Escapes: inside each maximal run of 255s (runs cut at string starts) the even positions
     # are escapes; the byte after an escape is a literal (whatever its value).
     is_ff = codes == ESCAPE
-    string_start = np.zeros(n, dtype=bool)
-    string_start[rel[:-1][rel[:-1] < n]] = True
-    run_start = is_ff & (string_start | ~np.concatenate([[False], is_ff[:-1]]))
-    run_id = np.cumsum(run_start)
-    first = np.flatnonzero(run_start)
-    pos_in_run = np.arange(n) - np.where(run_id > 0, first[np.maximum(run_id - 1, 0)], 0)
-    escape = is_ff & (pos_in_run % 2 == 0)
-    literal = np.concatenate([[False], escape[:-1]]) & ~string_start
-    string_end = np.zeros(n, dtype=bool)
-    ends = rel[1:][rel[1:] > rel[:-1]] - 1
-    string_end[ends] = True
-    if (escape & string_end).any():
-        raise CorruptFileError(where, "FSST string ends with an escape byte")
+    if is_ff.any():
+        escape, literal = _escapes(is_ff, rel, n, where)
+    else:
+        escape = literal = np.zeros(n, dtype=bool)
     plain = ~escape & ~literal
     if (plain & (codes >= table.n_symbols)).any():
         bad = int(codes[np.argmax(plain & (codes >= table.n_symbols))])
         raise CorruptFileError(where, f"FSST code {bad} beyond the {table.n_symbols} symbols")
-    out_len = np.where(plain, table.lengths[codes], literal.astype(np.int64))
-    out_pos = np.cumsum(out_len) - out_len
-    total = int(out_len.sum())
-    src = np.repeat(np.arange(n), out_len)
-    within = np.arange(total) - out_pos[src]
-    out = np.where(literal[src], codes[src], table.symbols[codes[src], np.minimum(within, 7)])
+    # Literals become 1-byte pseudo-symbols 256 + byte. Every code emits its 8-byte symbol
+    # word; a (codes, 8) mask then keeps the first len bytes of each.
+    row = codes.astype(np.int16)
+    if literal.any():
+        row[literal] += 256
+    row_len = _EXTENDED_LEN.copy()
+    row_len[:256] = table.lengths
+    out_len = row_len[row]
+    out_len[escape] = 0
+    words = _extended(table).view(np.uint64)[row]
+    out = words.view(np.uint8).reshape(n, 8)[_LANES[None, :] < out_len[:, None]]
     # String boundaries in the output: the output position of each string's first code.
-    cum = np.concatenate([[0], np.cumsum(out_len)])
-    return cum[rel], out.astype(np.uint8)
+    cum = np.concatenate([[0], np.cumsum(out_len, dtype=np.int64)])
+    return cum[rel], out
+
+
+def _escapes(
+    is_ff: np.ndarray, rel: np.ndarray, n: int, where: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """Escape and literal flags of the code bytes. Inside each maximal run of 255s (runs cut
+    at string starts) the even positions are escapes; the byte after an escape is a literal."""
+    string_start = np.zeros(n, dtype=bool)
+    string_start[rel[:-1][rel[:-1] < n]] = True
+    run_start = is_ff & (string_start | ~np.concatenate([[False], is_ff[:-1]]))
+    pos = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
+    last_start = np.maximum.accumulate(np.where(run_start, pos, 0))
+    escape = is_ff & ((pos - last_start) % 2 == 0)
+    literal = np.concatenate([[False], escape[:-1]]) & ~string_start
+    string_end = np.zeros(n, dtype=bool)
+    string_end[rel[1:][rel[1:] > rel[:-1]] - 1] = True
+    if (escape & string_end).any():
+        raise CorruptFileError(where, "FSST string ends with an escape byte")
+    return escape, literal
+
+
+_EXTENDED_LEN = np.concatenate([np.zeros(256, np.int8), np.ones(256, np.int8)])
+_LANES = np.arange(8, dtype=np.int8)
+_LITERALS = np.zeros((256, 8), np.uint8)
+_LITERALS[:, 0] = np.arange(256)
+
+
+def _extended(table: SymbolTable) -> np.ndarray:
+    """The symbol table followed by one pseudo-symbol per literal byte, flattened."""
+    return np.concatenate([table.symbols, _LITERALS]).reshape(-1)

@@ -31,15 +31,20 @@ def range_index(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Concatenation of arange(s, s + n) for every (s, n): the index of a multi-range gather."""
     starts = np.asarray(starts, dtype=I64)
     lengths = np.asarray(lengths, dtype=I64)
+    keep = lengths > 0
+    if not keep.all():
+        starts, lengths = starts[keep], lengths[keep]
     total = int(lengths.sum()) if len(lengths) else 0
     if total == 0:
         return np.zeros(0, dtype=I64)
-    out_starts = np.cumsum(lengths) - lengths
-    keep = lengths > 0
-    # Each element = its position in the output + (range start - range's output start).
-    shift = np.repeat((starts - out_starts)[keep], lengths[keep])
-    dtype = np.int32 if total < 2**31 and int(starts.max() + lengths.max()) < 2**31 else I64
-    return np.arange(total, dtype=dtype) + shift.astype(dtype, copy=False)
+    small = total < 2**31 and int((starts + lengths).max()) < 2**31 and int(starts.min()) >= 0
+    dtype = np.int32 if small else I64
+    # Steps of +1 inside a range, a jump to the next range's start at its first element.
+    idx = np.ones(total, dtype=dtype)
+    idx[0] = starts[0]
+    jumps = starts[1:] - (starts[:-1] + lengths[:-1] - 1)
+    idx[(np.cumsum(lengths) - lengths)[1:]] = jumps
+    return np.cumsum(idx, out=idx)
 
 
 def gather(
