@@ -36,9 +36,10 @@ from format.table.transaction import (
     new_transaction,
 )
 
-DEFAULT_STORAGE_VERSION = "2.0"  # becomes "2.2", pylance's default, once 2.2 files are written
+DEFAULT_STORAGE_VERSION = "2.2"  # pylance 14's default
 DEFAULT_MAX_ROWS_PER_FILE = 1024 * 1024
 DEFAULT_MAX_ROWS_PER_GROUP = 1024
+WRITABLE_VERSIONS = ("0.1", "2.0", "2.1", "2.2")
 _VERSION_ALIASES = {"legacy": "0.1", "0.1": "0.1", "stable": DEFAULT_STORAGE_VERSION}
 
 Mode = Literal["create", "append", "overwrite"]
@@ -51,8 +52,11 @@ def normalize_storage_version(version: str | None) -> str:
     v = _VERSION_ALIASES.get(str(version), str(version))
     if v not in STORAGE_VERSIONS:
         raise InvalidInputError(f"unknown data_storage_version {version!r}")
-    if v not in ("0.1", "2.0"):
-        raise UnsupportedFeatureError(f"writing storage version {v} is not supported yet")
+    if v not in WRITABLE_VERSIONS:
+        raise UnsupportedFeatureError(
+            f"writing storage version {v} is not supported (writable: "
+            f"{', '.join(WRITABLE_VERSIONS)})"
+        )
     return v
 
 
@@ -97,6 +101,10 @@ def open_writer(
         return LegacyFileWriter(
             sink, schema, max_rows_per_group=max_rows_per_group, path_for_errors=path
         )
+    if storage_version in ("2.1", "2.2"):
+        from format.file.v21.writer import StructuralFileWriter
+
+        return StructuralFileWriter(sink, schema, version=storage_version, path_for_errors=path)
     from format.file.v2.writer import V2FileWriter
 
     return V2FileWriter(sink, schema, version=storage_version, path_for_errors=path)

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from format.errors import UnsupportedFeatureError
+from format.file.v21 import bitpacking as bp
 from format.file.v21.layers import Layer, max_def, max_rep
 from format.file.v21.values import (
     FixedValues,
@@ -249,59 +250,94 @@ def _rep_index(rep: np.ndarray, bounds: np.ndarray, top: int) -> np.ndarray:
     return np.stack([rows, leftover], axis=1).astype("<u8").reshape(-1)
 
 
+def _level_buf(levels: np.ndarray, bounds: np.ndarray) -> tuple[pb.CompressiveEncoding, _Buf]:
+    """Each chunk's levels as a block: out-of-line bit-packed when that is narrower than 16."""
+    nlev = np.diff(bounds)
+    width = int(levels.max()).bit_length() if len(levels) else 0
+    if 0 < width < 16:
+        data, sizes = bp.outofline_encode_chunks(levels, nlev, width, 16)
+        enc = pb.CompressiveEncoding()
+        enc.out_of_line_bitpacking.uncompressed_bits_per_value = 16
+        enc.out_of_line_bitpacking.values.CopyFrom(_flat(width))
+        return enc, _Buf(data, sizes)
+    raw = np.ascontiguousarray(levels, dtype="<u2").view(np.uint8)
+    return _flat(16), _Buf(raw, nlev * 2)
+
+
 def _serialize_chunks(
     counts: np.ndarray,
     bounds: np.ndarray,
-    rep: np.ndarray | None,
-    defs: np.ndarray | None,
+    level_bufs: list[_Buf],
     bufs: list[_Buf],
     large: bool,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The chunk data buffer and the chunk metadata buffer."""
     nchunks = len(counts)
     nlev = np.diff(bounds)
-    level_parts = [x for x in (rep, defs) if x is not None]
     size_bytes = 4 if large else 2
-    header = 2 + 2 * len(level_parts) + size_bytes * len(bufs)
+    header = 2 + 2 * len(level_bufs) + size_bytes * len(bufs)
     header_padded = (header + 7) & ~7
-    parts_sizes = [nlev * 2 for _ in level_parts] + [b.sizes for b in bufs]
+    all_bufs = level_bufs + bufs
     total = np.full(nchunks, header_padded, dtype=np.int64)
     part_starts = []
-    for s in parts_sizes:
+    for b in all_bufs:
         part_starts.append(total.copy())
-        total += _pad8(s)
+        total += _pad8(b.sizes)
+    if (total > MAX_CHUNK_BYTES).any():
+        raise TooDense("a mini-block chunk exceeds 32 KiB")
     chunk_starts = np.cumsum(total) - total
     out = np.full(int(total.sum()), FILL, dtype=np.uint8)
-    # headers
     hdr = np.empty((nchunks, header), dtype=np.uint8)
-    num_levels = nlev if level_parts else np.zeros(nchunks, dtype=np.int64)
-    if level_parts and (num_levels > 0xFFFF).any():
+    num_levels = nlev if level_bufs else np.zeros(nchunks, dtype=np.int64)
+    if (num_levels > 0xFFFF).any():
         raise TooDense("too many levels in a chunk")
     hdr[:, 0:2] = num_levels.astype("<u2").view(np.uint8).reshape(-1, 2)
     col = 2
-    for _ in level_parts:
-        hdr[:, col : col + 2] = (nlev * 2).astype("<u2").view(np.uint8).reshape(-1, 2)
+    for b in level_bufs:
+        if (b.sizes > 0xFFFF).any():
+            raise TooDense("a chunk's level buffer exceeds 65535 bytes")
+        hdr[:, col : col + 2] = b.sizes.astype("<u2").view(np.uint8).reshape(-1, 2)
         col += 2
     for b in bufs:
-        dt = "<u4" if large else "<u2"
         if not large and (b.sizes > 0xFFFF).any():
             raise TooDense("a chunk buffer exceeds 65535 bytes")
+        dt = "<u4" if large else "<u2"
         hdr[:, col : col + size_bytes] = b.sizes.astype(dt).view(np.uint8).reshape(-1, size_bytes)
         col += size_bytes
     out[(chunk_starts[:, None] + np.arange(header)).reshape(-1)] = hdr.reshape(-1)
-    for i, lev in enumerate(level_parts):
-        raw = np.ascontiguousarray(lev, dtype="<u2").view(np.uint8)
-        scatter(out, chunk_starts + part_starts[i], raw, bounds[:-1] * 2, nlev * 2)
-    for j, b in enumerate(bufs):
-        scatter(out, chunk_starts + part_starts[len(level_parts) + j], b.data, b.starts, b.sizes)
-    if (total > MAX_CHUNK_BYTES).any():
-        raise TooDense("a mini-block chunk exceeds 32 KiB")
+    for b, start in zip(all_bufs, part_starts, strict=True):
+        scatter(out, chunk_starts + start, b.data, b.starts, b.sizes)
     logs = np.zeros(nchunks, dtype=np.int64)
     if nchunks > 1:
         logs[:-1] = np.log2(counts[:-1]).astype(np.int64)
     words = ((total // 8 - 1) << 4) | logs
     meta = words.astype("<u4" if large else "<u2").view(np.uint8)
     return out, meta
+
+
+def _inline_widths(vals: FixedValues) -> np.ndarray | None:
+    """Per 1024-value chunk bit widths when InlineBitpacking saves at least 10 %."""
+    bits = vals.bits
+    if vals.fsl or bits not in (8, 16, 32, 64) or vals.count < bp.BLOCK // 2:
+        return None
+    words = vals.data.view(bp.dtype_of(bits))
+    nchunks = -(-len(words) // bp.BLOCK)
+    grid = np.zeros(nchunks * bp.BLOCK, dtype=words.dtype)
+    grid[: len(words)] = words
+    widths = bp.bit_widths(grid.reshape(nchunks, bp.BLOCK), bits)
+    packed = sum(bp.inline_chunk_size(int(w), bits) for w in widths)
+    if packed > 0.9 * len(vals.data):
+        return None
+    return widths
+
+
+def _inline_buffers(vals: FixedValues, counts: np.ndarray, widths: np.ndarray) -> list[_Buf]:
+    bits = vals.bits
+    words = vals.data.view(bp.dtype_of(bits))
+    grid = np.zeros(len(counts) * bp.BLOCK, dtype=words.dtype)
+    grid[: len(words)] = words
+    data, sizes = bp.inline_encode(grid.reshape(len(counts), bp.BLOCK), bits, widths)
+    return [_Buf(data, np.asarray(sizes, dtype=np.int64))]
 
 
 # -- page encoders -------------------------------------------------------------------------
@@ -342,9 +378,27 @@ def encode_page(page: PageInput, where: str) -> EncodedPage:
             return _full_zip(page, vals)
     elif isinstance(vals, VariableValues) and vals.max_length >= FULLZIP_MIN_BYTES:
         return _full_zip(page, vals)
+    if page.version != "2.1" and page.rep is None and page.defs is None:
+        constant = _constant_value(vals)
+        if constant is not None:
+            cl = pb.ConstantLayout(inline_value=constant)
+            cl.layers.extend(_layers_pb(page.layers))
+            return EncodedPage(pb.PageLayout(constant_layout=cl), [])
     if page.dictionary and _dictionary_pays(arr, vals):
         return _dictionary_page(page, arr, where)
-    return _mini_block(page, vals, _value_enc(vals))
+    integers = pa.types.is_integer(arr.type) or pa.types.is_temporal(arr.type)
+    return _mini_block(page, vals, _value_enc(vals), integers=integers)
+
+
+def _constant_value(vals: Physical) -> bytes | None:
+    """The LE bytes of a page whose values are all the same fixed-width scalar (2.2+)."""
+    if not isinstance(vals, FixedValues) or vals.fsl or vals.bits % 8 or vals.bits > 256:
+        return None
+    w = vals.bits // 8
+    rows = vals.data.reshape(vals.count, w)
+    if vals.count == 0 or not (rows == rows[0]).all():
+        return None
+    return rows[0].tobytes()
 
 
 def _value_enc(vals: Physical) -> pb.CompressiveEncoding:
@@ -374,6 +428,8 @@ def _mini_block(
     vals: Physical,
     value_enc: pb.CompressiveEncoding,
     dictionary: tuple[pb.CompressiveEncoding, int, bytes] | None = None,
+    *,
+    integers: bool = False,
 ) -> EncodedPage:
     large = page.version != "2.1"
     num_entries = (
@@ -386,14 +442,29 @@ def _mini_block(
         visible_pos = np.arange(vals.count, dtype=np.int64)
     else:
         visible_pos = np.flatnonzero(page.visible)
-    counts, bounds = _choose_chunks(vals, visible_pos, num_entries, levels)
-    bufs = _value_buffers(vals, counts)
-    data, meta = _serialize_chunks(counts, bounds, page.rep, page.defs, bufs, large)
+    chosen = None
+    widths = _inline_widths(vals) if integers and isinstance(vals, FixedValues) else None
+    if widths is not None:
+        counts = _chunk_counts(vals.count, bp.BLOCK)
+        bounds = _level_bounds(visible_pos, counts, num_entries, levels > 0)
+        bufs = _inline_buffers(vals, counts, widths)
+        enc = pb.CompressiveEncoding()
+        enc.inline_bitpacking.uncompressed_bits_per_value = vals.bits
+        chosen = _try_serialize(page, counts, bounds, bufs, large)
+        if chosen is not None:
+            value_enc = enc
+    if chosen is None:
+        counts, bounds = _choose_chunks(vals, visible_pos, num_entries, levels)
+        bufs = _value_buffers(vals, counts)
+        chosen = _try_serialize(page, counts, bounds, bufs, large)
+        if chosen is None:
+            raise TooDense("mini-block chunks exceed their limits")
+    data, meta, rep_enc, def_enc = chosen
     mb = pb.MiniBlockLayout()
-    if page.rep is not None:
-        mb.rep_compression.CopyFrom(_flat(16))
-    if page.defs is not None:
-        mb.def_compression.CopyFrom(_flat(16))
+    if rep_enc is not None:
+        mb.rep_compression.CopyFrom(rep_enc)
+    if def_enc is not None:
+        mb.def_compression.CopyFrom(def_enc)
     mb.value_compression.CopyFrom(value_enc)
     mb.layers.extend(_layers_pb(page.layers))
     mb.num_buffers = len(bufs)
@@ -409,6 +480,25 @@ def _mini_block(
         mb.repetition_index_depth = 1
         buffers.append(_rep_index(page.rep, bounds, max_rep(page.layers)))
     return EncodedPage(pb.PageLayout(mini_block_layout=mb), buffers)
+
+
+def _try_serialize(
+    page: PageInput, counts: np.ndarray, bounds: np.ndarray, bufs: list[_Buf], large: bool
+) -> tuple | None:
+    """(chunk data, chunk metadata, rep encoding, def encoding), or None when a chunk
+    would break the mini-block limits."""
+    level_bufs, rep_enc, def_enc = [], None, None
+    if page.rep is not None:
+        rep_enc, b = _level_buf(page.rep, bounds)
+        level_bufs.append(b)
+    if page.defs is not None:
+        def_enc, b = _level_buf(page.defs, bounds)
+        level_bufs.append(b)
+    try:
+        data, meta = _serialize_chunks(counts, bounds, level_bufs, bufs, large)
+    except TooDense:
+        return None
+    return data, meta, rep_enc, def_enc
 
 
 def _all_null(page: PageInput) -> EncodedPage:
@@ -565,4 +655,4 @@ def _dictionary_page(
     idx = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(f"<u{index_bits // 8}")
     denc, dbytes = _dictionary_block(items, where)
     vals = FixedValues(len(idx), index_bits, idx.view(np.uint8))
-    return _mini_block(page, vals, _flat(index_bits), (denc, len(items), dbytes))
+    return _mini_block(page, vals, _flat(index_bits), (denc, len(items), dbytes), integers=True)
