@@ -15,6 +15,7 @@ import lance
 import numpy as np
 import pyarrow as pa
 import pytest
+import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,6 +32,7 @@ from format.file.v21.compression import (
     decode_fullzip_variable,
     encode_variable_block,
     encode_variable_chunks,
+    take_dictionary,
 )
 from format.io.store import open_store
 from format.proto import encodings_v2_1_pb2 as pb
@@ -637,3 +639,168 @@ def test_variable_general_round_trip(strings, bits, scheme, nchunks):
     block = np.frombuffer(encode_variable_block(offsets, data, bits), np.uint8)
     venc = pb.CompressiveEncoding(variable=pb.Variable(offsets=flat(bits)))
     assert decode_block(venc, block, len(col), "rt").equals(col)
+
+
+# -- FSST with escapes -----------------------------------------------------------------------
+def fsst_table(symbols: list[bytes]) -> bytes:
+    head = (0x46535354 << 32) | (1 << 24) | len(symbols)
+    body = b"".join(s.ljust(8, b"\0") for s in symbols) + bytes(len(s) for s in symbols)
+    return (head.to_bytes(8, "little") + body).ljust(8 + 256 * 8 + 256, b"\0")
+
+
+def fsst_compress(symbols: list[bytes], s: bytes) -> bytes:
+    """Greedy longest-match FSST compression (test-local, slow)."""
+    out, i = bytearray(), 0
+    while i < len(s):
+        best = max(
+            (c for c, sym in enumerate(symbols) if s.startswith(sym, i)),
+            key=lambda c: len(symbols[c]),
+            default=None,
+        )
+        if best is None:
+            out += bytes([255, s[i]])
+            i += 1
+        else:
+            out.append(best)
+            i += len(symbols[best])
+    return bytes(out)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.binary(min_size=1, max_size=8), min_size=0, max_size=30, unique=True),
+    st.lists(st.binary(max_size=30), max_size=40),
+)
+def test_fsst_decode_round_trip(symbols, strings):
+    table = fsst_table(symbols)
+    comp = [fsst_compress(symbols, s) for s in strings]
+    col = pa.array(comp, pa.large_binary())
+    offsets = np.frombuffer(col.buffers()[1], np.int64)[: len(col) + 1]
+    data = np.frombuffer(col.buffers()[2] or b"", np.uint8)
+    enc = pb.CompressiveEncoding(
+        fsst=pb.Fsst(
+            symbol_table=table,
+            values=pb.CompressiveEncoding(variable=pb.Variable(offsets=flat(32))),
+        )
+    )
+    assert decode_fullzip_variable(enc, offsets, data, "fz").to_pylist() == strings
+    out, sizes = encode_variable_chunks(offsets, data, np.array([len(strings)]), 32)
+    got = decode_chunks(enc, [chunks_of(out, sizes, [len(strings)])], "mb")
+    assert got.to_pylist() == strings
+
+
+# -- corrupt and unsupported input -----------------------------------------------------------
+def inline(bits: int) -> pb.CompressiveEncoding:
+    return pb.CompressiveEncoding(
+        inline_bitpacking=pb.InlineBitpacking(uncompressed_bits_per_value=bits)
+    )
+
+
+def one_chunk(raw: bytes, count: int) -> list[Chunks]:
+    return [chunks_of(np.frombuffer(raw, np.uint8), [len(raw)], [count])]
+
+
+def test_corrupt_bitpacking():
+    good, sizes = bp.inline_encode(np.arange(1024, dtype=np.uint32).reshape(1, 1024), 32)
+    assert decode_chunks(inline(32), one_chunk(good.tobytes(), 1024), "w").to_numpy()[-1] == 1023
+    wide = good.copy()
+    wide[0] = 33
+    with pytest.raises(CorruptFileError, match="page 7.*width 33"):
+        decode_chunks(inline(32), one_chunk(wide.tobytes(), 1024), "page 7")
+    with pytest.raises(CorruptFileError, match="too short"):
+        decode_chunks(inline(32), one_chunk(good[:-4].tobytes(), 1024), "w")
+    with pytest.raises(CorruptFileError, match="more than 1024"):
+        decode_chunks(inline(32), one_chunk(good.tobytes(), 1025), "w")
+    ool = pb.CompressiveEncoding(
+        out_of_line_bitpacking=pb.OutOfLineBitpacking(
+            uncompressed_bits_per_value=16, values=flat(3)
+        )
+    )
+    with pytest.raises(CorruptFileError, match="out-of-line"):
+        decode_chunks(ool, one_chunk(bytes(100), 2000), "w")
+    with pytest.raises(CorruptFileError, match="Flat.*chunk 0"):
+        decode_chunks(flat(64), one_chunk(bytes(15), 2), "w")
+    with pytest.raises(CorruptFileError, match="outside"):
+        decode_chunks(
+            flat(8),
+            [Chunks(np.zeros(8, np.uint8), np.array([4]), np.array([8]), np.array([8]))],
+            "w",
+        )
+
+
+def test_corrupt_variable_rle_dictionary():
+    var = pb.CompressiveEncoding(variable=pb.Variable(offsets=flat(32)))
+    raw = np.array([12, 13, 99], np.uint32).tobytes() + b"abcd"
+    with pytest.raises(CorruptFileError, match="outside"):
+        decode_chunks(var, one_chunk(raw, 2), "w")
+    raw = np.array([12, 14, 13], np.uint32).tobytes() + b"abcd"
+    with pytest.raises(CorruptFileError, match="decrease|outside"):
+        decode_chunks(var, one_chunk(raw, 2), "w")
+    enc = pb.CompressiveEncoding(rle=pb.Rle(values=flat(8), run_lengths=flat(8)))
+    bufs = one_chunk(b"\x01\x02", 10) + one_chunk(b"\x05\x04", 10)
+    with pytest.raises(CorruptFileError, match="cover 9 values, not 10"):
+        decode_chunks(enc, bufs, "w")
+    bufs = one_chunk(b"\x01\x02", 10) + one_chunk(b"\x0a", 10)
+    with pytest.raises(CorruptFileError, match="2 run values but 1"):
+        decode_chunks(enc, bufs, "w")
+    with pytest.raises(CorruptFileError, match="index 5"):
+        take_dictionary(pa.array([1, 2, 3]), pa.array([0, 5], pa.uint32()), "w")
+
+
+def test_corrupt_fsst_and_general():
+    symbols = [b"ab", b"c"]
+    enc = pb.CompressiveEncoding(
+        fsst=pb.Fsst(
+            symbol_table=fsst_table(symbols),
+            values=pb.CompressiveEncoding(variable=pb.Variable(offsets=flat(32))),
+        )
+    )
+    for raw, match in [(b"\x00\x05", "code 5"), (b"\x00\xff", "ends with an escape")]:
+        with pytest.raises(CorruptFileError, match=match):
+            decode_fullzip_variable(enc, np.array([0, 2]), np.frombuffer(raw, np.uint8), "w")
+    bad = pb.CompressiveEncoding()
+    bad.CopyFrom(enc)
+    bad.fsst.symbol_table = b"\0" * 2312
+    with pytest.raises(CorruptFileError, match="magic"):
+        decode_fullzip_variable(bad, np.array([0, 1]), np.zeros(1, np.uint8), "w")
+    bad.fsst.symbol_table = b"\0" * 10
+    with pytest.raises(CorruptFileError, match="2312"):
+        decode_fullzip_variable(bad, np.array([0, 1]), np.zeros(1, np.uint8), "w")
+    for scheme in (general.LZ4, general.ZSTD):
+        packed = general.compress(b"hello world" * 50, scheme)
+        assert general.decompress(packed, scheme, "w") == b"hello world" * 50
+        with pytest.raises(CorruptFileError, match="w"):
+            general.decompress(packed[:-5], scheme, "w")
+        with pytest.raises(CorruptFileError):
+            general.decompress(b"\xff\xff\xff\x7f" + packed[4:], scheme, "w")
+    bare = zstandard.ZstdCompressor().compress(b"bare frame")
+    assert general.decompress(bare, general.ZSTD, "w") == b"bare frame"
+
+
+def test_unsupported_encodings_are_named():
+    future = pb.CompressiveEncoding.FromString(b"\x72\x00")  # field 14 = Range (2.3)
+    with pytest.raises(UnsupportedFeatureError, match="Range"):
+        decode_chunks(future, one_chunk(b"", 0), "w")
+    future = pb.CompressiveEncoding.FromString(b"\x7a\x00")  # field 15 = Delta (2.3)
+    with pytest.raises(UnsupportedFeatureError, match="Delta"):
+        decode_block(future, np.zeros(0, np.uint8), 0, "w")
+    vps = pb.CompressiveEncoding(variable_packed_struct=pb.VariablePackedStruct())
+    with pytest.raises(UnsupportedFeatureError, match="VariablePackedStruct"):
+        decode_chunks(vps, one_chunk(b"", 0), "w")
+    with pytest.raises(UnsupportedFeatureError, match="VariablePackedStruct"):
+        decode_fullzip_variable(vps, np.array([0]), np.zeros(0, np.uint8), "w")
+    with pytest.raises(CorruptFileError, match="no compression"):
+        decode_chunks(pb.CompressiveEncoding(), one_chunk(b"", 0), "w")
+
+
+def test_fullzip_fixed_bounds_and_constant():
+    fsl = pb.CompressiveEncoding(
+        fixed_size_list=pb.FixedSizeList(items_per_value=3, has_validity=True, values=flat(16))
+    )
+    row = bytes([0b101]) + np.array([1, 2, 3], np.uint16).tobytes()
+    got = decode_fullzip_fixed(fsl, np.frombuffer(row * 2, np.uint8), 2, "w")
+    assert got.to_pylist() == [[1, None, 3], [1, None, 3]]
+    with pytest.raises(CorruptFileError, match="need 14"):
+        decode_fullzip_fixed(fsl, np.frombuffer(row, np.uint8), 2, "w")
+    const = pb.CompressiveEncoding(constant=pb.Constant(value=b"\x07\x00"))
+    assert decode_block(const, np.zeros(0, np.uint8), 3, "w").to_pylist() == [7, 7, 7]
