@@ -66,7 +66,8 @@ def variant(enc: Encoding, where: str) -> str:
         return kind
     raw = enc.SerializeToString()
     if raw:
-        field = raw[0] >> 3 if raw[0] < 0x80 else (raw[0] & 0x7F | raw[1] << 7) >> 3
+        tag = raw[0] if raw[0] < 0x80 or len(raw) < 2 else raw[0] & 0x7F | raw[1] << 7
+        field = tag >> 3
         name = _FUTURE_VARIANTS.get(field, f"#{field}")
         raise UnsupportedFeatureError(
             f"{where}: compression {name} is not part of Lance 2.1/2.2 (it needs file version "
@@ -125,6 +126,9 @@ def flat_chunks(bits: int, ch: Chunks, where: str) -> pa.Array:
         nbytes = (counts + 7) // 8
         _check_sizes(ch, nbytes, where, "Flat(1) bitmap")
         raw = gather(ch.data, ch.starts, nbytes, where, "Flat(1) chunk")
+        total = int(counts.sum())
+        if not (counts[:-1] % 8).any():  # chunks end on byte boundaries: reuse the bitmap
+            return pa.Array.from_buffers(pa.bool_(), total, [None, pa.py_buffer(raw)])
         bits_all = np.unpackbits(raw, bitorder="little")
         out_starts = 8 * (np.cumsum(nbytes) - nbytes)
         return pa.array(bits_all[range_index(out_starts, counts)].view(bool), type=pa.bool_())
@@ -404,12 +408,9 @@ def packed_struct_chunks(enc: pb.PackedStruct, ch: Chunks, where: str) -> pa.Arr
         raise _unsupported(where, f"PackedStruct with field widths {widths}")
     total = sum(widths)
     _flat_bits(enc.values, "PackedStruct values", where, (total,))
-    rows = flat_chunks(total, ch, where) if total not in _UINT else None
-    if rows is None:
-        raw = np.frombuffer(flat_chunks(total, ch, where).buffers()[1], dtype=np.uint8)
-    else:
-        raw = np.frombuffer(rows.buffers()[1], dtype=np.uint8)[: len(rows) * total // 8]
-    table = raw.reshape(-1, total // 8)
+    rows = flat_chunks(total, ch, where)
+    raw = np.frombuffer(rows.buffers()[1], dtype=np.uint8)[: len(rows) * total // 8]
+    table = raw.reshape(len(rows), total // 8)
     children, pos = [], 0
     for b in widths:
         children.append(fixed_array(np.ascontiguousarray(table[:, pos : pos + b // 8]), b))
