@@ -100,10 +100,10 @@ def parse_chunks(
             )
     else:
         starts = chunk_starts
-    return _headers(layout, arr, starts, sizes, counts, large, where)
+    return parse_headers(layout, arr, starts, sizes, counts, large, where)
 
 
-def _headers(
+def parse_headers(
     layout: pb.MiniBlockLayout,
     arr: np.ndarray,
     starts: np.ndarray,

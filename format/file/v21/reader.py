@@ -26,6 +26,7 @@ from google.protobuf.message import DecodeError
 
 from format.errors import CorruptFileError, InvalidInputError, LanceError, UnsupportedFeatureError
 from format.file.base import DEFAULT_BATCH_SIZE, DataFileReader, split_ranges
+from format.file.v2 import random_access as ra
 from format.file.v2.container import PAGE_LAYOUT_URL, ColumnInfo, V2Container, type_name
 from format.file.v21 import unravel as uv
 from format.file.v21.blob import decode_blob
@@ -33,6 +34,7 @@ from format.file.v21.constant import decode_constant
 from format.file.v21.fullzip import decode_fullzip
 from format.file.v21.miniblock import decode_miniblock
 from format.file.v21.page import DecodedPage, PageWhere
+from format.file.v21.take import plan_fullzip, plan_miniblock
 from format.io.store import FileReader
 from format.proto import encodings_v2_1_pb2 as pb
 from format.table.schema import BLOB_DESCRIPTION, LanceField
@@ -157,11 +159,18 @@ class StructuralFileReader(DataFileReader):
         idx = idx.astype(np.int64)
         plan = self._plan(fields)
         cols = [c for _, leaves in plan for c in leaves]
-        try:
-            pieces = [self._take_column(c, idx) for c in cols]
-            return self._merge(plan, pieces)
-        finally:
-            self._release(cols)
+        plans, owners = [], []
+        for i, col in enumerate(cols):
+            ps = col.info.page_starts
+            page_of = np.searchsorted(ps, idx, side="right") - 1
+            for k in np.unique(page_of).tolist():
+                plans.append(self._take_plan(col, k, idx[page_of == k] - int(ps[k])))
+                owners.append(i)
+        results = ra.run_all(plans, self._container.read_ranges)
+        pieces: list[list[pa.Array]] = [[] for _ in cols]
+        for i, arr in zip(owners, results, strict=True):
+            pieces[i].append(arr)
+        return self._merge(plan, [_concat(p, c) for p, c in zip(pieces, cols, strict=True)])
 
     def close(self) -> None:
         """Drop cached pages and release the file handle."""
@@ -259,12 +268,8 @@ class StructuralFileReader(DataFileReader):
     ) -> DecodedPage:
         kind = layout.WhichOneof("layout")
         if kind == "mini_block_layout":
-            ml = layout.mini_block_layout
-            if ml.has_large_chunk != (self.version != "2.1"):
-                raise where.corrupt(
-                    f"has_large_chunk={ml.has_large_chunk} is not valid in a {self.version} file"
-                )
-            return decode_miniblock(ml, bufs, rows, where)
+            self._check_chunk_grammar(layout.mini_block_layout, where)
+            return decode_miniblock(layout.mini_block_layout, bufs, rows, where)
         if kind == "full_zip_layout":
             return decode_fullzip(layout.full_zip_layout, bufs, rows, where)
         if kind == "constant_layout":
@@ -279,6 +284,13 @@ class StructuralFileReader(DataFileReader):
         raise UnsupportedFeatureError(
             f"{self.path}: {where.page}: page layout {name} is not supported by this reader"
         )
+
+    def _check_chunk_grammar(self, ml: pb.MiniBlockLayout, where: PageWhere) -> None:
+        """2.1 chunks use u16 sizes, 2.2 chunks u32 ("large chunks"); nothing else is valid."""
+        if ml.has_large_chunk != (self.version != "2.1"):
+            raise where.corrupt(
+                f"has_large_chunk={ml.has_large_chunk} is not valid in a {self.version} file"
+            )
 
     @contextlib.contextmanager
     def _guard(self, where: str) -> Iterator[None]:
@@ -318,19 +330,39 @@ class StructuralFileReader(DataFileReader):
             parts.append(col.cache[k].slice(a - lo, b - a))
         return _concat(parts, col)
 
-    def _take_column(self, col: _Column, idx: np.ndarray) -> pa.Array:
-        """The rows `idx` of a column, decoding the pages that hold them."""
-        ps = col.info.page_starts
-        page_of = np.searchsorted(ps, idx, side="right") - 1
-        pages = np.unique(page_of).tolist()
-        self._load([col], [pages])
-        parts = []
-        for k in pages:
-            local = idx[page_of == k] - int(ps[k])
-            with self._guard(f"{col.where} page {k}"):
-                parts.append(col.cache[k].take(pa.array(local)))
-        col.cache.clear()
-        return _concat(parts, col)
+    def _take_plan(self, col: _Column, k: int, rows: np.ndarray) -> ra.Plan:
+        """Rows `rows` (local, sorted) of page k as a path array, reading only their chunks
+        (mini-block) or bytes (full-zip); other layouts are decoded whole."""
+        where = PageWhere(self.path, f"{col.where} page {k}")
+        page = col.info.pages[k]
+        with self._guard(where.page):
+            layout = self._layout(col, k)
+            kind = layout.WhichOneof("layout")
+            if kind == "mini_block_layout":
+                self._check_chunk_grammar(layout.mini_block_layout, where)
+                runs = yield from plan_miniblock(
+                    layout.mini_block_layout, page.buffers, page.length, rows, where
+                )
+            elif kind == "full_zip_layout":
+                runs = yield from plan_fullzip(
+                    layout.full_zip_layout, page.buffers, page.length, rows, where
+                )
+            else:
+                bufs = yield list(page.buffers)
+                runs = [(0, self._decode_layout(layout, list(bufs), page.length, where))]
+            parts = []
+            for first_row, decoded in runs:
+                arr = uv.unravel(decoded, col.path, col.leaf_type, where)
+                if first_row is None:
+                    parts.append(arr)
+                    continue
+                lo, hi = np.searchsorted(rows, [first_row, first_row + decoded.num_rows])
+                if hi > lo:
+                    parts.append(arr.take(pa.array(rows[lo:hi] - first_row)))
+            out = _concat(parts, col)
+            if len(out) != len(rows):
+                raise where.corrupt(f"{len(out)} rows decoded for {len(rows)} wanted")
+            return out
 
     def _release(self, cols: list[_Column]) -> None:
         for col in cols:
