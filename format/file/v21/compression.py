@@ -287,13 +287,34 @@ def _flat_bits(enc: Encoding, what: str, where: str, allowed: tuple[int, ...]) -
     return bits
 
 
-def rle_chunks(enc: pb.Rle, bufs: list[Chunks], where: str) -> pa.Array:
-    """Rle: per chunk a run-value buffer (Flat 8/16/32/64) and a u8 run-length buffer."""
+def rle_frames(ch: Chunks, where: str) -> tuple[Chunks, Chunks]:
+    """Split block-form Rle buffers `[u64 LE values byte size][run values][run lengths]` (one
+    per chunk, as used for levels and constant pages) into value and length buffers."""
+    if (ch.sizes < 8).any():
+        raise CorruptFileError(where, "Rle block shorter than its 8-byte header")
+    vsize = read_uint(ch.data, ch.starts, 8, where, "Rle block header")
+    if (vsize > (ch.sizes - 8).astype(np.uint64)).any():
+        i = int(np.argmax(vsize > (ch.sizes - 8).astype(np.uint64)))
+        raise CorruptFileError(where, f"Rle block {i} claims {int(vsize[i])} bytes of run values")
+    vsize = vsize.astype(I64)
+    vals = Chunks(ch.data, ch.starts + 8, vsize, ch.counts)
+    lens = Chunks(ch.data, ch.starts + 8 + vsize, ch.sizes - 8 - vsize, ch.counts)
+    return vals, lens
+
+
+def rle_chunks(enc: pb.Rle, bufs: list[Chunks], where: str, block: bool) -> pa.Array:
+    """Rle: per chunk a run-value buffer (Flat 8/16/32/64) and a u8 run-length buffer; as
+    mini-block values two chunk buffers, as a block (levels, constant pages) one framed buffer
+    (see `rle_frames`)."""
     bits = _flat_bits(enc.values, "Rle values", where, (8, 16, 32, 64))
+    if variant(enc.run_lengths, where) == "flat" and enc.run_lengths.flat.bits_per_value != 8:
+        raise _unsupported(
+            where,
+            f"Rle with {enc.run_lengths.flat.bits_per_value}-bit run lengths (2.1/2.2 "
+            "use 8-bit run lengths)",
+        )
     _flat_bits(enc.run_lengths, "Rle run lengths", where, (8,))
-    if len(bufs) < 2:
-        raise CorruptFileError(where, "Rle needs two buffers per chunk")
-    vals, lens = bufs[0], bufs[1]
+    vals, lens = rle_frames(bufs[0], where) if block or len(bufs) < 2 else (bufs[0], bufs[1])
     width = bits // 8
     if (vals.sizes % width).any():
         raise CorruptFileError(where, "Rle run values are not whole values")
@@ -550,7 +571,7 @@ def _decode(enc: Encoding, bufs: list[Chunks], where: str, block: bool) -> pa.Ar
     if kind == "out_of_line_bitpacking":
         return outofline_chunks(enc.out_of_line_bitpacking, ch, where)
     if kind == "rle":
-        return rle_chunks(enc.rle, bufs, where)
+        return rle_chunks(enc.rle, bufs, where, block)
     if kind == "byte_stream_split":
         return bss_chunks(enc.byte_stream_split, ch, where)
     if kind == "general":

@@ -1,7 +1,9 @@
 """Run-length encoding of 2.1+ mini-block chunks (`Rle{Flat values, Flat(8) run lengths}`).
 
-Per chunk two buffers: the run values (Flat, LE) and the run lengths (u8, 1..255) that add
-up to the chunk's value count. Runs longer than 255 are split into several runs.
+As mini-block values, two buffers per chunk: the run values (Flat, LE) and the run lengths
+(u8, 1..255) that add up to the chunk's value count. Runs longer than 255 are split into
+several runs. As a block (a chunk's rep/def levels, constant-page levels) one buffer:
+`[u64 LE byte size of the run values][run values][run lengths]`.
 """
 
 from __future__ import annotations
@@ -61,3 +63,27 @@ def runs_per_chunk(lengths: np.ndarray, chunk_counts: np.ndarray) -> np.ndarray:
     ends = np.cumsum(np.asarray(lengths, dtype=np.int64))
     bounds = np.cumsum(np.asarray(chunk_counts, dtype=np.int64))
     return np.diff(np.searchsorted(ends, bounds, side="right"), prepend=0)
+
+
+def encode_blocks(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Block-form RLE of consecutive chunks (chunk i = the next `counts[i]` values): per chunk
+    `[u64 LE run-values byte size][run values][u8 run lengths]`. Returns (chunks back to back
+    as uint8, each chunk's byte size)."""
+    from format.file.v21.gather import range_index
+
+    values = np.asarray(values)
+    counts = np.asarray(counts, dtype=np.int64)
+    width = values.dtype.itemsize
+    run_values, run_lengths = encode(values, np.cumsum(counts)[:-1])
+    runs = runs_per_chunk(run_lengths, counts)
+    heads = (runs * width).astype("<u8").view(np.uint8)
+    vbytes = run_values.view(np.uint8)
+    source = np.concatenate([heads, vbytes, run_lengths])
+    first_run = np.cumsum(runs) - runs
+    k = len(counts)
+    seg_start = np.concatenate(
+        [8 * np.arange(k), len(heads) + first_run * width, len(heads) + len(vbytes) + first_run]
+    )
+    seg_len = np.concatenate([np.full(k, 8), runs * width, runs])
+    order = np.argsort(np.tile(np.arange(k), 3), kind="stable")
+    return source[range_index(seg_start[order], seg_len[order])], 8 + runs * (width + 1)

@@ -592,6 +592,11 @@ def test_rle_round_trip(case, run):
         "rt",
     ).to_numpy()
     np.testing.assert_array_equal(got, vals)
+    data, sizes = rle.encode_blocks(vals, counts)  # block form: one framed buffer per chunk
+    got = decode_chunks(enc, [chunks_of(data, sizes, counts)], "rt").to_numpy()
+    np.testing.assert_array_equal(got, vals)
+    if len(counts) == 1:
+        np.testing.assert_array_equal(decode_block(enc, data, len(vals), "rt").to_numpy(), vals)
 
 
 @settings(max_examples=40, deadline=None)
@@ -804,3 +809,55 @@ def test_fullzip_fixed_bounds_and_constant():
         decode_fullzip_fixed(fsl, np.frombuffer(row, np.uint8), 2, "w")
     const = pb.CompressiveEncoding(constant=pb.Constant(value=b"\x07\x00"))
     assert decode_block(const, np.zeros(0, np.uint8), 3, "w").to_pylist() == [7, 7, 7]
+
+
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+def test_rle_levels_block_form(tmp_path, version):
+    """Long null runs: 2.2 compresses each chunk's def levels with block-form Rle."""
+    rng = np.random.default_rng(18)
+    n = 20_000
+    mask = np.zeros(n, bool)
+    for s in range(0, n, 2000):
+        mask[s : s + 700] = True
+    col = pa.array(rng.integers(0, 2**60, n), pa.int64(), mask=mask)
+    pages = write_pages(tmp_path, col, version)
+    defs = []
+    for page in pages:
+        mb = page.layout.mini_block_layout
+        d = parse_miniblock(page).defs
+        level = decode_chunks(mb.def_compression, [d], "defs").to_numpy()
+        defs.append(level)
+        if mb.def_compression.HasField("rle"):
+            data, sizes = rle.encode_blocks(level, d.counts)  # byte-exact re-encode
+            np.testing.assert_array_equal(sizes, d.sizes)
+            expected = np.concatenate(
+                [page.buffers[1][s : s + k] for s, k in zip(d.starts, d.sizes, strict=True)]
+            )
+            np.testing.assert_array_equal(data, expected)
+    np.testing.assert_array_equal(np.concatenate(defs), mask.astype(np.uint16))
+    if version == "2.2":
+        assert pages[0].layout.mini_block_layout.def_compression.HasField("rle")
+
+
+def test_rle_constant_page_levels(tmp_path):
+    """All-null list items: a 2.2 constant page whose def levels are one Rle block."""
+    n = 3000
+    lens = np.ones(n, int)
+    lens[1500:1600] = 0
+    lens[2000:2500] = 3
+    offs = np.concatenate([[0], np.cumsum(lens)])
+    mask = np.zeros(n, bool)
+    mask[100:700] = True
+    col = pa.ListArray.from_arrays(
+        pa.array(offs, pa.int32()), pa.nulls(int(offs[-1]), pa.int64()), mask=pa.array(mask)
+    )
+    (page,) = write_pages(tmp_path, col, "2.2")
+    cl = page.layout.constant_layout
+    assert cl.def_compression.HasField("rle")
+    defs = decode_block(cl.def_compression, page.buffers[1], cl.num_def_values, "c").to_numpy()
+    expected = np.where(lens == 0, 3, 1).repeat(np.maximum(lens, 1))
+    expected[np.repeat(mask, np.maximum(lens, 1))] = 2
+    np.testing.assert_array_equal(defs, expected)
+    rep = decode_block(cl.rep_compression, page.buffers[0], cl.num_rep_values, "c").to_numpy()
+    starts = np.cumsum(np.maximum(lens, 1)) - np.maximum(lens, 1)
+    np.testing.assert_array_equal(np.flatnonzero(rep == 1), starts)
