@@ -340,26 +340,19 @@ class StructuralFileReader(DataFileReader):
             kind = layout.WhichOneof("layout")
             if kind == "mini_block_layout":
                 self._check_chunk_grammar(layout.mini_block_layout, where)
-                runs = yield from plan_miniblock(
+                decoded, pos = yield from plan_miniblock(
                     layout.mini_block_layout, page.buffers, page.length, rows, where
                 )
             elif kind == "full_zip_layout":
-                runs = yield from plan_fullzip(
+                decoded, pos = yield from plan_fullzip(
                     layout.full_zip_layout, page.buffers, page.length, rows, where
                 )
             else:
                 bufs = yield list(page.buffers)
-                runs = [(0, self._decode_layout(layout, list(bufs), page.length, where))]
-            parts = []
-            for first_row, decoded in runs:
-                arr = uv.unravel(decoded, col.path, col.leaf_type, where)
-                if first_row is None:
-                    parts.append(arr)
-                    continue
-                lo, hi = np.searchsorted(rows, [first_row, first_row + decoded.num_rows])
-                if hi > lo:
-                    parts.append(arr.take(pa.array(rows[lo:hi] - first_row)))
-            out = _concat(parts, col)
+                decoded = self._decode_layout(layout, list(bufs), page.length, where)
+                pos = rows
+            arr = uv.unravel(decoded, col.path, col.leaf_type, where)
+            out = arr if pos is None else arr.take(pa.array(pos))
             if len(out) != len(rows):
                 raise where.corrupt(f"{len(out)} rows decoded for {len(rows)} wanted")
             return out

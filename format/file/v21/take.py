@@ -10,8 +10,8 @@ Full-zip pages: fixed-width values without lists sit at a fixed stride; otherwis
 repetition index gives each row's byte span. Only the wanted rows' bytes are fetched.
 
 Plans are generators (see `format.file.v2.random_access`): they yield file ranges, are sent
-the bytes, and return ``[(first_row, DecodedPage)]`` runs (first_row None: exactly the
-wanted rows, in order).
+the bytes, and return ``(DecodedPage, positions)``: the decoded rows and where each wanted
+row sits among them (None: exactly the wanted rows, in order).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 
 import numpy as np
+import pyarrow as pa
 
 from format.file.v2 import random_access as ra
 from format.file.v21 import compression as cz
@@ -35,8 +36,8 @@ from format.file.v21.miniblock import (
 from format.file.v21.page import DecodedPage, PageWhere
 from format.proto import encodings_v2_1_pb2 as pb
 
-Runs = list[tuple[int | None, DecodedPage]]
-TakePlan = Generator[list[tuple[int, int]], list, Runs]
+Result = tuple[DecodedPage, np.ndarray | None]
+TakePlan = Generator[list[tuple[int, int]], list, Result]
 
 
 def _row_chunks(
@@ -114,51 +115,52 @@ def plan_miniblock(
     )
     rep, defs, values = decode_table(layout, table, where)
     check_levels(layers, rep, defs, where)
-    # Split the decoded chunks into runs of consecutive chunks.
+    # Runs of consecutive chunks; each holds whole rows plus maybe the tail of a row that
+    # began before it and the head of one that continues after it (both dropped).
     brk = np.flatnonzero(np.diff(sel) != 1) + 1
-    run_first = np.concatenate(([0], brk))
-    run_last = np.concatenate((brk, [len(sel)])) - 1
-    lvl_end = np.cumsum(table.levels)
-    val_end = np.cumsum(table.counts)
-    lvl_start, val_start = lvl_end - table.levels, val_end - table.counts
-    vis_max = max_visible_def(layers)
-    out: Runs = []
-    for i, j in zip(run_first.tolist(), run_last.tolist(), strict=True):
-        a, b = int(sel[i]), int(sel[j])
-        v0, v1 = int(val_start[i]), int(val_end[j])
-        if rep is None:
-            first_row = int(np.sum(counts[:a]))
-            d = None if defs is None else defs[int(lvl_start[i]) : int(lvl_end[j])]
-            page = DecodedPage(layers, v1 - v0, None, d, values.slice(v0, v1 - v0), dictionary)
-            out.append((first_row, page))
-            continue
-        e0, e1 = int(lvl_start[i]), int(lvl_end[j])
-        rp = rep[e0:e1]
-        dp = None if defs is None else defs[e0:e1]
-        starts = np.flatnonzero(rp == r_max)
-        lo, hi = 0, len(rp)
-        first_row = int(cum[a - 1]) if a else 0
-        if a and leftover[a - 1] > 0:
-            first_row += 1
-            lo = int(starts[0]) if len(starts) else hi
-        elif len(rp) and rp[0] != r_max:
-            raise where.corrupt(f"chunk {a} does not start a row though the index says so")
-        if leftover[b] > 0 and len(starts):
-            hi = max(lo, int(starts[-1]))
-        vis = np.ones(len(rp), dtype=bool) if dp is None else dp <= vis_max
-        drop_front = int(np.count_nonzero(vis[:lo]))
-        keep_vals = int(np.count_nonzero(vis[lo:hi]))
-        n_rows = int(np.count_nonzero(rp[lo:hi] == r_max))
+    run_first = np.concatenate(([0], brk)).astype(I64)
+    run_last = (np.concatenate((brk, [len(sel)])) - 1).astype(I64)
+    a, b = sel[run_first], sel[run_last]
+    if rep is None:
+        cum_counts = np.cumsum(counts)
+        first_row = np.where(a > 0, cum_counts[a - 1], 0)
+        val_end = np.cumsum(table.counts)
+        run_rows = val_end[run_last] - (val_end - table.counts)[run_first]
+        page = DecodedPage(layers, len(values), None, defs, values, dictionary)
+    else:
+        lvl_end = np.cumsum(table.levels)
+        e0, e1 = (lvl_end - table.levels)[run_first], lvl_end[run_last]
+        starts = np.flatnonzero(rep == r_max)
+        carried = (a > 0) & (leftover[np.maximum(a - 1, 0)] > 0)
+        nxt = np.searchsorted(starts, e0)
+        lo = np.where(carried, np.minimum(np.append(starts, e1.max(initial=0))[nxt], e1), e0)
+        head = rep[np.minimum(e0, len(rep) - 1)] if len(rep) else np.full(len(e0), r_max)
+        bad = ~carried & (e1 > e0) & (head != r_max)
+        if bad.any():
+            raise where.corrupt("a chunk does not start a row though the repetition index says so")
+        prv = np.searchsorted(starts, e1) - 1
+        last_start = np.where(prv >= 0, starts[np.maximum(prv, 0)], -1)
+        hi = np.where(leftover[b] > 0, np.maximum(lo, last_start), e1)
+        keep = np.zeros(len(rep), dtype=bool)
+        keep[ra.range_indices(lo, hi)] = True
+        vis = np.ones(len(rep), dtype=bool) if defs is None else defs <= max_visible_def(layers)
+        keep_vals = keep[vis]
+        first_row = np.where(a > 0, cum[np.maximum(a - 1, 0)], 0) + carried
+        run_rows = np.searchsorted(starts, hi) - np.searchsorted(starts, lo)
         page = DecodedPage(
             layers,
-            n_rows,
-            rp[lo:hi],
-            None if dp is None else dp[lo:hi],
-            values.slice(v0 + drop_front, keep_vals),
+            int(run_rows.sum()),
+            rep[keep],
+            None if defs is None else defs[keep],
+            values if keep_vals.all() else values.filter(pa.array(keep_vals)),
             dictionary,
         )
-        out.append((first_row, page))
-    return out
+    run = np.searchsorted(first_row, rows, side="right") - 1
+    offset_in_run = rows - first_row[run]
+    if (run < 0).any() or (offset_in_run >= run_rows[run]).any():
+        raise where.corrupt("the repetition index does not cover the wanted rows")
+    base = np.cumsum(run_rows) - run_rows
+    return page, base[run] + offset_in_run
 
 
 def plan_fullzip(
@@ -186,9 +188,9 @@ def plan_fullzip(
         arr = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
         if control_width(layout) == 0:
             values = cz.decode_fullzip_fixed(layout.value_compression, arr, len(rows), where.full)
-            return [(None, DecodedPage(layers, len(rows), None, None, values))]
+            return DecodedPage(layers, len(rows), None, None, values), None
         local = np.arange(len(rows), dtype=I64) * stride
-        return [(None, decode_rows(layout, arr, local, local + stride, len(rows), where))]
+        return decode_rows(layout, arr, local, local + stride, len(rows), where), None
     if len(buffers) < 2:
         raise where.corrupt("full-zip page without its repetition index")
     ri_pos, ri_size = buffers[1]
@@ -205,4 +207,4 @@ def plan_fullzip(
     arr = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
     lens = e - s
     local = np.cumsum(lens) - lens
-    return [(None, decode_rows(layout, arr, local, local + lens, len(rows), where))]
+    return decode_rows(layout, arr, local, local + lens, len(rows), where), None
