@@ -287,10 +287,19 @@ def test_outofline_def_levels(tmp_path, version):
 
 
 # -- dictionary, RLE -------------------------------------------------------------------------
-def test_dictionary_low_cardinality_ints(tmp_path):
+@pytest.mark.parametrize(
+    ("card", "scale", "dict_kind"),
+    [
+        (1000, 1, "inline_bitpacking"),
+        (1500, 7919, "out_of_line_bitpacking"),
+        (1000, -7919, "general"),
+    ],
+)
+def test_dictionary_low_cardinality_ints(tmp_path, card, scale, dict_kind):
     rng = np.random.default_rng(6)
-    col = pa.array(rng.integers(-500, 500, 20_000), pa.int64())
-    check_column(tmp_path, col, "2.2", "dictionary")
+    col = pa.array(rng.integers(0, card, 40_000) * scale, pa.int64())
+    pages = check_column(tmp_path, col, "2.2", "dictionary")
+    assert pages[0].layout.mini_block_layout.dictionary.HasField(dict_kind)
 
 
 @pytest.mark.parametrize("version", ["2.1", "2.2"])
