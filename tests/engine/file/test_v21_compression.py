@@ -7,6 +7,7 @@ headers per the format reference) and checks that `decode_chunks` yields exactly
 
 from __future__ import annotations
 
+import decimal
 import glob
 import os
 from dataclasses import dataclass
@@ -870,3 +871,55 @@ def test_rle_constant_page_levels(tmp_path):
     rep = decode_block(cl.rep_compression, page.buffers[0], cl.num_rep_values, "c").to_numpy()
     starts = np.cumsum(np.maximum(lens, 1)) - np.maximum(lens, 1)
     np.testing.assert_array_equal(np.flatnonzero(rep == 1), starts)
+
+
+# -- wide and odd fixed widths ---------------------------------------------------------------
+def raw_values(arr: pa.Array) -> np.ndarray:
+    width = arr.type.bit_width // 8
+    return np.frombuffer(arr.buffers()[1], np.uint8)[: len(arr) * width]
+
+
+@pytest.mark.parametrize(
+    ("make", "metadata", "expect"),
+    [
+        (
+            lambda r: pa.array(
+                [decimal.Decimal(int(x)) / 100 for x in r.integers(-(10**9), 10**9, 3000)],
+                pa.decimal128(20, 2),
+            ),
+            None,
+            "flat",
+        ),
+        (
+            lambda r: pa.array(
+                [decimal.Decimal(int(x)) for x in r.integers(-(10**9), 10**9, 3000)],
+                pa.decimal256(40, 0),
+            ),
+            None,
+            "flat",
+        ),
+        (
+            lambda r: pa.array(
+                [bytes(r.integers(0, 256, 5, dtype=np.uint8)) for _ in range(3000)], pa.binary(5)
+            ),
+            None,
+            "flat",
+        ),
+        (lambda r: pa.array(r.random(3000).astype(np.float16)), None, "inline_bitpacking"),
+        # The "fsst" compression hint on numbers: byte-stream-split without general compression.
+        (
+            lambda r: pa.array(np.arange(3000) * 0.5),
+            {"lance-encoding:compression": "fsst"},
+            "byte_stream_split",
+        ),
+    ],
+)
+def test_fixed_width_varieties(tmp_path, make, metadata, expect):
+    col = make(np.random.default_rng(19))
+    pages = write_pages(tmp_path, col, "2.2", metadata=metadata)
+    kinds = {k for p in pages for k in encoding_kinds(p.layout.mini_block_layout.value_compression)}
+    assert expect in kinds, kinds
+    got = pa.concat_arrays([decode_page_values(p) for p in pages])
+    if col.type.bit_width not in (8, 16, 32, 64):
+        assert got.type == pa.binary(col.type.bit_width // 8)
+    np.testing.assert_array_equal(raw_values(got), raw_values(col))
