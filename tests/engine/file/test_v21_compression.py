@@ -923,3 +923,38 @@ def test_fixed_width_varieties(tmp_path, make, metadata, expect):
     if col.type.bit_width not in (8, 16, 32, 64):
         assert got.type == pa.binary(col.type.bit_width // 8)
     np.testing.assert_array_equal(raw_values(got), raw_values(col))
+
+
+# -- list levels -----------------------------------------------------------------------------
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+def test_list_levels(tmp_path, version):
+    """list<int64> with null and empty lists: rep/def levels (out-of-line bit-packed, chunks
+    with more than 1024 entries) equal the levels computed from the column."""
+    rng = np.random.default_rng(20)
+    n = 6000
+    lens = rng.integers(0, 4, n)
+    nulls = rng.random(n) < 0.05
+    offs = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+    items = pa.array(rng.integers(0, 1000, int(offs[-1])), pa.int64())
+    col = pa.ListArray.from_arrays(pa.array(offs), items, mask=pa.array(nulls))
+    entries = np.where(nulls | (lens == 0), 1, lens)
+    rep = np.zeros(int(entries.sum()), np.uint16)
+    rep[np.cumsum(entries) - entries] = 1
+    defs = np.repeat(np.where(nulls, 1, np.where(lens == 0, 2, 0)), entries).astype(np.uint16)
+    got_rep, got_def, got_vals = [], [], []
+    for page in write_pages(tmp_path, col, version):
+        mb = page.layout.mini_block_layout
+        parsed = parse_miniblock(page)
+        assert parsed.rep.counts.max() > 1024
+        got_rep.append(decode_chunks(mb.rep_compression, [parsed.rep], "rep").to_numpy())
+        got_def.append(decode_chunks(mb.def_compression, [parsed.defs], "def").to_numpy())
+        got_vals.append(decode_page_values(page))
+    np.testing.assert_array_equal(np.concatenate(got_rep), rep)
+    np.testing.assert_array_equal(np.concatenate(got_def), defs)
+    visible = np.repeat(~nulls & (lens > 0), entries)
+    vals = pa.concat_arrays(got_vals).to_numpy()
+    expected = pa.concat_arrays(
+        [items.slice(o, k) for o, k, v in zip(offs[:-1], lens, ~nulls, strict=True) if v and k]
+    ).to_numpy()
+    assert len(vals) == int(visible.sum())
+    np.testing.assert_array_equal(vals.view(np.int64), expected)
