@@ -21,7 +21,7 @@ import pyarrow as pa
 import pytest
 
 from format.dataset import dataset
-from format.errors import CorruptFileError, UnsupportedFeatureError
+from format.errors import CorruptFileError, LanceError, UnsupportedFeatureError
 from format.file.v2.container import V2Container
 from format.file.v21.page import PageWhere
 from format.file.v21.reader import StructuralFileReader
@@ -574,3 +574,75 @@ def test_take_reads_only_the_chunks_it_needs(tmp_path, monkeypatch):
 def _container(path: str) -> V2Container:
     folder, name = path.rsplit("/", 1)
     return V2Container(open_store(folder).open(name), path)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_corrupt_pages_raise_corrupt_file_errors(tmp_path, version):
+    """Bytes overwritten in page buffers (chunk metadata, chunk headers, levels, repetition
+    indexes, full-zip control words) never crash the reader with a non-Lance error."""
+    n = 2500
+    table = pa.table(
+        {
+            "lst": pa.array(
+                [[i, None] if i % 3 else ([] if i % 2 else None) for i in range(n)],
+                pa.list_(pa.int64()),
+            ),
+            "long": pa.array([None if i % 4 == 0 else "y" * (300 + i % 7) for i in range(n)]),
+            "s": pa.array(_with_nulls([f"s{i}" for i in range(n)], 5)),
+        }
+    )
+    uri = _write(str(tmp_path / "src"), table, version)
+    path, _ = _one_file(uri)
+    original = open(path, "rb").read()
+    c = _container(path)
+    spots = []
+    for col in range(c.num_columns):
+        for pos, size in c.column(col).pages[0].buffers:
+            for off in sorted({0, 1, 2, 3, 5, 8, size // 2, max(size - 3, 0)}):
+                if off < size:
+                    spots.append(pos + off)
+    outcomes = {"ok": 0, "corrupt": 0}
+    for spot in spots:
+        for byte in (0xFF, 0x00, 0x41):
+            data = bytearray(original)
+            data[spot] = byte if original[spot] != byte else byte ^ 0x80
+            with open(path, "wb") as fh:
+                fh.write(data)
+            try:
+                ds = dataset(uri)
+                ds.to_table()
+                ds.take([0, 7, n // 2, n - 1])
+                outcomes["ok"] += 1
+            except LanceError:
+                outcomes["corrupt"] += 1
+    with open(path, "wb") as fh:
+        fh.write(original)
+    assert outcomes["corrupt"] > len(spots)  # most header bytes matter
+
+
+def test_unknown_compression_is_unsupported_naming_file_column_and_encoding(tmp_path):
+    uri = _write(str(tmp_path / "u"), pa.table({"a": pa.array(np.arange(100))}), "2.2")
+    path, df = _one_file(uri)
+    folder, name = path.rsplit("/", 1)
+    reader = StructuralFileReader(
+        open_store(folder).open(name),
+        list(df.fields),
+        list(df.column_indices),
+        path_for_errors=path,
+    )
+    c = _container(path)
+    page = c.column(0).pages[0]
+    layout = pb.PageLayout.FromString(c.resolve(page.encoding, "t").value)
+    # field 14 of CompressiveEncoding (Range, a 2.3 codec) is unknown to 2.1/2.2 readers
+    layout.mini_block_layout.value_compression.CopyFrom(
+        pb.CompressiveEncoding.FromString(b"\x72\x00")
+    )
+    bufs = c.read_ranges(page.buffers)
+    where = PageWhere(path, "column 0 (field 'a', id 0) page 0")
+    with pytest.raises(UnsupportedFeatureError) as err:
+        reader._decode_layout(layout, list(bufs), page.length, where)
+    assert name in str(err.value) and "column 0" in str(err.value) and "Range" in str(err.value)
+    layout.mini_block_layout.has_large_chunk = False  # the 2.1 chunk grammar in a 2.2 file
+    with pytest.raises(CorruptFileError, match="has_large_chunk"):
+        reader._decode_layout(layout, list(bufs), page.length, where)
+    reader.close()
