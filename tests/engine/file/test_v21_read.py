@@ -22,6 +22,7 @@ import pytest
 
 from format.dataset import dataset
 from format.errors import CorruptFileError, LanceError, UnsupportedFeatureError
+from format.file.base import split_ranges
 from format.file.v2.container import V2Container
 from format.file.v21.page import PageWhere
 from format.file.v21.reader import StructuralFileReader
@@ -645,4 +646,40 @@ def test_unknown_compression_is_unsupported_naming_file_column_and_encoding(tmp_
     layout.mini_block_layout.has_large_chunk = False  # the 2.1 chunk grammar in a 2.2 file
     with pytest.raises(CorruptFileError, match="has_large_chunk"):
         reader._decode_layout(layout, list(bufs), page.length, where)
+    reader.close()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_scan_keeps_only_the_pages_of_the_current_step(tmp_path, version):
+    """Streaming a many-page file holds at most the pages the current step overlaps, and
+    sparse ranges skip the pages between them."""
+    uri = _write(str(tmp_path / "m"), table_lists(N), version, batch_rows=300)
+    path, df = _one_file(uri)
+    folder, name = path.rsplit("/", 1)
+    schema = dataset(uri).lance_schema
+    reader = StructuralFileReader(
+        open_store(folder).open(name),
+        list(df.fields),
+        list(df.column_indices),
+        path_for_errors=path,
+    )
+    cols = None
+    steps = 0
+    ranges = [(0, 700), (1500, 1510), (2900, N)]
+    pieces: list[list[pa.Array]] = []
+    for arrays in reader.read(schema.fields, ranges, batch_size=128):
+        cols = list(reader._columns.values())
+        assert all(len(c.cache) <= 2 for c in cols)  # a step spans at most two pages
+        assert max(len(c.info.pages) for c in cols) >= 5
+        pieces.append(arrays)
+        steps += 1
+    assert all(not c.cache for c in cols)  # released at the end
+    assert steps == len(list(split_ranges(ranges, 128)))
+    ours = pa.Table.from_arrays(
+        [pa.concat_arrays([p[i] for p in pieces]) for i in range(len(schema.fields))],
+        names=[f.name for f in schema.fields],
+    )
+    full = lance.dataset(uri).to_table()
+    expected = pa.concat_tables([full.slice(s, e - s) for s, e in ranges])
+    assert_same(ours, expected, f"ranges {version}")
     reader.close()
