@@ -169,12 +169,13 @@ def inline_decode(
         or (word_starts + word_sizes > len(words)).any()
     ):
         raise CorruptFileError(where, "inline bit-packed chunk outside its buffer")
-    widths = words[word_starts].astype(np.int64)
-    if (widths > bits).any():
-        i = int(np.argmax(widths > bits))
+    raw_widths = words[word_starts]  # unsigned: a huge width must not wrap negative
+    if (raw_widths > bits).any():
+        i = int(np.argmax(raw_widths > bits))
         raise CorruptFileError(
-            where, f"inline bit-packed chunk {i} has width {int(widths[i])} > {bits}"
+            where, f"inline bit-packed chunk {i} has width {int(raw_widths[i])} > {bits}"
         )
+    widths = raw_widths.astype(np.int64)
     need = 1 + widths * (BLOCK // bits)
     if (word_sizes < need).any():
         i = int(np.argmax(word_sizes < need))

@@ -365,9 +365,11 @@ def _fsl_layers(enc: Encoding, where: str) -> tuple[list[tuple[int, bool]], Enco
     layers = []
     while variant(enc, where) == "fixed_size_list":
         fsl = enc.fixed_size_list
-        if fsl.items_per_value < 1:
-            raise CorruptFileError(where, f"FixedSizeList of {fsl.items_per_value} items")
         layers.append((int(fsl.items_per_value), bool(fsl.has_validity)))
+        # Arrow list sizes are int32; bounding the product also keeps size maths exact.
+        total = np.prod([d for d, _ in layers], dtype=object)
+        if fsl.items_per_value < 1 or total >= 2**31:
+            raise CorruptFileError(where, f"FixedSizeList of {fsl.items_per_value} items")
         enc = fsl.values
     return layers, enc
 

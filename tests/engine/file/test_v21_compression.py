@@ -956,3 +956,84 @@ def test_list_levels(tmp_path, version):
     expected = col.flatten().to_numpy()  # the items of the non-null lists
     assert len(vals) == int(visible.sum())
     np.testing.assert_array_equal(vals.view(np.int64), expected)
+
+
+# -- fuzzing: corrupt chunks never escape as anything but CorruptFileError ---------------------
+def mutate(rng: np.random.Generator, b: Chunks) -> Chunks:
+    data, starts, sizes, counts = b.data.copy(), b.starts.copy(), b.sizes.copy(), b.counts.copy()
+    kind = rng.integers(0, 4)
+    if kind == 0:
+        idx = rng.integers(0, len(data), 4)
+        data[idx] = rng.integers(0, 256, 4)
+    else:
+        arr = (sizes, counts, starts)[kind - 1]
+        i = rng.integers(0, len(arr))
+        arr[i] = max(0, arr[i] + rng.integers(-20, 20))
+    return Chunks(data, starts, sizes, counts)
+
+
+@pytest.mark.parametrize(
+    ("col", "version", "metadata"),
+    [
+        (pa.array(np.arange(3000) * 3), "2.1", None),
+        (pa.array([f"value-{i}-ü" for i in range(20_000)]), "2.2", None),
+        (pa.array(np.repeat(np.arange(10), 300)), "2.1", None),
+        (pa.array(np.arange(20_000), mask=np.arange(20_000) % 2000 < 700), "2.2", None),
+        (
+            pa.array([f"v{i % 97}" for i in range(3000)]),
+            "2.1",
+            {"lance-encoding:compression": "lz4"},
+        ),
+        (
+            pa.array(np.random.default_rng(1).random(3000)),
+            "2.2",
+            {"lance-encoding:compression": "zstd", "lance-encoding:bss": "on"},
+        ),
+    ],
+    ids=["inline", "fsst", "rle", "rle-levels", "lz4", "bss-zstd"],
+)
+def test_fuzzed_chunks_raise_corrupt_file_error(tmp_path, col, version, metadata):
+    rng = np.random.default_rng(21)
+    page = write_pages(tmp_path, col, version, metadata=metadata)[0]
+    mb = page.layout.mini_block_layout
+    parsed = parse_miniblock(page)
+    targets = [(mb.value_compression, parsed.values)]
+    if parsed.defs is not None:
+        targets.append((mb.def_compression, [parsed.defs]))
+    for enc, bufs in targets:
+        for _ in range(150):
+            try:
+                decode_chunks(enc, [mutate(rng, b) for b in bufs], "fuzz")
+            except CorruptFileError as e:
+                assert "fuzz" in str(e)
+
+
+def test_fuzzed_encodings_raise_typed_errors():
+    """Nonsense widths and dimensions in the encoding tree are refused, not obeyed."""
+    data = np.zeros(64, np.uint8)
+    ch = one_chunk(data.tobytes(), 4)
+    cases = [
+        flat(0),
+        flat(7),
+        flat(2**40),
+        inline(7),
+        inline(128),
+        pb.CompressiveEncoding(
+            fixed_size_list=pb.FixedSizeList(items_per_value=2**62, values=flat(32))
+        ),
+        pb.CompressiveEncoding(fixed_size_list=pb.FixedSizeList(items_per_value=0, values=flat(8))),
+        pb.CompressiveEncoding(
+            general=pb.General(compression=pb.BufferCompression(scheme=7), values=flat(8))
+        ),
+        pb.CompressiveEncoding(rle=pb.Rle(values=flat(24), run_lengths=flat(8))),
+        pb.CompressiveEncoding(packed_struct=pb.PackedStruct(bits_per_value=[3], values=flat(3))),
+        pb.CompressiveEncoding(byte_stream_split=pb.ByteStreamSplit(values=flat(16))),
+    ]
+    for enc in cases:
+        for call in (
+            lambda e: decode_chunks(e, ch, "w"),
+            lambda e: decode_block(e, data, 4, "w"),
+            lambda e: decode_fullzip_fixed(e, data, 4, "w"),
+        ):
+            with pytest.raises((CorruptFileError, UnsupportedFeatureError)):
+                call(enc)
