@@ -4,7 +4,8 @@ own Python workers, read and write through a real Quiver server on loopback.
 What a pip-installed pyspark needs for local-cluster (checked with pyspark 4.3): nothing
 beyond local mode except that executors must find the interpreter and our packages, so the
 session sets `spark.executorEnv.PYSPARK_PYTHON` and `spark.executorEnv.PYTHONPATH` (the
-repository root; an editable install would do too). SPARK_HOME is found by pyspark itself.
+directory the driver imported `clients` from; an editable install would do too). pyspark
+finds SPARK_HOME (its own package directory) itself.
 """
 
 from __future__ import annotations
@@ -29,7 +30,10 @@ from flight_server.server import build_server  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(420)]
 
-REPO = Path(__file__).resolve().parents[2]
+import clients  # noqa: E402
+
+# executors import the very `clients` package the driver imported
+CODE_ROOT = Path(clients.__file__).resolve().parents[1]
 EXECUTORS = 2
 
 
@@ -43,7 +47,7 @@ def spark():
         SparkSession.builder.master(f"local-cluster[{EXECUTORS},1,1024]")
         .appName("quiver-cluster-tests")
         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
-        .config("spark.executorEnv.PYTHONPATH", str(REPO))
+        .config("spark.executorEnv.PYTHONPATH", str(CODE_ROOT))
         .config("spark.sql.python.filterPushdown.enabled", "true")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.session.timeZone", "UTC")
@@ -122,8 +126,15 @@ def spark_view(table: pa.Table) -> pa.Table:
 
 
 def tree(root: Path) -> dict[str, int]:
-    """Every file under `root` with its size (what a failed job must leave unchanged)."""
-    return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*") if p.is_file()}
+    """Every file under `root` with its size (what a failed job must leave unchanged), but
+    the staging ledger's ended-job markers (`_quiver_staging/<job>/_done`, no data: they
+    refuse late puts into an aborted job until the sweep forgets the job)."""
+    files = (p for p in root.rglob("*") if p.is_file())
+    return {
+        str(p.relative_to(root)): p.stat().st_size
+        for p in files
+        if not (p.name == "_done" and p.parent.parent.name == "_quiver_staging")
+    }
 
 
 def test_two_executors(spark) -> None:
@@ -185,7 +196,8 @@ def test_append_write_read_back_by_pylance(spark, server) -> None:
 ORPHANS = (
     "a failed task attempt whose writer had begun its DoPut sees its input end cleanly (the "
     "JVM closes the worker's input when the upstream fails), so it finishes the DoPut and "
-    "stages a fragment whose commit message Spark drops: abort never learns of those files"
+    "stages a fragment whose commit message Spark drops: abort never learns of those files. "
+    "Fix: the batch writer stages, commits and aborts under a job (its idempotency key)"
 )
 
 
