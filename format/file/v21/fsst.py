@@ -120,3 +120,149 @@ _LITERALS[:, 0] = np.arange(256)
 def _extended(table: SymbolTable) -> np.ndarray:
     """The symbol table followed by one pseudo-symbol per literal byte, flattened."""
     return np.concatenate([table.symbols, _LITERALS]).reshape(-1)
+
+
+# -- encoding ----------------------------------------------------------------------------------
+SAMPLE_BYTES = 1 << 15
+_MASKS = np.array([0] + [(1 << (8 * k)) - 1 for k in range(1, 8)] + [2**64 - 1], dtype=np.uint64)
+
+
+def _windows(data: np.ndarray) -> np.ndarray:
+    """uint64 little-endian 8-byte window starting at every byte (zero past the end)."""
+    padded = np.concatenate([np.asarray(data, dtype=np.uint8), np.zeros(8, np.uint8)])
+    out = np.zeros(len(data), dtype=np.uint64)
+    for k in range(8):  # eight vectorised byte planes
+        out |= padded[k : k + len(data)].astype(np.uint64) << np.uint64(8 * k)
+    return out
+
+
+def _room(offsets: np.ndarray, n: int) -> np.ndarray:
+    """Bytes left in its string from every byte position (so symbols never cross strings)."""
+    lengths = np.diff(offsets)
+    ends = np.repeat(offsets[1:], lengths)
+    return ends - (np.arange(n) + offsets[0])
+
+
+def _index(table: SymbolTable) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """Per symbol length, longest first: (length, sorted symbol keys, their codes)."""
+    keys = table.symbols[: table.n_symbols].copy().view(np.uint64).reshape(-1)
+    lens = table.lengths[: table.n_symbols].astype(np.int64)
+    out = []
+    for size in range(8, 0, -1):
+        codes = np.flatnonzero(lens == size)
+        if len(codes):
+            order = np.argsort(keys[codes])
+            out.append((size, keys[codes][order], codes[order].astype(np.uint8)))
+    return out
+
+
+def _match_at(
+    index: list, windows: np.ndarray, room: np.ndarray, pos: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Longest symbol matching at positions `pos`: (code, length), length 0 if none."""
+    code = np.zeros(len(pos), dtype=np.uint8)
+    length = np.zeros(len(pos), dtype=np.int64)
+    for size, keys, codes in index:  # longest first: only fill positions still unmatched
+        todo = np.flatnonzero((length == 0) & (room[pos] >= size))
+        probe = windows[pos[todo]] & _MASKS[size]
+        at = np.minimum(np.searchsorted(keys, probe), len(keys) - 1)
+        hit = keys[at] == probe
+        code[todo[hit]] = codes[at[hit]]
+        length[todo[hit]] = size
+    return code, length
+
+
+def _parse(
+    table: SymbolTable, rel: np.ndarray, windows: np.ndarray, room: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The greedy parse of every string: (positions where a code starts, its code, its symbol
+    length; 0 = escaped byte). Walks all strings at once, one vectorised step per code."""
+    index = _index(table)
+    nonempty = np.diff(rel) > 0
+    frontier, ends = rel[:-1][nonempty], rel[1:][nonempty]
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    while len(frontier):
+        code, length = _match_at(index, windows, room, frontier)
+        parts.append((frontier, code, length))
+        frontier = frontier + np.maximum(length, 1)
+        live = frontier < ends
+        frontier, ends = frontier[live], ends[live]
+    if not parts:
+        return np.zeros(0, np.int64), np.zeros(0, np.uint8), np.zeros(0, np.int64)
+    pos, code, length = (np.concatenate(x) for x in zip(*parts, strict=True))
+    order = np.argsort(pos, kind="stable")
+    return pos[order], code[order], length[order]
+
+
+def compress(
+    table: SymbolTable, offsets: np.ndarray, data: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """FSST-compress strings `data[offsets[i]:offsets[i+1]]` with `table`: greedy longest
+    match, bytes without a symbol escaped as `255, byte`. Returns (int64 offsets from 0,
+    compressed bytes); `decode` inverts it."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    body = np.asarray(data, dtype=np.uint8)[offsets[0] : offsets[-1]]
+    rel = offsets - offsets[0]
+    if not table.compressed or len(body) == 0:
+        return rel, body.copy()
+    pos, code, length = _parse(table, rel, _windows(body), _room(rel, len(body)))
+    escaped = length == 0
+    out_len = np.where(escaped, 2, 1)
+    first = np.cumsum(out_len) - out_len
+    out = np.empty(int(out_len.sum()), dtype=np.uint8)
+    out[first] = np.where(escaped, ESCAPE, code)
+    out[first[escaped] + 1] = body[pos[escaped]]
+    cum = np.concatenate([[0], np.cumsum(out_len)])
+    return cum[np.searchsorted(pos, rel, side="left")], out
+
+
+def build_table(offsets: np.ndarray, data: np.ndarray, rounds: int = 3) -> bytes:
+    """A symbol table (2312 bytes, format in the module docstring) for these strings, learned
+    from their first ~32 KiB: candidates are the 1..8-byte substrings ranked by the bytes
+    they would save over escaping; later rounds re-rank the chosen symbols by what the greedy
+    parse actually saved with them."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    keep = int(np.searchsorted(offsets, offsets[0] + SAMPLE_BYTES, side="right"))
+    offsets = offsets[: max(keep, 2)]
+    body = np.asarray(data, dtype=np.uint8)[offsets[0] : offsets[-1]]
+    rel = offsets - offsets[0]
+    windows, room = _windows(body), _room(rel, len(body))
+    keys, lens, gain = [], [], []
+    for size in range(1, 9):  # candidates, sorted by key within each size
+        k, counts = np.unique(windows[room >= size] & _MASKS[size], return_counts=True)
+        keys.append(k)
+        lens.append(np.full(len(k), size, dtype=np.int64))
+        gain.append(counts * (2.0 * size - 1))
+    base = np.cumsum([0] + [len(k) for k in keys])
+    all_keys, all_lens, all_gain = np.concatenate(keys), np.concatenate(lens), np.concatenate(gain)
+    table = _table(all_keys, all_lens, all_gain)
+    for _ in range(rounds - 1):
+        _, code, length = _parse(table, rel, windows, room)
+        used = np.bincount(code[length > 0], minlength=256)[: table.n_symbols]
+        sym_keys = table.symbols[: table.n_symbols].copy().view(np.uint64).reshape(-1)
+        sym_lens = table.lengths[: table.n_symbols].astype(np.int64)
+        where = np.zeros(table.n_symbols, dtype=np.int64)
+        for size in range(1, 9):  # locate the chosen symbols among the candidates
+            mine = sym_lens == size
+            where[mine] = base[size - 1] + np.searchsorted(keys[size - 1], sym_keys[mine])
+        all_gain = all_gain / 2  # unchosen candidates: the estimate overcounts overlaps
+        all_gain[where] = used * (2.0 * sym_lens - 1)
+        table = _table(all_keys, all_lens, all_gain)
+    return _export(table)
+
+
+def _table(keys: np.ndarray, lens: np.ndarray, gain: np.ndarray) -> SymbolTable:
+    top = np.argsort(-gain, kind="stable")[:255]
+    top = top[gain[top] > 0]
+    symbols = np.zeros((256, 8), dtype=np.uint8)
+    symbols[: len(top)] = keys[top].astype("<u8").view(np.uint8).reshape(-1, 8)
+    lengths = np.zeros(256, dtype=np.int8)
+    lengths[: len(top)] = lens[top]
+    return SymbolTable(True, symbols, lengths, len(top))
+
+
+def _export(table: SymbolTable) -> bytes:
+    n = table.n_symbols
+    head = (MAGIC << 32) | (1 << 24) | n
+    body = table.symbols[:n].tobytes() + table.lengths[:n].astype(np.uint8).tobytes()
+    return (head.to_bytes(8, "little") + body).ljust(TABLE_SIZE, b"\0")

@@ -13,20 +13,23 @@ import os
 from dataclasses import dataclass
 
 import lance
+import lance.file
 import numpy as np
 import pyarrow as pa
 import pytest
 import zstandard
+from google.protobuf import any_pb2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from format.errors import CorruptFileError, UnsupportedFeatureError
-from format.file.v2.container import V2Container
+from format.file.v2.container import Footer, V2Container
 from format.file.v21 import bitpacking as bp
 from format.file.v21 import byte_stream_split as bss
-from format.file.v21 import general, rle
+from format.file.v21 import fsst, general, rle
 from format.file.v21.compression import (
     Chunks,
+    binary_array,
     decode_block,
     decode_chunks,
     decode_fullzip_fixed,
@@ -37,6 +40,7 @@ from format.file.v21.compression import (
 )
 from format.io.store import open_store
 from format.proto import encodings_v2_1_pb2 as pb
+from format.proto import file2_pb2
 
 pytestmark = pytest.mark.compat
 
@@ -1037,3 +1041,107 @@ def test_fuzzed_encodings_raise_typed_errors():
         ):
             with pytest.raises((CorruptFileError, UnsupportedFeatureError)):
                 call(enc)
+
+
+# -- FSST encoder, read back by pylance ------------------------------------------------------
+def replace_page(src: str, dst: str, layout: pb.PageLayout, buffers: list[bytes], rows: int):
+    """Copy the one-column, one-page Lance file `src` to `dst` with its page replaced
+    (test-local container writer: page buffers, global buffers, column metadata, tables,
+    footer)."""
+    store = open_store(os.path.dirname(src))
+    c = V2Container(store.open(os.path.basename(src)), src)
+    (pos, size) = c._column_table[0]
+    (raw_cm,) = c.read_ranges([(int(pos), int(size))])
+    cm = file2_pb2.ColumnMetadata.FromString(bytes(raw_cm))
+    type_url = any_pb2.Any.FromString(cm.pages[0].encoding.direct.encoding).type_url
+    globals_ = c.read_ranges(c.global_buffers)
+    out = bytearray()
+
+    def put(blob: bytes) -> tuple[int, int]:
+        out.extend(b"H" * (-len(out) % 64))
+        at = len(out)
+        out.extend(blob)
+        return at, len(blob)
+
+    placed = [put(b) for b in buffers]
+    gbo = [put(bytes(b)) for b in globals_]
+    del cm.pages[:]
+    page = cm.pages.add()
+    page.buffer_offsets.extend([p for p, _ in placed])
+    page.buffer_sizes.extend([s for _, s in placed])
+    page.length = rows
+    page.encoding.direct.encoding = any_pb2.Any(
+        type_url=type_url, value=layout.SerializeToString()
+    ).SerializeToString()
+    meta_start = len(out)
+    cm_at = (len(out), len(cm.SerializeToString()))
+    out.extend(cm.SerializeToString())
+    cmo_pos = len(out)
+    out.extend(np.array([cm_at], "<u8").tobytes())
+    gbo_pos = len(out)
+    out.extend(np.array(gbo, "<u8").tobytes())
+    foot = c.footer
+    out.extend(Footer(meta_start, cmo_pos, gbo_pos, len(gbo), 1, foot.major, foot.minor).pack())
+    with open(dst, "wb") as f:
+        f.write(bytes(out))
+
+
+def miniblock_page_bytes(value_chunks: np.ndarray, sizes: np.ndarray, counts: np.ndarray):
+    """2.2 chunk metadata + chunk data for one value buffer per chunk and no levels."""
+    meta, data, pos = [], bytearray(), 0
+    for i, (size, count) in enumerate(zip(sizes.tolist(), counts.tolist(), strict=True)):
+        head = np.array([0], "<u2").tobytes() + np.array([size], "<u4").tobytes()
+        chunk = head + b"\xfe" * (-len(head) % 8)
+        chunk += value_chunks[pos : pos + size].tobytes()
+        chunk += b"\xfe" * (-len(chunk) % 8)
+        pos += size
+        log = 0 if i == len(counts) - 1 else int(np.log2(count))
+        meta.append(((len(chunk) // 8 - 1) << 4) | log)
+        data += chunk
+    return np.array(meta, "<u4").tobytes(), bytes(data)
+
+
+def test_fsst_encoder_output_read_by_pylance(tmp_path):
+    rng = np.random.default_rng(22)
+    words = np.array(["alpha", "beta", "γάμμα", "", "delta-delta", "😀", "x"], dtype=object)
+    strings = ["".join(words[rng.integers(0, 7, rng.integers(0, 9))]) for _ in range(20_000)]
+    strings[7] = "\xff\x00 rare bytes \u0394"  # bytes without symbols get escaped
+    col = pa.array(strings)
+    write_pages(tmp_path, col, "2.2")
+    (src,) = glob.glob(str(tmp_path / "ds2.2" / "data" / "*.lance"))
+    big = col.cast(pa.large_binary())
+    offsets = np.frombuffer(big.buffers()[1], np.int64)[: len(big) + 1]
+    data = np.frombuffer(big.buffers()[2], np.uint8)
+    raw_table = fsst.build_table(offsets, data)
+    comp_offsets, comp = fsst.compress(fsst.parse_table(raw_table, "t"), offsets, data)
+    assert len(comp) < 0.6 * len(data)
+    counts = np.full(len(strings) // 256 + 1, 256)
+    counts[-1] = len(strings) - 256 * (len(counts) - 1)
+    chunks, sizes = encode_variable_chunks(comp_offsets, comp, counts, 32)
+    meta, chunk_data = miniblock_page_bytes(chunks, sizes, counts)
+    layout = pb.PageLayout()
+    mb = layout.mini_block_layout
+    mb.value_compression.fsst.symbol_table = raw_table
+    mb.value_compression.fsst.values.variable.offsets.flat.bits_per_value = 32
+    mb.layers.append(pb.REPDEF_ALL_VALID_ITEM)
+    mb.num_buffers, mb.num_items, mb.has_large_chunk = 1, len(strings), True
+    dst = str(tmp_path / "ours.lance")
+    replace_page(src, dst, layout, [meta, chunk_data], len(strings))
+    got = lance.file.LanceFileReader(dst).read_all().to_table()
+    assert got.column(0).combine_chunks().equals(col)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.binary(max_size=60) | st.text(max_size=30).map(str.encode), max_size=200),
+    st.integers(1, 3),
+)
+def test_fsst_encode_round_trip(strings, rounds):
+    col = pa.array(strings, pa.large_binary())
+    offsets = np.frombuffer(col.buffers()[1], np.int64)[: len(col) + 1]
+    data = np.frombuffer(col.buffers()[2] or b"", np.uint8)
+    raw = fsst.build_table(offsets, data, rounds)
+    table = fsst.parse_table(raw, "t")
+    comp_offsets, comp = fsst.compress(table, offsets, data)
+    out_offsets, out = fsst.decode(table, comp_offsets, comp, "t")
+    assert binary_array(out_offsets, out).equals(col)
