@@ -1145,3 +1145,46 @@ def test_fsst_encode_round_trip(strings, rounds):
     comp_offsets, comp = fsst.compress(table, offsets, data)
     out_offsets, out = fsst.decode(table, comp_offsets, comp, "t")
     assert binary_array(out_offsets, out).equals(col)
+
+
+@pytest.mark.parametrize("scheme", [general.LZ4, general.ZSTD])
+@pytest.mark.parametrize("inner", ["bss", "variable"])
+def test_general_encoders_read_by_pylance(tmp_path, scheme, inner):
+    """Chunks compressed with `general.compress` (byte-stream-split floats or Variable
+    strings inside) form a page pylance reads back."""
+    rng = np.random.default_rng(23)
+    n, per_chunk = 5000, 512
+    if inner == "bss":
+        col = pa.array(np.round(rng.random(n) * 100, 2))
+    else:
+        col = pa.array([f"row {i % 300} ü" * (i % 4) for i in range(n)])
+    write_pages(tmp_path, col, "2.2")
+    (src,) = glob.glob(str(tmp_path / "ds2.2" / "data" / "*.lance"))
+    counts = np.full(-(-n // per_chunk), per_chunk)
+    counts[-1] = n - per_chunk * (len(counts) - 1)
+    layout = pb.PageLayout()
+    mb = layout.mini_block_layout
+    g = mb.value_compression.general
+    g.compression.scheme = scheme
+    if inner == "bss":
+        raw = bss.split_chunks(col.to_numpy().view(np.uint8), counts, 8)
+        sizes = counts * 8
+        g.values.byte_stream_split.values.flat.bits_per_value = 64
+    else:
+        big = col.cast(pa.large_binary())
+        offsets = np.frombuffer(big.buffers()[1], np.int64)[: n + 1]
+        raw, sizes = encode_variable_chunks(
+            offsets, np.frombuffer(big.buffers()[2], np.uint8), counts, 32
+        )
+        g.values.variable.offsets.flat.bits_per_value = 32
+    starts = np.cumsum(sizes) - sizes
+    parts = [general.compress(raw[s : s + k], scheme) for s, k in zip(starts, sizes, strict=True)]
+    meta, chunk_data = miniblock_page_bytes(
+        np.frombuffer(b"".join(parts), np.uint8), np.array([len(p) for p in parts]), counts
+    )
+    mb.layers.append(pb.REPDEF_ALL_VALID_ITEM)
+    mb.num_buffers, mb.num_items, mb.has_large_chunk = 1, n, True
+    dst = str(tmp_path / "ours.lance")
+    replace_page(src, dst, layout, [meta, chunk_data], n)
+    got = lance.file.LanceFileReader(dst).read_all().to_table()
+    assert got.column(0).combine_chunks().equals(col)
