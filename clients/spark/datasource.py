@@ -405,29 +405,43 @@ class QuiverWriter(DataSourceArrowWriter):
         return "overwrite" if self.overwrite else "append"
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> QuiverCommitMessage:
+        return QuiverCommitMessage(self.stage(iterator))
+
+    def stage(self, iterator: Iterator[pa.RecordBatch], job: str | None = None) -> list[str]:
+        """Stage one task's batches in the dataset's Arrow types; the fragment strings.
+
+        Shared with the streaming sink, which stages each micro-batch under a `job`.
+        """
         target = pa.ipc.read_schema(pa.py_buffer(self.target)) if self.target else None
         first = next(iterator, None)
         if first is None:
-            return QuiverCommitMessage([])
+            return []
 
         def batches() -> Iterator[pa.RecordBatch]:
             for batch in _chain(first, iterator):
                 yield _to_target(batch, target)
 
         with self.conn.client() as client:
-            fragments = client.stage(self.conn.dataset, batches(), mode=self.mode)
-        return QuiverCommitMessage(fragments)
+            return client.stage(self.conn.dataset, batches(), mode=self.mode, job=job)
 
-    def commit(self, messages: Sequence[QuiverCommitMessage | None]) -> None:
+    def commit(
+        self,
+        messages: Sequence[QuiverCommitMessage | None],
+        idempotency_key: str | None = None,
+        job: str | None = None,
+    ) -> dict[str, Any] | None:
+        """Commit every task's fragments in one version; the server's answer (None when
+        there was nothing to append). The streaming sink passes its own key and job."""
         fragments = [f for m in messages if m is not None for f in m.fragments]
         with self.conn.client() as client:
             if not fragments and not self.overwrite:
-                return
-            client.commit(
+                return None
+            return client.commit(
                 self.conn.dataset,
                 fragments,
                 operation=self.mode,
-                idempotency_key=self.idempotency_key,
+                idempotency_key=idempotency_key or self.idempotency_key,
+                job=job,
             )
 
     def abort(self, messages: Sequence[QuiverCommitMessage | None]) -> None:
@@ -470,6 +484,18 @@ class QuiverDataSource(DataSource):
 
     def reader(self, schema: StructType) -> QuiverReader:
         return QuiverReader(_Conn.from_options(self.options), _read_options(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> Any:  # noqa: N802
+        """`writeStream.format("quiver")`: exactly-once micro-batches (`streaming.py`)."""
+        from clients.spark.streaming import QuiverStreamWriter
+
+        return QuiverStreamWriter(self.writer(schema, overwrite))
+
+    def streamReader(self, schema: StructType) -> Any:  # noqa: N802
+        """`readStream.format("quiver")`: the rows appended version after version."""
+        from clients.spark.streaming import QuiverStreamReader
+
+        return QuiverStreamReader(_Conn.from_options(self.options), self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> QuiverWriter:
         conn = _Conn.from_options(self.options)

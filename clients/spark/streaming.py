@@ -1,0 +1,266 @@
+"""Structured Streaming with the `quiver` data source: an exactly-once sink and a source
+that follows the rows appended to a dataset.
+
+```python
+(df.writeStream.format("quiver").option("uri", "grpc://host:8815").option("dataset", "events")
+   .option("checkpointLocation", "/chk/events").start())
+(spark.readStream.format("quiver").option("uri", "grpc://host:8815").option("dataset", "events")
+   .option("starting_version", "earliest").load())
+```
+
+Sink. Every task of a micro-batch stages its rows with `DoPut(commit=false)` (the batch
+writer's code) under the staging job `ss-<run id>-<batch id>`; the driver's
+`commit(messages, batchId)` commits them in one version with the idempotency key
+`spark-stream:<query id>:<batch id>`. The query id is the streaming query's id, which Spark
+keeps in the checkpoint and hands to every task (local property `sql.streaming.queryId`,
+with `streaming.sql.batchId` and the run id as the job group), so a batch replayed after a
+restart from the checkpoint (its sink commit landed, its entry in the checkpoint's commit
+log did not) carries the same key: the server answers "duplicate", appends nothing, and
+ending the job removes the replay's staged files. Output mode `complete` overwrites the
+dataset with each batch (also keyed). `abort` removes what the batch staged.
+
+Source. Offsets are dataset versions, `{"version": N}`: everything appended up to version N
+has been read. A micro-batch (start, end] has one Spark partition per fragment that an
+append (or the dataset's creation) added in those versions, each read pinned to the version
+that added it (the server's `appended_since` read), so later deletes or compactions do not
+change what a batch reads and a retried batch reads the same rows. Options:
+- `starting_version`: `latest` (default: only rows appended after the query first starts),
+  `earliest` (every row ever appended, from the creation on) or a number N (rows appended
+  by version N and later). A restarted query continues from its checkpoint instead.
+- `filter`, `columns`: as in batch reads (`version`, `tag`, `as_of` are refused).
+Deletes, compactions, index, tag and config changes add no rows: skipped (a delete does not
+retract rows already read). An overwrite, update, schema change (add/drop/alter columns) or
+restore ends what "the appended rows" means: the stream delivers the appends before it, then
+fails with `QuiverStreamError` naming the dataset and the version; start a new query (new
+checkpoint) with `starting_version` after that version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, DataSourceStreamReader
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+from pyspark.sql.types import StructType
+
+from clients.spark.datasource import (
+    QuiverCommitMessage,
+    QuiverOptionError,
+    QuiverPartition,
+    QuiverReader,
+    QuiverWriter,
+    _Conn,
+    _read_options,
+)
+
+__all__ = [
+    "QuiverStreamError",
+    "QuiverStreamMessage",
+    "QuiverStreamReader",
+    "QuiverStreamWriter",
+    "idempotency_key",
+]
+
+_QUERY_ID = "sql.streaming.queryId"
+_BATCH_ID = "streaming.sql.batchId"
+_RUN_ID = "spark.jobGroup.id"  # MicroBatchExecution runs each query run in a job group
+
+
+class QuiverStreamError(RuntimeError):
+    """A stream over a dataset cannot go on (its history did more than append rows)."""
+
+
+def idempotency_key(query_id: str, batch_id: int) -> str:
+    """The commit key of one micro-batch of one streaming query (stable across restarts)."""
+    return f"spark-stream:{query_id}:{batch_id}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Sink
+
+
+@dataclass
+class QuiverStreamMessage(QuiverCommitMessage):
+    """One task's staged fragments, with the ids of the streaming query and batch it ran for."""
+
+    query_id: str | None = None
+    batch_id: int | None = None
+    job: str | None = None
+
+
+def _task_ids() -> tuple[str | None, int | None, str | None]:
+    """(query id, batch id, run id) of the micro-batch this task runs for, when Spark says."""
+    from pyspark import TaskContext
+
+    tc = TaskContext.get()
+    if tc is None:
+        return None, None, None
+    query, batch, run = (tc.getLocalProperty(k) for k in (_QUERY_ID, _BATCH_ID, _RUN_ID))
+    try:
+        batch_id = int(batch) if batch is not None else None
+    except ValueError:
+        batch_id = None
+    return query or None, batch_id, run or None
+
+
+def _job(run_id: str | None, batch_id: int | None) -> str | None:
+    """The staging job of one micro-batch in one run (the server's job-name alphabet)."""
+    if run_id is None or batch_id is None:
+        return None
+    job = f"ss-{run_id}-{batch_id}"
+    if len(job) > 128 or not all(c.isalnum() or c in "-_." for c in job):
+        return None
+    return job
+
+
+class QuiverStreamWriter(DataSourceStreamArrowWriter):
+    """Exactly-once micro-batches: staged by the tasks, committed once per (query, batch)."""
+
+    def __init__(self, batch: QuiverWriter) -> None:
+        self.batch = batch
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> QuiverStreamMessage:
+        query_id, batch_id, run_id = _task_ids()
+        job = _job(run_id, batch_id)
+        fragments = self.batch.stage(iterator, job=job)
+        return QuiverStreamMessage(fragments, query_id, batch_id, job)
+
+    @staticmethod
+    def _ids(
+        messages: Sequence[QuiverCommitMessage | None], batch_id: int
+    ) -> tuple[str | None, str | None]:
+        """The query id and staging job the tasks of batch `batch_id` reported."""
+        query_id = job = None
+        for m in messages:
+            if isinstance(m, QuiverStreamMessage) and m.batch_id in (None, batch_id):
+                query_id = query_id or m.query_id
+                job = job or m.job
+        return query_id, job
+
+    def commit(self, messages: Sequence[QuiverCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        query_id, job = self._ids(messages, batchId)
+        key = idempotency_key(query_id, batchId) if query_id is not None else None
+        answer = self.batch.commit(messages, idempotency_key=key, job=job)
+        if answer is None:
+            if job is not None:  # nothing to commit; failed attempts may have staged files
+                self._abort([], job)
+            return
+        if answer.get("duplicate") and job is None:
+            # a replayed batch: its rows are in already; its own staged files go
+            self._abort([f for m in messages if m is not None for f in m.fragments], None)
+
+    def abort(self, messages: Sequence[QuiverCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        _, job = self._ids(messages, batchId)
+        self._abort([f for m in messages if m is not None for f in m.fragments], job)
+
+    def _abort(self, fragments: list[str], job: str | None) -> None:
+        if not fragments and job is None:
+            return
+        with self.batch.conn.client() as client:
+            client.abort(self.batch.conn.dataset, fragments, job=job)
+
+
+# ---------------------------------------------------------------------------------------------
+# Source
+
+
+def _starting(options: Any) -> str | int:
+    """`latest`, `earliest` or a version number ≥ 1, from the `starting_version` option."""
+    raw = options.get("starting_version")
+    text = "latest" if raw is None else str(raw).strip().lower()
+    if text in ("latest", "earliest"):
+        return text
+    try:
+        number = int(text)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise QuiverOptionError(
+            f"the 'starting_version' option must be latest, earliest or a version number "
+            f"(1 or more), not {raw!r}"
+        )
+    return number
+
+
+class QuiverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches of the rows appended to a dataset, offsets being its versions."""
+
+    def __init__(self, conn: _Conn, options: Any, schema: StructType) -> None:
+        for pinned in ("version", "tag", "as_of"):
+            if options.get(pinned) is not None:
+                raise QuiverOptionError(
+                    f"the {pinned!r} option pins one version and has no meaning for a stream; "
+                    "use 'starting_version' (latest, earliest or a version number)"
+                )
+        self.conn = conn
+        self.schema = schema
+        self.filter: str | None = _read_options(options).get("filter")
+        self.starting = _starting(options)
+        self.target: int | None = None  # Trigger.AvailableNow: the last version to read
+
+    def _latest(self, client: Any) -> int:
+        return int(client.describe(self.conn.dataset)["version"])
+
+    def initialOffset(self) -> dict[str, int]:  # noqa: N802
+        if self.starting == "earliest":
+            return {"version": 0}
+        if isinstance(self.starting, int):
+            return {"version": self.starting - 1}
+        with self.conn.client() as client:
+            return {"version": self._latest(client)}
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+        with self.conn.client() as client:
+            self.target = self._latest(client)
+
+    def _info(self, client: Any, since: int, until: int) -> Any:
+        return client.flight_info(
+            self.conn.dataset,
+            appended_since=since,
+            version=until,
+            columns=list(self.schema.names),
+            filter=self.filter,
+        )
+
+    def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:  # noqa: N802
+        """The latest version, or the one before the first version that did more than
+        append (so the appends before it are delivered before the stream fails)."""
+        from clients.errors import QuiverError
+
+        since = int(start["version"])
+        with self.conn.client() as client:
+            latest = self._latest(client)
+            if self.target is not None:
+                latest = min(latest, self.target)
+            if latest <= since:
+                return start
+            try:
+                self._info(client, since, latest)
+            except QuiverError as e:
+                refused = e.details.get("version")
+                if e.code != "failed_precondition" or not isinstance(refused, int):
+                    raise
+                if refused - 1 > since:
+                    return {"version": refused - 1}
+                raise QuiverStreamError(
+                    f"{e.message}. Start a new streaming query (a new checkpointLocation) with "
+                    f".option('starting_version', '{refused + 1}') to follow later appends"
+                ) from None
+        return {"version": latest}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[QuiverPartition]:
+        since, until = int(start["version"]), int(end["version"])
+        if until <= since:
+            return []
+        with self.conn.client() as client:
+            info = self._info(client, since, until)
+            return [
+                QuiverPartition(bytes(e.ticket.ticket), client._locations(e))
+                for e in info.endpoints
+            ]
+
+    def read(self, partition: QuiverPartition) -> Iterator[pa.RecordBatch]:
+        return QuiverReader(self.conn, {}, self.schema).read(partition)

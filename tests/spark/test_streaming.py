@@ -1,0 +1,293 @@
+"""Structured Streaming through the `quiver` data source against a real local Spark session
+and a real Quiver server: the exactly-once sink (restart from the checkpoint, a replayed
+batch) and the source that follows a dataset's appends."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import shutil
+from pathlib import Path
+
+import lance
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+pyspark = pytest.importorskip("pyspark")
+
+from clients import Client  # noqa: E402
+from clients.spark import QuiverDataSource  # noqa: E402
+from clients.spark.datasource import QuiverOptionError, spark_schema  # noqa: E402
+from clients.spark.streaming import (  # noqa: E402
+    QuiverStreamMessage,
+    QuiverStreamReader,
+    idempotency_key,
+)
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
+
+
+def rows(start: int, n: int) -> pa.Table:
+    """Varied rows: nulls, empty and non-ASCII strings, large values, nested types."""
+    ids = list(range(start, start + n))
+    utc = dt.timezone.utc
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "s": pa.array(
+                [None if i % 5 == 0 else "" if i % 5 == 1 else f"ü→{i}✓" * (i % 4) for i in ids],
+                pa.string(),
+            ),
+            "big": pa.array([(2**62 + i) * (-1) ** i for i in ids], pa.int64()),
+            "f": pa.array([None if i % 6 == 0 else i / 3 for i in ids], pa.float64()),
+            "ts": pa.array(
+                [dt.datetime(2025, 1, 1, tzinfo=utc) + dt.timedelta(minutes=i) for i in ids],
+                pa.timestamp("us", tz="UTC"),
+            ),
+            "dec": pa.array([decimal.Decimal(i * 7) / 1000 for i in ids], pa.decimal128(12, 3)),
+            "st": pa.array(
+                [{"a": i, "b": None if i % 3 == 0 else f"n{i}"} for i in ids],
+                pa.struct([("a", pa.int64()), ("b", pa.string())]),
+            ),
+            "li": pa.array([[i, None, -i] if i % 4 else None for i in ids], pa.list_(pa.int32())),
+        }
+    )
+
+
+def pylance(root: Path, name: str) -> pa.Table:
+    return lance.dataset(str(root / f"{name}.lance")).to_table().sort_by("id")
+
+
+def same_rows(got: pa.Table, want: pa.Table) -> None:
+    """Whole tables equal: values, nulls and (after casting to `got`'s types) types."""
+    want = want.select(got.schema.names).cast(got.schema).sort_by("id")
+    assert got.sort_by("id").equals(want)
+
+
+def versions(uri: str, name: str) -> list[int]:
+    with Client(uri) as qc:
+        return [v["version"] for v in qc.versions(name)]
+
+
+def data_files(root: Path, name: str) -> set[str]:
+    return {p.name for p in (root / f"{name}.lance" / "data").iterdir()}
+
+
+def referenced_files(root: Path, name: str) -> set[str]:
+    ds = lance.dataset(str(root / f"{name}.lance"))
+    return {Path(f.path).name for frag in ds.get_fragments() for f in frag.data_files()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Sink
+
+
+def run_sink(spark, uri: str, source: Path, checkpoint: Path, name: str) -> None:
+    """One run of the file → quiver query: every file not yet done, one file per batch."""
+    schema = spark_schema(rows(0, 1).schema)
+    query = (
+        spark.readStream.schema(schema)
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(source))
+        .writeStream.format("quiver")
+        .option("uri", uri)
+        .option("dataset", name)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert query.exception() is None
+
+
+def test_sink_exactly_once_across_restarts_and_replay(spark, uri, root, tmp_path) -> None:
+    source, checkpoint, name = tmp_path / "in", tmp_path / "chk", "sink"
+    source.mkdir()
+    parts = [rows(i * 7, 7) for i in range(5)]
+    for i in range(3):
+        pq.write_table(parts[i], source / f"part{i}.parquet")
+    run_sink(spark, uri, source, checkpoint, name)
+    same_rows(pylance(root, name), pa.concat_tables(parts[:3]))
+    assert versions(uri, name) == [1, 2, 3]  # one version per micro-batch
+
+    # stopped; more input; restarted from the same checkpoint: only the new files
+    for i in (3, 4):
+        pq.write_table(parts[i], source / f"part{i}.parquet")
+    run_sink(spark, uri, source, checkpoint, name)
+    same_rows(pylance(root, name), pa.concat_tables(parts))
+    assert versions(uri, name) == [1, 2, 3, 4, 5]
+    files = data_files(root, name)
+    assert files == referenced_files(root, name)
+
+    # the last batch's sink commit landed but its checkpoint commit entry did not (a crash
+    # in between): Spark runs batch 4 again with the same offsets and the same batch id
+    (checkpoint / "commits" / "4").unlink()
+    (checkpoint / "commits" / ".4.crc").unlink(missing_ok=True)  # Hadoop's checksum
+    run_sink(spark, uri, source, checkpoint, name)
+    assert (checkpoint / "commits" / "4").exists()  # the batch really ran again
+    same_rows(pylance(root, name), pa.concat_tables(parts))  # no row twice
+    assert versions(uri, name) == [1, 2, 3, 4, 5]
+    assert data_files(root, name) == files  # the replay's staged files are gone
+
+
+def test_same_query_and_batch_commit_only_once(spark, uri, root) -> None:
+    """A replayed commit of one (query id, batch id), seen from the sink's side."""
+    name = "sink_replay"
+    source = QuiverDataSource({"uri": uri, "dataset": name})
+    with Client(uri) as qc:
+        qc.write(name, rows(0, 3), mode="create")
+
+    def batch(start: int, job: str | None) -> list[QuiverStreamMessage]:
+        writer = source.streamWriter(spark_schema(rows(0, 1).schema), False)
+        staged = writer.batch.stage(iter(rows(start, 4).to_batches()), job=job)
+        return [QuiverStreamMessage(staged, "q-1", 7, job), None]
+
+    writer = source.streamWriter(spark_schema(rows(0, 1).schema), False)
+    writer.commit(batch(10, None), 7)
+    assert versions(uri, name) == [1, 2]
+    files = data_files(root, name)
+    writer.commit(batch(10, None), 7)  # the same batch again, staged anew: no job
+    writer.commit(batch(10, "ss-run2-7"), 7)  # ... and under a staging job
+    assert versions(uri, name) == [1, 2]
+    assert data_files(root, name) == files  # both replays' staged files removed
+    same_rows(pylance(root, name), pa.concat_tables([rows(0, 3), rows(10, 4)]))
+    writer.commit(batch(20, None), 8)  # the next batch appends
+    assert versions(uri, name) == [1, 2, 3]
+    assert idempotency_key("q-1", 7) != idempotency_key("q-1", 8)
+
+
+# ---------------------------------------------------------------------------------------------
+# Source
+
+
+def follow(spark, uri: str, name: str, checkpoint: Path, seen: list[pa.Table]) -> None:
+    """One run (Trigger.AvailableNow) of a stream over `name` from its checkpoint, each
+    micro-batch's rows added to `seen`."""
+
+    def collect(frame, batch_id: int) -> None:
+        seen.append(frame.toArrow())
+
+    query = (
+        spark.readStream.format("quiver")
+        .option("uri", uri)
+        .option("dataset", name)
+        .load()
+        .writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+
+
+def everything(seen: list[pa.Table]) -> pa.Table:
+    return pa.concat_tables([t for t in seen if t.num_rows])
+
+
+def test_source_follows_appends(spark, uri, root, tmp_path) -> None:
+    name, checkpoint = "followed", tmp_path / "chk"
+    path = str(root / f"{name}.lance")
+    seen: list[pa.Table] = []
+    with Client(uri) as qc:
+        qc.write(name, rows(0, 20), mode="create")  # v1: before the query starts
+        follow(spark, uri, name, checkpoint, seen)
+        assert sum(t.num_rows for t in seen) == 0  # starting_version=latest: later appends
+
+        qc.write(name, rows(20, 10), mode="append")  # v2
+        lance.write_dataset(rows(30, 15), path, mode="append", max_rows_per_file=8)  # v3
+        follow(spark, uri, name, checkpoint, seen)
+        same_rows(everything(seen), rows(20, 25))
+
+        # a delete, a compaction and a tag add no rows; the deleted rows stay delivered
+        qc.delete(name, "id >= 20 AND id < 25")
+        qc.compact(name)
+        qc.create_tag(name, "t1")
+        qc.write(name, rows(45, 5), mode="append")
+        follow(spark, uri, name, checkpoint, seen)
+        same_rows(everything(seen), rows(20, 30))
+
+        # an overwrite: the append before it is delivered, then the stream fails
+        qc.write(name, rows(50, 4), mode="append")
+        qc.write(name, rows(100, 2), mode="overwrite")
+        overwrite = qc.describe(name)["version"]
+        with pytest.raises(Exception) as failed:
+            follow(spark, uri, name, checkpoint, seen)
+        message = str(failed.value)
+        assert f"version {overwrite} (overwrite)" in message and "'followed'" in message
+        assert f"'starting_version', '{overwrite + 1}'" in message
+        same_rows(everything(seen), rows(20, 34))
+        assert seen[-1].num_rows == 4  # that append was its own micro-batch
+
+        # the query cannot pass the overwrite; a new one after it follows the new appends
+        with pytest.raises(Exception, match=f"version {overwrite}"):
+            follow(spark, uri, name, checkpoint, seen)
+        seen.clear()
+        fresh = tmp_path / "chk-fresh"
+        follow(spark, uri, name, fresh, seen)
+        qc.write(name, rows(200, 3), mode="append")
+        follow(spark, uri, name, fresh, seen)
+        same_rows(everything(seen), rows(200, 3))
+
+
+def test_source_earliest_with_filter_and_columns(spark, uri, root, tmp_path) -> None:
+    name = "replayed"
+    with Client(uri) as qc:
+        qc.write(name, rows(0, 12), mode="create")
+        qc.write(name, rows(12, 12), mode="append")
+        qc.delete(name, "id < 6")
+        qc.write(name, rows(24, 6), mode="append")
+    query = (
+        spark.readStream.format("quiver")
+        .option("uri", uri)
+        .option("dataset", name)
+        .option("starting_version", "earliest")
+        .option("columns", "id,s,st")
+        .option("filter", "id % 3 = 0")
+        .load()
+        .writeStream.format("memory")
+        .queryName("replayed_out")
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    got = spark.table("replayed_out").toArrow()
+    assert got.schema.names == ["id", "s", "st"]
+    everything = rows(0, 30)  # the deleted rows were appended too
+    want = everything.filter(pa.array([i % 3 == 0 for i in everything["id"].to_pylist()]))
+    same_rows(got, want.select(["id", "s", "st"]))
+
+    # from version 2 on: the first append and what follows, nothing of the creation
+    shutil.rmtree(tmp_path / "chk2", ignore_errors=True)
+    query = (
+        spark.readStream.format("quiver")
+        .option("uri", uri)
+        .option("dataset", name)
+        .option("starting_version", "2")
+        .load()
+        .writeStream.format("memory")
+        .queryName("replayed_from_2")
+        .option("checkpointLocation", str(tmp_path / "chk2"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    same_rows(spark.table("replayed_from_2").toArrow(), rows(12, 18))
+
+
+def test_source_option_errors(uri) -> None:
+    schema = spark_schema(rows(0, 1).schema)
+    from clients.spark.datasource import _Conn
+
+    conn = _Conn.from_options({"uri": uri, "dataset": "x"})
+    for bad in ("0", "-3", "soon", "1.5"):
+        with pytest.raises(QuiverOptionError, match="'starting_version' option"):
+            QuiverStreamReader(conn, {"starting_version": bad}, schema)
+    with pytest.raises(QuiverOptionError, match="'version' option pins one version"):
+        QuiverStreamReader(conn, {"version": "3"}, schema)
+    reader = QuiverStreamReader(conn, {"starting_version": "EARLIEST"}, schema)
+    assert reader.initialOffset() == {"version": 0}
+    assert QuiverStreamReader(conn, {"starting_version": "5"}, schema).initialOffset() == {
+        "version": 4
+    }
