@@ -10,7 +10,13 @@ Three contexts use the tree (`lance.encodings21.CompressiveEncoding`):
 Decoded values are *physical* arrays: Flat(1) -> bool, Flat(8..64) -> uint8..uint64, other
 byte multiples -> fixed_size_binary, Variable/Fsst -> large_binary, FixedSizeList -> a
 FixedSizeListArray of the inner physical array. Every size, offset and width read from the
-file is bounds-checked; corrupt input raises CorruptFileError naming `where`.
+file is bounds-checked; corrupt input raises CorruptFileError naming `where`; variants a
+2.1/2.2 file cannot hold (Range, Delta, generic Variable offsets, VariablePackedStruct) raise
+UnsupportedFeatureError naming them.
+
+Encoders for the writer live next to their decoders: `bitpacking` (FastLanes inline and
+out-of-line), `rle`, `general` (LZ4/zstd framing), `byte_stream_split`, `fsst`, and here the
+Variable chunk and block layouts (`encode_variable_chunks`, `encode_variable_block`).
 """
 
 from __future__ import annotations
