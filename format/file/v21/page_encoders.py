@@ -359,8 +359,9 @@ def _layers_pb(layers: list[Layer]) -> list[int]:
     return [int(x) for x in layers]
 
 
-def encode_page(page: PageInput, where: str) -> EncodedPage:
-    """Pick the layout for one page and encode it."""
+def encode_page(page: PageInput, where: str, *, full_zip: bool = False) -> EncodedPage:
+    """Pick the layout for one page and encode it (`full_zip` forces that layout, for rows
+    whose levels no mini-block chunk can hold)."""
     vals_valid = _any_valid(page)
     if not vals_valid:
         return _all_null(page)
@@ -371,6 +372,12 @@ def encode_page(page: PageInput, where: str) -> EncodedPage:
         bits = arr.type.index_type.bit_width
         return _dictionary_page(page, arr.dictionary_decode(), where, bits)
     vals = physical(arr, where)
+    if full_zip:
+        if isinstance(vals, FixedValues) and vals.bits % 8 == 0:
+            return _full_zip(page, vals)
+        if isinstance(vals, VariableValues):
+            return _full_zip(page, vals)
+        raise TooDense(f"{where}: no full-zip form for {arr.type}")
     if isinstance(vals, FixedValues):
         has_inner_nulls = any(layer.validity is not None for layer in vals.fsl)
         wide = vals.value_bits >= FULLZIP_MIN_BYTES * 8 and vals.bits % 8 == 0

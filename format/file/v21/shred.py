@@ -39,6 +39,16 @@ class LeafPath:
     field: LanceField  # the leaf field
     kinds: tuple[str, ...]  # "item" (struct or the leaf itself) or "list", outermost first
     name: str  # dotted path, for messages
+    nullable: tuple[bool, ...] = ()  # per layer, outermost first: the field's nullability
+
+    def structs_above_lists(self) -> list[int]:
+        """Depths of nullable struct layers with a list below them on this path."""
+        last_list = max((d for d, k in enumerate(self.kinds) if k == "list"), default=-1)
+        return [
+            d
+            for d in range(last_list)
+            if self.kinds[d] == "item" and (not self.nullable or self.nullable[d])
+        ]
 
     @property
     def max_rep(self) -> int:
@@ -70,7 +80,9 @@ def leaf_paths(field: LanceField, where: str) -> list[LeafPath]:
     """The leaves under a top-level field, in column order (pre-order)."""
     out: list[LeafPath] = []
 
-    def walk(f: LanceField, kinds: tuple[str, ...], name: str) -> None:
+    def walk(
+        f: LanceField, kinds: tuple[str, ...], name: str, nulls: tuple[bool, ...] = ()
+    ) -> None:
         lt = f.logical_type
         if f.is_blob:
             raise UnsupportedFeatureError(
@@ -87,14 +99,14 @@ def leaf_paths(field: LanceField, where: str) -> list[LeafPath]:
                     "cannot store a struct without leaf columns"
                 )
             for c in f.children:
-                walk(c, (*kinds, "item"), f"{name}.{c.name}")
+                walk(c, (*kinds, "item"), f"{name}.{c.name}", (*nulls, f.nullable))
             return
         if lt in LIST_TYPES:
             child = f.children[0]
-            walk(child, (*kinds, "list"), f"{name}.{child.name}")
+            walk(child, (*kinds, "list"), f"{name}.{child.name}", (*nulls, f.nullable))
             return
         _check_leaf_type(f.arrow_type, name, where)
-        out.append(LeafPath(f, (*kinds, "item"), name))
+        out.append(LeafPath(f, (*kinds, "item"), name, (*nulls, f.nullable)))
 
     walk(field, (), field.name)
     return out
@@ -253,18 +265,24 @@ def _is_range(idx: np.ndarray) -> bool:
 
 
 # -- page-time numbering ------------------------------------------------------------------
-def layer_kinds(path: LeafPath, defs: np.ndarray) -> list[Layer]:
-    """The page's layers, innermost first, from which null/empty codes occur in `defs`."""
+def seen_codes(path: LeafPath, defs: np.ndarray) -> np.ndarray:
+    """Which raw definition codes occur in `defs` (bool per code)."""
+    size = 2 * len(path.kinds) + 1
+    if not len(defs):
+        return np.zeros(size, dtype=bool)
+    return np.bincount(defs, minlength=size)[:size] > 0
+
+
+def layer_kinds(path: LeafPath, seen: np.ndarray) -> list[Layer]:
+    """The layers, innermost first, for pages holding the raw codes marked in `seen`."""
     depth = len(path.kinds)
-    seen = (
-        np.bincount(defs, minlength=2 * depth + 1) > 0
-        if len(defs)
-        else np.zeros(2 * depth + 1, dtype=bool)
-    )
     layers = []
     for d in range(depth - 1, -1, -1):
         null, empty = bool(seen[2 * d + 1]), bool(seen[2 * d + 2])
         if path.kinds[d] == "list":
+            # pylance's reader needs a list layer with validity under any null or empty
+            # ancestor (it writes them that way too)
+            null = null or bool(seen[1 : 2 * d + 1].any())
             if null and empty:
                 layers.append(Layer.NULL_AND_EMPTY_LIST)
             elif null:

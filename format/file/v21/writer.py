@@ -53,6 +53,10 @@ class _Leaf:
     buffered: int = 0
     rows_written: int = 0
     peak: int = 0
+    seen: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+
+    def __post_init__(self) -> None:
+        self.seen = np.zeros(2 * len(self.path.kinds) + 1, dtype=bool)
 
 
 def _piece_bytes(p: sh.Shredded) -> int:
@@ -189,21 +193,42 @@ class StructuralFileWriter(DataFileWriter):
         """Encode `data` as one page, or split by rows when a chunk cannot hold it."""
         where = f"{self.path}: column {leaf.path.name!r}"
         try:
-            page = encode_page(self._page_input(leaf.path, data), where)
+            page = encode_page(self._page_input(leaf, data), where)
         except TooDense:
             if data.num_rows <= 1:
-                raise UnsupportedFeatureError(
-                    f"{where}: one row holds more nested levels than a mini-block chunk can "
-                    "describe"
-                ) from None
+                try:  # full-zip pages have no chunk limits
+                    page = encode_page(self._page_input(leaf, data), where, full_zip=True)
+                except TooDense:
+                    raise UnsupportedFeatureError(
+                        f"{where}: one row holds more nested levels than a page of this type "
+                        "can describe"
+                    ) from None
+                self._emit(leaf, data.num_rows, page)
+                return
             half = data.num_rows // 2
             self._write_pages(leaf, sh.slice_rows(data, leaf.path, 0, half))
             self._write_pages(leaf, sh.slice_rows(data, leaf.path, half, data.num_rows))
             return
         self._emit(leaf, data.num_rows, page)
 
-    def _page_input(self, path: sh.LeafPath, data: sh.Shredded) -> PageInput:
-        layers = sh.layer_kinds(path, data.defs)
+    def _page_input(self, leaf: _Leaf, data: sh.Shredded) -> PageInput:
+        path = leaf.path
+        # Layer kinds only ever widen from page to page: pylance 14 miscounts nulls when a
+        # later page of a column declares a layer all-valid that an earlier page declared
+        # nullable (its own files fail the same way).
+        leaf.seen |= sh.seen_codes(path, data.defs)
+        # pylance 14 also miscounts a struct's nulls when the struct sits above a list and
+        # its layer changes kind between pages (even all-valid -> nullable, in its own
+        # files too): such struct layers are always declared nullable.
+        for d in path.structs_above_lists():
+            leaf.seen[2 * d + 1] = True
+        if len(path.kinds) > 1 and not np.any(data.defs == 0):
+            # An all-null page must declare its struct ancestors nullable, or pylance 14
+            # miscounts the struct's nulls (its own files fail the same way).
+            for d, kind in enumerate(path.kinds[:-1]):
+                if kind == "item":
+                    leaf.seen[2 * d + 1] = True
+        layers = sh.layer_kinds(path, leaf.seen)
         defs = None
         if max_def(layers):
             defs = sh.def_table(path, layers)[data.defs]
