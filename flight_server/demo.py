@@ -1,4 +1,5 @@
-"""A small demo dataset for `make serve`: 5,000 rows of varied types in 5 fragments."""
+"""Small demo datasets for `make serve`: `demo` (5,000 items of varied types in 5 fragments)
+and `orders` (20,000 orders of those items in 4 fragments), enough for a join."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from format.dataset import write_dataset
 DEMO_NAME = "demo"
 DEMO_ROWS = 5000
 DEMO_ROWS_PER_FRAGMENT = 1000
+ORDERS_NAME = "orders"
+ORDERS_ROWS = 20_000
+ORDERS_ROWS_PER_FRAGMENT = 5000
 
 
 def demo_table(rows: int = DEMO_ROWS, seed: int = 4) -> pa.Table:
@@ -71,15 +75,50 @@ def demo_table(rows: int = DEMO_ROWS, seed: int = 4) -> pa.Table:
     )
 
 
-def ensure_demo(root: str) -> str | None:
-    """Create the `demo` dataset if the root holds no dataset; returns its name if created."""
-    root = normalize_root(root)
-    if discover(root):
-        return None
-    write_dataset(
-        demo_table(),
-        dataset_uri(root, DEMO_NAME),
-        mode="create",
-        max_rows_per_file=DEMO_ROWS_PER_FRAGMENT,
+def orders_table(rows: int = ORDERS_ROWS, items: int = DEMO_ROWS, seed: int = 5) -> pa.Table:
+    """Deterministic orders of `demo` items (`item_id` → `demo.id`; a few ids match no item):
+    customers, unicode countries, statuses, quantities, nullable coupons, timestamps."""
+    rng = np.random.default_rng(seed)
+    countries = np.array(["Portugal", "日本", "Ecuador", "Norge", "Kenya", "Australia", "France"])
+    statuses = np.array(["placed", "shipped", "delivered", "returned"])
+    customer = rng.integers(0, 800, rows)
+    coupons = np.array(["", "SPRING10", "VIP-20 ✓"])
+    coupon = rng.integers(0, 3, rows)
+    start = np.datetime64("2025-01-01T00:00:00", "us")
+    return pa.table(
+        {
+            "order_id": pa.array(np.arange(rows, dtype=np.int64)),
+            "item_id": pa.array(rng.integers(0, items + 20, rows, dtype=np.int64)),
+            "customer": pa.array(np.char.add("cust-", np.char.zfill(customer.astype(str), 4))),
+            "country": pa.array(countries[customer % len(countries)]),
+            "status": pa.array(statuses[rng.choice(4, rows, p=[0.1, 0.3, 0.5, 0.1])]),
+            "quantity": pa.array(rng.integers(1, 11, rows).astype(np.int32)),
+            "coupon": pa.array(coupons[coupon], mask=rng.random(rows) < 0.7),
+            "ordered_at": pa.array(
+                start + rng.integers(0, 365 * 24 * 3600 * 10**6, rows).astype("timedelta64[us]")
+            ).cast(pa.timestamp("us", tz="UTC")),
+        }
     )
-    return DEMO_NAME
+
+
+_DEMOS = {
+    DEMO_NAME: (demo_table, DEMO_ROWS_PER_FRAGMENT),
+    ORDERS_NAME: (orders_table, ORDERS_ROWS_PER_FRAGMENT),
+}
+
+
+def ensure_demo(root: str) -> list[str]:
+    """Create the demo datasets missing from a root that holds no other dataset (an older
+    demo root gains `orders`); returns the names created."""
+    root = normalize_root(root)
+    present = {found.name for found in discover(root)}
+    if present - set(_DEMOS):
+        return []  # the user's own data: leave it alone
+    created = []
+    for name, (make, per_fragment) in _DEMOS.items():
+        if name not in present:
+            write_dataset(
+                make(), dataset_uri(root, name), mode="create", max_rows_per_file=per_fragment
+            )
+            created.append(name)
+    return created

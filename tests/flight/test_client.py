@@ -385,7 +385,7 @@ def test_quickstart_example_runs(tmp_path: Path, capsys: pytest.CaptureFixture[s
     finally:
         s.close()
     out = capsys.readouterr().out
-    assert "datasets: ['demo']" in out and "NotFound:" in out
+    assert "datasets: ['demo', 'orders']" in out and "NotFound:" in out
     assert not (tmp_path / "quickstart.lance").exists()
 
 
