@@ -373,15 +373,14 @@ def encode_page(page: PageInput, where: str, *, full_zip: bool = False) -> Encod
         return _dictionary_page(page, arr.dictionary_decode(), where, bits)
     vals = physical(arr, where)
     if full_zip:
-        if isinstance(vals, FixedValues) and vals.bits % 8 == 0:
+        if isinstance(vals, FixedValues) and _fullzip_rows(vals) is not None:
             return _full_zip(page, vals)
         if isinstance(vals, VariableValues):
             return _full_zip(page, vals)
         raise TooDense(f"{where}: no full-zip form for {arr.type}")
     if isinstance(vals, FixedValues):
-        has_inner_nulls = any(layer.validity is not None for layer in vals.fsl)
         wide = vals.value_bits >= FULLZIP_MIN_BYTES * 8 and vals.bits % 8 == 0
-        if wide and not has_inner_nulls:
+        if wide and _fullzip_rows(vals) is not None:
             return _full_zip(page, vals)
     elif isinstance(vals, VariableValues) and vals.max_length >= FULLZIP_MIN_BYTES:
         return _full_zip(page, vals)
@@ -530,6 +529,26 @@ def _bits(x: int) -> int:
     return int(x).bit_length()
 
 
+def _fullzip_rows(vals: FixedValues) -> tuple[np.ndarray, int] | None:
+    """Each fixed-width value's full-zip bytes as rows of a 2-D array, and its bit width:
+    the value bytes, preceded by the item validity bitmap for a fixed_size_list with nulls
+    (one level only, whole bytes). None when no full-zip form is written."""
+    if vals.bits % 8:
+        return None
+    nulls = [layer for layer in vals.fsl if layer.validity is not None]
+    w = vals.value_bits // 8
+    rows = vals.data.reshape(vals.count, w)
+    if not nulls:
+        return rows, vals.value_bits
+    if len(vals.fsl) != 1 or vals.fsl[0].size % 8:
+        return None
+    k = vals.fsl[0].size
+    bitmap = np.packbits(
+        vals.fsl[0].validity.reshape(vals.count, k).astype(np.uint8), axis=1, bitorder="little"
+    )
+    return np.concatenate([bitmap, rows], axis=1), vals.value_bits + k
+
+
 def _full_zip(page: PageInput, vals: FixedValues | VariableValues) -> EncodedPage:
     """Control word per entry, values zipped in; a row-offset index for lists / variable."""
     mrep = max_rep(page.layers) if page.rep is not None else 0
@@ -558,10 +577,13 @@ def _full_zip(page: PageInput, vals: FixedValues | VariableValues) -> EncodedPag
         fz.bits_per_offset = vals.offset_bits
         fz.value_compression.CopyFrom(_variable_enc(vals.offset_bits))
     else:
-        width = vals.value_bits // 8
+        zipped = _fullzip_rows(vals)
+        assert zipped is not None
+        value_rows, value_bits = zipped
+        width = value_bits // 8
         sizes = np.full(n_entries, cw, dtype=np.int64)
         sizes[vis_idx] += width
-        fz.bits_per_value = vals.value_bits
+        fz.bits_per_value = value_bits
         fz.value_compression.CopyFrom(_value_encoding(vals))
     starts = np.cumsum(sizes) - sizes
     out = np.zeros(int(sizes.sum()), dtype=np.uint8)
@@ -582,16 +604,16 @@ def _full_zip(page: PageInput, vals: FixedValues | VariableValues) -> EncodedPag
         src_starts = vals.offsets[:-1][slot_valid]
         scatter(out, starts[carry] + cw + lw, vals.data, src_starts, lengths[slot_valid])
     else:
-        width = vals.value_bits // 8
+        flat = value_rows.reshape(-1)
         if page.visible is None and cw == 0:
-            out = vals.data
+            out = flat
         elif page.visible is None:
-            out.reshape(n_entries, cw + width)[:, cw:] = vals.data.reshape(n_entries, width)
+            out.reshape(n_entries, cw + width)[:, cw:] = value_rows
         else:
             scatter(
                 out,
                 starts[vis_idx] + cw,
-                vals.data,
+                flat,
                 np.arange(len(vis_idx), dtype=np.int64) * width,
                 np.full(len(vis_idx), width, dtype=np.int64),
             )

@@ -379,3 +379,35 @@ def test_unknown_versions_and_bad_batches(tmp_path: Path) -> None:
     w.finish()
     with pytest.raises(InvalidInputError):
         w.write(pa.record_batch({"a": pa.array([1])}))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_wide_fixed_size_lists_with_item_nulls(tmp_path: Path, version: str) -> None:
+    """Full-zip vectors whose items have nulls carry a validity bitmap before each value,
+    also inside lists; very wide vectors go full-zip too."""
+    rng = np.random.default_rng(0)
+    n = 300
+    items = pa.array(
+        rng.standard_normal(n * 128).astype(np.float32), mask=rng.random(n * 128) < 0.1
+    )
+    vec = pa.FixedSizeListArray.from_arrays(items, 128, mask=pa.array(rng.random(n) < 0.1))
+    wide = pa.FixedSizeListArray.from_arrays(
+        pa.array(rng.standard_normal(n * 8192), mask=rng.random(n * 8192) < 0.01), 8192
+    )
+    table = pa.table(
+        {
+            "vec": vec,
+            "lv": pa.array(
+                [[x] if i % 3 else None for i, x in enumerate(vec.to_pylist())],
+                pa.list_(pa.list_(pa.float32(), 128)),
+            ),
+            "wide": wide,
+        }
+    )
+    uri = str(tmp_path / "ds")
+    one_file_dataset(uri, table, version)
+    for col in layouts(uri):
+        assert all(p.HasField("full_zip_layout") for p in col)
+    assert layouts(uri)[0][0].full_zip_layout.bits_per_value == 128 * 32 + 128
+    _assert_same(lance.dataset(uri).to_table(), table, "pylance reads ours")
+    _assert_same(dataset(uri).to_table(), table, "we read ours")
