@@ -43,7 +43,6 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, DataSourceStreamReader
-from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from clients.spark.datasource import (
@@ -68,9 +67,20 @@ _QUERY_ID = "sql.streaming.queryId"
 _BATCH_ID = "streaming.sql.batchId"
 _RUN_ID = "spark.jobGroup.id"  # MicroBatchExecution runs each query run in a job group
 
+try:  # PySpark 4.2+; on 4.1 Trigger.AvailableNow falls back to Spark's own wrapper
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+except ImportError:  # pragma: no cover - PySpark 4.1
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        """Stand-in for the PySpark 4.2 mixin."""
+
 
 class QuiverStreamError(RuntimeError):
-    """A stream over a dataset cannot go on (its history did more than append rows)."""
+    """A stream over a dataset cannot go on: `version` did more than append rows."""
+
+    def __init__(self, message: str, version: int) -> None:
+        super().__init__(message)
+        self.version = version
 
 
 def idempotency_key(query_id: str, batch_id: int) -> str:
@@ -200,6 +210,7 @@ class QuiverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.filter: str | None = _read_options(options).get("filter")
         self.starting = _starting(options)
         self.target: int | None = None  # Trigger.AvailableNow: the last version to read
+        self.last: dict[str, int] | None = None  # the last end offset planned (PySpark 4.1)
 
     def _latest(self, client: Any) -> int:
         return int(client.describe(self.conn.dataset)["version"])
@@ -217,42 +228,56 @@ class QuiverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.target = self._latest(client)
 
     def _info(self, client: Any, since: int, until: int) -> Any:
-        return client.flight_info(
-            self.conn.dataset,
-            appended_since=since,
-            version=until,
-            columns=list(self.schema.names),
-            filter=self.filter,
-        )
-
-    def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:  # noqa: N802
-        """The latest version, or the one before the first version that did more than
-        append (so the appends before it are delivered before the stream fails)."""
+        """The FlightInfo of the rows appended in (since, until]."""
         from clients.errors import QuiverError
 
-        since = int(start["version"])
+        try:
+            return client.flight_info(
+                self.conn.dataset,
+                appended_since=since,
+                version=until,
+                columns=list(self.schema.names),
+                filter=self.filter,
+            )
+        except QuiverError as e:
+            refused = e.details.get("version")
+            if e.code != "failed_precondition" or not isinstance(refused, int):
+                raise
+            raise QuiverStreamError(
+                f"{e.message}. Start a new streaming query (a new checkpointLocation) with "
+                f".option('starting_version', '{refused + 1}') to follow later appends",
+                refused,
+            ) from None
+
+    def latestOffset(  # noqa: N802
+        self, start: dict[str, int] | None = None, limit: Any = None
+    ) -> dict[str, int]:
+        """The latest version, or the one before the first version that did more than
+        append (so the appends before it are delivered before the stream fails).
+
+        PySpark 4.1 passes no `start`: the last planned end stands in for it, else the
+        latest version is returned and `partitions` reports a refused version."""
+        start = start if start is not None else self.last
         with self.conn.client() as client:
             latest = self._latest(client)
             if self.target is not None:
                 latest = min(latest, self.target)
+            if start is None:
+                return {"version": latest}
+            since = int(start["version"])
             if latest <= since:
                 return start
             try:
                 self._info(client, since, latest)
-            except QuiverError as e:
-                refused = e.details.get("version")
-                if e.code != "failed_precondition" or not isinstance(refused, int):
-                    raise
-                if refused - 1 > since:
-                    return {"version": refused - 1}
-                raise QuiverStreamError(
-                    f"{e.message}. Start a new streaming query (a new checkpointLocation) with "
-                    f".option('starting_version', '{refused + 1}') to follow later appends"
-                ) from None
+            except QuiverStreamError as e:
+                if e.version - 1 > since:
+                    return {"version": e.version - 1}
+                raise
         return {"version": latest}
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[QuiverPartition]:
         since, until = int(start["version"]), int(end["version"])
+        self.last = {"version": until}
         if until <= since:
             return []
         with self.conn.client() as client:

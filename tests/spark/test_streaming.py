@@ -131,6 +131,78 @@ def test_sink_exactly_once_across_restarts_and_replay(spark, uri, root, tmp_path
     assert data_files(root, name) == files  # the replay's staged files are gone
 
 
+def test_failed_batch_leaves_nothing(spark, uri, root, tmp_path) -> None:
+    """A task of a micro-batch fails: `abort` removes what the other task staged."""
+    from pyspark.sql.functions import udf
+
+    name, source = "sink_fail", tmp_path / "in"
+    source.mkdir()
+    with Client(uri) as qc:
+        qc.write(name, rows(0, 2), mode="create")
+    before, files = versions(uri, name), data_files(root, name)
+    pq.write_table(rows(100, 40), source / "part0.parquet")
+
+    @udf("bigint")
+    def boom(i: int) -> int:
+        if i == 139:
+            import time
+
+            time.sleep(3.0)  # the other task stages (and reports) its fragments first
+            raise RuntimeError("task failure on purpose")
+        return i
+
+    query = (
+        spark.readStream.schema(spark_schema(rows(0, 1).schema))
+        .parquet(str(source))
+        .repartition(2)
+        .withColumn("id", boom("id"))
+        .writeStream.format("quiver")
+        .option("uri", uri)
+        .option("dataset", name)
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(Exception, match="task failure on purpose"):
+        query.awaitTermination()
+    assert versions(uri, name) == before
+    assert data_files(root, name) == files
+
+
+def test_sink_complete_mode_overwrites(spark, uri, root, tmp_path) -> None:
+    """Output mode complete: each micro-batch replaces the dataset with the whole result."""
+    from pyspark.sql.functions import col
+
+    name, source = "sink_counts", tmp_path / "in"
+    source.mkdir()
+    parts = [rows(i * 10, 10 + i) for i in range(3)]
+    for i, part in enumerate(parts):
+        pq.write_table(part, source / f"part{i}.parquet")
+    query = (
+        spark.readStream.schema(spark_schema(rows(0, 1).schema))
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(source))
+        .groupBy((col("id") % 3).alias("k"))
+        .count()
+        .writeStream.format("quiver")
+        .outputMode("complete")
+        .option("uri", uri)
+        .option("dataset", name)
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    everything = pa.concat_tables(parts)
+    k = pa.array([i % 3 for i in everything["id"].to_pylist()], pa.int64())
+    want = pa.table({"k": k}).group_by("k").aggregate([("k", "count")])
+    want = want.rename_columns(["k", "count"])
+    got = lance.dataset(str(root / f"{name}.lance")).to_table().sort_by("k")
+    assert got.column("k").to_pylist() == want.sort_by("k").column("k").to_pylist()
+    assert got.column("count").to_pylist() == want.sort_by("k").column("count").to_pylist()
+    assert versions(uri, name) == [1, 2, 3]  # one overwrite per micro-batch
+
+
 def test_same_query_and_batch_commit_only_once(spark, uri, root) -> None:
     """A replayed commit of one (query id, batch id), seen from the sink's side."""
     name = "sink_replay"
