@@ -353,6 +353,7 @@ class PageInput:
     num_rows: int
     version: str  # "2.1" | "2.2"
     dictionary: bool = True  # whether automatic dictionary encoding may be used
+    dict_index_bits: int = 0  # dictionary-typed fields: the key width (values come decoded)
 
 
 def _layers_pb(layers: list[Layer]) -> list[int]:
@@ -368,9 +369,8 @@ def encode_page(page: PageInput, where: str, *, full_zip: bool = False) -> Encod
     arr = page.values
     if isinstance(arr, pa.ExtensionArray):
         arr = arr.storage
-    if pa.types.is_dictionary(arr.type):
-        bits = arr.type.index_type.bit_width
-        return _dictionary_page(page, arr.dictionary_decode(), where, bits)
+    if page.dict_index_bits:
+        return _dictionary_page(page, arr, where, page.dict_index_bits)
     vals = physical(arr, where)
     if full_zip:
         if isinstance(vals, FixedValues) and _fullzip_rows(vals) is not None:
@@ -677,10 +677,8 @@ def _dictionary_page(
     columns keep their index width (pylance checks it against the key type)."""
     encoded = pc.dictionary_encode(arr)
     items = encoded.dictionary
-    if len(items) > (1 << index_bits) - 1:
-        raise UnsupportedFeatureError(
-            f"{where}: {len(items)} distinct dictionary values do not fit {index_bits}-bit keys"
-        )
+    if len(items) > 1 << (index_bits - 1):  # fewer rows per page, then
+        raise TooDense(f"{where}: {len(items)} distinct values overflow {index_bits}-bit keys")
     idx = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(f"<u{index_bits // 8}")
     denc, dbytes = _dictionary_block(items, where)
     vals = FixedValues(len(idx), index_bits, idx.view(np.uint8))

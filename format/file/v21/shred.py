@@ -182,6 +182,10 @@ def _walk(
         )
         return
     path = next(paths)
+    if pa.types.is_dictionary(arr.type):
+        # Decoded, so nulls inside the dictionary count as nulls; the page encoder builds
+        # each page's dictionary again.
+        arr = arr.dictionary_decode()
     if pa.types.is_null(arr.type):
         st_leaf = _State(st.reps, st.defs.copy(), st.pos)
         st_leaf.defs[st_leaf.defs == 0] = 2 * depth + 1
@@ -330,13 +334,8 @@ def concat(pieces: list[Shredded]) -> Shredded:
         return pieces[0]
     rep = None if pieces[0].rep is None else np.concatenate([p.rep for p in pieces])
     defs = np.concatenate([p.defs for p in pieces])
-    vals = [p.values for p in pieces]
-    values = pa.concat_arrays(vals) if len({v.type for v in vals}) == 1 else _concat_dict(vals)
+    values = pa.concat_arrays([p.values for p in pieces])
     return Shredded(rep, defs, values, sum(p.num_rows for p in pieces))
-
-
-def _concat_dict(vals: list[pa.Array]) -> pa.Array:
-    return pa.chunked_array(vals).unify_dictionaries().combine_chunks()
 
 
 def slice_rows(sh: Shredded, path: LeafPath, start: int, stop: int) -> Shredded:

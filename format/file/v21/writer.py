@@ -66,11 +66,16 @@ def _piece_bytes(p: sh.Shredded) -> int:
 def _compact(p: sh.Shredded) -> sh.Shredded:
     """`p`, with its values copied if they are a small slice of much larger buffers."""
     v = p.values
-    if pa.types.is_dictionary(v.type):
-        return p
     if v.get_total_buffer_size() > 2 * v.nbytes + _PIN_SLACK:
         return sh.Shredded(p.rep, p.defs, pa.concat_arrays([v]), p.num_rows)
     return p
+
+
+def _dict_index_bits(t: pa.DataType) -> int:
+    """The key width of a dictionary-typed leaf (0 for any other type)."""
+    if isinstance(t, pa.ExtensionType):
+        t = t.storage_type
+    return t.index_type.bit_width if pa.types.is_dictionary(t) else 0
 
 
 class StructuralFileWriter(DataFileWriter):
@@ -242,6 +247,7 @@ class StructuralFileWriter(DataFileWriter):
             num_rows=data.num_rows,
             version=self.version,
             dictionary=self.auto_dictionaries,
+            dict_index_bits=_dict_index_bits(path.field.arrow_type),
         )
 
     def _emit(self, leaf: _Leaf, rows: int, page: EncodedPage) -> None:

@@ -411,3 +411,24 @@ def test_wide_fixed_size_lists_with_item_nulls(tmp_path: Path, version: str) -> 
     assert layouts(uri)[0][0].full_zip_layout.bits_per_value == 128 * 32 + 128
     _assert_same(lance.dataset(uri).to_table(), table, "pylance reads ours")
     _assert_same(dataset(uri).to_table(), table, "we read ours")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_dictionary_columns(tmp_path: Path, version: str) -> None:
+    """Dictionary-typed columns: batches with different dictionaries (nulls inside them
+    too) share pages, and the keys keep their width."""
+    batches = []
+    for k in range(6):
+        words = pa.array([f"w{k}-{i}é" if i % 11 else None for i in range(100)])
+        idx = pa.array(
+            [(i * 7) % 100 for i in range(300)], pa.int16(), mask=[i % 13 == 0 for i in range(300)]
+        )
+        batches.append(pa.record_batch({"d": pa.DictionaryArray.from_arrays(idx, words)}))
+    table = pa.Table.from_batches(batches)
+    uri = str(tmp_path / "ds")
+    one_file_dataset(uri, table, version, rows=300)
+    pages = layouts(uri)[0]
+    assert all(p.mini_block_layout.num_dictionary_items > 100 for p in pages)
+    for who, got in (("pylance", lance.dataset(uri).to_table()), ("ours", dataset(uri).to_table())):
+        assert got.schema.field("d").type == table.schema.field("d").type, who
+        assert got.column("d").to_pylist() == table.column("d").to_pylist(), who
