@@ -229,7 +229,7 @@ class StructuralFileReader(DataFileReader):
             arrays = pieces[pos : pos + len(cols)]
             pos += len(cols)
             with self._guard(f"field {f.name!r}"):
-                out.append(uv.merge(f, arrays, cols[0].leaf_type, self.path))
+                out.append(uv.merge(f, arrays, self.path))
         return out
 
     # -- pages --------------------------------------------------------------------------

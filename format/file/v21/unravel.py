@@ -266,9 +266,9 @@ def _list_offsets(a: pa.Array) -> np.ndarray:
     return off
 
 
-def merge(f: LanceField, arrays: Sequence[pa.Array], leaf_type: pa.DataType, path: str) -> pa.Array:
-    """One array of `f`'s type (leaf type `leaf_type` for a leaf) from the path arrays of
-    its leaves, in `leaf_paths` order."""
+def merge(f: LanceField, arrays: Sequence[pa.Array], path: str) -> pa.Array:
+    """One array of `f`'s type from the path arrays of its leaves, in `leaf_paths` order
+    (a leaf's own array is returned as it is)."""
     if f.is_leaf:
         if len(arrays) != 1:
             raise CorruptFileError(path, f"field {f.name!r}: {len(arrays)} arrays for one leaf")
@@ -285,7 +285,7 @@ def merge(f: LanceField, arrays: Sequence[pa.Array], leaf_type: pa.DataType, pat
             k = len(leaf_paths(c))
             kids_in.append(pieces[pos : pos + k])
             pos += k
-        kids = [merge(c, ks, _leaf_of(c), path) for c, ks in zip(f.children, kids_in, strict=True)]
+        kids = [merge(c, ks, path) for c, ks in zip(f.children, kids_in, strict=True)]
         return pa.Array.from_buffers(t, n, [bitmap(_valid_np(first))], children=kids)
     if lt in _LISTS:
         off = _list_offsets(first)
@@ -299,13 +299,9 @@ def merge(f: LanceField, arrays: Sequence[pa.Array], leaf_type: pa.DataType, pat
                 )
             values.append(a.values.slice(int(o[0]), int(o[-1] - o[0])))
         (child,) = f.children
-        items = merge(child, values, _leaf_of(child), path)
+        items = merge(child, values, path)
         width = np.int64 if pa.types.is_large_list(t) else np.int32
         return pa.Array.from_buffers(
             t, n, [bitmap(_valid_np(first)), pa.py_buffer(rel.astype(width))], children=[items]
         )
     raise UnsupportedFeatureError(f"{path}: field {f.name!r} of type {lt} in a 2.1+ file")
-
-
-def _leaf_of(f: LanceField) -> pa.DataType:
-    return f.arrow_type

@@ -754,15 +754,20 @@ def test_random_nested_tables(
     lance.write_dataset(
         pa.RecordBatchReader.from_batches(table.schema, batches),
         uri,
-        data_storage_version=version,
-        max_rows_per_file=400,
+        data_storage_version=version,  # one file: pylance 14 fails to split struct nulls
         max_page_bytes=page_bytes,
         data_cache_bytes=page_bytes * 4,
     )
-    ref, ours = lance.dataset(uri), dataset(uri)
-    assert_same(ours.to_table(), ref.to_table(), f"{version} {types}")
+    ours = dataset(uri)
+    try:
+        expected = lance.dataset(uri).to_table()
+    except (OSError, pa.ArrowException):
+        # pylance 14 cannot read some pages it writes for null structs over lists
+        # ("Incorrect number of nulls for StructArray"); what was written is the oracle.
+        expected = table
+    assert_same(ours.to_table(), expected, f"{version} {types}")
     idx = sorted(set(rng.integers(0, n, 1 + n // 5).tolist()))
-    assert_same(ours.take(idx), ref.take(idx), f"{version} take")
+    assert_same(ours.take(idx), expected.take(idx), f"{version} take")
 
 
 @pytest.mark.xfail(
