@@ -432,3 +432,32 @@ def test_dictionary_columns(tmp_path: Path, version: str) -> None:
     for who, got in (("pylance", lance.dataset(uri).to_table()), ("ours", dataset(uri).to_table())):
         assert got.schema.field("d").type == table.schema.field("d").type, who
         assert got.column("d").to_pylist() == table.column("d").to_pylist(), who
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_multi_fragment_dataset_filters_and_take(tmp_path: Path, version: str) -> None:
+    """A dataset of several of our files (fed by batches, some empty) answers pylance's
+    filters, take and count_rows as the same data written by pylance does."""
+    table = _shapes(2000).drop_columns(["vec"])
+    schema = table.schema
+    empty = pa.record_batch([c.slice(0, 0).combine_chunks() for c in table.columns], schema=schema)
+    batches = [empty]
+    for start in range(0, 2000, 300):
+        batches.extend(table.slice(start, 300).to_batches())
+        batches.append(empty)
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    write_dataset(
+        pa.RecordBatchReader.from_batches(schema, batches),
+        ours,
+        data_storage_version=version,
+        max_rows_per_file=700,
+    )
+    lance.write_dataset(table, theirs, data_storage_version=version, max_rows_per_file=700)
+    a, b = lance.dataset(ours), lance.dataset(theirs)
+    assert [f.physical_rows for f in a.get_fragments()] == [700, 700, 600]
+    for flt in ("small < 300", "s LIKE 's1%'", "nint IS NULL", "st.x > 100", "id % 7 = 3"):
+        _assert_same(a.to_table(filter=flt), b.to_table(filter=flt), flt)
+        assert a.count_rows(flt) == b.count_rows(flt)
+    idx = [0, 5, 699, 700, 1401, 1999]
+    _assert_same(a.take(idx), b.take(idx), "take")
+    _assert_same(dataset(ours).to_table(), b.to_table(), "we read ours")
