@@ -5,13 +5,19 @@ Layouts (reference §10):
 * mini-block: values cut into chunks of a power-of-two value count (the last takes the
   rest), each chunk ``[header][rep][def][value buffers]`` 8-byte aligned, one metadata word
   per chunk (u16 in 2.1, u32 in 2.2) and, with lists, a repetition index of
-  ``(rows completed, leftover entries)`` per chunk;
+  ``(rows completed, leftover entries)`` per chunk. Values are Flat / Variable /
+  FixedSizeList, or FastLanes InlineBitpacking (1024-value chunks) for integers when that
+  saves space; levels are OutOfLineBitpacking at the page's widest level (Flat 16 when
+  nothing is saved);
 * full-zip for values of 256 bytes or more: per level entry a control word
-  ``rep << bits_def | def`` followed by the value (fixed width: every visible slot;
-  variable width: ``u32 length + bytes`` for valid visible values), plus a row-offset index;
+  ``rep << bits_def | def`` followed by the value (fixed width: every visible slot, a
+  validity bitmap first for vectors with null items; variable width: ``length + bytes``
+  for valid visible values), plus a row-offset index;
 * all-null: 2.1 ``AllNullLayout`` (raw u16 rep/def buffers when levels are needed), 2.2
-  ``ConstantLayout`` without a value (levels described as ``Flat(16)``);
-* dictionary: mini-block u32 indices plus one block-encoded dictionary buffer.
+  ``ConstantLayout`` without a value (levels described as ``Flat(16)``); 2.2 pages of one
+  repeated fixed-width value are ``ConstantLayout`` with an inline value;
+* dictionary: mini-block indices (u32, or the key width of dictionary-typed fields) plus
+  one block-encoded dictionary buffer, when pylance's size estimate says it pays.
 """
 
 from __future__ import annotations
