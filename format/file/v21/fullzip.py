@@ -65,6 +65,8 @@ def walk(
     rows = np.arange(len(starts), dtype=I64)
     pos = starts.astype(I64, copy=True)
     out: list[tuple[np.ndarray, ...]] = []
+    if fixed and cwb and max_rep(layers):
+        rows, pos = _fixed_stride_rows(layout, layers, data, starts, ends, out, where)
     first = True
     while len(rows):
         if cwb:
@@ -100,6 +102,55 @@ def walk(
     cols = [np.concatenate(c) for c in zip(*out, strict=True)]
     order = np.argsort(cols[0], kind="stable")
     return tuple(c[order] for c in cols[1:])  # type: ignore[return-value]
+
+
+def _fixed_stride_rows(
+    layout: pb.FullZipLayout,
+    layers: list,
+    data: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    out: list[tuple[np.ndarray, ...]],
+    where: PageWhere,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Fixed-width rows whose entries are all visible sit at a constant stride: parse those
+    at once (appending to `out`) and return the other rows (and their starts) for the walk."""
+    cwb = control_width(layout)
+    vb = int(layout.bits_per_value) // 8
+    stride = cwb + vb
+    bits_def = int(layout.bits_def)
+    lens = ends - starts
+    k = np.where(lens % stride == 0, lens // stride, 0)
+    cand = np.flatnonzero(k > 0)
+    kc = k[cand]
+    total = int(kc.sum())
+    ent_row = np.repeat(cand, kc)
+    first_ent = np.cumsum(kc) - kc
+    j = np.arange(total, dtype=I64) - np.repeat(first_ent, kc)
+    ent_pos = starts[ent_row] + j * stride
+    cw = read_uint(data, ent_pos, cwb, where.full, "full-zip control word").astype(I64)
+    rep, d = cw >> bits_def, cw & ((1 << bits_def) - 1)
+    visible = d <= max_visible_def(layers)
+    all_visible = np.ones(len(cand), dtype=bool)
+    if total:
+        all_visible = np.logical_and.reduceat(visible, first_ent)
+    if len(cand) and (rep[first_ent] != max_rep(layers)).any():
+        raise where.corrupt("a row does not start with the top repetition level")
+    take = np.repeat(all_visible, kc)
+    out.append(
+        (
+            ent_row[take],
+            rep[take],
+            d[take],
+            visible[take],
+            ent_pos[take] + cwb,
+            np.full(int(take.sum()), vb, dtype=I64),
+        )
+    )
+    rest = np.ones(len(starts), dtype=bool)
+    rest[cand[all_visible]] = False
+    left = np.flatnonzero(rest)
+    return left, starts[left].astype(I64)
 
 
 def decode_rows(

@@ -315,12 +315,22 @@ def table_hints(n: int) -> pa.Table:
     byte-stream-split, packed structs, mini-block for long strings."""
     rng = np.random.default_rng(RNG_SEED + 4)
     lists = [None if i % 7 == 0 else ([] if i % 5 == 0 else list(range(i % 6))) for i in range(n)]
+    nested_fz = pa.list_(pa.list_(pa.int64()))  # full-zip, empty and null inner lists in rows
     cols = {
         _hinted("fz_int", pa.int64(), **{"structural-encoding": "fullzip"}): pa.array(
             _with_nulls(rng.integers(0, 1 << 40, n).tolist(), 4), pa.int64()
         ),
         _hinted("fz_list", pa.list_(pa.int32()), **{"structural-encoding": "fullzip"}): pa.array(
             lists, pa.list_(pa.int32())
+        ),
+        _hinted("fz_nested", nested_fz, **{"structural-encoding": "fullzip"}): pa.array(
+            [
+                None
+                if i % 9 == 0
+                else [[], None, rng.integers(0, 1 << 60, i % 4).tolist()][: i % 4]
+                for i in range(n)
+            ],
+            nested_fz,
         ),
         _hinted("mb_long", pa.string(), **{"structural-encoding": "miniblock"}): pa.array(
             _strings(rng, n, long=True)
