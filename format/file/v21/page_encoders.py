@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 
 from format.errors import UnsupportedFeatureError
 from format.file.v21 import bitpacking as bp
+from format.file.v21 import rle
 from format.file.v21.layers import Layer, max_def, max_rep
 from format.file.v21.values import (
     FixedValues,
@@ -331,10 +332,44 @@ def _inline_widths(vals: FixedValues) -> np.ndarray | None:
     grid = np.zeros(nchunks * bp.BLOCK, dtype=words.dtype)
     grid[: len(words)] = words
     widths = bp.bit_widths(grid.reshape(nchunks, bp.BLOCK), bits)
-    packed = sum(bp.inline_chunk_size(int(w), bits) for w in widths)
+    packed = int(((1 + widths * (bp.BLOCK // bits)) * (bits // 8)).sum())
     if packed > 0.9 * len(vals.data):
         return None
     return widths
+
+
+RLE_MAX_CHUNK = 4096  # values per RLE chunk
+
+
+def _rle_pays(vals: Physical, than: int) -> bool:
+    """Whether `Rle` (run values + u8 run lengths) beats `than` bytes by half."""
+    if not isinstance(vals, FixedValues) or vals.fsl or vals.bits not in (8, 16, 32, 64):
+        return False
+    if vals.count < 64:
+        return False
+    words = vals.data.view(bp.dtype_of(vals.bits))
+    runs = 1 + int(np.count_nonzero(words[1:] != words[:-1])) + vals.count // 255
+    return runs * (vals.bits // 8 + 1) < 0.5 * than
+
+
+def _rle_buffers(vals: FixedValues, counts: np.ndarray) -> list[_Buf]:
+    """Per chunk: its run values, then its u8 run lengths (runs cut at chunk starts)."""
+    words = vals.data.view(bp.dtype_of(vals.bits))
+    starts = np.cumsum(counts) - counts
+    values, lengths = rle.encode(words, starts)
+    runs = rle.runs_per_chunk(lengths, counts)
+    w = vals.bits // 8
+    return [
+        _Buf(np.ascontiguousarray(values).view(np.uint8), runs * w),
+        _Buf(lengths, runs.astype(np.int64)),
+    ]
+
+
+def _rle_encoding(bits: int) -> pb.CompressiveEncoding:
+    enc = pb.CompressiveEncoding()
+    enc.rle.values.CopyFrom(_flat(bits))
+    enc.rle.run_lengths.CopyFrom(_flat(8))
+    return enc
 
 
 def _inline_buffers(vals: FixedValues, counts: np.ndarray, widths: np.ndarray) -> list[_Buf]:
@@ -456,6 +491,17 @@ def _mini_block(
         visible_pos = np.flatnonzero(page.visible)
     chosen = None
     widths = _inline_widths(vals) if integers and isinstance(vals, FixedValues) else None
+    if isinstance(vals, FixedValues):
+        size = len(vals.data)
+        if widths is not None:
+            size = int(((1 + widths * (bp.BLOCK // vals.bits)) * (vals.bits // 8)).sum())
+        if _rle_pays(vals, size):
+            counts = _chunk_counts(vals.count, RLE_MAX_CHUNK)
+            bounds = _level_bounds(visible_pos, counts, num_entries, levels > 0)
+            bufs = _rle_buffers(vals, counts)
+            chosen = _try_serialize(page, counts, bounds, bufs, large)
+            if chosen is not None:
+                value_enc, widths = _rle_encoding(vals.bits), None
     if widths is not None:
         counts = _chunk_counts(vals.count, bp.BLOCK)
         bounds = _level_bounds(visible_pos, counts, num_entries, levels > 0)

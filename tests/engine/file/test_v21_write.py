@@ -461,3 +461,36 @@ def test_multi_fragment_dataset_filters_and_take(tmp_path: Path, version: str) -
     idx = [0, 5, 699, 700, 1401, 1999]
     _assert_same(a.take(idx), b.take(idx), "take")
     _assert_same(dataset(ours).to_table(), b.to_table(), "we read ours")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_compressed_pages(tmp_path: Path, version: str) -> None:
+    """Runs become RLE (also as dictionary indices), small integers bit-packed, 2.2
+    constants inline; pylance and we read them all back."""
+    n = 20_000
+    rng = np.random.default_rng(5)
+    table = pa.table(
+        {
+            "runs": pa.array(np.repeat(rng.integers(0, 1 << 62, n // 400), 400)),
+            "small": pa.array(
+                rng.integers(0, 50_000, n).astype(np.int32), mask=rng.random(n) < 0.05
+            ),
+            "const": pa.array(np.full(n, -3, np.int16)),
+            "lruns": pa.array(
+                [[k] * 3 for k in np.repeat(np.arange(n // 500), 500)], pa.list_(pa.int64())
+            ),
+        }
+    )
+    uri = str(tmp_path / "ds")
+    one_file_dataset(uri, table, version, rows=3000)
+    runs, small, const, lruns = (col[0] for col in layouts(uri))
+    assert runs.mini_block_layout.value_compression.HasField("rle") or (
+        runs.mini_block_layout.HasField("dictionary")
+    )
+    assert small.mini_block_layout.value_compression.HasField("inline_bitpacking")
+    assert small.mini_block_layout.def_compression.HasField("out_of_line_bitpacking")
+    assert lruns.mini_block_layout.value_compression.HasField("rle")
+    if version == "2.2":
+        assert const.constant_layout.inline_value == np.int16(-3).tobytes()
+    _assert_same(lance.dataset(uri).to_table(), table, "pylance reads ours")
+    _assert_same(dataset(uri).to_table(), table, "we read ours")
