@@ -489,7 +489,7 @@ class QuiverDataSource(DataSource):
         """`writeStream.format("quiver")`: exactly-once micro-batches (`streaming.py`)."""
         from clients.spark.streaming import QuiverStreamWriter
 
-        return QuiverStreamWriter(self.writer(schema, overwrite))
+        return QuiverStreamWriter(self.writer(schema, overwrite), self.options)
 
     def streamReader(self, schema: StructType) -> Any:  # noqa: N802
         """`readStream.format("quiver")`: the rows appended version after version."""

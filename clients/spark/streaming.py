@@ -17,7 +17,10 @@ with `streaming.sql.batchId` and the run id as the job group), so a batch replay
 restart from the checkpoint (its sink commit landed, its entry in the checkpoint's commit
 log did not) carries the same key: the server answers "duplicate", appends nothing, and
 ending the job removes the replay's staged files. Output mode `complete` overwrites the
-dataset with each batch (also keyed). `abort` removes what the batch staged.
+dataset with each batch (also keyed; an empty result before the dataset exists creates
+nothing). An empty append commits nothing. `abort` ends the batch's job, removing what its
+tasks staged. Should the tasks not report the query id (not seen with PySpark 4.3), the
+driver reads it from `{checkpointLocation}/metadata` (local, file: or an fsspec URL).
 
 Source. Offsets are dataset versions, `{"version": N}`: everything appended up to version N
 has been read. A micro-batch (start, end] has one Spark partition per fragment that an
@@ -116,6 +119,29 @@ def _task_ids() -> tuple[str | None, int | None, str | None]:
     return query or None, batch_id, run or None
 
 
+def checkpoint_query_id(checkpoint: str | None) -> str | None:
+    """The streaming query id Spark keeps in `{checkpointLocation}/metadata` (the same id
+    the tasks see), read on the driver when no task reported it; None when unreadable."""
+    if not checkpoint:
+        return None
+    import json
+
+    path = checkpoint.rstrip("/") + "/metadata"
+    try:
+        if "://" in path and not path.startswith("file:"):
+            import fsspec
+
+            with fsspec.open(path.replace("s3a://", "s3://", 1), "rb") as f:
+                raw = f.read()
+        else:
+            with open(path.removeprefix("file://").removeprefix("file:"), "rb") as f:
+                raw = f.read()
+        found = json.loads(raw.splitlines()[0]).get("id")
+    except Exception:  # noqa: BLE001 - a fallback: no id means no key
+        return None
+    return found if isinstance(found, str) and found else None
+
+
 def _job(run_id: str | None, batch_id: int | None) -> str | None:
     """The staging job of one micro-batch in one run (the server's job-name alphabet)."""
     if run_id is None or batch_id is None:
@@ -129,8 +155,9 @@ def _job(run_id: str | None, batch_id: int | None) -> str | None:
 class QuiverStreamWriter(DataSourceStreamArrowWriter):
     """Exactly-once micro-batches: staged by the tasks, committed once per (query, batch)."""
 
-    def __init__(self, batch: QuiverWriter) -> None:
+    def __init__(self, batch: QuiverWriter, options: Any = None) -> None:
         self.batch = batch
+        self.checkpoint: str | None = (options or {}).get("checkpointLocation")
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> QuiverStreamMessage:
         query_id, batch_id, run_id = _task_ids()
@@ -152,19 +179,30 @@ class QuiverStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: Sequence[QuiverCommitMessage | None], batchId: int) -> None:  # noqa: N803
         query_id, job = self._ids(messages, batchId)
+        query_id = query_id or checkpoint_query_id(self.checkpoint)
         key = idempotency_key(query_id, batchId) if query_id is not None else None
+        if self.batch.overwrite and not any(m is not None and m.fragments for m in messages):
+            if not self._exists():  # complete mode, no rows yet: nothing to create
+                return
+        # an empty append commits nothing (a failed attempt's files, if any, are swept)
         answer = self.batch.commit(messages, idempotency_key=key, job=job)
-        if answer is None:
-            if job is not None:  # nothing to commit; failed attempts may have staged files
-                self._abort([], job)
-            return
-        if answer.get("duplicate") and job is None:
+        if answer is not None and answer.get("duplicate") and job is None:
             # a replayed batch: its rows are in already; its own staged files go
             self._abort([f for m in messages if m is not None for f in m.fragments], None)
 
     def abort(self, messages: Sequence[QuiverCommitMessage | None], batchId: int) -> None:  # noqa: N803
         _, job = self._ids(messages, batchId)
         self._abort([f for m in messages if m is not None for f in m.fragments], job)
+
+    def _exists(self) -> bool:
+        from clients.errors import NotFound
+
+        with self.batch.conn.client() as client:
+            try:
+                client.describe(self.batch.conn.dataset)
+            except NotFound:
+                return False
+        return True
 
     def _abort(self, fragments: list[str], job: str | None) -> None:
         if not fragments and job is None:
@@ -207,7 +245,10 @@ class QuiverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
         self.conn = conn
         self.schema = schema
-        self.filter: str | None = _read_options(options).get("filter")
+        # filter (and any other read option) as in batch reads; columns follow the schema
+        self.read_options = {
+            k: v for k, v in _read_options(options).items() if k not in ("columns", "version")
+        }
         self.starting = _starting(options)
         self.target: int | None = None  # Trigger.AvailableNow: the last version to read
         self.last: dict[str, int] | None = None  # the last end offset planned (PySpark 4.1)
@@ -234,10 +275,10 @@ class QuiverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             return client.flight_info(
                 self.conn.dataset,
+                **self.read_options,
                 appended_since=since,
                 version=until,
                 columns=list(self.schema.names),
-                filter=self.filter,
             )
         except QuiverError as e:
             refused = e.details.get("version")

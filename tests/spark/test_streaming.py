@@ -22,8 +22,13 @@ from clients.spark.datasource import QuiverOptionError, spark_schema  # noqa: E4
 from clients.spark.streaming import (  # noqa: E402
     QuiverStreamMessage,
     QuiverStreamReader,
+    checkpoint_query_id,
     idempotency_key,
 )
+from format.io.store import open_store  # noqa: E402
+from format.table.commit import read_transaction  # noqa: E402
+from format.table.transaction import IDEMPOTENCY_KEY  # noqa: E402
+from format.table.versions import list_manifests, load_manifest  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -130,6 +135,15 @@ def test_sink_exactly_once_across_restarts_and_replay(spark, uri, root, tmp_path
     assert versions(uri, name) == [1, 2, 3, 4, 5]
     assert data_files(root, name) == files  # the replay's staged files are gone
 
+    # the key of version 5 is (the query id Spark keeps in the checkpoint, batch 4)
+    query_id = checkpoint_query_id(str(checkpoint))
+    assert query_id and checkpoint_query_id(f"file://{checkpoint}") == query_id
+    store = open_store(str(root / f"{name}.lance"))
+    manifest = load_manifest(store, list_manifests(store)[5])
+    properties = read_transaction(store, manifest).transaction_properties
+    assert properties[IDEMPOTENCY_KEY] == idempotency_key(query_id, 4)
+    assert checkpoint_query_id(str(tmp_path / "nowhere")) is None
+
 
 def test_failed_batch_leaves_nothing(spark, uri, root, tmp_path) -> None:
     """A task of a micro-batch fails: `abort` removes what the other task staged."""
@@ -227,6 +241,21 @@ def test_same_query_and_batch_commit_only_once(spark, uri, root) -> None:
     writer.commit(batch(20, None), 8)  # the next batch appends
     assert versions(uri, name) == [1, 2, 3]
     assert idempotency_key("q-1", 7) != idempotency_key("q-1", 8)
+
+
+def test_empty_batches(spark, uri, root) -> None:
+    """Empty micro-batches: no version for an append; complete mode on a dataset that does
+    not exist yet creates nothing (no rows, no schema to create it with)."""
+    schema = spark_schema(rows(0, 1).schema)
+    name = "sink_empty"
+    empty = [QuiverStreamMessage([], "q-2", 0, "ss-run-0"), QuiverStreamMessage([], "q-2", 0)]
+    QuiverDataSource({"uri": uri, "dataset": name}).streamWriter(schema, True).commit(empty, 0)
+    assert not (root / f"{name}.lance").exists()
+    with Client(uri) as qc:
+        qc.write(name, rows(0, 3), mode="create")
+    QuiverDataSource({"uri": uri, "dataset": name}).streamWriter(schema, False).commit(empty, 0)
+    assert versions(uri, name) == [1]
+    assert not (root / f"{name}.lance" / "_quiver_staging").exists()
 
 
 # ---------------------------------------------------------------------------------------------
