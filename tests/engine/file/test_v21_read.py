@@ -301,6 +301,18 @@ def table_fsl(n: int) -> pa.Table:
                 pa.list_(pa.float32(), 128),
             ),
             "fsl_i8": pa.array([[i % 100, -1] for i in range(n)], pa.list_(pa.int8(), 2)),
+            "list_of_fsl128": pa.array(
+                [
+                    None
+                    if i % 11 == 0
+                    else [
+                        None if j == 1 else big[(i + j) % len(big)].tolist() for j in range(i % 3)
+                    ]
+                    for i in range(n // 3)
+                ]
+                + [[]] * (n - n // 3),
+                pa.list_(pa.list_(pa.float32(), 128)),
+            ),
         }
     )
 
