@@ -30,6 +30,8 @@ change what a batch reads and a retried batch reads the same rows. Options:
 - `starting_version`: `latest` (default: only rows appended after the query first starts),
   `earliest` (every row ever appended, from the creation on) or a number N (rows appended
   by version N and later). A restarted query continues from its checkpoint instead.
+- `max_fragments_per_trigger`: at most this many appended fragments per micro-batch
+  (whole versions: a version that appended more is read in one batch); default no limit.
 - `filter`, `columns`: as in batch reads (`version`, `tag`, `as_of` are refused).
 Deletes, compactions, index, tag and config changes add no rows: skipped (a delete does not
 retract rows already read). An overwrite, update, schema change (add/drop/alter columns) or
@@ -70,9 +72,10 @@ _QUERY_ID = "sql.streaming.queryId"
 _BATCH_ID = "streaming.sql.batchId"
 _RUN_ID = "spark.jobGroup.id"  # MicroBatchExecution runs each query run in a job group
 
-try:  # PySpark 4.2+; on 4.1 Trigger.AvailableNow falls back to Spark's own wrapper
-    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+try:  # PySpark 4.2+; on 4.1 Trigger.AvailableNow and read limits are Spark's business
+    from pyspark.sql.streaming.datasource import ReadMaxFiles, SupportsTriggerAvailableNow
 except ImportError:  # pragma: no cover - PySpark 4.1
+    ReadMaxFiles = None  # type: ignore[assignment,misc]
 
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         """Stand-in for the PySpark 4.2 mixin."""
@@ -215,6 +218,39 @@ class QuiverStreamWriter(DataSourceStreamArrowWriter):
 # Source
 
 
+def _positive(options: Any, name: str) -> int | None:
+    raw = options.get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise QuiverOptionError(f"the {name!r} option must be a whole number >= 1, not {raw!r}")
+    return value
+
+
+def _capped(info: Any, since: int, end: int, max_fragments: int) -> int:
+    """The last version up to `end` whose appended fragments, counted from `since`, stay
+    within `max_fragments` (at least one version's worth)."""
+    import json
+    from collections import Counter
+
+    seen = {
+        (meta["version"], meta["fragment_id"])
+        for meta in (json.loads(bytes(e.app_metadata)) for e in info.endpoints)
+    }
+    per_version = Counter(v for v, _ in seen)
+    total, cap = 0, since
+    for version in sorted(per_version):
+        if total and total + per_version[version] > max_fragments:
+            return cap
+        total += per_version[version]
+        cap = version
+    return end
+
+
 def _starting(options: Any) -> str | int:
     """`latest`, `earliest` or a version number ≥ 1, from the `starting_version` option."""
     raw = options.get("starting_version")
@@ -250,6 +286,7 @@ class QuiverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             k: v for k, v in _read_options(options).items() if k not in ("columns", "version")
         }
         self.starting = _starting(options)
+        self.max_fragments = _positive(options, "max_fragments_per_trigger")
         self.target: int | None = None  # Trigger.AvailableNow: the last version to read
         self.last: dict[str, int] | None = None  # the last end offset planned (PySpark 4.1)
 
@@ -263,6 +300,11 @@ class QuiverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return {"version": self.starting - 1}
         with self.conn.client() as client:
             return {"version": self._latest(client)}
+
+    def getDefaultReadLimit(self) -> Any:  # noqa: N802
+        if self.max_fragments is None or ReadMaxFiles is None:
+            return super().getDefaultReadLimit()
+        return ReadMaxFiles(self.max_fragments)
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
         with self.conn.client() as client:
@@ -309,11 +351,14 @@ class QuiverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if latest <= since:
                 return start
             try:
-                self._info(client, since, latest)
+                info = self._info(client, since, latest)
             except QuiverStreamError as e:
-                if e.version - 1 > since:
-                    return {"version": e.version - 1}
-                raise
+                if e.version - 1 <= since:
+                    raise
+                latest = e.version - 1  # deliver the appends before it first
+                info = self._info(client, since, latest)
+        if ReadMaxFiles is not None and isinstance(limit, ReadMaxFiles):
+            latest = _capped(info, since, latest, limit.max_files)
         return {"version": latest}
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[QuiverPartition]:

@@ -377,6 +377,34 @@ def test_source_earliest_with_filter_and_columns(spark, uri, root, tmp_path) -> 
     same_rows(spark.table("replayed_from_2").toArrow(), rows(12, 18))
 
 
+def test_source_max_fragments_per_trigger(spark, uri, root, tmp_path) -> None:
+    """Read limit: at most N appended fragments per micro-batch, whole versions at a time."""
+    name = "limited"
+    path = str(root / f"{name}.lance")
+    with Client(uri) as qc:
+        qc.write(name, rows(0, 4), mode="create")  # v1: 1 fragment
+        for start in (4, 8, 12):
+            qc.write(name, rows(start, 4), mode="append")  # v2..v4: 1 fragment each
+        lance.write_dataset(rows(16, 9), path, mode="append", max_rows_per_file=3)  # 3 frags
+        qc.write(name, rows(25, 4), mode="append")
+    seen: list[pa.Table] = []
+    query = (
+        spark.readStream.format("quiver")
+        .option("uri", uri)
+        .option("dataset", name)
+        .option("starting_version", "earliest")
+        .option("max_fragments_per_trigger", "2")
+        .load()
+        .writeStream.foreachBatch(lambda frame, _: seen.append(frame.toArrow()))
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert [t.num_rows for t in seen if t.num_rows] == [8, 8, 9, 4]
+    same_rows(everything(seen), rows(0, 29))
+
+
 def test_source_option_errors(uri) -> None:
     schema = spark_schema(rows(0, 1).schema)
     from clients.spark.datasource import _Conn
@@ -385,6 +413,8 @@ def test_source_option_errors(uri) -> None:
     for bad in ("0", "-3", "soon", "1.5"):
         with pytest.raises(QuiverOptionError, match="'starting_version' option"):
             QuiverStreamReader(conn, {"starting_version": bad}, schema)
+    with pytest.raises(QuiverOptionError, match="'max_fragments_per_trigger' option"):
+        QuiverStreamReader(conn, {"max_fragments_per_trigger": "0"}, schema)
     with pytest.raises(QuiverOptionError, match="'version' option pins one version"):
         QuiverStreamReader(conn, {"version": "3"}, schema)
     reader = QuiverStreamReader(conn, {"starting_version": "EARLIEST"}, schema)
