@@ -65,6 +65,7 @@ __all__ = [
     "QuiverStreamMessage",
     "QuiverStreamReader",
     "QuiverStreamWriter",
+    "checkpoint_query_id",
     "idempotency_key",
 ]
 

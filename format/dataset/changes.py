@@ -45,8 +45,8 @@ ADDS_NO_ROWS = frozenset(
 _WHY = {
     "overwrite": "replaced every row",
     "update": "rewrote rows in place",
-    "merge": "changed the schema (added columns)",
-    "project": "changed the schema (dropped columns)",
+    "merge": "changed the schema (columns added or rewritten)",
+    "project": "changed the schema (columns dropped or renamed)",
     "data_replacement": "replaced column data",
     "restore": "restored an older version",
     "clone": "cloned another dataset",

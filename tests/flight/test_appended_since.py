@@ -81,6 +81,7 @@ REFUSED = {
     "overwrite": ("overwrite", "replaced every row"),
     "add_columns": ("merge", "changed the schema"),
     "drop_columns": ("project", "changed the schema"),
+    "alter_columns": ("project", "columns dropped or renamed"),
     "restore": ("restore", "restored an older version"),
     "update": ("update", "rewrote rows in place"),
 }
@@ -97,6 +98,8 @@ def test_refused_operations(served: Served, name: str, op: str) -> None:
             qc.add_columns(name, {"y": "id * 2"})
         elif op == "drop_columns":
             qc.drop_columns(name, ["flag"])
+        elif op == "alter_columns":
+            qc.alter_columns(name, {"path": "flag", "name": "flag2"})
         elif op == "restore":
             qc.restore(name, 1)
         else:
