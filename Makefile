@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint protos serve bench bench-write bench-flight clean
+.PHONY: test lint protos serve bench bench-write bench-flight bench-spark spark-example clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,7 +34,17 @@ bench-write: $(STAMP)
 bench-flight: $(STAMP)
 	$(PY) -m benchmarks.flight
 
-# The Flight server on ./data at grpc://127.0.0.1:8815, with a demo dataset if ./data has none.
+# Spark count and group-by through Quiver vs spark.read.parquet of the same rows.
+bench-spark: $(STAMP)
+	$(PY) -m benchmarks.spark
+
+# The Spark pipeline example: its own server on a temporary demo root, or a running one
+# with `make spark-example URI=grpc://127.0.0.1:8815` (after `make serve`).
+URI ?=
+spark-example: $(STAMP)
+	$(PY) clients/spark/examples/pipeline.py $(if $(URI),--uri $(URI))
+
+# The Flight server on ./data at grpc://127.0.0.1:8815, with the demo datasets if ./data has none.
 ROOT ?= ./data
 HOST ?= 127.0.0.1
 PORT ?= 8815
