@@ -331,6 +331,45 @@ def test_source_follows_appends(spark, uri, root, tmp_path) -> None:
         same_rows(everything(seen), rows(200, 3))
 
 
+def settle(query) -> None:
+    """Wait until the running query has read everything committed before this call.
+
+    One `processAllAvailable` can return on a trigger that looked for data just before the
+    caller's last commit; a trigger that finds nothing after the first call returned
+    started after that commit, so the second call is exact."""
+    query.processAllAvailable()
+    query.processAllAvailable()
+
+
+def test_source_picks_up_appends_while_running(spark, uri, tmp_path) -> None:
+    name = "live"
+    with Client(uri) as qc:
+        qc.write(name, rows(0, 5), mode="create")
+        query = (
+            spark.readStream.format("quiver")
+            .option("uri", uri)
+            .option("dataset", name)
+            .load()
+            .writeStream.format("memory")
+            .queryName("live_out")
+            .option("checkpointLocation", str(tmp_path / "chk"))
+            .trigger(processingTime="100 milliseconds")
+            .start()
+        )
+        try:
+            settle(query)
+            qc.write(name, rows(5, 6), mode="append")
+            settle(query)
+            same_rows(spark.table("live_out").toArrow(), rows(5, 6))
+            qc.delete(name, "id < 7")
+            qc.write(name, rows(11, 3), mode="append")
+            qc.write(name, rows(14, 2), mode="append")
+            settle(query)
+            same_rows(spark.table("live_out").toArrow(), rows(5, 11))
+        finally:
+            query.stop()
+
+
 def test_source_earliest_with_filter_and_columns(spark, uri, root, tmp_path) -> None:
     name = "replayed"
     with Client(uri) as qc:
