@@ -77,7 +77,7 @@ def test_describe_and_list_versions(served: Served, name: str) -> None:
     served.put(name, table(10, start=100))
     d = served.action("describe", {"dataset": name})
     assert d["dataset"] == name and d["version"] == 2 and d["latest_version"] == 2
-    assert d["rows"] == 110 and d["fragments"] == 5 and d["data_storage_version"] == "2.0"
+    assert d["rows"] == 110 and d["fragments"] == 5 and d["data_storage_version"] == "2.2"
     assert [f["name"] for f in d["schema"]] == dataset(uri).schema.names
     assert d["schema"][0] == {"name": "id", "type": "int64", "nullable": True}
     assert d["timestamp"].endswith("Z")
