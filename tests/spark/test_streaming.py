@@ -156,12 +156,19 @@ def test_failed_batch_leaves_nothing(spark, uri, root, tmp_path) -> None:
     before, files = versions(uri, name), data_files(root, name)
     pq.write_table(rows(100, 40), source / "part0.parquet")
 
+    ledger = root / f"{name}.lance" / "_quiver_staging"
+
     @udf("bigint")
     def boom(i: int) -> int:
         if i == 139:
             import time
 
-            time.sleep(3.0)  # the other task stages (and reports) its fragments first
+            # the other task stages (its put is on the ledger) and reports first
+            for _ in range(600):
+                if any(ledger.glob("ss-*/*.json")):
+                    break
+                time.sleep(0.1)
+            time.sleep(2.0)
             raise RuntimeError("task failure on purpose")
         return i
 
