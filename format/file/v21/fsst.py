@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from format.errors import CorruptFileError
@@ -58,68 +59,71 @@ def decode(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Decompress strings `data[offsets[i]:offsets[i+1]]` -> (int64 offsets from 0, bytes)."""
     offsets = np.asarray(offsets, dtype=np.int64)
-    codes = data[offsets[0] : offsets[-1]]
+    codes = np.ascontiguousarray(data[offsets[0] : offsets[-1]], dtype=np.uint8)
     rel = offsets - offsets[0]
     if not table.compressed:
-        return rel, np.asarray(codes, dtype=np.uint8)
-    n = len(codes)
-    if n == 0:
+        return rel, codes
+    if len(codes) == 0:
         return rel, np.zeros(0, dtype=np.uint8)
-    # Escapes: inside each maximal run of 255s (runs cut at string starts) the even positions
-    # are escapes; the byte after an escape is a literal (whatever its value).
-    is_ff = codes == ESCAPE
-    if is_ff.any():
-        escape, literal = _escapes(is_ff, rel, n, where)
-    else:
-        escape = literal = np.zeros(n, dtype=bool)
-    plain = ~escape & ~literal
-    if (plain & (codes >= table.n_symbols)).any():
-        bad = int(codes[np.argmax(plain & (codes >= table.n_symbols))])
-        raise CorruptFileError(where, f"FSST code {bad} beyond the {table.n_symbols} symbols")
-    # Literals become 1-byte pseudo-symbols 256 + byte. Every code emits its 8-byte symbol
-    # word; a (codes, 8) mask then keeps the first len bytes of each.
-    row = codes.astype(np.int16)
-    if literal.any():
-        row[literal] += 256
-    row_len = _EXTENDED_LEN.copy()
-    row_len[:256] = table.lengths
-    out_len = row_len[row]
-    out_len[escape] = 0
-    words = _extended(table).view(np.uint64)[row]
-    out = words.view(np.uint8).reshape(n, 8)[_LANES[None, :] < out_len[:, None]]
-    # String boundaries in the output: the output position of each string's first code.
-    cum = np.concatenate([[0], np.cumsum(out_len, dtype=np.int64)])
-    return cum[rel], out
-
-
-def _escapes(
-    is_ff: np.ndarray, rel: np.ndarray, n: int, where: str
-) -> tuple[np.ndarray, np.ndarray]:
-    """Escape and literal flags of the code bytes. Inside each maximal run of 255s (runs cut
-    at string starts) the even positions are escapes; the byte after an escape is a literal."""
-    string_start = np.zeros(n, dtype=bool)
-    string_start[rel[:-1][rel[:-1] < n]] = True
-    run_start = is_ff & (string_start | ~np.concatenate([[False], is_ff[:-1]]))
-    pos = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
-    last_start = np.maximum.accumulate(np.where(run_start, pos, 0))
-    escape = is_ff & ((pos - last_start) % 2 == 0)
-    literal = np.concatenate([[False], escape[:-1]]) & ~string_start
-    string_end = np.zeros(n, dtype=bool)
-    string_end[rel[1:][rel[1:] > rel[:-1]] - 1] = True
-    if (escape & string_end).any():
+    lengths = table.lengths.astype(np.int64)
+    out_offsets = np.empty(len(rel), dtype=np.int64)
+    status, detail = _sizes(codes, rel, lengths, table.n_symbols, out_offsets)
+    if status == _BAD_CODE:
+        raise CorruptFileError(where, f"FSST code {detail} beyond the {table.n_symbols} symbols")
+    if status == _TRAILING_ESCAPE:
         raise CorruptFileError(where, "FSST string ends with an escape byte")
-    return escape, literal
+    size = int(out_offsets[-1])
+    out = np.empty(size + 8, dtype=np.uint8)  # slack: symbols are copied 8 bytes at a time
+    _expand(codes, rel, table.symbols.reshape(-1), lengths, out_offsets, out)
+    return out_offsets, out[:size]
 
 
-_EXTENDED_LEN = np.concatenate([np.zeros(256, np.int8), np.ones(256, np.int8)])
-_LANES = np.arange(8, dtype=np.int8)
-_LITERALS = np.zeros((256, 8), np.uint8)
-_LITERALS[:, 0] = np.arange(256)
+# The kernels are compiled (numba): FSST parsing is sequential within a string (an escape
+# changes how the next byte reads), which numpy can only emulate with several full-size
+# temporaries per code byte.
+_OK, _BAD_CODE, _TRAILING_ESCAPE = 0, 1, 2
 
 
-def _extended(table: SymbolTable) -> np.ndarray:
-    """The symbol table followed by one pseudo-symbol per literal byte, flattened."""
-    return np.concatenate([table.symbols, _LITERALS]).reshape(-1)
+@numba.njit(cache=True, nogil=True)
+def _sizes(codes, rel, lengths, n_symbols, out_offsets):  # noqa: ANN001, ANN202
+    """Fill `out_offsets` (decoded string boundaries); (status, offending code)."""
+    total = 0
+    out_offsets[0] = 0
+    for i in range(len(rel) - 1):
+        j, end = rel[i], rel[i + 1]
+        while j < end:
+            c = codes[j]
+            if c == ESCAPE:
+                if j + 1 >= end:
+                    return _TRAILING_ESCAPE, c
+                total += 1
+                j += 2
+            elif c >= n_symbols:
+                return _BAD_CODE, c
+            else:
+                total += lengths[c]
+                j += 1
+        out_offsets[i + 1] = total
+    return _OK, 0
+
+
+@numba.njit(cache=True, nogil=True)
+def _expand(codes, rel, symbols, lengths, out_offsets, out):  # noqa: ANN001, ANN202
+    """Write the decoded bytes (the input was validated by `_sizes`)."""
+    for i in range(len(rel) - 1):
+        j, end, o = rel[i], rel[i + 1], out_offsets[i]
+        while j < end:
+            c = codes[j]
+            if c == ESCAPE:
+                out[o] = codes[j + 1]
+                o += 1
+                j += 2
+            else:
+                base = c * 8
+                for k in range(8):  # a fixed-size copy; bytes past the symbol get overwritten
+                    out[o + k] = symbols[base + k]
+                o += lengths[c]
+                j += 1
 
 
 # -- encoding ----------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from google.protobuf.message import DecodeError
 
 from format.errors import CorruptFileError, InvalidInputError, LanceError, UnsupportedFeatureError
 from format.file.base import DEFAULT_BATCH_SIZE, DataFileReader, split_ranges
+from format.file.parallel import map_parallel
 from format.file.v2 import random_access as ra
 from format.file.v2.container import PAGE_LAYOUT_URL, ColumnInfo, V2Container, type_name
 from format.file.v21 import unravel as uv
@@ -314,11 +315,15 @@ class StructuralFileReader(DataFileReader):
             return
         ranges = [b for col, k in todo for b in col.info.pages[k].buffers]
         blobs = self._container.read_ranges(ranges)
+        jobs = []
         i = 0
         for col, k in todo:
             n = len(col.info.pages[k].buffers)
-            col.cache[k] = self._decode(col, k, list(blobs[i : i + n]))
+            jobs.append((col, k, list(blobs[i : i + n])))
             i += n
+        decoded = map_parallel(lambda job: self._decode(*job), jobs)
+        for (col, k, _), page in zip(jobs, decoded, strict=True):
+            col.cache[k] = page
 
     def _slice(self, col: _Column, pages: list[int], start: int, stop: int) -> pa.Array:
         """Rows [start, stop) of a column from its resident pages (zero-copy within a page)."""
