@@ -10,7 +10,8 @@ warm-up; the best time is kept and the ratio parquet_time / quiver_time printed 
 fast as Parquet).
 
 Python data sources have no column pruning, so the Quiver reads ask for the columns each
-query uses (`columns` option), as a user would.
+query uses (`columns` option), as a user would. For reference, the same `count()` runs over
+an in-memory Python data source with as many partitions (what any Python data source costs).
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import lance
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from benchmarks.data import batches, schema_
 
@@ -53,6 +55,37 @@ def ensure_data(rows: int, parts: int) -> tuple[Path, Path]:
             for batch in batches(rows, per_part):
                 writer.write_batch(batch, row_group_size=per_part)
     return uri, parquet
+
+
+class FloorSource(DataSource):
+    """`bench_floor`: `n` partitions of int64 ids made in memory, the cheapest Python source."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bench_floor"
+
+    def schema(self) -> str:
+        return "id bigint"
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return _FloorReader(int(self.options["n"]), int(self.options["rows"]))
+
+
+class _FloorReader(DataSourceReader):
+    def __init__(self, n: int, rows: int) -> None:
+        self.n, self.rows = n, rows
+
+    def partitions(self) -> list[InputPartition]:
+        return [InputPartition(i) for i in range(self.n)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        import numpy as np
+
+        per = -(-self.rows // self.n)
+        start, stop = partition.value * per, min(self.rows, (partition.value + 1) * per)
+        for lo in range(start, stop, 8192):
+            ids = np.arange(lo, min(stop, lo + 8192), dtype=np.int64)
+            yield pa.record_batch([pa.array(ids)], names=["id"])
 
 
 def _free_port() -> int:
@@ -81,6 +114,9 @@ def session() -> Any:
     """The Spark session both sources share (the settings the README recommends)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # Python workers import this module (FloorSource); `benchmarks` is not an installed package
+    paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(paths)
     from pyspark.sql import SparkSession
 
     from clients.spark import register
@@ -98,6 +134,7 @@ def session() -> Any:
     )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
+    spark.dataSource.register(FloorSource)
     return spark
 
 
@@ -169,6 +206,10 @@ def main() -> None:
         spark = session()
         try:
             cases = queries(spark, f"grpc://127.0.0.1:{port}", name, parquet)
+            floor = spark.read.format("bench_floor").option("n", args.parts)
+            floor = floor.option("rows", args.rows).load()
+            floor.count()
+            t_floor = min(_timed(floor.count)[0] for _ in range(args.repeat))
             for label, (q, p) in cases.items():
                 q(), p()  # warm-up: JIT, Python workers, file caches
                 t_q, got, t_p, want = _best_alternating(q, p, args.repeat)
@@ -188,6 +229,11 @@ def main() -> None:
     print("|---|---|---|---|")
     for label, t_q, t_p in results:
         print(f"| {label} | {t_q:.2f} | {t_p:.2f} | {t_p / t_q:.2f} |")
+    floor_ratio = results[0][2] / t_floor
+    print(
+        f"\nPySpark's floor: count() over an in-memory Python data source with the same "
+        f"{args.parts} partitions takes {t_floor:.2f} s (parquet/floor {floor_ratio:.2f})"
+    )
 
 
 if __name__ == "__main__":
