@@ -40,6 +40,7 @@ Encoding = pb.CompressiveEncoding
 _FUTURE_VARIANTS = {14: "Range", 15: "Delta"}
 _UINT = {8: pa.uint8(), 16: pa.uint16(), 32: pa.uint32(), 64: pa.uint64()}
 _NP_UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
+_ITEM_BITS = tuple(range(8, 4097, 8))
 
 
 @dataclass(frozen=True)
@@ -393,7 +394,7 @@ def with_validity(arr: pa.Array, valid: np.ndarray) -> pa.Array:
 def _nest_fsl(items: pa.Array, layers: list[tuple[int, bool]], valids: list) -> pa.Array:
     arr = items
     for (dim, has_validity), valid in zip(reversed(layers), reversed(valids), strict=True):
-        if has_validity:
+        if has_validity and not pa.types.is_null(arr.type):  # null items: no bitmap to add
             arr = with_validity(arr, valid)
         arr = pa.FixedSizeListArray.from_arrays(arr, dim)
     return arr
@@ -472,7 +473,8 @@ def take_dictionary(items: pa.Array, indices: pa.Array, where: str) -> pa.Array:
 def decode_fullzip_fixed(enc: Encoding, data: np.ndarray, count: int, where: str) -> pa.Array:
     """Fixed-width full-zip values: `count` values back to back (Flat, Constant), or for
     FixedSizeList per row `[validity bytes of each layer with validity][item bytes]`, the
-    validity of a layer taking ceil(cum_dim / 8) bytes (LSB-first bits)."""
+    validity of a layer taking ceil(cum_dim / 8) bytes (LSB-first bits); items are Flat, or
+    Constant (no item bytes) when they are all null."""
     data = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
     kind = variant(enc, where)
     if kind == "flat":
@@ -482,8 +484,10 @@ def decode_fullzip_fixed(enc: Encoding, data: np.ndarray, count: int, where: str
     if kind != "fixed_size_list":
         raise _unsupported(where, f"{kind} compression of fixed-width full-zip values")
     layers, inner = _fsl_layers(enc, where)
-    bits = _flat_bits(inner, "FixedSizeList items", where, tuple(range(8, 4097, 8)))
     cum = [int(c) for c in np.cumprod([dim for dim, _ in layers])]
+    # Items that are all null (pylance writes Constant without a value) take no bytes.
+    constant = variant(inner, where) == "constant"
+    bits = 0 if constant else _flat_bits(inner, "FixedSizeList items", where, _ITEM_BITS)
     vbytes = [(c + 7) // 8 if hv else 0 for (_, hv), c in zip(layers, cum, strict=True)]
     row = sum(vbytes) + bits // 8 * cum[-1]
     if len(data) < row * count:
@@ -499,6 +503,8 @@ def decode_fullzip_fixed(enc: Encoding, data: np.ndarray, count: int, where: str
         else:
             valids.append(None)
         pos += nb
+    if constant:
+        return _nest_fsl(constant_values(inner.constant, count * cum[-1], where), layers, valids)
     items = np.ascontiguousarray(table[:, pos:]).reshape(-1)
     return _nest_fsl(fixed_array(items, bits), layers, valids)
 

@@ -792,13 +792,29 @@ def test_random_nested_tables(
     assert_same(ours.take(idx), expected.take(idx), f"{version} take")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="compression.py: full-zip FixedSizeList{Constant} items (all null) not decoded yet",
-)
 @pytest.mark.parametrize("version", VERSIONS)
 def test_fsl_with_only_null_items(tmp_path, version):
+    """Fixed-size lists whose items are all null: pylance writes full-zip FixedSizeList
+    {Constant} (a validity byte per row, no item bytes), with and without list nulls, also
+    inside a list (rep levels)."""
     fsl = pa.list_(pa.float32(), 2)
-    items = pa.FixedSizeListArray.from_arrays(pa.nulls(20, pa.float32()), 2)
-    uri = _write(str(tmp_path / "f"), pa.table({"f": items.cast(fsl)}), version)
+    items = pa.FixedSizeListArray.from_arrays(pa.nulls(20, pa.float32()), 2).cast(fsl)
+    mask = pa.array([i % 3 == 0 for i in range(10)])
+    outer_nulls = pa.FixedSizeListArray.from_arrays(pa.nulls(20, pa.float32()), 2, mask=mask)
+    lists = pa.ListArray.from_arrays(pa.array([0, 2, 2, None, 5, 10], pa.int32()), items)
+    table = pa.table(
+        {
+            "f": pa.concat_arrays([items] * 2),
+            "g": pa.concat_arrays([outer_nulls.cast(fsl)] * 2),
+            "l": pa.concat_arrays([lists] * 4),
+        }
+    )
+    uri = _write(str(tmp_path / "f"), table, version)
+    c = _container(_one_file(uri)[0])
+    layouts = {
+        str(pb.PageLayout.FromString(c.resolve(p.encoding, "t").value).full_zip_layout)
+        for col in range(c.num_columns)
+        for p in c.column(col).pages
+    }
+    assert all("constant" in x and "has_validity: true" in x for x in layouts), layouts
     _check(uri, f"fsl null items {version}")
