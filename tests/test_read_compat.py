@@ -23,12 +23,7 @@ STRUCTURAL_VERSIONS = ("2.1", "2.2")
 
 
 # (storage version, dataset) -> why Quiver does not read it yet.
-NOT_READ_YET = {
-    ("2.2", "blob"): (
-        "blob v2 (extension lance.blob.v2, a VariablePackedStruct full-zip column that pylance "
-        "reads as struct<kind, position, size, blob_id, blob_uri>) is not implemented"
-    ),
-}
+NOT_READ_YET: dict[tuple[str, str], str] = {}
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,21 @@ ENCODING_NONE, ENCODING_PLAIN, ENCODING_VAR_BINARY, ENCODING_DICTIONARY = 0, 1, 
 PRIMARY_KEY_METADATA = "lance-schema:unenforced-primary-key"
 # What a scan returns for a blob column by default (as pylance does): where its bytes are.
 BLOB_DESCRIPTION = pa.struct([("position", pa.uint64()), ("size", pa.uint64())])
+# Blob v2 (2.2+ files): a struct field of this extension, stored as one packed column of
+# descriptions; `kind` says where the bytes are (0 inline in the data file, 1 a shared
+# sidecar ".blob" file, 2 a dedicated one, 3 an external `blob_uri`).
+BLOB_V2_EXTENSION = "lance.blob.v2"
+BLOB_V2_DESCRIPTION = pa.struct(
+    [
+        pa.field("kind", pa.uint8(), False),
+        pa.field("position", pa.uint64(), False),
+        pa.field("size", pa.uint64(), False),
+        pa.field("blob_id", pa.uint32(), False),
+        pa.field("blob_uri", pa.string(), False),
+    ]
+)
+_BLOB_V2_DESCRIPTION_METADATA = {"lance-encoding:blob": b"true", "lance-encoding:packed": b"true"}
+_EXTENSION_NAME = "ARROW:extension:name"
 
 _SIMPLE: dict[str, pa.DataType] = {
     "null": pa.null(),
@@ -183,9 +198,25 @@ class LanceField:
         return _leaf_type(lt, where)
 
     def to_arrow(self, *, blob_descriptions: bool = False) -> pa.Field:
-        """The Arrow field, metadata included; blob columns optionally as their descriptions."""
+        """The Arrow field, metadata included; blob columns optionally as their descriptions.
+
+        A blob v2 field is its extension type when that is registered with pyarrow in this
+        process (pylance registers it), else its storage struct carrying the extension name.
+        """
+        if self.is_blob_v2:
+            if blob_descriptions:
+                return pa.field(
+                    self.name, BLOB_V2_DESCRIPTION, self.nullable, _BLOB_V2_DESCRIPTION_METADATA
+                )
+            meta = {**self.metadata, _EXTENSION_NAME: BLOB_V2_EXTENSION.encode()}
+            return _registered_extension(pa.field(self.name, self.arrow_type, self.nullable, meta))
         dtype = BLOB_DESCRIPTION if blob_descriptions and self.is_blob else self.arrow_type
         return pa.field(self.name, dtype, self.nullable, self.metadata or None)
+
+    @property
+    def blob_description(self) -> pa.DataType:
+        """The type a scan returns for this blob field: where its bytes are."""
+        return BLOB_V2_DESCRIPTION if self.is_blob_v2 else BLOB_DESCRIPTION
 
     # -- tree helpers -----------------------------------------------------------------
     def walk(self) -> Iterator[LanceField]:
@@ -196,8 +227,22 @@ class LanceField:
 
     @property
     def is_blob(self) -> bool:
-        """Whether this binary field is a blob column (values stored out of line)."""
+        """Whether this field is a blob column (values stored out of line): a binary field
+        marked `lance-encoding:blob`, or a blob v2 struct."""
+        if self.is_blob_v2:
+            return True
         return self.metadata.get("lance-encoding:blob", b"").lower() in (b"true", b"1", b"yes")
+
+    @property
+    def is_blob_v2(self) -> bool:
+        """Whether this is a blob v2 field (a `lance.blob.v2` struct, one column of
+        descriptions; its `data`/`uri` children have no columns)."""
+        if self.logical_type != "struct":
+            return False
+        ext = self.extension_name or self.metadata.get(_EXTENSION_NAME, b"").decode(
+            errors="replace"
+        )
+        return ext == BLOB_V2_EXTENSION
 
     @property
     def is_packed(self) -> bool:
@@ -209,8 +254,9 @@ class LanceField:
 
     @property
     def is_leaf(self) -> bool:
-        """Whether the field is stored as one column: no children, or a packed struct."""
-        return not self.children or self.is_packed
+        """Whether the field is stored as one column: no children, a packed struct or a blob
+        v2 struct."""
+        return not self.children or self.is_packed or self.is_blob_v2
 
     def project_ids(self, keep: set[int]) -> LanceField | None:
         """This field pruned to the descendants whose ids are in `keep` (None if none are)."""
@@ -245,6 +291,15 @@ class LanceField:
         for c in self.children:
             out.extend(c.to_protos())
         return out
+
+
+def _registered_extension(f: pa.Field) -> pa.Field:
+    """`f` as the extension type its `ARROW:extension:name` metadata names, if pyarrow has it
+    registered (an IPC round trip applies the registry, as any Arrow reader does)."""
+    try:
+        return pa.ipc.read_schema(pa.schema([f]).serialize()).field(0)
+    except (pa.ArrowException, TypeError, ValueError):  # a registered type refusing `f`
+        return f
 
 
 @dataclass

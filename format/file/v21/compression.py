@@ -11,8 +11,8 @@ Decoded values are *physical* arrays: Flat(1) -> bool, Flat(8..64) -> uint8..uin
 byte multiples -> fixed_size_binary, Variable/Fsst -> large_binary, FixedSizeList -> a
 FixedSizeListArray of the inner physical array. Every size, offset and width read from the
 file is bounds-checked; corrupt input raises CorruptFileError naming `where`; variants a
-2.1/2.2 file cannot hold (Range, Delta, generic Variable offsets, VariablePackedStruct) raise
-UnsupportedFeatureError naming them.
+2.1/2.2 file cannot hold (Range, Delta, generic Variable offsets, VariablePackedStruct outside
+full-zip values) raise UnsupportedFeatureError naming them.
 
 Encoders for the writer live next to their decoders: `bitpacking` (FastLanes inline and
 out-of-line), `rle`, `general` (LZ4/zstd framing), `byte_stream_split`, `fsst`, and here the
@@ -514,7 +514,7 @@ def decode_fullzip_variable(
 ) -> pa.Array:
     """Variable-width full-zip values `data[offsets[i]:offsets[i+1]]`, decoded per value:
     Variable (as-is), Fsst{table, Variable} (FSST strings) or General{scheme, Variable} (each
-    value compressed on its own). Returns large_binary."""
+    value compressed on its own), all to large_binary; VariablePackedStruct to a struct."""
     data = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
     offsets = np.asarray(offsets, dtype=I64)
     if (
@@ -545,10 +545,62 @@ def decode_fullzip_variable(
         out_offsets = np.concatenate([[0], np.cumsum(lengths)])
         return binary_array(out_offsets, np.frombuffer(b"".join(parts), dtype=np.uint8))
     if kind == "variable_packed_struct":
-        raise _unsupported(
-            where, "VariablePackedStruct compression (packed structs with variable-width fields)"
-        )
+        return variable_packed_struct_values(enc.variable_packed_struct, offsets, data, where)
     raise _unsupported(where, f"{kind} compression of variable-width full-zip values")
+
+
+def variable_packed_struct_values(
+    enc: pb.VariablePackedStruct, offsets: np.ndarray, data: np.ndarray, where: str
+) -> pa.Array:
+    """VariablePackedStruct (2.2 full-zip): value i = `data[offsets[i]:offsets[i+1]]` holds
+    the fields back to back, a fixed-width one as `bits_per_value / 8` bytes, a variable-width
+    one as `[length (bits_per_length)][bytes]`; each field's bytes decode with its own
+    per-value encoding. Empty values (null rows) give zero / empty fields. Returns a struct
+    array with children "0", "1", ... of the fields' physical types."""
+    if not enc.fields:
+        raise _unsupported(where, "VariablePackedStruct without fields")
+    n = len(offsets) - 1
+    pos, end = offsets[:-1].copy(), offsets[1:]
+    present = end > pos
+    children = []
+    for i, fe in enumerate(enc.fields):
+        what = f"VariablePackedStruct field {i}"
+        layout = fe.WhichOneof("layout")
+        if layout == "bits_per_value":
+            bits = int(fe.bits_per_value)
+            if bits <= 0 or bits % 8:
+                raise _unsupported(where, f"{what} of {bits} bits")
+            if variant(fe.value, where) == "flat" and int(fe.value.flat.bits_per_value) != bits:
+                raise CorruptFileError(
+                    where, f"{what}: Flat({int(fe.value.flat.bits_per_value)}) in {bits} bits"
+                )
+            width = np.where(present, bits // 8, 0)
+            raw = gather(data, pos, width, where, what)
+            table = np.zeros((n, bits // 8), dtype=np.uint8)
+            table[present] = raw.reshape(-1, bits // 8)
+            children.append(decode_fullzip_fixed(fe.value, table.reshape(-1), n, where))
+            pos = pos + width
+        elif layout == "bits_per_length":
+            lw = int(fe.bits_per_length) // 8
+            if lw not in (1, 2, 4, 8) or int(fe.bits_per_length) % 8:
+                raise CorruptFileError(where, f"{what}: lengths of {fe.bits_per_length} bits")
+            lens = np.zeros(n, dtype=I64)
+            lens[present] = read_uint(data, pos[present], lw, where, f"{what} length").astype(I64)
+            start = pos + np.where(present, lw, 0)
+            if (lens < 0).any() or (start + lens > end).any():
+                raise CorruptFileError(where, f"{what}: a value runs past its end")
+            body = gather(data, start, lens, where, what)
+            offs = np.zeros(n + 1, dtype=I64)
+            np.cumsum(lens, out=offs[1:])
+            children.append(decode_fullzip_variable(fe.value, offs, body, where))
+            pos = start + lens
+        else:
+            raise CorruptFileError(where, f"{what} has neither a width nor a length width")
+        if (pos > end).any():
+            raise CorruptFileError(where, f"{what}: a value runs past its end")
+    if (pos != end)[present].any():
+        raise CorruptFileError(where, "VariablePackedStruct values have bytes left over")
+    return pa.StructArray.from_arrays(children, names=[str(i) for i in range(len(children))])
 
 
 # -- dispatch --------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from format.file.v21.page import DecodedPage, PageWhere
 from format.file.v21.take import plan_fullzip, plan_miniblock
 from format.io.store import FileReader
 from format.proto import encodings_v2_1_pb2 as pb
-from format.table.schema import BLOB_DESCRIPTION, LanceField
+from format.table.schema import LanceField
 
 TOMBSTONE = -2
 
@@ -205,7 +205,12 @@ class StructuralFileReader(DataFileReader):
                 leaf = p[-1]
                 leaf_type = leaf.arrow_type
                 if leaf.is_blob and self.blob_descriptions:
-                    leaf_type = BLOB_DESCRIPTION
+                    leaf_type = leaf.blob_description
+                elif leaf.is_blob_v2:
+                    raise UnsupportedFeatureError(
+                        f"{self.path}: field {leaf.name!r}: reading blob v2 bytes (not their "
+                        "descriptions)"
+                    )
                 col = self._columns.get(c)
                 if col is None or col.path != p or col.leaf_type != leaf_type:
                     info = infos[c] if c in infos else self._columns[c].info

@@ -362,7 +362,8 @@ def table_hints(n: int) -> pa.Table:
 
 
 def table_blob(n: int) -> pa.Table:
-    """A blob column (2.1: blob layout; its scan returns (position, size) descriptions)."""
+    """A blob column, whose scan returns descriptions: 2.1 a blob layout of (position, size);
+    2.2 blob v2, a full-zip VariablePackedStruct of (kind, position, size, blob_id, uri)."""
     data = [
         None if i % 6 == 1 else (b"" if i % 6 == 2 else bytes([i % 251]) * (i % 500))
         for i in range(n)
@@ -426,8 +427,6 @@ def _check(uri: str, what: str) -> None:
 def _skip_reason(name: str, version: str) -> str | None:
     if name == "maps" and version == "2.1":
         return "pylance 14 refuses maps in 2.1 files"
-    if name == "blob" and version == "2.2":
-        return "2.2 writes blob v2 columns, which Quiver does not read yet"
     return None
 
 
@@ -500,7 +499,9 @@ def test_tables_reach_every_layout_and_codec(written, version):
                         if layout.HasField("full_zip_layout") and fz.bits_rep:
                             full_zip_with_rep = True
                             full_zip_fixed_with_rep |= fz.WhichOneof("details") == "bits_per_value"
-    expected = EXPECTED_ENCODINGS | ({"blob_layout"} if version == "2.1" else set())
+    # Blob columns: a blob layout in 2.1, blob v2 (VariablePackedStruct descriptions) in 2.2.
+    blob = {"blob_layout"} if version == "2.1" else {"variable_packed_struct"}
+    expected = EXPECTED_ENCODINGS | blob
     assert expected <= used, expected - used
     assert full_zip_with_rep and full_zip_fixed_with_rep
 
