@@ -22,19 +22,27 @@ Options (all strings, as Spark passes them):
   no column-pruning hook, so a user `.schema(...)` also projects: its names are requested)
 - `token`, or `username` + `password`; `tls_root_certs`, `cert_chain`, `private_key` (paths
   of PEM files); `timeout` (seconds)
-- `max_rows_per_endpoint` is a *server* setting (`ServerConfig.max_rows_per_endpoint`); the
-  Flight contract has no per-request key for it, so the option is refused with that hint.
+- `max_rows_per_endpoint`: cut fragments into endpoints (= Spark partitions) of at most this
+  many rows, overriding the server's setting
+- `pushdown`: `true` lets the server apply Spark's filters (default `false`, see below)
 
-Filter pushdown (`spark.sql.python.filterPushdown.enabled=true`): EqualTo, EqualNullSafe,
-GreaterThan(OrEqual), LessThan(OrEqual), In, IsNull, IsNotNull, Not and StringStartsWith /
-EndsWith / Contains on top-level integer, boolean, string and date columns are translated
-to the server's SQL and not evaluated again by Spark; anything else (floats, with their NaN
-semantics; nested fields; timestamps; decimals; nulls in `In`) is left to Spark.
+Filter pushdown (option `pushdown=true`; planning works whether or not
+`spark.sql.python.filterPushdown.enabled` is on, filters are pushed only when it is):
+EqualTo, EqualNullSafe, GreaterThan(OrEqual), LessThan(OrEqual), In, IsNull, IsNotNull, Not
+and StringStartsWith / EndsWith / Contains on top-level integer, boolean, string and date
+columns are translated to the server's SQL and not evaluated again by Spark; anything else
+(floats, with their NaN semantics; nested fields; timestamps; decimals; nulls in `In`) is
+left to Spark. It is opt-in because PySpark 4.3 reuses a DataFrame's pushed filters for a
+later query on the same DataFrame that pushes none, silently dropping rows; without pushdown
+Spark evaluates every filter and reuse is safe. The `filter` option is always applied by the
+server.
 
 Write: every task stages its batches with `DoPut(commit=false)` and returns the staged
 fragment strings; the driver commits them all in ONE `commit` action with an idempotency
 key made when the writer was created (a retried job commit never commits twice), or sends
-`abort` with them. Modes `append` (also creates a new dataset) and `overwrite`.
+`abort` with them. Tasks stage under one staging job, so the commit or abort also removes
+what failed or speculative attempts staged (see `flight_server/staging.py`). Modes `append`
+(also creates a new dataset) and `overwrite`.
 """
 
 from __future__ import annotations
@@ -113,11 +121,6 @@ class _Conn:
 
     @classmethod
     def from_options(cls, options: Any) -> _Conn:
-        if options.get("max_rows_per_endpoint") is not None:
-            raise QuiverOptionError(
-                "the 'max_rows_per_endpoint' option cannot be set per request: it is a server "
-                "setting (quiver serve --max-rows-per-endpoint / ServerConfig)"
-            )
         timeout = options.get("timeout")
         return cls(
             uri=_required(options, "uri", "grpc://host:port or grpc+tls://host:port"),
@@ -172,7 +175,25 @@ def _read_options(options: Any) -> dict[str, Any]:
         out["columns"] = names
     if options.get("filter") is not None:
         out["filter"] = str(options.get("filter"))
+    step = options.get("max_rows_per_endpoint")
+    if step is not None:
+        try:
+            out["max_rows_per_endpoint"] = int(step)
+        except ValueError:
+            out["max_rows_per_endpoint"] = 0
+        if out["max_rows_per_endpoint"] < 1:
+            raise QuiverOptionError(
+                f"the 'max_rows_per_endpoint' option must be a positive integer, not {step!r}"
+            )
     return out
+
+
+def pushdown_enabled(options: Any) -> bool:
+    """The `pushdown` option: whether Spark's filters may be applied by the server."""
+    value = str(options.get("pushdown", "false")).strip().lower()
+    if value not in ("true", "false"):
+        raise QuiverOptionError(f"the 'pushdown' option must be true or false, not {value!r}")
+    return value == "true"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,10 +350,13 @@ class QuiverPartition(InputPartition):
 
 
 class QuiverReader(DataSourceReader):
-    def __init__(self, conn: _Conn, read: dict[str, Any], schema: StructType) -> None:
+    def __init__(
+        self, conn: _Conn, read: dict[str, Any], schema: StructType, pushdown: bool = False
+    ) -> None:
         self.conn = conn
         self.read_options = read
         self.schema = schema
+        self.pushdown = pushdown
         self.pushed: list[str] = []
 
     @property
@@ -342,6 +366,9 @@ class QuiverReader(DataSourceReader):
     def _push(self, filters: list[Filter]) -> Iterator[Filter]:
         # Spark may push into the same reader again for another query: start afresh
         self.pushed = []
+        if not self.pushdown:
+            yield from filters  # all evaluated by Spark (see the `pushdown` option)
+            return
         for f in filters:
             sql = filter_sql(f, self.schema)
             if sql is None:
@@ -396,8 +423,10 @@ class QuiverWriter(DataSourceArrowWriter):
     def __init__(self, conn: _Conn, overwrite: bool, target: bytes | None) -> None:
         self.conn = conn
         self.overwrite = overwrite
-        # made once on the driver: a retried job commit never commits twice
+        # made once on the driver: a retried job commit never commits twice, and the job's
+        # commit or abort also removes what failed or speculative task attempts staged
         self.idempotency_key = f"spark-{uuid.uuid4()}"
+        self.job = self.idempotency_key
         self.target = target  # the existing dataset's schema (IPC) when appending to it
 
     @property
@@ -405,7 +434,7 @@ class QuiverWriter(DataSourceArrowWriter):
         return "overwrite" if self.overwrite else "append"
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> QuiverCommitMessage:
-        return QuiverCommitMessage(self.stage(iterator))
+        return QuiverCommitMessage(self.stage(iterator, self.job))
 
     def stage(self, iterator: Iterator[pa.RecordBatch], job: str | None = None) -> list[str]:
         """Stage one task's batches in the dataset's Arrow types; the fragment strings.
@@ -424,32 +453,38 @@ class QuiverWriter(DataSourceArrowWriter):
         with self.conn.client() as client:
             return client.stage(self.conn.dataset, batches(), mode=self.mode, job=job)
 
-    def commit(
+    def commit(self, messages: Sequence[QuiverCommitMessage | None]) -> None:
+        """The job's commit: every task's fragments in one version, once."""
+        self.commit_staged(messages, self.idempotency_key, self.job)
+
+    def commit_staged(
         self,
         messages: Sequence[QuiverCommitMessage | None],
-        idempotency_key: str | None = None,
-        job: str | None = None,
+        idempotency_key: str | None,
+        job: str | None,
     ) -> dict[str, Any] | None:
-        """Commit every task's fragments in one version; the server's answer (None when
-        there was nothing to append). The streaming sink passes its own key and job."""
+        """Commit the messages' fragments in one version, ending staging `job`; the server's
+        answer (None when there was nothing to append). Shared with the streaming sink."""
         fragments = [f for m in messages if m is not None for f in m.fragments]
         with self.conn.client() as client:
             if not fragments and not self.overwrite:
+                if job is not None:
+                    client.abort(self.conn.dataset, [], job=job)  # attempts that lost
                 return None
             return client.commit(
                 self.conn.dataset,
                 fragments,
                 operation=self.mode,
-                idempotency_key=idempotency_key or self.idempotency_key,
+                idempotency_key=idempotency_key,
                 job=job,
             )
 
     def abort(self, messages: Sequence[QuiverCommitMessage | None]) -> None:
+        """Remove every file the job's tasks staged, including those of attempts whose
+        messages never reached the driver."""
         fragments = [f for m in messages if m is not None for f in m.fragments]
-        if not fragments:
-            return
         with self.conn.client() as client:
-            client.abort(self.conn.dataset, fragments)
+            client.abort(self.conn.dataset, fragments, job=self.job)
 
 
 def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -479,11 +514,17 @@ class QuiverDataSource(DataSource):
         conn = _Conn.from_options(self.options)
         read = _read_options(self.options)
         read.pop("filter", None)
+        read.pop("max_rows_per_endpoint", None)
         with conn.client() as client:
             return spark_schema(client.schema(conn.dataset, **read))
 
     def reader(self, schema: StructType) -> QuiverReader:
-        return QuiverReader(_Conn.from_options(self.options), _read_options(self.options), schema)
+        return QuiverReader(
+            _Conn.from_options(self.options),
+            _read_options(self.options),
+            schema,
+            pushdown_enabled(self.options),
+        )
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:  # noqa: N802
         """`writeStream.format("quiver")`: exactly-once micro-batches (`streaming.py`)."""

@@ -189,7 +189,7 @@ class QuiverStreamWriter(DataSourceStreamArrowWriter):
             if not self._exists():  # complete mode, no rows yet: nothing to create
                 return
         # an empty append commits nothing (a failed attempt's files, if any, are swept)
-        answer = self.batch.commit(messages, idempotency_key=key, job=job)
+        answer = self.batch.commit_staged(messages, key, job)
         if answer is not None and answer.get("duplicate") and job is None:
             # a replayed batch: its rows are in already; its own staged files go
             self._abort([f for m in messages if m is not None for f in m.fragments], None)

@@ -165,16 +165,21 @@ QUERIES = [
 ]
 
 
-@pytest.mark.parametrize("pushdown", ["true", "false"])
-def test_filters_pushed_and_not(spark, uri, sales, pushdown) -> None:
-    spark.conf.set(PUSHDOWN, pushdown)
+@pytest.mark.parametrize(
+    ("session", "option"), [("true", "true"), ("false", "true"), ("true", None)]
+)
+def test_filters_pushed_and_not(spark, uri, sales, session, option) -> None:
+    spark.conf.set(PUSHDOWN, session)
     try:
         df = reader(spark, uri, sales).load()
         local = spark.createDataFrame(df.collect(), df.schema)
         local.createOrReplaceTempView("sales_local")
         for q in QUERIES:
             # a fresh DataFrame per query: see test_reused_dataframe_keeps_stale_pushdown
-            reader(spark, uri, sales).load().createOrReplaceTempView("sales_view")
+            fresh = reader(spark, uri, sales)
+            if option is not None:
+                fresh = fresh.option("pushdown", option)
+            fresh.load().createOrReplaceTempView("sales_view")
             got = spark.sql(f"SELECT id FROM sales_view WHERE {q}").collect()
             want = spark.sql(f"SELECT id FROM sales_local WHERE {q}").collect()
             assert sorted(r.id for r in got) == sorted(r.id for r in want), q
@@ -188,9 +193,27 @@ def test_filters_pushed_and_not(spark, uri, sales, pushdown) -> None:
     "same DataFrame pushes none (cached read info in the JVM's PythonDataSourceV2)",
 )
 def test_reused_dataframe_keeps_stale_pushdown(spark, uri, sales) -> None:
-    df = reader(spark, uri, sales).load()
+    df = reader(spark, uri, sales).option("pushdown", "true").load()
     assert df.filter("i32 IS NULL").count() == 15
     assert df.filter("id < 3 OR id > 97").count() == 5  # gives 2: 'i32 IS NULL' still applied
+
+
+def test_reused_dataframe_is_right_without_pushdown(spark, uri, sales) -> None:
+    # the reason pushdown is opt-in: the same queries without it give the right rows
+    df = reader(spark, uri, sales).load()
+    assert df.filter("i32 IS NULL").count() == 15
+    assert df.filter("id < 3 OR id > 97").count() == 5
+
+
+def test_max_rows_per_endpoint_option(spark, uri, root, sales) -> None:
+    df = reader(spark, uri, sales).option("max_rows_per_endpoint", "10").load()
+    assert df.rdd.getNumPartitions() == 10  # fragments of 40, 30 and 30 rows
+    got = as_arrow(df)
+    assert got.equals(expected(root, sales, got.schema))
+    with pytest.raises(Exception, match="max_rows_per_endpoint"):
+        reader(spark, uri, sales).option("max_rows_per_endpoint", "0").load().count()
+    with pytest.raises(Exception, match="pushdown"):
+        reader(spark, uri, sales).option("pushdown", "maybe").load().count()
 
 
 def test_filter_translation() -> None:
