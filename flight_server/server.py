@@ -293,7 +293,9 @@ class QuiverFlightServer(flight.FlightServerBase):
                 if call.status in ("ok", "cancelled"):
                     call.log()
 
-        return flight.GeneratorStream(reader.schema, batches())
+        # A RecordBatchStream (not a GeneratorStream) writes dictionary batches, so columns
+        # of dictionary type stream too (apache/arrow#38480).
+        return flight.RecordBatchStream(pa.RecordBatchReader.from_batches(reader.schema, batches()))
 
     def do_put(
         self,

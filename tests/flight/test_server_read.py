@@ -14,6 +14,7 @@ import flight_helpers
 import lance
 import pyarrow as pa
 import pyarrow.flight as fl
+import pytest
 from flight_helpers import (
     Served,
     concat,
@@ -219,3 +220,15 @@ def test_access_log_line_per_call(served: Served, name: str) -> None:
     assert line["status"] == "ok" and line["rows"] == 10 and line["version"] == 1
     assert line["bytes"] > 0 and line["duration_ms"] >= 0
     assert served.log.find("GetFlightInfo", name)[-1]["rows"] == 10
+
+
+@pytest.mark.parametrize("storage_version", ["2.0", "2.2"])
+def test_dictionary_columns_stream(served: Served, name: str, storage_version: str) -> None:
+    # dictionary batches must precede the record batches that use them
+    cat = pa.array(["a", "b", None, "a", "é", "b"] * 50).dictionary_encode()
+    data = pa.table({"id": pa.array(range(300)), "cat": cat})
+    uri = served.path(name)
+    lance.write_dataset(data, uri, max_rows_per_file=100, data_storage_version=storage_version)
+    got = served.read(name)
+    assert got.equals(lance.dataset(uri).to_table())
+    assert got.column("cat").to_pylist() == cat.to_pylist()
