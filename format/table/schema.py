@@ -181,24 +181,30 @@ class LanceField:
     @property
     def arrow_type(self) -> pa.DataType:
         """The Arrow type this field reads as."""
+        return self.arrow_type_of(blob_descriptions=False)
+
+    def arrow_type_of(self, *, blob_descriptions: bool) -> pa.DataType:
+        """The Arrow type of this field, blob fields in it optionally as their descriptions."""
         lt = self.logical_type
         where = f"field {self.name!r} (id {self.id})"
+        if blob_descriptions and self.is_blob:
+            return self.blob_description
+        kids = [c.to_arrow(blob_descriptions=blob_descriptions) for c in self.children]
         if lt == "struct":
-            return pa.struct([c.to_arrow() for c in self.children])
+            return pa.struct(kids)
         if lt in ("list", "list.struct", "large_list", "large_list.struct"):
-            if len(self.children) != 1:
+            if len(kids) != 1:
                 raise CorruptFileError(where, f"{lt} needs exactly one child field")
-            item = self.children[0].to_arrow()
-            return pa.large_list(item) if lt.startswith("large_list") else pa.list_(item)
+            return pa.large_list(kids[0]) if lt.startswith("large_list") else pa.list_(kids[0])
         if lt == "map":
-            if len(self.children) != 1 or len(self.children[0].children) != 2:
+            if len(kids) != 1 or kids[0].type.num_fields != 2:
                 raise CorruptFileError(where, "map needs one entries child with key and value")
-            key, value = (c.to_arrow() for c in self.children[0].children)
-            return pa.map_(key, value)
+            return pa.map_(kids[0].type.field(0), kids[0].type.field(1))
         return _leaf_type(lt, where)
 
     def to_arrow(self, *, blob_descriptions: bool = False) -> pa.Field:
-        """The Arrow field, metadata included; blob columns optionally as their descriptions.
+        """The Arrow field, metadata included; blob columns (at any depth) optionally as their
+        descriptions.
 
         A blob v2 field is its extension type when that is registered with pyarrow in this
         process (pylance registers it), else its storage struct carrying the extension name.
@@ -210,7 +216,7 @@ class LanceField:
                 )
             meta = {**self.metadata, _EXTENSION_NAME: BLOB_V2_EXTENSION.encode()}
             return _registered_extension(pa.field(self.name, self.arrow_type, self.nullable, meta))
-        dtype = BLOB_DESCRIPTION if blob_descriptions and self.is_blob else self.arrow_type
+        dtype = self.arrow_type_of(blob_descriptions=blob_descriptions)
         return pa.field(self.name, dtype, self.nullable, self.metadata or None)
 
     @property

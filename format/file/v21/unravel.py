@@ -273,7 +273,7 @@ def merge(f: LanceField, arrays: Sequence[pa.Array], path: str) -> pa.Array:
         if len(arrays) != 1:
             raise CorruptFileError(path, f"field {f.name!r}: {len(arrays)} arrays for one leaf")
         return arrays[0]
-    t = f.arrow_type
+    t = f.arrow_type_of(blob_descriptions=True)  # blob leaves read as their descriptions
     lt = f.logical_type
     first = arrays[0]
     n = len(first)

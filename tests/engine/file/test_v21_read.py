@@ -819,3 +819,97 @@ def test_fsl_with_only_null_items(tmp_path, version):
     }
     assert all("constant" in x and "has_validity: true" in x for x in layouts), layouts
     _check(uri, f"fsl null items {version}")
+
+
+def _blob_v2_table(tmp_path, n: int) -> pa.Table:
+    """Blob v2 values of every kind: inline (small), packed and dedicated sidecar files (the
+    size thresholds lowered by field metadata), external URIs whole and ranged, empty and
+    null blobs; also a blob inside a struct."""
+    from lance.blob import Blob, BlobArray
+
+    ext = tmp_path / "extern-ü.bin"
+    ext.write_bytes(bytes(range(256)) * 8)
+    uri = ext.as_uri()
+
+    def value(i: int) -> Blob | None:
+        k = i % 9
+        if k == 1:
+            return None
+        if k == 2:
+            return Blob.empty()
+        if k == 3:
+            return Blob.from_uri(uri)
+        if k == 4:
+            return Blob.from_uri(uri, position=i % 100, size=1 + i % 50)
+        return Blob.from_bytes(bytes([i % 251]) * (i * 37 % 3000))
+
+    blobs = BlobArray.from_pylist([value(i) for i in range(n)])
+    inner = BlobArray.from_pylist([value(i + 5) for i in range(n)])
+    meta = {
+        "lance-encoding:blob-inline-size-threshold": "100",
+        "lance-encoding:blob-dedicated-size-threshold": "1000",
+    }
+    ids = pa.array(np.arange(n))
+    nested = pa.StructArray.from_arrays([ids, inner], names=["i", "b"])
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64()),
+            pa.field("blob", blobs.type, metadata=meta),
+            pa.field("s", nested.type),
+        ]
+    )
+    return pa.Table.from_arrays([ids, blobs, nested], schema=schema)
+
+
+@pytest.mark.parametrize("page_bytes", [None, 2048])
+def test_blob_v2_reads_as_pylance_descriptions(tmp_path, page_bytes):
+    """2.2 blob v2 columns (full-zip VariablePackedStruct pages) scan, take and stream as
+    pylance's struct<kind, position, size, blob_id, blob_uri> descriptions; the dataset
+    schema is pylance's lance.blob.v2 extension type."""
+    uri = str(tmp_path / "b")
+    extra = {} if page_bytes is None else {"max_page_bytes": page_bytes}
+    lance.write_dataset(
+        _blob_v2_table(tmp_path, 600),
+        uri,
+        data_storage_version="2.2",
+        allow_external_blob_outside_bases=True,
+        **extra,
+    )
+    ref = lance.dataset(uri)
+    kinds = ref.to_table().column("blob").combine_chunks().field("kind").drop_null()
+    assert set(kinds.to_pylist()) == {0, 1, 2, 3}
+    assert dataset(uri).schema.equals(ref.schema, check_metadata=False)
+    _check(uri, f"blob v2 pages={page_bytes}")
+    assert_same(dataset(uri).to_table(columns=["s"]), ref.to_table(columns=["s"]), "nested")
+
+
+def test_blob_v2_bytes_and_corrupt_descriptions(tmp_path):
+    """Reading blob v2 bytes (not descriptions) is refused by name; a description whose
+    string length runs past its value is a CorruptFileError."""
+    uri = str(tmp_path / "b")
+    lance.write_dataset(
+        _blob_v2_table(tmp_path, 30),
+        uri,
+        data_storage_version="2.2",
+        allow_external_blob_outside_bases=True,
+    )
+    path, df = _one_file(uri)
+    folder, name = path.rsplit("/", 1)
+    fields = dataset(uri).lance_schema.fields
+    reader = StructuralFileReader(
+        open_store(folder).open(name),
+        list(df.fields),
+        list(df.column_indices),
+        path_for_errors=path,
+        blob_descriptions=False,
+    )
+    with pytest.raises(UnsupportedFeatureError, match="field 'blob': reading blob v2 bytes"):
+        reader.take(fields[1:2], np.arange(3))
+    c = _container(path)
+    page = c.column(1).pages[0]
+    pos, size = page.buffers[0]
+    with open(path, "r+b") as fh:  # row 0: control byte, u32 value length, then the fields
+        fh.seek(pos + 5 + 1 + 8 + 8 + 4)
+        fh.write((10**6).to_bytes(4, "little"))  # blob_uri's length
+    with pytest.raises(CorruptFileError, match="VariablePackedStruct field 4"):
+        dataset(uri).to_table(columns=["blob"])
