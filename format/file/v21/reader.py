@@ -277,6 +277,7 @@ class StructuralFileReader(DataFileReader):
             self._check_chunk_grammar(layout.mini_block_layout, where)
             return decode_miniblock(layout.mini_block_layout, bufs, rows, where)
         if kind == "full_zip_layout":
+            self._check_fullzip_grammar(layout.full_zip_layout, where)
             return decode_fullzip(layout.full_zip_layout, bufs, rows, where)
         if kind == "constant_layout":
             return decode_constant(layout.constant_layout, bufs, rows, where)
@@ -297,6 +298,13 @@ class StructuralFileReader(DataFileReader):
             raise where.corrupt(
                 f"has_large_chunk={ml.has_large_chunk} is not valid in a {self.version} file"
             )
+
+    def _check_fullzip_grammar(self, fz: pb.FullZipLayout, where: PageWhere) -> None:
+        """VariablePackedStruct values (packed structs with variable-width fields, blob v2
+        descriptions) are 2.2+ only."""
+        enc = fz.value_compression.WhichOneof("compression")
+        if self.version == "2.1" and enc == "variable_packed_struct":
+            raise where.corrupt("VariablePackedStruct is not part of the Lance 2.1 grammar")
 
     @contextlib.contextmanager
     def _guard(self, where: str) -> Iterator[None]:
@@ -354,6 +362,7 @@ class StructuralFileReader(DataFileReader):
                     layout.mini_block_layout, page.buffers, page.length, rows, where
                 )
             elif kind == "full_zip_layout":
+                self._check_fullzip_grammar(layout.full_zip_layout, where)
                 decoded, pos = yield from plan_fullzip(
                     layout.full_zip_layout, page.buffers, page.length, rows, where
                 )
