@@ -161,12 +161,14 @@ def test_multi_fragment_read_equals_pylance(spark, server) -> None:
     assert got.equals(want)
 
     # an aggregation and a pushed filter run on the executors too (a fresh DataFrame per
-    # query: PySpark reuses a DataFrame's pushed filters, see test_spark.py)
+    # query: PySpark reuses a DataFrame's pushed filters, see the data source's docs)
     fresh = spark.read.format("quiver").option("uri", uri).option("dataset", "wide").load()
     counts = {r["cat"]: r["count"] for r in fresh.groupBy("cat").count().collect()}
     values, n = pa.compute.value_counts(reference["cat"]).flatten()
     assert counts == dict(zip(values.to_pylist(), n.to_pylist(), strict=True))
-    some = df.filter("id >= 1000 AND s IS NOT NULL").select("id").toArrow().sort_by("id")
+    pushed = spark.read.format("quiver").option("uri", uri).option("dataset", "wide")
+    pushed = pushed.option("pushdown", "true").load()
+    some = pushed.filter("id >= 1000 AND s IS NOT NULL").select("id").toArrow().sort_by("id")
     mask = pa.compute.and_(pa.compute.greater_equal(want["id"], 1000), want["s"].is_valid())
     assert some["id"].equals(want.filter(mask)["id"])
 
@@ -193,21 +195,14 @@ def test_append_write_read_back_by_pylance(spark, server) -> None:
     assert spark_view(back).equals(expect)
 
 
-ORPHANS = (
-    "a failed task attempt whose writer had begun its DoPut sees its input end cleanly (the "
-    "JVM closes the worker's input when the upstream fails), so it finishes the DoPut and "
-    "stages a fragment whose commit message Spark drops: abort never learns of those files. "
-    "Fix: the batch writer stages, commits and aborts under a job (its idempotency key)"
-)
-
-
 @pytest.mark.parametrize(
     "row_bytes",
     [
         pytest.param(8, id="fails-before-staging"),
-        pytest.param(
-            2000, id="fails-while-staging", marks=pytest.mark.xfail(strict=True, reason=ORPHANS)
-        ),
+        # the failed attempts' DoPuts end cleanly (the JVM closes the worker's input when
+        # the upstream fails) and stage fragments whose commit messages Spark drops: only
+        # the writer's staging job lets the abort find and remove them
+        pytest.param(2000, id="fails-while-staging"),
     ],
 )
 def test_failed_task_leaves_dataset_and_disk_unchanged(spark, server, row_bytes: int) -> None:
@@ -247,11 +242,6 @@ def test_failed_task_leaves_dataset_and_disk_unchanged(spark, server, row_bytes:
     assert tree(root) == files  # no staged data file left by any attempt
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="flight_server/server.py do_get returns a GeneratorStream, which sends no dictionary "
-    "batches (apache/arrow#38480): any dataset with a dictionary column fails to DoGet",
-)
 def test_dictionary_column_read(spark, server) -> None:
     uri, root = server
     table = varied(0, 60)

@@ -43,7 +43,7 @@ def session(app: str = "quiver-pipeline") -> Any:
     spark = (
         SparkSession.builder.master("local[2]")
         .appName(app)
-        .config("spark.sql.python.filterPushdown.enabled", "true")  # push `status IN (...)`
+        .config("spark.sql.python.filterPushdown.enabled", "true")  # with option pushdown
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.ui.enabled", "false")
@@ -64,7 +64,9 @@ def run(spark: Any, uri: str) -> Any:
 
     # Spark has no column pruning for Python data sources: ask for the columns we use
     items = quiver("demo").option("columns", "id,category,price,warehouse").load()
-    orders = quiver("orders").load().filter(F.col("status").isin("shipped", "delivered"))
+    # pushdown: the server applies `status IN (...)` (safe: this DataFrame serves one query)
+    orders = quiver("orders").option("pushdown", "true").load()
+    orders = orders.filter(F.col("status").isin("shipped", "delivered"))
 
     revenue = (
         orders.join(items, orders.item_id == items.id)  # inner: unknown items drop out
