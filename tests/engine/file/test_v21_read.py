@@ -750,8 +750,7 @@ def _struct_nulls(arr: pa.Array, rng: np.random.Generator) -> pa.Array:
     types=st.lists(arrow_types(_LEAVES), min_size=1, max_size=4),
     n=st.integers(30, 600),
     seed=st.integers(0, 2**32 - 1),
-    # not 1.0: all-null fixed-size-list items are test_fsl_with_only_null_items
-    p_null=st.sampled_from([0.0, 0.2, 0.7]),
+    p_null=st.sampled_from([0.0, 0.2, 0.7, 1.0]),
     version=st.sampled_from(VERSIONS),
     page_bytes=st.sampled_from([512, 1 << 20]),
 )
