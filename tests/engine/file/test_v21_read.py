@@ -917,8 +917,9 @@ def test_blob_v2_bytes_and_corrupt_descriptions(tmp_path):
 def table_packed_variable(n: int) -> pa.Table:
     """Packed structs (`lance-encoding:packed`) with variable-width children: short strings
     and binary, long strings (FSST inside a field), a few 40 KB values (per-value general
-    compression), only a string, fixed-size binary / float16 / date next to a string, struct
-    nulls, unicode and NUL bytes; also inside a list (null and empty lists) and a struct."""
+    compression), only a string, fixed-size binary / float16 / date / fixed-size list /
+    decimal / timestamp next to a string, struct nulls, unicode and NUL bytes; also inside a
+    list (null and empty lists) and a struct."""
     words = ["", "a", "zürich", "日本語", "emoji 🎉", "nul\x00byte"]
     ids = pa.array(np.arange(n, dtype=np.int64))
     mask = pa.array([i % 5 == 2 for i in range(n)])
@@ -936,8 +937,11 @@ def table_packed_variable(n: int) -> pa.Table:
                 short,
                 pa.array(np.arange(n).astype(np.float16)),
                 pa.array(np.arange(n, dtype=np.int32), pa.date32()),
+                pa.FixedSizeListArray.from_arrays(pa.array(np.arange(2 * n, dtype=np.float32)), 2),
+                pa.array([decimal.Decimal(i).scaleb(-2) for i in range(n)], pa.decimal128(12, 2)),
+                pa.array(np.arange(n) * 10**9, pa.timestamp("us", "UTC")),
             ],
-            ["fsb", "s", "h", "d"],
+            ["fsb", "s", "h", "d", "v", "dec", "ts"],
         ),
     }
     packed = {"lance-encoding:packed": "true"}
