@@ -262,7 +262,11 @@ def test_empty_batches(spark, uri, root) -> None:
         qc.write(name, rows(0, 3), mode="create")
     QuiverDataSource({"uri": uri, "dataset": name}).streamWriter(schema, False).commit(empty, 0)
     assert versions(uri, name) == [1]
-    assert not (root / f"{name}.lance" / "_quiver_staging").exists()
+    # the job ended (late attempts are refused and swept); nothing else is left behind
+    ledger = root / f"{name}.lance" / "_quiver_staging"
+    assert sorted(str(p.relative_to(ledger)) for p in ledger.rglob("*") if p.is_file()) == [
+        "ss-run-0/_done"
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
