@@ -25,6 +25,8 @@ Options (all strings, as Spark passes them):
 - `max_rows_per_endpoint`: cut fragments into endpoints (= Spark partitions) of at most this
   many rows, overriding the server's setting
 - `pushdown`: `true` lets the server apply Spark's filters (default `false`, see below)
+- `max_partitions`: pack the endpoints, in order, into at most this many Spark partitions
+  (default: one partition per endpoint); fewer, bigger tasks cut PySpark's per-task cost
 
 Filter pushdown (option `pushdown=true`; planning works whether or not
 `spark.sql.python.filterPushdown.enabled` is on, filters are pushed only when it is):
@@ -343,17 +345,55 @@ class _PushFilters:
 
 @dataclass
 class QuiverPartition(InputPartition):
-    """One endpoint: its (version-pinned) ticket and its locations, in preference order."""
+    """One endpoint: its (version-pinned) ticket and its locations, in preference order;
+    `more` holds further endpoints (ticket, locations) the same task reads after it."""
 
     ticket: bytes
     locations: list[str] = field(default_factory=list)
+    more: list[tuple[bytes, list[str]]] = field(default_factory=list)
+
+
+def max_partitions(options: Any) -> int | None:
+    """The `max_partitions` option: pack the endpoints into at most this many partitions."""
+    value = options.get("max_partitions")
+    if value is None:
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise QuiverOptionError(
+            f"the 'max_partitions' option must be an integer >= 1, not {value!r}"
+        )
+    return n
+
+
+def pack(parts: list[QuiverPartition], limit: int | None) -> list[QuiverPartition]:
+    """At most `limit` partitions of consecutive endpoints (sizes differ by at most one)."""
+    if limit is None or len(parts) <= limit:
+        return parts
+    size, extra = divmod(len(parts), limit)
+    out, start = [], 0
+    for i in range(limit):
+        group = parts[start : start + size + (i < extra)]
+        start += len(group)
+        rest = [(p.ticket, p.locations) for p in group[1:]]
+        out.append(QuiverPartition(group[0].ticket, group[0].locations, rest))
+    return out
 
 
 class QuiverReader(DataSourceReader):
     def __init__(
-        self, conn: _Conn, read: dict[str, Any], schema: StructType, pushdown: bool = False
+        self,
+        conn: _Conn,
+        read: dict[str, Any],
+        schema: StructType,
+        pushdown: bool = False,
+        max_partitions: int | None = None,
     ) -> None:
         self.conn = conn
+        self.max_partitions = max_partitions
         self.read_options = read
         self.schema = schema
         self.pushdown = pushdown
@@ -392,7 +432,7 @@ class QuiverReader(DataSourceReader):
             for endpoint in info.endpoints:
                 ticket = endpoint.ticket.ticket
                 parts.append(QuiverPartition(bytes(ticket), client._locations(endpoint)))
-        return parts
+        return pack(parts, self.max_partitions)
 
     def read(self, partition: QuiverPartition | None) -> Iterator[pa.RecordBatch]:
         import pyarrow.flight as flight
@@ -400,12 +440,14 @@ class QuiverReader(DataSourceReader):
         if partition is None or not isinstance(partition, QuiverPartition):
             return  # PySpark turns an empty partition list into [None]
         target = arrow_schema(self.schema)
-        endpoint = flight.FlightEndpoint(
-            flight.Ticket(partition.ticket), [flight.Location(u) for u in partition.locations]
-        )
+        endpoints = [(partition.ticket, partition.locations), *partition.more]
         with self.conn.client() as client:
-            for batch in client.endpoint_batches(endpoint):
-                yield conform(batch, target)
+            for ticket, locations in endpoints:
+                endpoint = flight.FlightEndpoint(
+                    flight.Ticket(ticket), [flight.Location(u) for u in locations]
+                )
+                for batch in client.endpoint_batches(endpoint):
+                    yield conform(batch, target)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -524,6 +566,7 @@ class QuiverDataSource(DataSource):
             _read_options(self.options),
             schema,
             pushdown_enabled(self.options),
+            max_partitions(self.options),
         )
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:  # noqa: N802

@@ -212,6 +212,11 @@ def test_max_rows_per_endpoint_option(spark, uri, root, sales) -> None:
     assert got.equals(expected(root, sales, got.schema))
     with pytest.raises(Exception, match="max_rows_per_endpoint"):
         reader(spark, uri, sales).option("max_rows_per_endpoint", "0").load().count()
+    packed = reader(spark, uri, sales).option("max_partitions", "2").load()
+    assert packed.rdd.getNumPartitions() == 2  # three endpoints, in order, in two tasks
+    assert as_arrow(packed).equals(got)
+    with pytest.raises(Exception, match="max_partitions"):
+        reader(spark, uri, sales).option("max_partitions", "0").load().count()
     with pytest.raises(Exception, match="pushdown"):
         reader(spark, uri, sales).option("pushdown", "maybe").load().count()
 
