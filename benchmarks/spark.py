@@ -1,9 +1,10 @@
 """Spark benchmark: the same queries read through Quiver and through `spark.read.parquet`.
 
     .venv/bin/python -m benchmarks.spark [--rows 1000000] [--parts 8] [--repeat 3]
+                                         [--storage-version 2.2] [--max-partitions N]
 
 One run, one Spark session (`local[2]`): the benchmark table (benchmarks/data.py) is
-written once as a Lance dataset (storage version 2.0, `--parts` fragments) and once as
+written once as a Lance dataset (`--storage-version`, `--parts` fragments) and once as
 Parquet (one file, `--parts` row groups) under benchmarks/.data/; `quiver serve` runs in its
 own process on loopback. Each query runs `--repeat` times per source, in turns, after a
 warm-up; the best time is kept and the ratio parquet_time / quiver_time printed (1.0: as
@@ -38,17 +39,17 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 
-def ensure_data(rows: int, parts: int) -> tuple[Path, Path]:
+def ensure_data(rows: int, parts: int, storage_version: str) -> tuple[Path, Path]:
     """The Lance dataset and the Parquet file of the same rows, written once and reused."""
     base = HERE / ".data"
     base.mkdir(exist_ok=True)
     per_part = -(-rows // parts)
-    uri = base / f"spark-{rows}-{parts}.lance"
+    uri = base / f"spark-{rows}-{parts}-{storage_version.replace('.', '_')}.lance"
     parquet = base / f"spark-{rows}-{parts}.parquet"
     if not uri.exists():
         reader = pa.RecordBatchReader.from_batches(schema_(), batches(rows, per_part))
         lance.write_dataset(
-            reader, str(uri), data_storage_version="2.0", max_rows_per_file=per_part
+            reader, str(uri), data_storage_version=storage_version, max_rows_per_file=per_part
         )
     if not parquet.exists():
         with pq.ParquetWriter(str(parquet), schema_()) as writer:
@@ -156,12 +157,16 @@ def _best_alternating(q: Callable[[], Any], p: Callable[[], Any], repeat: int) -
     return best_q, got, best_p, want
 
 
-def queries(spark: Any, uri: str, name: str, parquet: Path) -> dict[str, tuple[Callable, ...]]:
+def queries(
+    spark: Any, uri: str, name: str, parquet: Path, max_partitions: int | None = None
+) -> dict[str, tuple[Callable, ...]]:
     """Each case: (Quiver query, Parquet query), both returning comparable Python values."""
     from pyspark.sql import functions as F
 
     def quiver(columns: str | None) -> Any:
         r = spark.read.format("quiver").option("uri", uri).option("dataset", name)
+        if max_partitions is not None:
+            r = r.option("max_partitions", max_partitions)
         return (r.option("columns", columns) if columns else r).load()
 
     def parq() -> Any:
@@ -191,12 +196,16 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--parts", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--storage-version", default="2.2")
+    parser.add_argument(
+        "--max-partitions", type=int, help="the Spark option: pack endpoints into N tasks"
+    )
     parser.add_argument(
         "--server-batch-size", type=int, help="rows per streamed batch (quiver serve --batch-size)"
     )
     args = parser.parse_args()
     extra = [] if args.server_batch_size is None else ["--batch-size", str(args.server_batch_size)]
-    uri, parquet = ensure_data(args.rows, args.parts)
+    uri, parquet = ensure_data(args.rows, args.parts, args.storage_version)
     name = uri.name[: -len(".lance")]
     port = _free_port()
     results = []
@@ -205,7 +214,7 @@ def main() -> None:
         server = _serve(Path(tmp), port, extra)
         spark = session()
         try:
-            cases = queries(spark, f"grpc://127.0.0.1:{port}", name, parquet)
+            cases = queries(spark, f"grpc://127.0.0.1:{port}", name, parquet, args.max_partitions)
             floor = spark.read.format("bench_floor").option("n", args.parts)
             floor = floor.option("rows", args.rows).load()
             floor.count()
@@ -221,7 +230,8 @@ def main() -> None:
             server.wait(timeout=60)
     size = sum(p.stat().st_size for p in uri.rglob("*") if p.is_file())
     print(
-        f"{args.rows} rows ({size / 1e6:.0f} MB of Lance 2.0 in {args.parts} fragments; "
+        f"{args.rows} rows ({size / 1e6:.0f} MB of Lance {args.storage_version} in "
+        f"{args.parts} fragments, max_partitions {args.max_partitions or 'unset'}; "
         f"Parquet {parquet.stat().st_size / 1e6:.0f} MB in {args.parts} row groups), "
         f"Spark local[2], best of {args.repeat}"
     )
