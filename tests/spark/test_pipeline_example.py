@@ -32,7 +32,8 @@ def expected(root: Path) -> pa.Table:
             "city": pc.struct_field(demo["warehouse"], "city"),
         }
     )
-    orders = lance.dataset(str(root / "orders.lance")).to_table(
+    # the demo's orders: version 1 (the streaming variant appends more afterwards)
+    orders = lance.dataset(str(root / "orders.lance"), version=1).to_table(
         filter="status IN ('shipped', 'delivered')"
     )
     joined = orders.join(items, keys="item_id", right_keys="id", join_type="inner")
@@ -82,3 +83,26 @@ def test_pipeline_example_runs_end_to_end(tmp_path: Path) -> None:
     assert got.column_names == want.column_names
     assert got.equals(want.cast(got.schema))
     assert got.num_rows == 40  # 5 categories x 8 cities
+
+    # the streaming variant: every order (the demo's, then 1,000 appended between the two
+    # runs from one checkpoint) enriched exactly once
+    orders = lance.dataset(str(tmp_path / "orders.lance")).to_table(
+        columns=["order_id", "item_id", "customer", "quantity", "ordered_at"]
+    )
+    assert orders.num_rows == 21_000
+    demo = lance.dataset(str(tmp_path / "demo.lance")).to_table()
+    items = pa.table(
+        {
+            "item_id": demo["id"],
+            "category": demo["category"],
+            "city": pc.struct_field(demo["warehouse"], "city"),
+        }
+    )
+    want_stream = orders.join(items, keys="item_id", join_type="inner").sort_by("order_id")
+    enriched = lance.dataset(str(tmp_path / "orders_enriched.lance"))
+    got_stream = enriched.to_table().sort_by("order_id")
+    assert f"orders_enriched: {want_stream.num_rows} rows" in proc.stdout
+    assert got_stream.select(want_stream.column_names).equals(
+        want_stream.cast(got_stream.select(want_stream.column_names).schema)
+    )
+    assert pc.count_distinct(got_stream["order_id"]).as_py() == got_stream.num_rows

@@ -12,6 +12,12 @@ and `demo` (5,000 items): orders that shipped or were delivered are joined to th
 the result is written as the dataset `revenue_by_category_city` (overwritten on each run).
 Without `--uri` the example starts `quiver serve` on a free port over `--root` (default: a
 temporary directory), creating the demo datasets there first.
+
+The streaming variant (`--mode streaming`; both run by default) follows `orders` with
+`readStream.format("quiver")`, joins each micro-batch to the items and appends it to
+`orders_enriched` with `writeStream.format("quiver")`, exactly once per micro-batch; it runs
+twice from one checkpoint with new orders appended in between (so run it against a scratch
+root: it appends to `orders`).
 """
 
 from __future__ import annotations
@@ -87,10 +93,68 @@ def run(spark: Any, uri: str) -> Any:
     return quiver(RESULT).load()
 
 
-# Streaming variant (issue 5): a `readStream.format("quiver")` source following `orders` as
-# it grows, joined to `demo` and written with `writeStream.format("quiver")` (exactly once per
-# micro-batch). It goes here, as `run_streaming(spark, uri)`, with a `--streaming` flag in
-# main().
+STREAM_RESULT = "orders_enriched"
+NEW_ORDERS = 1000
+
+
+def run_streaming(spark: Any, uri: str, checkpoint: str) -> Any:
+    """The streaming variant: follow `orders` as it grows, enrich each new order with its
+    item's category and city, and append it to `orders_enriched` exactly once. Runs the
+    query twice from the same checkpoint (Trigger.AvailableNow), with new orders appended in
+    between: the second run reads only those. Returns the result as read back."""
+    from pyspark.sql import functions as F
+
+    from clients import Client
+    from clients.errors import NotFound
+
+    with Client(uri) as qc:  # a fresh result and checkpoint each run
+        with contextlib.suppress(NotFound):
+            qc.action("drop_dataset", {"dataset": STREAM_RESULT})
+    items = (
+        spark.read.format("quiver")
+        .option("uri", uri)
+        .option("dataset", "demo")
+        .option("columns", "id,category,warehouse")
+        .load()
+        .select(F.col("id").alias("item_id"), "category", F.col("warehouse.city").alias("city"))
+    )
+    orders = (
+        spark.readStream.format("quiver")
+        .option("uri", uri)
+        .option("dataset", "orders")
+        .option("columns", "order_id,item_id,customer,quantity,ordered_at")
+        .option("starting_version", "earliest")  # every order ever appended, then new ones
+        .load()
+    )
+    enriched = orders.join(items, "item_id")  # a stream-static join
+
+    def catch_up() -> None:
+        query = (
+            enriched.writeStream.format("quiver")
+            .option("uri", uri)
+            .option("dataset", STREAM_RESULT)
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+
+    catch_up()
+    with Client(uri) as qc:  # new orders arrive while the pipeline is down
+        qc.write("orders", new_orders(first_id=qc.describe("orders")["rows"]), mode="append")
+    catch_up()  # restarts from the checkpoint: only the new orders, each exactly once
+    return spark.read.format("quiver").option("uri", uri).option("dataset", STREAM_RESULT).load()
+
+
+def new_orders(first_id: int) -> Any:
+    """`NEW_ORDERS` more orders, numbered from `first_id`."""
+    import pyarrow.compute as pc
+
+    from flight_server.demo import orders_table
+
+    more = orders_table(NEW_ORDERS, seed=first_id)
+    ids = pc.add(more["order_id"], first_id)
+    return more.set_column(more.schema.get_field_index("order_id"), "order_id", ids)
 
 
 def report(result: Any) -> None:
@@ -145,6 +209,9 @@ def main(argv: list[str] | None = None) -> None:
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--uri", help="a running Quiver server with the demo datasets")
     where.add_argument("--root", help="serve this root (demo datasets created if it has none)")
+    parser.add_argument(
+        "--mode", choices=("batch", "streaming", "both"), default="both", help="default both"
+    )
     args = parser.parse_args(argv)
     with contextlib.ExitStack() as stack:
         uri = args.uri
@@ -154,7 +221,12 @@ def main(argv: list[str] | None = None) -> None:
         spark = session()
         stack.callback(spark.stop)
         print(f"pipeline against {uri}")
-        report(run(spark, uri))
+        if args.mode in ("batch", "both"):
+            report(run(spark, uri))
+        if args.mode in ("streaming", "both"):
+            checkpoint = stack.enter_context(tempfile.TemporaryDirectory())
+            result = run_streaming(spark, uri, checkpoint)
+            print(f"{STREAM_RESULT}: {result.count()} rows")
 
 
 if __name__ == "__main__":
