@@ -281,8 +281,9 @@ def _make_batch(arrays: list[pa.Array], schema: pa.Schema, n: int) -> pa.RecordB
 
 
 def _merge_field(f: LanceField, pieces: list[tuple[LanceField, pa.Array]], n: int) -> pa.Array:
-    """One array for field `f` from the (pruned field, array) pieces the data files gave."""
-    dtype = f.arrow_type
+    """One array for field `f` from the (pruned field, array) pieces the data files gave
+    (blob fields as their descriptions, as scans return them)."""
+    dtype = f.arrow_type_of(blob_descriptions=True)
     if not pieces:
         return pa.nulls(n, dtype)
     if len(pieces) == 1 and _leaf_ids(pieces[0][0]) == _leaf_ids(f):
