@@ -2,20 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
-import lance
-import pyarrow as pa
 import pytest
-from corpus import CorpusDataset, build_corpus
-
-CORPUS_STORAGE_VERSIONS: tuple[str, ...] = ("legacy", "2.0")
-
-
-def pylance_table(uri: str | Path, version: int | str | None = None, **kwargs: Any) -> pa.Table:
-    """What pylance, the reference engine, returns for the dataset at ``uri`` and ``version``."""
-    return lance.dataset(str(uri), version=version).to_table(**kwargs)
+from corpus import CORPUS_STORAGE_VERSIONS, CorpusDataset, build_corpus
 
 
 @pytest.fixture(scope="session")

@@ -50,6 +50,7 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import lance
 import numpy as np
@@ -190,6 +191,16 @@ ROUNDTRIP_NOTES: dict[str, str] = {
 
 # Filled by build_corpus with what failed unexpectedly: (version, dataset or type) -> error.
 DISCOVERED_EXCLUSIONS: dict[tuple[str, str], str] = {}
+
+
+# The storage versions the session-wide `corpus` fixture is written at (read-compat tests
+# parametrise the newer ones themselves).
+CORPUS_STORAGE_VERSIONS: tuple[str, ...] = ("legacy", "2.0")
+
+
+def pylance_table(uri: str | Path, version: int | str | None = None, **kwargs: Any) -> pa.Table:
+    """What pylance, the reference engine, returns for the dataset at ``uri`` and ``version``."""
+    return lance.dataset(str(uri), version=version).to_table(**kwargs)
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ from pathlib import Path
 import lance
 import pyarrow as pa
 import pytest
-from conftest import CORPUS_STORAGE_VERSIONS, pylance_table
 from corpus import (
     BUILDERS,
+    CORPUS_STORAGE_VERSIONS,
     DISCOVERED_EXCLUSIONS,
     NO_STRUCT_VALIDITY,
     TYPE_COLUMNS,
@@ -19,6 +19,7 @@ from corpus import (
     build_corpus,
     excluded,
     probe_type,
+    pylance_table,
     types_table,
     unstable_overlays,
 )
