@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import os
-import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,52 +12,11 @@ import pytest
 pyspark = pytest.importorskip("pyspark")
 
 from clients import Client  # noqa: E402
-from clients.spark import register  # noqa: E402
-from flight_server.config import ServerConfig  # noqa: E402
-from flight_server.server import build_server  # noqa: E402
 from format.dataset import dataset as open_dataset  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
-PUSHDOWN = "spark.sql.python.filterPushdown.enabled"
-
-
-@pytest.fixture(scope="module")
-def spark():
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("quiver-tests")
-        .config(PUSHDOWN, "true")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    register(session)
-    yield session
-    session.stop()
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("quiver-root")
-    srv = build_server(ServerConfig(root=str(root), port=0))
-    yield srv, root
-    srv.shutdown()
-
-
-@pytest.fixture(scope="module")
-def uri(server) -> str:
-    return server[0].locations[0]
-
-
-@pytest.fixture(scope="module")
-def root(server) -> Path:
-    return server[1]
+PUSHDOWN = "spark.sql.python.filterPushdown.enabled"  # fixtures: tests/spark/conftest.py
 
 
 def sample(start: int, n: int) -> pa.Table:
