@@ -74,7 +74,7 @@ def decode(
         raise CorruptFileError(where, "FSST string ends with an escape byte")
     size = int(out_offsets[-1])
     out = np.empty(size + 8, dtype=np.uint8)  # slack: symbols are copied 8 bytes at a time
-    _expand(codes, rel, table.symbols.reshape(-1), lengths, out_offsets, out)
+    _expand(codes, rel, table.symbols.reshape(-1), lengths, out)
     return out_offsets, out[:size]
 
 
@@ -84,46 +84,52 @@ def decode(
 _OK, _BAD_CODE, _TRAILING_ESCAPE = 0, 1, 2
 
 
+# Indices are unsigned inside the kernels: numba then skips negative-index wraparound.
+_U = np.uint64
+
+
 @numba.njit(cache=True, nogil=True)
 def _sizes(codes, rel, lengths, n_symbols, out_offsets):  # noqa: ANN001, ANN202
     """Fill `out_offsets` (decoded string boundaries); (status, offending code)."""
-    total = 0
+    one, two = _U(1), _U(2)
+    total = _U(0)
     out_offsets[0] = 0
     for i in range(len(rel) - 1):
-        j, end = rel[i], rel[i + 1]
+        j, end = _U(rel[i]), _U(rel[i + 1])
         while j < end:
             c = codes[j]
             if c == ESCAPE:
-                if j + 1 >= end:
+                if j + one >= end:
                     return _TRAILING_ESCAPE, c
-                total += 1
-                j += 2
+                total += one
+                j += two
             elif c >= n_symbols:
                 return _BAD_CODE, c
             else:
-                total += lengths[c]
-                j += 1
+                total += _U(lengths[c])
+                j += one
         out_offsets[i + 1] = total
     return _OK, 0
 
 
 @numba.njit(cache=True, nogil=True)
-def _expand(codes, rel, symbols, lengths, out_offsets, out):  # noqa: ANN001, ANN202
-    """Write the decoded bytes (the input was validated by `_sizes`)."""
-    for i in range(len(rel) - 1):
-        j, end, o = rel[i], rel[i + 1], out_offsets[i]
-        while j < end:
-            c = codes[j]
-            if c == ESCAPE:
-                out[o] = codes[j + 1]
-                o += 1
-                j += 2
-            else:
-                base = c * 8
-                for k in range(8):  # a fixed-size copy; bytes past the symbol get overwritten
-                    out[o + k] = symbols[base + k]
-                o += lengths[c]
-                j += 1
+def _expand(codes, rel, symbols, lengths, out):  # noqa: ANN001, ANN202
+    """Write the decoded bytes (the input was validated by `_sizes`; strings are back to
+    back, so one pass over all codes decodes them all)."""
+    one, two, eight = _U(1), _U(2), _U(8)
+    j, end, o = _U(rel[0]), _U(rel[-1]), _U(0)
+    while j < end:
+        c = codes[j]
+        if c == ESCAPE:
+            out[o] = codes[j + one]
+            o += one
+            j += two
+        else:
+            base = _U(c) * eight
+            for k in range(8):  # a fixed-size copy; bytes past the symbol get overwritten
+                out[o + _U(k)] = symbols[base + _U(k)]
+            o += _U(lengths[c])
+            j += one
 
 
 # -- encoding ----------------------------------------------------------------------------------
