@@ -103,8 +103,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=ROWS)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--storage-version", default="2.2")
     args = parser.parse_args()
-    uri = Path(ensure_dataset(args.rows, "2.0"))
+    uri = Path(ensure_dataset(args.rows, args.storage_version))
     name = uri.name[: -len(".lance")]
     parts = len(lance.dataset(str(uri)).get_fragments())
     quiver_port, memory_port = _free_port(), _free_port()
@@ -145,7 +146,7 @@ def main() -> None:
 
             def pylance_write() -> None:
                 target = serve_root / f"pl-{time.time_ns()}.lance"
-                lance.write_dataset(ref, str(target), data_storage_version="2.0")
+                lance.write_dataset(ref, str(target), data_storage_version=args.storage_version)
                 shutil.rmtree(target)
 
             t_put, _ = _best(put, 1)
@@ -154,7 +155,10 @@ def main() -> None:
             for p in procs:
                 p.terminate()
                 p.wait(timeout=30)
-    print(f"dataset: {args.rows} rows, {mb:.0f} MB in Arrow, {parts} fragments (2.0)")
+    print(
+        f"dataset: {args.rows} rows, {mb:.0f} MB in Arrow, {parts} fragments "
+        f"({args.storage_version})"
+    )
     rows = [
         ("in-memory Flight server (transport limit)", t_mem, "1.00"),
         ("Quiver full scan over Flight", t_q, f"{t_mem / t_q:.2f} of the limit"),

@@ -1,6 +1,6 @@
 """Scan benchmark: our engine vs pylance on the same ~1 GB dataset, in one run.
 
-    .venv/bin/python -m benchmarks.scan [--storage-version 2.0] [--rows 4000000]
+    .venv/bin/python -m benchmarks.scan [--storage-version 2.2] [--rows 4000000]
 
 Prints throughput and the ratio ours / pylance for a full scan, a projected scan
 (two numeric columns) and a 1 %-selective filtered scan. The dataset is written once
@@ -46,7 +46,7 @@ def main() -> None:
     """Run the three scans with both engines and print a results table."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=ROWS)
-    parser.add_argument("--storage-version", default="2.0")
+    parser.add_argument("--storage-version", default="2.2")
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     uri = ensure_dataset(args.rows, args.storage_version)

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m benchmarks.write [--rows 4000000] [--commits 50] [--storage-version 2.2]
 
-Both engines write the same in-memory benchmark table (storage version 2.0 unless
+Both engines write the same in-memory benchmark table (storage version 2.2 unless
 `--storage-version` says otherwise) to fresh directories; then each makes `--commits`
 sequential one-row appends to its own dataset.
 """
@@ -58,7 +58,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=ROWS)
     parser.add_argument("--commits", type=int, default=50)
     parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--storage-version", default="2.0", choices=["2.0", "2.1", "2.2"])
+    parser.add_argument("--storage-version", default="2.2", choices=["2.0", "2.1", "2.2"])
     args = parser.parse_args()
     table = pa.Table.from_batches(list(batches(args.rows)), schema=schema_())
     mb = table.nbytes / 1e6
