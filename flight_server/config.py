@@ -15,7 +15,7 @@ A flag wins over its environment variable, which wins over the default:
 | --health-port PORT          | QUIVER_HEALTH_PORT             | none (no health port; 0: any) |
 | --drain-seconds SECONDS     | QUIVER_DRAIN_SECONDS           | 30            |
 | --max-rows-per-endpoint N   | QUIVER_MAX_ROWS_PER_ENDPOINT   | none (1 endpoint per fragment) |
-| --batch-size N              | QUIVER_BATCH_SIZE              | engine's (8192) |
+| --batch-size N              | QUIVER_BATCH_SIZE              | 65536         |
 | --ticket-ttl SECONDS        | QUIVER_TICKET_TTL              | 86400 (0: never expire) |
 | --staged-ttl SECONDS        | QUIVER_STAGED_TTL              | 86400 (min 60) |
 | --sweep-interval SECONDS    | QUIVER_SWEEP_INTERVAL          | 600 (0: no sweep) |
@@ -50,6 +50,9 @@ DEFAULT_PORT = 8815
 DEFAULT_TICKET_TTL = 24 * 3600
 DEFAULT_TOKEN_TTL = 3600.0
 DEFAULT_DRAIN_SECONDS = 30.0
+# Rows per DoGet batch: big enough that per-message costs (IPC framing, gRPC writes, and a
+# Spark task's per-batch handling) vanish, small enough to stream in bounded memory.
+DEFAULT_BATCH_SIZE = 65536
 DEFAULT_STAGED_TTL = 24 * 3600
 DEFAULT_SWEEP_INTERVAL = 600
 MIN_STAGED_TTL = 60
@@ -80,7 +83,7 @@ class ServerConfig:
     health_port: int | None = None
     drain_seconds: float = DEFAULT_DRAIN_SECONDS
     max_rows_per_endpoint: int | None = None
-    batch_size: int | None = None
+    batch_size: int | None = DEFAULT_BATCH_SIZE
     ticket_ttl: int = DEFAULT_TICKET_TTL
     staged_ttl: int = DEFAULT_STAGED_TTL
     sweep_interval: int = DEFAULT_SWEEP_INTERVAL
@@ -249,7 +252,7 @@ class ServerConfig:
             max_rows_per_endpoint=integer(
                 "max_rows_per_endpoint", "QUIVER_MAX_ROWS_PER_ENDPOINT", None
             ),
-            batch_size=integer("batch_size", "QUIVER_BATCH_SIZE", None),
+            batch_size=integer("batch_size", "QUIVER_BATCH_SIZE", DEFAULT_BATCH_SIZE),
             ticket_ttl=integer(  # type: ignore[arg-type]
                 "ticket_ttl", "QUIVER_TICKET_TTL", DEFAULT_TICKET_TTL
             ),
@@ -318,7 +321,11 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="split fragments with more rows into row-range endpoints "
         "(env QUIVER_MAX_ROWS_PER_ENDPOINT; default: one endpoint per fragment)",
     )
-    a("--batch-size", metavar="N", help="rows per streamed batch (env QUIVER_BATCH_SIZE)")
+    a(
+        "--batch-size",
+        metavar="N",
+        help="rows per streamed batch (env QUIVER_BATCH_SIZE, default 65536)",
+    )
     a(
         "--ticket-ttl",
         metavar="SECONDS",
