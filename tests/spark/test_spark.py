@@ -261,3 +261,29 @@ def test_missing_options(spark, uri) -> None:
     df = spark.range(3)
     with pytest.raises(Exception, match="'dataset' option"):
         df.write.format("quiver").option("uri", uri).mode("append").save()
+
+
+def test_bad_input_names_the_option_or_dataset(spark, uri, root, sales) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"grpc://127.0.0.1:{s.getsockname()[1]}"
+    with pytest.raises(Exception, match="127.0.0.1") as e:
+        spark.read.format("quiver").option("uri", dead).option("dataset", "sales").load()
+    assert "unavailable" in str(e.value).lower() or "connect" in str(e.value).lower()
+    with pytest.raises(Exception, match="version 99") as e:
+        reader(spark, uri, sales).option("version", "99").load()
+    assert "sales" in str(e.value)
+    with pytest.raises(Exception, match="nope"):
+        reader(spark, uri, sales).option("tag", "nope").load()
+    with pytest.raises(Exception, match="'version' option"):
+        reader(spark, uri, sales).option("version", "three").load()
+    # an append whose schema does not fit: refused, nothing committed
+    before = open_dataset(str(root / "sales.lance")).version
+    wrong = spark.createDataFrame([(1, "x")], "id STRING, other STRING")
+    with pytest.raises(Exception, match="sales"):
+        wrong.write.format("quiver").option("uri", uri).option("dataset", sales).mode(
+            "append"
+        ).save()
+    assert open_dataset(str(root / "sales.lance")).version == before
