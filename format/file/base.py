@@ -14,9 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from format.errors import CorruptFileError, InvalidInputError
 from format.table.schema import LanceField
 
 DEFAULT_BATCH_SIZE = 8192
+TOMBSTONE = -2  # a DataFile field id whose column was dropped
 
 
 def split_ranges(ranges: Sequence[tuple[int, int]], batch_size: int) -> Iterator[tuple[int, int]]:
@@ -24,6 +26,59 @@ def split_ranges(ranges: Sequence[tuple[int, int]], batch_size: int) -> Iterator
     for start, stop in ranges:
         for s in range(start, stop, batch_size):
             yield s, min(s + batch_size, stop)
+
+
+def check_read_args(
+    path: str, ranges: Sequence[tuple[int, int]], batch_size: int, num_rows: int
+) -> None:
+    """Refuse a non-positive batch size and ranges that are unsorted, overlapping or outside
+    [0, num_rows), naming the file."""
+    if batch_size <= 0:
+        raise InvalidInputError(f"{path}: batch_size must be positive, got {batch_size}")
+    prev = 0
+    for start, stop in ranges:
+        if start < prev or stop < start or stop > num_rows:
+            raise InvalidInputError(
+                f"{path}: row ranges must be sorted, disjoint and within [0, {num_rows}); "
+                f"got ({start}, {stop})"
+            )
+        prev = stop
+
+
+def checked_take_indices(path: str, indices: np.ndarray, num_rows: int) -> np.ndarray:
+    """`indices` as int64 after checking they are 1-D integers, sorted, unique and inside
+    [0, num_rows), naming the file."""
+    idx = np.asarray(indices)
+    if idx.ndim != 1:
+        raise InvalidInputError(f"{path}: take indices must be one-dimensional")
+    if len(idx):
+        if idx.dtype.kind not in "ui":
+            raise InvalidInputError(f"{path}: take indices must be integers")
+        if (idx.dtype.kind == "i" and int(idx.min()) < 0) or int(idx.max()) >= num_rows:
+            raise InvalidInputError(f"{path}: take index out of range for {num_rows} rows")
+        if np.any(np.diff(idx.astype(np.int64)) <= 0):
+            raise InvalidInputError(f"{path}: take indices must be sorted and unique")
+    return idx.astype(np.int64, copy=False)
+
+
+def column_map(
+    path: str, fields: Sequence[int], column_indices: Sequence[int], num_columns: int
+) -> dict[int, int]:
+    """Field id -> column index of a v2 data file (tombstones and -1 columns skipped)."""
+    if len(fields) != len(column_indices):
+        raise CorruptFileError(
+            path, f"DataFile lists {len(fields)} field ids but {len(column_indices)} column indices"
+        )
+    out: dict[int, int] = {}
+    for fid, col in zip(fields, column_indices, strict=True):
+        if fid == TOMBSTONE or col < 0:
+            continue
+        if col >= num_columns:
+            raise CorruptFileError(
+                path, f"field id {fid} maps to column {col} but the file has {num_columns} columns"
+            )
+        out[int(fid)] = int(col)
+    return out
 
 
 class DataFileReader(ABC):

@@ -27,8 +27,14 @@ import numpy as np
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 
-from format.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
-from format.file.base import DEFAULT_BATCH_SIZE, DataFileReader, split_ranges
+from format.errors import CorruptFileError, UnsupportedFeatureError
+from format.file.base import (
+    DEFAULT_BATCH_SIZE,
+    DataFileReader,
+    check_read_args,
+    checked_take_indices,
+    split_ranges,
+)
 from format.io.store import FileReader, ObjectStore
 from format.proto import file_pb2, table_pb2
 from format.table.schema import LanceField, LanceSchema
@@ -312,13 +318,7 @@ class LegacyFileReader(DataFileReader):
         batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> Iterator[list[pa.Array]]:
         """Stream `fields` over sorted, disjoint row ranges, one step per `split_ranges` item."""
-        if batch_size <= 0:
-            raise InvalidInputError(f"{self.path}: batch_size must be positive, not {batch_size}")
-        for start, stop in ranges:
-            if not 0 <= start <= stop <= self.num_rows:
-                raise InvalidInputError(
-                    f"{self.path}: row range {start}..{stop} outside 0..{self.num_rows}"
-                )
+        check_read_args(self.path, ranges, batch_size, self.num_rows)
         offs = self.batch_offsets
         for start, stop in split_ranges(ranges, batch_size):
             pieces: list[_Sel] = []
@@ -333,13 +333,9 @@ class LegacyFileReader(DataFileReader):
 
     def take(self, fields: Sequence[LanceField], indices: np.ndarray) -> list[pa.Array]:
         """The rows at sorted, unique physical offsets `indices` (uint64), one array per field."""
-        idx = np.asarray(indices).astype(np.int64, copy=False)
+        idx = checked_take_indices(self.path, indices, self.num_rows)
         if len(idx) == 0:
             return [pa.array([], type=f.arrow_type) for f in fields]
-        if idx[0] < 0 or idx[-1] >= self.num_rows:
-            raise InvalidInputError(f"{self.path}: row offsets must lie in 0..{self.num_rows - 1}")
-        if np.any(np.diff(idx) <= 0):
-            raise InvalidInputError(f"{self.path}: take indices must be sorted and unique")
         batch = np.searchsorted(self.batch_offsets, idx, side="right") - 1
         local = idx - self.batch_offsets[batch]
         if batch[0] == batch[-1] and local[-1] - local[0] + 1 == len(idx):

@@ -32,8 +32,15 @@ import numpy as np
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 
-from format.errors import CorruptFileError, InvalidInputError, LanceError, UnsupportedFeatureError
-from format.file.base import DEFAULT_BATCH_SIZE, DataFileReader, split_ranges
+from format.errors import CorruptFileError, LanceError, UnsupportedFeatureError
+from format.file.base import (
+    DEFAULT_BATCH_SIZE,
+    DataFileReader,
+    check_read_args,
+    checked_take_indices,
+    column_map,
+    split_ranges,
+)
 from format.file.v2 import encodings_v20 as v20
 from format.file.v2 import random_access as ra
 from format.file.v2.container import (
@@ -46,7 +53,6 @@ from format.io.store import FileReader
 from format.proto import encodings_v2_0_pb2 as pb
 from format.table.schema import LanceField
 
-TOMBSTONE = -2
 _LIST_TYPES = ("list", "list.struct", "large_list", "large_list.struct")
 _INT32_MAX = (1 << 31) - 1
 _BLOB_DESC = pa.struct([("position", pa.uint64()), ("size", pa.uint64())])
@@ -233,24 +239,9 @@ class V2FileReader(DataFileReader):
         self._file = file
         # pylance's default: blob columns read as (position, size) descriptions, not bytes
         self.blob_descriptions = blob_descriptions
-        if len(fields) != len(column_indices):
-            raise CorruptFileError(
-                self.path,
-                f"DataFile lists {len(fields)} field ids but {len(column_indices)} column indices",
-            )
         self._container = V2Container(file, self.path)
         self.version = self._container.version
-        self._column_of: dict[int, int] = {}
-        for fid, col in zip(fields, column_indices, strict=True):
-            if fid == TOMBSTONE or col < 0:
-                continue
-            if col >= self._container.num_columns:
-                raise CorruptFileError(
-                    self.path,
-                    f"field id {fid} maps to column {col} but the file has "
-                    f"{self._container.num_columns} columns",
-                )
-            self._column_of[int(fid)] = int(col)
+        self._column_of = column_map(self.path, fields, column_indices, self._container.num_columns)
         self.num_rows = self._container.num_rows
         self._columns: dict[int, _Column] = {}
         self._encodings: dict[bytes, pb.ArrayEncoding] = {}
@@ -263,16 +254,7 @@ class V2FileReader(DataFileReader):
         batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> Iterator[list[pa.Array]]:
         """Stream `fields` over sorted, disjoint row ranges, one step per `split_ranges` item."""
-        if batch_size <= 0:
-            raise InvalidInputError(f"batch_size must be positive, got {batch_size}")
-        prev = 0
-        for start, stop in ranges:
-            if start < prev or stop < start or stop > self.num_rows:
-                raise InvalidInputError(
-                    f"{self.path}: row ranges must be sorted, disjoint and within "
-                    f"[0, {self.num_rows}); got ({start}, {stop})"
-                )
-            prev = stop
+        check_read_args(self.path, ranges, batch_size, self.num_rows)
         nodes = self._plan(fields)
         leaves = [n.column for n in nodes] if all(n.kind == LEAF for n in nodes) else None
         try:
@@ -298,20 +280,9 @@ class V2FileReader(DataFileReader):
 
     def take(self, fields: Sequence[LanceField], indices: np.ndarray) -> list[pa.Array]:
         """The rows at sorted, unique physical offsets `indices` (uint64), one array per field."""
-        idx = np.asarray(indices)
-        if idx.ndim != 1:
-            raise InvalidInputError(f"{self.path}: take indices must be one-dimensional")
-        if len(idx):
-            if idx.dtype.kind not in "ui":
-                raise InvalidInputError(f"{self.path}: take indices must be integers")
-            if (idx.dtype.kind == "i" and int(idx.min()) < 0) or int(idx.max()) >= self.num_rows:
-                raise InvalidInputError(
-                    f"{self.path}: take index out of range for {self.num_rows} rows"
-                )
-            if np.any(np.diff(idx.astype(np.int64)) <= 0):
-                raise InvalidInputError(f"{self.path}: take indices must be sorted and unique")
+        idx = checked_take_indices(self.path, indices, self.num_rows)
         nodes = self._plan(fields)
-        rng = Ranges.from_indices(idx.astype(np.int64))
+        rng = Ranges.from_indices(idx)
         try:
             return self._materialize([(n, rng) for n in nodes], partial=True)
         finally:

@@ -24,8 +24,15 @@ import numpy as np
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 
-from format.errors import CorruptFileError, InvalidInputError, LanceError, UnsupportedFeatureError
-from format.file.base import DEFAULT_BATCH_SIZE, DataFileReader, split_ranges
+from format.errors import CorruptFileError, LanceError, UnsupportedFeatureError
+from format.file.base import (
+    DEFAULT_BATCH_SIZE,
+    DataFileReader,
+    check_read_args,
+    checked_take_indices,
+    column_map,
+    split_ranges,
+)
 from format.file.parallel import map_parallel
 from format.file.v2 import random_access as ra
 from format.file.v2.container import PAGE_LAYOUT_URL, ColumnInfo, V2Container, type_name
@@ -39,8 +46,6 @@ from format.file.v21.take import plan_fullzip, plan_miniblock
 from format.io.store import FileReader
 from format.proto import encodings_v2_1_pb2 as pb
 from format.table.schema import LanceField
-
-TOMBSTONE = -2
 
 
 @dataclass(eq=False)
@@ -85,28 +90,13 @@ class StructuralFileReader(DataFileReader):
         self.path = path_for_errors
         self._file = file
         self.blob_descriptions = blob_descriptions
-        if len(fields) != len(column_indices):
-            raise CorruptFileError(
-                self.path,
-                f"DataFile lists {len(fields)} field ids but {len(column_indices)} column indices",
-            )
         self._container = V2Container(file, self.path)
         self.version = self._container.version
         if self.version not in ("2.1", "2.2"):
             raise UnsupportedFeatureError(
                 f"{self.path}: file version {self.version} is not read by the 2.1/2.2 reader"
             )
-        self._column_of: dict[int, int] = {}
-        for fid, col in zip(fields, column_indices, strict=True):
-            if fid == TOMBSTONE or col < 0:
-                continue
-            if col >= self._container.num_columns:
-                raise CorruptFileError(
-                    self.path,
-                    f"field id {fid} maps to column {col} but the file has "
-                    f"{self._container.num_columns} columns",
-                )
-            self._column_of[int(fid)] = int(col)
+        self._column_of = column_map(self.path, fields, column_indices, self._container.num_columns)
         self.num_rows = self._container.num_rows
         self._columns: dict[int, _Column] = {}
         self._layouts: dict[bytes, pb.PageLayout] = {}
@@ -119,16 +109,7 @@ class StructuralFileReader(DataFileReader):
         batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> Iterator[list[pa.Array]]:
         """Stream `fields` over sorted, disjoint row ranges, one step per `split_ranges` item."""
-        if batch_size <= 0:
-            raise InvalidInputError(f"batch_size must be positive, got {batch_size}")
-        prev = 0
-        for start, stop in ranges:
-            if start < prev or stop < start or stop > self.num_rows:
-                raise InvalidInputError(
-                    f"{self.path}: row ranges must be sorted, disjoint and within "
-                    f"[0, {self.num_rows}); got ({start}, {stop})"
-                )
-            prev = stop
+        check_read_args(self.path, ranges, batch_size, self.num_rows)
         plan = self._plan(fields)
         cols = [c for _, leaves in plan for c in leaves]
         try:
@@ -145,19 +126,7 @@ class StructuralFileReader(DataFileReader):
 
     def take(self, fields: Sequence[LanceField], indices: np.ndarray) -> list[pa.Array]:
         """The rows at sorted, unique physical offsets `indices` (uint64), one array per field."""
-        idx = np.asarray(indices)
-        if idx.ndim != 1:
-            raise InvalidInputError(f"{self.path}: take indices must be one-dimensional")
-        if len(idx):
-            if idx.dtype.kind not in "ui":
-                raise InvalidInputError(f"{self.path}: take indices must be integers")
-            if (idx.dtype.kind == "i" and int(idx.min()) < 0) or int(idx.max()) >= self.num_rows:
-                raise InvalidInputError(
-                    f"{self.path}: take index out of range for {self.num_rows} rows"
-                )
-            if np.any(np.diff(idx.astype(np.int64)) <= 0):
-                raise InvalidInputError(f"{self.path}: take indices must be sorted and unique")
-        idx = idx.astype(np.int64)
+        idx = checked_take_indices(self.path, indices, self.num_rows)
         plan = self._plan(fields)
         cols = [c for _, leaves in plan for c in leaves]
         plans, owners = [], []
