@@ -35,6 +35,7 @@ from format.file.base import (
     checked_take_indices,
     split_ranges,
 )
+from format.file.types import is_var_binary
 from format.io.store import FileReader, ObjectStore
 from format.proto import file_pb2, table_pb2
 from format.table.schema import LanceField, LanceSchema
@@ -461,7 +462,7 @@ class LegacyFileReader(DataFileReader):
                 return pa.DictionaryArray.from_arrays(keys, values)
             except (pa.ArrowInvalid, pa.ArrowIndexError) as e:
                 raise CorruptFileError(self.path, f"{where}: bad dictionary keys: {e}") from None
-        if _is_binary_like(t):
+        if is_var_binary(t):
             return (yield from self._decode_varbin(t, pos, sel, field.nullable, where))
         if _fixed_info(t) is None:
             raise UnsupportedFeatureError(f"{self.path}: {where}: type {t} has no v1 encoding")
@@ -579,16 +580,6 @@ class LegacyFileReader(DataFileReader):
         rows = _Range(-1, 0, length)
         if pa.types.is_integer(vt):
             return (yield from self._decode_fixed(vt, offset, rows, where + " dictionary"))
-        if _is_binary_like(vt):
+        if is_var_binary(vt):
             return (yield from self._decode_varbin(vt, offset, rows, True, where + " dictionary"))
         raise UnsupportedFeatureError(f"{self.path}: {where}: dictionary values of type {vt}")
-
-
-def _is_binary_like(t: pa.DataType) -> bool:
-    """Whether `t` is stored VAR_BINARY."""
-    return (
-        pa.types.is_string(t)
-        or pa.types.is_binary(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_large_binary(t)
-    )

@@ -55,7 +55,8 @@ from format.errors import (
     UnsupportedFeatureError,
 )
 from format.file.base import DataFileWriter, WrittenFile
-from format.file.legacy import FOOTER_SIZE, LEGACY_VERSIONS, MAGIC, _fixed_info, _is_binary_like
+from format.file.legacy import FOOTER_SIZE, LEGACY_VERSIONS, MAGIC, _fixed_info
+from format.file.types import is_var_binary
 from format.proto import file_pb2, table_pb2
 from format.table.schema import ENCODING_NONE, LanceField, LanceSchema
 
@@ -99,7 +100,7 @@ def _supports_stats(t: pa.DataType) -> bool:
         or pa.types.is_date32(t)
         or pa.types.is_date64(t)
         or pa.types.is_decimal128(t)
-        or _is_binary_like(t)
+        or is_var_binary(t)
     )
 
 
@@ -264,7 +265,7 @@ class _Output:
         """Dictionary values (PLAIN or VAR_BINARY); returns their (offset, length)."""
         pos = (
             self.binary([values])
-            if _is_binary_like(values.type)
+            if is_var_binary(values.type)
             else self.plain([values], values.type)
         )
         return pos, len(values)
@@ -361,13 +362,13 @@ class LegacyFileWriter(DataFileWriter):
             return
         if pa.types.is_dictionary(t):
             vt = t.value_type
-            if not (pa.types.is_integer(vt) or _is_binary_like(vt)):
+            if not (pa.types.is_integer(vt) or is_var_binary(vt)):
                 raise UnsupportedFeatureError(
                     f"{self.path}: column {where!r}: dictionary values of type {vt} cannot be "
                     "stored in legacy (0.1) files"
                 )
             return
-        if pa.types.is_null(t) or _is_binary_like(t) or _fixed_info(t) is not None:
+        if pa.types.is_null(t) or is_var_binary(t) or _fixed_info(t) is not None:
             return
         raise UnsupportedFeatureError(
             f"{self.path}: column {where!r}: type {t} cannot be stored in legacy (0.1) files"
@@ -538,7 +539,7 @@ class LegacyFileWriter(DataFileWriter):
         elif pa.types.is_dictionary(t):
             keys = [self._dictionary_keys(field, a) for a in arrays]
             pages[field.id] = (self._out.plain(keys, t.index_type), n)
-        elif _is_binary_like(t):
+        elif is_var_binary(t):
             pages[field.id] = (self._out.binary(arrays), n)
         else:
             pages[field.id] = (self._out.plain(arrays, t), n)
@@ -716,7 +717,7 @@ def _group_stats(t: pa.DataType, arrays: Sequence[pa.Array]) -> tuple[object, ob
             return lo, hi, nulls
         bounds = pa.array([mm["min"].as_py(), mm["max"].as_py()], t).buffers()[1]
         return bounds.to_pybytes()[:16], bounds.to_pybytes()[16:32], nulls
-    if _is_binary_like(t):
+    if is_var_binary(t):
         ch = pa.chunked_array(arrays, type=t)
         mm = pc.min_max(ch)
         if not mm["min"].is_valid:
@@ -752,7 +753,7 @@ def _stats_array(t: pa.DataType, values: list[object]) -> pa.Array:
     n = len(values)
     if pa.types.is_boolean(t):
         return pa.array(values, pa.bool_())
-    if _is_binary_like(t):
+    if is_var_binary(t):
         large = pa.types.is_large_string(t) or pa.types.is_large_binary(t)
         binary = pa.array(values, pa.large_binary() if large else pa.binary())
         return pa.Array.from_buffers(t, n, binary.buffers(), null_count=binary.null_count)

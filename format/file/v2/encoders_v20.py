@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from format.errors import UnsupportedFeatureError
+from format.file.types import fixed_bits, is_var_binary
 from format.proto import encodings_v2_0_pb2 as pb
 from format.table.schema import LanceField
 
@@ -108,30 +109,6 @@ def valid_mask(arr: pa.Array) -> np.ndarray:
     bitmap = np.frombuffer(arr.buffers()[0], dtype=np.uint8)
     bits = np.unpackbits(bitmap, count=arr.offset + n, bitorder="little")
     return bits[arr.offset :].astype(bool)
-
-
-def fixed_bits(t: pa.DataType) -> int | None:
-    """Bits per value of a flat fixed-width type (None for anything else)."""
-    if (
-        pa.types.is_boolean(t)
-        or pa.types.is_integer(t)
-        or pa.types.is_floating(t)
-        or pa.types.is_temporal(t)
-        or pa.types.is_decimal(t)
-        or pa.types.is_fixed_size_binary(t)
-    ):
-        return t.bit_width
-    return None
-
-
-def is_var_binary(t: pa.DataType) -> bool:
-    """Whether `t` is string, binary or their large_ variants (the `Binary` encoding)."""
-    return (
-        pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_binary(t)
-        or pa.types.is_large_binary(t)
-    )
 
 
 def _nbytes(arr: pa.Array) -> int:

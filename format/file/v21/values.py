@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from format.errors import UnsupportedFeatureError
+from format.file.types import fixed_bits, is_var_binary
 from format.file.v21.shred import valid_mask
 
 
@@ -77,29 +78,6 @@ class NullValues:
 Physical = FixedValues | VariableValues | NullValues
 
 
-def _fixed_bits(t: pa.DataType) -> int | None:
-    if (
-        pa.types.is_boolean(t)
-        or pa.types.is_integer(t)
-        or pa.types.is_floating(t)
-        or pa.types.is_temporal(t)
-        or pa.types.is_decimal(t)
-        or pa.types.is_fixed_size_binary(t)
-    ):
-        return t.bit_width
-    return None
-
-
-def is_variable(t: pa.DataType) -> bool:
-    """string / binary and their large variants."""
-    return (
-        pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_binary(t)
-        or pa.types.is_large_binary(t)
-    )
-
-
 def _fixed_data(arr: pa.Array, bits: int) -> np.ndarray:
     """The value bytes of `arr` (any offset); bools unpacked to one 0/1 byte per value."""
     n = len(arr)
@@ -123,7 +101,7 @@ def physical(arr: pa.Array, where: str) -> Physical:
         return NullValues(n)
     if pa.types.is_dictionary(t):
         return physical(arr.dictionary_decode(), where)
-    if is_variable(t):
+    if is_var_binary(t):
         return _variable(arr)
     if pa.types.is_fixed_size_list(t):
         layers = []
@@ -134,11 +112,11 @@ def physical(arr: pa.Array, where: str) -> Physical:
             items = cur.values.slice(cur.offset * k, len(cur) * k)
             layers.append(FslLayer(k, valid_mask(items)))
             cur = items
-        bits = _fixed_bits(cur.type)
+        bits = fixed_bits(cur.type)
         if bits is None:
             raise UnsupportedFeatureError(f"{where}: no Lance 2.1+ encoding for {t}")
         return FixedValues(count, bits, _fixed_data(cur, bits), layers)
-    bits = _fixed_bits(t)
+    bits = fixed_bits(t)
     if bits is None:
         raise UnsupportedFeatureError(f"{where}: no Lance 2.1+ encoding for {t}")
     return FixedValues(n, bits, _fixed_data(arr, bits))
