@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from format.errors import CorruptFileError, UnsupportedFeatureError
+from format.file.types import fixed_bits
 from format.proto import encodings_v2_0_pb2 as pb
 
 BUFFER_PAGE, BUFFER_COLUMN, BUFFER_FILE = 0, 1, 2
@@ -89,21 +90,6 @@ def _valid_mask(arr: pa.Array) -> np.ndarray:
     if arr.null_count == 0:
         return np.ones(len(arr), dtype=bool)
     return arr.is_valid().to_numpy(zero_copy_only=False)
-
-
-def _fixed_width(t: pa.DataType) -> int | None:
-    """Bits per value of a flat fixed-width Arrow type (None for other types)."""
-    if pa.types.is_boolean(t):
-        return 1
-    if (
-        pa.types.is_integer(t)
-        or pa.types.is_floating(t)
-        or pa.types.is_temporal(t)
-        or pa.types.is_decimal(t)
-        or pa.types.is_fixed_size_binary(t)
-    ):
-        return t.bit_width
-    return None
 
 
 def with_validity(arr: pa.Array, valid: pa.Buffer | None) -> pa.Array:
@@ -224,7 +210,7 @@ def decode_validity(enc: pb.ArrayEncoding, n: int, ctx: PageContext) -> np.ndarr
 def _flat(enc: pb.ArrayEncoding, n: int, t: pa.DataType, ctx: PageContext) -> pa.Array:
     """`Flat`: fixed-width values (1-bit LSB-first for bool) packed back to back."""
     bits = int(enc.flat.bits_per_value)
-    want = _fixed_width(t)
+    want = fixed_bits(t)
     if want is None or want != bits:
         raise ctx.corrupt(f"Flat {bits}-bit values cannot be read as {t}")
     if bits == 1:
@@ -404,12 +390,12 @@ def _packed_struct(enc: pb.ArrayEncoding, n: int, t: pa.DataType, ctx: PageConte
         ft = t.field(i).type
         raw = pa.py_buffer(np.ascontiguousarray(rows[:, pos : pos + w]))
         pos += w
-        if pa.types.is_fixed_size_list(ft) and _fixed_width(ft.value_type) not in (None, 1):
-            if _fixed_width(ft.value_type) * ft.list_size != w * 8:
+        if pa.types.is_fixed_size_list(ft) and fixed_bits(ft.value_type) not in (None, 1):
+            if fixed_bits(ft.value_type) * ft.list_size != w * 8:
                 raise ctx.corrupt(f"PackedStruct child {i} is {w} bytes, not {ft}")
             vals = pa.Array.from_buffers(ft.value_type, n * ft.list_size, [None, raw])
             children.append(pa.FixedSizeListArray.from_arrays(vals, type=ft))
-        elif _fixed_width(ft) == w * 8:
+        elif fixed_bits(ft) == w * 8:
             children.append(pa.Array.from_buffers(ft, n, [None, raw], null_count=0))
         else:
             raise ctx.corrupt(f"PackedStruct child {i} is {w} bytes, not {ft}")

@@ -23,6 +23,7 @@ from collections.abc import Callable, Generator, Sequence
 import numpy as np
 import pyarrow as pa
 
+from format.file.types import fixed_bits
 from format.file.v2 import encodings_v20 as v20
 from format.proto import encodings_v2_0_pb2 as pb
 
@@ -187,7 +188,7 @@ def plan_rows(
             return _some_nulls(valid, values, ctx)
         return None
     if kind == "flat":
-        want = v20._fixed_width(t)
+        want = fixed_bits(t)
         if want is None or want != int(enc.flat.bits_per_value):
             return None
         data = _fixed_bytes(enc.flat, n, starts, stops, locations)
