@@ -13,10 +13,11 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TypeVar
 
 import numpy as np
 from google.protobuf import any_pb2
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from format.errors import CorruptFileError, UnsupportedFeatureError
 from format.io.store import FileReader
@@ -33,6 +34,8 @@ COALESCE_GAP = 4 * 1024
 ARRAY_ENCODING_URL = "lance.encodings.ArrayEncoding"  # 2.0 pages
 PAGE_LAYOUT_URL = "lance.encodings21.PageLayout"  # 2.1+ pages
 COLUMN_ENCODING_URL = "lance.encodings.ColumnEncoding"
+
+M = TypeVar("M", bound=Message)
 
 _FOOTER = struct.Struct("<QQQIIHH4s")
 _VERSIONS = {(0, 3): "2.0", (2, 0): "2.0", (2, 1): "2.1", (2, 2): "2.2", (2, 3): "2.3"}
@@ -129,6 +132,7 @@ class V2Container:
         self.size = int(file.size)
         self._columns: dict[int, ColumnInfo] = {}
         self._deferred: dict[tuple[int, int], EncodingRef] = {}
+        self._messages: dict[tuple[str, bytes], Message] = {}
         self._tail_start = 0
         self._tail = b""
         self.footer = self._read_footer()
@@ -306,6 +310,28 @@ class V2Container:
             self._deferred.clear()
         self._deferred[ref.deferred] = out = EncodingRef(msg.type_url, msg.value)
         return out
+
+    def page_message(self, page: Page, message: type[M], where: str, reader: str) -> M:
+        """A page's encoding parsed as `message` (ArrayEncoding for 2.0 pages, PageLayout for
+        2.1+), cached by its bytes (pages of a column usually share one); a page encoded as
+        anything else is UnsupportedFeatureError naming `reader`, the decoder asking."""
+        ref = self.resolve(page.encoding, where)
+        if type_name(ref.type_url) != message.DESCRIPTOR.full_name:
+            raise UnsupportedFeatureError(
+                f"{self.path}: {where} uses {ref.type_url!r}, which the {reader} cannot read"
+            )
+        raw = ref.value or b""
+        key = (message.DESCRIPTOR.full_name, raw)
+        parsed = self._messages.get(key)
+        if parsed is None:
+            try:
+                parsed = message.FromString(raw)
+            except DecodeError as e:
+                raise self.corrupt(f"{where}: bad {message.DESCRIPTOR.name}: {e}") from None
+            if len(self._messages) > 4096:
+                self._messages.clear()
+            self._messages[key] = parsed
+        return parsed  # type: ignore[return-value]
 
     def _parse_column(self, index: int, raw: bytes) -> ColumnInfo:
         what = f"column {index}"

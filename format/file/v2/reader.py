@@ -30,7 +30,6 @@ from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
-from google.protobuf.message import DecodeError
 
 from format.errors import CorruptFileError, LanceError, UnsupportedFeatureError
 from format.file.base import (
@@ -44,10 +43,8 @@ from format.file.base import (
 from format.file.v2 import encodings_v20 as v20
 from format.file.v2 import random_access as ra
 from format.file.v2.container import (
-    ARRAY_ENCODING_URL,
     ColumnInfo,
     V2Container,
-    type_name,
 )
 from format.io.store import FileReader
 from format.proto import encodings_v2_0_pb2 as pb
@@ -244,7 +241,6 @@ class V2FileReader(DataFileReader):
         self._column_of = column_map(self.path, fields, column_indices, self._container.num_columns)
         self.num_rows = self._container.num_rows
         self._columns: dict[int, _Column] = {}
-        self._encodings: dict[bytes, pb.ArrayEncoding] = {}
 
     # -- public API ---------------------------------------------------------------------
     def read(
@@ -388,26 +384,9 @@ class V2FileReader(DataFileReader):
 
     # -- pages --------------------------------------------------------------------------
     def _page_encoding(self, col: _Column, k: int) -> pb.ArrayEncoding:
-        page = col.info.pages[k]
-        ref = self._container.resolve(page.encoding, f"{col.where} page {k}")
-        if type_name(ref.type_url) != ARRAY_ENCODING_URL:
-            raise UnsupportedFeatureError(
-                f"{self.path}: {col.where} page {k} uses {ref.type_url!r}, which this 2.0 "
-                f"decoder cannot read"
-            )
-        raw = ref.value or b""
-        enc = self._encodings.get(raw)
-        if enc is None:
-            try:
-                enc = pb.ArrayEncoding.FromString(raw)
-            except DecodeError as e:
-                raise CorruptFileError(
-                    self.path, f"{col.where} page {k}: bad encoding: {e}"
-                ) from None
-            if len(self._encodings) > 4096:
-                self._encodings.clear()
-            self._encodings[raw] = enc
-        return enc
+        return self._container.page_message(
+            col.info.pages[k], pb.ArrayEncoding, f"{col.where} page {k}", "2.0 decoder"
+        )
 
     def _other_buffer(self, col: _Column) -> Callable[[int, int], bytes | memoryview]:
         """A fetcher of the column's (1) or the file's global (2) buffers by index."""

@@ -22,7 +22,6 @@ from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
-from google.protobuf.message import DecodeError
 
 from format.errors import CorruptFileError, LanceError, UnsupportedFeatureError
 from format.file.base import (
@@ -35,7 +34,7 @@ from format.file.base import (
 )
 from format.file.parallel import map_parallel
 from format.file.v2 import random_access as ra
-from format.file.v2.container import PAGE_LAYOUT_URL, ColumnInfo, V2Container, type_name
+from format.file.v2.container import ColumnInfo, V2Container
 from format.file.v21 import unravel as uv
 from format.file.v21.blob import decode_blob
 from format.file.v21.constant import decode_constant
@@ -99,7 +98,6 @@ class StructuralFileReader(DataFileReader):
         self._column_of = column_map(self.path, fields, column_indices, self._container.num_columns)
         self.num_rows = self._container.num_rows
         self._columns: dict[int, _Column] = {}
-        self._layouts: dict[bytes, pb.PageLayout] = {}
 
     # -- public API ---------------------------------------------------------------------
     def read(
@@ -209,25 +207,9 @@ class StructuralFileReader(DataFileReader):
 
     # -- pages --------------------------------------------------------------------------
     def _layout(self, col: _Column, k: int) -> pb.PageLayout:
-        page = col.info.pages[k]
-        ref = self._container.resolve(page.encoding, f"{col.where} page {k}")
-        if type_name(ref.type_url) != PAGE_LAYOUT_URL:
-            raise UnsupportedFeatureError(
-                f"{self.path}: {col.where} page {k} uses {ref.type_url!r}, not a 2.1+ page layout"
-            )
-        raw = ref.value or b""
-        layout = self._layouts.get(raw)
-        if layout is None:
-            try:
-                layout = pb.PageLayout.FromString(raw)
-            except DecodeError as e:
-                raise CorruptFileError(
-                    self.path, f"{col.where} page {k}: bad page layout: {e}"
-                ) from None
-            if len(self._layouts) > 4096:
-                self._layouts.clear()
-            self._layouts[raw] = layout
-        return layout
+        return self._container.page_message(
+            col.info.pages[k], pb.PageLayout, f"{col.where} page {k}", "2.1/2.2 page-layout reader"
+        )
 
     def _decode(self, col: _Column, k: int, bufs: list[bytes | memoryview]) -> pa.Array:
         """Decode page k of `col` into its path array."""
