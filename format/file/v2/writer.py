@@ -156,6 +156,33 @@ def _value_type_ok(t: pa.DataType) -> bool:
     return v20.is_var_binary(t) or v20.fixed_bits(t) is not None
 
 
+def check_writer_args(path: str, schema: LanceSchema, page_bytes: int, max_page_bytes: int) -> None:
+    """Refuse page sizes and field ids no v2 writer can use, naming the file."""
+    if page_bytes <= 0 or max_page_bytes < page_bytes:
+        raise InvalidInputError(
+            f"{path}: need 0 < page_bytes <= max_page_bytes, got {page_bytes} and {max_page_bytes}"
+        )
+    ids = schema.field_ids()
+    if len(set(ids)) != len(ids) or any(i < 0 for i in ids):
+        raise InvalidInputError(f"{path}: schema field ids must be unique and >= 0")
+
+
+def check_batch_schema(path: str, batch: pa.RecordBatch, want: pa.Schema) -> None:
+    """Refuse a batch whose column names differ from the file schema's, or whose types lay
+    out differently (extension types compare by their storage type)."""
+    got = batch.schema
+    if got.names != want.names:
+        raise SchemaMismatchError(
+            f"{path}: batch columns {got.names} do not match the file schema {want.names}"
+        )
+    for col, f in zip(batch.columns, want, strict=True):
+        t = v20.storage_type(col.type)
+        if not t.equals(f.type) and _layout(t) != _layout(f.type):
+            raise SchemaMismatchError(
+                f"{path}: column {f.name!r} has type {col.type}, the file schema expects {f.type}"
+            )
+
+
 def _layout(t: pa.DataType) -> pa.DataType:
     """`t` without what Lance types do not record: list item names and nullability."""
     t = v20.storage_type(t)
@@ -199,14 +226,7 @@ class V2FileWriter(DataFileWriter):
                 f"{self.path}: writing Lance file version {version!r} is not supported "
                 f"(supported: {', '.join(_ENCODER_FACTORIES)})"
             )
-        if page_bytes <= 0 or max_page_bytes < page_bytes:
-            raise InvalidInputError(
-                f"{self.path}: need 0 < page_bytes <= max_page_bytes, got {page_bytes} "
-                f"and {max_page_bytes}"
-            )
-        ids = schema.field_ids()
-        if len(set(ids)) != len(ids) or any(i < 0 for i in ids):
-            raise InvalidInputError(f"{self.path}: schema field ids must be unique and >= 0")
+        check_writer_args(self.path, schema, page_bytes, max_page_bytes)
         self.version = version
         self.schema = schema
         self.arrow_schema = schema.to_arrow()
@@ -261,21 +281,10 @@ class V2FileWriter(DataFileWriter):
 
     def _check_batch(self, batch: pa.RecordBatch) -> list[pa.Array]:
         """The batch's columns, after checking names, types and 2.0 restrictions."""
-        want = self.arrow_schema
-        got = batch.schema
-        if got.names != want.names:
-            raise SchemaMismatchError(
-                f"{self.path}: batch columns {got.names} do not match the file schema {want.names}"
-            )
+        check_batch_schema(self.path, batch, self.arrow_schema)
         columns = []
-        for i, (enc, f) in enumerate(zip(self._encoders, want, strict=True)):
+        for i, enc in enumerate(self._encoders):
             col = batch.column(i)
-            t = v20.storage_type(col.type)
-            if not t.equals(f.type) and _layout(t) != _layout(f.type):
-                raise SchemaMismatchError(
-                    f"{self.path}: column {f.name!r} has type {col.type}, the file schema "
-                    f"expects {f.type}"
-                )
             if enc.needs_check:
                 enc.check(col)
             columns.append(col)

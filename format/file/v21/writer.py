@@ -18,7 +18,7 @@ from typing import BinaryIO
 import numpy as np
 import pyarrow as pa
 
-from format.errors import InvalidInputError, SchemaMismatchError, UnsupportedFeatureError
+from format.errors import InvalidInputError, UnsupportedFeatureError
 from format.file.base import DataFileWriter, WrittenFile
 from format.file.v2.container import (
     COLUMN_ENCODING_URL,
@@ -28,7 +28,7 @@ from format.file.v2.container import (
     any_bytes,
 )
 from format.file.v2.encoders_v20 import DEFAULT_PAGE_BYTES, MAX_PAGE_BYTES
-from format.file.v2.writer import _layout, _Output
+from format.file.v2.writer import _Output, check_batch_schema, check_writer_args
 from format.file.v21 import shred as sh
 from format.file.v21.layers import max_def
 from format.file.v21.page_encoders import EncodedPage, PageInput, TooDense, encode_page
@@ -98,14 +98,7 @@ class StructuralFileWriter(DataFileWriter):
                 f"{self.path}: StructuralFileWriter writes file versions "
                 f"{', '.join(SUPPORTED_VERSIONS)}, not {version!r}"
             )
-        if page_bytes <= 0 or max_page_bytes < page_bytes:
-            raise InvalidInputError(
-                f"{self.path}: need 0 < page_bytes <= max_page_bytes, got {page_bytes} "
-                f"and {max_page_bytes}"
-            )
-        ids = schema.field_ids()
-        if len(set(ids)) != len(ids) or any(i < 0 for i in ids):
-            raise InvalidInputError(f"{self.path}: schema field ids must be unique and >= 0")
+        check_writer_args(self.path, schema, page_bytes, max_page_bytes)
         self.version = version
         self.schema = schema
         self.arrow_schema = schema.to_arrow()
@@ -141,7 +134,7 @@ class StructuralFileWriter(DataFileWriter):
             for b in batch.to_batches():
                 self.write(b)
             return
-        self._check_batch(batch)
+        check_batch_schema(self.path, batch, self.arrow_schema)
         n = batch.num_rows
         if n == 0:
             return
@@ -152,21 +145,6 @@ class StructuralFileWriter(DataFileWriter):
             self._failed = True
             raise
         self.num_rows += n
-
-    def _check_batch(self, batch: pa.RecordBatch) -> None:
-        want = self.arrow_schema
-        got = batch.schema
-        if got.names != want.names:
-            raise SchemaMismatchError(
-                f"{self.path}: batch columns {got.names} do not match the file schema {want.names}"
-            )
-        for col, f in zip(batch.columns, want, strict=True):
-            t = col.type.storage_type if isinstance(col.type, pa.ExtensionType) else col.type
-            if not t.equals(f.type) and _layout(t) != _layout(f.type):
-                raise SchemaMismatchError(
-                    f"{self.path}: column {f.name!r} has type {col.type}, the file schema "
-                    f"expects {f.type}"
-                )
 
     def _append(self, f, leaves: list[_Leaf], col: pa.Array) -> None:  # noqa: ANN001
         n = len(col)
