@@ -6,11 +6,10 @@ with and without projections, filters, limits, offsets and row id columns.
 
 from __future__ import annotations
 
-import math
-
 import lance
 import pyarrow as pa
 import pytest
+from compare import assert_same_table
 from corpus import CorpusDataset, build_corpus
 
 from format.dataset import dataset
@@ -37,31 +36,6 @@ def structural_corpus(tmp_path_factory: pytest.TempPathFactory) -> list[CorpusDa
 def corpus(corpus, structural_corpus):
     """Every corpus dataset: legacy and 2.0 (conftest) plus 2.1 and 2.2."""
     return [*corpus, *structural_corpus]
-
-
-def _same_values(a: object, b: object) -> bool:
-    """Python-value equality where NaN equals NaN (Arrow's equals says it doesn't)."""
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return True
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return len(a) == len(b) and all(_same_values(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same_values(a[k], b[k]) for k in a)
-    return type(a) is type(b) and a == b
-
-
-def _assert_same(ours: pa.Table, ref: pa.Table, what: str) -> None:
-    """Whole-table equality: schema (types, nullability), values, nulls and row order."""
-    assert ours.schema.equals(ref.schema, check_metadata=False), (
-        f"{what}: schema differs\nours:\n{ours.schema}\npylance:\n{ref.schema}"
-    )
-    assert ours.num_rows == ref.num_rows, f"{what}: {ours.num_rows} rows, pylance {ref.num_rows}"
-    for name in ref.column_names:
-        a, b = ours.column(name), ref.column(name)
-        if a.equals(b):
-            continue
-        if a.null_count != b.null_count or not _same_values(a.to_pylist(), b.to_pylist()):
-            raise AssertionError(f"{what}: column {name!r} differs\nours: {a}\npylance: {b}")
 
 
 def _filter_oracle(ref: lance.LanceDataset, flt: str, storage_version: str) -> pa.Table:
@@ -110,7 +84,7 @@ def test_every_version_reads_like_pylance(corpus):
             ours = dataset(ds.uri, version=version)
             what = f"{ds.name} ({ds.storage_version}) v{version}"
             assert ours.schema.equals(ref.schema, check_metadata=False), what
-            _assert_same(ours.to_table(), ref.to_table(), what)
+            assert_same_table(ours.to_table(), ref.to_table(), what)
             assert ours.count_rows() == ref.count_rows(), what
             assert [f.fragment_id for f in ours.get_fragments()] == [
                 f.fragment_id for f in ref.get_fragments()
@@ -125,30 +99,30 @@ def test_projection_filter_limit_offset_and_row_ids(corpus):
         what = f"{ds.name} ({ds.storage_version})"
         names = ref.schema.names
         cols = names[::-2] or names
-        _assert_same(ours.to_table(columns=cols), ref.to_table(columns=cols), f"{what} {cols}")
+        assert_same_table(ours.to_table(columns=cols), ref.to_table(columns=cols), f"{what} {cols}")
         n = ref.count_rows()
         for limit, offset in [(5, None), (None, 7), (13, n // 3), (0, None), (10, n + 5)]:
-            _assert_same(
+            assert_same_table(
                 ours.to_table(limit=limit, offset=offset),
                 ref.to_table(limit=limit, offset=offset),
                 f"{what} limit={limit} offset={offset}",
             )
-        _assert_same(
+        assert_same_table(
             ours.to_table(columns=cols[:1], with_row_id=True),
             ref.to_table(columns=cols[:1], with_row_id=True),
             f"{what} with_row_id",
         )
-        _assert_same(
+        assert_same_table(
             ours.to_table(columns=cols[:1], with_row_address=True),
             ref.to_table(columns=cols[:1], with_row_address=True),
             f"{what} with_row_address",
         )
         for flt in _filters_for(ref.schema):
             expected = _filter_oracle(ref, flt, ds.storage_version)
-            _assert_same(ours.to_table(filter=flt), expected, f"{what} filter {flt}")
+            assert_same_table(ours.to_table(filter=flt), expected, f"{what} filter {flt}")
             assert ours.count_rows(filter=flt) == expected.num_rows, flt
             sub = ours.to_table(filter=flt, limit=3, offset=1, columns=cols[:2])
-            _assert_same(sub, expected.select(cols[:2]).slice(1, 3), f"{what} {flt} limit")
+            assert_same_table(sub, expected.select(cols[:2]).slice(1, 3), f"{what} {flt} limit")
 
 
 def test_take_and_fragments(corpus):
@@ -159,10 +133,10 @@ def test_take_and_fragments(corpus):
             continue
         idx = sorted({0, n - 1, n // 2, n // 3, 1 % n})
         idx = [idx[-1], *idx[:-1], idx[0]]  # out of order, with a duplicate
-        _assert_same(ours.take(idx), ref.take(idx), f"{ds.name} take {idx}")
+        assert_same_table(ours.take(idx), ref.take(idx), f"{ds.name} take {idx}")
         for fo, fr in zip(ours.get_fragments(), ref.get_fragments(), strict=True):
             assert fo.count_rows() == fr.count_rows()
-            _assert_same(fo.to_table(), fr.to_table(), f"{ds.name} fragment {fo.fragment_id}")
+            assert_same_table(fo.to_table(), fr.to_table(), f"{ds.name} fragment {fo.fragment_id}")
 
 
 def test_streaming_batches_are_bounded(corpus):
@@ -173,4 +147,4 @@ def test_streaming_batches_are_bounded(corpus):
         assert all(b.num_rows <= 64 for b in batches)
         total = pa.Table.from_batches(batches, schema=scanner.projected_schema) if batches else None
         if total is not None:
-            _assert_same(total, lance.dataset(ds.uri).to_table(), f"{ds.name} batch_size=64")
+            assert_same_table(total, lance.dataset(ds.uri).to_table(), f"{ds.name} batch_size=64")

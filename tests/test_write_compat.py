@@ -8,10 +8,10 @@ from pathlib import Path
 import lance
 import pyarrow as pa
 import pytest
+from compare import assert_same_table
 from corpus import TYPE_COLUMNS, excluded, types_table
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_read_compat import _assert_same
 
 from format.dataset import dataset, write_dataset
 from format.errors import DatasetAlreadyExistsError, SchemaMismatchError
@@ -33,11 +33,11 @@ def test_types_written_by_us_read_by_pylance(tmp_path: Path, version: str):
     ref_layout = layout if version in ("legacy", "2.0") else {"max_rows_per_file": 700}
     lance.write_dataset(table, theirs, data_storage_version=version, **ref_layout)
     expected = lance.dataset(theirs).to_table()
-    _assert_same(lance.dataset(ours).to_table(), expected, f"{version}: pylance reading ours")
-    _assert_same(dataset(ours).to_table(), expected, f"{version}: we read ours")
+    assert_same_table(lance.dataset(ours).to_table(), expected, f"{version}: pylance reading ours")
+    assert_same_table(dataset(ours).to_table(), expected, f"{version}: we read ours")
     assert [f.physical_rows for f in lance.dataset(ours).get_fragments()] == [500, 500, 400]
     idx = [0, 699, 1399, 3]
-    _assert_same(lance.dataset(ours).take(idx), lance.dataset(theirs).take(idx), "take")
+    assert_same_table(lance.dataset(ours).take(idx), lance.dataset(theirs).take(idx), "take")
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -64,7 +64,7 @@ def test_alternating_writers_keep_every_version_identical(tmp_path: Path, versio
     assert ref.version == 7
     assert ref.data_storage_version == {"legacy": "0.1"}.get(version, version)
     for v in range(1, 8):
-        _assert_same(
+        assert_same_table(
             dataset(uri, version=v).to_table(), ref.checkout_version(v).to_table(), f"v{v}"
         )
     live = [i for i in range(120, 390) if i % 10 not in (0, 1)] + list(range(400, 410))
@@ -178,4 +178,4 @@ def test_hypothesis_round_trip_through_pylance(
 ):
     uri = str(tmp_path_factory.mktemp("h") / "ds")
     write_dataset(table, uri, data_storage_version=version, max_rows_per_file=25)
-    _assert_same(lance.dataset(uri).to_table(), table, "pylance reads ours")
+    assert_same_table(lance.dataset(uri).to_table(), table, "pylance reads ours")

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import datetime
 import decimal
-import math
 from collections.abc import Sequence
 
 import lance
 import numpy as np
 import pyarrow as pa
 import pytest
+from compare import assert_same_table
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import arrow_types, random_array
@@ -35,30 +35,6 @@ from format.proto import encodings_v2_1_pb2 as pb
 VERSIONS = ("2.1", "2.2")
 N = 3000
 RNG_SEED = 6
-
-
-def _same(a: object, b: object) -> bool:
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return True
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    return type(a) is type(b) and a == b
-
-
-def assert_same(ours: pa.Table, ref: pa.Table, what: str) -> None:
-    """Whole-table equality: schema, values, nulls, row order."""
-    assert ours.schema.equals(ref.schema, check_metadata=False), (
-        f"{what}: schema\n{ours.schema}\nvs pylance\n{ref.schema}"
-    )
-    assert ours.num_rows == ref.num_rows, what
-    for name in ref.column_names:
-        a, b = ours.column(name), ref.column(name)
-        if a.equals(b):
-            continue
-        assert a.null_count == b.null_count, f"{what}: {name} null count"
-        assert _same(a.to_pylist(), b.to_pylist()), f"{what}: column {name!r} differs"
 
 
 def _strings(rng: np.random.Generator, n: int, long: bool = False) -> list[str | None]:
@@ -412,16 +388,16 @@ def _write(path: str, table: pa.Table, version: str, batch_rows: int | None = No
 def _check(uri: str, what: str) -> None:
     ref = lance.dataset(uri)
     ours = dataset(uri)
-    assert_same(ours.to_table(), ref.to_table(), what)
+    assert_same_table(ours.to_table(), ref.to_table(), what)
     n = ref.count_rows()
     rng = np.random.default_rng(1)
     idx = sorted(set(rng.integers(0, n, 40).tolist()) | {0, n - 1})
-    assert_same(ours.take(idx), ref.take(idx), f"{what} take")
+    assert_same_table(ours.take(idx), ref.take(idx), f"{what} take")
     every = list(range(1, n, 7))  # rows on both sides of most chunk boundaries
-    assert_same(ours.take(every), ref.take(every), f"{what} take every 7th")
+    assert_same_table(ours.take(every), ref.take(every), f"{what} take every 7th")
     batches = list(ours.scanner(batch_size=333).to_batches())
     assert all(b.num_rows <= 333 for b in batches)
-    assert_same(pa.Table.from_batches(batches), ref.to_table(), f"{what} batch_size=333")
+    assert_same_table(pa.Table.from_batches(batches), ref.to_table(), f"{what} batch_size=333")
 
 
 def _skip_reason(name: str, version: str) -> str | None:
@@ -587,7 +563,7 @@ def test_take_reads_only_the_chunks_it_needs(tmp_path, monkeypatch):
         idx = [5, 17, 20000, 20001, 59999]
         ours = dataset(uri).take(idx)
         monkeypatch.setattr(V2Container, "read_ranges", original)
-        assert_same(ours, lance.dataset(uri).take(idx), f"take {version}")
+        assert_same_table(ours, lance.dataset(uri).take(idx), f"take {version}")
         path, _ = _one_file(uri)
         data_bytes = sum(
             size
@@ -707,7 +683,7 @@ def test_scan_keeps_only_the_pages_of_the_current_step(tmp_path, version):
     )
     full = lance.dataset(uri).to_table()
     expected = pa.concat_tables([full.slice(s, e - s) for s, e in ranges])
-    assert_same(ours, expected, f"ranges {version}")
+    assert_same_table(ours, expected, f"ranges {version}")
     reader.close()
 
 
@@ -787,9 +763,9 @@ def test_random_nested_tables(
         # pylance 14 cannot read some pages it writes for null structs over lists
         # ("Incorrect number of nulls for StructArray"); what was written is the oracle.
         expected = table
-    assert_same(ours.to_table(), expected, f"{version} {types}")
+    assert_same_table(ours.to_table(), expected, f"{version} {types}")
     idx = sorted(set(rng.integers(0, n, 1 + n // 5).tolist()))
-    assert_same(ours.take(idx), expected.take(idx), f"{version} take")
+    assert_same_table(ours.take(idx), expected.take(idx), f"{version} take")
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -879,7 +855,7 @@ def test_blob_v2_reads_as_pylance_descriptions(tmp_path, page_bytes):
     assert set(kinds.to_pylist()) == {0, 1, 2, 3}
     assert dataset(uri).schema.equals(ref.schema, check_metadata=False)
     _check(uri, f"blob v2 pages={page_bytes}")
-    assert_same(dataset(uri).to_table(columns=["s"]), ref.to_table(columns=["s"]), "nested")
+    assert_same_table(dataset(uri).to_table(columns=["s"]), ref.to_table(columns=["s"]), "nested")
 
 
 def test_blob_v2_bytes_and_corrupt_descriptions(tmp_path):
@@ -983,16 +959,16 @@ def test_packed_struct_with_variable_width_children(tmp_path, batch_rows):
             _walk_names(pb.PageLayout.FromString(c.resolve(p.encoding, "t").value), used)
     assert {"variable_packed_struct", "fsst", "general"} <= used, used
     ref = lance.dataset(uri).to_table()
-    assert_same(ref, table, "pylance reads what was written")
+    assert_same_table(ref, table, "pylance reads what was written")
     ours = dataset(uri)
     what = f"packed variable batch_rows={batch_rows}"
-    assert_same(ours.to_table(), ref, what)
+    assert_same_table(ours.to_table(), ref, what)
     # pylance 14's own take panics on list<packed struct> pages ("DataBlockBuilder didn't see
     # any data"), so takes are checked against its scan.
     for idx in ([0, 5, 299, 300, 1199], list(range(1, 1200, 7))):
-        assert_same(ours.take(idx), ref.take(idx), f"{what} take {len(idx)}")
+        assert_same_table(ours.take(idx), ref.take(idx), f"{what} take {len(idx)}")
     batches = list(ours.scanner(batch_size=333).to_batches())
-    assert_same(pa.Table.from_batches(batches), ref, f"{what} batch_size=333")
+    assert_same_table(pa.Table.from_batches(batches), ref, f"{what} batch_size=333")
 
 
 def test_variable_packed_struct_is_refused_in_a_2_1_file(tmp_path):

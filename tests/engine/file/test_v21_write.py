@@ -10,11 +10,11 @@ import lance
 import numpy as np
 import pyarrow as pa
 import pytest
+from compare import assert_same_table
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lance.file import LanceFileReader
 from strategies import random_array
-from test_read_compat import _assert_same
 
 from format.dataset import dataset, write_dataset
 from format.errors import InvalidInputError, SchemaMismatchError, UnsupportedFeatureError
@@ -183,8 +183,8 @@ def test_random_nested_tables_round_trip(
     table = pa.table({f"c{i}": random_nested(t, n, rng, p_null) for i, t in enumerate(types)})
     uri = str(tmp_path_factory.mktemp("hyp") / "ds")
     one_file_dataset(uri, table, version, rows=rows, page_bytes=page_bytes)
-    _assert_same(lance.dataset(uri).to_table(), table, f"{version}: pylance reads ours")
-    _assert_same(dataset(uri).to_table(), table, f"{version}: we read ours")
+    assert_same_table(lance.dataset(uri).to_table(), table, f"{version}: pylance reads ours")
+    assert_same_table(dataset(uri).to_table(), table, f"{version}: we read ours")
 
 
 # -- specific shapes -------------------------------------------------------------------------
@@ -244,17 +244,17 @@ def test_layouts_and_multi_page_columns(tmp_path: Path, version: str) -> None:
     mb = [p.mini_block_layout for p in by_name["small"] if p.HasField("mini_block_layout")]
     assert all(m.has_large_chunk == (version == "2.2") for m in mb)
     ref = lance.dataset(uri)
-    _assert_same(ref.to_table(), table, "pylance reads ours")
-    _assert_same(dataset(uri).to_table(), table, "we read ours")
+    assert_same_table(ref.to_table(), table, "pylance reads ours")
+    assert_same_table(dataset(uri).to_table(), table, "we read ours")
     idx = [0, 1, 999, 1000, 2500, 4998, 4999]
-    _assert_same(ref.take(idx), table.take(idx), "pylance take")
+    assert_same_table(ref.take(idx), table.take(idx), "pylance take")
     flt = "small < 100 AND s != ''"
     exp = ref.to_table(filter=flt)
     assert exp.num_rows > 100
     expected = table.filter(
         pa.compute.and_(pa.compute.less(table["small"], 100), pa.compute.not_equal(table["s"], ""))
     )
-    _assert_same(exp, expected, "pylance filter")
+    assert_same_table(exp, expected, "pylance filter")
     assert LanceFileReader(str(Path(uri) / DATA)).read_all().to_table().num_rows == 5000
 
 
@@ -271,10 +271,10 @@ def test_many_chunks_of_lists_keep_random_access(tmp_path: Path, version: str) -
     uri = str(tmp_path / "ds")
     one_file_dataset(uri, table, version, rows=1000)
     ref = lance.dataset(uri)
-    _assert_same(ref.to_table(), table, "pylance reads ours")
+    assert_same_table(ref.to_table(), table, "pylance reads ours")
     idx = sorted(rng.choice(n, 200, replace=False).tolist())
-    _assert_same(ref.take(idx), table.take(idx), "pylance take")
-    _assert_same(dataset(uri).take(idx), table.take(idx), "our take")
+    assert_same_table(ref.take(idx), table.take(idx), "pylance take")
+    assert_same_table(dataset(uri).take(idx), table.take(idx), "our take")
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -285,7 +285,7 @@ def test_dense_levels_split_pages(tmp_path: Path, version: str) -> None:
     table = pa.table({"l": pa.array([row, [[2, 3]], row], pa.list_(pa.list_(pa.int8())))})
     uri = str(tmp_path / "ds")
     one_file_dataset(uri, table, version)
-    _assert_same(lance.dataset(uri).to_table(), table, "pylance reads ours")
+    assert_same_table(lance.dataset(uri).to_table(), table, "pylance reads ours")
 
 
 def test_streaming_keeps_memory_bounded(tmp_path: Path) -> None:
@@ -327,7 +327,7 @@ def test_default_storage_version_is_2_2(tmp_path: Path) -> None:
     write_dataset(table, uri)
     ref = lance.dataset(uri)
     assert ref.data_storage_version == "2.2"
-    _assert_same(ref.to_table(), table, "pylance reads ours")
+    assert_same_table(ref.to_table(), table, "pylance reads ours")
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -346,12 +346,12 @@ def test_appends_both_ways(tmp_path: Path, version: str) -> None:
     for frag in ref.get_fragments():
         for f in frag.metadata.files:
             assert f.file_major_version == 2 and f.file_minor_version == int(version[-1])
-    _assert_same(ref.to_table(), pa.concat_tables(parts), "pylance reads the mixed dataset")
-    _assert_same(dataset(uri).to_table(), pa.concat_tables(parts), "we read it")
+    assert_same_table(ref.to_table(), pa.concat_tables(parts), "pylance reads the mixed dataset")
+    assert_same_table(dataset(uri).to_table(), pa.concat_tables(parts), "we read it")
     ours_first = str(tmp_path / "ours")
     write_dataset(parts[0], ours_first, data_storage_version=version)
     lance.write_dataset(parts[1], ours_first, mode="append")
-    _assert_same(
+    assert_same_table(
         lance.dataset(ours_first).to_table(), pa.concat_tables(parts[:2]), "pylance appended"
     )
     assert lance.dataset(ours_first).data_storage_version == version
@@ -363,7 +363,7 @@ def test_maps_are_refused_at_2_1(tmp_path: Path) -> None:
     with pytest.raises(UnsupportedFeatureError, match="map.*2.1"):
         write_dataset(table, str(tmp_path / "a"), data_storage_version="2.1")
     write_dataset(table, str(tmp_path / "b"), data_storage_version="2.2")
-    _assert_same(lance.dataset(str(tmp_path / "b")).to_table(), table, "2.2 map")
+    assert_same_table(lance.dataset(str(tmp_path / "b")).to_table(), table, "2.2 map")
 
 
 def test_unknown_versions_and_bad_batches(tmp_path: Path) -> None:
@@ -409,8 +409,8 @@ def test_wide_fixed_size_lists_with_item_nulls(tmp_path: Path, version: str) -> 
     for col in layouts(uri):
         assert all(p.HasField("full_zip_layout") for p in col)
     assert layouts(uri)[0][0].full_zip_layout.bits_per_value == 128 * 32 + 128
-    _assert_same(lance.dataset(uri).to_table(), table, "pylance reads ours")
-    _assert_same(dataset(uri).to_table(), table, "we read ours")
+    assert_same_table(lance.dataset(uri).to_table(), table, "pylance reads ours")
+    assert_same_table(dataset(uri).to_table(), table, "we read ours")
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -456,11 +456,11 @@ def test_multi_fragment_dataset_filters_and_take(tmp_path: Path, version: str) -
     a, b = lance.dataset(ours), lance.dataset(theirs)
     assert [f.physical_rows for f in a.get_fragments()] == [700, 700, 600]
     for flt in ("small < 300", "s LIKE 's1%'", "nint IS NULL", "st.x > 100", "id % 7 = 3"):
-        _assert_same(a.to_table(filter=flt), b.to_table(filter=flt), flt)
+        assert_same_table(a.to_table(filter=flt), b.to_table(filter=flt), flt)
         assert a.count_rows(flt) == b.count_rows(flt)
     idx = [0, 5, 699, 700, 1401, 1999]
-    _assert_same(a.take(idx), b.take(idx), "take")
-    _assert_same(dataset(ours).to_table(), b.to_table(), "we read ours")
+    assert_same_table(a.take(idx), b.take(idx), "take")
+    assert_same_table(dataset(ours).to_table(), b.to_table(), "we read ours")
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -492,5 +492,5 @@ def test_compressed_pages(tmp_path: Path, version: str) -> None:
     assert lruns.mini_block_layout.value_compression.HasField("rle")
     if version == "2.2":
         assert const.constant_layout.inline_value == np.int16(-3).tobytes()
-    _assert_same(lance.dataset(uri).to_table(), table, "pylance reads ours")
-    _assert_same(dataset(uri).to_table(), table, "we read ours")
+    assert_same_table(lance.dataset(uri).to_table(), table, "pylance reads ours")
+    assert_same_table(dataset(uri).to_table(), table, "we read ours")

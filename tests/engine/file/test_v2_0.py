@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import decimal
-import math
 import os
 import shutil
 import struct
@@ -14,6 +13,7 @@ import lance
 import numpy as np
 import pyarrow as pa
 import pytest
+from compare import same_values
 from google.protobuf import any_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -101,16 +101,6 @@ class Files:
         return self.ds.get_fragment(fr.id).to_table()
 
 
-def _same_values(a: object, b: object) -> bool:
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return True
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_same_values(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same_values(a[k], b[k]) for k in a)
-    return a == b
-
-
 def assert_same(got: pa.Array, exp: pa.Array | pa.ChunkedArray, field: LanceField) -> None:
     """Exactly the field's type, and pylance's values and nulls (NaN equal to NaN)."""
     if isinstance(exp, pa.ChunkedArray):
@@ -124,7 +114,7 @@ def assert_same(got: pa.Array, exp: pa.Array | pa.ChunkedArray, field: LanceFiel
     assert len(got) == len(exp), field.name
     assert got.null_count == exp.null_count, field.name
     if not got.equals(exp):
-        assert _same_values(got.to_pylist(), exp.to_pylist()), field.name
+        assert same_values(got.to_pylist(), exp.to_pylist()), field.name
 
 
 def _concat_steps(steps: list[list[pa.Array]], j: int, t: pa.DataType) -> pa.Array:
@@ -497,7 +487,7 @@ def test_take_matches_whole_page_decoding(types_ds: Files) -> None:
             for f, a, b in zip(fields, got, want, strict=True):
                 assert a.type == b.type, f.name
                 a.validate(full=True)
-                assert a.equals(b) or _same_values(a.to_pylist(), b.to_pylist()), f.name
+                assert a.equals(b) or same_values(a.to_pylist(), b.to_pylist()), f.name
 
 
 @pytest.fixture(scope="module")
@@ -563,7 +553,7 @@ def test_take_reads_only_the_needed_bytes(big_pages: Files) -> None:
         assert_same(got, exp[f.name].take(pa.array(idx.astype(np.int64))), f)
         read = sum(length for start, length in calls if start < tail_start)
         (whole,) = _whole_page_take(r, [f], idx)
-        assert got.equals(whole) or _same_values(got.to_pylist(), whole.to_pylist()), f.name
+        assert got.equals(whole) or same_values(got.to_pylist(), whole.to_pylist()), f.name
         page_bytes = sum(s for p in info.pages for _, s in p.buffers)
         if f.name == "lst":
             continue  # list offsets are read page by page
