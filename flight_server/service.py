@@ -1023,7 +1023,8 @@ class DatasetService:
         if key is not None and existing is not None:
             found = self._find_idempotent(store, key, read_version)
             if found is not None:
-                self._settle(store, name, staged, job, found)
+                committed = _file_paths(self.open_version(name, found).manifest.pb)
+                self._settle(store, name, staged, job, committed)
                 return {"version": found, "rows": rows, "duplicate": True}
         for fr in frags:
             for file in fr.files:
@@ -1055,7 +1056,7 @@ class DatasetService:
             else:
                 rv = 0
         new = self._commit(name, uri, operation, rv, frags, key, op, clean=False)
-        self._settle(store, name, staged, job, new.version)
+        self._settle(store, name, staged, job, _file_paths(new.manifest.pb))
         return {"version": new.version, "rows": rows}
 
     _action_commit.keys = (  # type: ignore[attr-defined]
@@ -1073,18 +1074,12 @@ class DatasetService:
         name: str,
         staged: list[StagedFragment],
         job: str | None,
-        version: int,
+        committed: set[str],
     ) -> None:
-        """After a commit made `version`: forget the committed puts' ledger records and, when
-        the commit names its job, end the job and remove its other attempts' files."""
+        """After a commit whose version references the data files `committed`: forget the
+        committed puts' ledger records and, when the commit names its job, end the job and
+        remove its other attempts' files."""
         try:
-            committed = {
-                file.path
-                for fr in _versions.load_manifest(
-                    store, _versions.list_manifests(store)[version]
-                ).pb.fragments
-                for file in fr.files
-            }
             ledger = StagingLedger(store)
             records = {(s.job, s.record) for s in staged}
             if job is not None:
@@ -1098,11 +1093,11 @@ class DatasetService:
             for rec_job, rec_id in records:
                 assert rec_job is not None and rec_id is not None
                 # a put whose fragments were committed only in part stays for the sweep
-                for rec in ledger.records(rec_job):
-                    if rec.record == rec_id and all(p in committed for p in rec.files):
-                        ledger.drop(rec_job, rec_id)
-                        if rec_job.startswith(AUTO_JOB_PREFIX):
-                            ledger.remove_job(rec_job)
+                rec = ledger.read(rec_job, rec_id)
+                if rec is not None and all(p in committed for p in rec.files):
+                    ledger.drop(rec_job, rec_id)
+                    if rec_job.startswith(AUTO_JOB_PREFIX):
+                        ledger.remove_job(rec_job)
         except Exception as e:  # noqa: BLE001 - the commit stands; the sweep finishes this
             log.warning("settling the staging ledger of %r failed: %s", name, type(e).__name__)
 
@@ -1122,7 +1117,7 @@ class DatasetService:
     def _check_appendable(self, name: str, ds: LanceDataset, staged: list[StagedFragment]) -> None:
         sig = schema_signature(ds.lance_schema)
         self._check_storage_version(name, ds, staged)
-        committed = {f.path for fr in ds.manifest.pb.fragments for f in fr.files}
+        committed = _file_paths(ds.manifest.pb)
         for s in staged:
             if s.signature != sig:
                 raise InvalidArgument(
@@ -1240,6 +1235,11 @@ class DatasetService:
 SWEEP_GRACE_SECONDS = 300
 
 
+def _file_paths(manifest: table_pb2.Manifest) -> set[str]:
+    """Data file paths (relative to data/) one version references."""
+    return {file.path for fr in manifest.fragments for file in fr.files}
+
+
 def _referenced_files(store: ObjectStore) -> set[str]:
     """Data file paths (relative to data/) any version of the dataset references."""
     referenced: set[str] = set()
@@ -1249,7 +1249,7 @@ def _referenced_files(store: ObjectStore) -> set[str]:
             m = _versions.load_manifest(store, entries[v])
         except Exception:  # noqa: BLE001 - cleaned up meanwhile
             continue
-        referenced |= {file.path for fr in m.pb.fragments for file in fr.files}
+        referenced |= _file_paths(m.pb)
     return referenced
 
 

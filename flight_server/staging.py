@@ -92,21 +92,22 @@ class StagingLedger:
 
     def records(self, job: str) -> list[Record]:
         """The job's records; unreadable ones (a put cut off mid-write) are skipped."""
-        out = []
-        for name, _, _ in self.store.list_dir(self._path(job)):
-            if not name.endswith(".json"):
-                continue
-            try:
-                body = json.loads(self.store.read_all(self._path(job, name)))
-                files = tuple(str(f) for f in body["files"])
-                created = float(body["created"])
-            except FileNotFoundError:
-                continue  # dropped meanwhile
-            except (ValueError, KeyError, TypeError):
-                log.warning("unreadable staging record %s/%s skipped", job, name)
-                continue
-            out.append(Record(job, name[: -len(".json")], created, files))
-        return out
+        names = [n for n, _, _ in self.store.list_dir(self._path(job)) if n.endswith(".json")]
+        found = (self.read(job, n[: -len(".json")]) for n in names)
+        return [r for r in found if r is not None]
+
+    def read(self, job: str, record: str) -> Record | None:
+        """One record, or None if it is gone or unreadable."""
+        try:
+            body = json.loads(self.store.read_all(self._path(job, f"{record}.json")))
+            files = tuple(str(f) for f in body["files"])
+            created = float(body["created"])
+        except FileNotFoundError:
+            return None  # dropped meanwhile
+        except (ValueError, KeyError, TypeError):
+            log.warning("unreadable staging record %s/%s skipped", job, record)
+            return None
+        return Record(job, record, created, files)
 
     def finished_at(self, job: str) -> float | None:
         """When `job` ended (unix s), or None while it runs."""
