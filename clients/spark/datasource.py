@@ -177,17 +177,24 @@ def _read_options(options: Any) -> dict[str, Any]:
         out["columns"] = names
     if options.get("filter") is not None:
         out["filter"] = str(options.get("filter"))
-    step = options.get("max_rows_per_endpoint")
+    step = positive_option(options, "max_rows_per_endpoint")
     if step is not None:
-        try:
-            out["max_rows_per_endpoint"] = int(step)
-        except ValueError:
-            out["max_rows_per_endpoint"] = 0
-        if out["max_rows_per_endpoint"] < 1:
-            raise QuiverOptionError(
-                f"the 'max_rows_per_endpoint' option must be a positive integer, not {step!r}"
-            )
+        out["max_rows_per_endpoint"] = step
     return out
+
+
+def positive_option(options: Any, name: str) -> int | None:
+    """An optional whole-number option >= 1 (Spark passes strings)."""
+    raw = options.get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise QuiverOptionError(f"the {name!r} option must be a whole number >= 1, not {raw!r}")
+    return value
 
 
 def pushdown_enabled(options: Any) -> bool:
@@ -351,22 +358,6 @@ class QuiverPartition(InputPartition):
     ticket: bytes
     locations: list[str] = field(default_factory=list)
     more: list[tuple[bytes, list[str]]] = field(default_factory=list)
-
-
-def max_partitions(options: Any) -> int | None:
-    """The `max_partitions` option: pack the endpoints into at most this many partitions."""
-    value = options.get("max_partitions")
-    if value is None:
-        return None
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise QuiverOptionError(
-            f"the 'max_partitions' option must be an integer >= 1, not {value!r}"
-        )
-    return n
 
 
 def pack(parts: list[QuiverPartition], limit: int | None) -> list[QuiverPartition]:
@@ -566,7 +557,7 @@ class QuiverDataSource(DataSource):
             _read_options(self.options),
             schema,
             pushdown_enabled(self.options),
-            max_partitions(self.options),
+            positive_option(self.options, "max_partitions"),
         )
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:  # noqa: N802

@@ -58,6 +58,7 @@ from clients.spark.datasource import (
     QuiverWriter,
     _Conn,
     _read_options,
+    positive_option,
 )
 
 __all__ = [
@@ -219,19 +220,6 @@ class QuiverStreamWriter(DataSourceStreamArrowWriter):
 # Source
 
 
-def _positive(options: Any, name: str) -> int | None:
-    raw = options.get(name)
-    if raw is None:
-        return None
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise QuiverOptionError(f"the {name!r} option must be a whole number >= 1, not {raw!r}")
-    return value
-
-
 def _capped(info: Any, since: int, end: int, max_fragments: int) -> int:
     """The last version up to `end` whose appended fragments, counted from `since`, stay
     within `max_fragments` (at least one version's worth)."""
@@ -287,7 +275,7 @@ class QuiverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             k: v for k, v in _read_options(options).items() if k not in ("columns", "version")
         }
         self.starting = _starting(options)
-        self.max_fragments = _positive(options, "max_fragments_per_trigger")
+        self.max_fragments = positive_option(options, "max_fragments_per_trigger")
         self.target: int | None = None  # Trigger.AvailableNow: the last version to read
         self.last: dict[str, int] | None = None  # the last end offset planned (PySpark 4.1)
 
