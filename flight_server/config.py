@@ -16,6 +16,7 @@ A flag wins over its environment variable, which wins over the default:
 | --drain-seconds SECONDS     | QUIVER_DRAIN_SECONDS           | 30            |
 | --max-rows-per-endpoint N   | QUIVER_MAX_ROWS_PER_ENDPOINT   | none (1 endpoint per fragment) |
 | --batch-size N              | QUIVER_BATCH_SIZE              | 65536         |
+| --memory-budget SIZE        | QUIVER_MEMORY_BUDGET           | 96MiB (0: unlimited) |
 | --ticket-ttl SECONDS        | QUIVER_TICKET_TTL              | 86400 (0: never expire) |
 | --staged-ttl SECONDS        | QUIVER_STAGED_TTL              | 86400 (min 60) |
 | --sweep-interval SECONDS    | QUIVER_SWEEP_INTERVAL          | 600 (0: no sweep) |
@@ -30,6 +31,12 @@ S3 credentials and region come from QUIVER_STORAGE_OPTIONS (s3fs's ``key``/``sec
 variables and profiles, which botocore reads itself. --s3-endpoint-url points ``s3://`` roots
 at an S3-compatible server (MinIO, moto...).
 
+--memory-budget caps the bytes all running DoGet streams hold together (decoded batches
+and pages, as each stream estimates them); a stream that does not fit waits for others to
+finish. SIZE is bytes, or a number with a unit: KiB/MiB/GiB/TiB and the bare K/M/G/T (or
+Ki/Mi/Gi/Ti) are binary (1M = 1048576), KB/MB/GB/TB are decimal (1MB = 1000000); case
+does not matter and an optional "B" may follow.
+
 Staged fragments (DoPut with commit=false) can be committed for --staged-ttl seconds; every
 --sweep-interval the server removes the files of stagings that expired uncommitted.
 
@@ -42,8 +49,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 DEFAULT_PORT = 8815
@@ -53,14 +62,35 @@ DEFAULT_DRAIN_SECONDS = 30.0
 # Rows per DoGet batch: big enough that per-message costs (IPC framing, gRPC writes, and a
 # Spark task's per-batch handling) vanish, small enough to stream in bounded memory.
 DEFAULT_BATCH_SIZE = 65536
+# What all DoGet streams together may hold. The server idles at about 170-215 MB (Python,
+# pyarrow, numba); 96 MiB of stream data on top keeps its peak near 300 MB, so it fits a
+# small (512 MB) container with room for the allocator's slack.
+DEFAULT_MEMORY_BUDGET = 96 * 1024 * 1024
 DEFAULT_STAGED_TTL = 24 * 3600
 DEFAULT_SWEEP_INTERVAL = 600
 MIN_STAGED_TTL = 60
 _SCHEMES = ("grpc", "grpc+tcp", "grpc+tls")
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    **{f"{p}{s}": 1024 ** (i + 1) for i, p in enumerate("kmgt") for s in ("", "i", "ib")},
+    **{f"{p}b": 1000 ** (i + 1) for i, p in enumerate("kmgt")},
+}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*", re.IGNORECASE)
 
 
 class ConfigError(ValueError):
     """A flag or variable has an unusable value; the message is one line for the user."""
+
+
+def parse_size(text: str) -> int:
+    """Bytes in a size such as ``1048576``, ``96MiB``, ``512MB`` or ``1.5G`` (see the module
+    doc for the units); ValueError for anything else."""
+    found = _SIZE.fullmatch(text)
+    unit = _SIZE_UNITS.get(found.group(2).lower()) if found else None
+    if found is None or unit is None:
+        raise ValueError(f"not a size: {text!r}")
+    return int(Fraction(found.group(1)) * unit)
 
 
 def _host_in_uri(host: str) -> str:
@@ -84,6 +114,7 @@ class ServerConfig:
     drain_seconds: float = DEFAULT_DRAIN_SECONDS
     max_rows_per_endpoint: int | None = None
     batch_size: int | None = DEFAULT_BATCH_SIZE
+    memory_budget: int = DEFAULT_MEMORY_BUDGET
     ticket_ttl: int = DEFAULT_TICKET_TTL
     staged_ttl: int = DEFAULT_STAGED_TTL
     sweep_interval: int = DEFAULT_SWEEP_INTERVAL
@@ -154,6 +185,9 @@ class ServerConfig:
             if value is not None and (not isinstance(value, int) or value < 1):
                 flag = "--" + name.replace("_", "-")
                 raise ConfigError(f"{flag} must be a positive integer, not {value!r}")
+        budget = self.memory_budget
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+            raise ConfigError(f"--memory-budget must be >= 0 bytes (0: unlimited), not {budget!r}")
         if not isinstance(self.ticket_ttl, int) or self.ticket_ttl < 0:
             raise ConfigError(f"--ticket-ttl must be >= 0 seconds, not {self.ticket_ttl!r}")
         if not isinstance(self.staged_ttl, int) or self.staged_ttl < MIN_STAGED_TTL:
@@ -211,6 +245,19 @@ class ServerConfig:
                 flag = "--" + attr.replace("_", "-")
                 raise ConfigError(f"{flag} / {var} must be a number, not {value!r}") from None
 
+        def size(attr: str, var: str, default: int) -> int:
+            value = pick(attr, var)
+            if value is None:
+                return default
+            try:
+                return parse_size(str(value))
+            except ValueError:
+                flag = "--" + attr.replace("_", "-")
+                raise ConfigError(
+                    f"{flag} / {var} must be a size in bytes such as 100663296, 96MiB or 1GB, "
+                    f"not {value!r}"
+                ) from None
+
         advertise: list[str] = list(getattr(ns, "advertise", None) or [])
         if not advertise and env.get("QUIVER_ADVERTISE"):
             advertise = [u.strip() for u in env["QUIVER_ADVERTISE"].split(",") if u.strip()]
@@ -253,6 +300,7 @@ class ServerConfig:
                 "max_rows_per_endpoint", "QUIVER_MAX_ROWS_PER_ENDPOINT", None
             ),
             batch_size=integer("batch_size", "QUIVER_BATCH_SIZE", DEFAULT_BATCH_SIZE),
+            memory_budget=size("memory_budget", "QUIVER_MEMORY_BUDGET", DEFAULT_MEMORY_BUDGET),
             ticket_ttl=integer(  # type: ignore[arg-type]
                 "ticket_ttl", "QUIVER_TICKET_TTL", DEFAULT_TICKET_TTL
             ),
@@ -325,6 +373,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--batch-size",
         metavar="N",
         help="rows per streamed batch (env QUIVER_BATCH_SIZE, default 65536)",
+    )
+    a(
+        "--memory-budget",
+        metavar="SIZE",
+        help="bytes all running DoGet streams may hold together; streams beyond it wait "
+        "their turn. Bytes or e.g. 96MiB, 512MB, 1G (K/M/G binary, KB/MB/GB decimal) "
+        "(env QUIVER_MEMORY_BUDGET, default 96MiB; 0: unlimited)",
     )
     a(
         "--ticket-ttl",

@@ -13,7 +13,7 @@ import time
 import pyarrow.flight as fl
 import pytest
 
-from flight_server.config import ConfigError, ServerConfig
+from flight_server.config import DEFAULT_MEMORY_BUDGET, ConfigError, ServerConfig
 from flight_server.errors import InvalidArgument, Scrubber, to_flight_error
 from flight_server.names import dataset_uri, discover, name_from_path, validate_name
 from flight_server.tickets import FRAGMENT_KIND, ReadTicket, Signer
@@ -144,6 +144,50 @@ def test_config_from_flags_env_and_defaults(tmp_path) -> None:
     c = ServerConfig.from_args(["--tls-cert", "c.pem", "--tls-key", "k.pem"], env={})
     assert c.scheme == "grpc+tls" and c.advertised() == ["grpc+tls://127.0.0.1:8815"]
     assert ServerConfig(host="::1", port=5).advertised() == ["grpc://[::1]:5"]
+
+
+@pytest.mark.parametrize(
+    ("text", "nbytes"),
+    [
+        ("0", 0),
+        ("1048576", 1048576),
+        ("96MiB", 96 * 2**20),
+        ("96mib", 96 * 2**20),
+        ("256M", 256 * 2**20),
+        ("256Mi", 256 * 2**20),
+        ("1G", 2**30),
+        ("1GiB", 2**30),
+        ("1.5 GiB", 3 * 2**29),
+        ("512MB", 512 * 10**6),
+        ("4kB", 4000),
+        ("2K", 2048),
+        ("1TB", 10**12),
+        ("7B", 7),
+    ],
+)
+def test_config_memory_budget_sizes(text: str, nbytes: int) -> None:
+    assert ServerConfig.from_args(["--memory-budget", text], env={}).memory_budget == nbytes
+    assert ServerConfig.from_args([], env={"QUIVER_MEMORY_BUDGET": text}).memory_budget == nbytes
+
+
+def test_config_memory_budget_default_and_precedence() -> None:
+    assert ServerConfig.from_args([], env={}).memory_budget == DEFAULT_MEMORY_BUDGET == 96 * 2**20
+    env = {"QUIVER_MEMORY_BUDGET": "1G"}
+    assert ServerConfig.from_args(["--memory-budget", "32MiB"], env=env).memory_budget == 2**25
+    with pytest.raises(ConfigError, match="--memory-budget must be >= 0"):
+        ServerConfig(memory_budget=-1)
+
+
+@pytest.mark.parametrize("bad", ["", " ", "lots", "-1", "1X", "MB", "1e6", "1 2", "96MiBs", "nan"])
+def test_config_refuses_bad_memory_budgets(bad: str) -> None:
+    for argv, env in ((["--memory-budget", bad], {}), ([], {"QUIVER_MEMORY_BUDGET": bad})):
+        if not bad and not argv:
+            continue  # an empty variable means "not set"
+        with pytest.raises(ConfigError) as e:
+            ServerConfig.from_args(argv, env=env)
+        message = str(e.value)
+        assert "--memory-budget / QUIVER_MEMORY_BUDGET must be a size" in message
+        assert "\n" not in message
 
 
 @pytest.mark.parametrize(
