@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
@@ -35,3 +35,41 @@ def map_parallel(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
     if len(items) < 2 or (os.cpu_count() or 1) < 2:
         return [fn(x) for x in items]
     return list(_executor().map(fn, items))
+
+
+Plan = Generator[list, list, object]
+
+
+def run_plans(plans: Sequence[Plan], read: Callable[[list], list]) -> list[object]:
+    """Drive read plans to completion: a plan is a generator that yields the (position, size)
+    file ranges it needs next, is sent their bytes, and returns its result. Each round reads
+    every active plan's ranges with one `read` call (one coalesced request) and resumes the
+    plans on the pool, so the decoding they do on their bytes runs on every core."""
+    results: list[object] = [None] * len(plans)
+    active: list[tuple[int, Plan, list]] = []
+    for i, p in enumerate(plans):
+        try:
+            active.append((i, p, next(p)))
+        except StopIteration as stop:
+            results[i] = stop.value
+    while active:
+        blobs = read([r for _, _, req in active for r in req])
+        sends, pos = [], 0
+        for i, p, req in active:
+            sends.append((i, p, blobs[pos : pos + len(req)]))
+            pos += len(req)
+
+        def resume(item: tuple[int, Plan, list]) -> tuple[int, Plan, list | None, object]:
+            i, p, part = item
+            try:
+                return i, p, p.send(part), None
+            except StopIteration as stop:
+                return i, p, None, stop.value
+
+        active = []
+        for i, p, req, value in map_parallel(resume, sends):
+            if req is None:
+                results[i] = value
+            else:
+                active.append((i, p, req))
+    return results

@@ -1,15 +1,17 @@
 """`StructuralFileReader`: reads Lance 2.1 / 2.2 data files ("structural" encodings).
 
 Only leaf fields have columns; a struct's or list's validity and offsets live in the
-repetition/definition levels of each of its leaves. Every page of a leaf column is decoded
-whole (mini-block, full-zip, constant / all-null layout) into levels plus visible values,
-then unravelled into a *path array* (the top-level field pruned to that leaf) whose length
-is the page's row count. Read steps slice these (zero-copy), and the leaves of a field are
-merged into one array of its type at the end of each step.
+repetition/definition levels of each of its leaves. Each leaf's rows are decoded into levels
+plus visible values, then unravelled into a *path array* (the top-level field pruned to that
+leaf), and the leaves of a field are merged into one array of its type at each step.
 
-Decoded pages stay cached per column only while the current step still overlaps them, so a
-scan holds about one page per column plus one step; all missing pages of a step are fetched
-with one coalesced `read_ranges` call.
+Reads stream below page granularity (pylance writes pages of up to a million rows and tens
+of megabytes): a mini-block page fetches and decodes only the chunks a step overlaps, a
+full-zip page only the step's rows; the small buffers that locate them (chunk metadata,
+repetition index, dictionary) are parsed once per page and kept while the page is being
+read. Constant and blob-description pages, which are small, are decoded whole. Every step
+fetches the bytes of all its columns with one coalesced `read_ranges` call and decodes the
+columns in parallel, so a scan holds about one step of raw and decoded data per column.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from format.file.base import (
     column_map,
     split_ranges,
 )
-from format.file.parallel import map_parallel
+from format.file.parallel import run_plans
 from format.file.v2 import random_access as ra
 from format.file.v2.container import ColumnInfo, V2Container
 from format.file.v21 import unravel as uv
@@ -41,7 +43,14 @@ from format.file.v21.constant import decode_constant
 from format.file.v21.fullzip import decode_fullzip
 from format.file.v21.miniblock import decode_miniblock
 from format.file.v21.page import DecodedPage, PageWhere
-from format.file.v21.take import plan_fullzip, plan_miniblock
+from format.file.v21.take import (
+    MiniBlockIndex,
+    miniblock_index,
+    miniblock_small_ranges,
+    plan_chunks,
+    plan_fullzip,
+    plan_fullzip_range,
+)
 from format.io.store import FileReader
 from format.proto import encodings_v2_1_pb2 as pb
 from format.table.schema import LanceField
@@ -55,12 +64,19 @@ class _Column:
     where: str
     path: list[LanceField]
     leaf_type: pa.DataType
-    cache: dict[int, pa.Array] = field(default_factory=dict)
+    cache: dict[int, pa.Array] = field(default_factory=dict)  # small pages decoded whole
+    indexes: dict[int, MiniBlockIndex] = field(default_factory=dict)  # mini-block pages
 
     @cached_property
     def starts(self) -> list[int]:
         """Page start rows (plus the end) as Python ints, for bisecting."""
         return self.info.page_starts.tolist()
+
+    def forget_except(self, pages: Sequence[int]) -> None:
+        """Drop the decoded pages and page indexes of every page but `pages`."""
+        for held in (self.cache, self.indexes):
+            for k in [k for k in held if k not in pages]:
+                del held[k]
 
     def pages_for(self, start: int, stop: int) -> list[int]:
         """Indices of the non-empty pages overlapping rows [start, stop)."""
@@ -112,13 +128,21 @@ class StructuralFileReader(DataFileReader):
         cols = [c for _, leaves in plan for c in leaves]
         try:
             for start, stop in split_ranges(ranges, batch_size):
-                needed = [c.pages_for(start, stop) for c in cols]
-                self._load(cols, needed)
-                pieces = [
-                    self._slice(c, pages, start, stop)
-                    for c, pages in zip(cols, needed, strict=True)
-                ]
-                yield self._merge(plan, pieces)
+                owners, plans = [], []
+                for i, col in enumerate(cols):
+                    needed = col.pages_for(start, stop)
+                    col.forget_except(needed)
+                    s = col.starts
+                    for k in needed:
+                        lo = s[k]
+                        a, b = max(start, lo) - lo, min(stop, s[k + 1]) - lo
+                        owners.append(i)
+                        plans.append(self._range_plan(col, k, a, b))
+                results = run_plans(plans, self._container.read_ranges)
+                pieces: list[list[pa.Array]] = [[] for _ in cols]
+                for i, arr in zip(owners, results, strict=True):
+                    pieces[i].append(arr)
+                yield self._merge(plan, [_concat(p, c) for p, c in zip(pieces, cols, strict=True)])
         finally:
             self._release(cols)
 
@@ -134,7 +158,7 @@ class StructuralFileReader(DataFileReader):
             for k in np.unique(page_of).tolist():
                 plans.append(self._take_plan(col, k, idx[page_of == k] - int(ps[k])))
                 owners.append(i)
-        results = ra.run_all(plans, self._container.read_ranges)
+        results = run_plans(plans, self._container.read_ranges)
         pieces: list[list[pa.Array]] = [[] for _ in cols]
         for i, arr in zip(owners, results, strict=True):
             pieces[i].append(arr)
@@ -143,7 +167,7 @@ class StructuralFileReader(DataFileReader):
     def close(self) -> None:
         """Drop cached pages and release the file handle."""
         for col in self._columns.values():
-            col.cache.clear()
+            col.forget_except(())
         self._file.close()
 
     # -- planning -----------------------------------------------------------------------
@@ -211,15 +235,6 @@ class StructuralFileReader(DataFileReader):
             col.info.pages[k], pb.PageLayout, f"{col.where} page {k}", "2.1/2.2 page-layout reader"
         )
 
-    def _decode(self, col: _Column, k: int, bufs: list[bytes | memoryview]) -> pa.Array:
-        """Decode page k of `col` into its path array."""
-        where = PageWhere(self.path, f"{col.where} page {k}")
-        page = col.info.pages[k]
-        with self._guard(where.page):
-            layout = self._layout(col, k)
-            decoded = self._decode_layout(layout, bufs, page.length, where)
-            return uv.unravel(decoded, col.path, col.leaf_type, where)
-
     def _decode_layout(
         self, layout: pb.PageLayout, bufs: list[bytes | memoryview], rows: int, where: PageWhere
     ) -> DecodedPage:
@@ -267,69 +282,75 @@ class StructuralFileReader(DataFileReader):
         except (pa.ArrowException, ValueError, TypeError, IndexError, OverflowError) as e:
             raise CorruptFileError(self.path, f"{where}: {e}") from None
 
-    def _load(self, cols: list[_Column], needed: list[list[int]]) -> None:
-        """Make the needed pages resident (one batched read), evicting all others."""
-        todo: list[tuple[_Column, int]] = []
-        for col, pages in zip(cols, needed, strict=True):
-            keep = set(pages)
-            for k in [k for k in col.cache if k not in keep]:
-                del col.cache[k]
-            todo.extend((col, k) for k in pages if k not in col.cache)
-        if not todo:
-            return
-        ranges = [b for col, k in todo for b in col.info.pages[k].buffers]
-        blobs = self._container.read_ranges(ranges)
-        jobs = []
-        i = 0
-        for col, k in todo:
-            n = len(col.info.pages[k].buffers)
-            jobs.append((col, k, list(blobs[i : i + n])))
-            i += n
-        decoded = map_parallel(lambda job: self._decode(*job), jobs)
-        for (col, k, _), page in zip(jobs, decoded, strict=True):
-            col.cache[k] = page
+    def _page_index(self, col: _Column, k: int, ml: pb.MiniBlockLayout, where: PageWhere):
+        """A plan step returning page k's mini-block index (fetched and parsed on first use)."""
+        index = col.indexes.get(k)
+        if index is None:
+            page = col.info.pages[k]
+            small = yield miniblock_small_ranges(ml, page.buffers, where)
+            index = miniblock_index(ml, page.buffers, page.length, small, where)
+            col.indexes[k] = index
+        return index
 
-    def _slice(self, col: _Column, pages: list[int], start: int, stop: int) -> pa.Array:
-        """Rows [start, stop) of a column from its resident pages (zero-copy within a page)."""
-        s = col.starts
-        parts = []
-        for k in pages:
-            lo, hi = s[k], s[k + 1]
-            a, b = max(start, lo), min(stop, hi)
-            parts.append(col.cache[k].slice(a - lo, b - a))
-        return _concat(parts, col)
+    def _range_plan(self, col: _Column, k: int, lo: int, hi: int) -> ra.Plan:
+        """Local rows [lo, hi) of page k as a path array, fetching only what they need."""
+        return self._page_plan(col, k, (lo, hi))
 
     def _take_plan(self, col: _Column, k: int, rows: np.ndarray) -> ra.Plan:
-        """Rows `rows` (local, sorted) of page k as a path array, reading only their chunks
-        (mini-block) or bytes (full-zip); other layouts are decoded whole."""
+        """Rows `rows` (local, sorted) of page k as a path array."""
+        return self._page_plan(col, k, rows)
+
+    def _page_plan(self, col: _Column, k: int, rows: np.ndarray | tuple[int, int]) -> ra.Plan:
+        """Rows of page k (sorted local rows, or a range) as a path array, reading only their
+        chunks (mini-block) or bytes (full-zip); other layouts are decoded whole and kept."""
         where = PageWhere(self.path, f"{col.where} page {k}")
         page = col.info.pages[k]
+        span = isinstance(rows, tuple)
+        wanted = rows[1] - rows[0] if span else len(rows)
         with self._guard(where.page):
             layout = self._layout(col, k)
             kind = layout.WhichOneof("layout")
             if kind == "mini_block_layout":
-                self._check_chunk_grammar(layout.mini_block_layout, where)
-                decoded, pos = yield from plan_miniblock(
-                    layout.mini_block_layout, page.buffers, page.length, rows, where
-                )
+                ml = layout.mini_block_layout
+                self._check_chunk_grammar(ml, where)
+                index = yield from self._page_index(col, k, ml, where)
+                decoded, pos = yield from plan_chunks(ml, index, rows, where)
             elif kind == "full_zip_layout":
-                self._check_fullzip_grammar(layout.full_zip_layout, where)
-                decoded, pos = yield from plan_fullzip(
-                    layout.full_zip_layout, page.buffers, page.length, rows, where
-                )
+                fz = layout.full_zip_layout
+                self._check_fullzip_grammar(fz, where)
+                if span:
+                    decoded, pos = yield from plan_fullzip_range(
+                        fz, page.buffers, page.length, rows[0], rows[1], where
+                    )
+                else:
+                    decoded, pos = yield from plan_fullzip(
+                        fz, page.buffers, page.length, rows, where
+                    )
             else:
-                bufs = yield list(page.buffers)
-                decoded = self._decode_layout(layout, list(bufs), page.length, where)
-                pos = rows
+                arr = col.cache.get(k)
+                if arr is None:
+                    bufs = yield list(page.buffers)
+                    decoded = self._decode_layout(layout, list(bufs), page.length, where)
+                    arr = uv.unravel(decoded, col.path, col.leaf_type, where)
+                    col.cache[k] = arr
+                out = arr.slice(rows[0], wanted) if span else arr.take(pa.array(rows))
+                if len(out) != wanted:
+                    raise where.corrupt(f"{len(out)} rows decoded for {wanted} wanted")
+                return out
             arr = uv.unravel(decoded, col.path, col.leaf_type, where)
-            out = arr if pos is None else arr.take(pa.array(pos))
-            if len(out) != len(rows):
-                raise where.corrupt(f"{len(out)} rows decoded for {len(rows)} wanted")
+            if pos is None:
+                out = arr
+            elif isinstance(pos, slice):
+                out = arr.slice(pos.start, pos.stop - pos.start)
+            else:
+                out = arr.take(pa.array(pos))
+            if len(out) != wanted:
+                raise where.corrupt(f"{len(out)} rows decoded for {wanted} wanted")
             return out
 
     def _release(self, cols: list[_Column]) -> None:
         for col in cols:
-            col.cache.clear()
+            col.forget_except(())
 
 
 def _concat(parts: list[pa.Array], col: _Column) -> pa.Array:

@@ -17,6 +17,7 @@ row sits among them (None: exactly the wanted rows, in order).
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -51,15 +52,33 @@ def _row_chunks(
     return first, last
 
 
-def plan_miniblock(
-    layout: pb.MiniBlockLayout,
-    buffers: Sequence[tuple[int, int]],
-    num_rows: int,
-    rows: np.ndarray,
-    where: PageWhere,
-) -> TakePlan:
-    """Fetch and decode only the chunks holding `rows` (sorted local rows) of a page."""
-    layers = parse_layers(layout.layers, where.full)
+@dataclass
+class MiniBlockIndex:
+    """What a mini-block page's small buffers say, parsed once per page and reused by every
+    read of it: where each chunk sits, how many values and rows it holds, the dictionary."""
+
+    layers: list
+    sizes: np.ndarray  # chunk byte sizes
+    counts: np.ndarray  # values per chunk
+    byte_starts: np.ndarray  # chunk starts inside the data buffer
+    data_pos: int  # file position of the data buffer
+    cum: np.ndarray  # rows completed by the end of each chunk (cumulative)
+    leftover: np.ndarray | None  # repetition index: items of a row left open at chunk end
+    dictionary: pa.Array | None
+    num_rows: int
+
+    @property
+    def nbytes(self) -> int:
+        """Memory the index holds (the dictionary included)."""
+        arrays = (self.sizes, self.counts, self.byte_starts, self.cum, self.leftover)
+        held = sum(a.nbytes for a in arrays if a is not None)
+        return held + (self.dictionary.nbytes if self.dictionary is not None else 0)
+
+
+def miniblock_small_ranges(
+    layout: pb.MiniBlockLayout, buffers: Sequence[tuple[int, int]], where: PageWhere
+) -> list[tuple[int, int]]:
+    """File ranges of the page's small buffers: chunk metadata, dictionary, repetition index."""
     has_dict = layout.HasField("dictionary")
     depth = int(layout.repetition_index_depth)
     if depth not in (0, 1):
@@ -67,14 +86,27 @@ def plan_miniblock(
     need = 2 + has_dict + (depth > 0)
     if len(buffers) < need:
         raise where.corrupt(f"mini-block page has {len(buffers)} buffers, needs {need}")
-    small = (
+    return (
         [buffers[0]]
         + ([buffers[2]] if has_dict else [])
         + ([buffers[2 + has_dict]] if depth else [])
     )
-    got = yield small
-    large = bool(layout.has_large_chunk)
-    sizes, counts = chunk_sizes(got[0], large, int(layout.num_items), where)
+
+
+def miniblock_index(
+    layout: pb.MiniBlockLayout,
+    buffers: Sequence[tuple[int, int]],
+    num_rows: int,
+    small: Sequence[bytes | memoryview],
+    where: PageWhere,
+) -> MiniBlockIndex:
+    """Parse the small buffers (`miniblock_small_ranges`, in that order) into an index."""
+    layers = parse_layers(layout.layers, where.full)
+    has_dict = layout.HasField("dictionary")
+    depth = int(layout.repetition_index_depth)
+    sizes, counts = chunk_sizes(
+        small[0], bool(layout.has_large_chunk), int(layout.num_items), where
+    )
     n_chunks = len(sizes)
     byte_starts = np.cumsum(sizes) - sizes
     data_pos, data_size = buffers[1]
@@ -82,10 +114,10 @@ def plan_miniblock(
         raise where.corrupt(
             f"chunks need {int(byte_starts[-1] + sizes[-1])} bytes, the data buffer has {data_size}"
         )
-    dictionary = dictionary_items(layout, got[1], where) if has_dict else None
-    r_max = max_rep(layers)
+    dictionary = dictionary_items(layout, small[1], where) if has_dict else None
+    leftover = None
     if depth:
-        ri = got[-1]
+        ri = small[-1]
         if len(ri) != 16 * n_chunks:
             raise where.corrupt(f"repetition index of {len(ri)} bytes for {n_chunks} chunks")
         pairs = np.frombuffer(ri, dtype="<u8").reshape(n_chunks, 2).astype(I64)
@@ -94,22 +126,68 @@ def plan_miniblock(
             raise where.corrupt(
                 f"repetition index counts {int(cum[-1])} rows, the page has {num_rows}"
             )
-        first, last = _row_chunks(cum, leftover, rows)
-        sel = np.unique(ra.range_indices(first, last + 1))
-    elif r_max:
+    elif max_rep(layers):
         raise where.corrupt("mini-block page with lists but no repetition index")
     else:
-        cum_counts = np.cumsum(counts)
-        if n_chunks and int(cum_counts[-1]) != num_rows:
-            raise where.corrupt(f"chunks hold {int(cum_counts[-1])} values for {num_rows} rows")
-        sel = np.unique(np.searchsorted(cum_counts, rows, side="right"))
+        cum = np.cumsum(counts)
+        if n_chunks and int(cum[-1]) != num_rows:
+            raise where.corrupt(f"chunks hold {int(cum[-1])} values for {num_rows} rows")
+    return MiniBlockIndex(
+        layers, sizes, counts, byte_starts, data_pos, cum, leftover, dictionary, num_rows
+    )
+
+
+def plan_miniblock(
+    layout: pb.MiniBlockLayout,
+    buffers: Sequence[tuple[int, int]],
+    num_rows: int,
+    rows: np.ndarray,
+    where: PageWhere,
+) -> TakePlan:
+    """Fetch and decode only the chunks holding `rows` (sorted local rows) of a page."""
+    small = yield miniblock_small_ranges(layout, buffers, where)
+    index = miniblock_index(layout, buffers, num_rows, small, where)
+    return (yield from plan_chunks(layout, index, rows, where))
+
+
+def plan_chunks(
+    layout: pb.MiniBlockLayout,
+    index: MiniBlockIndex,
+    rows: np.ndarray | tuple[int, int],
+    where: PageWhere,
+) -> Generator[list[tuple[int, int]], list, tuple[DecodedPage, np.ndarray | slice]]:
+    """Fetch and decode only the chunks holding `rows` of a page: sorted local rows, or a
+    range (first, end) of them. Returns the decoded runs of chunks and where the wanted rows
+    sit in them (a slice for a range)."""
+    span = isinstance(rows, tuple)
+    if span:
+        lo, hi = rows
+        if not 0 <= lo < hi <= index.num_rows:
+            raise where.corrupt(f"rows [{lo}, {hi}) wanted of a page of {index.num_rows}")
+        ends = np.array([lo, hi - 1], dtype=I64)
+    else:
+        ends = rows
+    cum, leftover, layers = index.cum, index.leftover, index.layers
+    r_max = max_rep(layers)
+    if leftover is not None:
+        first, last = _row_chunks(cum, leftover, ends)
+        if span:
+            sel = np.arange(int(first[0]), int(last[1]) + 1, dtype=I64)
+        else:
+            sel = np.unique(ra.range_indices(first, last + 1))
+    elif span:
+        a, b = np.searchsorted(cum, ends, side="right")
+        sel = np.arange(int(a), int(b) + 1, dtype=I64)
+    else:
+        sel = np.unique(np.searchsorted(cum, rows, side="right"))
+    n_chunks, sizes, counts = len(index.sizes), index.sizes, index.counts
     if len(sel) and int(sel[-1]) >= n_chunks:
         raise where.corrupt("wanted rows lie beyond the page's chunks")
-    data = yield from ra.fetch_spans(
-        data_pos + byte_starts[sel], data_pos + byte_starts[sel] + sizes[sel]
-    )
+    first_byte = index.data_pos + index.byte_starts[sel]
+    data = yield from ra.fetch_spans(first_byte, first_byte + sizes[sel])
     arr = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
     sub_sizes = sizes[sel]
+    large = bool(layout.has_large_chunk)
     table = parse_headers(
         layout, arr, np.cumsum(sub_sizes) - sub_sizes, sub_sizes, counts[sel], large, where
     )
@@ -122,39 +200,42 @@ def plan_miniblock(
     run_last = (np.concatenate((brk, [len(sel)])) - 1).astype(I64)
     a, b = sel[run_first], sel[run_last]
     if rep is None:
-        cum_counts = np.cumsum(counts)
-        first_row = np.where(a > 0, cum_counts[a - 1], 0)
+        first_row = np.where(a > 0, cum[a - 1], 0)
         val_end = np.cumsum(table.counts)
         run_rows = val_end[run_last] - (val_end - table.counts)[run_first]
-        page = DecodedPage(layers, len(values), None, defs, values, dictionary)
+        page = DecodedPage(layers, len(values), None, defs, values, index.dictionary)
     else:
         lvl_end = np.cumsum(table.levels)
         e0, e1 = (lvl_end - table.levels)[run_first], lvl_end[run_last]
         starts = np.flatnonzero(rep == r_max)
         carried = (a > 0) & (leftover[np.maximum(a - 1, 0)] > 0)
         nxt = np.searchsorted(starts, e0)
-        lo = np.where(carried, np.minimum(np.append(starts, e1.max(initial=0))[nxt], e1), e0)
+        lo_lvl = np.where(carried, np.minimum(np.append(starts, e1.max(initial=0))[nxt], e1), e0)
         head = rep[np.minimum(e0, len(rep) - 1)] if len(rep) else np.full(len(e0), r_max)
         bad = ~carried & (e1 > e0) & (head != r_max)
         if bad.any():
             raise where.corrupt("a chunk does not start a row though the repetition index says so")
         prv = np.searchsorted(starts, e1) - 1
         last_start = np.where(prv >= 0, starts[np.maximum(prv, 0)], -1)
-        hi = np.where(leftover[b] > 0, np.maximum(lo, last_start), e1)
+        hi_lvl = np.where(leftover[b] > 0, np.maximum(lo_lvl, last_start), e1)
         keep = np.zeros(len(rep), dtype=bool)
-        keep[ra.range_indices(lo, hi)] = True
+        keep[ra.range_indices(lo_lvl, hi_lvl)] = True
         vis = np.ones(len(rep), dtype=bool) if defs is None else defs <= max_visible_def(layers)
         keep_vals = keep[vis]
         first_row = np.where(a > 0, cum[np.maximum(a - 1, 0)], 0) + carried
-        run_rows = np.searchsorted(starts, hi) - np.searchsorted(starts, lo)
+        run_rows = np.searchsorted(starts, hi_lvl) - np.searchsorted(starts, lo_lvl)
         page = DecodedPage(
             layers,
             int(run_rows.sum()),
             rep[keep],
             None if defs is None else defs[keep],
             values if keep_vals.all() else values.filter(pa.array(keep_vals)),
-            dictionary,
+            index.dictionary,
         )
+    if span:
+        if int(first_row[0]) > lo or int(first_row[0] + run_rows[0]) < hi:
+            raise where.corrupt("the repetition index does not cover the wanted rows")
+        return page, slice(lo - int(first_row[0]), hi - int(first_row[0]))
     run = np.searchsorted(first_row, rows, side="right") - 1
     offset_in_run = rows - first_row[run]
     if (run < 0).any() or (offset_in_run >= run_rows[run]).any():
@@ -208,3 +289,52 @@ def plan_fullzip(
     lens = e - s
     local = np.cumsum(lens) - lens
     return decode_rows(layout, arr, local, local + lens, len(rows), where), None
+
+
+def plan_fullzip_range(
+    layout: pb.FullZipLayout,
+    buffers: Sequence[tuple[int, int]],
+    num_rows: int,
+    lo: int,
+    hi: int,
+    where: PageWhere,
+) -> TakePlan:
+    """Fetch and decode rows [lo, hi) of a full-zip page: one span of the repetition index
+    (when rows vary in size), then one span of the zipped data."""
+    if not 0 <= lo < hi <= num_rows:
+        raise where.corrupt(f"rows [{lo}, {hi}) wanted of a page of {num_rows}")
+    layers = parse_layers(layout.layers, where.full)
+    if not buffers:
+        raise where.corrupt("full-zip page has no buffers")
+    details = layout.WhichOneof("details")
+    if details is None:
+        raise where.corrupt("full-zip page has neither bits_per_value nor bits_per_offset")
+    data_pos, data_size = buffers[0]
+    if details == "bits_per_value" and not max_rep(layers):
+        bits = int(layout.bits_per_value)
+        stride = control_width(layout) + bits // 8
+        if bits % 8 or stride * num_rows != data_size:
+            raise where.corrupt(f"{data_size} bytes for {num_rows} rows of {bits}-bit values")
+        (data,) = yield [(data_pos + lo * stride, (hi - lo) * stride)]
+        arr = np.frombuffer(data, dtype=np.uint8)
+        if control_width(layout) == 0:
+            values = cz.decode_fullzip_fixed(layout.value_compression, arr, hi - lo, where.full)
+            return DecodedPage(layers, hi - lo, None, None, values), None
+        local = np.arange(hi - lo, dtype=I64) * stride
+        return decode_rows(layout, arr, local, local + stride, hi - lo, where), None
+    if len(buffers) < 2:
+        raise where.corrupt("full-zip page without its repetition index")
+    ri_pos, ri_size = buffers[1]
+    n = num_rows + 1
+    width = ri_size // n if ri_size % n == 0 else 0
+    if width not in (1, 2, 4, 8):
+        raise where.corrupt(f"repetition index of {ri_size} bytes for {num_rows} rows")
+    (raw,) = yield [(ri_pos + lo * width, (hi - lo + 1) * width)]
+    offs = np.frombuffer(raw, dtype=f"<u{width}").astype(I64)
+    if (np.diff(offs) < 0).any() or offs[-1] > data_size:
+        raise where.corrupt("repetition index offsets are out of order or out of bounds")
+    first = int(offs[0])
+    (data,) = yield [(data_pos + first, int(offs[-1]) - first)]
+    arr = np.frombuffer(data, dtype=np.uint8)
+    local = offs - first
+    return decode_rows(layout, arr, local[:-1], local[1:], hi - lo, where), None

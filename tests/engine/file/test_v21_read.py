@@ -395,9 +395,11 @@ def _check(uri: str, what: str) -> None:
     assert_same_table(ours.take(idx), ref.take(idx), f"{what} take")
     every = list(range(1, n, 7))  # rows on both sides of most chunk boundaries
     assert_same_table(ours.take(every), ref.take(every), f"{what} take every 7th")
-    batches = list(ours.scanner(batch_size=333).to_batches())
-    assert all(b.num_rows <= 333 for b in batches)
-    assert_same_table(pa.Table.from_batches(batches), ref.to_table(), f"{what} batch_size=333")
+    for size in (7, 333):  # steps inside chunks and across chunk and page boundaries
+        batches = list(ours.scanner(batch_size=size).to_batches())
+        assert all(b.num_rows <= size for b in batches)
+        table = pa.Table.from_batches(batches)
+        assert_same_table(table, ref.to_table(), f"{what} batch_size={size}")
 
 
 def _skip_reason(name: str, version: str) -> str | None:
