@@ -285,10 +285,15 @@ def _binary(
     raw_bytes = yield from offsets
     w = int(flat.bits_per_value) // 8
     raw = np.frombuffer(raw_bytes, dtype=f"<u{w}").astype(np.uint64)
-    have = range_indices(have_starts, have_stops)
     rows = range_indices(starts, stops)
-    end_raw = raw[np.searchsorted(have, rows)]
-    prev_raw = raw[np.searchsorted(have, np.maximum(rows - 1, 0))]
+    if len(have_starts) == 1:  # one run of offsets (a streaming step): positions are direct
+        at = rows - int(have_starts[0])
+        prev_at = np.maximum(rows - 1, 0) - int(have_starts[0])
+    else:
+        have = range_indices(have_starts, have_stops)
+        at = np.searchsorted(have, rows)
+        prev_at = np.searchsorted(have, np.maximum(rows - 1, 0))
+    end_raw, prev_raw = raw[at], raw[prev_at]
     adj = np.uint64(b.null_adjustment)
     if b.null_adjustment:
         valid = end_raw < adj
@@ -306,8 +311,11 @@ def _binary(
     if len(rows) and int(ends[-1]) > size:
         raise ctx.corrupt(f"string offsets reach {int(ends[-1])} but only {size} bytes exist")
     lens = ends - prevs
-    keep = lens > 0
-    data = yield from fetch_spans(pos + prevs[keep], pos + ends[keep])
+    if len(starts) == 1 and len(rows):  # contiguous rows: their bytes are one span
+        data = yield from fetch_spans(pos + prevs[:1], pos + ends[-1:])
+    else:
+        keep = lens > 0
+        data = yield from fetch_spans(pos + prevs[keep], pos + ends[keep])
     new_ends = np.cumsum(lens)
     if valid is not None and valid.all():
         valid = None

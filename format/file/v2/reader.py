@@ -119,18 +119,6 @@ class _Column:
     where: str
     item_bases: np.ndarray | None = None  # list columns: first item of each page
     cache: dict[int, object] = field(default_factory=dict)
-    # (first row, end row, decoded array) of the one cached page of a value column, which
-    # `read` slices steps from directly; None when not exactly one array page is cached.
-    current: tuple[int, int, pa.Array] | None = None
-
-    def remember_current(self) -> None:
-        """Set `current` from the cache (a single decoded value page, not all-null)."""
-        self.current = None
-        if len(self.cache) == 1:
-            ((k, page),) = self.cache.items()
-            if isinstance(page, pa.Array):
-                starts = self.starts_list
-                self.current = (starts[k], starts[k + 1], page)
 
     @property
     def num_rows(self) -> int:
@@ -252,25 +240,10 @@ class V2FileReader(DataFileReader):
         """Stream `fields` over sorted, disjoint row ranges, one step per `split_ranges` item."""
         check_read_args(self.path, ranges, batch_size, self.num_rows)
         nodes = self._plan(fields)
-        leaves = [n.column for n in nodes] if all(n.kind == LEAF for n in nodes) else None
         try:
             for start, stop in split_ranges(ranges, batch_size):
-                if leaves is not None:
-                    # Fast path: every column has the step inside its current page.
-                    out = []
-                    for col in leaves:
-                        cur = col.current
-                        if cur is None or start < cur[0] or stop > cur[1]:
-                            break
-                        out.append(cur[2].slice(start - cur[0], stop - start))
-                    else:
-                        yield out
-                        continue
-                out = self._materialize([(n, Ranges.single(start, stop)) for n in nodes])
-                if leaves is not None:
-                    for col in leaves:
-                        col.remember_current()
-                yield out
+                reqs = [(n, Ranges.single(start, stop)) for n in nodes]
+                yield self._materialize(reqs, partial=True)
         finally:
             self._release(nodes)
 
@@ -288,7 +261,6 @@ class V2FileReader(DataFileReader):
         """Drop cached pages and release the file handle."""
         for col in self._columns.values():
             col.cache.clear()
-            col.current = None
         self._file.close()
 
     # -- planning -----------------------------------------------------------------------
@@ -440,8 +412,6 @@ class V2FileReader(DataFileReader):
             stale = [k for k in col.cache if k not in needed]
             for k in stale:
                 del col.cache[k]
-            if stale:
-                col.current = None  # don't keep an evicted page alive through `current`
             todo.extend((node, k) for k in sorted(needed) if k not in col.cache)
         ranges = [b for node, k in todo for b in node.column.info.pages[k].buffers]
         blobs = self._container.read_ranges(ranges)
@@ -457,7 +427,11 @@ class V2FileReader(DataFileReader):
         plans, owners = [], []
         for i, node, rng in reqs:
             col = node.column
-            for k, s, e in col.split(rng, self.path):
+            split = col.split(rng, self.path)
+            needed = {k for k, _, _ in split}
+            for k in [k for k in col.cache if k not in needed]:
+                del col.cache[k]  # reads move forward: a page not needed now is done
+            for k, s, e in split:
                 plans.append(self._take_plan(node, k, s, e))
                 owners.append(i)
         arrays = ra.run_all(plans, self._container.read_ranges)
@@ -482,8 +456,12 @@ class V2FileReader(DataFileReader):
         return self._guarded(plan, where)
 
     def _whole_page(self, node: _Node, k: int, s: np.ndarray, e: np.ndarray) -> ra.Plan:
-        bufs = yield list(node.column.info.pages[k].buffers)
-        page = self._decode_page(node, k, bufs)
+        """Rows of a page without random access: decoded whole once, kept while it is read."""
+        page = node.column.cache.get(k)
+        if page is None:
+            bufs = yield list(node.column.info.pages[k].buffers)
+            page = self._decode_page(node, k, bufs)
+            node.column.cache[k] = page
         t = node.arrow_type
         if isinstance(page, _AllNull):
             return pa.nulls(int((e - s).sum()), t)
@@ -500,7 +478,6 @@ class V2FileReader(DataFileReader):
         for node in nodes:
             if node.column is not None:
                 node.column.cache.clear()
-                node.column.current = None
             self._release(node.children)
 
     # -- gathering ----------------------------------------------------------------------
@@ -594,9 +571,8 @@ class V2FileReader(DataFileReader):
             direct = self._take_direct(
                 [(i, n, r) for i, (n, r) in enumerate(flat) if n.kind == LEAF]
             )
-        splits = self._load(
-            [(n, Ranges.single(0, 0) if i in direct else r) for i, (n, r) in enumerate(flat)]
-        )
+        loaded = iter(self._load([(n, r) for i, (n, r) in enumerate(flat) if i not in direct]))
+        splits = [[] if i in direct else next(loaded) for i in range(len(flat))]
 
         lists, child_reqs = [], []
         for (node, _), split in zip(flat, splits, strict=True):
