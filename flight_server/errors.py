@@ -274,3 +274,15 @@ def schema_error(error: flight.FlightError, context: flight.ServerCallContext) -
         pass
     message = str(error.args[0]) if error.args else "error"
     return _SCHEMA_CLASSES[code](message)
+
+
+# -- DoGet streams --------------------------------------------------------------------------
+# DoGet streams through a RecordBatchStream (GeneratorStream cannot send dictionary batches,
+# apache/arrow#38480), and pyarrow sends an exception raised while reading its batches the
+# way it sends GetSchema's: a generic error with the formatted traceback, without
+# `extra_info`. So a stream's errors take the same traceback-free form.
+
+
+def stream_error(error: flight.FlightError, context: flight.ServerCallContext) -> Exception:
+    """What a DoGet batch generator raises for a translated Flight error (see above)."""
+    return schema_error(error, context)

@@ -165,6 +165,11 @@ class Drain:
                 self._cond.wait(left if left is None else min(left, 0.5))
             return True
 
+    @property
+    def streams_stopped(self) -> bool:
+        """Whether running streams are being ended (a drain past its deadline)."""
+        return self._stop_streams
+
     def stop_streams(self) -> None:
         """Make streams wrapped by :meth:`guard` end with UNAVAILABLE at their next batch."""
         self._stop_streams = True

@@ -30,11 +30,14 @@ from flight_server.auth import (
     AuthMiddlewareFactory,
     HandshakeAuthHandler,
 )
+from flight_server.budget import Lease, MemoryBudget
 from flight_server.config import ConfigError, ServerConfig
 from flight_server.errors import (
     InvalidArgument,
+    Unavailable,
     make_flight_error,
     schema_error,
+    stream_error,
     to_flight_error,
 )
 from flight_server.health import DRAIN_MIDDLEWARE_KEY, Drain
@@ -135,8 +138,11 @@ class QuiverFlightServer(flight.FlightServerBase):
         verify_client: bool = False,
         root_certificates: bytes | None = None,
         drain: Drain | None = None,
+        budget: MemoryBudget | None = None,
     ) -> None:
         self.drain = drain or Drain()  # draining state; its middleware counts running calls
+        # what all DoGet streams together may hold (--memory-budget; 0: unlimited)
+        self.budget = budget or MemoryBudget(config.memory_budget)
         super().__init__(
             config.bind_location(),
             auth_handler=auth_handler,
@@ -262,23 +268,40 @@ class QuiverFlightServer(flight.FlightServerBase):
     def do_get(
         self, context: flight.ServerCallContext, ticket: flight.Ticket
     ) -> flight.FlightDataStream:
-        """Stream one endpoint's rows, batch by batch, stopping if the client cancels."""
+        """Stream one endpoint's rows, batch by batch, stopping if the client cancels;
+        the stream first waits its turn in the server's memory budget."""
         call = self._call("DoGet", context)
         call.deferred = True
         with call:
-            t, reader = self.service.read(ticket.ticket, call.identity)
+            stream = self.service.read(ticket.ticket, call.identity)
+            t = stream.ticket
             call.dataset, call.version = t.dataset, t.version
             call.rows = call.bytes = 0
 
+        def gone() -> bool:
+            if self.drain.streams_stopped:
+                raise Unavailable("the server shut down before the stream began; retry the ticket")
+            return context.is_cancelled()
+
         def batches() -> Iterator[pa.RecordBatch]:
             finished = False
+            lease: Lease | None = None
             try:
-                for batch in self.drain.guard(reader):
+                # Wait for memory when the first batch is asked for, not in the handler: the
+                # wait then polls the call's cancellation and the drain, and no read has begun.
+                label = f"{t.dataset}@{t.version}/{t.fragment_id}"
+                lease = self.budget.admit(stream.memory_estimate, gone, label=label)
+                biggest = 0
+                for batch in self.drain.guard(stream.batches):
                     if context.is_cancelled():
                         call.status = "cancelled"
                         break
+                    nbytes = batch.nbytes
+                    if nbytes > biggest:  # batches bigger than estimated: account for them
+                        biggest = nbytes
+                        lease.grow_to(3 * biggest)
                     call.rows += batch.num_rows  # type: ignore[operator]
-                    call.bytes += batch.nbytes  # type: ignore[operator]
+                    call.bytes += nbytes  # type: ignore[operator]
                     yield batch
                 else:
                     finished = True
@@ -286,8 +309,11 @@ class QuiverFlightServer(flight.FlightServerBase):
                 call.status = "cancelled"
                 raise
             except Exception as e:  # noqa: BLE001 - translated, never sent raw
-                raise call.fail(e) from None
+                raise stream_error(call.fail(e), context) from None
             finally:
+                stream.close()  # stop any readahead before its bytes leave the budget
+                if lease is not None:
+                    lease.release()
                 if call.status == "ok" and not finished:
                     call.status = "cancelled"
                 if call.status in ("ok", "cancelled"):
@@ -295,7 +321,7 @@ class QuiverFlightServer(flight.FlightServerBase):
 
         # A RecordBatchStream (not a GeneratorStream) writes dictionary batches, so columns
         # of dictionary type stream too (apache/arrow#38480).
-        return flight.RecordBatchStream(pa.RecordBatchReader.from_batches(reader.schema, batches()))
+        return flight.RecordBatchStream(pa.RecordBatchReader.from_batches(stream.schema, batches()))
 
     def do_put(
         self,
@@ -412,13 +438,14 @@ def build_server(
     middleware = {**auth.pop("middleware", {}), DRAIN_MIDDLEWARE_KEY: drain.middleware()}
     server = QuiverFlightServer(config, service, **tls, **auth, middleware=middleware, drain=drain)
     logging.getLogger("quiver").info(
-        "serving %s on %s:%d (advertised: %s; tls: %s; auth: %s)",
+        "serving %s on %s:%d (advertised: %s; tls: %s; auth: %s; memory budget: %s)",
         service.root,
         config.bind_location().rsplit(":", 1)[0],
         server.port,
         ", ".join(server.locations),
         "mutual" if config.tls_client_ca else ("on" if config.tls else "off"),
         "on" if config.auth_file else "off",
+        f"{config.memory_budget} bytes" if config.memory_budget else "unlimited",
     )
     return server
 

@@ -6,7 +6,8 @@ and exceptions into Flight objects; tests and other front ends can call it direc
 - `list_datasets(prefix)` → `DatasetSummary` per dataset under the root;
 - `plan_scan(ReadRequest)` → `ScanPlan`: the projected schema, the resolved version and one
   `PlannedEndpoint` (signed ticket) per fragment or row range that can hold matching rows;
-- `read(ticket)` → (`ReadTicket`, `pyarrow.RecordBatchReader`) streaming that endpoint;
+- `read(ticket)` → `EndpointStream`: that endpoint's batches (lazily) and the memory
+  one stream of them holds, for the server's `MemoryBudget`;
 - `put(PutRequest, reader)` → `{"version", "rows"}` or, staging, `{"fragments", "rows"}`;
 - `action(name, body)` → the JSON-able result of a DoAction (see `ACTIONS`).
 
@@ -73,6 +74,7 @@ from format.errors import (
     NotAppendOnlyError,
     SchemaMismatchError,
 )
+from format.file.base import DEFAULT_BATCH_SIZE
 from format.io.store import ObjectStore, filesystem, open_store
 from format.proto import table_pb2
 from format.table import versions as _versions
@@ -130,6 +132,41 @@ class ScanPlan:
     endpoints: list[PlannedEndpoint]
     total_records: int  # -1 when a filter makes it unknown
     expires: int | None  # unix seconds, or None when tickets never expire
+
+
+@dataclass
+class EndpointStream:
+    """One ticket's rows, not read until iterated, and the bytes streaming them holds."""
+
+    ticket: ReadTicket
+    schema: pa.Schema
+    batches: Iterator[pa.RecordBatch]
+    memory_estimate: int  # what one stream of this scan holds at most (a few decoded batches)
+
+    def close(self) -> None:
+        """Stop reading (background readahead included) and drop what was read."""
+        close = getattr(self.batches, "close", None)
+        if close is not None:
+            close()
+
+
+# The least a stream is accounted for, however small its batches look.
+MIN_STREAM_ESTIMATE = 1024 * 1024
+
+
+def stream_estimate(fragments: Iterable[Any], batch_size: int) -> int:
+    """Bytes one stream over these fragments holds: three batches of their widest rows.
+
+    Rows are sized from the manifest (data file bytes / physical rows); the scanner's own
+    `memory_estimate` is preferred where the engine has it.
+    """
+    per_row = 0.0
+    for frag in fragments:
+        rows = frag.metadata.physical_rows
+        if rows:
+            size = sum(f.file_size_bytes for f in frag.metadata.files)
+            per_row = max(per_row, size / rows)
+    return max(MIN_STREAM_ESTIMATE, int(batch_size * per_row * 3))
 
 
 @dataclass(frozen=True)
@@ -504,8 +541,9 @@ class DatasetService:
         total = sum(e.rows for e in endpoints) if request.filter is None else -1
         return ScanPlan(name, ds.version, schema, endpoints, total, expires)
 
-    def read(self, token: bytes, identity: Any = None) -> tuple[ReadTicket, pa.RecordBatchReader]:
-        """Verify a ticket and stream its rows (bounded memory, whatever the fragment size)."""
+    def read(self, token: bytes, identity: Any = None) -> EndpointStream:
+        """Verify a ticket and plan streaming its rows (bounded memory, whatever the
+        fragment size); nothing is read before the stream is iterated."""
         t = ReadTicket.decode(self.signer, token)
         validate_name(t.dataset)
         self.authorize(identity, t.dataset, READ)
@@ -550,7 +588,14 @@ class DatasetService:
             fragments=fragments,
             fragment_readahead=1 if fragments else None,
         )
-        return t, scanner.to_reader()
+        estimate = getattr(scanner, "memory_estimate", None)
+        if callable(estimate):
+            nbytes = int(estimate())
+        else:
+            scanned = fragments if fragments is not None else ds.get_fragments()
+            nbytes = stream_estimate(scanned, self.batch_size or DEFAULT_BATCH_SIZE)
+        # the scanner's generator rather than to_reader(): closing it stops the readahead
+        return EndpointStream(t, scanner.projected_schema, scanner.to_batches(), nbytes)
 
     # -- writes -------------------------------------------------------------------------
     def _stage_token(

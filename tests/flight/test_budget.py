@@ -1,16 +1,26 @@
-"""Unit tests of `MemoryBudget`: FIFO admission, oversized leases, growth, cancellation."""
+"""`MemoryBudget`: FIFO admission, oversized leases, growth, cancellation; and through a
+real server, that every DoGet path (finished, abandoned, waiting, drained) gives its lease
+back."""
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.flight as fl
 import pytest
+from flight_helpers import AccessLog, assert_clean_error, start
 
 from flight_server.budget import Lease, MemoryBudget
 from flight_server.errors import Cancelled, Unavailable
+from flight_server.server import QuiverFlightServer
+from format.dataset import write_dataset
 
 
 def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -241,3 +251,121 @@ def test_concurrent_streams_never_exceed_the_limit_except_alone() -> None:
 
 def test_concurrent_streams_that_grow_never_deadlock() -> None:
     _stress(grow=True)
+
+
+# -- through a real server: every DoGet path gives its lease back ----------------------------
+
+
+@pytest.fixture
+def budget_server(
+    tmp_path: Path,
+) -> Iterator[tuple[QuiverFlightServer, fl.FlightClient, AccessLog]]:
+    """A server with a 4 MiB budget over 2 endpoints of 100,000 rows (10 MB each) streamed
+    in 1,000-row batches: more than gRPC buffers, so a stream is still running when a
+    client stops reading."""
+    ids = pa.array(range(200_000), pa.int64())
+    text = pc.binary_repeat(pc.utf8_lpad(pc.cast(ids, pa.string()), 10, "0"), 10)
+    data = pa.table({"id": ids, "s": text})
+    write_dataset(data, str(tmp_path / "t.lance"), max_rows_per_file=100_000)
+    server, log = start(tmp_path, memory_budget=4 * 2**20, batch_size=1000)
+    client = fl.connect(server.locations[0])
+    yield server, client, log
+    client.close()
+    server.shutdown()
+    logging.getLogger("quiver.access").removeHandler(log)
+
+
+def _tickets(client: fl.FlightClient) -> list[fl.Ticket]:
+    info = client.get_flight_info(fl.FlightDescriptor.for_path("t"))
+    assert len(info.endpoints) == 2
+    return [e.ticket for e in info.endpoints]
+
+
+def _idle(budget: MemoryBudget) -> bool:
+    return budget.in_use == 0 and budget.active == 0 and budget.waiting == 0
+
+
+def test_a_finished_stream_releases_its_lease(budget_server) -> None:
+    server, client, _ = budget_server
+    for ticket in _tickets(client):
+        assert client.do_get(ticket).read_all().num_rows == 100_000
+    _until(lambda: _idle(server.budget))
+    assert server.budget.admitted_total == 2 and server.budget.peak >= 2**20
+
+
+def test_a_client_that_stops_reading_midway_releases_its_lease(budget_server) -> None:
+    server, client, log = budget_server
+    reader = client.do_get(_tickets(client)[0])
+    reader.read_chunk()
+    assert server.budget.active == 1
+    reader.cancel()
+    del reader
+    _until(lambda: _idle(server.budget), timeout=10)
+    (call,) = log.find("DoGet")
+    assert call["status"] == "cancelled" and call["rows"] < 100_000
+
+
+def test_a_waiting_stream_starts_when_memory_frees(budget_server) -> None:
+    server, client, _ = budget_server
+    tickets = _tickets(client)
+    held = server.budget.admit(4 * 2**20)  # the whole budget
+    got: list[int] = []
+    reading = threading.Thread(
+        target=lambda: got.append(client.do_get(tickets[0]).read_all().num_rows)
+    )
+    reading.start()
+    _until(lambda: server.budget.waiting == 1)
+    time.sleep(0.3)
+    assert got == []
+    held.release()
+    reading.join(10)
+    assert got == [100_000]
+    _until(lambda: _idle(server.budget))
+
+
+def test_a_client_that_gives_up_waiting_leaves_the_queue(budget_server) -> None:
+    server, client, _ = budget_server
+    held = server.budget.admit(4 * 2**20)
+    options = fl.FlightCallOptions(timeout=1.0)
+    with pytest.raises(fl.FlightError):
+        client.do_get(_tickets(client)[0], options).read_all()
+    _until(lambda: server.budget.waiting == 0, timeout=5)  # Cancelled within a poll or two
+    assert server.budget.active == 1 and server.budget.admitted_total == 1
+    held.release()
+    assert _idle(server.budget)
+    assert client.do_get(_tickets(client)[1]).read_all().num_rows == 100_000  # still serving
+
+
+def test_a_drain_past_its_deadline_ends_waiting_streams(budget_server) -> None:
+    server, client, _ = budget_server
+    held = server.budget.admit(4 * 2**20)
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            client.do_get(_tickets(client)[0]).read_all()
+        except BaseException as e:  # noqa: BLE001 - inspected below
+            errors.append(e)
+
+    reading = threading.Thread(target=read)
+    reading.start()
+    _until(lambda: server.budget.waiting == 1)
+    server.drain.stop_streams()
+    reading.join(5)
+    assert len(errors) == 1
+    assert "before the stream began" in assert_clean_error(errors[0], "unavailable")
+    held.release()
+    assert _idle(server.budget)
+
+
+def test_a_stream_ended_by_the_drain_midway_fails_cleanly_and_releases(budget_server) -> None:
+    server, client, _ = budget_server
+    reader = client.do_get(_tickets(client)[0])
+    reader.read_chunk()
+    server.drain.stop_streams()
+    with pytest.raises((fl.FlightError, pa.ArrowException)) as e:
+        while True:
+            reader.read_chunk()
+    # pyarrow would send an exception raised while streaming with its traceback
+    assert "during the stream" in assert_clean_error(e.value, "unavailable")
+    _until(lambda: _idle(server.budget))
