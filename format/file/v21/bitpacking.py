@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from functools import cache
 
+import numba
 import numpy as np
 
 from format.errors import CorruptFileError
+from format.file.v21.gather import U64, as_i64, range_index
 
 BLOCK = 1024
 FL_ORDER = np.array([0, 4, 2, 6, 1, 5, 3, 7])
@@ -46,42 +48,15 @@ def _mask(bits: int, width: int) -> np.generic:
     return dt(np.iinfo(dt).max) if width >= bits else dt((1 << width) - 1)
 
 
-@cache
-def _unpack_plan(bits: int, width: int) -> tuple[np.ndarray, ...]:
-    """Per output value j (in value order): the word holding its low bits and the shift
-    there, the word holding its spilled high bits and the shift there, and a mask that is
-    all-ones where the value spills into a second word."""
-    dt = _DTYPES[bits]
-    lanes = BLOCK // bits
-    k0, off, spill = _rows(bits, width)
-    inv = np.empty(BLOCK, dtype=np.int64)
-    inv[_order(bits)] = np.arange(BLOCK)  # value index -> row * lanes + lane
-    r, lane = inv // lanes, inv % lanes
-    lo_word = k0[r] * lanes + lane
-    hi_word = np.minimum(k0[r] + 1, width - 1) * lanes + lane
-    hi_mask = np.where(spill[r], _mask(bits, bits), dt(0)).astype(dt)
-    return lo_word, off[r].astype(dt), hi_word, ((bits - off[r]) % bits).astype(dt), hi_mask
-
-
 def unpack(packed: np.ndarray, width: int, bits: int) -> np.ndarray:
     """Unpack FastLanes blocks: `packed` (blocks, width * 1024 / bits) uint`bits` words ->
     (blocks, 1024) values."""
     dt = _DTYPES[bits]
     nblocks = packed.shape[0]
-    if width == 0:
-        return np.zeros((nblocks, BLOCK), dtype=dt)
-    words = packed.reshape(nblocks, width * (BLOCK // bits))
-    lo_word, lo_shift, hi_word, hi_shift, hi_mask = _unpack_plan(bits, width)
-    vals = words[:, lo_word]
-    vals >>= lo_shift
-    if hi_mask.any():
-        hi = words[:, hi_word]
-        hi <<= hi_shift
-        hi &= hi_mask
-        vals |= hi
-    if width < bits:
-        vals &= _mask(bits, width)
-    return vals
+    words = np.ascontiguousarray(packed, dtype=dt).reshape(-1)
+    if len(words) != nblocks * width * (BLOCK // bits) or not 0 <= width <= bits:
+        raise ValueError(f"{len(words)} words are not {nblocks} blocks packed at width {width}")
+    return _unpack_blocks(words, nblocks, width).reshape(nblocks, BLOCK)
 
 
 def pack(values: np.ndarray, width: int, bits: int) -> np.ndarray:
@@ -155,46 +130,26 @@ def inline_decode(
     where: str,
 ) -> np.ndarray:
     """Decode InlineBitpacking chunks: chunk i occupies `words[word_starts[i]:][:word_sizes[i]]`
-    (uint`bits` words: width, then packed block) and yields `counts[i]` <= 1024 values.
-    Chunks are grouped by width; each group is unpacked with one vectorised call."""
+    (uint`bits` words: width, then packed block) and yields `counts[i]` <= 1024 values."""
     dt = _DTYPES[bits]
-    n = len(counts)
-    if n == 0:
-        return np.zeros(0, dtype=dt)
-    if (counts > BLOCK).any() or (counts < 0).any():
+    words = np.ascontiguousarray(words, dtype=dt)
+    starts, sizes, counts = as_i64(word_starts), as_i64(word_sizes), as_i64(counts)
+    status, i = _inline_check(words, starts, sizes, counts)
+    if status == _TOO_MANY:
         raise CorruptFileError(where, f"inline bit-packed chunk with more than {BLOCK} values")
-    if (
-        (word_sizes < 1).any()
-        or (word_starts < 0).any()
-        or (word_starts + word_sizes > len(words)).any()
-    ):
+    if status == _OUTSIDE:
         raise CorruptFileError(where, "inline bit-packed chunk outside its buffer")
-    raw_widths = words[word_starts]  # unsigned: a huge width must not wrap negative
-    if (raw_widths > bits).any():
-        i = int(np.argmax(raw_widths > bits))
+    if status == _TOO_WIDE:
         raise CorruptFileError(
-            where, f"inline bit-packed chunk {i} has width {int(raw_widths[i])} > {bits}"
+            where, f"inline bit-packed chunk {i} has width {int(words[starts[i]])} > {bits}"
         )
-    widths = raw_widths.astype(np.int64)
-    need = 1 + widths * (BLOCK // bits)
-    if (word_sizes < need).any():
-        i = int(np.argmax(word_sizes < need))
+    if status == _TOO_SHORT:
         raise CorruptFileError(
             where,
-            f"inline bit-packed chunk {i} ({int(word_sizes[i]) * bits // 8} bytes) is too short "
-            f"for width {int(widths[i])}",
+            f"inline bit-packed chunk {i} ({int(sizes[i]) * bits // 8} bytes) is too short "
+            f"for width {int(words[starts[i]])}",
         )
-    out = np.empty((n, BLOCK), dtype=dt)
-    lanes = BLOCK // bits
-    for w in np.unique(widths):
-        rows = np.flatnonzero(widths == w)
-        nwords = int(w) * lanes
-        idx = (word_starts[rows] + 1)[:, None] + np.arange(nwords)[None, :]
-        out[rows] = unpack(words[idx], int(w), bits)
-    if (counts == BLOCK).all():
-        return out.reshape(-1)
-    keep = np.arange(BLOCK)[None, :] < counts[:, None]
-    return out[keep]
+    return _inline_unpack(words, starts, counts)
 
 
 # -- out-of-line bit-packing (levels, one block buffer per chunk) -----------------------------
@@ -249,7 +204,7 @@ def outofline_encode_chunks(
     )
     seg_len = np.concatenate([blocks * wpb, np.where(raw, tail, 0)])
     order = np.argsort(seg_chunk, kind="stable")
-    out = source[_ranges(seg_start[order], seg_len[order])]
+    out = source[range_index(seg_start[order], seg_len[order])]
     return out.view(np.uint8), (blocks * wpb + np.where(raw, tail, 0)) * (bits // 8)
 
 
@@ -266,51 +221,146 @@ def outofline_decode(
     `words[word_starts[i]:][:word_sizes[i]]`. The tail of each buffer is raw iff the buffer has
     exactly `full_blocks * w * 1024 / T + tail` words, else a padded packed block."""
     dt = _DTYPES[bits]
-    if width > bits:
+    if width > bits or width < 0:
         raise CorruptFileError(where, f"out-of-line bit-packing width {width} > {bits}")
-    counts = np.asarray(counts, dtype=np.int64)
-    wpb = width * BLOCK // bits
-    full = counts // BLOCK
-    tail = counts % BLOCK
-    raw = (tail > 0) & (word_sizes == full * wpb + tail)
-    packed_tail = (tail > 0) & ~raw
-    blocks = full + packed_tail
-    need = np.where(raw, full * wpb + tail, blocks * wpb)
-    if (
-        (word_sizes < need).any()
-        or (word_starts < 0).any()
-        or (word_starts + word_sizes > len(words)).any()
-    ):
-        i = int(np.argmax((word_sizes < need) | (word_starts + word_sizes > len(words))))
+    words = np.ascontiguousarray(words, dtype=dt)
+    starts, sizes, counts = as_i64(word_starts), as_i64(word_sizes), as_i64(counts)
+    bad = _outofline_check(len(words), starts, sizes, counts, width * BLOCK // bits)
+    if bad >= 0:
         raise CorruptFileError(
-            where, f"out-of-line bit-packed buffer of chunk {i} is too short or out of bounds"
+            where, f"out-of-line bit-packed buffer of chunk {bad} is too short or out of bounds"
         )
-    nblocks = int(blocks.sum())
-    block_chunk = np.repeat(np.arange(len(counts)), blocks)
-    first_block = np.cumsum(blocks) - blocks
-    block_in_chunk = np.arange(nblocks) - first_block[block_chunk]
-    block_word = word_starts[block_chunk] + block_in_chunk * wpb
-    if nblocks:
-        unpacked = unpack(words[block_word[:, None] + np.arange(wpb)[None, :]], width, bits)
-    else:
-        unpacked = np.zeros((0, BLOCK), dtype=dt)
-    raw_starts = word_starts + full * wpb
-    raw_vals = words[_ranges(raw_starts[raw], tail[raw])]
-    # Each chunk = its packed blocks (the last one cut to the tail), then its raw tail.
-    block_len = np.minimum(counts[block_chunk] - block_in_chunk * BLOCK, BLOCK)
-    source = np.concatenate([unpacked.reshape(-1), raw_vals])
-    seg_chunk = np.concatenate([block_chunk, np.flatnonzero(raw)])
-    seg_start = np.concatenate([np.arange(nblocks) * BLOCK, nblocks * BLOCK + _starts(tail[raw])])
-    seg_len = np.concatenate([block_len, tail[raw]])
-    order = np.argsort(seg_chunk, kind="stable")
-    return source[_ranges(seg_start[order], seg_len[order])]
+    return _outofline_unpack(words, starts, sizes, counts, width)
 
 
-def _starts(lengths: np.ndarray) -> np.ndarray:
-    return np.cumsum(lengths) - lengths
+# -- kernels -----------------------------------------------------------------------------------
+# FL_ORDER as a tuple: a compile-time constant inside the kernels.
+_FL = tuple(int(x) for x in FL_ORDER)
+_OK, _TOO_MANY, _OUTSIDE, _TOO_WIDE, _TOO_SHORT = 0, 1, 2, 3, 4
 
 
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    from format.file.v21.gather import range_index
+@numba.njit(cache=True, nogil=True, inline="always")
+def _unpack_block(words, base, width, out, o):  # noqa: ANN001, ANN202
+    """Unpack the FastLanes block at `words[base:]` (validated: width <= T and w * 1024 / T
+    words there) into out[o : o + 1024]. Row r of all lanes is one contiguous run of the
+    output and of the input, so the lane loop vectorises."""
+    bits = words.itemsize * 8
+    lanes = U64(BLOCK // bits)
+    base, o = U64(base), U64(o)
+    if width == 0:
+        for j in range(U64(BLOCK)):
+            out[o + j] = 0
+        return
+    mask = ~U64(0) if width == 64 else (U64(1) << U64(width)) - U64(1)
+    for r in range(bits):
+        first = r * width
+        src = base + U64(first // bits) * lanes
+        shift = U64(first % bits)
+        dst = o + U64(_FL[r // 8] * 16 + (r % 8) * 128)
+        if first % bits + width > bits:  # the row spills into the next word
+            back = U64(bits) - shift
+            nxt = src + lanes
+            for j in range(lanes):
+                lo = U64(words[src + j]) >> shift
+                hi = U64(words[nxt + j]) << back
+                out[dst + j] = (lo | hi) & mask
+        else:
+            for j in range(lanes):
+                out[dst + j] = (U64(words[src + j]) >> shift) & mask
 
-    return range_index(starts, lengths)
+
+@numba.njit(cache=True, nogil=True)
+def _unpack_blocks(words, nblocks, width):  # noqa: ANN001, ANN202
+    out = np.empty(nblocks * BLOCK, dtype=words.dtype)
+    per = width * (BLOCK // (words.itemsize * 8))
+    for b in range(nblocks):
+        _unpack_block(words, b * per, width, out, b * BLOCK)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _inline_check(words, starts, sizes, counts):  # noqa: ANN001, ANN202
+    """(status, chunk) of the first failing check, in the order the errors are reported."""
+    bits = words.itemsize * 8
+    n = len(counts)
+    for i in range(n):
+        if counts[i] < 0 or counts[i] > BLOCK:
+            return _TOO_MANY, i
+    for i in range(n):
+        if sizes[i] < 1 or starts[i] < 0 or starts[i] > len(words) - sizes[i]:
+            return _OUTSIDE, i
+    for i in range(n):
+        if U64(words[starts[i]]) > U64(bits):  # unsigned: a huge width must not wrap
+            return _TOO_WIDE, i
+    for i in range(n):
+        if sizes[i] < 1 + np.int64(words[starts[i]]) * (BLOCK // bits):
+            return _TOO_SHORT, i
+    return _OK, 0
+
+
+@numba.njit(cache=True, nogil=True)
+def _inline_unpack(words, starts, counts):  # noqa: ANN001, ANN202
+    """All validated chunks' values back to back (a short chunk goes through a scratch block)."""
+    total = 0
+    for c in counts:
+        total += c
+    out = np.empty(total, dtype=words.dtype)
+    scratch = np.empty(BLOCK, dtype=words.dtype)
+    o = U64(0)
+    for i in range(len(counts)):
+        s = starts[i]
+        width = np.int64(words[s])
+        n = U64(counts[i])
+        if n == U64(BLOCK):
+            _unpack_block(words, s + 1, width, out, o)
+        elif n:
+            _unpack_block(words, s + 1, width, scratch, 0)
+            for j in range(n):
+                out[o + j] = scratch[j]
+        o += n
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _outofline_check(n_words, starts, sizes, counts, wpb):  # noqa: ANN001, ANN202
+    """First chunk whose buffer is too short for its values or out of bounds, or -1."""
+    for i in range(len(counts)):
+        if counts[i] < 0 or sizes[i] < 0 or starts[i] < 0 or starts[i] > n_words - sizes[i]:
+            return i
+        full, tail = counts[i] // BLOCK, counts[i] % BLOCK
+        raw = tail > 0 and sizes[i] == full * wpb + tail
+        need = full * wpb + tail if raw else (full + (tail > 0)) * wpb
+        if sizes[i] < need:
+            return i
+    return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def _outofline_unpack(words, starts, sizes, counts, width):  # noqa: ANN001, ANN202
+    """Validated chunks: full blocks unpacked in place, then the tail raw or via a scratch
+    block."""
+    wpb = width * (BLOCK // (words.itemsize * 8))
+    total = 0
+    for c in counts:
+        total += c
+    out = np.empty(total, dtype=words.dtype)
+    scratch = np.empty(BLOCK, dtype=words.dtype)
+    o = 0
+    for i in range(len(counts)):
+        s = starts[i]
+        full, tail = counts[i] // BLOCK, counts[i] % BLOCK
+        for b in range(full):
+            _unpack_block(words, s + b * wpb, width, out, o)
+            o += BLOCK
+        if tail == 0:
+            continue
+        at = U64(s + full * wpb)
+        if sizes[i] == full * wpb + tail:  # raw tail words
+            for j in range(U64(tail)):
+                out[U64(o) + j] = words[at + j]
+        else:
+            _unpack_block(words, at, width, scratch, 0)
+            for j in range(U64(tail)):
+                out[U64(o) + j] = scratch[j]
+        o += tail
+    return out
