@@ -1,4 +1,5 @@
-"""The server streams a dataset several times larger than its memory bound."""
+"""The server streams a dataset several times larger than its memory bound, and concurrent
+streams share its memory budget (they wait, never fail)."""
 
 from __future__ import annotations
 
