@@ -154,19 +154,21 @@ class EndpointStream:
 MIN_STREAM_ESTIMATE = 1024 * 1024
 
 
-def stream_estimate(fragments: Iterable[Any], batch_size: int) -> int:
-    """Bytes one stream over these fragments holds: three batches of their widest rows.
+def stream_estimate(fragments: Iterable[Any], batch_size: int, max_rows: int | None = None) -> int:
+    """Bytes one stream over these fragments holds: three of its biggest batches.
 
-    Rows are sized from the manifest (data file bytes / physical rows); the scanner's own
-    `memory_estimate` is preferred where the engine has it.
+    Rows are sized from the manifest (data file bytes / physical rows); a batch never spans
+    fragments, so it has at most a fragment's rows (or `max_rows`, a row range's). The
+    scanner's own `memory_estimate` is preferred where the engine has it.
     """
-    per_row = 0.0
+    biggest = 0.0
     for frag in fragments:
         rows = frag.metadata.physical_rows
         if rows:
             size = sum(f.file_size_bytes for f in frag.metadata.files)
-            per_row = max(per_row, size / rows)
-    return max(MIN_STREAM_ESTIMATE, int(batch_size * per_row * 3))
+            batch_rows = min(batch_size, rows, max_rows or rows)
+            biggest = max(biggest, size / rows * batch_rows)
+    return max(MIN_STREAM_ESTIMATE, int(3 * biggest))
 
 
 @dataclass(frozen=True)
@@ -593,7 +595,8 @@ class DatasetService:
             nbytes = int(estimate())
         else:
             scanned = fragments if fragments is not None else ds.get_fragments()
-            nbytes = stream_estimate(scanned, self.batch_size or DEFAULT_BATCH_SIZE)
+            span = t.row_range[1] - t.row_range[0] if t.row_range is not None else None
+            nbytes = stream_estimate(scanned, self.batch_size or DEFAULT_BATCH_SIZE, span)
         # the scanner's generator rather than to_reader(): closing it stops the readahead
         return EndpointStream(t, scanner.projected_schema, scanner.to_batches(), nbytes)
 
