@@ -63,8 +63,8 @@ DEFAULT_DRAIN_SECONDS = 30.0
 # Spark task's per-batch handling) vanish, small enough to stream in bounded memory.
 DEFAULT_BATCH_SIZE = 65536
 # What all DoGet streams together may hold. The server idles at about 170-215 MB (Python,
-# pyarrow, numba); 96 MiB of stream data on top keeps its peak near 300 MB, so it fits a
-# small (512 MB) container with room for the allocator's slack.
+# pyarrow, numba); 96 MiB of streams on top aims at a peak near 300 MB, which leaves a small
+# (512 MB) container room for gRPC buffers and the allocator's slack.
 DEFAULT_MEMORY_BUDGET = 96 * 1024 * 1024
 DEFAULT_STAGED_TTL = 24 * 3600
 DEFAULT_SWEEP_INTERVAL = 600
