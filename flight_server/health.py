@@ -9,9 +9,11 @@ while the Flight server is up, and NOT_SERVING from the moment it starts drainin
 Draining (:class:`Drain`, installed as the last Flight middleware): on SIGTERM (or SIGINT)
 the server is marked NOT_SERVING, every *new* Flight call fails with ``FlightUnavailableError``
 (``{"code": "unavailable"}``; clients retry another replica), running calls (a DoGet stream,
-a DoPut) are let finish for up to ``--drain-seconds``; streams still running then are ended
-with UNAVAILABLE (if the service wraps them in :meth:`Drain.guard`), the server shuts down
-and the process exits 0. A second signal skips the wait.
+a DoPut) are let finish for up to ``--drain-seconds``; streams still running (or still
+waiting for memory) then are ended with ``{"code": "unavailable"}`` (if the service wraps
+them in :meth:`Drain.guard`; pyarrow sends errors raised mid-stream with gRPC status
+UNKNOWN, see ``errors.stream_error``), the server shuts down and the process exits 0. A
+second signal skips the wait.
 """
 
 from __future__ import annotations
@@ -171,7 +173,7 @@ class Drain:
         return self._stop_streams
 
     def stop_streams(self) -> None:
-        """Make streams wrapped by :meth:`guard` end with UNAVAILABLE at their next batch."""
+        """Make streams wrapped by :meth:`guard` end with ``unavailable`` at their next batch."""
         self._stop_streams = True
 
     def guard(self, items: Iterable[T]) -> Iterator[T]:
