@@ -204,6 +204,11 @@ class LanceFragment:
                     ranges.append((s, e))
         return ranges
 
+    def reader(self, projection: LanceSchema) -> FragmentReader:
+        """An open reader of `projection` over this fragment's data files; it keeps the files
+        and their page indexes open across calls until closed (use it as a context manager)."""
+        return FragmentReader(self, projection)
+
     def read_batches(
         self,
         projection: LanceSchema,
@@ -219,24 +224,14 @@ class LanceFragment:
             ranges = self.live_ranges(batch_size)
         if not ranges:
             return
-        plans = self._plan(projection)
-        streams = [p.reader.read(p.fields, ranges, batch_size) for p in plans]
-        mask = self.live_mask
-        try:
-            for s, e in split_ranges(ranges, batch_size):
-                parts = [next(st) for st in streams]
-                arrays = self._assemble(projection, plans, parts, e - s)
-                offsets = np.arange(s, e, dtype=np.uint64)
-                keep = None if mask is None else mask[s:e]
-                if keep is not None and not keep.all():
-                    offsets = offsets[keep]
-                    sel = pa.array(keep)
-                    arrays = [a.filter(sel) for a in arrays]
-                arrays += self._extra_columns(offsets, with_row_id, with_row_address)
-                yield _make_batch(arrays, out_schema, len(offsets))
-        finally:
-            for p in plans:
-                p.reader.close()
+        with self.reader(projection) as r:
+            yield from r.read(
+                out_schema,
+                ranges,
+                batch_size,
+                with_row_id=with_row_id,
+                with_row_address=with_row_address,
+            )
 
     def take_physical(
         self,
@@ -248,16 +243,10 @@ class LanceFragment:
         with_row_address: bool = False,
     ) -> pa.RecordBatch:
         """The rows at sorted unique physical `offsets`, as one batch."""
-        offsets = np.asarray(offsets, dtype=np.uint64)
-        plans = self._plan(projection)
-        try:
-            parts = [p.reader.take(p.fields, offsets) for p in plans]
-        finally:
-            for p in plans:
-                p.reader.close()
-        arrays = self._assemble(projection, plans, parts, len(offsets))
-        arrays += self._extra_columns(offsets, with_row_id, with_row_address)
-        return _make_batch(arrays, out_schema, len(offsets))
+        with self.reader(projection) as r:
+            return r.take(
+                out_schema, offsets, with_row_id=with_row_id, with_row_address=with_row_address
+            )
 
     # -- pylance-style conveniences -----------------------------------------------------
     def scanner(self, **kwargs: object):  # noqa: ANN201 - Scanner, avoids an import cycle
@@ -271,6 +260,77 @@ class LanceFragment:
     def to_batches(self, **kwargs: object) -> Iterator[pa.RecordBatch]:
         """This fragment's rows as a stream of batches."""
         return self.scanner(**kwargs).to_batches()
+
+
+class FragmentReader:
+    """Reads one projection of a fragment: its data files side by side, minus deleted rows.
+
+    The files stay open (with whatever page indexes their readers cached) until `close`, so
+    a scan can read the filter's columns step by step and take the matching rows of the
+    other columns at each step without opening or parsing anything twice."""
+
+    def __init__(self, fragment: LanceFragment, projection: LanceSchema) -> None:
+        self.fragment = fragment
+        self.projection = projection
+        self._plans = fragment._plan(projection)
+
+    def __enter__(self) -> FragmentReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the data files."""
+        for p in self._plans:
+            p.reader.close()
+        self._plans = []
+
+    def read(
+        self,
+        out_schema: pa.Schema,
+        ranges: Sequence[tuple[int, int]],
+        batch_size: int,
+        *,
+        with_row_id: bool = False,
+        with_row_address: bool = False,
+    ) -> Iterator[pa.RecordBatch]:
+        """Live rows over sorted physical `ranges`, one batch per `split_ranges` step (steps
+        whose rows are all deleted yield empty batches, so callers can keep steps aligned)."""
+        frag, plans = self.fragment, self._plans
+        streams = [p.reader.read(p.fields, ranges, batch_size) for p in plans]
+        mask = frag.live_mask
+        try:
+            for s, e in split_ranges(ranges, batch_size):
+                parts = [next(st) for st in streams]
+                arrays = frag._assemble(self.projection, plans, parts, e - s)
+                offsets = np.arange(s, e, dtype=np.uint64)
+                keep = None if mask is None else mask[s:e]
+                if keep is not None and not keep.all():
+                    offsets = offsets[keep]
+                    sel = pa.array(keep)
+                    arrays = [a.filter(sel) for a in arrays]
+                arrays += frag._extra_columns(offsets, with_row_id, with_row_address)
+                yield _make_batch(arrays, out_schema, len(offsets))
+        finally:
+            for st in streams:
+                st.close()
+
+    def take(
+        self,
+        out_schema: pa.Schema,
+        offsets: np.ndarray,
+        *,
+        with_row_id: bool = False,
+        with_row_address: bool = False,
+    ) -> pa.RecordBatch:
+        """The rows at sorted, unique physical `offsets`, as one batch."""
+        frag, plans = self.fragment, self._plans
+        offsets = np.asarray(offsets, dtype=np.uint64)
+        parts = [p.reader.take(p.fields, offsets) for p in plans]
+        arrays = frag._assemble(self.projection, plans, parts, len(offsets))
+        arrays += frag._extra_columns(offsets, with_row_id, with_row_address)
+        return _make_batch(arrays, out_schema, len(offsets))
 
 
 def _make_batch(arrays: list[pa.Array], schema: pa.Schema, n: int) -> pa.RecordBatch:

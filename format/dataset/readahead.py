@@ -2,8 +2,10 @@
 
 Scans read fragments one after another; decoding releases the GIL (pread, numpy,
 Arrow compute), so reading the next fragments in background threads while the
-consumer works on the current one uses every core. Memory stays bounded by
-`readahead` producers x `queue_size` items, and closing the generator stops them.
+consumer works on the current one uses every core. Memory stays bounded in bytes:
+items waiting in the queues hold at most `max_bytes` together (each producer may
+always queue one item, so the one the consumer waits for is never blocked), and
+closing the generator stops the producers.
 """
 
 from __future__ import annotations
@@ -17,14 +19,52 @@ T = TypeVar("T")
 _DONE = object()
 
 
+class _Bytes:
+    """Bytes of the items queued by all producers of one readahead, with a ceiling."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.held = 0
+        self.changed = threading.Condition()
+
+    def wait_room(self, n: int, mine_empty: Callable[[], bool], stop: threading.Event) -> bool:
+        """Wait until `n` more bytes fit (or this producer's queue is empty); False if stopped."""
+        with self.changed:
+            while self.limit is not None and self.held + n > self.limit and not mine_empty():
+                if stop.is_set():
+                    return False
+                self.changed.wait(0.05)
+            self.held += n
+            return not stop.is_set()
+
+    def give_back(self, n: int) -> None:
+        with self.changed:
+            self.held -= n
+            self.changed.notify_all()
+
+
+def _size(item: object) -> int:
+    return int(getattr(item, "nbytes", 0) or 0)
+
+
 class _Producer(threading.Thread):
-    def __init__(self, make: Callable[[], Iterable[T]], queue_size: int, stop: threading.Event):
+    def __init__(
+        self,
+        make: Callable[[], Iterable[T]],
+        queue_size: int,
+        stop: threading.Event,
+        budget: _Bytes,
+    ):
         super().__init__(daemon=True)
         self.make = make
         self.items: queue.Queue = queue.Queue(maxsize=queue_size)
         self.stop = stop
+        self.budget = budget
 
     def _put(self, item: object) -> bool:
+        n = _size(item)
+        if n and not self.budget.wait_room(n, self.items.empty, self.stop):
+            return False
         while not self.stop.is_set():
             try:
                 self.items.put(item, timeout=0.05)
@@ -50,15 +90,21 @@ class _Failure:
 
 
 def ordered_readahead(
-    producers: Iterable[Callable[[], Iterable[T]]], *, readahead: int = 2, queue_size: int = 4
+    producers: Iterable[Callable[[], Iterable[T]]],
+    *,
+    readahead: int = 2,
+    queue_size: int = 4,
+    max_bytes: int | None = None,
 ) -> Iterator[T]:
     """Yield every item of each producer's iterable, in order, running up to `readahead`
-    producers concurrently. With readahead <= 1 everything runs in the caller's thread."""
+    producers concurrently, with at most `max_bytes` of items (by their `nbytes`) queued
+    beyond one per producer. With readahead <= 1 everything runs in the caller's thread."""
     if readahead <= 1:
         for make in producers:
             yield from make()
         return
     stop = threading.Event()
+    budget = _Bytes(max_bytes)
     pending = iter(producers)
     running: list[_Producer] = []
 
@@ -67,7 +113,7 @@ def ordered_readahead(
             make = next(pending, None)
             if make is None:
                 return
-            p = _Producer(make, queue_size, stop)
+            p = _Producer(make, queue_size, stop, budget)
             p.start()
             running.append(p)
 
@@ -82,6 +128,9 @@ def ordered_readahead(
                 continue
             if isinstance(item, _Failure):
                 raise item.error
+            n = _size(item)
+            if n:
+                budget.give_back(n)
             yield item
     finally:
         stop.set()

@@ -12,7 +12,8 @@ import pyarrow as pa
 from format.dataset.readahead import ordered_readahead
 from format.errors import InvalidInputError
 from format.expr import compile_filter
-from format.file.base import DEFAULT_BATCH_SIZE
+from format.file.base import DEFAULT_BATCH_SIZE, split_ranges
+from format.file.types import fixed_bits
 from format.table.schema import LanceSchema
 
 if TYPE_CHECKING:
@@ -21,9 +22,11 @@ if TYPE_CHECKING:
 
 ROW_ID_FIELD = pa.field("_rowid", pa.uint64())
 ROW_ADDRESS_FIELD = pa.field("_rowaddr", pa.uint64())
-# Above this fraction of matching rows, a filtered scan reads whole columns instead of taking.
-LATE_MATERIALIZATION_MAX = 0.2
-LATE_MATERIALIZATION_STEP = 65536
+# Above this fraction of a step's rows matching a filter, the other columns of the step are
+# decoded whole and filtered rather than taken row by row.
+DENSE_STEP = 0.25
+# Readahead of a local scan holds at most this many bytes of batches (beyond one per fragment).
+READAHEAD_BYTES = 64 << 20
 _ROW_COLUMNS = (ROW_ID_FIELD.name, ROW_ADDRESS_FIELD.name)
 
 
@@ -51,6 +54,7 @@ class Scanner:
         with_row_address: bool = False,
         fragments: Sequence[LanceFragment] | None = None,
         fragment_readahead: int | None = None,
+        physical_range: tuple[int, int] | None = None,
     ) -> None:
         self._dataset = dataset
         self._fragment_readahead = 2 if fragment_readahead is None else fragment_readahead
@@ -77,6 +81,9 @@ class Scanner:
         self._with_row_id = bool(with_row_id)
         self._with_row_address = bool(with_row_address)
         self._fragments = list(fragments) if fragments is not None else dataset.get_fragments()
+        self._physical_range = None
+        if physical_range is not None:
+            self._physical_range = _check_physical_range(physical_range, self._fragments, name)
         extra = []
         if self._with_row_id:
             extra.append(ROW_ID_FIELD)
@@ -125,17 +132,24 @@ class Scanner:
         producers = []
         for frag in self._fragments:
             ranges = None
+            if self._physical_range is not None:
+                ranges = frag.live_ranges(self._batch_size, *self._physical_range)
             if skip:
-                live = frag.count_rows()
+                live = _live_in(frag, ranges)
                 if skip >= live:
                     skip -= live
                     continue
-                ranges = frag.live_ranges(self._batch_size, _physical_offset(frag, skip))
+                first = ranges[0][0] if ranges else 0
+                stop = ranges[-1][1] if ranges else None
+                start = _physical_offset(frag, skip, first)
+                ranges = frag.live_ranges(self._batch_size, start, stop)
                 skip = 0
             producers.append(
                 partial(self._scan_fragment, frag, read, read_schema, ranges, row_id, row_addr)
             )
-        yield from ordered_readahead(producers, readahead=self._fragment_readahead)
+        yield from ordered_readahead(
+            producers, readahead=self._fragment_readahead, max_bytes=READAHEAD_BYTES
+        )
 
     def _scan_fragment(
         self,
@@ -146,61 +160,78 @@ class Scanner:
         row_id: bool,
         row_addr: bool,
     ) -> Iterator[pa.RecordBatch]:
-        if self._filter is not None and ranges is None:
-            late = self._late_materialize(frag)
-            if late is not None:
-                yield from late
-                return
-        for batch in frag.read_batches(
-            read,
-            read_schema,
-            ranges=ranges,
-            batch_size=self._batch_size,
-            with_row_id=row_id,
-            with_row_address=row_addr,
-        ):
-            if self._filter is not None:
-                batch = batch.filter(self._filter.expression)
-                batch = batch.select(self._schema.names)
-            if batch.num_rows:
-                yield batch
+        if ranges is None:
+            ranges = frag.live_ranges(self._batch_size)
+        if not ranges:
+            return
+        if self._filter is not None and self._late_columns():
+            yield from self._late_materialize(frag, ranges)
+            return
+        with frag.reader(read) as reader:
+            for batch in reader.read(
+                read_schema,
+                ranges,
+                self._batch_size,
+                with_row_id=row_id,
+                with_row_address=row_addr,
+            ):
+                if self._filter is not None:
+                    batch = batch.filter(self._filter.expression)
+                    batch = batch.select(self._schema.names)
+                if batch.num_rows:
+                    yield batch
 
-    def _late_materialize(self, frag: LanceFragment) -> Iterator[pa.RecordBatch] | None:
-        """Selective filters: read only the filter columns, then take the matching rows.
+    def _late_columns(self) -> list[str]:
+        """Projected columns the filter does not read: decoded only for matching rows."""
+        data, _, _ = self._filter_columns()
+        return [c for c in self._projection.names if c not in data]
 
-        Returns None (read everything instead) when the projection needs no other column
-        or when more than `LATE_MATERIALIZATION_MAX` of the rows match.
-        """
+    def _late_materialize(
+        self, frag: LanceFragment, ranges: list[tuple[int, int]]
+    ) -> Iterator[pa.RecordBatch]:
+        """Filters: decode the filter's columns a step at a time, evaluate, then decode only
+        the matching rows of the other columns (the chunks, rows or bytes that hold them, as
+        each encoding allows)."""
         assert self._filter is not None
         data, row_id, _ = self._filter_columns()
-        if set(self._projection.names) <= set(data):
-            return None
-        schema = self._dataset.lance_schema.project(data)
-        base = schema.to_arrow(blob_descriptions=True)
-        arrow = pa.schema(list(base) + [ROW_ID_FIELD] * row_id + [ROW_ADDRESS_FIELD])
-        matches = []
-        # only offsets come out of this pass, so big steps amortise the filter's overhead
-        step = max(self._batch_size, LATE_MATERIALIZATION_STEP)
-        for batch in frag.read_batches(
-            schema, arrow, batch_size=step, with_row_id=row_id, with_row_address=True
-        ):
-            addr = batch.filter(self._filter.expression).column("_rowaddr")
-            if len(addr):
-                matches.append(addr.to_numpy() & 0xFFFFFFFF)
-        found = np.concatenate(matches) if matches else np.empty(0, np.uint64)
-        if len(found) > LATE_MATERIALIZATION_MAX * max(1, frag.count_rows()):
-            return None
-        return self._take_chunks(frag, found)
-
-    def _take_chunks(self, frag: LanceFragment, offsets: np.ndarray) -> Iterator[pa.RecordBatch]:
-        for start in range(0, len(offsets), self._batch_size):
-            yield frag.take_physical(
-                self._projection,
-                self._schema,
-                offsets[start : start + self._batch_size],
-                with_row_id=self._with_row_id,
-                with_row_address=self._with_row_address,
-            )
+        late = self._late_columns()
+        schema = self._dataset.lance_schema
+        first = schema.project(data)
+        rest = schema.project(late)
+        extra = [ROW_ID_FIELD] * (row_id or self._with_row_id) + [ROW_ADDRESS_FIELD]
+        first_base = first.to_arrow(blob_descriptions=True)
+        first_schema = pa.schema(list(first_base) + extra, metadata=first_base.metadata)
+        rest_schema = rest.to_arrow(blob_descriptions=True)
+        names = self._schema.names
+        with frag.reader(first) as head, frag.reader(rest) as tail:
+            steps = split_ranges(ranges, self._batch_size)
+            for (s, e), batch in zip(
+                steps,
+                head.read(
+                    first_schema,
+                    ranges,
+                    self._batch_size,
+                    with_row_id=row_id or self._with_row_id,
+                    with_row_address=True,
+                ),
+                strict=True,
+            ):
+                if not batch.num_rows:
+                    continue
+                matched = batch.filter(self._filter.expression)
+                if not matched.num_rows:
+                    continue
+                offsets = matched.column(ROW_ADDRESS_FIELD.name).to_numpy() & 0xFFFFFFFF
+                if matched.num_rows > DENSE_STEP * batch.num_rows:
+                    # most rows match: decoding the step whole beats finding each row
+                    (whole,) = tail.read(rest_schema, [(s, e)], e - s)
+                    live = batch.column(ROW_ADDRESS_FIELD.name).to_numpy() & 0xFFFFFFFF
+                    others = whole.take(pa.array(np.searchsorted(live, offsets)))
+                else:
+                    others = tail.take(rest_schema, offsets)
+                columns = {f.name: matched.column(f.name) for f in first_schema}
+                columns.update({f.name: others.column(f.name) for f in rest_schema})
+                yield pa.RecordBatch.from_arrays([columns[n] for n in names], schema=self._schema)
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
         """Stream the result in batches; memory stays bounded by a few batches."""
@@ -238,6 +269,33 @@ class Scanner:
         """The whole result as one table."""
         return pa.Table.from_batches(list(self.to_batches()), schema=self._out_schema)
 
+    def memory_estimate(self) -> int:
+        """Bytes one stream of this scan holds at most, roughly: the raw and decoded step
+        of every read column plus the batch being handed on, for each fragment read at
+        once. A server admits streams against its memory budget by it (and corrects it by
+        the batches it then sees)."""
+        read, _, _, _ = self._read_schema()
+        full = self._dataset.lance_schema.to_arrow(blob_descriptions=True)
+        widths = [_row_width(f.type) for f in full]
+        all_fixed = sum(w for w in widths if w is not None)
+        n_var = sum(w is None for w in widths)
+        stored = 0.0
+        for frag in self._fragments:
+            rows = frag.physical_rows
+            if rows:
+                size = sum(int(f.file_size_bytes) for f in frag.metadata.files)
+                stored = max(stored, size / rows)
+        var_each = max(16.0, (stored - all_fixed) / max(n_var, 1))
+        per_row = 0.0
+        for f in read.to_arrow(blob_descriptions=True):
+            w = _row_width(f.type)
+            per_row += var_each if w is None else w
+        batch = self._batch_size
+        if self._physical_range is not None:
+            batch = min(batch, self._physical_range[1] - self._physical_range[0])
+        streams = max(1, min(self._fragment_readahead, len(self._fragments)))
+        return int(2 * batch * (per_row + 16) * streams) + (1 << 20)
+
     def count_rows(self) -> int:
         """Number of rows the scan yields."""
         if self._filter is None:
@@ -247,9 +305,48 @@ class Scanner:
         return sum(b.num_rows for b in self.to_batches())
 
 
-def _physical_offset(frag: LanceFragment, live_index: int) -> int:
-    """The physical row of the `live_index`-th live row of a fragment."""
+def _physical_offset(frag: LanceFragment, live_index: int, first: int = 0) -> int:
+    """The physical row of the `live_index`-th live row at or after physical row `first`."""
     mask = frag.live_mask
     if mask is None:
-        return live_index
-    return int(np.flatnonzero(mask)[live_index])
+        return first + live_index
+    return first + int(np.flatnonzero(mask[first:])[live_index])
+
+
+def _row_width(t: pa.DataType) -> int | None:
+    """Bytes per row of a fixed-width type (fixed-size lists and structs of them included);
+    None for anything of variable width."""
+    if pa.types.is_fixed_size_list(t):
+        inner = _row_width(t.value_type)
+        return None if inner is None else inner * t.list_size
+    if pa.types.is_struct(t):
+        kids = [_row_width(t.field(i).type) for i in range(t.num_fields)]
+        return None if any(k is None for k in kids) else sum(kids)
+    bits = fixed_bits(t)
+    return None if bits is None else max(1, bits // 8)
+
+
+def _live_in(frag: LanceFragment, ranges: list[tuple[int, int]] | None) -> int:
+    """Live rows of a fragment, or of its physical `ranges`."""
+    if ranges is None:
+        return frag.count_rows()
+    mask = frag.live_mask
+    if mask is None:
+        return sum(e - s for s, e in ranges)
+    return sum(int(mask[s:e].sum()) for s, e in ranges)
+
+
+def _check_physical_range(
+    rng: tuple[int, int], fragments: Sequence[LanceFragment], dataset: str
+) -> tuple[int, int]:
+    """A physical row range [start, stop) valid in the one fragment being scanned."""
+    if len(fragments) != 1:
+        raise InvalidInputError(f"{dataset}: a physical row range needs exactly one fragment")
+    start, stop = rng
+    n = fragments[0].physical_rows
+    if not (isinstance(start, int) and isinstance(stop, int) and 0 <= start <= stop <= n):
+        raise InvalidInputError(
+            f"{dataset}: physical row range {rng!r} is outside fragment "
+            f"{fragments[0].fragment_id} of {n} rows"
+        )
+    return start, stop

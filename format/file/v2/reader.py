@@ -240,12 +240,11 @@ class V2FileReader(DataFileReader):
         """Stream `fields` over sorted, disjoint row ranges, one step per `split_ranges` item."""
         check_read_args(self.path, ranges, batch_size, self.num_rows)
         nodes = self._plan(fields)
-        try:
-            for start, stop in split_ranges(ranges, batch_size):
-                reqs = [(n, Ranges.single(start, stop)) for n in nodes]
-                yield self._materialize(reqs, partial=True)
-        finally:
-            self._release(nodes)
+        # Pages decoded whole stay after the read (for a following read of the next step)
+        # until a later step passes them or the reader closes.
+        for start, stop in split_ranges(ranges, batch_size):
+            reqs = [(n, Ranges.single(start, stop)) for n in nodes]
+            yield self._materialize(reqs, partial=True)
 
     def take(self, fields: Sequence[LanceField], indices: np.ndarray) -> list[pa.Array]:
         """The rows at sorted, unique physical offsets `indices` (uint64), one array per field."""

@@ -126,8 +126,10 @@ class StructuralFileReader(DataFileReader):
         check_read_args(self.path, ranges, batch_size, self.num_rows)
         plan = self._plan(fields)
         cols = [c for _, leaves in plan for c in leaves]
+        end = 0
         try:
             for start, stop in split_ranges(ranges, batch_size):
+                end = stop
                 owners, plans = [], []
                 for i, col in enumerate(cols):
                     needed = col.pages_for(start, stop)
@@ -144,7 +146,10 @@ class StructuralFileReader(DataFileReader):
                     pieces[i].append(arr)
                 yield self._merge(plan, [_concat(p, c) for p, c in zip(pieces, cols, strict=True)])
         finally:
-            self._release(cols)
+            # pages already passed go now; indexes of the page it stopped in stay for a
+            # following read of the same reader (a scan's next step), until `close`
+            for col in cols:
+                col.forget_except(col.pages_for(end - 1, end) if end else ())
 
     def take(self, fields: Sequence[LanceField], indices: np.ndarray) -> list[pa.Array]:
         """The rows at sorted, unique physical offsets `indices` (uint64), one array per field."""
@@ -347,10 +352,6 @@ class StructuralFileReader(DataFileReader):
             if len(out) != wanted:
                 raise where.corrupt(f"{len(out)} rows decoded for {wanted} wanted")
             return out
-
-    def _release(self, cols: list[_Column]) -> None:
-        for col in cols:
-            col.forget_except(())
 
 
 def _concat(parts: list[pa.Array], col: _Column) -> pa.Array:
