@@ -56,7 +56,9 @@ def unpack(packed: np.ndarray, width: int, bits: int) -> np.ndarray:
     words = np.ascontiguousarray(packed, dtype=dt).reshape(-1)
     if len(words) != nblocks * width * (BLOCK // bits) or not 0 <= width <= bits:
         raise ValueError(f"{len(words)} words are not {nblocks} blocks packed at width {width}")
-    return _unpack_blocks(words, nblocks, width).reshape(nblocks, BLOCK)
+    out = np.empty((nblocks, BLOCK), dtype=dt)
+    _unpack_blocks(words, width, out.reshape(-1))
+    return out
 
 
 def pack(values: np.ndarray, width: int, bits: int) -> np.ndarray:
@@ -134,7 +136,7 @@ def inline_decode(
     dt = _DTYPES[bits]
     words = np.ascontiguousarray(words, dtype=dt)
     starts, sizes, counts = as_i64(word_starts), as_i64(word_sizes), as_i64(counts)
-    status, i = _inline_check(words, starts, sizes, counts)
+    status, i, total = _inline_check(words, starts, sizes, counts)
     if status == _TOO_MANY:
         raise CorruptFileError(where, f"inline bit-packed chunk with more than {BLOCK} values")
     if status == _OUTSIDE:
@@ -149,7 +151,9 @@ def inline_decode(
             f"inline bit-packed chunk {i} ({int(sizes[i]) * bits // 8} bytes) is too short "
             f"for width {int(words[starts[i]])}",
         )
-    return _inline_unpack(words, starts, counts)
+    out = np.empty(total, dtype=dt)
+    _inline_unpack(words, starts, counts, out)
+    return out
 
 
 # -- out-of-line bit-packing (levels, one block buffer per chunk) -----------------------------
@@ -230,7 +234,9 @@ def outofline_decode(
         raise CorruptFileError(
             where, f"out-of-line bit-packed buffer of chunk {bad} is too short or out of bounds"
         )
-    return _outofline_unpack(words, starts, sizes, counts, width)
+    out = np.empty(int(counts.sum()), dtype=dt)
+    _outofline_unpack(words, starts, sizes, counts, width, out)
+    return out
 
 
 # -- kernels -----------------------------------------------------------------------------------
@@ -270,41 +276,38 @@ def _unpack_block(words, base, width, out, o):  # noqa: ANN001, ANN202
 
 
 @numba.njit(cache=True, nogil=True)
-def _unpack_blocks(words, nblocks, width):  # noqa: ANN001, ANN202
-    out = np.empty(nblocks * BLOCK, dtype=words.dtype)
+def _unpack_blocks(words, width, out):  # noqa: ANN001, ANN202
     per = width * (BLOCK // (words.itemsize * 8))
-    for b in range(nblocks):
+    for b in range(len(out) // BLOCK):
         _unpack_block(words, b * per, width, out, b * BLOCK)
-    return out
 
 
 @numba.njit(cache=True, nogil=True)
 def _inline_check(words, starts, sizes, counts):  # noqa: ANN001, ANN202
-    """(status, chunk) of the first failing check, in the order the errors are reported."""
+    """(status, chunk) of the first failing check, in the order the errors are reported, and
+    the number of values."""
     bits = words.itemsize * 8
     n = len(counts)
+    total = 0
     for i in range(n):
         if counts[i] < 0 or counts[i] > BLOCK:
-            return _TOO_MANY, i
+            return _TOO_MANY, i, 0
+        total += counts[i]
     for i in range(n):
         if sizes[i] < 1 or starts[i] < 0 or starts[i] > len(words) - sizes[i]:
-            return _OUTSIDE, i
+            return _OUTSIDE, i, 0
     for i in range(n):
         if U64(words[starts[i]]) > U64(bits):  # unsigned: a huge width must not wrap
-            return _TOO_WIDE, i
+            return _TOO_WIDE, i, 0
     for i in range(n):
         if sizes[i] < 1 + np.int64(words[starts[i]]) * (BLOCK // bits):
-            return _TOO_SHORT, i
-    return _OK, 0
+            return _TOO_SHORT, i, 0
+    return _OK, 0, total
 
 
 @numba.njit(cache=True, nogil=True)
-def _inline_unpack(words, starts, counts):  # noqa: ANN001, ANN202
+def _inline_unpack(words, starts, counts, out):  # noqa: ANN001, ANN202
     """All validated chunks' values back to back (a short chunk goes through a scratch block)."""
-    total = 0
-    for c in counts:
-        total += c
-    out = np.empty(total, dtype=words.dtype)
     scratch = np.empty(BLOCK, dtype=words.dtype)
     o = U64(0)
     for i in range(len(counts)):
@@ -318,7 +321,6 @@ def _inline_unpack(words, starts, counts):  # noqa: ANN001, ANN202
             for j in range(n):
                 out[o + j] = scratch[j]
         o += n
-    return out
 
 
 @numba.njit(cache=True, nogil=True)
@@ -336,14 +338,10 @@ def _outofline_check(n_words, starts, sizes, counts, wpb):  # noqa: ANN001, ANN2
 
 
 @numba.njit(cache=True, nogil=True)
-def _outofline_unpack(words, starts, sizes, counts, width):  # noqa: ANN001, ANN202
+def _outofline_unpack(words, starts, sizes, counts, width, out):  # noqa: ANN001, ANN202
     """Validated chunks: full blocks unpacked in place, then the tail raw or via a scratch
     block."""
     wpb = width * (BLOCK // (words.itemsize * 8))
-    total = 0
-    for c in counts:
-        total += c
-    out = np.empty(total, dtype=words.dtype)
     scratch = np.empty(BLOCK, dtype=words.dtype)
     o = 0
     for i in range(len(counts)):
@@ -363,4 +361,3 @@ def _outofline_unpack(words, starts, sizes, counts, width):  # noqa: ANN001, ANN
             for j in range(U64(tail)):
                 out[U64(o) + j] = scratch[j]
         o += tail
-    return out

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
+import numba
 import numpy as np
 import pyarrow as pa
 
@@ -31,7 +33,18 @@ from format.errors import CorruptFileError, UnsupportedFeatureError
 from format.file.v21 import bitpacking as bp
 from format.file.v21 import byte_stream_split as bss
 from format.file.v21 import fsst, general, rle
-from format.file.v21.gather import I64, check_ranges, gather, range_index, read_uint
+from format.file.v21.gather import (
+    I64,
+    U64,
+    as_i64,
+    check_ranges,
+    copy_ranges,
+    gather,
+    load_uint,
+    outside,
+    range_index,
+    read_uint,
+)
 from format.proto import encodings_v2_1_pb2 as pb
 
 Encoding = pb.CompressiveEncoding
@@ -90,10 +103,14 @@ def _unsupported(where: str, what: str) -> UnsupportedFeatureError:
 def fixed_array(values: np.ndarray, bits: int) -> pa.Array:
     """Physical Arrow array of little-endian fixed-width values (numpy uint or raw bytes)."""
     raw = np.ascontiguousarray(values).reshape(-1).view(np.uint8)
-    if bits in _UINT:
-        return pa.array(raw.view(_NP_UINT[bits]), type=_UINT[bits])
     width = bits // 8
-    return pa.Array.from_buffers(pa.binary(width), len(raw) // width, [None, pa.py_buffer(raw)])
+    if bits in _UINT:
+        typed = raw.view(_NP_UINT[bits])
+        if not typed.flags.aligned:
+            raw = typed.copy().view(np.uint8)
+    # from_buffers wraps the numpy memory as is (pa.array costs ~10x more per call).
+    typ = _UINT[bits] if bits in _UINT else pa.binary(width)
+    return pa.Array.from_buffers(typ, len(raw) // width, [None, pa.py_buffer(raw)])
 
 
 def binary_array(offsets: np.ndarray, data: np.ndarray) -> pa.Array:
@@ -130,9 +147,8 @@ def flat_chunks(bits: int, ch: Chunks, where: str) -> pa.Array:
     """
     counts = ch.counts
     if bits == 1:
-        nbytes = (counts + 7) // 8
-        _check_sizes(ch, nbytes, where, "Flat(1) bitmap")
-        raw = gather(ch.data, ch.starts, nbytes, where, "Flat(1) chunk")
+        nbytes = (as_i64(counts) + 7) // 8
+        raw = chunk_prefixes(ch, nbytes, where, "Flat(1) bitmap", "Flat(1) chunk")
         total = int(counts.sum())
         if not (counts[:-1] % 8).any():  # chunks end on byte boundaries: reuse the bitmap
             return pa.Array.from_buffers(pa.bool_(), total, [None, pa.py_buffer(raw)])
@@ -141,22 +157,56 @@ def flat_chunks(bits: int, ch: Chunks, where: str) -> pa.Array:
         return pa.array(bits_all[range_index(out_starts, counts)].view(bool), type=pa.bool_())
     if bits <= 0 or bits % 8:
         raise _unsupported(where, f"Flat compression with {bits} bits per value")
-    width = bits // 8
-    _check_sizes(ch, counts * width, where, f"Flat({bits}) buffer")
-    if bits in _UINT:
-        return fixed_array(_words(ch, ch.starts, counts, bits, where, f"Flat({bits}) chunk"), bits)
-    return fixed_array(gather(ch.data, ch.starts, counts * width, where, "Flat chunk"), bits)
+    what = f"Flat({bits}) chunk" if bits in _UINT else "Flat chunk"
+    raw = chunk_prefixes(ch, as_i64(counts) * (bits // 8), where, f"Flat({bits}) buffer", what)
+    return fixed_array(raw, bits)
+
+
+def chunk_prefixes(
+    ch: Chunks, nbytes: np.ndarray, where: str, short_what: str, range_what: str
+) -> np.ndarray:
+    """The first `nbytes[i]` bytes of every chunk buffer, concatenated (a view for a single
+    chunk); each must fit in its chunk's size and in the data."""
+    starts, sizes = as_i64(ch.starts), as_i64(ch.sizes)
+    status, i = _check_prefixes(len(ch.data), starts, sizes, nbytes)
+    if status == _SHORT:
+        raise _short(ch, int(nbytes[i]), i, where, short_what)
+    if status == _OUTSIDE:
+        raise outside(len(ch.data), starts, nbytes, i, where, range_what)
+    if len(starts) == 1:
+        s = int(starts[0])
+        return ch.data[s : s + int(nbytes[0])]
+    return copy_ranges(ch.data, starts, nbytes)
 
 
 def _check_sizes(ch: Chunks, needed: np.ndarray, where: str, what: str) -> None:
     short = ch.sizes < needed
     if short.any():
-        i = int(np.argmax(short))
-        raise CorruptFileError(
-            where,
-            f"{what} of chunk {i} has {int(ch.sizes[i])} bytes, its {int(ch.counts[i])} values "
-            f"need {int(needed[i])}",
-        )
+        raise _short(ch, int(needed[np.argmax(short)]), int(np.argmax(short)), where, what)
+
+
+def _short(ch: Chunks, needed: int, i: int, where: str, what: str) -> CorruptFileError:
+    return CorruptFileError(
+        where,
+        f"{what} of chunk {i} has {int(ch.sizes[i])} bytes, its {int(ch.counts[i])} values "
+        f"need {needed}",
+    )
+
+
+_OK, _SHORT, _OUTSIDE, _BAD_OFFSET, _BYTES_OUTSIDE, _DECREASING, _MISALIGNED = range(7)
+
+
+@numba.njit(cache=True, nogil=True)
+def _check_prefixes(size, starts, sizes, nbytes):  # noqa: ANN001, ANN202
+    """(status, chunk): first chunk whose buffer is shorter than `nbytes`, then first whose
+    `nbytes` run past the data (the order the errors are reported in)."""
+    for i in range(len(starts)):
+        if sizes[i] < nbytes[i]:
+            return _SHORT, i
+    for i in range(len(starts)):
+        if nbytes[i] < 0 or starts[i] < 0 or starts[i] > size - nbytes[i]:
+            return _OUTSIDE, i
+    return _OK, 0
 
 
 # -- Variable --------------------------------------------------------------------------------
@@ -179,30 +229,89 @@ def variable_chunks(bits: int, ch: Chunks, where: str) -> pa.Array:
     """Variable{Flat bits} mini-block form: per chunk `count + 1` offsets (u32/u64, relative to
     the chunk buffer's start; the first equals `(count + 1) * bits / 8`), then the bytes, then
     0x48 padding. Returns large_binary of all chunks' strings."""
+    starts, counts = check_variable_chunks(bits, ch, where)
+    offsets = np.empty(int(counts.sum()) + 1, dtype=I64)
+    data = np.empty(_variable_gather(ch.data, starts, counts, bits // 8, offsets), dtype=np.uint8)
+    _variable_gather(ch.data, starts, counts, bits // 8, offsets, data)
+    return binary_array(offsets, data)
+
+
+def check_variable_chunks(bits: int, ch: Chunks, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """Validate Variable{Flat bits} chunks (offsets inside their chunk, non-decreasing) and
+    return their (starts, counts) as int64 for the unchecked kernels."""
     width = bits // 8
-    n_off = ch.counts + 1
-    _check_sizes(ch, n_off * width, where, f"Variable({bits}) offsets")
-    offs = _words(ch, ch.starts, n_off, bits, where, "Variable offsets").astype(I64)
-    first_idx = np.cumsum(n_off) - n_off
-    last_idx = first_idx + ch.counts
-    first, last = offs[first_idx], offs[last_idx]
-    chunk_of = np.repeat(np.arange(len(ch.counts)), n_off)
-    bad = (offs < n_off[chunk_of] * width) | (offs > ch.sizes[chunk_of])
-    if bad.any():
-        c = int(chunk_of[np.argmax(bad)])
-        raise CorruptFileError(where, f"Variable offsets of chunk {c} point outside its buffer")
-    lengths = last - first
-    data = gather(ch.data, ch.starts + first, lengths, where, "Variable bytes")
-    # Rebase every chunk's offsets onto the concatenated bytes; drop each chunk's leading
-    # offset except the very first (it equals the previous chunk's last).
-    base = np.cumsum(lengths) - lengths
-    rebased = offs - first[chunk_of] + base[chunk_of]
-    keep = np.ones(len(offs), dtype=bool)
-    keep[first_idx[1:]] = False
-    out = rebased[keep] if len(offs) else np.zeros(1, dtype=I64)
-    if (np.diff(out) < 0).any():
+    starts, sizes, counts = as_i64(ch.starts), as_i64(ch.sizes), as_i64(ch.counts)
+    status, i = _variable_check(ch.data, starts, sizes, counts, width)
+    if status == _SHORT and counts[i] >= 0:
+        raise _short(ch, (int(counts[i]) + 1) * width, i, where, f"Variable({bits}) offsets")
+    if status == _SHORT:
+        raise CorruptFileError(where, f"Variable chunk {i} has a negative value count")
+    if status == _OUTSIDE:
+        raise outside(len(ch.data), starts, (counts + 1) * width, i, where, "Variable offsets")
+    if status == _BAD_OFFSET:
+        raise CorruptFileError(where, f"Variable offsets of chunk {i} point outside its buffer")
+    if status == _BYTES_OUTSIDE:
+        s = int(starts[i])
+        first, last = (int(load_uint(ch.data, s + k * width, width)) for k in (0, counts[i]))
+        raise CorruptFileError(
+            where,
+            f"Variable bytes #{i} spans [{s + first}, {s + last}) outside a {len(ch.data)}-byte "
+            "buffer",
+        )
+    if status == _DECREASING:
         raise CorruptFileError(where, "Variable offsets decrease")
-    return binary_array(out, data)
+    return starts, counts
+
+
+@numba.njit(cache=True, nogil=True)
+def _variable_check(data, starts, sizes, counts, width):  # noqa: ANN001, ANN202
+    """(status, chunk) of the first failed check of Variable chunks, checks in report order."""
+    n, size = len(counts), len(data)
+    for i in range(n):  # room for the offsets (no overflow: compare counts, not bytes)
+        if counts[i] < 0 or counts[i] + 1 > sizes[i] // width:
+            return _SHORT, i
+    for i in range(n):
+        if starts[i] < 0 or starts[i] > size - (counts[i] + 1) * width:
+            return _OUTSIDE, i
+    for i in range(n):
+        low, high = U64((counts[i] + 1) * width), U64(sizes[i])
+        for j in range(counts[i] + 1):
+            off = load_uint(data, starts[i] + j * width, width)
+            if off < low or off > high:
+                return _BAD_OFFSET, i
+    for i in range(n):  # the chunk's bytes [start + first, start + last) inside the data
+        first = np.int64(load_uint(data, starts[i], width))
+        last = np.int64(load_uint(data, starts[i] + counts[i] * width, width))
+        if last < first or starts[i] + last > size:
+            return _BYTES_OUTSIDE, i
+    for i in range(n):
+        prev = load_uint(data, starts[i], width)
+        for j in range(1, counts[i] + 1):
+            off = load_uint(data, starts[i] + j * width, width)
+            if off < prev:
+                return _DECREASING, i
+            prev = off
+    return _OK, 0
+
+
+@numba.njit(cache=True, nogil=True)
+def _variable_gather(data, starts, counts, width, offsets, out=None):  # noqa: ANN001, ANN202
+    """Validated Variable chunks -> int64 offsets from 0 (returns the byte total); with `out`,
+    also copy all strings' bytes there."""
+    offsets[0] = 0
+    k, o = 0, U64(0)
+    for i in range(len(counts)):
+        s = U64(starts[i])
+        first = load_uint(data, s, width)
+        for j in range(1, counts[i] + 1):
+            k += 1
+            offsets[k] = np.int64(o + load_uint(data, starts[i] + j * width, width) - first)
+        last = load_uint(data, starts[i] + counts[i] * width, width)
+        if out is not None:
+            for b in range(last - first):
+                out[o + b] = data[s + first + b]
+        o += last - first
+    return np.int64(o)
 
 
 def variable_block(bits: int, data: np.ndarray, count: int, where: str) -> pa.Array:
@@ -243,18 +352,40 @@ def word_view(ch: Chunks, bits: int, where: str) -> tuple[np.ndarray, np.ndarray
     """The chunk buffers as `bits`-wide words: (words, word_starts, word_sizes). Buffers must
     be whole words; misaligned starts (never written by Lance) are repacked into a copy."""
     width = bits // 8
-    check_ranges(len(ch.data), ch.starts, ch.sizes, where, "chunk buffer")
-    if (ch.sizes % width).any():
-        i = int(np.argmax(ch.sizes % width))
+    starts, sizes = as_i64(ch.starts), as_i64(ch.sizes)
+    status, i, word_starts, word_sizes = _word_layout(len(ch.data), starts, sizes, width)
+    if status == _OUTSIDE:
+        raise outside(len(ch.data), starts, sizes, i, where, "chunk buffer")
+    if status == _SHORT:
         raise CorruptFileError(
-            where, f"chunk {i} buffer of {int(ch.sizes[i])} bytes is not whole {bits}-bit words"
+            where, f"chunk {i} buffer of {int(sizes[i])} bytes is not whole {bits}-bit words"
         )
-    if not (ch.starts % width).any():
+    if status == _OK:
         data = ch.data[: len(ch.data) - len(ch.data) % width]
-        return data.view(_NP_UINT[bits]), ch.starts // width, ch.sizes // width
-    packed = gather(ch.data, ch.starts, ch.sizes, where, "chunk buffer")
-    sizes = ch.sizes // width
-    return packed.view(_NP_UINT[bits]), np.cumsum(sizes) - sizes, sizes
+        return data.view(_NP_UINT[bits]), word_starts, word_sizes
+    packed = copy_ranges(ch.data, starts, sizes)
+    return packed.view(_NP_UINT[bits]), np.cumsum(word_sizes) - word_sizes, word_sizes
+
+
+@numba.njit(cache=True, nogil=True)
+def _word_layout(size, starts, sizes, width):  # noqa: ANN001, ANN202
+    """(status, chunk, word starts, word sizes) of chunk buffers read as `width`-byte words:
+    _OUTSIDE / _SHORT (not whole words) for the first bad chunk, _MISALIGNED if some buffer
+    does not start on a word boundary (word starts are then meaningless), else _OK."""
+    n = len(starts)
+    for i in range(n):
+        if sizes[i] < 0 or starts[i] < 0 or starts[i] > size - sizes[i]:
+            return _OUTSIDE, i, starts[:0], sizes[:0]
+    word_starts = np.empty(n, dtype=np.int64)
+    word_sizes = np.empty(n, dtype=np.int64)
+    aligned = True
+    for i in range(n):
+        if sizes[i] % width:
+            return _SHORT, i, starts[:0], sizes[:0]
+        aligned = aligned and starts[i] % width == 0
+        word_starts[i] = starts[i] // width
+        word_sizes[i] = sizes[i] // width
+    return (_OK if aligned else _MISALIGNED), 0, word_starts, word_sizes
 
 
 def _word_bits(bits: int, what: str, where: str) -> int:
@@ -370,13 +501,15 @@ def _fsl_layers(enc: Encoding, where: str) -> tuple[list[tuple[int, bool]], Enco
     """The nested FixedSizeList layers (dimension, has_validity), outermost first, and the
     encoding of the innermost items."""
     layers = []
+    total = 1
     while variant(enc, where) == "fixed_size_list":
         fsl = enc.fixed_size_list
-        layers.append((int(fsl.items_per_value), bool(fsl.has_validity)))
+        dim = int(fsl.items_per_value)
+        layers.append((dim, bool(fsl.has_validity)))
         # Arrow list sizes are int32; bounding the product also keeps size maths exact.
-        total = np.prod([d for d, _ in layers], dtype=object)
-        if fsl.items_per_value < 1 or total >= 2**31:
-            raise CorruptFileError(where, f"FixedSizeList of {fsl.items_per_value} items")
+        total *= dim
+        if dim < 1 or total >= 2**31:
+            raise CorruptFileError(where, f"FixedSizeList of {dim} items")
         enc = fsl.values
     return layers, enc
 
@@ -409,13 +542,13 @@ def fsl_chunks(enc: Encoding, bufs: list[Chunks], where: str, block: bool) -> pa
     if len(bufs) < nvalid + 1:
         raise CorruptFileError(where, f"FixedSizeList needs {nvalid + 1} buffers per chunk")
     counts = bufs[0].counts
-    cum = np.cumprod([dim for dim, _ in layers])
+    cum = list(accumulate(dim for dim, _ in layers))
     valids: list = []
     k = 0
     for (_, hv), c in zip(layers, cum, strict=True):
         if hv:
             v = bufs[k]
-            bits = flat_chunks(1, Chunks(v.data, v.starts, v.sizes, counts * int(c)), where)
+            bits = flat_chunks(1, Chunks(v.data, v.starts, v.sizes, counts * c), where)
             valids.append(bits.to_numpy(zero_copy_only=False))
             k += 1
         else:
@@ -423,7 +556,7 @@ def fsl_chunks(enc: Encoding, bufs: list[Chunks], where: str, block: bool) -> pa
     d = bufs[nvalid]
     items = _decode(
         inner,
-        [Chunks(d.data, d.starts, d.sizes, counts * int(cum[-1])), *bufs[nvalid + 1 :]],
+        [Chunks(d.data, d.starts, d.sizes, counts * cum[-1]), *bufs[nvalid + 1 :]],
         where,
         block,
     )
@@ -646,7 +779,14 @@ def _decode(enc: Encoding, bufs: list[Chunks], where: str, block: bool) -> pa.Ar
         return _decode(g.values, [inner, *bufs[1:]], where, block)
     if kind == "fsst":
         table = fsst.parse_table(enc.fsst.symbol_table, where)
-        compressed = _decode(enc.fsst.values, bufs, where, block)
+        inner = enc.fsst.values
+        if not block and table.compressed and variant(inner, where) == "variable":
+            # Decode straight from the chunks: no gathered copy of the codes.
+            bits = _offset_bits(inner.variable, where)
+            starts, counts = check_variable_chunks(bits, ch, where)
+            out_offsets, out = fsst.decode_chunks(table, ch.data, starts, counts, bits // 8, where)
+            return binary_array(out_offsets, out)
+        compressed = _decode(inner, bufs, where, block)
         if not pa.types.is_large_binary(compressed.type):
             raise CorruptFileError(where, "Fsst over a fixed-width encoding")
         offsets = np.frombuffer(compressed.buffers()[1], dtype=I64)[: len(compressed) + 1]

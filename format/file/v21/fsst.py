@@ -11,11 +11,13 @@ is compressed on its own. With encoder_switch 0 the strings are stored uncompres
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numba
 import numpy as np
 
 from format.errors import CorruptFileError
+from format.file.v21.gather import load_uint
 
 TABLE_SIZE = 8 + 256 * 8 + 256
 MAGIC = 0x46535354
@@ -33,24 +35,31 @@ class SymbolTable:
 
 
 def parse_table(raw: bytes, where: str) -> SymbolTable:
-    """Parse and validate a symbol table."""
+    """Parse and validate a symbol table (cached: pages of a column share theirs)."""
+    table = _parse_table(bytes(raw))
+    if isinstance(table, str):
+        raise CorruptFileError(where, table)
+    return table
+
+
+@lru_cache(maxsize=64)
+def _parse_table(raw: bytes) -> SymbolTable | str:
+    """The table, or why it is corrupt."""
     if len(raw) != TABLE_SIZE:
-        raise CorruptFileError(
-            where, f"FSST symbol table of {len(raw)} bytes (expected {TABLE_SIZE})"
-        )
+        return f"FSST symbol table of {len(raw)} bytes (expected {TABLE_SIZE})"
     head = int.from_bytes(raw[:8], "little")
     if head >> 32 != MAGIC:
-        raise CorruptFileError(where, "FSST symbol table has no FSST magic")
+        return "FSST symbol table has no FSST magic"
     n = head & 0xFF
     if n > 255:
-        raise CorruptFileError(where, f"FSST symbol table with {n} symbols")
+        return f"FSST symbol table with {n} symbols"
     buf = np.frombuffer(raw, dtype=np.uint8)
     symbols = np.zeros((256, 8), dtype=np.uint8)
     symbols[:n] = buf[8 : 8 + 8 * n].reshape(n, 8)
     lengths = np.zeros(256, dtype=np.int8)
     lengths[:n] = buf[8 + 8 * n : 8 + 9 * n]
     if ((lengths[:n] < 1) | (lengths[:n] > 8)).any():
-        raise CorruptFileError(where, "FSST symbol of length outside 1..8")
+        return "FSST symbol of length outside 1..8"
     return SymbolTable(bool(head >> 24 & 1), symbols, lengths, n)
 
 
@@ -60,22 +69,54 @@ def decode(
     """Decompress strings `data[offsets[i]:offsets[i+1]]` -> (int64 offsets from 0, bytes)."""
     offsets = np.asarray(offsets, dtype=np.int64)
     codes = np.ascontiguousarray(data[offsets[0] : offsets[-1]], dtype=np.uint8)
-    rel = offsets - offsets[0]
+    rel = np.ascontiguousarray(offsets - offsets[0])
     if not table.compressed:
         return rel, codes
     if len(codes) == 0:
         return rel, np.zeros(0, dtype=np.uint8)
     lengths = table.lengths.astype(np.int64)
     out_offsets = np.empty(len(rel), dtype=np.int64)
-    status, detail = _sizes(codes, rel, lengths, table.n_symbols, out_offsets)
-    if status == _BAD_CODE:
-        raise CorruptFileError(where, f"FSST code {detail} beyond the {table.n_symbols} symbols")
-    if status == _TRAILING_ESCAPE:
-        raise CorruptFileError(where, "FSST string ends with an escape byte")
+    _raise(_sizes(codes, rel, lengths, table.n_symbols, out_offsets), table, where)
+    out = np.empty(int(out_offsets[-1]) + 8, dtype=np.uint8)  # slack: see _expand_run
+    _expand_run(codes, 0, len(codes), _symbol_words(table), lengths, out, 0)
+    return out_offsets, out[: int(out_offsets[-1])]
+
+
+def decode_chunks(
+    table: SymbolTable,
+    data: np.ndarray,
+    starts: np.ndarray,
+    counts: np.ndarray,
+    width: int,
+    where: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Decompress the strings of mini-block Variable chunks straight from the page `data`
+    (uint8): chunk i is `counts[i] + 1` LE offsets of `width` bytes at `starts[i]` (relative
+    to it), already validated by `compression.check_variable_chunks`, then the codes.
+    Returns (int64 offsets from 0, bytes); saves gathering the codes first."""
+    if not table.compressed:
+        raise ValueError("decode_chunks needs a compressed table")
+    lengths = table.lengths.astype(np.int64)
+    out_offsets = np.empty(int(counts.sum()) + 1, dtype=np.int64)
+    status = _chunk_sizes(data, starts, counts, width, lengths, table.n_symbols, out_offsets)
+    _raise(status, table, where)
     size = int(out_offsets[-1])
-    out = np.empty(size + 8, dtype=np.uint8)  # slack: symbols are copied 8 bytes at a time
-    _expand(codes, rel, table.symbols.reshape(-1), lengths, out)
+    out = np.empty(size + 8, dtype=np.uint8)
+    _chunk_expand(data, starts, counts, width, _symbol_words(table), lengths, out)
     return out_offsets, out[:size]
+
+
+def _symbol_words(table: SymbolTable) -> np.ndarray:
+    """Each symbol's 8 bytes as one little-endian u64 (written with one store per code)."""
+    return table.symbols.view("<u8").reshape(-1)
+
+
+def _raise(status: tuple[int, int], table: SymbolTable, where: str) -> None:
+    code, detail = status
+    if code == _BAD_CODE:
+        raise CorruptFileError(where, f"FSST code {detail} beyond the {table.n_symbols} symbols")
+    if code == _TRAILING_ESCAPE:
+        raise CorruptFileError(where, "FSST string ends with an escape byte")
 
 
 # The kernels are compiled (numba): FSST parsing is sequential within a string (an escape
@@ -88,36 +129,68 @@ _OK, _BAD_CODE, _TRAILING_ESCAPE = 0, 1, 2
 _U = np.uint64
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _scan(codes, j, end, lengths, n_symbols):  # noqa: ANN001, ANN202
+    """Decoded size of the string codes[j:end]: (size, status, offending code)."""
+    one, two = _U(1), _U(2)
+    size = _U(0)
+    while j < end:
+        c = codes[j]
+        if c == ESCAPE:
+            if j + one >= end:
+                return size, _TRAILING_ESCAPE, c
+            size += one
+            j += two
+        elif c >= n_symbols:
+            return size, _BAD_CODE, c
+        else:
+            size += _U(lengths[c])
+            j += one
+    return size, _OK, 0
+
+
 @numba.njit(cache=True, nogil=True)
 def _sizes(codes, rel, lengths, n_symbols, out_offsets):  # noqa: ANN001, ANN202
     """Fill `out_offsets` (decoded string boundaries); (status, offending code)."""
-    one, two = _U(1), _U(2)
     total = _U(0)
     out_offsets[0] = 0
     for i in range(len(rel) - 1):
-        j, end = _U(rel[i]), _U(rel[i + 1])
-        while j < end:
-            c = codes[j]
-            if c == ESCAPE:
-                if j + one >= end:
-                    return _TRAILING_ESCAPE, c
-                total += one
-                j += two
-            elif c >= n_symbols:
-                return _BAD_CODE, c
-            else:
-                total += _U(lengths[c])
-                j += one
+        size, status, c = _scan(codes, _U(rel[i]), _U(rel[i + 1]), lengths, n_symbols)
+        if status != _OK:
+            return status, c
+        total += size
         out_offsets[i + 1] = total
     return _OK, 0
 
 
 @numba.njit(cache=True, nogil=True)
-def _expand(codes, rel, symbols, lengths, out):  # noqa: ANN001, ANN202
-    """Write the decoded bytes (the input was validated by `_sizes`; strings are back to
-    back, so one pass over all codes decodes them all)."""
-    one, two, eight = _U(1), _U(2), _U(8)
-    j, end, o = _U(rel[0]), _U(rel[-1]), _U(0)
+def _chunk_sizes(data, starts, counts, width, lengths, n_symbols, out_offsets):  # noqa: ANN001, ANN202
+    """`_sizes` over validated Variable chunks of the page."""
+    total = _U(0)
+    k = 0
+    out_offsets[0] = 0
+    for i in range(len(counts)):
+        base = _U(starts[i])
+        j = base + load_uint(data, base, width)
+        for s in range(1, counts[i] + 1):
+            end = base + load_uint(data, base + _U(s * width), width)
+            size, status, c = _scan(data, j, end, lengths, n_symbols)
+            if status != _OK:
+                return status, c
+            total += size
+            k += 1
+            out_offsets[k] = total
+            j = end
+    return _OK, 0
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _expand_run(codes, j, end, words, lengths, out, o):  # noqa: ANN001, ANN202
+    """Write the decoded bytes of the validated codes[j:end] at out[o:]; returns the new end.
+    A symbol is stored as all its 8 bytes (the shifts below compile to one unaligned store)
+    and the next symbol overwrites the excess: `out` needs 8 bytes of slack."""
+    one, two, byte = _U(1), _U(2), _U(0xFF)
+    j, end, o = _U(j), _U(end), _U(o)
     while j < end:
         c = codes[j]
         if c == ESCAPE:
@@ -125,11 +198,29 @@ def _expand(codes, rel, symbols, lengths, out):  # noqa: ANN001, ANN202
             o += one
             j += two
         else:
-            base = _U(c) * eight
-            for k in range(8):  # a fixed-size copy; bytes past the symbol get overwritten
-                out[o + _U(k)] = symbols[base + _U(k)]
+            v = words[c]
+            out[o] = v & byte
+            out[o + _U(1)] = (v >> _U(8)) & byte
+            out[o + _U(2)] = (v >> _U(16)) & byte
+            out[o + _U(3)] = (v >> _U(24)) & byte
+            out[o + _U(4)] = (v >> _U(32)) & byte
+            out[o + _U(5)] = (v >> _U(40)) & byte
+            out[o + _U(6)] = (v >> _U(48)) & byte
+            out[o + _U(7)] = v >> _U(56)
             o += _U(lengths[c])
             j += one
+    return o
+
+
+@numba.njit(cache=True, nogil=True)
+def _chunk_expand(data, starts, counts, width, words, lengths, out):  # noqa: ANN001, ANN202
+    """`_expand_run` over each validated chunk's codes (contiguous within a chunk)."""
+    o = _U(0)
+    for i in range(len(counts)):
+        base = _U(starts[i])
+        first = load_uint(data, base, width)
+        last = load_uint(data, base + _U(counts[i] * width), width)
+        o = _expand_run(data, base + first, base + last, words, lengths, out, o)
 
 
 # -- encoding ----------------------------------------------------------------------------------

@@ -77,6 +77,15 @@ def gather(
     return copy_ranges(data, starts, lengths)
 
 
+def copy_ranges(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The validated ranges of `data` back to back in a new array. Outputs are allocated by
+    numpy, not inside kernels: numpy asks for huge pages, numba's allocator is ~4x slower to
+    fault in a large array."""
+    out = np.empty(int(lengths.sum()), dtype=data.dtype)
+    copy_ranges_into(data, starts, lengths, out)
+    return out
+
+
 def read_uint(data: np.ndarray, pos: np.ndarray, nbytes: int, where: str, what: str) -> np.ndarray:
     """Little-endian unsigned integers of `nbytes` bytes at byte positions `pos` (any alignment)."""
     pos = as_i64(pos)
@@ -109,17 +118,6 @@ def _first_bad_position(size, pos, nbytes):  # noqa: ANN001, ANN202
 
 
 @numba.njit(cache=True, nogil=True)
-def copy_ranges(data, starts, lengths):  # noqa: ANN001, ANN201
-    """The validated ranges of `data` back to back in a new array."""
-    total = 0
-    for n in lengths:
-        total += n
-    out = np.empty(total, dtype=data.dtype)
-    copy_ranges_into(data, starts, lengths, out)
-    return out
-
-
-@numba.njit(cache=True, nogil=True)
 def copy_ranges_into(data, starts, lengths, out):  # noqa: ANN001, ANN201
     """memcpy of each validated range into `out`, back to back: an index array of every
     element (numpy's way) costs 8 bytes of index per byte moved."""
@@ -143,7 +141,7 @@ def load_uint(data, p, nbytes):  # noqa: ANN001, ANN201
 
 @numba.njit(cache=True, nogil=True)
 def _read_uint(data, pos, nbytes):  # noqa: ANN001, ANN202
-    out = np.empty(len(pos), dtype=np.uint64)
+    out = np.empty(len(pos), dtype=np.uint64)  # small: one integer per chunk or value
     for i in range(len(pos)):
         out[i] = load_uint(data, pos[i], nbytes)
     return out
