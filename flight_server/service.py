@@ -74,7 +74,6 @@ from format.errors import (
     NotAppendOnlyError,
     SchemaMismatchError,
 )
-from format.file.base import DEFAULT_BATCH_SIZE
 from format.io.store import ObjectStore, filesystem, open_store
 from format.proto import table_pb2
 from format.table import versions as _versions
@@ -148,27 +147,6 @@ class EndpointStream:
         close = getattr(self.batches, "close", None)
         if close is not None:
             close()
-
-
-# The least a stream is accounted for, however small its batches look.
-MIN_STREAM_ESTIMATE = 1024 * 1024
-
-
-def stream_estimate(fragments: Iterable[Any], batch_size: int, max_rows: int | None = None) -> int:
-    """Bytes one stream over these fragments holds: three of its biggest batches.
-
-    Rows are sized from the manifest (data file bytes / physical rows); a batch never spans
-    fragments, so it has at most a fragment's rows (or `max_rows`, a row range's). The
-    scanner's own `memory_estimate` is preferred where the engine has it.
-    """
-    biggest = 0.0
-    for frag in fragments:
-        rows = frag.metadata.physical_rows
-        if rows:
-            size = sum(f.file_size_bytes for f in frag.metadata.files)
-            batch_rows = min(batch_size, rows, max_rows or rows)
-            biggest = max(biggest, size / rows * batch_rows)
-    return max(MIN_STREAM_ESTIMATE, int(3 * biggest))
 
 
 @dataclass(frozen=True)
@@ -558,8 +536,7 @@ class DatasetService:
                     f"version {t.version} of dataset {t.dataset!r} no longer exists "
                     "(the dataset was replaced); call GetFlightInfo again"
                 )
-        fragments = None
-        filt, limit, offset = t.filter, t.limit, None
+        fragments, physical_range = None, None
         if t.fragment_id is not None:
             frag = ds.get_fragment(t.fragment_id)
             if frag is None:
@@ -569,34 +546,20 @@ class DatasetService:
             fragments = [frag]
             if t.row_range is not None:
                 first, end = t.row_range
-                if end > frag.physical_rows:
+                if not 0 <= first <= end <= frag.physical_rows:
                     raise InvalidArgument("invalid ticket: row range outside the fragment")
-                if filt is None:
-                    deleted = frag.deleted_offsets
-                    a, b = np.searchsorted(deleted, [first, end])
-                    offset = first - int(a)
-                    inside = end - first - int(b - a)
-                    limit = inside if limit is None else min(limit, inside)
-                else:
-                    base = t.fragment_id << 32
-                    filt = f"({filt}) AND _rowaddr >= {base | first} AND _rowaddr < {base | end}"
+                physical_range = (first, end)
         scanner = ds.scanner(
             columns=list(t.columns) if t.columns is not None else None,
-            filter=filt,
-            limit=limit,
-            offset=offset,
+            filter=t.filter,
+            limit=t.limit,
             batch_size=self.batch_size,
             with_row_id=t.with_row_id,
             fragments=fragments,
             fragment_readahead=1 if fragments else None,
+            physical_range=physical_range,
         )
-        estimate = getattr(scanner, "memory_estimate", None)
-        if callable(estimate):
-            nbytes = int(estimate())
-        else:
-            scanned = fragments if fragments is not None else ds.get_fragments()
-            span = t.row_range[1] - t.row_range[0] if t.row_range is not None else None
-            nbytes = stream_estimate(scanned, self.batch_size or DEFAULT_BATCH_SIZE, span)
+        nbytes = scanner.memory_estimate()
         # the scanner's generator rather than to_reader(): closing it stops the readahead
         return EndpointStream(t, scanner.projected_schema, scanner.to_batches(), nbytes)
 

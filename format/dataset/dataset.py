@@ -269,8 +269,10 @@ class LanceDataset:
         with_row_address: bool = False,
         fragments: Sequence[LanceFragment] | None = None,
         fragment_readahead: int | None = None,
+        physical_range: tuple[int, int] | None = None,
     ) -> Scanner:
-        """Plan a scan: projection, SQL filter, limit/offset, row id columns."""
+        """Plan a scan: projection, SQL filter, limit/offset, row id columns; with one
+        fragment, `physical_range` (start, stop) limits it to those physical rows."""
         return Scanner(
             self,
             columns=columns,
@@ -282,6 +284,7 @@ class LanceDataset:
             with_row_address=with_row_address,
             fragments=fragments,
             fragment_readahead=fragment_readahead,
+            physical_range=physical_range,
         )
 
     def to_table(

@@ -290,7 +290,8 @@ class Scanner:
         for f in read.to_arrow(blob_descriptions=True):
             w = _row_width(f.type)
             per_row += var_each if w is None else w
-        batch = self._batch_size
+        # a batch never spans fragments, nor a physical range
+        batch = min(self._batch_size, max([f.physical_rows for f in self._fragments], default=0))
         if self._physical_range is not None:
             batch = min(batch, self._physical_range[1] - self._physical_range[0])
         streams = max(1, min(self._fragment_readahead, len(self._fragments)))

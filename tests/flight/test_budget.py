@@ -20,7 +20,6 @@ from flight_helpers import AccessLog, assert_clean_error, start
 from flight_server.budget import Lease, MemoryBudget
 from flight_server.errors import Cancelled, Unavailable
 from flight_server.server import QuiverFlightServer
-from flight_server.service import MIN_STREAM_ESTIMATE, stream_estimate
 from format.dataset import write_dataset
 
 
@@ -370,20 +369,3 @@ def test_a_stream_ended_by_the_drain_midway_fails_cleanly_and_releases(budget_se
     # pyarrow would send an exception raised while streaming with its traceback
     assert "during the stream" in assert_clean_error(e.value, "unavailable")
     _until(lambda: _idle(server.budget))
-
-
-def test_the_fallback_estimate_is_three_batches_of_the_widest_rows(tmp_path: Path) -> None:
-    ids = pa.array(range(120_000), pa.int64())
-    text = pc.binary_repeat(pc.utf8_lpad(pc.cast(ids, pa.string()), 10, "0"), 10)
-    ds = write_dataset(pa.table({"id": ids, "s": text}), str(tmp_path / "w.lance"))
-    (frag,) = ds.get_fragments()
-    per_row = sum(f.file_size_bytes for f in frag.metadata.files) / 120_000
-    assert 100 < per_row < 150  # 8-byte ids, 100-byte strings and their offsets
-    assert stream_estimate([frag], 65536) == int(3 * 65536 * per_row)
-    # a batch has at most a fragment's rows, or a row range's
-    assert stream_estimate([frag], 200_000) == int(3 * 120_000 * per_row)
-    assert stream_estimate([frag], 65536, max_rows=10_000) == int(3 * 10_000 * per_row)
-    # never below the floor, for small rows or small fragments
-    small = write_dataset(pa.table({"id": ids}), str(tmp_path / "n.lance"), max_rows_per_file=2500)
-    assert stream_estimate(small.get_fragments(), 65536) == MIN_STREAM_ESTIMATE == 2**20
-    assert stream_estimate([], 65536) == MIN_STREAM_ESTIMATE
