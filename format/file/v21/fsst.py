@@ -11,13 +11,13 @@ is compressed on its own. With encoder_switch 0 the strings are stored uncompres
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numba
 import numpy as np
 
 from format.errors import CorruptFileError
-from format.file.v21.gather import load_uint
+from format.file.v21.gather import I64, U64, load_uint
 
 TABLE_SIZE = 8 + 256 * 8 + 256
 MAGIC = 0x46535354
@@ -30,8 +30,18 @@ class SymbolTable:
 
     compressed: bool  # the encoder switch: False means strings are stored as-is
     symbols: np.ndarray  # uint8 (256, 8)
-    lengths: np.ndarray  # int64 (256,), 0 for unused codes
+    lengths: np.ndarray  # int8 (256,), 0 for unused codes
     n_symbols: int
+
+    @cached_property
+    def decoding(self) -> np.ndarray:
+        """The decoder's one lookup table, uint64 (256, 2): per code byte its symbol's 8 bytes
+        as a LE u64 (stored at once) and its length, 0 for the escape and unused codes (one
+        table rather than two keeps the decode loop's pointers in registers)."""
+        out = np.zeros((256, 2), dtype=np.uint64)
+        out[:, 0] = np.ascontiguousarray(self.symbols).view("<u8").reshape(-1)
+        out[: self.n_symbols, 1] = self.lengths[: self.n_symbols]
+        return out.reshape(-1)
 
 
 def parse_table(raw: bytes, where: str) -> SymbolTable:
@@ -67,19 +77,21 @@ def decode(
     table: SymbolTable, offsets: np.ndarray, data: np.ndarray, where: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """Decompress strings `data[offsets[i]:offsets[i+1]]` -> (int64 offsets from 0, bytes)."""
-    offsets = np.asarray(offsets, dtype=np.int64)
+    offsets = np.asarray(offsets, dtype=I64)
     codes = np.ascontiguousarray(data[offsets[0] : offsets[-1]], dtype=np.uint8)
     rel = np.ascontiguousarray(offsets - offsets[0])
     if not table.compressed:
         return rel, codes
-    if len(codes) == 0:
-        return rel, np.zeros(0, dtype=np.uint8)
-    lengths = table.lengths.astype(np.int64)
-    out_offsets = np.empty(len(rel), dtype=np.int64)
-    _raise(_sizes(codes, rel, lengths, table.n_symbols, out_offsets), table, where)
-    out = np.empty(int(out_offsets[-1]) + 8, dtype=np.uint8)  # slack: see _expand_run
-    _expand_run(codes, 0, len(codes), _symbol_words(table), lengths, out, 0)
-    return out_offsets, out[: int(out_offsets[-1])]
+    if (np.diff(rel) < 0).any():
+        raise CorruptFileError(where, "FSST string offsets decrease")
+    # As one mini-block chunk: u64 offsets relative to the chunk, then the codes.
+    n = len(rel) - 1
+    head = 8 * (n + 1)
+    chunk = np.empty(head + len(codes), dtype=np.uint8)
+    chunk[:head] = (rel + head).astype("<u8").view(np.uint8)
+    chunk[head:] = codes
+    one = np.ones(1, dtype=I64)
+    return decode_chunks(table, chunk, 0 * one, n * one, 8, len(codes), where)
 
 
 def decode_chunks(
@@ -88,139 +100,102 @@ def decode_chunks(
     starts: np.ndarray,
     counts: np.ndarray,
     width: int,
+    n_codes: int,
     where: str,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Decompress the strings of mini-block Variable chunks straight from the page `data`
     (uint8): chunk i is `counts[i] + 1` LE offsets of `width` bytes at `starts[i]` (relative
-    to it), already validated by `compression.check_variable_chunks`, then the codes.
-    Returns (int64 offsets from 0, bytes); saves gathering the codes first."""
+    to it, validated by `compression.check_variable_chunks`), then its codes; `n_codes` code
+    bytes in all. Returns (int64 offsets from 0, bytes); saves gathering the codes first.
+
+    The output starts at a guess of the decoded size; when a string may not fit, it grows
+    (realloc) and decoding resumes at that string."""
     if not table.compressed:
         raise ValueError("decode_chunks needs a compressed table")
-    lengths = table.lengths.astype(np.int64)
-    out_offsets = np.empty(int(counts.sum()) + 1, dtype=np.int64)
-    status = _chunk_sizes(data, starts, counts, width, lengths, table.n_symbols, out_offsets)
-    _raise(status, table, where)
-    size = int(out_offsets[-1])
-    out = np.empty(size + 8, dtype=np.uint8)
-    _chunk_expand(data, starts, counts, width, _symbol_words(table), lengths, out)
-    return out_offsets, out[:size]
-
-
-def _symbol_words(table: SymbolTable) -> np.ndarray:
-    """Each symbol's 8 bytes as one little-endian u64 (written with one store per code)."""
-    return table.symbols.view("<u8").reshape(-1)
-
-
-def _raise(status: tuple[int, int], table: SymbolTable, where: str) -> None:
-    code, detail = status
-    if code == _BAD_CODE:
-        raise CorruptFileError(where, f"FSST code {detail} beyond the {table.n_symbols} symbols")
-    if code == _TRAILING_ESCAPE:
+    out_offsets = np.empty(int(counts.sum()) + 1, dtype=I64)
+    out_offsets[0] = 0
+    guess = n_codes * min(int(table.lengths.max()), 3)
+    out = np.empty(guess + _SLACK, dtype=np.uint8)
+    state = np.zeros(4, dtype=I64)  # resume point: chunk, its string, strings before, bytes out
+    while True:
+        status, need = _expand(data, starts, counts, width, table.decoding, out_offsets, out, state)
+        if status != _FULL:
+            break
+        out.resize(max(2 * len(out), int(state[3]) + need + _SLACK), refcheck=False)
+    if status == _BAD_CODE:
+        raise CorruptFileError(where, f"FSST code {need} beyond the {table.n_symbols} symbols")
+    if status == _TRAILING_ESCAPE:
         raise CorruptFileError(where, "FSST string ends with an escape byte")
+    out.resize(int(state[3]), refcheck=False)  # shrinking keeps the bytes in place
+    return out_offsets, out
 
 
 # The kernels are compiled (numba): FSST parsing is sequential within a string (an escape
 # changes how the next byte reads), which numpy can only emulate with several full-size
-# temporaries per code byte.
-_OK, _BAD_CODE, _TRAILING_ESCAPE = 0, 1, 2
-
-
-# Indices are unsigned inside the kernels: numba then skips negative-index wraparound.
-_U = np.uint64
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _scan(codes, j, end, lengths, n_symbols):  # noqa: ANN001, ANN202
-    """Decoded size of the string codes[j:end]: (size, status, offending code)."""
-    one, two = _U(1), _U(2)
-    size = _U(0)
-    while j < end:
-        c = codes[j]
-        if c == ESCAPE:
-            if j + one >= end:
-                return size, _TRAILING_ESCAPE, c
-            size += one
-            j += two
-        elif c >= n_symbols:
-            return size, _BAD_CODE, c
-        else:
-            size += _U(lengths[c])
-            j += one
-    return size, _OK, 0
+# temporaries per code byte. Indices are unsigned: numba then skips negative-index
+# wraparound.
+_OK, _BAD_CODE, _TRAILING_ESCAPE, _FULL = range(4)
+_SLACK = 8  # a symbol is stored as 8 bytes whatever its length
 
 
 @numba.njit(cache=True, nogil=True)
-def _sizes(codes, rel, lengths, n_symbols, out_offsets):  # noqa: ANN001, ANN202
-    """Fill `out_offsets` (decoded string boundaries); (status, offending code)."""
-    total = _U(0)
-    out_offsets[0] = 0
-    for i in range(len(rel) - 1):
-        size, status, c = _scan(codes, _U(rel[i]), _U(rel[i + 1]), lengths, n_symbols)
+def _expand(data, starts, counts, width, decoding, out_offsets, out, state):  # noqa: ANN001, ANN202
+    """Decode chunks from the resume point in `state` on; (status, detail): for _FULL the
+    bytes the next string may need (`state` then points at it), for _BAD_CODE the code."""
+    first, k, o = state[1], state[2], U64(state[3])
+    for i in range(state[0], len(counts)):
+        status, detail, s, o = _expand_chunk(
+            data, starts[i], width, first, counts[i], decoding, out_offsets[k:], out, o
+        )
+        if status == _FULL:
+            state[0], state[1], state[2], state[3] = i, s, k, o
+            return status, detail
         if status != _OK:
-            return status, c
-        total += size
-        out_offsets[i + 1] = total
+            return status, detail
+        k += counts[i]
+        first = 0
+    state[3] = o
     return _OK, 0
 
 
 @numba.njit(cache=True, nogil=True)
-def _chunk_sizes(data, starts, counts, width, lengths, n_symbols, out_offsets):  # noqa: ANN001, ANN202
-    """`_sizes` over validated Variable chunks of the page."""
-    total = _U(0)
-    k = 0
-    out_offsets[0] = 0
-    for i in range(len(counts)):
-        base = _U(starts[i])
-        j = base + load_uint(data, base, width)
-        for s in range(1, counts[i] + 1):
-            end = base + load_uint(data, base + _U(s * width), width)
-            size, status, c = _scan(data, j, end, lengths, n_symbols)
-            if status != _OK:
-                return status, c
-            total += size
-            k += 1
-            out_offsets[k] = total
-            j = end
-    return _OK, 0
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _expand_run(codes, j, end, words, lengths, out, o):  # noqa: ANN001, ANN202
-    """Write the decoded bytes of the validated codes[j:end] at out[o:]; returns the new end.
-    A symbol is stored as all its 8 bytes (the shifts below compile to one unaligned store)
-    and the next symbol overwrites the excess: `out` needs 8 bytes of slack."""
-    one, two, byte = _U(1), _U(2), _U(0xFF)
-    j, end, o = _U(j), _U(end), _U(o)
-    while j < end:
-        c = codes[j]
-        if c == ESCAPE:
-            out[o] = codes[j + one]
-            o += one
-            j += two
-        else:
-            v = words[c]
-            out[o] = v & byte
-            out[o + _U(1)] = (v >> _U(8)) & byte
-            out[o + _U(2)] = (v >> _U(16)) & byte
-            out[o + _U(3)] = (v >> _U(24)) & byte
-            out[o + _U(4)] = (v >> _U(32)) & byte
-            out[o + _U(5)] = (v >> _U(40)) & byte
-            out[o + _U(6)] = (v >> _U(48)) & byte
-            out[o + _U(7)] = v >> _U(56)
-            o += _U(lengths[c])
-            j += one
-    return o
-
-
-@numba.njit(cache=True, nogil=True)
-def _chunk_expand(data, starts, counts, width, words, lengths, out):  # noqa: ANN001, ANN202
-    """`_expand_run` over each validated chunk's codes (contiguous within a chunk)."""
-    o = _U(0)
-    for i in range(len(counts)):
-        base = _U(starts[i])
-        first = load_uint(data, base, width)
-        last = load_uint(data, base + _U(counts[i] * width), width)
-        o = _expand_run(data, base + first, base + last, words, lengths, out, o)
+def _expand_chunk(data, start, width, first, count, decoding, out_offsets, out, o):  # noqa: ANN001, ANN202
+    """Strings `first + 1 ..= count` of the chunk at `start`, their codes validated as they
+    are read, into out[o:] (ends written to out_offsets[s]); (status, detail, string, o).
+    Stops with _FULL before a string whose worst case (8 bytes per code) may not fit."""
+    one, two, byte = U64(1), U64(2), U64(0xFF)
+    room = U64(len(out) - _SLACK)
+    base = U64(start)
+    j = base + load_uint(data, base + U64(first * width), width)
+    for s in range(first + 1, count + 1):
+        end = base + load_uint(data, base + U64(s * width), width)
+        if (end - j) * U64(8) > room - o:
+            return _FULL, np.int64((end - j) * U64(8)), s - 1, o
+        while j < end:
+            c = data[j]
+            n = decoding[U64(2) * U64(c) + one]
+            if n != 0:
+                v = decoding[U64(2) * U64(c)]  # the symbol's 8 bytes: one unaligned store
+                out[o] = v & byte
+                out[o + U64(1)] = (v >> U64(8)) & byte
+                out[o + U64(2)] = (v >> U64(16)) & byte
+                out[o + U64(3)] = (v >> U64(24)) & byte
+                out[o + U64(4)] = (v >> U64(32)) & byte
+                out[o + U64(5)] = (v >> U64(40)) & byte
+                out[o + U64(6)] = (v >> U64(48)) & byte
+                out[o + U64(7)] = v >> U64(56)
+                o += n
+                j += one
+            elif c == ESCAPE:
+                if j + one >= end:
+                    return _TRAILING_ESCAPE, 0, s, o
+                out[o] = data[j + one]
+                o += one
+                j += two
+            else:
+                return _BAD_CODE, np.int64(c), s, o
+        out_offsets[s] = o
+    return _OK, 0, count, o
 
 
 # -- encoding ----------------------------------------------------------------------------------

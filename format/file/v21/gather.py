@@ -133,6 +133,18 @@ def copy_ranges_into(data, starts, lengths, out):  # noqa: ANN001, ANN201
 def load_uint(data, p, nbytes):  # noqa: ANN001, ANN201
     """The `nbytes`-byte little-endian unsigned integer at byte `p` (validated) of uint8 data."""
     p = U64(p)
+    if nbytes == 4:  # offsets: spelled out so that LLVM makes it one load
+        return (
+            U64(data[p])
+            | U64(data[p + U64(1)]) << U64(8)
+            | U64(data[p + U64(2)]) << U64(16)
+            | U64(data[p + U64(3)]) << U64(24)
+        )
+    if nbytes == 8:
+        v = U64(0)
+        for b in range(8):  # a constant trip count: unrolled into one load
+            v |= U64(data[p + U64(b)]) << U64(8 * b)
+        return v
     v = U64(0)
     for b in range(nbytes):
         v |= U64(data[p + U64(b)]) << U64(8 * b)
