@@ -556,7 +556,9 @@ class DatasetService:
             batch_size=self.batch_size,
             with_row_id=t.with_row_id,
             fragments=fragments,
-            fragment_readahead=1 if fragments else None,
+            # a background thread decodes the next batch while this one is sent, one ahead
+            fragment_readahead=2,
+            readahead_bytes=1,
             physical_range=physical_range,
         )
         nbytes = scanner.memory_estimate()

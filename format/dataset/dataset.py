@@ -270,9 +270,12 @@ class LanceDataset:
         fragments: Sequence[LanceFragment] | None = None,
         fragment_readahead: int | None = None,
         physical_range: tuple[int, int] | None = None,
+        readahead_bytes: int | None = None,
     ) -> Scanner:
         """Plan a scan: projection, SQL filter, limit/offset, row id columns; with one
-        fragment, `physical_range` (start, stop) limits it to those physical rows."""
+        fragment, `physical_range` (start, stop) limits it to those physical rows. Fragments
+        are decoded `fragment_readahead` at a time in background threads, queueing at most
+        `readahead_bytes` of batches (at least one per thread)."""
         return Scanner(
             self,
             columns=columns,
@@ -285,6 +288,7 @@ class LanceDataset:
             fragments=fragments,
             fragment_readahead=fragment_readahead,
             physical_range=physical_range,
+            readahead_bytes=readahead_bytes,
         )
 
     def to_table(

@@ -55,9 +55,11 @@ class Scanner:
         fragments: Sequence[LanceFragment] | None = None,
         fragment_readahead: int | None = None,
         physical_range: tuple[int, int] | None = None,
+        readahead_bytes: int | None = None,
     ) -> None:
         self._dataset = dataset
         self._fragment_readahead = 2 if fragment_readahead is None else fragment_readahead
+        self._readahead_bytes = READAHEAD_BYTES if readahead_bytes is None else readahead_bytes
         schema = dataset.lance_schema
         name = dataset.uri
         if columns is not None and (isinstance(columns, str) or not isinstance(columns, Sequence)):
@@ -148,7 +150,7 @@ class Scanner:
                 partial(self._scan_fragment, frag, read, read_schema, ranges, row_id, row_addr)
             )
         yield from ordered_readahead(
-            producers, readahead=self._fragment_readahead, max_bytes=READAHEAD_BYTES
+            producers, readahead=self._fragment_readahead, max_bytes=self._readahead_bytes
         )
 
     def _scan_fragment(
@@ -294,8 +296,12 @@ class Scanner:
         batch = min(self._batch_size, max([f.physical_rows for f in self._fragments], default=0))
         if self._physical_range is not None:
             batch = min(batch, self._physical_range[1] - self._physical_range[0])
-        streams = max(1, min(self._fragment_readahead, len(self._fragments)))
-        return int(2 * batch * (per_row + 16) * streams) + (1 << 20)
+        producers = max(1, min(self._fragment_readahead, len(self._fragments)))
+        # per producer: the step it decodes (raw and decoded) and the batch it hands on;
+        # beyond that, the batches the readahead may queue
+        step = batch * (per_row + 16)
+        queued = min(self._readahead_bytes, producers * step) if self._fragment_readahead > 1 else 0
+        return int(2 * step * producers + queued) + (1 << 20)
 
     def count_rows(self) -> int:
         """Number of rows the scan yields."""

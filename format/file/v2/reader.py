@@ -185,6 +185,28 @@ class _Node:
     children: list[_Node] = field(default_factory=list)
 
 
+# Module functions, not closures: a recursive closure is a reference cycle, which would keep
+# every array of a step alive until the cyclic garbage collector happens to run.
+def _collect(node: _Node, rng: Ranges, out: list[tuple[_Node, Ranges]]) -> None:
+    """The value, list and blob nodes under `node` (structs opened), with their ranges."""
+    if node.kind == STRUCT:
+        for c in node.children:
+            _collect(c, rng, out)
+    else:
+        out.append((node, rng))
+
+
+def _assemble(node: _Node, rng: Ranges, arrays: Iterator[pa.Array]) -> pa.Array:
+    """`node`'s array from the arrays of its `_collect`ed nodes, in that order."""
+    if node.kind != STRUCT:
+        return next(arrays)
+    kids = [_assemble(c, rng, arrays) for c in node.children]
+    t = node.arrow_type
+    if not kids:
+        return pa.Array.from_buffers(t, rng.total, [None], children=[])
+    return pa.StructArray.from_arrays(kids, fields=list(t))
+
+
 def _is_packed(f: LanceField) -> bool:
     """Whether a struct field is stored packed (one column) rather than child by child."""
     meta = f.metadata
@@ -555,16 +577,8 @@ class V2FileReader(DataFileReader):
         their encoding allows it (`random_access`) instead of whole pages.
         """
         flat: list[tuple[_Node, Ranges]] = []
-
-        def collect(node: _Node, rng: Ranges) -> None:
-            if node.kind == STRUCT:
-                for c in node.children:
-                    collect(c, rng)
-            else:
-                flat.append((node, rng))
-
         for node, rng in reqs:
-            collect(node, rng)
+            _collect(node, rng, flat)
         direct: dict[int, pa.Array] = {}
         if partial:
             direct = self._take_direct(
@@ -598,17 +612,7 @@ class V2FileReader(DataFileReader):
                 else:
                     results.append(self._gather(node, split, node.arrow_type))
         it = iter(results)
-
-        def assemble(node: _Node, rng: Ranges) -> pa.Array:
-            if node.kind != STRUCT:
-                return next(it)
-            kids = [assemble(c, rng) for c in node.children]
-            t = node.arrow_type
-            if not kids:
-                return pa.Array.from_buffers(t, rng.total, [None], children=[])
-            return pa.StructArray.from_arrays(kids, fields=list(t))
-
-        return [assemble(node, rng) for node, rng in reqs]
+        return [_assemble(node, rng, it) for node, rng in reqs]
 
     def _list_array(
         self, node: _Node, offsets: np.ndarray, valid: np.ndarray | None, items: pa.Array
