@@ -229,19 +229,20 @@ def variable_chunks(bits: int, ch: Chunks, where: str) -> pa.Array:
     """Variable{Flat bits} mini-block form: per chunk `count + 1` offsets (u32/u64, relative to
     the chunk buffer's start; the first equals `(count + 1) * bits / 8`), then the bytes, then
     0x48 padding. Returns large_binary of all chunks' strings."""
-    starts, counts = check_variable_chunks(bits, ch, where)
+    starts, counts, n_bytes = check_variable_chunks(bits, ch, where)
     offsets = np.empty(int(counts.sum()) + 1, dtype=I64)
-    data = np.empty(_variable_gather(ch.data, starts, counts, bits // 8, offsets), dtype=np.uint8)
+    data = np.empty(n_bytes, dtype=np.uint8)
     _variable_gather(ch.data, starts, counts, bits // 8, offsets, data)
     return binary_array(offsets, data)
 
 
-def check_variable_chunks(bits: int, ch: Chunks, where: str) -> tuple[np.ndarray, np.ndarray]:
+def check_variable_chunks(bits: int, ch: Chunks, where: str) -> tuple[np.ndarray, np.ndarray, int]:
     """Validate Variable{Flat bits} chunks (offsets inside their chunk, non-decreasing) and
-    return their (starts, counts) as int64 for the unchecked kernels."""
+    return their (starts, counts) as int64 for the unchecked kernels, and the strings' total
+    byte size."""
     width = bits // 8
     starts, sizes, counts = as_i64(ch.starts), as_i64(ch.sizes), as_i64(ch.counts)
-    status, i = _variable_check(ch.data, starts, sizes, counts, width)
+    status, i, n_bytes = _variable_check(ch.data, starts, sizes, counts, width)
     if status == _SHORT and counts[i] >= 0:
         raise _short(ch, (int(counts[i]) + 1) * width, i, where, f"Variable({bits}) offsets")
     if status == _SHORT:
@@ -260,44 +261,46 @@ def check_variable_chunks(bits: int, ch: Chunks, where: str) -> tuple[np.ndarray
         )
     if status == _DECREASING:
         raise CorruptFileError(where, "Variable offsets decrease")
-    return starts, counts
+    return starts, counts, n_bytes
 
 
 @numba.njit(cache=True, nogil=True)
 def _variable_check(data, starts, sizes, counts, width):  # noqa: ANN001, ANN202
-    """(status, chunk) of the first failed check of Variable chunks, checks in report order."""
+    """(status, chunk, total string bytes): the first failed check of Variable chunks, in
+    report order."""
     n, size = len(counts), len(data)
     for i in range(n):  # room for the offsets (no overflow: compare counts, not bytes)
         if counts[i] < 0 or counts[i] + 1 > sizes[i] // width:
-            return _SHORT, i
+            return _SHORT, i, 0
     for i in range(n):
         if starts[i] < 0 or starts[i] > size - (counts[i] + 1) * width:
-            return _OUTSIDE, i
+            return _OUTSIDE, i, 0
     for i in range(n):
         low, high = U64((counts[i] + 1) * width), U64(sizes[i])
         for j in range(counts[i] + 1):
             off = load_uint(data, starts[i] + j * width, width)
             if off < low or off > high:
-                return _BAD_OFFSET, i
+                return _BAD_OFFSET, i, 0
+    total = 0
     for i in range(n):  # the chunk's bytes [start + first, start + last) inside the data
         first = np.int64(load_uint(data, starts[i], width))
         last = np.int64(load_uint(data, starts[i] + counts[i] * width, width))
         if last < first or starts[i] + last > size:
-            return _BYTES_OUTSIDE, i
+            return _BYTES_OUTSIDE, i, 0
+        total += last - first
     for i in range(n):
         prev = load_uint(data, starts[i], width)
         for j in range(1, counts[i] + 1):
             off = load_uint(data, starts[i] + j * width, width)
             if off < prev:
-                return _DECREASING, i
+                return _DECREASING, i, 0
             prev = off
-    return _OK, 0
+    return _OK, 0, total
 
 
 @numba.njit(cache=True, nogil=True)
-def _variable_gather(data, starts, counts, width, offsets, out=None):  # noqa: ANN001, ANN202
-    """Validated Variable chunks -> int64 offsets from 0 (returns the byte total); with `out`,
-    also copy all strings' bytes there."""
+def _variable_gather(data, starts, counts, width, offsets, out):  # noqa: ANN001, ANN202
+    """Validated Variable chunks -> int64 offsets from 0 and all strings' bytes in `out`."""
     offsets[0] = 0
     k, o = 0, U64(0)
     for i in range(len(counts)):
@@ -307,11 +310,9 @@ def _variable_gather(data, starts, counts, width, offsets, out=None):  # noqa: A
             k += 1
             offsets[k] = np.int64(o + load_uint(data, starts[i] + j * width, width) - first)
         last = load_uint(data, starts[i] + counts[i] * width, width)
-        if out is not None:
-            for b in range(last - first):
-                out[o + b] = data[s + first + b]
+        for b in range(last - first):
+            out[o + b] = data[s + first + b]
         o += last - first
-    return np.int64(o)
 
 
 def variable_block(bits: int, data: np.ndarray, count: int, where: str) -> pa.Array:
@@ -471,15 +472,22 @@ def bss_chunks(enc: pb.ByteStreamSplit, ch: Chunks, where: str) -> pa.Array:
     """ByteStreamSplit{Flat(32|64)}: per chunk W byte streams of `count` bytes each."""
     bits = _flat_bits(enc.values, "ByteStreamSplit values", where, (32, 64))
     width = bits // 8
-    _check_sizes(ch, ch.counts * width, where, "ByteStreamSplit buffer")
-    raw = gather(ch.data, ch.starts, ch.counts * width, where, "ByteStreamSplit chunk")
-    return fixed_array(bss.join_chunks(raw, ch.counts, width), bits)
+    starts, sizes, counts = as_i64(ch.starts), as_i64(ch.sizes), as_i64(ch.counts)
+    status, i = _check_prefixes(len(ch.data), starts, sizes, counts * width)
+    if status == _SHORT:
+        raise _short(ch, int(counts[i]) * width, i, where, "ByteStreamSplit buffer")
+    if status == _OUTSIDE:
+        raise outside(len(ch.data), starts, counts * width, i, where, "ByteStreamSplit chunk")
+    return fixed_array(bss.join_chunks(ch.data, starts, counts, width), bits)
 
 
 def _scheme(comp: pb.BufferCompression, where: str) -> int:
     if comp.scheme not in (general.LZ4, general.ZSTD):
         raise _unsupported(where, f"general compression {general.scheme_name(comp.scheme)}")
     return comp.scheme
+
+
+_ZEROS = bytes(8)
 
 
 def decompress_chunks(ch: Chunks, scheme: int, where: str) -> Chunks:
@@ -490,7 +498,7 @@ def decompress_chunks(ch: Chunks, scheme: int, where: str) -> Chunks:
     for i, (s, n) in enumerate(zip(ch.starts.tolist(), ch.sizes.tolist(), strict=True)):
         out = general.decompress(ch.data[s : s + n], scheme, f"{where} chunk {i}")
         sizes[i] = len(out)
-        parts.append(out + bytes(-len(out) % 8))
+        parts += (out, _ZEROS[: -len(out) % 8])
     padded = (sizes + 7) // 8 * 8
     data = np.frombuffer(b"".join(parts), dtype=np.uint8)
     return Chunks(data, np.cumsum(padded) - padded, sizes, ch.counts)
@@ -783,8 +791,10 @@ def _decode(enc: Encoding, bufs: list[Chunks], where: str, block: bool) -> pa.Ar
         if not block and table.compressed and variant(inner, where) == "variable":
             # Decode straight from the chunks: no gathered copy of the codes.
             bits = _offset_bits(inner.variable, where)
-            starts, counts = check_variable_chunks(bits, ch, where)
-            out_offsets, out = fsst.decode_chunks(table, ch.data, starts, counts, bits // 8, where)
+            starts, counts, n_codes = check_variable_chunks(bits, ch, where)
+            out_offsets, out = fsst.decode_chunks(
+                table, ch.data, starts, counts, bits // 8, n_codes, where
+            )
             return binary_array(out_offsets, out)
         compressed = _decode(inner, bufs, where, block)
         if not pa.types.is_large_binary(compressed.type):
