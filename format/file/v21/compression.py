@@ -275,12 +275,17 @@ def _variable_check(data, starts, sizes, counts, width):  # noqa: ANN001, ANN202
     for i in range(n):
         if starts[i] < 0 or starts[i] > size - (counts[i] + 1) * width:
             return _OUTSIDE, i, 0
+    decreasing = -1  # first chunk whose offsets decrease; reported after the other checks
     for i in range(n):
         low, high = U64((counts[i] + 1) * width), U64(sizes[i])
+        prev = low
         for j in range(counts[i] + 1):
             off = load_uint(data, starts[i] + j * width, width)
             if off < low or off > high:
                 return _BAD_OFFSET, i, 0
+            if off < prev and decreasing < 0:
+                decreasing = i
+            prev = off
     total = 0
     for i in range(n):  # the chunk's bytes [start + first, start + last) inside the data
         first = np.int64(load_uint(data, starts[i], width))
@@ -288,13 +293,8 @@ def _variable_check(data, starts, sizes, counts, width):  # noqa: ANN001, ANN202
         if last < first or starts[i] + last > size:
             return _BYTES_OUTSIDE, i, 0
         total += last - first
-    for i in range(n):
-        prev = load_uint(data, starts[i], width)
-        for j in range(1, counts[i] + 1):
-            off = load_uint(data, starts[i] + j * width, width)
-            if off < prev:
-                return _DECREASING, i, 0
-            prev = off
+    if decreasing >= 0:
+        return _DECREASING, decreasing, 0
     return _OK, 0, total
 
 
