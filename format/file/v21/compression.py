@@ -147,14 +147,16 @@ def flat_chunks(bits: int, ch: Chunks, where: str) -> pa.Array:
     """
     counts = ch.counts
     if bits == 1:
-        nbytes = (as_i64(counts) + 7) // 8
-        raw = chunk_prefixes(ch, nbytes, where, "Flat(1) bitmap", "Flat(1) chunk")
+        counts = as_i64(counts)
+        nbytes = (counts + 7) // 8
         total = int(counts.sum())
         if not (counts[:-1] % 8).any():  # chunks end on byte boundaries: reuse the bitmap
+            raw = chunk_prefixes(ch, nbytes, where, "Flat(1) bitmap", "Flat(1) chunk")
             return pa.Array.from_buffers(pa.bool_(), total, [None, pa.py_buffer(raw)])
-        bits_all = np.unpackbits(raw, bitorder="little")
-        out_starts = 8 * (np.cumsum(nbytes) - nbytes)
-        return pa.array(bits_all[range_index(out_starts, counts)].view(bool), type=pa.bool_())
+        starts = check_prefixes(ch, nbytes, where, "Flat(1) bitmap", "Flat(1) chunk")
+        bitmap = np.zeros((total + 7) // 8, dtype=np.uint8)
+        _copy_bits(ch.data, starts, counts, bitmap)
+        return pa.Array.from_buffers(pa.bool_(), total, [None, pa.py_buffer(bitmap)])
     if bits <= 0 or bits % 8:
         raise _unsupported(where, f"Flat compression with {bits} bits per value")
     what = f"Flat({bits}) chunk" if bits in _UINT else "Flat chunk"
@@ -167,22 +169,25 @@ def chunk_prefixes(
 ) -> np.ndarray:
     """The first `nbytes[i]` bytes of every chunk buffer, concatenated (a view for a single
     chunk); each must fit in its chunk's size and in the data."""
-    starts, sizes = as_i64(ch.starts), as_i64(ch.sizes)
-    status, i = _check_prefixes(len(ch.data), starts, sizes, nbytes)
-    if status == _SHORT:
-        raise _short(ch, int(nbytes[i]), i, where, short_what)
-    if status == _OUTSIDE:
-        raise outside(len(ch.data), starts, nbytes, i, where, range_what)
+    starts = check_prefixes(ch, nbytes, where, short_what, range_what)
     if len(starts) == 1:
         s = int(starts[0])
         return ch.data[s : s + int(nbytes[0])]
     return copy_ranges(ch.data, starts, nbytes)
 
 
-def _check_sizes(ch: Chunks, needed: np.ndarray, where: str, what: str) -> None:
-    short = ch.sizes < needed
-    if short.any():
-        raise _short(ch, int(needed[np.argmax(short)]), int(np.argmax(short)), where, what)
+def check_prefixes(
+    ch: Chunks, nbytes: np.ndarray, where: str, short_what: str, range_what: str
+) -> np.ndarray:
+    """Raise CorruptFileError unless the first `nbytes[i]` bytes of every chunk buffer fit in
+    its size and in the data; returns the chunk starts as int64 for the unchecked kernels."""
+    starts, sizes = as_i64(ch.starts), as_i64(ch.sizes)
+    status, i = _check_prefixes(len(ch.data), starts, sizes, nbytes)
+    if status == _SHORT:
+        raise _short(ch, int(nbytes[i]), i, where, short_what)
+    if status == _OUTSIDE:
+        raise outside(len(ch.data), starts, nbytes, i, where, range_what)
+    return starts
 
 
 def _short(ch: Chunks, needed: int, i: int, where: str, what: str) -> CorruptFileError:
@@ -207,6 +212,20 @@ def _check_prefixes(size, starts, sizes, nbytes):  # noqa: ANN001, ANN202
         if nbytes[i] < 0 or starts[i] < 0 or starts[i] > size - nbytes[i]:
             return _OUTSIDE, i
     return _OK, 0
+
+
+@numba.njit(cache=True, nogil=True)
+def _copy_bits(data, starts, counts, out):  # noqa: ANN001, ANN202
+    """Append the first `counts[i]` bits (LSB-first) of each validated chunk at byte
+    `starts[i]` to the zeroed bitmap `out`."""
+    o = U64(0)
+    for i in range(len(counts)):
+        src = U64(starts[i]) * U64(8)
+        for k in range(U64(counts[i])):
+            p = src + k
+            bit = (data[p >> U64(3)] >> (p & U64(7))) & U64(1)
+            out[o >> U64(3)] |= bit << (o & U64(7))
+            o += U64(1)
 
 
 # -- Variable --------------------------------------------------------------------------------
@@ -472,12 +491,9 @@ def bss_chunks(enc: pb.ByteStreamSplit, ch: Chunks, where: str) -> pa.Array:
     """ByteStreamSplit{Flat(32|64)}: per chunk W byte streams of `count` bytes each."""
     bits = _flat_bits(enc.values, "ByteStreamSplit values", where, (32, 64))
     width = bits // 8
-    starts, sizes, counts = as_i64(ch.starts), as_i64(ch.sizes), as_i64(ch.counts)
-    status, i = _check_prefixes(len(ch.data), starts, sizes, counts * width)
-    if status == _SHORT:
-        raise _short(ch, int(counts[i]) * width, i, where, "ByteStreamSplit buffer")
-    if status == _OUTSIDE:
-        raise outside(len(ch.data), starts, counts * width, i, where, "ByteStreamSplit chunk")
+    counts = as_i64(ch.counts)
+    what = "ByteStreamSplit"
+    starts = check_prefixes(ch, counts * width, where, f"{what} buffer", f"{what} chunk")
     return fixed_array(bss.join_chunks(ch.data, starts, counts, width), bits)
 
 
