@@ -1,4 +1,4 @@
-"""FSST string decompression of 2.1+ pages (`Fsst{symbol_table, Variable}`), vectorised.
+"""FSST strings of 2.1+ pages (`Fsst{symbol_table, Variable}`): compiled decoding, encoding.
 
 Symbol table (2312 bytes = 8 + 256 * 8 + 256): a u64 LE header
 `"FSST" << 32 | encoder_switch << 24 | suffix_lim << 16 | terminator << 8 | n_symbols`, then
