@@ -154,6 +154,8 @@ def flat_chunks(bits: int, ch: Chunks, where: str) -> pa.Array:
             raw = chunk_prefixes(ch, nbytes, where, "Flat(1) bitmap", "Flat(1) chunk")
             return pa.Array.from_buffers(pa.bool_(), total, [None, pa.py_buffer(raw)])
         starts = check_prefixes(ch, nbytes, where, "Flat(1) bitmap", "Flat(1) chunk")
+        if counts.min() < 0:  # -7..-1 values would pass as 0 bytes
+            raise CorruptFileError(where, "Flat(1) chunk with a negative value count")
         bitmap = np.zeros((total + 7) // 8, dtype=np.uint8)
         _copy_bits(ch.data, starts, counts, bitmap)
         return pa.Array.from_buffers(pa.bool_(), total, [None, pa.py_buffer(bitmap)])
