@@ -1,15 +1,17 @@
 """Scan benchmark: our engine vs pylance on the same ~1 GB dataset, in one run.
 
-    .venv/bin/python -m benchmarks.scan [--storage-version 2.2] [--rows 4000000]
+    .venv/bin/python -m benchmarks.scan [--storage-versions 2.0,2.2] [--rows 4000000]
+                                        [--rounds 5]
 
-Prints throughput and the ratio ours / pylance for a full scan, a projected scan
-(two numeric columns) and a 1 %-selective filtered scan. The dataset is written once
-by pylance under benchmarks/.data/ and reused.
+`to_table` of a full scan, a projection (two numeric columns) and a 1 % filter, by pylance and
+by our engine in alternating rounds on the same dataset (written once by pylance under
+benchmarks/.data/); prints median seconds and the median of the per-round ratios.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from pathlib import Path
 
@@ -31,42 +33,45 @@ def ensure_dataset(rows: int, storage_version: str) -> str:
     return str(uri)
 
 
-def _best(ds: object, kwargs: dict, repeat: int) -> tuple[float, pa.Table]:
-    """Best wall time of `ds.to_table(**kwargs)` over `repeat` runs, and its result."""
-    times = []
-    result = None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        result = ds.to_table(**kwargs)
-        times.append(time.perf_counter() - t0)
-    return min(times), result
+def _timed(ds: object, kwargs: dict) -> tuple[float, pa.Table]:
+    t0 = time.perf_counter()
+    result = ds.to_table(**kwargs)
+    return time.perf_counter() - t0, result
 
 
 def main() -> None:
-    """Run the three scans with both engines and print a results table."""
+    """Run the three scans with both engines, interleaved, and print a results table."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=ROWS)
-    parser.add_argument("--storage-version", default="2.2")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--storage-versions", default="2.0,2.2")
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    uri = ensure_dataset(args.rows, args.storage_version)
-    size = sum(p.stat().st_size for p in Path(uri).rglob("*") if p.is_file())
-    threshold = args.rows // 100
     cases = {
         "full scan": {},
-        "projected scan (id, value)": {"columns": ["id", "value"]},
-        "filtered scan (1 %)": {"filter": f"id < {threshold}"},
+        "projection (id, value)": {"columns": ["id", "value"]},
+        "filter value < 0.01 (1 %)": {"filter": "value < 0.01"},
     }
-    ref, ours = lance.dataset(uri), dataset(uri)
-    print(f"dataset: {uri} ({size / 1e6:.0f} MB, {args.rows} rows, {args.storage_version})")
-    print("| case | pylance s | ours s | ours MB/s | ratio ours/pylance |")
-    print("|---|---|---|---|---|")
-    for name, kwargs in cases.items():
-        t_ref, a = _best(ref, kwargs, args.repeat)
-        t_ours, b = _best(ours, kwargs, args.repeat)
-        assert a.num_rows == b.num_rows, (name, a.num_rows, b.num_rows)
-        mb = b.nbytes / 1e6
-        print(f"| {name} | {t_ref:.3f} | {t_ours:.3f} | {mb / t_ours:.0f} | {t_ref / t_ours:.2f} |")
+    print("| storage | case | pylance s | ours s | ours MB/s | ratio ours/pylance |")
+    print("|---|---|---|---|---|---|")
+    for version in args.storage_versions.split(","):
+        uri = ensure_dataset(args.rows, version)
+        ref, ours = lance.dataset(uri), dataset(uri)
+        for name, kwargs in cases.items():
+            _timed(ref, kwargs), _timed(ours, kwargs)  # warm-up: page cache, lazy imports
+            t_ref, t_ours = [], []
+            for _ in range(args.rounds):
+                t, a = _timed(ref, kwargs)
+                t_ref.append(t)
+                t, b = _timed(ours, kwargs)
+                t_ours.append(t)
+                assert a.num_rows == b.num_rows, (name, a.num_rows, b.num_rows)
+            mb = b.nbytes / 1e6
+            ratio = statistics.median(r / o for r, o in zip(t_ref, t_ours, strict=True))
+            tr, to = statistics.median(t_ref), statistics.median(t_ours)
+            print(
+                f"| {version} | {name} | {tr:.3f} | {to:.3f} | {mb / to:,.0f} | {ratio:.2f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ Data pages arrive as multi-megabyte buffers that live for one page each. glibc r
 mmap threshold after the first such buffer is freed and serves the next ones from the
 heap, which then fragments and is not given back: a streaming server's RSS creeps up to
 several times its live memory. A fixed threshold keeps big buffers on mmap, so freeing
-one returns it to the system at once. Arrow's own allocations go through the same system
+one returns it to the system at once. Every stream decodes in threads of its own, and glibc
+gives threads arenas of their own (up to eight per core) that each keep what was freed in
+them: two arenas stop that creep. Arrow's own allocations go through the same system
 allocator (mimalloc, Arrow's default, keeps freed segments resident for reuse).
 """
 
@@ -16,8 +18,10 @@ import logging
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
+_M_ARENA_MAX = -8
 MMAP_THRESHOLD = 256 * 1024
 TRIM_THRESHOLD = 16 * 1024 * 1024
+ARENA_MAX = 2
 
 
 def tune_allocator() -> bool:
@@ -32,6 +36,7 @@ def tune_allocator() -> bool:
         return False
     ok = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
     ok &= bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    ok &= bool(mallopt(_M_ARENA_MAX, ARENA_MAX))
     if ok:
         import pyarrow as pa
 
