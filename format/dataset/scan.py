@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
@@ -25,6 +26,8 @@ ROW_ADDRESS_FIELD = pa.field("_rowaddr", pa.uint64())
 # Above this fraction of a step's rows matching a filter, the other columns of the step are
 # decoded whole and filtered rather than taken row by row.
 DENSE_STEP = 0.25
+# Rows per step of `to_table` when no batch size was asked for.
+TABLE_STEP = 65536
 # Readahead of a local scan holds at most this many bytes of batches (beyond one per fragment).
 READAHEAD_BYTES = 64 << 20
 _ROW_COLUMNS = (ROW_ID_FIELD.name, ROW_ADDRESS_FIELD.name)
@@ -80,6 +83,7 @@ class Scanner:
         self._limit = _check_count("limit", limit)
         self._offset = _check_count("offset", offset) or 0
         self._batch_size = _check_count("batch_size", batch_size) or DEFAULT_BATCH_SIZE
+        self._batch_size_given = batch_size is not None
         self._with_row_id = bool(with_row_id)
         self._with_row_address = bool(with_row_address)
         self._fragments = list(fragments) if fragments is not None else dataset.get_fragments()
@@ -268,8 +272,13 @@ class Scanner:
         return pa.RecordBatchReader.from_batches(self._out_schema, self.to_batches())
 
     def to_table(self) -> pa.Table:
-        """The whole result as one table."""
-        return pa.Table.from_batches(list(self.to_batches()), schema=self._out_schema)
+        """The whole result as one table (read in steps of `TABLE_STEP` rows unless a batch
+        size was asked for: batches are not seen here, and fewer steps cost less)."""
+        scan = self
+        if not self._batch_size_given and self._batch_size < TABLE_STEP:
+            scan = copy.copy(self)
+            scan._batch_size = TABLE_STEP
+        return pa.Table.from_batches(list(scan.to_batches()), schema=self._out_schema)
 
     def memory_estimate(self) -> int:
         """Bytes one stream of this scan holds at most, roughly: the raw and decoded step
