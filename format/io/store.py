@@ -27,6 +27,11 @@ from format.errors import UnsupportedFeatureError
 
 # Local reads at least this large are mapped rather than copied (see `FileReader.read`).
 _MAP_MIN = 1 << 20
+# Local reads of more scattered ranges than this map their span once (see `_mapped_groups`),
+# if it is no wider than `_MAP_SPAN_MAX`.
+_MAP_GROUPS = 8
+_MAP_SPAN_MAX = 1 << 30
+_MAP_MIN_AVERAGE = 4096  # bytes per range (a page); smaller ones cost less to copy than to map
 # Ranges closer than this are fetched with one request and split afterwards.
 _COALESCE_GAP_LOCAL = 4 * 1024
 _COALESCE_GAP_REMOTE = 1024 * 1024
@@ -180,7 +185,9 @@ class FileReader:
                 groups[-1] = (g_start, max(g_end, end), members)
             else:
                 groups.append((start, end, [i]))
-        if self._fd is not None or len(groups) == 1:
+        if self._fd is not None and len(groups) > _MAP_GROUPS:
+            blobs = self._mapped_groups(groups)
+        elif self._fd is not None or len(groups) == 1:
             blobs = [self.read(s, e - s) for s, e, _ in groups]
         else:
             if max(e for _, e, _ in groups) > self.size:
@@ -199,12 +206,25 @@ class FileReader:
                 out[i] = piece if len(members) > 1 else blob
         return out
 
+    def _mapped_groups(self, groups: list[tuple[int, int, list[int]]]) -> list[memoryview]:
+        """Many scattered local ranges (a take's chunks) as slices of one mapping of their
+        span: no system call per range, and only the pages they touch are read in. Small
+        ranges (single rows) and ranges past the file's size as found on opening are read
+        (and refused) as usual."""
+        lo, hi = groups[0][0], max(e for _, e, _ in groups)
+        wanted = sum(e - s for s, e, _ in groups)
+        small = wanted < _MAP_MIN_AVERAGE * len(groups)  # a fault per range beats a copy
+        if small or hi > self._file_size or hi > self.size or hi - lo > _MAP_SPAN_MAX:
+            return [self.read(s, e - s) for s, e, _ in groups]
+        view = _mapped(self._fd, lo, hi - lo, populate=False)
+        return [view[s - lo : e - lo] for s, e, _ in groups]
 
-def _mapped(fd: int, start: int, length: int) -> memoryview:
-    """A read-only view of file bytes [start, start + length), populated at once; unmapped
-    when the last view of it (an Arrow buffer, a numpy array) is gone."""
+
+def _mapped(fd: int, start: int, length: int, *, populate: bool = True) -> memoryview:
+    """A read-only view of file bytes [start, start + length), populated at once unless
+    asked not to; unmapped when the last view of it (an Arrow buffer, an array) is gone."""
     base = start - start % mmap.ALLOCATIONGRANULARITY
-    flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+    flags = mmap.MAP_SHARED | (getattr(mmap, "MAP_POPULATE", 0) if populate else 0)
     m = mmap.mmap(fd, length + start - base, flags=flags, prot=mmap.PROT_READ, offset=base)
     return memoryview(m)[start - base :]
 
