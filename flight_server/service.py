@@ -87,6 +87,9 @@ log = logging.getLogger("quiver.service")
 READ, WRITE = "read", "write"
 IDEMPOTENCY_SCAN_LIMIT = 1000  # versions searched for an idempotency key without read_version
 _CACHE_SIZE = 64
+# DoGet batches hold about this many bytes at most (and at most --batch-size rows): what a
+# stream holds is a few batches, so wide rows get fewer of them.
+BATCH_BYTES = 8 << 20
 
 
 # ------------------------------------------------------------------------------- results
@@ -559,6 +562,7 @@ class DatasetService:
             # a background thread decodes the next batch while this one is sent, one ahead
             fragment_readahead=2,
             readahead_bytes=1,
+            batch_bytes=BATCH_BYTES,
             physical_range=physical_range,
         )
         nbytes = scanner.memory_estimate()

@@ -271,11 +271,13 @@ class LanceDataset:
         fragment_readahead: int | None = None,
         physical_range: tuple[int, int] | None = None,
         readahead_bytes: int | None = None,
+        batch_bytes: int | None = None,
     ) -> Scanner:
         """Plan a scan: projection, SQL filter, limit/offset, row id columns; with one
         fragment, `physical_range` (start, stop) limits it to those physical rows. Fragments
         are decoded `fragment_readahead` at a time in background threads, queueing at most
-        `readahead_bytes` of batches (at least one per thread)."""
+        `readahead_bytes` of batches (at least one per thread); `batch_bytes` caps batches at
+        about that many bytes (never under 1024 rows) as well as `batch_size` rows."""
         return Scanner(
             self,
             columns=columns,
@@ -289,6 +291,7 @@ class LanceDataset:
             fragment_readahead=fragment_readahead,
             physical_range=physical_range,
             readahead_bytes=readahead_bytes,
+            batch_bytes=batch_bytes,
         )
 
     def to_table(

@@ -26,6 +26,8 @@ ROW_ADDRESS_FIELD = pa.field("_rowaddr", pa.uint64())
 # Above this fraction of a step's rows matching a filter, the other columns of the step are
 # decoded whole and filtered rather than taken row by row.
 DENSE_STEP = 0.25
+# Batches sized by bytes (`batch_bytes`) still hold at least this many rows.
+MIN_BATCH_ROWS = 1024
 # Rows per step of `to_table` when no batch size was asked for.
 TABLE_STEP = 65536
 # Readahead of a local scan holds at most this many bytes of batches (beyond one per fragment).
@@ -59,6 +61,7 @@ class Scanner:
         fragment_readahead: int | None = None,
         physical_range: tuple[int, int] | None = None,
         readahead_bytes: int | None = None,
+        batch_bytes: int | None = None,
     ) -> None:
         self._dataset = dataset
         self._fragment_readahead = 2 if fragment_readahead is None else fragment_readahead
@@ -102,6 +105,9 @@ class Scanner:
             self._out_schema = pa.schema(
                 [self._schema.field(c) for c in self._output_order], metadata=base.metadata
             )
+        if batch_bytes is not None:  # fewer rows per batch where rows are wide
+            rows = int(_check_count("batch_bytes", batch_bytes) // self._row_bytes())
+            self._batch_size = max(MIN_BATCH_ROWS, min(self._batch_size, rows))
 
     @property
     def projected_schema(self) -> pa.Schema:
@@ -280,11 +286,9 @@ class Scanner:
             scan._batch_size = TABLE_STEP
         return pa.Table.from_batches(list(scan.to_batches()), schema=self._out_schema)
 
-    def memory_estimate(self) -> int:
-        """Bytes one stream of this scan holds at most, roughly: the raw and decoded step
-        of every read column plus the batch being handed on, for each fragment read at
-        once. A server admits streams against its memory budget by it (and corrects it by
-        the batches it then sees)."""
+    def _row_bytes(self) -> float:
+        """Bytes a decoded row of what the scan reads takes, roughly: fixed-width columns
+        exactly, variable-width ones by the data files' bytes per row left to them."""
         read, _, _, _ = self._read_schema()
         full = self._dataset.lance_schema.to_arrow(blob_descriptions=True)
         widths = [_row_width(f.type) for f in full]
@@ -301,6 +305,14 @@ class Scanner:
         for f in read.to_arrow(blob_descriptions=True):
             w = _row_width(f.type)
             per_row += var_each if w is None else w
+        return per_row + 16  # validity, offsets, row ids
+
+    def memory_estimate(self) -> int:
+        """Bytes one stream of this scan holds at most, roughly: the raw and decoded step
+        of every read column plus the batch being handed on, for each fragment read at
+        once. A server admits streams against its memory budget by it (and corrects it by
+        the batches it then sees)."""
+        per_row = self._row_bytes()
         # a batch never spans fragments, nor a physical range
         batch = min(self._batch_size, max([f.physical_rows for f in self._fragments], default=0))
         if self._physical_range is not None:
@@ -308,7 +320,7 @@ class Scanner:
         producers = max(1, min(self._fragment_readahead, len(self._fragments)))
         # per producer: the step it decodes (raw and decoded) and the batch it hands on;
         # beyond that, the batches the readahead may queue
-        step = batch * (per_row + 16)
+        step = batch * per_row
         queued = min(self._readahead_bytes, producers * step) if self._fragment_readahead > 1 else 0
         return int(2 * step * producers + queued) + (1 << 20)
 

@@ -207,3 +207,19 @@ def test_readahead_holds_at_most_its_bytes():
     # produced-but-not-consumed items: the budget plus one item per running producer, plus the
     # one each producer has in hand while it waits for room
     assert state["peak"] <= 5000 + 2 * 3 * 1000, state["peak"]
+
+
+def test_batches_sized_by_bytes_hold_fewer_wide_rows(uri: str):
+    """`batch_bytes` caps batches near that size (never under 1024 rows) without changing
+    the rows; narrow projections keep the row limit."""
+    ds = dataset(uri)
+    scanner = ds.scanner(batch_size=8192, batch_bytes=64 << 10)
+    assert 1024 <= scanner._batch_size < 8192  # wide rows: fewer per step, never under 1024
+    wide = list(scanner.to_batches())
+    assert all(b.num_rows <= scanner._batch_size for b in wide)
+    assert max(b.nbytes for b in wide) < 4 * (64 << 10)
+    assert_same_table(pa.Table.from_batches(wide), lance.dataset(uri).to_table(), "by bytes")
+    narrow = list(ds.scanner(columns=["id"], batch_size=2048, batch_bytes=1 << 30).to_batches())
+    assert max(b.num_rows for b in narrow) == 2048
+    with pytest.raises(ValueError, match="batch_bytes"):
+        ds.scanner(batch_bytes=-1)
