@@ -10,15 +10,16 @@ whose rows sit at computable positions this module plans the exact byte ranges i
   value bytes those offsets delimit.
 
 A plan is a generator: it yields the (position, size) file ranges it needs next, is sent
-their bytes, and finally returns the Arrow array. `run_all` drives many plans in lock
-step so that every round is one coalesced `read_ranges` call. `plan_rows` returns None
+their bytes, and finally returns the Arrow array. `format.file.parallel.run_plans` drives
+many plans in lock step so that every round is one coalesced `read_ranges` call (and
+`gather_all` combines plans inside a plan). `plan_rows` returns None
 when an encoding (or a compressed / non-page buffer) does not allow random access; the
 caller then decodes whole pages as before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Generator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -65,17 +66,6 @@ def gather_all(plans: Sequence[Plan]) -> Generator[Request, list[Bytes], list[ob
                 results[i] = stop.value
         active = still
     return results
-
-
-def run_all(plans: Sequence[Plan], read: Callable[[Request], list[Bytes]]) -> list[object]:
-    """Run plans to completion, fetching each round's ranges with `read`."""
-    gen = gather_all(plans)
-    try:
-        req = next(gen)
-        while True:
-            req = gen.send(read(req))
-    except StopIteration as stop:
-        return stop.value
 
 
 # -- fetching spans --------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from format.file.base import (
     column_map,
     split_ranges,
 )
+from format.file.parallel import run_plans
 from format.file.v2 import encodings_v20 as v20
 from format.file.v2 import random_access as ra
 from format.file.v2.container import (
@@ -455,7 +456,7 @@ class V2FileReader(DataFileReader):
             for k, s, e in split:
                 plans.append(self._take_plan(node, k, s, e))
                 owners.append(i)
-        arrays = ra.run_all(plans, self._container.read_ranges)
+        arrays = run_plans(plans, self._container.read_ranges)
         pieces: dict[int, list[pa.Array]] = {i: [] for i, _, _ in reqs}
         for i, arr in zip(owners, arrays, strict=True):
             pieces[i].append(arr)
