@@ -40,11 +40,14 @@ def map_parallel(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
 Plan = Generator[list, list, object]
 
 
-def run_plans(plans: Sequence[Plan], read: Callable[[list], list]) -> list[object]:
+def run_plans(
+    plans: Sequence[Plan], read: Callable[[list], list], *, parallel: bool = True
+) -> list[object]:
     """Drive read plans to completion: a plan is a generator that yields the (position, size)
     file ranges it needs next, is sent their bytes, and returns its result. Each round reads
     every active plan's ranges with one `read` call (one coalesced request) and resumes the
-    plans on the pool, so the decoding they do on their bytes runs on every core."""
+    plans on the pool when `parallel` (so the decoding they do runs on every core; plans that
+    only slice a few rows are cheaper resumed in the caller's thread)."""
     results: list[object] = [None] * len(plans)
     active: list[tuple[int, Plan, list]] = []
     for i, p in enumerate(plans):
@@ -67,7 +70,8 @@ def run_plans(plans: Sequence[Plan], read: Callable[[list], list]) -> list[objec
                 return i, p, None, stop.value
 
         active = []
-        for i, p, req, value in map_parallel(resume, sends):
+        resumed = map_parallel(resume, sends) if parallel else [resume(x) for x in sends]
+        for i, p, req, value in resumed:
             if req is None:
                 results[i] = value
             else:
