@@ -244,14 +244,21 @@ def plan_chunks(
     return page, base[run] + offset_in_run
 
 
-def plan_fullzip(
-    layout: pb.FullZipLayout,
-    buffers: Sequence[tuple[int, int]],
-    num_rows: int,
-    rows: np.ndarray,
-    where: PageWhere,
-) -> TakePlan:
-    """Fetch and decode only the bytes of `rows` (sorted local rows) of a full-zip page."""
+@dataclass(frozen=True)
+class _FullZipPage:
+    """Where a full-zip page's rows are: a fixed stride, or a repetition index."""
+
+    layers: list
+    data_pos: int
+    data_size: int
+    stride: int | None  # bytes per row when every row has the same size
+    index: tuple[int, int] | None  # (file position, entry width) of the repetition index
+
+
+def _fullzip_page(
+    layout: pb.FullZipLayout, buffers: Sequence[tuple[int, int]], num_rows: int, where: PageWhere
+) -> _FullZipPage:
+    """Check a full-zip page's buffers against its layout and say where its rows are."""
     layers = parse_layers(layout.layers, where.full)
     if not buffers:
         raise where.corrupt("full-zip page has no buffers")
@@ -264,14 +271,7 @@ def plan_fullzip(
         stride = control_width(layout) + bits // 8
         if bits % 8 or stride * num_rows != data_size:
             raise where.corrupt(f"{data_size} bytes for {num_rows} rows of {bits}-bit values")
-        starts = data_pos + rows * stride
-        data = yield from ra.fetch_spans(starts, starts + stride)
-        arr = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
-        if control_width(layout) == 0:
-            values = cz.decode_fullzip_fixed(layout.value_compression, arr, len(rows), where.full)
-            return DecodedPage(layers, len(rows), None, None, values), None
-        local = np.arange(len(rows), dtype=I64) * stride
-        return decode_rows(layout, arr, local, local + stride, len(rows), where), None
+        return _FullZipPage(layers, data_pos, data_size, stride, None)
     if len(buffers) < 2:
         raise where.corrupt("full-zip page without its repetition index")
     ri_pos, ri_size = buffers[1]
@@ -279,16 +279,58 @@ def plan_fullzip(
     width = ri_size // n if ri_size % n == 0 else 0
     if width not in (1, 2, 4, 8):
         raise where.corrupt(f"repetition index of {ri_size} bytes for {num_rows} rows")
+    return _FullZipPage(layers, data_pos, data_size, None, (ri_pos, width))
+
+
+def _fixed_rows(
+    layout: pb.FullZipLayout, page: _FullZipPage, data: object, n: int, where: PageWhere
+) -> Result:
+    """Decode `n` fixed-stride rows fetched back to back."""
+    arr = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
+    if control_width(layout) == 0:
+        values = cz.decode_fullzip_fixed(layout.value_compression, arr, n, where.full)
+        return DecodedPage(page.layers, n, None, None, values), None
+    local = np.arange(n, dtype=I64) * page.stride
+    return decode_rows(layout, arr, local, local + page.stride, n, where), None
+
+
+def _indexed_rows(
+    layout: pb.FullZipLayout,
+    page: _FullZipPage,
+    data: object,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    where: PageWhere,
+) -> Result:
+    """Decode rows whose byte spans [starts, ends) (checked before fetching) were fetched
+    back to back."""
+    arr = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
+    lens = ends - starts
+    local = np.cumsum(lens) - lens
+    return decode_rows(layout, arr, local, local + lens, len(starts), where), None
+
+
+def plan_fullzip(
+    layout: pb.FullZipLayout,
+    buffers: Sequence[tuple[int, int]],
+    num_rows: int,
+    rows: np.ndarray,
+    where: PageWhere,
+) -> TakePlan:
+    """Fetch and decode only the bytes of `rows` (sorted local rows) of a full-zip page."""
+    page = _fullzip_page(layout, buffers, num_rows, where)
+    if page.stride is not None:
+        starts = page.data_pos + rows * page.stride
+        data = yield from ra.fetch_spans(starts, starts + page.stride)
+        return _fixed_rows(layout, page, data, len(rows), where)
+    ri_pos, width = page.index
     raw = yield from ra.fetch_spans(ri_pos + rows * width, ri_pos + (rows + 2) * width)
     pairs = np.frombuffer(raw, dtype=f"<u{width}").astype(I64).reshape(len(rows), 2)
     s, e = pairs[:, 0], pairs[:, 1]
-    if (e < s).any() or (e > data_size).any():
+    if (e < s).any() or (e > page.data_size).any():
         raise where.corrupt("repetition index offsets are out of order or out of bounds")
-    data = yield from ra.fetch_spans(data_pos + s, data_pos + e)
-    arr = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
-    lens = e - s
-    local = np.cumsum(lens) - lens
-    return decode_rows(layout, arr, local, local + lens, len(rows), where), None
+    data = yield from ra.fetch_spans(page.data_pos + s, page.data_pos + e)
+    return _indexed_rows(layout, page, data, s, e, where)
 
 
 def plan_fullzip_range(
@@ -303,38 +345,15 @@ def plan_fullzip_range(
     (when rows vary in size), then one span of the zipped data."""
     if not 0 <= lo < hi <= num_rows:
         raise where.corrupt(f"rows [{lo}, {hi}) wanted of a page of {num_rows}")
-    layers = parse_layers(layout.layers, where.full)
-    if not buffers:
-        raise where.corrupt("full-zip page has no buffers")
-    details = layout.WhichOneof("details")
-    if details is None:
-        raise where.corrupt("full-zip page has neither bits_per_value nor bits_per_offset")
-    data_pos, data_size = buffers[0]
-    if details == "bits_per_value" and not max_rep(layers):
-        bits = int(layout.bits_per_value)
-        stride = control_width(layout) + bits // 8
-        if bits % 8 or stride * num_rows != data_size:
-            raise where.corrupt(f"{data_size} bytes for {num_rows} rows of {bits}-bit values")
-        (data,) = yield [(data_pos + lo * stride, (hi - lo) * stride)]
-        arr = np.frombuffer(data, dtype=np.uint8)
-        if control_width(layout) == 0:
-            values = cz.decode_fullzip_fixed(layout.value_compression, arr, hi - lo, where.full)
-            return DecodedPage(layers, hi - lo, None, None, values), None
-        local = np.arange(hi - lo, dtype=I64) * stride
-        return decode_rows(layout, arr, local, local + stride, hi - lo, where), None
-    if len(buffers) < 2:
-        raise where.corrupt("full-zip page without its repetition index")
-    ri_pos, ri_size = buffers[1]
-    n = num_rows + 1
-    width = ri_size // n if ri_size % n == 0 else 0
-    if width not in (1, 2, 4, 8):
-        raise where.corrupt(f"repetition index of {ri_size} bytes for {num_rows} rows")
+    page = _fullzip_page(layout, buffers, num_rows, where)
+    if page.stride is not None:
+        (data,) = yield [(page.data_pos + lo * page.stride, (hi - lo) * page.stride)]
+        return _fixed_rows(layout, page, data, hi - lo, where)
+    ri_pos, width = page.index
     (raw,) = yield [(ri_pos + lo * width, (hi - lo + 1) * width)]
     offs = np.frombuffer(raw, dtype=f"<u{width}").astype(I64)
-    if (np.diff(offs) < 0).any() or offs[-1] > data_size:
+    if (np.diff(offs) < 0).any() or offs[-1] > page.data_size:
         raise where.corrupt("repetition index offsets are out of order or out of bounds")
     first = int(offs[0])
-    (data,) = yield [(data_pos + first, int(offs[-1]) - first)]
-    arr = np.frombuffer(data, dtype=np.uint8)
-    local = offs - first
-    return decode_rows(layout, arr, local[:-1], local[1:], hi - lo, where), None
+    (data,) = yield [(page.data_pos + first, int(offs[-1]) - first)]
+    return _indexed_rows(layout, page, data, offs[:-1] - first, offs[1:] - first, where)
