@@ -22,7 +22,7 @@ from format.io.store import open_store
 from format.proto import table_pb2, transaction_pb2
 from format.table import versions as _versions
 from format.table.commit import DEFAULT_MAX_RETRIES, commit_transaction
-from format.table.schema import LanceSchema
+from format.table.schema import LanceSchema, check_new_schema
 from format.table.transaction import IDEMPOTENCY_KEY, ManifestContext, new_transaction
 
 Fragment = table_pb2.DataFragment
@@ -69,11 +69,11 @@ class LanceOperation:
         fragments: Sequence[Fragment]
 
         def _body(self, _schema: LanceSchema | None) -> tuple[str, Any]:
-            schema = (
-                self.new_schema
-                if isinstance(self.new_schema, LanceSchema)
-                else LanceSchema.from_arrow(self.new_schema)
-            )
+            if isinstance(self.new_schema, LanceSchema):
+                schema = self.new_schema
+            else:
+                check_new_schema(self.new_schema, "Overwrite")
+                schema = LanceSchema.from_arrow(self.new_schema)
             body = T.Overwrite(fragments=list(self.fragments), schema=schema.to_protos())
             for k, v in schema.metadata.items():
                 body.schema_metadata[k] = v
@@ -196,6 +196,7 @@ def write_fragments(
     if mode not in ("append", "create", "overwrite"):
         raise InvalidInputError(f"mode must be append, create or overwrite, not {mode!r}")
     version = _write.normalize_storage_version(data_storage_version)
+    check_new_schema(reader.schema, store.uri)
     return _write.write_fragments(
         store, reader, LanceSchema.from_arrow(reader.schema), version, **kwargs
     )
@@ -226,8 +227,14 @@ def commit(
     store = open_store(str(uri), storage_options)
     entries = _versions.list_manifests(store)
     latest = _versions.load_manifest(store, entries[max(entries)]) if entries else None
+    newest = latest.version if latest is not None else 0
     if read_version is None:
-        read_version = latest.version if latest is not None else 0
+        read_version = newest
+    elif not 0 <= read_version <= newest:
+        raise InvalidInputError(
+            f"{store.uri}: read_version {read_version} is not a version of the dataset "
+            f"(its latest is {newest})"
+        )
     name, body = operation._body(latest.schema if latest is not None else None)
     props = {}
     if idempotency_key:

@@ -28,7 +28,7 @@ from format.proto import table_pb2, transaction_pb2
 from format.table import versions as _versions
 from format.table.commit import commit_transaction
 from format.table.manifest import STORAGE_VERSIONS
-from format.table.schema import LanceSchema
+from format.table.schema import LanceSchema, check_new_schema
 from format.table.transaction import (
     IDEMPOTENCY_KEY,
     ManifestContext,
@@ -317,6 +317,7 @@ def write_dataset(
         ctx = ManifestContext(storage_version=version)
     else:
         version = normalize_storage_version(data_storage_version)
+        check_new_schema(reader.schema, uri)
         lance_schema = LanceSchema.from_arrow(reader.schema)
         dictionaries: dict[int, pa.Array] = {}
         frags = write_fragments(

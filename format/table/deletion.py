@@ -131,7 +131,11 @@ def parse_deletion_file(data: bytes, file_type: int, path: str = "<deletion file
 
 def read_deletion_file(store: ObjectStore, path: str, file_type: int) -> np.ndarray:
     """Read a deletion file and return its sorted unique deleted row offsets (uint32)."""
-    return parse_deletion_file(store.read_all(path), file_type, path)
+    try:
+        data = store.read_all(path)
+    except FileNotFoundError:
+        raise CorruptFileError(path, "deletion file listed in the manifest is missing") from None
+    return parse_deletion_file(data, file_type, path)
 
 
 def read_fragment_deletions(store: ObjectStore, fragment: table_pb2.DataFragment) -> np.ndarray:

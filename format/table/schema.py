@@ -13,7 +13,12 @@ from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
-from format.errors import ColumnNotFoundError, CorruptFileError, UnsupportedFeatureError
+from format.errors import (
+    ColumnNotFoundError,
+    CorruptFileError,
+    InvalidInputError,
+    UnsupportedFeatureError,
+)
 from format.proto import file_pb2
 
 # Legacy per-field encoding hints (lance.file.Encoding).
@@ -37,6 +42,12 @@ BLOB_V2_DESCRIPTION = pa.struct(
 )
 _BLOB_V2_DESCRIPTION_METADATA = {"lance-encoding:blob": b"true", "lance-encoding:packed": b"true"}
 _EXTENSION_NAME = "ARROW:extension:name"
+
+# Columns a scan adds (row ids, addresses, offsets, row versions): pylance refuses to write
+# data that has them.
+RESERVED_COLUMNS = frozenset(
+    ("_rowid", "_rowaddr", "_rowoffset", "_row_created_at_version", "_row_last_updated_at_version")
+)
 
 _SIMPLE: dict[str, pa.DataType] = {
     "null": pa.null(),
@@ -81,7 +92,10 @@ def _leaf_type(logical: str, where: str) -> pa.DataType:
             tz = ":".join(parts[2:]) if len(parts) > 2 else "-"
             return pa.timestamp(parts[1], None if tz == "-" else tz)
         if head == "fixed_size_binary":
-            return pa.binary(int(parts[1]))
+            width = int(parts[1])
+            if width < 0:
+                raise CorruptFileError(where, f"fixed_size_binary of width {width}")
+            return pa.binary(width)
         if head == "decimal":
             m = _DECIMAL.match(logical)
             if m:
@@ -90,6 +104,8 @@ def _leaf_type(logical: str, where: str) -> pa.DataType:
                 return ctor(precision, scale)
         if head == "fixed_size_list":
             inner, size = ":".join(parts[1:-1]), int(parts[-1])
+            if size < 1:  # pyarrow divides by the size: a process-killing SIGFPE
+                raise CorruptFileError(where, f"fixed_size_list of {size} items")
             if inner == "lance.bfloat16":
                 return pa.list_(pa.field("item", pa.binary(2), True), size)
             return pa.list_(pa.field("item", _leaf_type(inner, where), True), size)
@@ -142,6 +158,36 @@ def logical_type_of(dtype: pa.DataType) -> str:
     if isinstance(dtype, pa.ExtensionType):
         return logical_type_of(dtype.storage_type)
     raise UnsupportedFeatureError(f"Arrow type {dtype} has no Lance logical type")
+
+
+def check_new_schema(schema: pa.Schema, where: str) -> None:
+    """Refuse what pylance refuses to create a dataset with: a reserved column name, two
+    columns of one name, a '.' in a column name, a fixed-size list of no items."""
+    seen: set[str] = set()
+    for f in schema:
+        if f.name in RESERVED_COLUMNS:
+            raise InvalidInputError(
+                f"{where}: the column {f.name} is a reserved name and cannot be used in a "
+                "Lance dataset"
+            )
+        if f.name in seen:
+            raise InvalidInputError(f"{where}: duplicate column name {f.name!r}")
+        if "." in f.name:
+            raise InvalidInputError(
+                f"{where}: column {f.name!r}: top-level names cannot contain '.' "
+                "(use a struct column for nesting)"
+            )
+        seen.add(f.name)
+        _check_list_sizes(f.type, f"{where}: column {f.name!r}")
+
+
+def _check_list_sizes(dtype: pa.DataType, where: str) -> None:
+    if pa.types.is_fixed_size_list(dtype) and dtype.list_size < 1:
+        raise InvalidInputError(f"{where}: a fixed-size list must have at least one item")
+    if pa.types.is_dictionary(dtype):
+        _check_list_sizes(dtype.value_type, where)
+    for i in range(dtype.num_fields):
+        _check_list_sizes(dtype.field(i).type, where)
 
 
 def _encoding_hint(dtype: pa.DataType) -> int:

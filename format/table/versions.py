@@ -171,8 +171,14 @@ def branch_store(store: ObjectStore, branch: str) -> ObjectStore:
     return store.child(f"tree/{branch.replace('/', '%2F')}")
 
 
+# A tag is stored as "_refs/tags/<percent-encoded name>.json", written through a temporary
+# "<that>#<32 hex digits>": both must fit the 255 bytes of a file name.
+MAX_TAG_BYTES = 200
+
+
 def check_tag_name(name: str) -> None:
-    """Refuse tag names that are empty or could escape `_refs/tags/`."""
+    """Refuse tag names that are empty, could escape `_refs/tags/`, or are longer than
+    `MAX_TAG_BYTES` once percent-encoded (too long for a file name)."""
     if (
         not isinstance(name, str)
         or not name
@@ -182,7 +188,13 @@ def check_tag_name(name: str) -> None:
         or "\x00" in name
         or name.endswith(".lock")
     ):
-        raise InvalidInputError(f"invalid tag name {name!r}")
+        raise InvalidInputError(f"invalid tag name {name[:40]!r}")
+    stored = len(urllib.parse.quote(name, safe=""))
+    if stored > MAX_TAG_BYTES:
+        raise InvalidInputError(
+            f"tag name {name[:40]!r}... is too long: {stored} bytes once percent-encoded "
+            f"(at most {MAX_TAG_BYTES})"
+        )
 
 
 def resolve_ref(store: ObjectStore, version: int | str | None) -> tuple[ObjectStore, int | None]:

@@ -76,3 +76,48 @@ def test_unknown_writer_flag_is_refused(tmp_path: Path):
         write_dataset(pa.table({"a": [2]}), uri, mode="append")
     assert dataset(uri).count_rows() == 1
     assert len(list((Path(uri) / "data").iterdir())) == 1  # refused before writing
+
+
+REFUSED_SCHEMAS = {
+    "reserved _rowid": pa.table({"_rowid": [1, 2]}),
+    "reserved _rowaddr": pa.table({"x": [1, 2], "_rowaddr": [1, 2]}),
+    "reserved _row_last_updated_at_version": pa.table({"_row_last_updated_at_version": [1]}),
+    "duplicate name": pa.Table.from_arrays([pa.array([1]), pa.array(["a"])], names=["a", "a"]),
+    "dot in a name": pa.table({"a.b": [1]}),
+    "empty fixed-size list": pa.table({"v": pa.array([[], []], pa.list_(pa.int64(), 0))}),
+    "nested empty fixed-size list": pa.table(
+        {"v": pa.array([[[]], []], pa.list_(pa.list_(pa.int8(), 0)))}
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED_SCHEMAS))
+def test_schemas_pylance_refuses_are_refused_before_any_file(tmp_path: Path, case: str):
+    data = REFUSED_SCHEMAS[case]
+    with pytest.raises(OSError):  # the oracle refuses it too
+        lance.write_dataset(data, str(tmp_path / "oracle"))
+    uri = str(tmp_path / "ds")
+    for attempt in (
+        lambda: write_dataset(data, uri),
+        lambda: write_fragments(data, uri, mode="create"),
+        lambda: commit(uri, LanceOperation.Overwrite(data.schema, [])),
+    ):
+        with pytest.raises(InvalidInputError, match="reserved|duplicate|'.'|fixed-size list"):
+            attempt()
+        assert not (tmp_path / "ds").exists() or not any((tmp_path / "ds").rglob("*.*"))
+
+
+def test_commit_refuses_a_read_version_after_the_latest(tmp_path: Path):
+    uri = str(tmp_path / "ds")
+    write_dataset(pa.table({"a": [1]}), uri)
+    staged = write_fragments(pa.table({"a": [2]}), uri)
+    theirs = lance.fragment.write_fragments(pa.table({"a": [2]}), uri)
+    with pytest.raises(OSError, match="999"):  # pylance: that version does not exist
+        lance.LanceDataset.commit(uri, lance.LanceOperation.Append(theirs), read_version=999)
+    for bad in (2, 999, -1):
+        with pytest.raises(InvalidInputError, match=f"read_version {bad} .* latest is 1"):
+            commit(uri, LanceOperation.Append(staged), read_version=bad)
+    assert dataset(uri).version == 1
+    assert commit(uri, LanceOperation.Append(staged), read_version=1).to_table() == pa.table(
+        {"a": [1, 2]}
+    )

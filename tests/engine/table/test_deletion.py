@@ -365,7 +365,7 @@ def test_unknown_file_type_and_missing_file(tmp_path: Path) -> None:
     store.put("_deletions/0-1-1.arrow", encode_deletion_file(np.array([1]), False))
     with pytest.raises(CorruptFileError, match="unknown deletion file type 7"):
         read_deletion_file(store, "_deletions/0-1-1.arrow", 7)
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(CorruptFileError, match="_deletions/0-1-2.arrow: deletion file .* missing"):
         read_deletion_file(store, "_deletions/0-1-2.arrow", ARROW_ARRAY)
 
 

@@ -18,6 +18,7 @@ from format.errors import (
     CorruptFileError,
     DatasetNotFoundError,
     FilterBindError,
+    InvalidInputError,
     TagNotFoundError,
     UnsupportedFeatureError,
     VersionNotFoundError,
@@ -157,3 +158,30 @@ def test_atomic_write_never_publishes_partial_files(tmp_path: Path):
     with store.open_write("data/c.lance") as f:
         f.write(b"whole")
     assert sorted(os.listdir(tmp_path / "data")) == ["c.lance"]
+
+
+def test_tag_names_too_long_for_a_file_name_are_refused(history: str):
+    ours = dataset(history)
+    ours.tags.create("t" * 200, 1)  # the longest tag (its file name gets .json and more)
+    assert ours.tags.list()["t" * 200]["version"] == 1
+    for name in ("t" * 201, "é" * 34, "x" * 10_000):  # é is 6 bytes once percent-encoded
+        with pytest.raises(InvalidInputError, match="too long"):
+            ours.tags.create(name, 1)
+        with pytest.raises(InvalidInputError, match="too long"):
+            dataset(history, version=name)
+    assert sorted(os.listdir(f"{history}/_refs/tags")) == sorted(
+        ["second.json", "t" * 200 + ".json"]
+    )
+
+
+def test_a_schema_with_an_empty_fixed_size_list_is_corrupt(history: str):
+    # pyarrow divides by a fixed-size list's size: such a schema must never reach a reader
+    path = f"{history}/_versions/{manifest_name(3)}"
+    with open(path, "rb") as f:
+        manifest = decode_manifest(f.read(), path)
+    manifest.pb.fields[0].logical_type = "fixed_size_list:int64:0"
+    with open(path, "wb") as f:
+        f.write(encode_manifest(manifest.pb))
+    with pytest.raises(CorruptFileError, match="fixed_size_list of 0 items"):
+        dataset(history).to_table()
+    assert dataset(history, version=2).to_table() == pa.table({"a": [1, 2, 3]})
