@@ -88,19 +88,32 @@ def fetch_spans(starts: np.ndarray, stops: np.ndarray) -> Generator[Request, lis
     blobs = yield list(zip(gstart.tolist(), (gend - gstart).tolist(), strict=True))
     if n == 1:
         return blobs[0]
-    if len(blobs) == 1:
-        buf = np.frombuffer(blobs[0], dtype=np.uint8)
-        base = starts - gstart[0]
-    else:
-        buf = np.concatenate([np.frombuffer(b, dtype=np.uint8) for b in blobs])
-        glen = gend - gstart
-        gid = np.cumsum(new) - 1
-        base = (np.cumsum(glen) - glen)[gid] + (starts - gstart[gid])
     lens = stops - starts
-    if n == 1 or (len(blobs) == 1 and np.all(base[1:] == base[:-1] + lens[:-1])):
-        return buf[int(base[0]) : int(base[0]) + int(lens.sum())]  # contiguous: a view
-    view = memoryview(buf)
-    joined = b"".join([view[b : b + k] for b, k in zip(base.tolist(), lens.tolist(), strict=True)])
+    gid = np.cumsum(new) - 1
+    if len(blobs) == 1:
+        base = starts - gstart[0]
+        if np.all(base[1:] == base[:-1] + lens[:-1]):  # contiguous: a view
+            buf = np.frombuffer(blobs[0], dtype=np.uint8)
+            return buf[int(base[0]) : int(base[0]) + int(lens.sum())]
+    # One copy straight out of the fetched blobs; spans that touch are copied as one piece.
+    piece = np.empty(n, dtype=bool)
+    piece[0] = True
+    piece[1:] = (starts[1:] != stops[:-1]) | new[1:]
+    firsts = np.flatnonzero(piece)
+    ends = stops[np.append(firsts[1:] - 1, n - 1)]
+    offsets = starts[firsts] - gstart[gid[firsts]]
+    views = [memoryview(b) for b in blobs]
+    joined = b"".join(
+        [
+            views[g][o : o + k]
+            for g, o, k in zip(
+                gid[firsts].tolist(),
+                offsets.tolist(),
+                (ends - starts[firsts]).tolist(),
+                strict=True,
+            )
+        ]
+    )
     return np.frombuffer(joined, dtype=np.uint8)
 
 
