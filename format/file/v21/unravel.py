@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from format.errors import CorruptFileError, UnsupportedFeatureError
 from format.file.v21.layers import Layer, def_levels_owned, is_list, max_rep
@@ -85,23 +86,23 @@ def to_logical(
     if pa.types.is_dictionary(t):
         if dictionary is not None:
             items = to_logical(dictionary, t.value_type, None, None, where)
-            idx = phys.to_numpy(zero_copy_only=False).astype(np.int64)
             if len(items) == 0:
                 if valid is not None and valid.any() or valid is None and n:
                     raise where.corrupt("dictionary indices into an empty dictionary")
                 return pa.DictionaryArray.from_arrays(pa.nulls(n, t.index_type), items)
-            idx = np.where((idx >= 0) & (idx < len(items)), idx, 0)
-            mask = None if valid is None else ~valid
-            indices = pa.array(idx, type=pa.int64(), mask=mask).cast(t.index_type)
-            return pa.DictionaryArray.from_arrays(indices, items)
+            idx = _dictionary_indices(phys, valid, len(items), where)
+            mask = None if valid is None else pa.array(~valid)
+            indices = pc.if_else(mask, None, idx) if mask is not None else idx
+            return pa.DictionaryArray.from_arrays(indices.cast(t.index_type), items)
         plain = to_logical(phys, t.value_type, valid, None, where)
         return plain.dictionary_encode().cast(t)
     if dictionary is not None:
-        idx = phys.to_numpy(zero_copy_only=False).astype(np.int64)
         if len(dictionary) == 0:
+            if valid is not None and valid.any() or valid is None and n:
+                raise where.corrupt("dictionary indices into an empty dictionary")
             phys = pa.nulls(n)
         else:
-            phys = dictionary.take(pa.array(np.where((idx >= 0) & (idx < len(dictionary)), idx, 0)))
+            phys = dictionary.take(_dictionary_indices(phys, valid, len(dictionary), where))
         return to_logical(phys, t, valid, None, where)
     if pa.types.is_null(t):
         return pa.nulls(n)
@@ -170,6 +171,29 @@ def to_logical(
     )
 
 
+def _dictionary_indices(
+    phys: pa.Array, valid: np.ndarray | None, size: int, where: PageWhere
+) -> pa.Array:
+    """A page's dictionary indices, checked against a dictionary of `size` items. Null
+    slots may hold any index (they become 0); a visible one outside the dictionary is
+    corruption."""
+    if not pa.types.is_integer(phys.type):
+        raise where.corrupt(f"dictionary indices of type {phys.type}")
+    if not len(phys):
+        return phys
+    lo, hi = pc.min_max(phys).values()
+    if lo.as_py() >= 0 and hi.as_py() < size:
+        return phys  # the common case: no copy, and take() accepts any integer width
+    idx = phys.to_numpy(zero_copy_only=False)
+    bad = (idx < 0) | (idx >= size)
+    if valid is not None:
+        bad &= valid
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise where.corrupt(f"dictionary index {int(idx[i])} beyond the {size} items")
+    return pa.array(np.where((idx >= 0) & (idx < size), idx, 0))
+
+
 # -- unravelling one page ----------------------------------------------------------------
 def unravel(
     page: DecodedPage,
@@ -198,17 +222,19 @@ def unravel(
         if n_entries and int(rep.max()) > r:
             raise where.corrupt(f"repetition level {int(rep.max())} above the maximum {r}")
         slots = np.flatnonzero(rep == r)
+        n_slots = len(slots)
     else:
-        slots = np.arange(n_entries)
-    if len(slots) != page.num_rows:
-        raise where.corrupt(f"levels hold {len(slots)} rows, the page has {page.num_rows}")
+        slots = None  # every entry is a row: no lists, so no index is needed
+        n_slots = n_entries
+    if n_slots != page.num_rows:
+        raise where.corrupt(f"levels hold {n_slots} rows, the page has {page.num_rows}")
     structure: list[tuple[np.ndarray | None, np.ndarray | None]] = []
     depth = len(layers)
     for j in range(depth):  # outside in
         i = depth - 1 - j
         layer = layers[i]
         lo = cum[i - 1] if i else 0
-        d = defs[slots] if defs is not None else None
+        d = defs if defs is None or slots is None else defs[slots]
         if is_list(layer):
             valid = None
             if d is not None:
@@ -216,6 +242,8 @@ def unravel(
                 if layer in (Layer.NULLABLE_LIST, Layer.NULL_AND_EMPTY_LIST):
                     ok &= d != lo + 1
                 valid = _all_or_none(ok)
+            if rep is None or slots is None:
+                raise where.corrupt("a list layer without repetition levels")
             keep = rep >= r - 1
             if defs is not None:
                 keep &= defs <= lo
@@ -227,12 +255,13 @@ def unravel(
                 raise where.corrupt("list items before the first row")
             structure.append((valid, offsets))
             slots = children
+            n_slots = len(children)
             r -= 1
         else:
             valid = None if d is None else _all_or_none(d <= lo)
             structure.append((valid, None))
-    if len(slots) != len(page.values):
-        raise where.corrupt(f"{len(slots)} visible items but {len(page.values)} values")
+    if n_slots != len(page.values):
+        raise where.corrupt(f"{n_slots} visible items but {len(page.values)} values")
     arr = to_logical(page.values, leaf_type, structure[-1][0], page.dictionary, where)
     for j in range(depth - 2, -1, -1):
         valid, offsets = structure[j]

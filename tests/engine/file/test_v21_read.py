@@ -998,3 +998,23 @@ def test_variable_packed_struct_is_refused_in_a_2_1_file(tmp_path):
         list(reader.read(fields, [(0, 40)]))
     with pytest.raises(CorruptFileError, match="VariablePackedStruct is not part of the Lance 2.1"):
         reader.take(fields, np.arange(3))
+
+
+def test_dictionary_indices_outside_the_dictionary_are_corrupt_unless_null():
+    """A null slot may hold any index; a visible one past the dictionary is corruption
+    (it used to read as the dictionary's first item)."""
+    from format.file.v21.page import PageWhere
+    from format.file.v21.unravel import to_logical
+
+    where = PageWhere("f.lance", "column 0 page 0")
+    items = pa.array([b"a", b"b", b"c"], pa.large_binary())  # physical values
+    idx = pa.array([0, 2, 7, 1], pa.uint8())
+    masked = to_logical(idx, pa.string(), np.array([True, True, False, True]), items, where)
+    assert masked.to_pylist() == ["a", "c", None, "b"]
+    as_dict = to_logical(
+        idx, pa.dictionary(pa.int32(), pa.string()), np.array([1, 1, 0, 1], bool), items, where
+    )
+    assert as_dict.to_pylist() == ["a", "c", None, "b"]
+    for t in (pa.string(), pa.dictionary(pa.int32(), pa.string())):
+        with pytest.raises(CorruptFileError, match="dictionary index 7 beyond the 3 items"):
+            to_logical(idx, t, None, items, where)
