@@ -235,13 +235,33 @@ def plan_chunks(
     if span:
         if int(first_row[0]) > lo or int(first_row[0] + run_rows[0]) < hi:
             raise where.corrupt("the repetition index does not cover the wanted rows")
-        return page, slice(lo - int(first_row[0]), hi - int(first_row[0]))
-    run = np.searchsorted(first_row, rows, side="right") - 1
-    offset_in_run = rows - first_row[run]
-    if (run < 0).any() or (offset_in_run >= run_rows[run]).any():
-        raise where.corrupt("the repetition index does not cover the wanted rows")
-    base = np.cumsum(run_rows) - run_rows
-    return page, base[run] + offset_in_run
+        pos: slice | np.ndarray = slice(lo - int(first_row[0]), hi - int(first_row[0]))
+    else:
+        run = np.searchsorted(first_row, rows, side="right") - 1
+        offset_in_run = rows - first_row[run]
+        if (run < 0).any() or (offset_in_run >= run_rows[run]).any():
+            raise where.corrupt("the repetition index does not cover the wanted rows")
+        base = np.cumsum(run_rows) - run_rows
+        pos = base[run] + offset_in_run
+    if rep is None:
+        # One value per row: keep only the wanted ones before they are made logical
+        # (a dictionary lookup, string checks), not the whole chunks'.
+        narrow = _narrowed(page, pos)
+        return narrow, slice(0, narrow.num_rows)
+    return page, pos
+
+
+def _narrowed(page: DecodedPage, pos: slice | np.ndarray) -> DecodedPage:
+    """A flat page (one value per row) cut down to the rows at `pos`."""
+    if isinstance(pos, slice):
+        n = pos.stop - pos.start
+        values = page.values.slice(pos.start, n)
+        defs = None if page.defs is None else page.defs[pos]
+    else:
+        n = len(pos)
+        values = page.values.take(pa.array(pos))
+        defs = None if page.defs is None else page.defs[pos]
+    return DecodedPage(page.layers, n, None, defs, values, page.dictionary)
 
 
 @dataclass(frozen=True)
