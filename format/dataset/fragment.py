@@ -304,14 +304,18 @@ class FragmentReader:
             for s, e in split_ranges(ranges, batch_size):
                 parts = [next(st) for st in streams]
                 arrays = frag._assemble(self.projection, plans, parts, e - s)
-                offsets = np.arange(s, e, dtype=np.uint64)
                 keep = None if mask is None else mask[s:e]
+                n = e - s
                 if keep is not None and not keep.all():
-                    offsets = offsets[keep]
                     sel = pa.array(keep)
                     arrays = [a.filter(sel) for a in arrays]
-                arrays += frag._extra_columns(offsets, with_row_id, with_row_address)
-                yield _make_batch(arrays, out_schema, len(offsets))
+                    n = int(np.count_nonzero(keep))
+                if with_row_id or with_row_address:
+                    offsets = np.arange(s, e, dtype=np.uint64)
+                    if n != e - s:
+                        offsets = offsets[keep]
+                    arrays += frag._extra_columns(offsets, with_row_id, with_row_address)
+                yield _make_batch(arrays, out_schema, n)
         finally:
             for st in streams:
                 st.close()

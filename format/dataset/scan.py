@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from format.dataset.readahead import ordered_readahead
 from format.errors import InvalidInputError
-from format.expr import compile_filter
+from format.expr import apply_filter, compile_filter
 from format.file.base import DEFAULT_BATCH_SIZE, split_ranges
 from format.file.types import fixed_bits
 from format.table.schema import LanceSchema
@@ -28,8 +28,11 @@ ROW_ADDRESS_FIELD = pa.field("_rowaddr", pa.uint64())
 DENSE_STEP = 0.25
 # Batches sized by bytes (`batch_bytes`) still hold at least this many rows.
 MIN_BATCH_ROWS = 1024
-# Rows per step of `to_table` when no batch size was asked for.
-TABLE_STEP = 65536
+# Steps of `to_table` when no batch size was asked for: up to this many rows, as long as a
+# step decodes to at most TABLE_STEP_BYTES. Its batches are never seen, and large steps
+# cost less: fewer plans, and outputs big enough to be backed by huge pages.
+TABLE_STEP = 1 << 20
+TABLE_STEP_BYTES = 128 << 20
 # Readahead of a local scan holds at most this many bytes of batches (beyond one per fragment).
 READAHEAD_BYTES = 64 << 20
 _ROW_COLUMNS = (ROW_ID_FIELD.name, ROW_ADDRESS_FIELD.name)
@@ -188,7 +191,7 @@ class Scanner:
                 with_row_address=row_addr,
             ):
                 if self._filter is not None:
-                    batch = batch.filter(self._filter.expression)
+                    batch = apply_filter(batch, self._filter)
                     batch = batch.select(self._schema.names)
                 if batch.num_rows:
                     yield batch
@@ -230,7 +233,7 @@ class Scanner:
             ):
                 if not batch.num_rows:
                     continue
-                matched = batch.filter(self._filter.expression)
+                matched = apply_filter(batch, self._filter)
                 if not matched.num_rows:
                     continue
                 offsets = matched.column(ROW_ADDRESS_FIELD.name).to_numpy() & 0xFFFFFFFF
@@ -278,12 +281,14 @@ class Scanner:
         return pa.RecordBatchReader.from_batches(self._out_schema, self.to_batches())
 
     def to_table(self) -> pa.Table:
-        """The whole result as one table (read in steps of `TABLE_STEP` rows unless a batch
-        size was asked for: batches are not seen here, and fewer steps cost less)."""
+        """The whole result as one table (read in steps of up to `TABLE_STEP` rows and
+        `TABLE_STEP_BYTES` unless a batch size was asked for)."""
         scan = self
-        if not self._batch_size_given and self._batch_size < TABLE_STEP:
-            scan = copy.copy(self)
-            scan._batch_size = TABLE_STEP
+        if not self._batch_size_given:
+            step = min(TABLE_STEP, int(TABLE_STEP_BYTES // self._row_bytes()))
+            if step > self._batch_size:
+                scan = copy.copy(self)
+                scan._batch_size = step
         return pa.Table.from_batches(list(scan.to_batches()), schema=self._out_schema)
 
     def _row_bytes(self) -> float:

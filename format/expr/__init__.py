@@ -18,6 +18,7 @@ from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyarrow.acero import Declaration, ProjectNodeOptions, TableSourceNodeOptions
 
 from format.errors import FilterBindError, FilterSyntaxError, InvalidInputError
 from format.expr.parse import describe_filter, parse_filter
@@ -75,8 +76,26 @@ def apply_filter(data: _Data, compiled: CompiledFilter) -> _Data:
     compared with a decimal) become InvalidInputError naming the filter.
     """
     try:
-        return data.filter(compiled.expression)
+        return data.filter(filter_mask(data, compiled.expression))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
         raise InvalidInputError(
             f"{describe_filter(compiled.sql, None)} failed on the data: {e}"
         ) from None
+
+
+def filter_mask(data: pa.Table | pa.RecordBatch, expression: pc.Expression) -> pa.Array:
+    """The boolean value of `expression` for every row, computed in the calling thread.
+
+    (`RecordBatch.filter(expression)` runs an Acero plan on the shared CPU pool: handing a
+    batch to it and back costs more than evaluating it, and scans call this per batch.)"""
+    table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
+    plan = Declaration.from_sequence(
+        [
+            Declaration("table_source", TableSourceNodeOptions(table)),
+            Declaration("project", ProjectNodeOptions([expression])),
+        ]
+    )
+    mask = plan.to_table(use_threads=False).column(0)
+    if isinstance(data, pa.Table):
+        return mask
+    return mask.chunk(0) if mask.num_chunks == 1 else mask.combine_chunks()

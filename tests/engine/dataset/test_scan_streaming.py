@@ -18,6 +18,7 @@ from compare import assert_same_table
 
 from format.dataset import dataset
 from format.dataset.readahead import ordered_readahead
+from format.errors import InvalidInputError
 from format.io.store import FileReader
 
 ROWS = 30_000
@@ -85,6 +86,16 @@ def test_filtered_scans_with_row_ids_and_projections_match_pylance(uri: str, fil
 def test_filter_limit_and_offset_match_pylance(uri: str):
     kw = {"filter": "x < 0.3", "limit": 777, "offset": 1234}
     assert_same_table(dataset(uri).to_table(**kw), lance.dataset(uri).to_table(**kw), str(kw))
+
+
+@pytest.mark.parametrize("columns", [None, ["id"]])
+def test_a_filter_failing_on_the_data_is_an_invalid_input_error(uri: str, columns):
+    """Evaluated per step (late materialisation or not): the error names the filter."""
+    filt = "CAST(text AS BIGINT) > 1"
+    with pytest.raises(InvalidInputError, match="CAST"):
+        dataset(uri).to_table(filter=filt, columns=columns)
+    with pytest.raises(pa.ArrowInvalid):  # pylance fails too
+        lance.dataset(uri).to_table(filter=filt, columns=columns)
 
 
 class _CountingReads:
