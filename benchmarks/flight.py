@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import socket
 import statistics
@@ -305,8 +306,9 @@ def _write_rows(servers: dict[str, Server], uri: Path, serve_root: Path, version
 
 
 def _linked_root(tmp: Path, uri: Path) -> Path:
-    """A serving root holding only the benchmark dataset (a link, so it is not copied)."""
-    (tmp / uri.name).symlink_to(uri)
+    """A serving root holding only the benchmark dataset, its files hard-linked (not copied;
+    Quiver refuses symbolic links that lead out of its root)."""
+    shutil.copytree(uri, tmp / uri.name, copy_function=os.link)
     return tmp
 
 
