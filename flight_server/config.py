@@ -15,7 +15,7 @@ A flag wins over its environment variable, which wins over the default:
 | --health-port PORT          | QUIVER_HEALTH_PORT             | none (no health port; 0: any) |
 | --drain-seconds SECONDS     | QUIVER_DRAIN_SECONDS           | 30            |
 | --max-rows-per-endpoint N   | QUIVER_MAX_ROWS_PER_ENDPOINT   | none (1 endpoint per fragment) |
-| --batch-size N              | QUIVER_BATCH_SIZE              | 65536         |
+| --batch-size N              | QUIVER_BATCH_SIZE              | 1048576 (and ~8 MiB) |
 | --memory-budget SIZE        | QUIVER_MEMORY_BUDGET           | 96MiB (0: unlimited) |
 | --ticket-ttl SECONDS        | QUIVER_TICKET_TTL              | 86400 (0: never expire) |
 | --staged-ttl SECONDS        | QUIVER_STAGED_TTL              | 86400 (min 60) |
@@ -59,9 +59,11 @@ DEFAULT_PORT = 8815
 DEFAULT_TICKET_TTL = 24 * 3600
 DEFAULT_TOKEN_TTL = 3600.0
 DEFAULT_DRAIN_SECONDS = 30.0
-# Rows per DoGet batch: big enough that per-message costs (IPC framing, gRPC writes, and a
-# Spark task's per-batch handling) vanish, small enough to stream in bounded memory.
-DEFAULT_BATCH_SIZE = 65536
+# Most rows per DoGet batch. Batches are sized by bytes first (service.BATCH_BYTES, ~8 MiB:
+# small enough to stream in bounded memory); the row cap only matters for narrow rows, and
+# a large one keeps per-step and per-message costs (planning, IPC framing, gRPC writes, a
+# Spark task's per-batch handling) small for them too.
+DEFAULT_BATCH_SIZE = 1 << 20
 # What all DoGet streams together may hold. The server idles at about 170-215 MB (Python,
 # pyarrow, numba); 96 MiB of streams on top aims at a peak near 300 MB, which leaves a small
 # (512 MB) container room for gRPC buffers and the allocator's slack.
@@ -372,7 +374,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     a(
         "--batch-size",
         metavar="N",
-        help="rows per streamed batch (env QUIVER_BATCH_SIZE, default 65536)",
+        help="most rows per streamed batch, which also holds about 8 MiB at most "
+        "(env QUIVER_BATCH_SIZE, default 1048576)",
     )
     a(
         "--memory-budget",
