@@ -1,0 +1,1318 @@
+/* Compiled loops of the 2.1/2.2 codecs: range gathers, FastLanes unpacking, RLE expansion,
+ * byte-stream-split joins, FSST decoding and the Variable / Flat(1) chunk kernels.
+ *
+ * The Python modules next to this file (gather, bitpacking, rle, byte_stream_split, fsst,
+ * compression) validate arguments, allocate outputs with numpy and call these functions; they
+ * are not a public API. Conventions:
+ *
+ * - Arrays arrive through the buffer protocol ("y*" read-only, "w*" writable), C-contiguous.
+ *   Index arrays (starts, sizes, counts, ...) are int64; they are read with memcpy, so they
+ *   need no alignment. Arrays accessed as typed words (bit-packed words and the values
+ *   unpacked from them, FSST string ends) must be aligned to their item size: the wrappers
+ *   guarantee it and the kernels refuse otherwise.
+ * - Checking kernels return the first failing (status, index) in the order the errors are
+ *   reported; status codes are module constants (OK, SHORT, OUTSIDE, ...).
+ * - Copying kernels trust ranges a checking kernel has validated. They still test, once per
+ *   range or chunk (never per element), that what they read and write lies inside the
+ *   buffers they were given, and raise ValueError otherwise: a wrapper bug must not turn into
+ *   an out-of-bounds access.
+ * - Arithmetic on values read from a file never overflows: bounds are compared as
+ *   `s > size - n` rather than `s + n > size` (with n, s >= 0 known), products as quotients.
+ * - Loops run without the GIL (decoding runs in a thread pool) when they do enough work to
+ *   pay for releasing it, see BEGIN_NOGIL.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+enum {
+    OK,
+    SHORT,
+    OUTSIDE,
+    BAD_OFFSET,
+    BYTES_OUTSIDE,
+    DECREASING,
+    MISALIGNED,
+    TOO_MANY,
+    TOO_WIDE,
+    TOO_SHORT,
+    BAD_CODE,
+    TRAILING_ESCAPE,
+    FULL,
+    GUARD /* a copying kernel was given ranges no checking kernel validated */
+};
+
+#define BLOCK 1024 /* values per FastLanes block */
+#define FSST_ESCAPE 255
+#define FSST_SLACK 8 /* a symbol is stored as 8 bytes whatever its length */
+
+/* Releasing the GIL costs little, but a thread that re-acquires it while another runs Python
+ * may wait out the interpreter's switch interval (5 ms): tiny loops keep the GIL (as numpy
+ * does below ~500 elements). `work` estimates the elements or bytes a loop touches. */
+#define NOGIL_MIN_WORK 8192
+#define BEGIN_NOGIL(work)                                                                      \
+    {                                                                                          \
+        PyThreadState *_save = (work) >= NOGIL_MIN_WORK ? PyEval_SaveThread() : NULL;
+#define END_NOGIL                                                                              \
+    if (_save)                                                                                 \
+        PyEval_RestoreThread(_save);                                                           \
+    }
+
+/* FastLanes row order: row r of lane l holds value FL_ORDER[r / 8] * 16 + (r % 8) * 128 + l
+ * (see bitpacking.py). */
+static const int FL_ORDER[8] = {0, 4, 2, 6, 1, 5, 3, 7};
+
+/* GCC peels loops of up to 16 iterations completely before it vectorises: the 16 lanes of a
+ * 64-bit FastLanes row (and the 16 words of an 8/16-bit one) then end up as scalar code. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define NO_PEEL _Pragma("GCC unroll 1")
+#else
+#define NO_PEEL
+#endif
+
+/* -- helpers -------------------------------------------------------------------------------- */
+
+/* Element i of an int64 array (any alignment). */
+static inline int64_t at64(const Py_buffer *b, Py_ssize_t i)
+{
+    int64_t v;
+    memcpy(&v, (const char *)b->buf + 8 * i, 8);
+    return v;
+}
+
+static inline void put64(Py_buffer *b, Py_ssize_t i, int64_t v)
+{
+    memcpy((char *)b->buf + 8 * i, &v, 8);
+}
+
+/* The same on a bare pointer. Loops that store bytes use these on local copies of the
+ * buffers' pointers: a byte store may alias any field of a Py_buffer whose address was taken
+ * (by PyArg_ParseTuple), which would make the compiler reload them at every element. */
+static inline int64_t ld64(const char *p, Py_ssize_t i)
+{
+    int64_t v;
+    memcpy(&v, p + 8 * i, 8);
+    return v;
+}
+
+static inline void st64(char *p, Py_ssize_t i, int64_t v)
+{
+    memcpy(p + 8 * i, &v, 8);
+}
+
+static inline Py_ssize_t len64(const Py_buffer *b)
+{
+    return b->len / 8;
+}
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define LE32(x) __builtin_bswap32(x)
+#define LE64(x) __builtin_bswap64(x)
+#else
+#define LE32(x) (x)
+#define LE64(x) (x)
+#endif
+
+/* The `nbytes`-byte (1..8) little-endian unsigned integer at p (any alignment). */
+static inline uint64_t load_le(const uint8_t *p, int nbytes)
+{
+    if (nbytes == 4) { /* offsets: one load */
+        uint32_t v;
+        memcpy(&v, p, 4);
+        return LE32(v);
+    }
+    if (nbytes == 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        return LE64(v);
+    }
+    uint64_t v = 0;
+    for (int b = 0; b < nbytes; b++)
+        v |= (uint64_t)p[b] << (8 * b);
+    return v;
+}
+
+/* The native `size`-byte (1, 2, 4 or 8) unsigned word at p. */
+static inline uint64_t load_word(const uint8_t *p, int size)
+{
+    switch (size) {
+    case 1:
+        return *p;
+    case 2: {
+        uint16_t v;
+        memcpy(&v, p, 2);
+        return v;
+    }
+    case 4: {
+        uint32_t v;
+        memcpy(&v, p, 4);
+        return v;
+    }
+    default: {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        return v;
+    }
+    }
+}
+
+/* Whether [start, start + n) lies inside [0, size); negative int64 values arrive as huge
+ * unsigned ones and fail. */
+static inline int fits(uint64_t start, uint64_t n, uint64_t size)
+{
+    return start <= size && n <= size - start;
+}
+
+/* Whether `n` items of `item` bytes from item `start` lie inside `size` bytes. */
+static inline int fits_items(uint64_t start, uint64_t n, uint64_t item, uint64_t size)
+{
+    return start <= size / item && n <= (size / item) - start;
+}
+
+static int aligned(const void *p, Py_ssize_t item)
+{
+    return ((uintptr_t)p & (uintptr_t)(item - 1)) == 0;
+}
+
+static int word_size_ok(int bits)
+{
+    return bits == 8 || bits == 16 || bits == 32 || bits == 64;
+}
+
+/* ValueError unless every int64 array in `bufs` holds `n` items (or `n` is -1: the first's). */
+static int same_lengths(const char *fn, Py_ssize_t n, int count, Py_buffer **bufs)
+{
+    for (int k = 0; k < count; k++) {
+        if (bufs[k]->len % 8 || (n >= 0 && len64(bufs[k]) != n)) {
+            PyErr_Format(PyExc_ValueError, "%s: int64 arrays of different lengths", fn);
+            return -1;
+        }
+        if (n < 0)
+            n = len64(bufs[k]);
+    }
+    return 0;
+}
+
+static PyObject *guard_error(const char *fn)
+{
+    PyErr_Format(PyExc_ValueError, "%s: ranges outside the buffers (not validated first)", fn);
+    return NULL;
+}
+
+static void release(int count, Py_buffer **bufs)
+{
+    for (int k = 0; k < count; k++)
+        PyBuffer_Release(bufs[k]);
+}
+
+/* -- gather --------------------------------------------------------------------------------- */
+
+PyDoc_STRVAR(first_bad_range_doc,
+             "first_bad_range(size, starts, lengths) -> index of the first range [s, s + n) not "
+             "inside [0, size), or -1.");
+
+static PyObject *first_bad_range(PyObject *self, PyObject *args)
+{
+    long long size;
+    Py_buffer st, ln;
+    if (!PyArg_ParseTuple(args, "Ly*y*", &size, &st, &ln))
+        return NULL;
+    Py_buffer *all[] = {&st, &ln};
+    PyObject *res = NULL;
+    if (size < 0)
+        PyErr_SetString(PyExc_ValueError, "first_bad_range: negative size");
+    else if (same_lengths("first_bad_range", -1, 2, all) == 0) {
+        Py_ssize_t n = len64(&st), bad = -1;
+        BEGIN_NOGIL(n * 4)
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int64_t s = at64(&st, i), l = at64(&ln, i);
+            if (l < 0 || s < 0 || s > size - l) {
+                bad = i;
+                break;
+            }
+        }
+        END_NOGIL
+        res = PyLong_FromSsize_t(bad);
+    }
+    release(2, all);
+    return res;
+}
+
+PyDoc_STRVAR(first_bad_position_doc,
+             "first_bad_position(size, pos, nbytes) -> index of the first position p with "
+             "[p, p + nbytes) not inside [0, size), or -1.");
+
+static PyObject *first_bad_position(PyObject *self, PyObject *args)
+{
+    long long size;
+    int nbytes;
+    Py_buffer pos;
+    if (!PyArg_ParseTuple(args, "Ly*i", &size, &pos, &nbytes))
+        return NULL;
+    Py_buffer *all[] = {&pos};
+    PyObject *res = NULL;
+    if (size < 0 || nbytes < 0)
+        PyErr_SetString(PyExc_ValueError, "first_bad_position: negative size");
+    else if (same_lengths("first_bad_position", -1, 1, all) == 0) {
+        Py_ssize_t n = len64(&pos), bad = -1;
+        BEGIN_NOGIL(n * 4)
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int64_t p = at64(&pos, i);
+            if (p < 0 || p > size - nbytes) {
+                bad = i;
+                break;
+            }
+        }
+        END_NOGIL
+        res = PyLong_FromSsize_t(bad);
+    }
+    release(1, all);
+    return res;
+}
+
+PyDoc_STRVAR(copy_ranges_doc,
+             "copy_ranges(data, starts, lengths, itemsize, out): the validated ranges of "
+             "`itemsize`-byte items back to back into `out`.");
+
+static PyObject *copy_ranges(PyObject *self, PyObject *args)
+{
+    Py_buffer data, st, ln, out;
+    Py_ssize_t item;
+    if (!PyArg_ParseTuple(args, "y*y*y*nw*", &data, &st, &ln, &item, &out))
+        return NULL;
+    Py_buffer *all[] = {&data, &st, &ln, &out};
+    PyObject *res = NULL;
+    if (item < 1)
+        PyErr_SetString(PyExc_ValueError, "copy_ranges: item size below 1");
+    else if (same_lengths("copy_ranges", -1, 2, all + 1) == 0) {
+        const char *src = data.buf;
+        char *dst = out.buf;
+        uint64_t n_in = data.len / item, n_out = out.len / item, o = 0;
+        Py_ssize_t n = len64(&st);
+        int bad = 0;
+        BEGIN_NOGIL(out.len)
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint64_t s = at64(&st, i), k = at64(&ln, i);
+            if (!fits(s, k, n_in) || !fits(o, k, n_out)) {
+                bad = 1;
+                break;
+            }
+            memcpy(dst + o * item, src + s * item, k * item);
+            o += k;
+        }
+        END_NOGIL
+        res = bad ? guard_error("copy_ranges") : Py_NewRef(Py_None);
+    }
+    release(4, all);
+    return res;
+}
+
+PyDoc_STRVAR(read_uint_doc,
+             "read_uint(data, pos, nbytes, out): the `nbytes`-byte little-endian unsigned "
+             "integers at the validated byte positions `pos` into the uint64 array `out`.");
+
+static PyObject *read_uint(PyObject *self, PyObject *args)
+{
+    Py_buffer data, pos, out;
+    int nbytes;
+    if (!PyArg_ParseTuple(args, "y*y*iw*", &data, &pos, &nbytes, &out))
+        return NULL;
+    Py_buffer *all[] = {&data, &pos, &out};
+    PyObject *res = NULL;
+    if (nbytes < 1 || nbytes > 8)
+        PyErr_Format(PyExc_ValueError, "read_uint of %d-byte integers", nbytes);
+    else if (same_lengths("read_uint", -1, 2, all + 1) == 0) {
+        const uint8_t *src = data.buf;
+        const char *at = pos.buf;
+        char *dst = out.buf;
+        const uint64_t size = data.len;
+        const Py_ssize_t n = len64(&pos);
+        int bad = 0;
+        BEGIN_NOGIL(n * 4)
+/* A constant N lets load_le become one load. */
+#define READ_UINTS(N)                                                                          \
+    for (Py_ssize_t i = 0; i < n; i++) {                                                       \
+        uint64_t p = ld64(at, i);                                                              \
+        if (!fits(p, (N), size)) {                                                             \
+            bad = 1;                                                                           \
+            break;                                                                             \
+        }                                                                                      \
+        st64(dst, i, (int64_t)load_le(src + p, (N)));                                          \
+    }
+        switch (nbytes) {
+        case 2:
+            READ_UINTS(2)
+            break;
+        case 4:
+            READ_UINTS(4)
+            break;
+        case 8:
+            READ_UINTS(8)
+            break;
+        default:
+            READ_UINTS(nbytes)
+        }
+#undef READ_UINTS
+        END_NOGIL
+        res = bad ? guard_error("read_uint") : Py_NewRef(Py_None);
+    }
+    release(3, all);
+    return res;
+}
+
+/* -- FastLanes bit-packing ------------------------------------------------------------------ */
+
+/* unpack_block_T(in, width, out): unpack the FastLanes block at `in` (width <= T, and
+ * width * 1024 / T words there) into out[0:1024]. Row r of all lanes is one contiguous run of
+ * both the input and the output, so the lane loop vectorises (shifts by a loop-invariant
+ * amount). A row starting at bit `shift` of its word spills into the next word when
+ * shift + width > T; `back` = T - shift is then in 1..T-1, so no shift is by T or more.
+ * Used for 32- and 64-bit words; 8/16-bit ones go through DEFINE_UNPACK_BLOCK_SWAR. */
+#define DEFINE_UNPACK_BLOCK(T, BITS)                                                           \
+    static void unpack_block_##BITS(const T *restrict in, unsigned width, T *restrict out)     \
+    {                                                                                          \
+        enum { LANES = BLOCK / BITS };                                                         \
+        if (width == 0) {                                                                      \
+            memset(out, 0, BLOCK * sizeof(T));                                                 \
+            return;                                                                            \
+        }                                                                                      \
+        const T mask = width == BITS ? (T)~(T)0 : (T)(((uint64_t)1 << width) - 1);             \
+        for (unsigned r = 0; r < BITS; r++) {                                                  \
+            const unsigned first = r * width, shift = first % BITS;                            \
+            const T *src = in + (first / BITS) * LANES;                                        \
+            T *dst = out + FL_ORDER[r / 8] * 16 + (r % 8) * 128;                               \
+            if (shift + width > BITS) {                                                        \
+                const T *nxt = src + LANES;                                                    \
+                const unsigned back = BITS - shift;                                            \
+                NO_PEEL for (int j = 0; j < LANES; j++)                                        \
+                    dst[j] = (T)((T)(src[j] >> shift) | (T)(nxt[j] << back)) & mask;           \
+            } else {                                                                           \
+                NO_PEEL for (int j = 0; j < LANES; j++)                                        \
+                    dst[j] = (T)(src[j] >> shift) & mask;                                      \
+            }                                                                                  \
+        }                                                                                      \
+    }
+
+DEFINE_UNPACK_BLOCK(uint32_t, 32)
+DEFINE_UNPACK_BLOCK(uint64_t, 64)
+
+/* 8- and 16-bit words have no vector shifts on x86 (the compiler widens every lane), so these
+ * shift 64-bit words holding 64 / T lanes each (SWAR). Bits that a 64-bit shift carries across
+ * a lane boundary are masked off: a row keeps `width` <= T - shift bits of its own lane from
+ * `src` (`own` = the T - shift low bits of every lane), and in a spill the bits from `nxt`
+ * shifted up by `back` (the complement of `own`, dropping what came from the lane below). */
+#define DEFINE_UNPACK_BLOCK_SWAR(T, BITS)                                                      \
+    static void unpack_block_##BITS(const T *restrict in, unsigned width, T *restrict out)     \
+    {                                                                                          \
+        enum { WORDS = BLOCK / 64 }; /* 64-bit words per row: 1024 / T lanes of T bits */      \
+        const uint64_t ones = ~(uint64_t)0 / ((T)~(T)0); /* 1 in the low bit of each lane */   \
+        if (width == 0) {                                                                      \
+            memset(out, 0, BLOCK * sizeof(T));                                                 \
+            return;                                                                            \
+        }                                                                                      \
+        const uint64_t mask = ones * (width == BITS ? (T)~(T)0 : (T)((1u << width) - 1));      \
+        for (unsigned r = 0; r < BITS; r++) {                                                  \
+            const unsigned first = r * width, shift = first % BITS;                            \
+            const char *src = (const char *)(in + (first / BITS) * (BLOCK / BITS));            \
+            char *dst = (char *)(out + FL_ORDER[r / 8] * 16 + (r % 8) * 128);                  \
+            if (shift + width > BITS) {                                                        \
+                const char *nxt = src + BLOCK / 8;                                             \
+                const unsigned back = BITS - shift;                                            \
+                const uint64_t own = ones * (T)(((T)~(T)0) >> shift);                          \
+                NO_PEEL for (int j = 0; j < WORDS; j++) {                                      \
+                    uint64_t lo, hi, v;                                                        \
+                    memcpy(&lo, src + 8 * j, 8);                                               \
+                    memcpy(&hi, nxt + 8 * j, 8);                                               \
+                    v = (((lo >> shift) & own) | ((hi << back) & ~own)) & mask;                \
+                    memcpy(dst + 8 * j, &v, 8);                                                \
+                }                                                                              \
+            } else {                                                                           \
+                NO_PEEL for (int j = 0; j < WORDS; j++) {                                      \
+                    uint64_t v;                                                                \
+                    memcpy(&v, src + 8 * j, 8);                                                \
+                    v = (v >> shift) & mask;                                                   \
+                    memcpy(dst + 8 * j, &v, 8);                                                \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+    }
+
+DEFINE_UNPACK_BLOCK_SWAR(uint8_t, 8)
+DEFINE_UNPACK_BLOCK_SWAR(uint16_t, 16)
+
+/* Unpack the block of `bits`-bit words at word `at` of `words` into `out` (1024 words). */
+static void unpack_block(const char *words, uint64_t at, int width, int bits, char *out)
+{
+    switch (bits) {
+    case 8:
+        unpack_block_8((const uint8_t *)words + at, width, (uint8_t *)out);
+        break;
+    case 16:
+        unpack_block_16((const uint16_t *)words + at, width, (uint16_t *)out);
+        break;
+    case 32:
+        unpack_block_32((const uint32_t *)words + at, width, (uint32_t *)out);
+        break;
+    default:
+        unpack_block_64((const uint64_t *)words + at, width, (uint64_t *)out);
+    }
+}
+
+/* ValueError unless `bits` is a word size and both word arrays are aligned to it. */
+static int words_ok(const char *fn, int bits, const Py_buffer *words, const Py_buffer *out)
+{
+    if (!word_size_ok(bits)) {
+        PyErr_Format(PyExc_ValueError, "%s: %d-bit words", fn, bits);
+        return 0;
+    }
+    if (!aligned(words->buf, bits / 8) || !aligned(out->buf, bits / 8)) {
+        PyErr_Format(PyExc_ValueError, "%s: word arrays not aligned to %d bytes", fn, bits / 8);
+        return 0;
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(unpack_blocks_doc,
+             "unpack_blocks(words, width, bits, out): unpack len(out) / 1024 FastLanes blocks "
+             "packed at `width` from the `bits`-bit `words`.");
+
+static PyObject *unpack_blocks(PyObject *self, PyObject *args)
+{
+    Py_buffer words, out;
+    int width, bits;
+    if (!PyArg_ParseTuple(args, "y*iiw*", &words, &width, &bits, &out))
+        return NULL;
+    Py_buffer *all[] = {&words, &out};
+    PyObject *res = NULL;
+    if (words_ok("unpack_blocks", bits, &words, &out)) {
+        const int item = bits / 8;
+        const uint64_t per = (uint64_t)width * (BLOCK / bits); /* words per block */
+        const uint64_t nblocks = out.len / (BLOCK * item);
+        if (width < 0 || width > bits || (per && nblocks > (uint64_t)(words.len / item) / per))
+            res = guard_error("unpack_blocks");
+        else {
+            BEGIN_NOGIL(out.len)
+            for (uint64_t b = 0; b < nblocks; b++)
+                unpack_block(words.buf, b * per, width, bits, (char *)out.buf + b * BLOCK * item);
+            END_NOGIL
+            res = Py_NewRef(Py_None);
+        }
+    }
+    release(2, all);
+    return res;
+}
+
+PyDoc_STRVAR(inline_check_doc,
+             "inline_check(words, starts, sizes, counts, bits) -> (status, chunk, values): the "
+             "first failing check of InlineBitpacking chunks (TOO_MANY, OUTSIDE, TOO_WIDE, "
+             "TOO_SHORT, in report order), and the number of values.");
+
+static PyObject *inline_check(PyObject *self, PyObject *args)
+{
+    Py_buffer words, st, sz, ct;
+    int bits;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*i", &words, &st, &sz, &ct, &bits))
+        return NULL;
+    Py_buffer *all[] = {&words, &st, &sz, &ct};
+    PyObject *res = NULL;
+    if (!word_size_ok(bits))
+        PyErr_Format(PyExc_ValueError, "inline_check: %d-bit words", bits);
+    else if (same_lengths("inline_check", -1, 3, all + 1) == 0) {
+        const int item = bits / 8;
+        const uint8_t *w = words.buf;
+        const int64_t n_words = words.len / item, n = len64(&ct);
+        int status = OK;
+        Py_ssize_t bad = 0;
+        int64_t total = 0;
+        BEGIN_NOGIL(n * 16)
+        for (Py_ssize_t i = 0; i < n && status == OK; i++) {
+            int64_t c = at64(&ct, i);
+            if (c < 0 || c > BLOCK)
+                status = TOO_MANY, bad = i;
+            else
+                total += c;
+        }
+        for (Py_ssize_t i = 0; i < n && status == OK; i++) {
+            int64_t s = at64(&st, i), size = at64(&sz, i);
+            if (size < 1 || s < 0 || s > n_words - size)
+                status = OUTSIDE, bad = i;
+        }
+        /* The width is the chunk's first word, compared unsigned: a huge one must not wrap. */
+        for (Py_ssize_t i = 0; i < n && status == OK; i++)
+            if (load_word(w + at64(&st, i) * item, item) > (uint64_t)bits)
+                status = TOO_WIDE, bad = i;
+        for (Py_ssize_t i = 0; i < n && status == OK; i++) {
+            int64_t width = load_word(w + at64(&st, i) * item, item);
+            if (at64(&sz, i) < 1 + width * (BLOCK / bits))
+                status = TOO_SHORT, bad = i;
+        }
+        END_NOGIL
+        res = Py_BuildValue("(inL)", status, bad, (long long)(status == OK ? total : 0));
+    }
+    release(4, all);
+    return res;
+}
+
+PyDoc_STRVAR(inline_unpack_doc,
+             "inline_unpack(words, starts, counts, bits, out): all validated InlineBitpacking "
+             "chunks' values back to back.");
+
+static PyObject *inline_unpack(PyObject *self, PyObject *args)
+{
+    Py_buffer words, st, ct, out;
+    int bits;
+    if (!PyArg_ParseTuple(args, "y*y*y*iw*", &words, &st, &ct, &bits, &out))
+        return NULL;
+    Py_buffer *all[] = {&words, &st, &ct, &out};
+    PyObject *res = NULL;
+    if (words_ok("inline_unpack", bits, &words, &out) &&
+        same_lengths("inline_unpack", -1, 2, all + 1) == 0) {
+        const int item = bits / 8;
+        const uint64_t n_words = words.len / item, n_out = out.len / item;
+        const Py_ssize_t n = len64(&ct);
+        uint64_t scratch[BLOCK]; /* a short chunk's block: 1024 words of up to 8 bytes */
+        uint64_t o = 0;
+        int bad = 0;
+        BEGIN_NOGIL(out.len)
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint64_t s = at64(&st, i), c = at64(&ct, i);
+            uint64_t width = s < n_words ? load_word((const uint8_t *)words.buf + s * item, item)
+                                         : 0;
+            if (s >= n_words || width > (uint64_t)bits ||
+                !fits(s + 1, width * (BLOCK / bits), n_words) || c > BLOCK ||
+                !fits(o, c, n_out)) {
+                bad = 1;
+                break;
+            }
+            char *dst = (char *)out.buf + o * item;
+            if (c == BLOCK)
+                unpack_block(words.buf, s + 1, (int)width, bits, dst);
+            else if (c) {
+                unpack_block(words.buf, s + 1, (int)width, bits, (char *)scratch);
+                memcpy(dst, scratch, c * item);
+            }
+            o += c;
+        }
+        END_NOGIL
+        res = bad ? guard_error("inline_unpack") : Py_NewRef(Py_None);
+    }
+    release(4, all);
+    return res;
+}
+
+/* Whether an OutOfLineBitpacking buffer of `size` words at word `s` of `n_words` is outside
+ * them or too short for `count` values: full blocks of `wpb` words, then a tail that is raw
+ * (`tail` words) iff the buffer has exactly full * wpb + tail words, else one padded block.
+ * Compared through quotients: no product of file values can overflow. */
+static int outofline_bad(int64_t n_words, int64_t s, int64_t size, int64_t count, int64_t wpb)
+{
+    if (count < 0 || size < 0 || s < 0 || s > n_words - size)
+        return 1;
+    uint64_t full = count / BLOCK, tail = count % BLOCK, sz = size, w = wpb;
+    int raw = tail > 0 && (w == 0 ? sz == tail
+                                  : sz >= tail && (sz - tail) % w == 0 && (sz - tail) / w == full);
+    if (raw)
+        return 0;
+    uint64_t blocks = full + (tail > 0);
+    return w > 0 && blocks > sz / w;
+}
+
+PyDoc_STRVAR(outofline_check_doc,
+             "outofline_check(n_words, starts, sizes, counts, wpb) -> the first chunk whose "
+             "OutOfLineBitpacking buffer is too short or out of bounds, or -1.");
+
+static PyObject *outofline_check(PyObject *self, PyObject *args)
+{
+    long long n_words, wpb;
+    Py_buffer st, sz, ct;
+    if (!PyArg_ParseTuple(args, "Ly*y*y*L", &n_words, &st, &sz, &ct, &wpb))
+        return NULL;
+    Py_buffer *all[] = {&st, &sz, &ct};
+    PyObject *res = NULL;
+    if (n_words < 0 || wpb < 0)
+        PyErr_SetString(PyExc_ValueError, "outofline_check: negative size");
+    else if (same_lengths("outofline_check", -1, 3, all) == 0) {
+        Py_ssize_t n = len64(&ct), bad = -1;
+        BEGIN_NOGIL(n * 8)
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (outofline_bad(n_words, at64(&st, i), at64(&sz, i), at64(&ct, i), wpb)) {
+                bad = i;
+                break;
+            }
+        }
+        END_NOGIL
+        res = PyLong_FromSsize_t(bad);
+    }
+    release(3, all);
+    return res;
+}
+
+PyDoc_STRVAR(outofline_unpack_doc,
+             "outofline_unpack(words, starts, sizes, counts, width, bits, out): validated "
+             "OutOfLineBitpacking chunks: full blocks unpacked in place, then the tail raw or "
+             "through a scratch block.");
+
+static PyObject *outofline_unpack(PyObject *self, PyObject *args)
+{
+    Py_buffer words, st, sz, ct, out;
+    int width, bits;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*iiw*", &words, &st, &sz, &ct, &width, &bits, &out))
+        return NULL;
+    Py_buffer *all[] = {&words, &st, &sz, &ct, &out};
+    PyObject *res = NULL;
+    if (words_ok("outofline_unpack", bits, &words, &out) &&
+        same_lengths("outofline_unpack", -1, 3, all + 1) == 0) {
+        const int item = bits / 8;
+        const int64_t n_words = words.len / item, n_out = out.len / item;
+        const int64_t wpb = (int64_t)width * (BLOCK / bits);
+        const Py_ssize_t n = len64(&ct);
+        uint64_t scratch[BLOCK];
+        int64_t o = 0;
+        int bad = width < 0 || width > bits;
+        BEGIN_NOGIL(out.len)
+        for (Py_ssize_t i = 0; i < n && !bad; i++) {
+            int64_t s = at64(&st, i), size = at64(&sz, i), c = at64(&ct, i);
+            if (outofline_bad(n_words, s, size, c, wpb) || c > n_out - o) {
+                bad = 1;
+                break;
+            }
+            int64_t full = c / BLOCK, tail = c % BLOCK;
+            char *dst = (char *)out.buf + o * item;
+            for (int64_t b = 0; b < full; b++)
+                unpack_block(words.buf, s + b * wpb, width, bits, dst + b * BLOCK * item);
+            if (tail) {
+                int64_t at = s + full * wpb;
+                if (size == full * wpb + tail) /* raw tail words */
+                    memcpy(dst + full * BLOCK * item, (const char *)words.buf + at * item,
+                           tail * item);
+                else {
+                    unpack_block(words.buf, at, width, bits, (char *)scratch);
+                    memcpy(dst + full * BLOCK * item, scratch, tail * item);
+                }
+            }
+            o += c;
+        }
+        END_NOGIL
+        res = bad ? guard_error("outofline_unpack") : Py_NewRef(Py_None);
+    }
+    release(5, all);
+    return res;
+}
+
+/* -- run-length ----------------------------------------------------------------------------- */
+
+PyDoc_STRVAR(check_runs_doc,
+             "check_runs(lengths, runs, counts) -> (chunk, covered): the first chunk whose u8 "
+             "run lengths do not add up to its count and what they add up to; (len(counts), 0) "
+             "if the chunks claim other than all the runs; else (-1, 0).");
+
+static PyObject *check_runs(PyObject *self, PyObject *args)
+{
+    Py_buffer lengths, runs, ct;
+    if (!PyArg_ParseTuple(args, "y*y*y*", &lengths, &runs, &ct))
+        return NULL;
+    Py_buffer *all[] = {&lengths, &runs, &ct};
+    PyObject *res = NULL;
+    if (same_lengths("check_runs", -1, 2, all + 1) == 0) {
+        const uint8_t *len = lengths.buf;
+        const int64_t n_runs = lengths.len, n = len64(&ct);
+        int64_t bad = -1, covered = 0, r = 0;
+        BEGIN_NOGIL(n_runs + n * 4)
+        for (int64_t i = 0; i < n; i++) {
+            int64_t k = at64(&runs, i);
+            if (k < 0 || k > n_runs - r) {
+                bad = n;
+                break;
+            }
+            int64_t sum = 0;
+            for (int64_t j = r; j < r + k; j++)
+                sum += len[j];
+            if (sum != at64(&ct, i)) {
+                bad = i, covered = sum;
+                break;
+            }
+            r += k;
+        }
+        if (bad < 0 && r != n_runs)
+            bad = n;
+        END_NOGIL
+        res = Py_BuildValue("(LL)", (long long)bad, (long long)covered);
+    }
+    release(3, all);
+    return res;
+}
+
+/* Fill out[o : o + k] with the `item`-byte value at v (any alignment), T-wide stores. */
+#define FILL_RUNS(T)                                                                           \
+    for (int64_t r = 0; r < n_runs && !bad; r++) {                                             \
+        uint64_t k = len[r];                                                                   \
+        if (k > n_out - o) {                                                                   \
+            bad = 1;                                                                           \
+            break;                                                                             \
+        }                                                                                      \
+        T v;                                                                                   \
+        memcpy(&v, src + r * sizeof(T), sizeof(T));                                            \
+        T *d = (T *)out.buf + o;                                                               \
+        for (uint64_t j = 0; j < k; j++)                                                       \
+            d[j] = v;                                                                          \
+        o += k;                                                                                \
+    }
+
+PyDoc_STRVAR(rle_expand_doc,
+             "rle_expand(values, lengths, itemsize, out): every run value repeated its u8 "
+             "length times, back to back.");
+
+static PyObject *rle_expand(PyObject *self, PyObject *args)
+{
+    Py_buffer values, lengths, out;
+    Py_ssize_t item;
+    if (!PyArg_ParseTuple(args, "y*y*nw*", &values, &lengths, &item, &out))
+        return NULL;
+    Py_buffer *all[] = {&values, &lengths, &out};
+    PyObject *res = NULL;
+    if (item < 1 || values.len != lengths.len * item)
+        res = guard_error("rle_expand");
+    else {
+        const uint8_t *len = lengths.buf, *src = values.buf;
+        const int64_t n_runs = lengths.len;
+        const uint64_t n_out = out.len / item;
+        uint64_t o = 0;
+        int bad = 0, typed = (item == 1 || item == 2 || item == 4 || item == 8) &&
+                             aligned(out.buf, item);
+        BEGIN_NOGIL(out.len)
+        if (typed && item == 1)
+            FILL_RUNS(uint8_t)
+        else if (typed && item == 2)
+            FILL_RUNS(uint16_t)
+        else if (typed && item == 4)
+            FILL_RUNS(uint32_t)
+        else if (typed)
+            FILL_RUNS(uint64_t)
+        else {
+            for (int64_t r = 0; r < n_runs; r++) {
+                uint64_t k = len[r];
+                if (k > n_out - o) {
+                    bad = 1;
+                    break;
+                }
+                for (uint64_t j = 0; j < k; j++)
+                    memcpy((char *)out.buf + (o + j) * item, src + r * item, item);
+                o += k;
+            }
+        }
+        END_NOGIL
+        res = bad ? guard_error("rle_expand") : Py_NewRef(Py_None);
+    }
+    release(3, all);
+    return res;
+}
+
+/* -- byte-stream-split ---------------------------------------------------------------------- */
+
+/* Chunk of n values: value j's byte b is byte j of stream b (streams of n bytes from `in`).
+ * With a constant width the inner loop unrolls and each output value is written once. */
+#define JOIN_CHUNK(W)                                                                          \
+    for (uint64_t j = 0; j < n; j++)                                                           \
+        for (int b = 0; b < (W); b++)                                                          \
+            dst[j * (W) + b] = in[b * n + j];
+
+PyDoc_STRVAR(bss_join_doc,
+             "bss_join(data, starts, counts, width, out): undo byte-stream-split for validated "
+             "chunks: chunk i's `counts[i] * width` stream bytes at `starts[i]`.");
+
+static PyObject *bss_join(PyObject *self, PyObject *args)
+{
+    Py_buffer data, st, ct, out;
+    int width;
+    if (!PyArg_ParseTuple(args, "y*y*y*iw*", &data, &st, &ct, &width, &out))
+        return NULL;
+    Py_buffer *all[] = {&data, &st, &ct, &out};
+    PyObject *res = NULL;
+    if (width < 1)
+        PyErr_SetString(PyExc_ValueError, "bss_join: width below 1");
+    else if (same_lengths("bss_join", -1, 2, all + 1) == 0) {
+        const Py_ssize_t m = len64(&ct);
+        uint64_t o = 0; /* output values so far */
+        int bad = 0;
+        BEGIN_NOGIL(out.len)
+        for (Py_ssize_t i = 0; i < m; i++) {
+            uint64_t s = at64(&st, i), n = at64(&ct, i);
+            if (!fits(s, 0, data.len) || n > (data.len - s) / width ||
+                !fits_items(o, n, width, out.len)) {
+                bad = 1;
+                break;
+            }
+            const uint8_t *in = (const uint8_t *)data.buf + s;
+            uint8_t *dst = (uint8_t *)out.buf + o * width;
+            if (width == 4)
+                JOIN_CHUNK(4)
+            else if (width == 8)
+                JOIN_CHUNK(8)
+            else
+                JOIN_CHUNK(width)
+            o += n;
+        }
+        END_NOGIL
+        res = bad ? guard_error("bss_join") : Py_NewRef(Py_None);
+    }
+    release(4, all);
+    return res;
+}
+
+/* -- FSST ----------------------------------------------------------------------------------- */
+
+/* Decode the strings first + 1 ..= count of the Variable chunk at `base` (offsets of `width`
+ * bytes relative to it) into out[*o:], string s's end going to ends[s]. The table holds 16
+ * bytes per code: its symbol's 8 bytes (stored at once, whatever its length), then the length
+ * (0 for the escape and unused codes). Stops with FULL before a string whose worst case (8
+ * bytes per code) may not fit in `room` bytes, *s_at then being the last string done. */
+static int fsst_chunk(const uint8_t *data, uint64_t n_data, uint64_t base, int width,
+                      int64_t first, int64_t count, const uint8_t *table, int64_t *ends,
+                      uint8_t *out, uint64_t room, uint64_t *o_io, int64_t *s_at, int64_t *detail)
+{
+    uint64_t o = *o_io;
+    uint64_t j = base + load_le(data + base + first * width, width);
+    int status = OK;
+    int64_t s;
+    for (s = first + 1; s <= count; s++) {
+        uint64_t end = base + load_le(data + base + s * width, width);
+        if (end > n_data || end < j) {
+            status = GUARD;
+            break;
+        }
+        if ((end - j) * 8 > room - o) { /* o <= room always holds */
+            status = FULL, *detail = (int64_t)((end - j) * 8);
+            break;
+        }
+        while (j < end) {
+            const unsigned c = data[j];
+            const uint8_t *sym = table + 16 * c;
+            const unsigned n = sym[8];
+            if (n) {
+                memcpy(out + o, sym, 8);
+                o += n;
+                j += 1;
+            } else if (c == FSST_ESCAPE) {
+                if (j + 1 >= end) {
+                    status = TRAILING_ESCAPE;
+                    break;
+                }
+                out[o++] = data[j + 1];
+                j += 2;
+            } else {
+                status = BAD_CODE, *detail = c;
+                break;
+            }
+        }
+        if (status != OK)
+            break;
+        ends[s] = (int64_t)o;
+    }
+    *o_io = o;
+    *s_at = s - 1;
+    return status;
+}
+
+PyDoc_STRVAR(fsst_expand_doc,
+             "fsst_expand(data, starts, counts, width, table, out_offsets, out, state) -> "
+             "(status, detail): FSST-decode validated Variable chunks from the resume point "
+             "`state` (chunk, its string, strings before it, bytes out) on. For FULL, `state` "
+             "points at the string that may not fit and `detail` is the room it needs; for "
+             "BAD_CODE `detail` is the code.");
+
+static PyObject *fsst_expand(PyObject *self, PyObject *args)
+{
+    Py_buffer data, st, ct, table, offs, out, state;
+    int width;
+    if (!PyArg_ParseTuple(args, "y*y*y*iy*w*w*w*", &data, &st, &ct, &width, &table, &offs, &out,
+                          &state))
+        return NULL;
+    Py_buffer *all[] = {&data, &st, &ct, &table, &offs, &out, &state};
+    PyObject *res = NULL;
+    if (table.len != 256 * 16 || len64(&state) != 4 || out.len < FSST_SLACK ||
+        (width != 4 && width != 8))
+        PyErr_SetString(PyExc_ValueError, "fsst_expand: bad table, state, output or width");
+    else if (same_lengths("fsst_expand", -1, 2, all + 1) == 0) {
+        const Py_ssize_t m = len64(&ct), n_offs = len64(&offs);
+        const uint64_t room = out.len - FSST_SLACK;
+        int64_t *ends = offs.buf;
+        int64_t k = at64(&state, 2), first = at64(&state, 1), detail = 0, s = 0;
+        uint64_t o = at64(&state, 3);
+        int status = OK;
+        if (!aligned(offs.buf, 8) || o > room || k < 0 || first < 0)
+            status = GUARD;
+        BEGIN_NOGIL(data.len)
+        for (Py_ssize_t i = at64(&state, 0); i < m && status == OK; i++) {
+            uint64_t base = at64(&st, i);
+            int64_t c = at64(&ct, i);
+            /* The chunk's c + 1 offsets inside the data, its ends inside out_offsets. */
+            if (base >= (uint64_t)data.len || c < 0 || first > c || c >= n_offs - k ||
+                (uint64_t)c + 1 > (data.len - base) / width) {
+                status = GUARD;
+                break;
+            }
+            status = fsst_chunk(data.buf, data.len, base, width, first, c, table.buf, ends + k,
+                                out.buf, room, &o, &s, &detail);
+            if (status == FULL) {
+                put64(&state, 0, i), put64(&state, 1, s), put64(&state, 2, k);
+                put64(&state, 3, (int64_t)o);
+                break;
+            }
+            k += c;
+            first = 0;
+        }
+        if (status == OK)
+            put64(&state, 3, (int64_t)o);
+        END_NOGIL
+        if (status == GUARD)
+            res = guard_error("fsst_expand");
+        else
+            res = Py_BuildValue("(iL)", status, (long long)detail);
+    }
+    release(7, all);
+    return res;
+}
+
+/* -- Flat and Variable chunks --------------------------------------------------------------- */
+
+PyDoc_STRVAR(check_prefixes_doc,
+             "check_prefixes(size, starts, sizes, nbytes) -> (status, chunk): the first chunk "
+             "whose buffer is shorter than `nbytes` (SHORT), then the first whose `nbytes` run "
+             "past the data (OUTSIDE), or (OK, 0).");
+
+static PyObject *check_prefixes(PyObject *self, PyObject *args)
+{
+    long long size;
+    Py_buffer st, sz, nb;
+    if (!PyArg_ParseTuple(args, "Ly*y*y*", &size, &st, &sz, &nb))
+        return NULL;
+    Py_buffer *all[] = {&st, &sz, &nb};
+    PyObject *res = NULL;
+    if (size < 0)
+        PyErr_SetString(PyExc_ValueError, "check_prefixes: negative size");
+    else if (same_lengths("check_prefixes", -1, 3, all) == 0) {
+        const Py_ssize_t n = len64(&st);
+        Py_ssize_t bad = 0;
+        int status = OK;
+        BEGIN_NOGIL(n * 4)
+        for (Py_ssize_t i = 0; i < n && status == OK; i++)
+            if (at64(&sz, i) < at64(&nb, i))
+                status = SHORT, bad = i;
+        for (Py_ssize_t i = 0; i < n && status == OK; i++) {
+            int64_t s = at64(&st, i), k = at64(&nb, i);
+            if (k < 0 || s < 0 || s > size - k)
+                status = OUTSIDE, bad = i;
+        }
+        END_NOGIL
+        res = Py_BuildValue("(in)", status, bad);
+    }
+    release(3, all);
+    return res;
+}
+
+/* Append the first c bits (LSB-first) of the bytes at src to the zeroed bitmap dst at bit o,
+ * a byte at a time: source byte k lands in dst bytes o / 8 + k (shifted up by sh = o % 8) and
+ * o / 8 + k + 1 (its top sh bits); the last, partial byte is masked to its remaining bits. No
+ * byte past bit o + c - 1 is written, so the caller only needs o + c <= 8 * len(dst). */
+static void append_bits(const uint8_t *src, uint64_t c, uint8_t *dst, uint64_t o)
+{
+    const unsigned sh = o % 8, rem = c % 8;
+    const uint64_t full = c / 8;
+    uint8_t *d = dst + o / 8;
+    if (sh == 0) {
+        memcpy(d, src, full);
+        if (rem)
+            d[full] = (uint8_t)(src[full] & ((1u << rem) - 1));
+        return;
+    }
+    for (uint64_t k = 0; k < full; k++) {
+        d[k] |= (uint8_t)(src[k] << sh);
+        d[k + 1] = (uint8_t)(src[k] >> (8 - sh)); /* still zero: bits are only appended */
+    }
+    if (rem) {
+        const unsigned b = src[full] & ((1u << rem) - 1);
+        d[full] |= (uint8_t)(b << sh);
+        if (sh + rem > 8)
+            d[full + 1] = (uint8_t)(b >> (8 - sh));
+    }
+}
+
+PyDoc_STRVAR(copy_bits_doc,
+             "copy_bits(data, starts, counts, out): append the first `counts[i]` bits "
+             "(LSB-first) of each validated chunk at byte `starts[i]` to the zeroed bitmap "
+             "`out`.");
+
+static PyObject *copy_bits(PyObject *self, PyObject *args)
+{
+    Py_buffer data, st, ct, out;
+    if (!PyArg_ParseTuple(args, "y*y*y*w*", &data, &st, &ct, &out))
+        return NULL;
+    Py_buffer *all[] = {&data, &st, &ct, &out};
+    PyObject *res = NULL;
+    if (same_lengths("copy_bits", -1, 2, all + 1) == 0) {
+        const uint8_t *src = data.buf;
+        uint8_t *dst = out.buf;
+        const Py_ssize_t n = len64(&ct);
+        const uint64_t out_bits = (uint64_t)out.len * 8;
+        uint64_t o = 0; /* bits written */
+        int bad = 0;
+        BEGIN_NOGIL(out.len * 8)
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint64_t s = at64(&st, i), c = at64(&ct, i);
+            if (c > out_bits - o || !fits(s, (c + 7) / 8, data.len)) { /* c <= out_bits */
+                bad = 1;
+                break;
+            }
+            append_bits(src + s, c, dst, o);
+            o += c;
+        }
+        END_NOGIL
+        res = bad ? guard_error("copy_bits") : Py_NewRef(Py_None);
+    }
+    release(4, all);
+    return res;
+}
+
+PyDoc_STRVAR(variable_check_doc,
+             "variable_check(data, starts, sizes, counts, width) -> (status, chunk, bytes): the "
+             "first failed check of Variable chunks in report order (SHORT, OUTSIDE, "
+             "BAD_OFFSET, BYTES_OUTSIDE, then DECREASING), and the strings' total byte size.");
+
+static PyObject *variable_check(PyObject *self, PyObject *args)
+{
+    Py_buffer data, st, sz, ct;
+    int width;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*i", &data, &st, &sz, &ct, &width))
+        return NULL;
+    Py_buffer *all[] = {&data, &st, &sz, &ct};
+    PyObject *res = NULL;
+    if (width < 1 || width > 8)
+        PyErr_Format(PyExc_ValueError, "variable_check: %d-byte offsets", width);
+    else if (same_lengths("variable_check", -1, 3, all + 1) == 0) {
+        const uint8_t *d = data.buf;
+        const int64_t size = data.len, n = len64(&ct);
+        int status = OK;
+        int64_t bad = 0, decreasing = -1;
+        uint64_t total = 0;
+        BEGIN_NOGIL(size)
+        /* Room for the count + 1 offsets: compared as counts (c + 1 > q <=> c >= q), so a
+         * huge count cannot overflow. */
+        for (int64_t i = 0; i < n && status == OK; i++) {
+            int64_t c = at64(&ct, i), bytes = at64(&sz, i);
+            if (c < 0 || bytes < 0 || c >= bytes / width)
+                status = SHORT, bad = i;
+        }
+        for (int64_t i = 0; i < n && status == OK; i++) {
+            int64_t s = at64(&st, i);
+            if (s < 0 || s > size - (at64(&ct, i) + 1) * width)
+                status = OUTSIDE, bad = i;
+        }
+        for (int64_t i = 0; i < n && status == OK; i++) {
+            const int64_t c = at64(&ct, i);
+            const uint64_t low = (uint64_t)(c + 1) * width, high = at64(&sz, i);
+            const uint8_t *p = d + at64(&st, i);
+            uint64_t prev = low;
+            for (int64_t j = 0; j <= c; j++) {
+                uint64_t off = load_le(p + j * width, width);
+                if (off < low || off > high) {
+                    status = BAD_OFFSET, bad = i;
+                    break;
+                }
+                if (off < prev && decreasing < 0)
+                    decreasing = i;
+                prev = off;
+            }
+        }
+        /* The chunk's bytes [s + first, s + last) inside the data; offsets are <= the chunk
+         * size (an int64), and s <= size, so `size - s` cannot overflow. */
+        for (int64_t i = 0; i < n && status == OK; i++) {
+            const int64_t s = at64(&st, i), c = at64(&ct, i);
+            const uint64_t first = load_le(d + s, width), last = load_le(d + s + c * width, width);
+            if (last < first || last > (uint64_t)(size - s))
+                status = BYTES_OUTSIDE, bad = i;
+            else
+                total += last - first;
+        }
+        if (status == OK && decreasing >= 0)
+            status = DECREASING, bad = decreasing;
+        END_NOGIL
+        if (total > (uint64_t)PY_SSIZE_T_MAX) /* overlapping chunks: no such allocation */
+            total = PY_SSIZE_T_MAX;
+        res = Py_BuildValue("(iLL)", status, (long long)bad,
+                            (long long)(status == OK ? total : 0));
+    }
+    release(4, all);
+    return res;
+}
+
+PyDoc_STRVAR(variable_gather_doc,
+             "variable_gather(data, starts, counts, width, offsets, out): validated Variable "
+             "chunks -> int64 offsets from 0 and all strings' bytes.");
+
+static PyObject *variable_gather(PyObject *self, PyObject *args)
+{
+    Py_buffer data, st, ct, offs, out;
+    int width;
+    if (!PyArg_ParseTuple(args, "y*y*y*iw*w*", &data, &st, &ct, &width, &offs, &out))
+        return NULL;
+    Py_buffer *all[] = {&data, &st, &ct, &offs, &out};
+    PyObject *res = NULL;
+    if (width < 1 || width > 8 || offs.len < 8)
+        PyErr_SetString(PyExc_ValueError, "variable_gather: bad width or offsets");
+    else if (same_lengths("variable_gather", -1, 2, all + 1) == 0) {
+        const uint8_t *d = data.buf;
+        const char *starts = st.buf, *counts = ct.buf;
+        char *ends = offs.buf;
+        uint8_t *dst = out.buf;
+        const uint64_t size = data.len, n_out = out.len, n_offs = len64(&offs);
+        const Py_ssize_t m = len64(&ct);
+        uint64_t o = 0, k = 0;
+        int bad = 0;
+        BEGIN_NOGIL(n_out + n_offs * 4)
+        st64(ends, 0, 0);
+        for (Py_ssize_t i = 0; i < m; i++) {
+            const uint64_t s = ld64(starts, i), c = ld64(counts, i);
+            if (c >= n_offs - k || !fits(s, 0, size) || c + 1 > (size - s) / width) {
+                bad = 1;
+                break;
+            }
+            const uint64_t first = load_le(d + s, width), last = load_le(d + s + c * width, width);
+            if (last < first || last > size - s || !fits(o, last - first, n_out)) {
+                bad = 1;
+                break;
+            }
+            /* Offsets are 4 or 8 bytes: a constant width makes each one a single load. */
+            if (width == 4)
+                for (uint64_t j = 1; j <= c; j++)
+                    st64(ends, ++k, (int64_t)(o + load_le(d + s + j * 4, 4) - first));
+            else
+                for (uint64_t j = 1; j <= c; j++)
+                    st64(ends, ++k, (int64_t)(o + load_le(d + s + j * width, width) - first));
+            memcpy(dst + o, d + s + first, last - first);
+            o += last - first;
+        }
+        END_NOGIL
+        res = bad ? guard_error("variable_gather") : Py_NewRef(Py_None);
+    }
+    release(5, all);
+    return res;
+}
+
+PyDoc_STRVAR(word_layout_doc,
+             "word_layout(size, starts, sizes, width, word_starts, word_sizes) -> (status, "
+             "chunk): chunk buffers read as `width`-byte words. OUTSIDE / SHORT (not whole "
+             "words) for the first bad chunk, MISALIGNED if some buffer does not start on a "
+             "word boundary (word starts are then meaningless), else OK.");
+
+static PyObject *word_layout(PyObject *self, PyObject *args)
+{
+    long long size;
+    int width;
+    Py_buffer st, sz, ws, wz;
+    if (!PyArg_ParseTuple(args, "Ly*y*iw*w*", &size, &st, &sz, &width, &ws, &wz))
+        return NULL;
+    Py_buffer *all[] = {&st, &sz, &ws, &wz};
+    PyObject *res = NULL;
+    if (size < 0 || width < 1)
+        PyErr_SetString(PyExc_ValueError, "word_layout: negative size or width below 1");
+    else if (same_lengths("word_layout", -1, 4, all) == 0) {
+        const Py_ssize_t n = len64(&st);
+        Py_ssize_t bad = 0;
+        int status = OK, misaligned = 0;
+        BEGIN_NOGIL(n * 8)
+        for (Py_ssize_t i = 0; i < n && status == OK; i++) {
+            int64_t s = at64(&st, i), k = at64(&sz, i);
+            if (k < 0 || s < 0 || s > size - k)
+                status = OUTSIDE, bad = i;
+        }
+        for (Py_ssize_t i = 0; i < n && status == OK; i++) {
+            int64_t s = at64(&st, i), k = at64(&sz, i);
+            if (k % width) {
+                status = SHORT, bad = i;
+                break;
+            }
+            misaligned |= s % width != 0;
+            put64(&ws, i, s / width);
+            put64(&wz, i, k / width);
+        }
+        END_NOGIL
+        if (status == OK && misaligned)
+            status = MISALIGNED;
+        res = Py_BuildValue("(in)", status, bad);
+    }
+    release(4, all);
+    return res;
+}
+
+/* -- module --------------------------------------------------------------------------------- */
+
+#define METHOD(name) {#name, name, METH_VARARGS, name##_doc}
+
+static PyMethodDef methods[] = {
+    METHOD(first_bad_range),
+    METHOD(first_bad_position),
+    METHOD(copy_ranges),
+    METHOD(read_uint),
+    METHOD(unpack_blocks),
+    METHOD(inline_check),
+    METHOD(inline_unpack),
+    METHOD(outofline_check),
+    METHOD(outofline_unpack),
+    METHOD(check_runs),
+    METHOD(rle_expand),
+    METHOD(bss_join),
+    METHOD(fsst_expand),
+    METHOD(check_prefixes),
+    METHOD(copy_bits),
+    METHOD(variable_check),
+    METHOD(variable_gather),
+    METHOD(word_layout),
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    "_kernels",
+    "Compiled loops of the Lance 2.1/2.2 codecs (see the C source for the conventions).",
+    -1,
+    methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+};
+
+PyMODINIT_FUNC PyInit__kernels(void)
+{
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    static const struct {
+        const char *name;
+        int value;
+    } constants[] = {
+        {"OK", OK},
+        {"SHORT", SHORT},
+        {"OUTSIDE", OUTSIDE},
+        {"BAD_OFFSET", BAD_OFFSET},
+        {"BYTES_OUTSIDE", BYTES_OUTSIDE},
+        {"DECREASING", DECREASING},
+        {"MISALIGNED", MISALIGNED},
+        {"TOO_MANY", TOO_MANY},
+        {"TOO_WIDE", TOO_WIDE},
+        {"TOO_SHORT", TOO_SHORT},
+        {"BAD_CODE", BAD_CODE},
+        {"TRAILING_ESCAPE", TRAILING_ESCAPE},
+        {"FULL", FULL},
+        {"BLOCK", BLOCK},
+        {"FSST_SLACK", FSST_SLACK},
+    };
+    for (size_t i = 0; i < sizeof constants / sizeof constants[0]; i++) {
+        if (PyModule_AddIntConstant(m, constants[i].name, constants[i].value) < 0) {
+            Py_DECREF(m);
+            return NULL;
+        }
+    }
+    return m;
+}
