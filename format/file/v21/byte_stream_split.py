@@ -6,10 +6,10 @@ byte 1 of every value, and so on. It only pays off under general compression.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from format.file.v21.gather import U64
+from format.file.v21 import _kernels
+from format.file.v21.gather import as_i64
 
 
 def split(values: np.ndarray, width: int) -> bytes:
@@ -38,19 +38,7 @@ def join_chunks(data: np.ndarray, starts: np.ndarray, counts: np.ndarray, width:
     """Undo `split` for many chunks at once: chunk i's `counts[i] * width` stream bytes start at
     byte `starts[i]` of `data` (uint8, bounds already checked); returns the values' bytes in
     chunk order."""
+    starts, counts = as_i64(starts), as_i64(counts)
     out = np.empty(int(counts.sum()) * width, dtype=np.uint8)
-    _join(data, starts, counts, width, out)
+    _kernels.bss_join(np.ascontiguousarray(data), starts, counts, width, out)
     return out
-
-
-@numba.njit(cache=True, nogil=True)
-def _join(data, starts, counts, width, out):  # noqa: ANN001, ANN202
-    o = U64(0)
-    w = U64(width)
-    for i in range(len(counts)):
-        base, n = U64(starts[i]), U64(counts[i])
-        for b in range(w):  # stream b holds byte b of every value
-            src = base + b * n
-            for j in range(n):
-                out[o + j * w + b] = data[src + j]
-        o += n * w

@@ -8,11 +8,11 @@ several runs. As a block (a chunk's rep/def levels, constant-page levels) one bu
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from format.errors import CorruptFileError
-from format.file.v21.gather import U64, as_i64, range_index
+from format.file.v21 import _kernels
+from format.file.v21.gather import as_i64, range_index
 
 MAX_RUN = 255
 
@@ -32,46 +32,17 @@ def decode(
         )
     runs, counts = as_i64(runs_per_chunk), as_i64(counts)
     lengths = np.ascontiguousarray(lengths, dtype=np.uint8)
-    bad, covered = _check_runs(lengths, runs, counts)
+    bad, covered = _kernels.check_runs(lengths, runs, counts)
     if bad == len(counts):
         raise CorruptFileError(where, f"RLE chunks hold {int(runs.sum())} runs, not {len(values)}")
     if bad >= 0:
         raise CorruptFileError(
             where, f"RLE runs of chunk {bad} cover {covered} values, not {int(counts[bad])}"
         )
+    values = np.ascontiguousarray(values)
     out = np.empty(int(counts.sum()), dtype=values.dtype)
-    _expand(np.ascontiguousarray(values), lengths, out)
+    _kernels.rle_expand(values, lengths, values.dtype.itemsize, out)
     return out
-
-
-@numba.njit(cache=True, nogil=True)
-def _check_runs(lengths, runs, counts):  # noqa: ANN001, ANN202
-    """(first chunk whose runs do not add up to its count, what they add up to), or
-    (len(counts), 0) if the chunks claim other than all the runs, or (-1, 0)."""
-    r = 0
-    for i in range(len(counts)):
-        if runs[i] < 0 or runs[i] > len(lengths) - r:
-            return len(counts), 0
-        covered = 0
-        for k in range(r, r + runs[i]):
-            covered += lengths[k]
-        if covered != counts[i]:
-            return i, covered
-        r += runs[i]
-    if r != len(lengths):
-        return len(counts), 0
-    return -1, 0
-
-
-@numba.njit(cache=True, nogil=True)
-def _expand(values, lengths, out):  # noqa: ANN001, ANN202
-    o = U64(0)
-    for k in range(len(values)):
-        v = values[k]
-        n = U64(lengths[k])
-        for j in range(n):
-            out[o + j] = v
-        o += n
 
 
 def encode(values: np.ndarray, breaks: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
