@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from functools import cache
 
-import numba
 import numpy as np
 
 from format.errors import CorruptFileError
-from format.file.v21.gather import U64, as_i64, range_index
+from format.file.v21 import _kernels
+from format.file.v21.gather import as_i64, range_index
 
 BLOCK = 1024
 FL_ORDER = np.array([0, 4, 2, 6, 1, 5, 3, 7])
@@ -43,6 +43,11 @@ def _rows(bits: int, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return start // bits, start % bits, (start % bits) + width > bits
 
 
+def _aligned(words: np.ndarray, dt: type) -> np.ndarray:
+    """`words` as a contiguous `dt` array the kernels can read as words (copied if misaligned)."""
+    return np.require(words, dt, "CA")
+
+
 def _mask(bits: int, width: int) -> np.generic:
     dt = _DTYPES[bits]
     return dt(np.iinfo(dt).max) if width >= bits else dt((1 << width) - 1)
@@ -53,11 +58,11 @@ def unpack(packed: np.ndarray, width: int, bits: int) -> np.ndarray:
     (blocks, 1024) values."""
     dt = _DTYPES[bits]
     nblocks = packed.shape[0]
-    words = np.ascontiguousarray(packed, dtype=dt).reshape(-1)
+    words = _aligned(packed, dt).reshape(-1)
     if len(words) != nblocks * width * (BLOCK // bits) or not 0 <= width <= bits:
         raise ValueError(f"{len(words)} words are not {nblocks} blocks packed at width {width}")
     out = np.empty((nblocks, BLOCK), dtype=dt)
-    _unpack_blocks(words, width, out.reshape(-1))
+    _kernels.unpack_blocks(words, width, bits, out)
     return out
 
 
@@ -134,25 +139,25 @@ def inline_decode(
     """Decode InlineBitpacking chunks: chunk i occupies `words[word_starts[i]:][:word_sizes[i]]`
     (uint`bits` words: width, then packed block) and yields `counts[i]` <= 1024 values."""
     dt = _DTYPES[bits]
-    words = np.ascontiguousarray(words, dtype=dt)
+    words = _aligned(words, dt)
     starts, sizes, counts = as_i64(word_starts), as_i64(word_sizes), as_i64(counts)
-    status, i, total = _inline_check(words, starts, sizes, counts)
-    if status == _TOO_MANY:
+    status, i, total = _kernels.inline_check(words, starts, sizes, counts, bits)
+    if status == _kernels.TOO_MANY:
         raise CorruptFileError(where, f"inline bit-packed chunk with more than {BLOCK} values")
-    if status == _OUTSIDE:
+    if status == _kernels.OUTSIDE:
         raise CorruptFileError(where, "inline bit-packed chunk outside its buffer")
-    if status == _TOO_WIDE:
+    if status == _kernels.TOO_WIDE:
         raise CorruptFileError(
             where, f"inline bit-packed chunk {i} has width {int(words[starts[i]])} > {bits}"
         )
-    if status == _TOO_SHORT:
+    if status == _kernels.TOO_SHORT:
         raise CorruptFileError(
             where,
             f"inline bit-packed chunk {i} ({int(sizes[i]) * bits // 8} bytes) is too short "
             f"for width {int(words[starts[i]])}",
         )
     out = np.empty(total, dtype=dt)
-    _inline_unpack(words, starts, counts, out)
+    _kernels.inline_unpack(words, starts, counts, bits, out)
     return out
 
 
@@ -227,137 +232,13 @@ def outofline_decode(
     dt = _DTYPES[bits]
     if width > bits or width < 0:
         raise CorruptFileError(where, f"out-of-line bit-packing width {width} > {bits}")
-    words = np.ascontiguousarray(words, dtype=dt)
+    words = _aligned(words, dt)
     starts, sizes, counts = as_i64(word_starts), as_i64(word_sizes), as_i64(counts)
-    bad = _outofline_check(len(words), starts, sizes, counts, width * BLOCK // bits)
+    bad = _kernels.outofline_check(len(words), starts, sizes, counts, width * BLOCK // bits)
     if bad >= 0:
         raise CorruptFileError(
             where, f"out-of-line bit-packed buffer of chunk {bad} is too short or out of bounds"
         )
     out = np.empty(int(counts.sum()), dtype=dt)
-    _outofline_unpack(words, starts, sizes, counts, width, out)
+    _kernels.outofline_unpack(words, starts, sizes, counts, width, bits, out)
     return out
-
-
-# -- kernels -----------------------------------------------------------------------------------
-# FL_ORDER as a tuple: a compile-time constant inside the kernels.
-_FL = tuple(int(x) for x in FL_ORDER)
-_OK, _TOO_MANY, _OUTSIDE, _TOO_WIDE, _TOO_SHORT = 0, 1, 2, 3, 4
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _unpack_block(words, base, width, out, o):  # noqa: ANN001, ANN202
-    """Unpack the FastLanes block at `words[base:]` (validated: width <= T and w * 1024 / T
-    words there) into out[o : o + 1024]. Row r of all lanes is one contiguous run of the
-    output and of the input, so the lane loop vectorises."""
-    bits = words.itemsize * 8
-    lanes = U64(BLOCK // bits)
-    base, o = U64(base), U64(o)
-    if width == 0:
-        for j in range(U64(BLOCK)):
-            out[o + j] = 0
-        return
-    mask = ~U64(0) if width == 64 else (U64(1) << U64(width)) - U64(1)
-    for r in range(bits):
-        first = r * width
-        src = base + U64(first // bits) * lanes
-        shift = U64(first % bits)
-        dst = o + U64(_FL[r // 8] * 16 + (r % 8) * 128)
-        if first % bits + width > bits:  # the row spills into the next word
-            back = U64(bits) - shift
-            nxt = src + lanes
-            for j in range(lanes):
-                lo = U64(words[src + j]) >> shift
-                hi = U64(words[nxt + j]) << back
-                out[dst + j] = (lo | hi) & mask
-        else:
-            for j in range(lanes):
-                out[dst + j] = (U64(words[src + j]) >> shift) & mask
-
-
-@numba.njit(cache=True, nogil=True)
-def _unpack_blocks(words, width, out):  # noqa: ANN001, ANN202
-    per = width * (BLOCK // (words.itemsize * 8))
-    for b in range(len(out) // BLOCK):
-        _unpack_block(words, b * per, width, out, b * BLOCK)
-
-
-@numba.njit(cache=True, nogil=True)
-def _inline_check(words, starts, sizes, counts):  # noqa: ANN001, ANN202
-    """(status, chunk) of the first failing check, in the order the errors are reported, and
-    the number of values."""
-    bits = words.itemsize * 8
-    n = len(counts)
-    total = 0
-    for i in range(n):
-        if counts[i] < 0 or counts[i] > BLOCK:
-            return _TOO_MANY, i, 0
-        total += counts[i]
-    for i in range(n):
-        if sizes[i] < 1 or starts[i] < 0 or starts[i] > len(words) - sizes[i]:
-            return _OUTSIDE, i, 0
-    for i in range(n):
-        if U64(words[starts[i]]) > U64(bits):  # unsigned: a huge width must not wrap
-            return _TOO_WIDE, i, 0
-    for i in range(n):
-        if sizes[i] < 1 + np.int64(words[starts[i]]) * (BLOCK // bits):
-            return _TOO_SHORT, i, 0
-    return _OK, 0, total
-
-
-@numba.njit(cache=True, nogil=True)
-def _inline_unpack(words, starts, counts, out):  # noqa: ANN001, ANN202
-    """All validated chunks' values back to back (a short chunk goes through a scratch block)."""
-    scratch = np.empty(BLOCK, dtype=words.dtype)
-    o = U64(0)
-    for i in range(len(counts)):
-        s = starts[i]
-        width = np.int64(words[s])
-        n = U64(counts[i])
-        if n == U64(BLOCK):
-            _unpack_block(words, s + 1, width, out, o)
-        elif n:
-            _unpack_block(words, s + 1, width, scratch, 0)
-            for j in range(n):
-                out[o + j] = scratch[j]
-        o += n
-
-
-@numba.njit(cache=True, nogil=True)
-def _outofline_check(n_words, starts, sizes, counts, wpb):  # noqa: ANN001, ANN202
-    """First chunk whose buffer is too short for its values or out of bounds, or -1."""
-    for i in range(len(counts)):
-        if counts[i] < 0 or sizes[i] < 0 or starts[i] < 0 or starts[i] > n_words - sizes[i]:
-            return i
-        full, tail = counts[i] // BLOCK, counts[i] % BLOCK
-        raw = tail > 0 and sizes[i] == full * wpb + tail
-        need = full * wpb + tail if raw else (full + (tail > 0)) * wpb
-        if sizes[i] < need:
-            return i
-    return -1
-
-
-@numba.njit(cache=True, nogil=True)
-def _outofline_unpack(words, starts, sizes, counts, width, out):  # noqa: ANN001, ANN202
-    """Validated chunks: full blocks unpacked in place, then the tail raw or via a scratch
-    block."""
-    wpb = width * (BLOCK // (words.itemsize * 8))
-    scratch = np.empty(BLOCK, dtype=words.dtype)
-    o = 0
-    for i in range(len(counts)):
-        s = starts[i]
-        full, tail = counts[i] // BLOCK, counts[i] % BLOCK
-        for b in range(full):
-            _unpack_block(words, s + b * wpb, width, out, o)
-            o += BLOCK
-        if tail == 0:
-            continue
-        at = U64(s + full * wpb)
-        if sizes[i] == full * wpb + tail:  # raw tail words
-            for j in range(U64(tail)):
-                out[U64(o) + j] = words[at + j]
-        else:
-            _unpack_block(words, at, width, scratch, 0)
-            for j in range(U64(tail)):
-                out[U64(o) + j] = scratch[j]
-        o += tail
