@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
-import numba
 import numpy as np
 
 from format.errors import CorruptFileError
-from format.file.v21.gather import I64, U64, load_uint
+from format.file.v21 import _kernels
+from format.file.v21.gather import I64, as_i64
 
 TABLE_SIZE = 8 + 256 * 8 + 256
 MAGIC = 0x46535354
@@ -35,12 +35,12 @@ class SymbolTable:
 
     @cached_property
     def decoding(self) -> np.ndarray:
-        """The decoder's one lookup table, uint64 (256, 2): per code byte its symbol's 8 bytes
-        as a LE u64 (stored at once) and its length, 0 for the escape and unused codes (one
-        table rather than two keeps the decode loop's pointers in registers)."""
-        out = np.zeros((256, 2), dtype=np.uint64)
-        out[:, 0] = np.ascontiguousarray(self.symbols).view("<u8").reshape(-1)
-        out[: self.n_symbols, 1] = self.lengths[: self.n_symbols]
+        """The decoder's one lookup table, uint8 (256 * 16,): per code byte its symbol's 8
+        bytes (stored at once whatever the length), then its length at byte 8, 0 for the
+        escape and unused codes (one table rather than two: one cache line per code)."""
+        out = np.zeros((256, 16), dtype=np.uint8)
+        out[:, :8] = self.symbols
+        out[: self.n_symbols, 8] = self.lengths[: self.n_symbols]
         return out.reshape(-1)
 
 
@@ -112,90 +112,33 @@ def decode_chunks(
     (realloc) and decoding resumes at that string."""
     if not table.compressed:
         raise ValueError("decode_chunks needs a compressed table")
+    data = np.ascontiguousarray(data, dtype=np.uint8)
+    starts, counts = as_i64(starts), as_i64(counts)
     out_offsets = np.empty(int(counts.sum()) + 1, dtype=I64)
     out_offsets[0] = 0
     guess = n_codes * min(int(table.lengths.max()), 3)
     out = np.empty(guess + _SLACK, dtype=np.uint8)
     state = np.zeros(4, dtype=I64)  # resume point: chunk, its string, strings before, bytes out
+    decoding = table.decoding
     while True:
-        status, need = _expand(data, starts, counts, width, table.decoding, out_offsets, out, state)
-        if status != _FULL:
+        status, need = _kernels.fsst_expand(
+            data, starts, counts, width, decoding, out_offsets, out, state
+        )
+        if status != _kernels.FULL:
             break
         out.resize(max(2 * len(out), int(state[3]) + need + _SLACK), refcheck=False)
-    if status == _BAD_CODE:
+    if status == _kernels.BAD_CODE:
         raise CorruptFileError(where, f"FSST code {need} beyond the {table.n_symbols} symbols")
-    if status == _TRAILING_ESCAPE:
+    if status == _kernels.TRAILING_ESCAPE:
         raise CorruptFileError(where, "FSST string ends with an escape byte")
     out.resize(int(state[3]), refcheck=False)  # shrinking keeps the bytes in place
     return out_offsets, out
 
 
-# The kernels are compiled (numba): FSST parsing is sequential within a string (an escape
-# changes how the next byte reads), which numpy can only emulate with several full-size
-# temporaries per code byte. Indices are unsigned: numba then skips negative-index
-# wraparound.
-_OK, _BAD_CODE, _TRAILING_ESCAPE, _FULL = range(4)
-_SLACK = 8  # a symbol is stored as 8 bytes whatever its length
-
-
-@numba.njit(cache=True, nogil=True)
-def _expand(data, starts, counts, width, decoding, out_offsets, out, state):  # noqa: ANN001, ANN202
-    """Decode chunks from the resume point in `state` on; (status, detail): for _FULL the
-    bytes the next string may need (`state` then points at it), for _BAD_CODE the code."""
-    first, k, o = state[1], state[2], U64(state[3])
-    for i in range(state[0], len(counts)):
-        status, detail, s, o = _expand_chunk(
-            data, starts[i], width, first, counts[i], decoding, out_offsets[k:], out, o
-        )
-        if status == _FULL:
-            state[0], state[1], state[2], state[3] = i, s, k, o
-            return status, detail
-        if status != _OK:
-            return status, detail
-        k += counts[i]
-        first = 0
-    state[3] = o
-    return _OK, 0
-
-
-@numba.njit(cache=True, nogil=True)
-def _expand_chunk(data, start, width, first, count, decoding, out_offsets, out, o):  # noqa: ANN001, ANN202
-    """Strings `first + 1 ..= count` of the chunk at `start`, their codes validated as they
-    are read, into out[o:] (ends written to out_offsets[s]); (status, detail, string, o).
-    Stops with _FULL before a string whose worst case (8 bytes per code) may not fit."""
-    one, two, byte = U64(1), U64(2), U64(0xFF)
-    room = U64(len(out) - _SLACK)
-    base = U64(start)
-    j = base + load_uint(data, base + U64(first * width), width)
-    for s in range(first + 1, count + 1):
-        end = base + load_uint(data, base + U64(s * width), width)
-        if (end - j) * U64(8) > room - o:
-            return _FULL, np.int64((end - j) * U64(8)), s - 1, o
-        while j < end:
-            c = data[j]
-            n = decoding[U64(2) * U64(c) + one]
-            if n != 0:
-                v = decoding[U64(2) * U64(c)]  # the symbol's 8 bytes: one unaligned store
-                out[o] = v & byte
-                out[o + U64(1)] = (v >> U64(8)) & byte
-                out[o + U64(2)] = (v >> U64(16)) & byte
-                out[o + U64(3)] = (v >> U64(24)) & byte
-                out[o + U64(4)] = (v >> U64(32)) & byte
-                out[o + U64(5)] = (v >> U64(40)) & byte
-                out[o + U64(6)] = (v >> U64(48)) & byte
-                out[o + U64(7)] = v >> U64(56)
-                o += n
-                j += one
-            elif c == ESCAPE:
-                if j + one >= end:
-                    return _TRAILING_ESCAPE, 0, s, o
-                out[o] = data[j + one]
-                o += one
-                j += two
-            else:
-                return _BAD_CODE, np.int64(c), s, o
-        out_offsets[s] = o
-    return _OK, 0, count, o
+# Decoding is compiled (`_kernels.fsst_expand`, C): FSST parsing is sequential within a string
+# (an escape changes how the next byte reads), which numpy can only emulate with several
+# full-size temporaries per code byte.
+_SLACK = _kernels.FSST_SLACK  # a symbol is stored as 8 bytes whatever its length
 
 
 # -- encoding ----------------------------------------------------------------------------------
