@@ -7,6 +7,7 @@ conditional create, and the loop re-reads the newer versions' transactions.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import random
@@ -220,9 +221,28 @@ def commit_transaction(
 ) -> CommitResult:
     """Commit `txn` (built on `txn.read_version`; 0 creates the dataset) as the next version."""
     ctx = ctx or ManifestContext()
-    key = txn.transaction_properties.get(IDEMPOTENCY_KEY)
     txn_name = transaction_file_name(txn)
     store.put(f"{TRANSACTIONS_DIR}/{txn_name}", txn.SerializeToString())
+    landed = False
+    try:
+        result = _commit_attempts(store, txn, txn_name, ctx, max_retries)
+        landed = not result.duplicate
+        return result
+    finally:
+        if not landed:  # a refused commit leaves nothing behind (its manifest never came)
+            with contextlib.suppress(Exception):
+                store.delete(f"{TRANSACTIONS_DIR}/{txn_name}")
+
+
+def _commit_attempts(
+    store: ObjectStore,
+    txn: transaction_pb2.Transaction,
+    txn_name: str,
+    ctx: ManifestContext,
+    max_retries: int,
+) -> CommitResult:
+    """Write the next manifest, checking and rebasing over concurrent commits."""
+    key = txn.transaction_properties.get(IDEMPOTENCY_KEY)
     checked = int(txn.read_version)
     delay = 0.01
     for _attempt in range(max_retries + 1):

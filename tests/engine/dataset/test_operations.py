@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import lance
@@ -53,10 +54,12 @@ def test_stale_append_after_overwrite_names_the_winner(tmp_path: Path):
     write_dataset(pa.table({"a": [1]}), uri, data_storage_version="2.0")
     staged = write_fragments(pa.table({"a": [2]}), uri)
     lance.write_dataset(pa.table({"a": [9]}), uri, mode="overwrite")
+    transactions = sorted(os.listdir(f"{uri}/_transactions"))
     with pytest.raises(CommitConflictError, match="version 2") as err:
         commit(uri, LanceOperation.Append(staged), read_version=1)
     assert err.value.version == 2 and not err.value.retryable
     assert lance.dataset(uri).to_table() == pa.table({"a": [9]})
+    assert sorted(os.listdir(f"{uri}/_transactions")) == transactions  # the refused one's gone
 
 
 def test_bad_staged_fragments_are_refused():
