@@ -25,17 +25,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
-import numba
 import numpy as np
 import pyarrow as pa
 
 from format.errors import CorruptFileError, UnsupportedFeatureError
+from format.file.v21 import _kernels, fsst, general, rle
 from format.file.v21 import bitpacking as bp
 from format.file.v21 import byte_stream_split as bss
-from format.file.v21 import fsst, general, rle
 from format.file.v21.gather import (
     I64,
-    U64,
     as_i64,
     check_ranges,
     copy_ranges,
@@ -157,7 +155,7 @@ def flat_chunks(bits: int, ch: Chunks, where: str) -> pa.Array:
         if counts.min() < 0:  # -7..-1 values would pass as 0 bytes
             raise CorruptFileError(where, "Flat(1) chunk with a negative value count")
         bitmap = np.zeros((total + 7) // 8, dtype=np.uint8)
-        _copy_bits(ch.data, starts, counts, bitmap)
+        _kernels.copy_bits(np.ascontiguousarray(ch.data), starts, counts, bitmap)
         return pa.Array.from_buffers(pa.bool_(), total, [None, pa.py_buffer(bitmap)])
     if bits <= 0 or bits % 8:
         raise _unsupported(where, f"Flat compression with {bits} bits per value")
@@ -183,11 +181,11 @@ def check_prefixes(
 ) -> np.ndarray:
     """Raise CorruptFileError unless the first `nbytes[i]` bytes of every chunk buffer fit in
     its size and in the data; returns the chunk starts as int64 for the unchecked kernels."""
-    starts, sizes = as_i64(ch.starts), as_i64(ch.sizes)
-    status, i = _check_prefixes(len(ch.data), starts, sizes, nbytes)
-    if status == _SHORT:
+    starts, sizes, nbytes = as_i64(ch.starts), as_i64(ch.sizes), as_i64(nbytes)
+    status, i = _kernels.check_prefixes(len(ch.data), starts, sizes, nbytes)
+    if status == _kernels.SHORT:
         raise _short(ch, int(nbytes[i]), i, where, short_what)
-    if status == _OUTSIDE:
+    if status == _kernels.OUTSIDE:
         raise outside(len(ch.data), starts, nbytes, i, where, range_what)
     return starts
 
@@ -198,36 +196,6 @@ def _short(ch: Chunks, needed: int, i: int, where: str, what: str) -> CorruptFil
         f"{what} of chunk {i} has {int(ch.sizes[i])} bytes, its {int(ch.counts[i])} values "
         f"need {needed}",
     )
-
-
-_OK, _SHORT, _OUTSIDE, _BAD_OFFSET, _BYTES_OUTSIDE, _DECREASING, _MISALIGNED = range(7)
-
-
-@numba.njit(cache=True, nogil=True)
-def _check_prefixes(size, starts, sizes, nbytes):  # noqa: ANN001, ANN202
-    """(status, chunk): first chunk whose buffer is shorter than `nbytes`, then first whose
-    `nbytes` run past the data (the order the errors are reported in)."""
-    for i in range(len(starts)):
-        if sizes[i] < nbytes[i]:
-            return _SHORT, i
-    for i in range(len(starts)):
-        if nbytes[i] < 0 or starts[i] < 0 or starts[i] > size - nbytes[i]:
-            return _OUTSIDE, i
-    return _OK, 0
-
-
-@numba.njit(cache=True, nogil=True)
-def _copy_bits(data, starts, counts, out):  # noqa: ANN001, ANN202
-    """Append the first `counts[i]` bits (LSB-first) of each validated chunk at byte
-    `starts[i]` to the zeroed bitmap `out`."""
-    o = U64(0)
-    for i in range(len(counts)):
-        src = U64(starts[i]) * U64(8)
-        for k in range(U64(counts[i])):
-            p = src + k
-            bit = (data[p >> U64(3)] >> (p & U64(7))) & U64(1)
-            out[o >> U64(3)] |= bit << (o & U64(7))
-            o += U64(1)
 
 
 # -- Variable --------------------------------------------------------------------------------
@@ -253,7 +221,9 @@ def variable_chunks(bits: int, ch: Chunks, where: str) -> pa.Array:
     starts, counts, n_bytes = check_variable_chunks(bits, ch, where)
     offsets = np.empty(int(counts.sum()) + 1, dtype=I64)
     data = np.empty(n_bytes, dtype=np.uint8)
-    _variable_gather(ch.data, starts, counts, bits // 8, offsets, data)
+    _kernels.variable_gather(
+        np.ascontiguousarray(ch.data), starts, counts, bits // 8, offsets, data
+    )
     return binary_array(offsets, data)
 
 
@@ -263,16 +233,17 @@ def check_variable_chunks(bits: int, ch: Chunks, where: str) -> tuple[np.ndarray
     byte size."""
     width = bits // 8
     starts, sizes, counts = as_i64(ch.starts), as_i64(ch.sizes), as_i64(ch.counts)
-    status, i, n_bytes = _variable_check(ch.data, starts, sizes, counts, width)
-    if status == _SHORT and counts[i] >= 0:
+    data = np.ascontiguousarray(ch.data)
+    status, i, n_bytes = _kernels.variable_check(data, starts, sizes, counts, width)
+    if status == _kernels.SHORT and counts[i] >= 0:
         raise _short(ch, (int(counts[i]) + 1) * width, i, where, f"Variable({bits}) offsets")
-    if status == _SHORT:
+    if status == _kernels.SHORT:
         raise CorruptFileError(where, f"Variable chunk {i} has a negative value count")
-    if status == _OUTSIDE:
+    if status == _kernels.OUTSIDE:
         raise outside(len(ch.data), starts, (counts + 1) * width, i, where, "Variable offsets")
-    if status == _BAD_OFFSET:
+    if status == _kernels.BAD_OFFSET:
         raise CorruptFileError(where, f"Variable offsets of chunk {i} point outside its buffer")
-    if status == _BYTES_OUTSIDE:
+    if status == _kernels.BYTES_OUTSIDE:
         s = int(starts[i])
         first, last = (int(load_uint(ch.data, s + k * width, width)) for k in (0, counts[i]))
         raise CorruptFileError(
@@ -280,60 +251,9 @@ def check_variable_chunks(bits: int, ch: Chunks, where: str) -> tuple[np.ndarray
             f"Variable bytes #{i} spans [{s + first}, {s + last}) outside a {len(ch.data)}-byte "
             "buffer",
         )
-    if status == _DECREASING:
+    if status == _kernels.DECREASING:
         raise CorruptFileError(where, "Variable offsets decrease")
     return starts, counts, n_bytes
-
-
-@numba.njit(cache=True, nogil=True)
-def _variable_check(data, starts, sizes, counts, width):  # noqa: ANN001, ANN202
-    """(status, chunk, total string bytes): the first failed check of Variable chunks, in
-    report order."""
-    n, size = len(counts), len(data)
-    for i in range(n):  # room for the offsets (no overflow: compare counts, not bytes)
-        if counts[i] < 0 or counts[i] + 1 > sizes[i] // width:
-            return _SHORT, i, 0
-    for i in range(n):
-        if starts[i] < 0 or starts[i] > size - (counts[i] + 1) * width:
-            return _OUTSIDE, i, 0
-    decreasing = -1  # first chunk whose offsets decrease; reported after the other checks
-    for i in range(n):
-        low, high = U64((counts[i] + 1) * width), U64(sizes[i])
-        prev = low
-        for j in range(counts[i] + 1):
-            off = load_uint(data, starts[i] + j * width, width)
-            if off < low or off > high:
-                return _BAD_OFFSET, i, 0
-            if off < prev and decreasing < 0:
-                decreasing = i
-            prev = off
-    total = 0
-    for i in range(n):  # the chunk's bytes [start + first, start + last) inside the data
-        first = np.int64(load_uint(data, starts[i], width))
-        last = np.int64(load_uint(data, starts[i] + counts[i] * width, width))
-        if last < first or starts[i] + last > size:
-            return _BYTES_OUTSIDE, i, 0
-        total += last - first
-    if decreasing >= 0:
-        return _DECREASING, decreasing, 0
-    return _OK, 0, total
-
-
-@numba.njit(cache=True, nogil=True)
-def _variable_gather(data, starts, counts, width, offsets, out):  # noqa: ANN001, ANN202
-    """Validated Variable chunks -> int64 offsets from 0 and all strings' bytes in `out`."""
-    offsets[0] = 0
-    k, o = 0, U64(0)
-    for i in range(len(counts)):
-        s = U64(starts[i])
-        first = load_uint(data, s, width)
-        for j in range(1, counts[i] + 1):
-            k += 1
-            offsets[k] = np.int64(o + load_uint(data, starts[i] + j * width, width) - first)
-        last = load_uint(data, starts[i] + counts[i] * width, width)
-        for b in range(last - first):
-            out[o + b] = data[s + first + b]
-        o += last - first
 
 
 def variable_block(bits: int, data: np.ndarray, count: int, where: str) -> pa.Array:
@@ -375,39 +295,19 @@ def word_view(ch: Chunks, bits: int, where: str) -> tuple[np.ndarray, np.ndarray
     be whole words; misaligned starts (never written by Lance) are repacked into a copy."""
     width = bits // 8
     starts, sizes = as_i64(ch.starts), as_i64(ch.sizes)
-    status, i, word_starts, word_sizes = _word_layout(len(ch.data), starts, sizes, width)
-    if status == _OUTSIDE:
+    word_starts, word_sizes = np.empty(len(starts), dtype=I64), np.empty(len(starts), dtype=I64)
+    status, i = _kernels.word_layout(len(ch.data), starts, sizes, width, word_starts, word_sizes)
+    if status == _kernels.OUTSIDE:
         raise outside(len(ch.data), starts, sizes, i, where, "chunk buffer")
-    if status == _SHORT:
+    if status == _kernels.SHORT:
         raise CorruptFileError(
             where, f"chunk {i} buffer of {int(sizes[i])} bytes is not whole {bits}-bit words"
         )
-    if status == _OK:
+    if status == _kernels.OK:
         data = ch.data[: len(ch.data) - len(ch.data) % width]
         return data.view(_NP_UINT[bits]), word_starts, word_sizes
     packed = copy_ranges(ch.data, starts, sizes)
     return packed.view(_NP_UINT[bits]), np.cumsum(word_sizes) - word_sizes, word_sizes
-
-
-@numba.njit(cache=True, nogil=True)
-def _word_layout(size, starts, sizes, width):  # noqa: ANN001, ANN202
-    """(status, chunk, word starts, word sizes) of chunk buffers read as `width`-byte words:
-    _OUTSIDE / _SHORT (not whole words) for the first bad chunk, _MISALIGNED if some buffer
-    does not start on a word boundary (word starts are then meaningless), else _OK."""
-    n = len(starts)
-    for i in range(n):
-        if sizes[i] < 0 or starts[i] < 0 or starts[i] > size - sizes[i]:
-            return _OUTSIDE, i, starts[:0], sizes[:0]
-    word_starts = np.empty(n, dtype=np.int64)
-    word_sizes = np.empty(n, dtype=np.int64)
-    aligned = True
-    for i in range(n):
-        if sizes[i] % width:
-            return _SHORT, i, starts[:0], sizes[:0]
-        aligned = aligned and starts[i] % width == 0
-        word_starts[i] = starts[i] // width
-        word_sizes[i] = sizes[i] // width
-    return (_OK if aligned else _MISALIGNED), 0, word_starts, word_sizes
 
 
 def _word_bits(bits: int, what: str, where: str) -> int:
