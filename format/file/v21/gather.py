@@ -2,22 +2,18 @@
 
 Mini-block pages hold thousands of chunks; every codec needs "these byte ranges of the page,
 concatenated" or "this many elements from each chunk". These helpers do that with compiled
-loops (no Python loop per chunk, no index array per element), and bounds-check first.
-
-Kernels index with unsigned integers: numba then drops negative-index wraparound, which lets
-LLVM turn the copy loops into memcpy / vector code. Every kernel that copies trusts ranges a
-checking kernel has validated first.
+loops (the C module `_kernels`: no Python loop per chunk, no index array per element), and
+bounds-check first: every kernel that copies trusts ranges a checking kernel has validated.
 """
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from format.errors import CorruptFileError
+from format.file.v21 import _kernels
 
 I64 = np.int64
-U64 = np.uint64
 
 
 def as_i64(x: object) -> np.ndarray:
@@ -33,10 +29,16 @@ def outside(
     return CorruptFileError(where, f"{what} #{i} spans [{s}, {s + n}) outside a {size}-byte buffer")
 
 
+def first_bad_range(size: int, starts: np.ndarray, lengths: np.ndarray) -> int:
+    """Index of the first range [s, s + n) not inside [0, size), or -1 (no overflow on hostile
+    values)."""
+    return _kernels.first_bad_range(size, as_i64(starts), as_i64(lengths))
+
+
 def check_ranges(size: int, starts: np.ndarray, lengths: np.ndarray, where: str, what: str) -> None:
     """Raise CorruptFileError unless every [start, start + length) lies inside [0, size)."""
     starts, lengths = as_i64(starts), as_i64(lengths)
-    bad = first_bad_range(size, starts, lengths)
+    bad = _kernels.first_bad_range(size, starts, lengths)
     if bad >= 0:
         raise outside(size, starts, lengths, bad, where, what)
 
@@ -68,22 +70,34 @@ def gather(
     range is returned as a view."""
     starts, lengths = as_i64(starts), as_i64(lengths)
     data = np.ascontiguousarray(data)
-    bad = first_bad_range(len(data), starts, lengths)
+    bad = _kernels.first_bad_range(len(data), starts, lengths)
     if bad >= 0:
         raise outside(len(data), starts, lengths, bad, where, what)
     if len(starts) == 1:
         s = int(starts[0])
         return data[s : s + int(lengths[0])]
-    return copy_ranges(data, starts, lengths)
+    out = np.empty(int(lengths.sum()), dtype=data.dtype)
+    _kernels.copy_ranges(data, starts, lengths, data.dtype.itemsize, out)
+    return out
 
 
 def copy_ranges(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """The validated ranges of `data` back to back in a new array. Outputs are allocated by
-    numpy, not inside kernels: numpy asks for huge pages, numba's allocator is ~4x slower to
-    fault in a large array."""
+    numpy, not by the kernels: numpy asks for huge pages, which fault in ~4x faster."""
     out = np.empty(int(lengths.sum()), dtype=data.dtype)
     copy_ranges_into(data, starts, lengths, out)
     return out
+
+
+def copy_ranges_into(
+    data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, out: np.ndarray
+) -> None:
+    """memcpy of each validated range of `data` into `out` (same dtype), back to back: an index
+    array of every element (numpy's way) costs 8 bytes of index per byte moved."""
+    data = np.ascontiguousarray(data)
+    if out.dtype.itemsize != data.dtype.itemsize:
+        raise ValueError(f"copy of {data.dtype} items into {out.dtype}")
+    _kernels.copy_ranges(data, as_i64(starts), as_i64(lengths), data.dtype.itemsize, out)
 
 
 def read_uint(data: np.ndarray, pos: np.ndarray, nbytes: int, where: str, what: str) -> np.ndarray:
@@ -91,69 +105,15 @@ def read_uint(data: np.ndarray, pos: np.ndarray, nbytes: int, where: str, what: 
     pos = as_i64(pos)
     if not 1 <= nbytes <= 8:
         raise ValueError(f"read_uint of {nbytes}-byte integers")
-    bad = _first_bad_position(len(data), pos, nbytes)
+    bad = _kernels.first_bad_position(len(data), pos, nbytes)
     if bad >= 0:
         raise outside(len(data), pos, np.full(len(pos), nbytes, dtype=I64), bad, where, what)
-    return _read_uint(np.ascontiguousarray(data), pos, nbytes)
-
-
-# -- kernels -----------------------------------------------------------------------------------
-@numba.njit(cache=True, nogil=True)
-def first_bad_range(size, starts, lengths):  # noqa: ANN001, ANN201
-    """Index of the first range [s, s + n) not inside [0, size), or -1 (no overflow on
-    hostile values: `s > size - n` instead of `s + n > size`)."""
-    for i in range(len(starts)):
-        s, n = starts[i], lengths[i]
-        if n < 0 or s < 0 or s > size - n:
-            return i
-    return -1
-
-
-@numba.njit(cache=True, nogil=True)
-def _first_bad_position(size, pos, nbytes):  # noqa: ANN001, ANN202
-    for i in range(len(pos)):
-        if pos[i] < 0 or pos[i] > size - nbytes:
-            return i
-    return -1
-
-
-@numba.njit(cache=True, nogil=True)
-def copy_ranges_into(data, starts, lengths, out):  # noqa: ANN001, ANN201
-    """memcpy of each validated range into `out`, back to back: an index array of every
-    element (numpy's way) costs 8 bytes of index per byte moved."""
-    o = U64(0)
-    for i in range(len(starts)):
-        s, n = U64(starts[i]), U64(lengths[i])
-        for k in range(n):
-            out[o + k] = data[s + k]
-        o += n
-
-
-@numba.njit(cache=True, nogil=True)
-def load_uint(data, p, nbytes):  # noqa: ANN001, ANN201
-    """The `nbytes`-byte little-endian unsigned integer at byte `p` (validated) of uint8 data."""
-    p = U64(p)
-    if nbytes == 4:  # offsets: spelled out so that LLVM makes it one load
-        return (
-            U64(data[p])
-            | U64(data[p + U64(1)]) << U64(8)
-            | U64(data[p + U64(2)]) << U64(16)
-            | U64(data[p + U64(3)]) << U64(24)
-        )
-    if nbytes == 8:
-        v = U64(0)
-        for b in range(8):  # a constant trip count: unrolled into one load
-            v |= U64(data[p + U64(b)]) << U64(8 * b)
-        return v
-    v = U64(0)
-    for b in range(nbytes):
-        v |= U64(data[p + U64(b)]) << U64(8 * b)
-    return v
-
-
-@numba.njit(cache=True, nogil=True)
-def _read_uint(data, pos, nbytes):  # noqa: ANN001, ANN202
     out = np.empty(len(pos), dtype=np.uint64)  # small: one integer per chunk or value
-    for i in range(len(pos)):
-        out[i] = load_uint(data, pos[i], nbytes)
+    _kernels.read_uint(np.ascontiguousarray(data), pos, nbytes, out)
     return out
+
+
+def load_uint(data: np.ndarray, p: int, nbytes: int) -> int:
+    """The `nbytes`-byte little-endian unsigned integer at byte `p` (validated) of uint8 data."""
+    p = int(p)
+    return int.from_bytes(data[p : p + nbytes].tobytes(), "little")

@@ -1,0 +1,311 @@
+"""The C kernels of the 2.1/2.2 codecs (`format.file.v21._kernels`) through their wrappers.
+
+Hostile values (negative, overflowing, out of range) must raise CorruptFileError with the
+reader's messages; the copying kernels, called directly with ranges nobody validated, must
+refuse them (ValueError) rather than read or write out of bounds; long loops must let other
+threads run.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from format.errors import CorruptFileError
+from format.file.v21 import _kernels, fsst, rle
+from format.file.v21 import bitpacking as bp
+from format.file.v21 import byte_stream_split as bss
+from format.file.v21 import compression as cz
+from format.file.v21.gather import check_ranges, copy_ranges, gather, read_uint
+
+I64 = np.int64
+MAX = 2**63 - 1
+HOSTILE = [-1, -(2**63), MAX, 2**62, 2**32]
+
+
+def i64(*xs: int) -> np.ndarray:
+    return np.array(xs, dtype=I64)
+
+
+# -- gathers -----------------------------------------------------------------------------------
+@given(
+    st.sampled_from([np.uint8, np.uint16, np.uint32, np.uint64]),
+    st.integers(0, 200),
+    st.lists(st.tuples(st.integers(0, 200), st.integers(0, 50)), max_size=20),
+)
+@settings(max_examples=100, deadline=None)
+def test_gather_matches_numpy(dtype, size, ranges):
+    data = np.arange(size).astype(dtype)
+    starts = i64(*(min(s, size) for s, _ in ranges))
+    lengths = i64(*(min(n, size - min(s, size)) for s, n in ranges))
+    out = gather(data, starts, lengths, "w", "range")
+    expect = [data[s : s + n] for s, n in zip(starts, lengths, strict=True)]
+    np.testing.assert_array_equal(out, np.concatenate(expect) if expect else data[:0])
+    assert out.dtype == data.dtype
+
+
+@pytest.mark.parametrize("start", HOSTILE + [97, 100])
+@pytest.mark.parametrize("length", HOSTILE + [3, 4])
+def test_gather_hostile_ranges(start, length):
+    data = np.zeros(100, dtype=np.uint8)
+    if 0 <= start and 0 <= length and start + length <= 100:
+        assert len(gather(data, i64(0, start), i64(1, length), "w", "r")) == 1 + length
+        return
+    msg = f"corrupt file w: r #1 spans \\[{start}, {start + length}\\) outside a 100-byte buffer"
+    with pytest.raises(CorruptFileError, match=msg):
+        gather(data, i64(0, start), i64(1, length), "w", "r")
+    with pytest.raises(CorruptFileError, match=msg):
+        check_ranges(100, i64(0, start), i64(1, length), "w", "r")
+
+
+def test_read_uint():
+    data = np.arange(16, dtype=np.uint8)
+    assert read_uint(data, i64(0, 13), 3, "w", "u").tolist() == [0x020100, 0x0F0E0D]
+    assert read_uint(data, i64(8), 8, "w", "u").tolist() == [0x0F0E0D0C0B0A0908]
+    for pos in (14, -1, MAX, -(2**63)):
+        with pytest.raises(CorruptFileError, match=f"u #1 spans \\[{pos}, {pos + 3}\\)"):
+            read_uint(data, i64(0, pos), 3, "w", "u")
+
+
+# -- bit-packing -------------------------------------------------------------------------------
+def test_inline_decode_hostile():
+    words, sizes = bp.inline_encode(np.arange(2048, dtype=np.uint32).reshape(2, 1024), 32)
+    words = words.view(np.uint32).copy()
+    starts = np.cumsum(sizes // 4) - sizes // 4
+    sizes = sizes // 4
+    ok = bp.inline_decode(words, starts, sizes, i64(1024, 5), 32, "w")
+    np.testing.assert_array_equal(ok, np.r_[np.arange(1024), np.arange(1024, 1029)])
+    for counts in (i64(1024, 1025), i64(-1, 3), i64(MAX, 0)):
+        with pytest.raises(CorruptFileError, match="more than 1024 values"):
+            bp.inline_decode(words, starts, sizes, counts, 32, "w")
+    for bad_start in (-1, len(words), MAX, -(2**63)):
+        with pytest.raises(CorruptFileError, match="outside its buffer"):
+            bp.inline_decode(words, i64(0, bad_start), sizes, i64(1, 1), 32, "w")
+    with pytest.raises(CorruptFileError, match="outside its buffer"):
+        bp.inline_decode(words, starts, i64(sizes[0], 0), i64(1, 1), 32, "w")
+    for width in (33, 2**32 - 1):  # a huge width word must not wrap to a small one
+        hostile = words.copy()
+        hostile[starts[1]] = width
+        with pytest.raises(CorruptFileError, match=f"chunk 1 has width {width} > 32"):
+            bp.inline_decode(hostile, starts, sizes, i64(1, 1), 32, "w")
+    with pytest.raises(CorruptFileError, match="chunk 0 .* is too short for width"):
+        bp.inline_decode(words, starts, i64(sizes[0] - 1, sizes[1]), i64(1, 1), 32, "w")
+
+
+def test_outofline_decode_hostile():
+    vals = np.arange(3000, dtype=np.uint16) % 1000
+    data, sizes = bp.outofline_encode_chunks(vals, i64(2000, 1000), 10, 16)
+    words = data.view(np.uint16)
+    wsizes = sizes // 2
+    wstarts = np.cumsum(wsizes) - wsizes
+    out = bp.outofline_decode(words, wstarts, wsizes, i64(2000, 1000), 10, 16, "w")
+    np.testing.assert_array_equal(out, vals)
+    msg = "buffer of chunk 1 is too short or out of bounds"
+    for counts in (i64(2000, 1025), i64(2000, -1), i64(2000, MAX), i64(2000, 2**62)):
+        with pytest.raises(CorruptFileError, match=msg):
+            bp.outofline_decode(words, wstarts, wsizes, counts, 10, 16, "w")
+    for start, size in ((-1, wsizes[1]), (MAX, wsizes[1]), (wstarts[1], MAX), (0, -1)):
+        with pytest.raises(CorruptFileError, match=msg):
+            bp.outofline_decode(
+                words, i64(0, start), i64(wsizes[0], size), i64(2000, 1), 10, 16, "w"
+            )
+    for width in (-1, 17):
+        with pytest.raises(CorruptFileError, match="out-of-line bit-packing width"):
+            bp.outofline_decode(words, wstarts, wsizes, i64(2000, 1000), width, 16, "w")
+
+
+@pytest.mark.parametrize("bits", [8, 16, 32, 64])
+def test_unpack_every_width(bits):
+    """Every width of every word size against the numpy packer (8/16-bit words are unpacked
+    64 bits at a time: nothing may leak across lanes)."""
+    dt = bp.dtype_of(bits)
+    rng = np.random.default_rng(bits)
+    raw = rng.integers(0, 2**63, (2, 1024), dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    for width in range(bits + 1):
+        mask = (1 << width) - 1
+        vals = raw.astype(dt) & dt(mask)
+        vals[0, :64] = mask  # all ones next to zeros: any bit crossing a lane shows
+        vals[0, 64:128] = 0
+        np.testing.assert_array_equal(bp.unpack(bp.pack(vals, width, bits), width, bits), vals)
+
+
+@pytest.mark.parametrize("bits", [8, 16, 32, 64])
+def test_unpack_misaligned_words(bits):
+    """Words at an odd address (a view into a byte buffer) decode through an aligned copy."""
+    dt = bp.dtype_of(bits)
+    vals = (np.arange(1024, dtype=np.uint64) * 2654435761 % (1 << min(bits, 20))).astype(dt)
+    packed = bp.pack(vals.reshape(1, 1024), bits, bits).reshape(-1)
+    raw = np.zeros(packed.nbytes + 1, dtype=np.uint8)
+    raw[1:] = packed.view(np.uint8)
+    odd = raw[1:].view(dt)
+    np.testing.assert_array_equal(bp.unpack(odd.reshape(1, -1), bits, bits)[0], vals)
+
+
+# -- run-length, byte-stream-split ------------------------------------------------------------
+@given(
+    st.sampled_from([np.uint8, np.uint16, np.uint32, np.uint64, "V3"]),
+    st.lists(st.lists(st.integers(1, 255), max_size=6), min_size=1, max_size=5),
+)
+@settings(max_examples=60, deadline=None)
+def test_rle_decode_matches_repeat(dtype, chunks):
+    lengths = np.array([n for c in chunks for n in c], dtype=np.uint8)
+    size = len(lengths) * np.dtype(dtype).itemsize
+    values = np.frombuffer(np.arange(size, dtype=np.uint8).tobytes(), dtype=dtype)
+    runs = i64(*(len(c) for c in chunks))
+    counts = i64(*(sum(c) for c in chunks))
+    out = rle.decode(values, lengths, runs, counts, "w")
+    np.testing.assert_array_equal(out, np.repeat(values, lengths.astype(I64)))
+
+
+def test_rle_decode_hostile():
+    values, lengths = np.arange(4, dtype=np.uint32), np.array([2, 3, 4, 5], dtype=np.uint8)
+    for runs, counts in (((2, 3), (5, 9)), ((-1, 5), (5, 9)), ((MAX, 1), (5, 9)), ((1, 2), (2, 7))):
+        with pytest.raises(CorruptFileError, match="RLE chunks hold"):
+            rle.decode(values, lengths, i64(*runs), i64(*counts), "w")
+    with pytest.raises(CorruptFileError, match="chunk 1 cover 4 values, not 9"):
+        rle.decode(values, lengths, i64(2, 1), i64(5, 9), "w")
+    with pytest.raises(CorruptFileError, match="chunk 1 cover 9 values, not -9"):
+        rle.decode(values, lengths, i64(2, 2), i64(5, -9), "w")
+
+
+def test_bss_join_round_trip():
+    vals = np.arange(30, dtype=np.uint64) * 0x0101010101
+    counts = i64(10, 0, 20)
+    split = bss.split_chunks(vals, counts, 8)
+    joined = bss.join_chunks(split, np.cumsum(counts * 8) - counts * 8, counts, 8)
+    np.testing.assert_array_equal(joined.view(np.uint64), vals)
+
+
+# -- Flat(1), Variable, FSST ------------------------------------------------------------------
+@given(st.lists(st.lists(st.booleans(), max_size=40), min_size=1, max_size=6))
+@settings(max_examples=60, deadline=None)
+def test_flat_bits_matches_numpy(chunks):
+    packed = [np.packbits(np.array(c, dtype=bool), bitorder="little") for c in chunks]
+    sizes = i64(*(len(p) + 1 for p in packed))  # a pad byte after each bitmap
+    data = np.concatenate([np.r_[p, 0xFF].astype(np.uint8) for p in packed])
+    ch = cz.Chunks(data, np.cumsum(sizes) - sizes, sizes, i64(*(len(c) for c in chunks)))
+    expect = [b for c in chunks for b in c]
+    assert cz.flat_chunks(1, ch, "w").to_pylist() == expect
+
+
+def _variable(strings: list[bytes], bits: int = 32) -> cz.Chunks:
+    offsets = np.cumsum([0, *map(len, strings)]).astype(I64)
+    raw = np.frombuffer(b"".join(strings), dtype=np.uint8)
+    data, sizes = cz.encode_variable_chunks(offsets, raw, i64(len(strings)), bits)
+    return cz.Chunks(data.copy(), i64(0), sizes, i64(len(strings)))
+
+
+def test_variable_hostile_counts_and_offsets():
+    ch = _variable([b"ab", b"", b"cde"])
+    assert cz.variable_chunks(32, ch, "w").to_pylist() == [b"ab", b"", b"cde"]
+    for count in (MAX, 2**62, 2**61 + 1):  # (count + 1) * 4 must not wrap into range
+        with pytest.raises(CorruptFileError, match="offsets of chunk 0 has"):
+            cz.variable_chunks(32, cz.Chunks(ch.data, ch.starts, ch.sizes, i64(count)), "w")
+    with pytest.raises(CorruptFileError, match="negative value count"):
+        cz.variable_chunks(32, cz.Chunks(ch.data, ch.starts, ch.sizes, i64(-1)), "w")
+    for start in (-1, MAX, 2**62):
+        with pytest.raises(CorruptFileError, match="Variable offsets #0 spans"):
+            cz.variable_chunks(32, cz.Chunks(ch.data, i64(start), ch.sizes, ch.counts), "w")
+    for off in (0, 15, 2**32 - 1):  # below the offsets, past the chunk
+        bad = ch.data.copy()
+        bad[4:8] = np.frombuffer(off.to_bytes(4, "little"), dtype=np.uint8)
+        with pytest.raises(CorruptFileError, match="point outside its buffer"):
+            cz.variable_chunks(32, cz.Chunks(bad, ch.starts, ch.sizes, ch.counts), "w")
+    bad = ch.data.copy()
+    bad[8] = 16  # string 1 ends before it starts: reported after the bounds checks
+    with pytest.raises(CorruptFileError, match="Variable offsets decrease"):
+        cz.variable_chunks(32, cz.Chunks(bad, ch.starts, ch.sizes, ch.counts), "w")
+
+
+def test_variable_bytes_outside_data_with_huge_chunk_size():
+    """Offsets up to a chunk size near 2**63: start + last must not wrap past the check."""
+    ch = _variable([b"ab", b"cd"], bits=64)
+    bad = ch.data.copy()
+    last = MAX - 5
+    bad[16:24] = np.frombuffer(last.to_bytes(8, "little"), dtype=np.uint8)
+    hostile = cz.Chunks(bad, i64(8), i64(MAX), ch.counts)
+    data = np.r_[np.zeros(8, dtype=np.uint8), bad]
+    with pytest.raises(CorruptFileError, match="Variable bytes #0 spans"):
+        cz.variable_chunks(64, cz.Chunks(data, hostile.starts, hostile.sizes, ch.counts), "w")
+
+
+def test_fsst_resumes_when_the_output_guess_is_short():
+    table_raw = fsst.build_table(i64(0, 16), np.frombuffer(b"abcdefghabcdefgh", np.uint8))
+    table = fsst.parse_table(table_raw, "w")
+    strings = [b"abcdefgh" * 50, b"", b"xyz\xff", b"abcdefgh"]
+    offsets = np.cumsum([0, *map(len, strings)]).astype(I64)
+    data = np.frombuffer(b"".join(strings), dtype=np.uint8)
+    coffs, codes = fsst.compress(table, offsets, data)
+    out_offsets, out = fsst.decode(table, coffs, codes, "w")
+    assert out.tobytes() == data.tobytes()
+    np.testing.assert_array_equal(out_offsets, offsets)
+
+
+# -- the kernels on their own ------------------------------------------------------------------
+def test_copying_kernels_refuse_unvalidated_ranges():
+    data = np.arange(64, dtype=np.uint8)
+    out = np.zeros(16, dtype=np.uint8)
+    cases = [
+        lambda: _kernels.copy_ranges(data, i64(60), i64(8), 1, out),
+        lambda: _kernels.copy_ranges(data, i64(0), i64(17), 1, out),
+        lambda: _kernels.copy_ranges(data, i64(-1), i64(1), 1, out),
+        lambda: _kernels.read_uint(data, i64(62), 4, np.zeros(1, np.uint64)),
+        lambda: _kernels.rle_expand(data[:2], np.array([9, 9], np.uint8), 1, out),
+        lambda: _kernels.bss_join(data, i64(40), i64(7), 4, np.zeros(28, np.uint8)),
+        lambda: _kernels.bss_join(data, i64(0), i64(5), 4, out),
+        lambda: _kernels.copy_bits(data, i64(63), i64(9), out),
+        lambda: _kernels.copy_bits(data, i64(0), i64(129), out),
+        lambda: _kernels.variable_gather(data, i64(0), i64(MAX), 4, np.zeros(2, I64), out),
+        lambda: _kernels.inline_unpack(
+            data.view(np.uint32), i64(3), i64(5), 32, out.view(np.uint32)
+        ),
+        lambda: _kernels.outofline_unpack(data, i64(0), i64(64), i64(1024), 1, 8, out),
+        lambda: _kernels.unpack_blocks(data, 1, 8, np.zeros(2048, np.uint8)),
+    ]
+    for case in cases:
+        with pytest.raises(ValueError):
+            case()
+
+
+def test_kernels_refuse_misaligned_words():
+    raw = np.zeros(4096 + 4, dtype=np.uint8)
+    words = raw[1:4097].view(np.uint32)
+    with pytest.raises(ValueError, match="aligned"):
+        _kernels.unpack_blocks(words, 1, 32, np.zeros(1024, np.uint32))
+
+
+def test_long_kernels_release_the_gil():
+    """While kernels run in one thread, another runs Python: with a switch interval longer
+    than all the kernels take, that only happens if they let go of the GIL."""
+    lengths = np.ones(1 << 24, dtype=np.uint8)
+    started = threading.Event()
+
+    def work() -> None:
+        started.set()
+        for _ in range(50):  # ~1 ms each: well within the switch interval
+            _kernels.check_runs(lengths, i64(len(lengths)), i64(len(lengths)))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.5)
+    try:
+        thread = threading.Thread(target=work)
+        thread.start()
+        started.wait()
+        spins = 0
+        while thread.is_alive():
+            spins += 1
+        thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert spins > 1000
+
+
+def test_copy_ranges_keeps_dtype():
+    data = np.arange(10, dtype=np.uint16)
+    out = copy_ranges(data, i64(1, 7), i64(2, 3))
+    assert out.dtype == np.uint16 and out.tolist() == [1, 2, 7, 8, 9]
