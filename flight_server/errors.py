@@ -8,7 +8,8 @@ path, traceback or secret, and whose `extra_info` is JSON such as
 so nothing else may escape a handler.)
 
 Codes: not_found, invalid_argument, already_exists, commit_conflict, failed_precondition,
-unauthenticated, permission_denied, unavailable, unimplemented, cancelled, internal.
+unauthenticated, permission_denied, unavailable, unimplemented, cancelled, data_corrupt,
+internal.
 """
 
 from __future__ import annotations
@@ -113,12 +114,20 @@ class Cancelled(QuiverError):
     code = "cancelled"
 
 
+class DataCorrupt(QuiverError):
+    """A file of a dataset is missing, truncated or malformed: the message names the
+    dataset, version, fragment and file an operator has to restore."""
+
+    code = "data_corrupt"
+
+
 # code -> pyarrow.flight error class (which picks the gRPC status code)
 _FLIGHT_CLASS: dict[str, type[flight.FlightError]] = {
     "unauthenticated": flight.FlightUnauthenticatedError,
     "permission_denied": flight.FlightUnauthorizedError,
     "unavailable": flight.FlightUnavailableError,
     "cancelled": flight.FlightCancelledError,
+    "data_corrupt": flight.FlightInternalError,
     "internal": flight.FlightInternalError,
 }
 
@@ -132,7 +141,7 @@ ENGINE_ERRORS: list[tuple[type[BaseException], str]] = [
     (InvalidInputError, "invalid_argument"),  # FilterSyntaxError, FilterBindError, columns
     (CommitConflictError, "commit_conflict"),
     (UnsupportedFeatureError, "unimplemented"),
-    (CorruptFileError, "internal"),
+    (CorruptFileError, "data_corrupt"),
 ]
 
 # absolute paths that survived scrubbing (e.g. from an fsspec message)
@@ -210,12 +219,12 @@ def to_flight_error(
     if isinstance(exc, flight.FlightError) and getattr(exc, "_quiver", False):
         return exc  # already translated
     code, details = classify(exc)
-    if code == "internal" and not isinstance(exc, (QuiverError, CorruptFileError)):
+    if code == "internal" and not isinstance(exc, QuiverError):
         ref = uuid.uuid4().hex[:12]
         log.error("internal error %s in %s", ref, context or "call", exc_info=exc)
         message = f"internal error (reference {ref} in the server log)"
-    elif code == "internal":
-        log.error("internal error in %s: %s", context or "call", exc)
+    elif code in ("internal", "data_corrupt"):
+        log.error("%s in %s: %s", code, context or "call", exc)  # unscrubbed: paths included
         message = (scrub or Scrubber())(str(exc))
     else:
         message = (scrub or Scrubber())(str(exc))

@@ -1,6 +1,7 @@
 """Dataset names: validation (before any storage access), URIs under the root, discovery.
 
-A name is one or more ``/``-separated segments of ``[A-Za-z0-9_.-]``; ``.`` and ``..``
+A name is one or more ``/``-separated segments of ``[A-Za-z0-9_.-]`` (at most 249 each,
+1024 in all, 16 levels deep); ``.`` and ``..``
 segments, empty segments (so leading, trailing and doubled ``/``), and any other character
 (``%``, NUL, ``\\``, spaces, non-ASCII...) are refused. A segment other than the last may
 not end in ``.lance`` (that would reach inside another dataset's directory). Dataset
@@ -26,7 +27,8 @@ log = logging.getLogger("quiver.names")
 
 SUFFIX = ".lance"
 MAX_NAME_LENGTH = 1024
-MAX_SEGMENT_LENGTH = 255
+# a directory name holds 255 bytes at most, and the last segment gets ".lance"
+MAX_SEGMENT_LENGTH = 255 - len(SUFFIX)
 MAX_DEPTH = 16
 _SEGMENT = re.compile(r"[A-Za-z0-9_.\-]+")
 
@@ -60,7 +62,10 @@ def validate_name(name: object) -> str:
                 f"invalid dataset name {_shown(name)}: segments may only use A-Z a-z 0-9 _ . -"
             )
         if len(seg) > MAX_SEGMENT_LENGTH:
-            raise InvalidArgument(f"invalid dataset name {_shown(name)}: segment too long")
+            raise InvalidArgument(
+                f"invalid dataset name {_shown(name)}: a segment of {len(seg)} characters "
+                f"(at most {MAX_SEGMENT_LENGTH})"
+            )
         if i < len(segments) - 1 and seg.endswith(SUFFIX):
             raise InvalidArgument(
                 f"invalid dataset name {_shown(name)}: only the last segment may end in '.lance'"

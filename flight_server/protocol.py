@@ -1,12 +1,16 @@
 """The JSON side of the Flight contract: strict objects, descriptors and DoPut commands.
 
 Every JSON document a client sends (CMD descriptors, action bodies) must be one UTF-8
-object; duplicate keys, unknown keys, wrong types, NaN/Infinity are `InvalidArgument`.
+object; duplicate keys, unknown keys, wrong types, NaN/Infinity (and numbers too large for
+a double, such as 1e999), integers outside int64 and strings with lone UTF-16 surrogates
+are `InvalidArgument`.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import sys
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +20,10 @@ from flight_server.names import name_from_path, validate_name
 from flight_server.staging import valid_job
 
 MAX_JSON_BYTES = 256 << 20
+MAX_INT = (1 << 63) - 1
+MAX_NUMBER = sys.float_info.max
+# Every ticket carries its read's filter, and tickets are at most tickets.MAX_TOKEN_BYTES.
+MAX_FILTER_BYTES = 256 << 10
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -29,6 +37,13 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def _no_constants(token: str) -> Any:
     raise InvalidArgument(f"{token} is not valid JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (math.inf, -math.inf):
+        raise InvalidArgument(f"number {text[:40]} is too large")
+    return value
 
 
 def parse_object(data: bytes | str | None, what: str, *, empty_ok: bool = False) -> dict[str, Any]:
@@ -45,7 +60,12 @@ def parse_object(data: bytes | str | None, what: str, *, empty_ok: bool = False)
         except UnicodeDecodeError:
             raise InvalidArgument(f"{what}: body is not UTF-8") from None
     try:
-        doc = json.loads(data, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+        doc = json.loads(
+            data,
+            object_pairs_hook=_no_duplicates,
+            parse_constant=_no_constants,
+            parse_float=_finite,
+        )
     except InvalidArgument as e:
         raise InvalidArgument(f"{what}: {e}") from None
     except (ValueError, RecursionError) as e:
@@ -53,6 +73,12 @@ def parse_object(data: bytes | str | None, what: str, *, empty_ok: bool = False)
         raise InvalidArgument(f"{what}: malformed JSON ({msg})") from None
     if not isinstance(doc, dict):
         raise InvalidArgument(f"{what}: expected a JSON object, got {type(doc).__name__}")
+    try:
+        json.dumps(doc, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(
+            f"{what}: a string holds a lone UTF-16 surrogate (\\ud800...)"
+        ) from None
     return doc
 
 
@@ -88,8 +114,15 @@ class Fields:
             raise self._bad(key, "a non-empty string" if nonempty else "a string")
         return value
 
-    def int(self, key: str, *, required: bool = False, minimum: int | None = None) -> Any:
-        """An integer (booleans refused), optionally bounded below."""
+    def int(
+        self,
+        key: str,
+        *,
+        required: bool = False,
+        minimum: int | None = None,
+        maximum: int = MAX_INT,
+    ) -> Any:
+        """An integer (booleans refused), optionally bounded below; at most `maximum`."""
         value = self._get(key, required)
         if value is None:
             return None
@@ -97,10 +130,12 @@ class Fields:
             raise self._bad(key, "an integer")
         if minimum is not None and value < minimum:
             raise self._bad(key, f"an integer >= {minimum}")
+        if value > maximum:
+            raise self._bad(key, f"an integer <= {maximum}")
         return value
 
-    def number(self, key: str, *, minimum: float | None = None) -> Any:
-        """A JSON number."""
+    def number(self, key: str, *, minimum: float | None = None, maximum: float = MAX_NUMBER) -> Any:
+        """A JSON number, optionally bounded below; at most `maximum` (and a double)."""
         value = self._get(key, False)
         if value is None:
             return None
@@ -108,6 +143,8 @@ class Fields:
             raise self._bad(key, "a number")
         if minimum is not None and value < minimum:
             raise self._bad(key, f"a number >= {minimum}")
+        if value > maximum or value < -MAX_NUMBER:  # big JSON integers do not fit a double
+            raise self._bad(key, f"a number <= {maximum:g}")
         return value
 
     def bool(self, key: str, *, default: bool | None = None) -> Any:
@@ -214,6 +251,12 @@ def read_request_from_command(cmd: bytes) -> ReadRequest:
     if columns is not None and len(set(columns)) != len(columns):
         raise InvalidArgument("CMD descriptor: 'columns' names a column twice")
     filt = f.str("filter")
+    size = len(filt.encode()) if filt is not None else 0  # no lone surrogates: parse_object
+    if size > MAX_FILTER_BYTES:
+        raise InvalidArgument(
+            f"CMD descriptor: 'filter' is {size} bytes; filters are limited to "
+            f"{MAX_FILTER_BYTES} bytes (every ticket carries its filter)"
+        )
     since = f.int("appended_since", minimum=0)
     if since is not None and f.has("limit"):
         raise InvalidArgument("CMD descriptor: 'appended_since' cannot be combined with 'limit'")

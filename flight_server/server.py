@@ -29,6 +29,7 @@ from flight_server.auth import (
     AuthFileError,
     AuthMiddlewareFactory,
     HandshakeAuthHandler,
+    NoAuthHandler,
 )
 from flight_server.budget import Lease, MemoryBudget
 from flight_server.config import ConfigError, ServerConfig
@@ -67,6 +68,7 @@ class _Call:
         self.context = context
         self.dataset: str | None = None
         self.version: int | None = None
+        self.fragment: int | None = None  # DoGet: the ticket's fragment, for error messages
         self.rows: int | None = None
         self.bytes: int | None = None
         self.status = "ok"
@@ -86,8 +88,9 @@ class _Call:
 
     def fail(self, exc: BaseException) -> flight.FlightError:
         """Log the failed call; the Flight error to raise instead of `exc`."""
-        scrub = self.server.service.scrubber_for(self.dataset)
-        error = to_flight_error(exc, scrub, context=self.method)
+        service = self.server.service
+        exc = service.explain(exc, self.dataset, self.version, self.fragment)
+        error = to_flight_error(exc, service.scrubber_for(self.dataset), context=self.method)
         try:
             self.status = json.loads(error.extra_info or b"{}").get("code", "internal")
         except ValueError:
@@ -229,7 +232,7 @@ class QuiverFlightServer(flight.FlightServerBase):
         """Plan a read: projected schema and one endpoint per fragment (or row range)."""
         with self._call("GetFlightInfo", context) as call:
             request = self._read_request(descriptor)
-            call.dataset = request.dataset
+            call.dataset, call.version = request.dataset, request.version
             plan = self.service.plan_scan(request, call.identity)
             call.version = plan.version
             call.rows = plan.total_records
@@ -273,9 +276,9 @@ class QuiverFlightServer(flight.FlightServerBase):
         call = self._call("DoGet", context)
         call.deferred = True
         with call:
-            stream = self.service.read(ticket.ticket, call.identity)
-            t = stream.ticket
-            call.dataset, call.version = t.dataset, t.version
+            t = self.service.ticket(ticket.ticket)
+            call.dataset, call.version, call.fragment = t.dataset, t.version, t.fragment_id
+            stream = self.service.read(t, call.identity)
             call.rows = call.bytes = 0
 
         def gone() -> bool:
@@ -410,10 +413,11 @@ def load_auth(config: ServerConfig, service: DatasetService) -> dict[str, Any]:
 
     With an auth file, every call goes through `AuthMiddlewareFactory` (Basic → Bearer,
     registered under `AUTH_MIDDLEWARE_KEY`, exposing `.identity`), and the service checks
-    rights per dataset in `service.authorize`. Without one, nothing is installed.
+    rights per dataset in `service.authorize`. Without one, only `NoAuthHandler` (which
+    refuses Handshake with a coded error).
     """
     if not config.auth_file:
-        return {}
+        return {"auth_handler": NoAuthHandler()}
     try:
         authenticator = Authenticator(config.auth_file, token_ttl=config.token_ttl)
     except AuthFileError as e:

@@ -21,6 +21,7 @@ import base64
 import contextlib
 import datetime as dt
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -37,6 +38,8 @@ from fsspec.implementations.local import LocalFileSystem
 
 from flight_server.auth import Identity, authorize
 from flight_server.config import DEFAULT_STAGED_TTL, DEFAULT_TICKET_TTL, ServerConfig
+from flight_server.confine import check_dataset_dir
+from flight_server.corruption import data_corrupt
 from flight_server.errors import (
     AlreadyExists,
     Cancelled,
@@ -68,6 +71,7 @@ from format.dataset import (
 from format.dataset.changes import appended_between
 from format.errors import (
     CommitConflictError,
+    CorruptFileError,
     DatasetAlreadyExistsError,
     DatasetNotFoundError,
     InvalidInputError,
@@ -79,12 +83,13 @@ from format.proto import table_pb2
 from format.table import versions as _versions
 from format.table.commit import read_transaction
 from format.table.manifest import storage_version_of_file
-from format.table.schema import LanceSchema
+from format.table.schema import RESERVED_COLUMNS, LanceSchema, check_new_schema
 from format.table.transaction import IDEMPOTENCY_KEY
 
 log = logging.getLogger("quiver.service")
 
 READ, WRITE = "read", "write"
+MAX_AGE_SECONDS = 3_155_760_000  # 100 years: cleanup's older_than_seconds
 IDEMPOTENCY_SCAN_LIMIT = 1000  # versions searched for an idempotency key without read_version
 _CACHE_SIZE = 64
 # DoGet batches hold about this many bytes at most (and at most --batch-size rows): what a
@@ -277,18 +282,46 @@ class DatasetService:
 
     # -- names, access and errors -------------------------------------------------------
     def uri(self, name: str) -> str:
-        """The URI of dataset `name` (validated first)."""
-        return dataset_uri(self.root, name)
+        """The URI of dataset `name`: the name validated and, on a local root, its directory
+        checked to resolve inside the root (PermissionDenied for links leading out)."""
+        uri = dataset_uri(self.root, name)
+        if "://" not in self.root:
+            check_dataset_dir(self.root, uri, name)
+        return uri
 
     def scrubber_for(self, name: str | None) -> Scrubber:
         """A scrubber that also turns this dataset's URI into its name."""
         if not name:
             return self.scrub
         try:
-            uri = self.uri(name)
+            uri = dataset_uri(self.root, name)
         except InvalidArgument:
             return self.scrub
         return self.scrub.with_pairs([(uri, name)])
+
+    def explain(
+        self,
+        exc: BaseException,
+        name: str | None,
+        version: int | None = None,
+        fragment_id: int | None = None,
+    ) -> BaseException:
+        """`exc` as a client should see it: a damaged file of dataset `name` becomes
+        DataCorrupt naming the version, fragment and file (`flight_server.corruption`)."""
+        if not isinstance(exc, CorruptFileError) or not name:
+            return exc
+        try:
+            uri = dataset_uri(self.root, name)
+        except InvalidArgument:
+            return exc
+
+        def manifest_of(v: int | None) -> table_pb2.Manifest:
+            ds = self.open_version(name, v) if v is not None else self.open_latest(name)
+            return ds.manifest.pb
+
+        return data_corrupt(
+            exc, name, uri, version=version, fragment_id=fragment_id, manifest_of=manifest_of
+        )
 
     def authorize(self, identity: Any, dataset: str, right: str) -> None:
         """Allow or refuse (PermissionDenied) `right` ("read"/"write") on `dataset`.
@@ -376,7 +409,7 @@ class DatasetService:
             if not self.may_read(identity, found.name):
                 continue  # unreadable datasets are not listed, not even by name
             try:
-                ds = dataset(found.uri, storage_options=self.storage_options)
+                ds = dataset(self.uri(found.name), storage_options=self.storage_options)
                 frags = ds.manifest.pb.fragments
                 out.append(
                     DatasetSummary(
@@ -524,10 +557,14 @@ class DatasetService:
         total = sum(e.rows for e in endpoints) if request.filter is None else -1
         return ScanPlan(name, ds.version, schema, endpoints, total, expires)
 
-    def read(self, token: bytes, identity: Any = None) -> EndpointStream:
-        """Verify a ticket and plan streaming its rows (bounded memory, whatever the
-        fragment size); nothing is read before the stream is iterated."""
-        t = ReadTicket.decode(self.signer, token)
+    def ticket(self, token: bytes) -> ReadTicket:
+        """A verified read ticket; InvalidArgument if forged, altered, expired or too big."""
+        return ReadTicket.decode(self.signer, token)
+
+    def read(self, token: bytes | ReadTicket, identity: Any = None) -> EndpointStream:
+        """Verify a ticket (unless given verified) and plan streaming its rows (bounded
+        memory, whatever the fragment size); nothing is read before the stream is iterated."""
+        t = token if isinstance(token, ReadTicket) else self.ticket(token)
         validate_name(t.dataset)
         self.authorize(identity, t.dataset, READ)
         ds = self.open_version(t.dataset, t.version)
@@ -582,7 +619,7 @@ class DatasetService:
             "r": record,
             "e": int(time.time()) + self.staged_ttl,
         }
-        return self.signer.sign(FRAGMENT_KIND, payload)
+        return self.signer.sign(FRAGMENT_KIND, payload, "staged fragment")
 
     def verify_fragment(self, name: str, token: Any) -> StagedFragment:
         """A staged fragment string issued by this service for dataset `name`."""
@@ -648,6 +685,7 @@ class DatasetService:
         name, mode = request.dataset, request.mode
         uri = self.uri(name)
         self.authorize(identity, name, WRITE)
+        check_new_schema(schema, name)  # reserved, duplicate names; empty fixed-size lists
         existing = self._try_latest(name)
         if mode == "create" and existing is not None:
             raise AlreadyExists(f"dataset {name!r} already exists (use mode append or overwrite)")
@@ -769,6 +807,7 @@ class DatasetService:
         right = self.action_right(name)
         if right is not None:
             self.authorize(identity, f.dataset(), right)
+            self.uri(f.dataset())  # a dataset whose directory leads out of the root: refused
         return handler(f)
 
     def _action_healthcheck(self, f: Fields) -> dict[str, Any]:
@@ -900,6 +939,7 @@ class DatasetService:
             raise InvalidArgument(
                 "add_columns body: 'columns' must map new column names to SQL expressions"
             )
+        _refuse_reserved("add_columns body", columns)
         ds = self.open_latest(name)
         ds.add_columns(dict(columns))
         return {"version": ds.version}
@@ -926,8 +966,14 @@ class DatasetService:
                 raise InvalidArgument("alter_columns body: each alteration is a JSON object")
             a = Fields(alt, f"alteration {i}", ("path", "name", "nullable", "data_type"))
             out: dict[str, Any] = {"path": a.str("path", required=True)}
+            if any(p["path"] == out["path"] for p in parsed):
+                raise InvalidArgument(
+                    f"alteration {i}: column {out['path'][:80]!r} is altered twice; "
+                    "give one alteration per column"
+                )
             if a.has("name"):
                 out["name"] = a.str("name")
+                _refuse_reserved(f"alteration {i}", [out["name"]])
             if a.has("nullable"):
                 out["nullable"] = a.bool("nullable")
             if a.has("data_type"):
@@ -973,7 +1019,7 @@ class DatasetService:
 
     def _action_cleanup(self, f: Fields) -> dict[str, Any]:
         name = f.dataset()
-        older = f.number("older_than_seconds", minimum=0)
+        older = f.number("older_than_seconds", minimum=0, maximum=MAX_AGE_SECONDS)
         retain = f.int("retain_versions", minimum=1)
         ds = self.open_latest(name)
         stats = ds.cleanup_old_versions(
@@ -1215,7 +1261,7 @@ class DatasetService:
         stats = {"removed_files": 0, "records": 0, "jobs": 0}
         for found in discover(self.root, self.storage_options, holding=STAGING_DIR):
             try:
-                self._sweep_dataset(found.uri, now, stats)
+                self._sweep_dataset(self.uri(found.name), now, stats)
             except Exception as e:  # noqa: BLE001 - one bad dataset must not stop the sweep
                 log.warning("staging sweep of %r failed: %s", found.name, type(e).__name__)
         return stats
@@ -1285,11 +1331,12 @@ class _StreamBroken(Exception):
 def _checked_stream(
     schema: pa.Schema, batches: Iterable[pa.RecordBatch], cancelled: Callable[[], bool]
 ) -> pa.RecordBatchReader:
-    """The batches as a reader that fails (so written files are removed) on a cut stream."""
+    """The batches as a reader that fails (so written files are removed) on a cut stream
+    or on a batch that is not valid Arrow data (before any native code walks it)."""
 
     def checked() -> Iterator[pa.RecordBatch]:
         it = iter(batches)
-        while True:
+        for number in itertools.count(1):
             if cancelled():
                 raise _StreamBroken
             try:
@@ -1298,6 +1345,12 @@ def _checked_stream(
                 break
             except Exception:  # noqa: BLE001 - any failure to read means a broken upload
                 raise _StreamBroken from None
+            try:
+                batch.validate(full=True)
+            except pa.ArrowException as e:
+                raise InvalidArgument(
+                    f"uploaded batch {number} is not valid Arrow data: {e}"
+                ) from None
             yield batch
         if cancelled():
             raise _StreamBroken
@@ -1313,6 +1366,16 @@ def _has_dictionary(t: pa.DataType) -> bool:
 
 def _plain_file(path: str) -> bool:
     return bool(path) and "/" not in path and "\\" not in path and path not in (".", "..")
+
+
+def _refuse_reserved(what: str, names: Iterable[str]) -> None:
+    """InvalidArgument for a new column named like a system column (`_rowid`, ...)."""
+    for n in names:
+        if n in RESERVED_COLUMNS:
+            raise InvalidArgument(
+                f"{what}: {n} is a reserved column name (row ids and addresses) and cannot be "
+                "used in a Lance dataset"
+            )
 
 
 _TYPE_ALIASES = {"utf8": "string", "large_utf8": "large_string", "str": "string"}

@@ -67,22 +67,26 @@ class Signer:
     def _mac(self, kind: str, body: str) -> bytes:
         return hmac.new(self._key, f"{kind}.{body}".encode("ascii"), hashlib.sha256).digest()
 
-    def sign(self, kind: str, payload: dict[str, Any]) -> str:
-        """The token for a JSON-serializable payload."""
+    def sign(self, kind: str, payload: dict[str, Any], what: str = "ticket") -> str:
+        """The token for a JSON-serializable payload; InvalidArgument if it would exceed
+        the size tokens are accepted at."""
         body = _b64(json.dumps(payload, separators=(",", ":"), sort_keys=True).encode())
-        return f"{kind}.{body}.{_b64(self._mac(kind, body))}"
+        token = f"{kind}.{body}.{_b64(self._mac(kind, body))}"
+        if len(token) > MAX_TOKEN_BYTES:
+            raise too_big(what, len(token))
+        return token
 
     def verify(self, kind: str, token: bytes | str, what: str = "ticket") -> dict[str, Any]:
         """The payload of a token of this kind; InvalidArgument if it is anything else."""
         bad = InvalidArgument(f"invalid {what}: not issued by this service, or altered")
+        if isinstance(token, (bytes, str)) and len(token) > MAX_TOKEN_BYTES:
+            raise too_big(what, len(token))
         if isinstance(token, bytes):
-            if len(token) > MAX_TOKEN_BYTES:
-                raise bad
             try:
                 token = token.decode("ascii")
             except UnicodeDecodeError:
                 raise bad from None
-        if not isinstance(token, str) or len(token) > MAX_TOKEN_BYTES:
+        if not isinstance(token, str):
             raise bad
         parts = token.split(".")
         if len(parts) != 3 or parts[0] != kind:
@@ -102,6 +106,14 @@ class Signer:
         if not isinstance(payload, dict):
             raise bad
         return payload
+
+
+def too_big(what: str, size: int) -> InvalidArgument:
+    """The error for a token over `MAX_TOKEN_BYTES` (a filter too long, mostly)."""
+    return InvalidArgument(
+        f"{what} of {size} bytes is over this service's limit of {MAX_TOKEN_BYTES} bytes "
+        "(a ticket carries the read's filter and columns: shorten them)"
+    )
 
 
 @dataclass(frozen=True)

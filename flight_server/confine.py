@@ -1,0 +1,42 @@
+"""Keeping datasets inside the root: symbolic links that lead out of it are refused.
+
+On a local root, a dataset directory, or a directory on its path, may be a symbolic link;
+it is served only when its real path stays inside the root's real path, and the entries of
+a dataset directory (``data/``, ``_versions/``...) that are links must stay inside that
+dataset's own directory. Deeper links are not followed when files are removed (`cleanup`
+and `drop_dataset` remove a link, never what it points to). Object stores have no links.
+"""
+
+from __future__ import annotations
+
+import os
+
+from flight_server.errors import PermissionDenied
+
+
+def _inside(path: str, parent: str) -> bool:
+    """Whether real path `path` is `parent` or lies below it (both real, absolute)."""
+    return path == parent or path.startswith(parent.rstrip(os.sep) + os.sep)
+
+
+def _outside(name: str, what: str, boundary: str) -> PermissionDenied:
+    return PermissionDenied(
+        f"dataset {name!r}: {what} is a symbolic link leading outside {boundary}; it is not served"
+    )
+
+
+def check_dataset_dir(root: str, path: str, name: str) -> None:
+    """Refuse dataset `name` at local `path` when it, a directory on its way from `root`,
+    or an entry of the dataset directory resolves outside where it belongs."""
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)  # resolves every existing component, keeps the rest
+    if not _inside(real, real_root):
+        what = "the dataset directory or a directory on its path"
+        raise _outside(name, what, "the server's root")
+    try:
+        entries = list(os.scandir(real))
+    except OSError:  # not there yet (a new dataset) or not a directory
+        return
+    for entry in entries:
+        if entry.is_symlink() and not _inside(os.path.realpath(entry.path), real):
+            raise _outside(name, f"its entry {entry.name!r}", "the dataset's directory")
