@@ -10,3 +10,15 @@ from corpus import CORPUS_STORAGE_VERSIONS, CorpusDataset, build_corpus
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> list[CorpusDataset]:
     """The compatibility corpus, written once per session for the legacy and 2.0 versions."""
     return build_corpus(tmp_path_factory.mktemp("corpus"), CORPUS_STORAGE_VERSIONS)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print how many hostile inputs the campaign tests sent (`hostile_inputs` properties)."""
+    total = 0
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if getattr(report, "when", None) == "teardown":
+                props = getattr(report, "user_properties", ())
+                total += sum(v for k, v in props if k == "hostile_inputs")
+    if total:
+        terminalreporter.write_line(f"hostile inputs sent to real quiver serve processes: {total}")

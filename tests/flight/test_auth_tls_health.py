@@ -585,6 +585,8 @@ def test_sigterm_drains_a_real_server(tmp_path: Path) -> None:
         assert len(info.endpoints) == 1
         reader = client.do_get(info.endpoints[0].ticket)
         rows = reader.read_chunk().data.num_rows  # the stream is running
+        cut = fl.connect(uri).do_get(info.endpoints[0].ticket)  # one the shutdown will end
+        cut_rows = cut.read_chunk().data.num_rows
 
         proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 10
@@ -605,14 +607,29 @@ def test_sigterm_drains_a_real_server(tmp_path: Path) -> None:
         for chunk in reader:
             rows += chunk.data.num_rows
         assert rows == n
+        assert proc.poll() is None  # the other stream still holds the drain
+        proc.send_signal(signal.SIGTERM)  # a second signal: streams still running are cut
+        _wait_for_line(err, r"call\(s\) still running after the drain; ending them", proc)
+        with pytest.raises(fl.FlightError) as exc:
+            for chunk in cut:
+                cut_rows += chunk.data.num_rows
+        assert cut_rows < n
+        message = str(exc.value)
+        assert code_of(exc.value) == "unavailable", message
+        assert "the server shut down during the stream; retry the ticket" in message
+        assert "\n" not in message and "Traceback" not in message and ".py" not in message
+        assert str(tmp_path) not in message and str(ROOT) not in message
         assert proc.wait(20) == 0
         log = err.read_text()
-        # The DoGet was still running server-side when the drain began, and finished ok.
+        # Both DoGets were still running server-side when the drain began: one finished ok,
+        # the second signal ended the other.
         drain_at = log.index("shutdown requested")
-        doget = list(re.finditer(r'\{"method":"DoGet".*\}', log))
-        assert len(doget) == 1 and doget[0].start() > drain_at, log
-        assert json.loads(doget[0].group(0))["status"] == "ok"
-        assert json.loads(doget[0].group(0))["rows"] == n
+        doget = [json.loads(m.group(0)) for m in re.finditer(r'\{"method":"DoGet".*\}', log)]
+        assert log.index('"method":"DoGet"') > drain_at, log
+        assert sorted((d["status"], d["rows"] == n) for d in doget) == [
+            ("ok", True),
+            ("unavailable", False),
+        ]
     finally:
         if proc.poll() is None:
             proc.kill()
