@@ -13,7 +13,7 @@ import pyarrow as pa
 from format.dataset.readahead import ordered_readahead
 from format.errors import InvalidInputError
 from format.expr import apply_filter, compile_filter
-from format.file.base import DEFAULT_BATCH_SIZE, split_ranges
+from format.file.base import DEFAULT_BATCH_SIZE
 from format.file.types import fixed_bits
 from format.table.schema import LanceSchema
 
@@ -108,8 +108,9 @@ class Scanner:
             self._out_schema = pa.schema(
                 [self._schema.field(c) for c in self._output_order], metadata=base.metadata
             )
-        if batch_bytes is not None:  # fewer rows per batch where rows are wide
-            rows = int(_check_count("batch_bytes", batch_bytes) // self._row_bytes())
+        self._batch_bytes = _check_count("batch_bytes", batch_bytes)
+        if self._batch_bytes is not None:  # fewer rows per batch where rows are wide
+            rows = int(self._batch_bytes // self._row_bytes())
             self._batch_size = max(MIN_BATCH_ROWS, min(self._batch_size, rows))
 
     @property
@@ -201,12 +202,22 @@ class Scanner:
         data, _, _ = self._filter_columns()
         return [c for c in self._projection.names if c not in data]
 
+    def _filter_step(self, first: LanceSchema) -> int:
+        """Rows per step of a late-materialising scan's filter columns. Only the matches of
+        the other columns are decoded, in batches of at most `batch_size` rows, so when
+        batches are sized by bytes the filter columns step by their own width: a selective
+        filter then plans a few large takes instead of one small one per batch."""
+        if self._batch_bytes is None:
+            return self._batch_size
+        rows = int(self._batch_bytes // self._row_bytes(first))
+        return max(self._batch_size, min(TABLE_STEP, rows))
+
     def _late_materialize(
         self, frag: LanceFragment, ranges: list[tuple[int, int]]
     ) -> Iterator[pa.RecordBatch]:
         """Filters: decode the filter's columns a step at a time, evaluate, then decode only
         the matching rows of the other columns (the chunks, rows or bytes that hold them, as
-        each encoding allows)."""
+        each encoding allows), in batches of at most `batch_size` rows."""
         assert self._filter is not None
         data, row_id, _ = self._filter_columns()
         late = self._late_columns()
@@ -218,35 +229,40 @@ class Scanner:
         first_schema = pa.schema(list(first_base) + extra, metadata=first_base.metadata)
         rest_schema = rest.to_arrow(blob_descriptions=True)
         names = self._schema.names
+        step = self._filter_step(first)
         with frag.reader(first) as head, frag.reader(rest) as tail:
-            steps = split_ranges(ranges, self._batch_size)
-            for (s, e), batch in zip(
-                steps,
-                head.read(
-                    first_schema,
-                    ranges,
-                    self._batch_size,
-                    with_row_id=row_id or self._with_row_id,
-                    with_row_address=True,
-                ),
-                strict=True,
+            for batch in head.read(
+                first_schema,
+                ranges,
+                step,
+                with_row_id=row_id or self._with_row_id,
+                with_row_address=True,
             ):
                 if not batch.num_rows:
                     continue
                 matched = apply_filter(batch, self._filter)
                 if not matched.num_rows:
                     continue
+                live = batch.column(ROW_ADDRESS_FIELD.name).to_numpy() & 0xFFFFFFFF
                 offsets = matched.column(ROW_ADDRESS_FIELD.name).to_numpy() & 0xFFFFFFFF
-                if matched.num_rows > DENSE_STEP * batch.num_rows:
-                    # most rows match: decoding the step whole beats finding each row
-                    (whole,) = tail.read(rest_schema, [(s, e)], e - s)
-                    live = batch.column(ROW_ADDRESS_FIELD.name).to_numpy() & 0xFFFFFFFF
-                    others = whole.take(pa.array(np.searchsorted(live, offsets)))
-                else:
-                    others = tail.take(rest_schema, offsets)
-                columns = {f.name: matched.column(f.name) for f in first_schema}
-                columns.update({f.name: others.column(f.name) for f in rest_schema})
-                yield pa.RecordBatch.from_arrays([columns[n] for n in names], schema=self._schema)
+                for lo, hi, dense in _output_batches(live, offsets, self._batch_size):
+                    rows = offsets[lo:hi]
+                    if dense:
+                        # most rows of this stretch match: decoding it whole beats finding
+                        # each row
+                        a, b = int(rows[0]), int(rows[-1]) + 1
+                        (whole,) = tail.read(rest_schema, [(a, b)], b - a)
+                        first_live = int(np.searchsorted(live, a))
+                        pos = np.searchsorted(live, rows) - first_live
+                        others = whole.take(pa.array(pos))
+                    else:
+                        others = tail.take(rest_schema, rows)
+                    part = matched.slice(lo, hi - lo)
+                    columns = {f.name: part.column(f.name) for f in first_schema}
+                    columns.update({f.name: others.column(f.name) for f in rest_schema})
+                    yield pa.RecordBatch.from_arrays(
+                        [columns[n] for n in names], schema=self._schema
+                    )
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
         """Stream the result in batches; memory stays bounded by a few batches."""
@@ -291,10 +307,12 @@ class Scanner:
                 scan._batch_size = step
         return pa.Table.from_batches(list(scan.to_batches()), schema=self._out_schema)
 
-    def _row_bytes(self) -> float:
-        """Bytes a decoded row of what the scan reads takes, roughly: fixed-width columns
-        exactly, variable-width ones by the data files' bytes per row left to them."""
-        read, _, _, _ = self._read_schema()
+    def _row_bytes(self, read: LanceSchema | None = None) -> float:
+        """Bytes a decoded row of what the scan reads (or of `read`) takes, roughly:
+        fixed-width columns exactly, variable-width ones by the data files' bytes per row
+        left to them."""
+        if read is None:
+            read, _, _, _ = self._read_schema()
         full = self._dataset.lance_schema.to_arrow(blob_descriptions=True)
         widths = [_row_width(f.type) for f in full]
         all_fixed = sum(w for w in widths if w is not None)
@@ -344,6 +362,39 @@ def _physical_offset(frag: LanceFragment, live_index: int, first: int = 0) -> in
     if mask is None:
         return first + live_index
     return first + int(np.flatnonzero(mask[first:])[live_index])
+
+
+def _output_batches(
+    live: np.ndarray, matched: np.ndarray, batch_rows: int
+) -> Iterator[tuple[int, int, bool]]:
+    """Cut a step's matching rows (`matched`, sorted physical offsets, a subset of the live
+    ones `live`) into output batches of at most `batch_rows`: yields (lo, hi, dense) slices
+    of `matched`. A stretch of `batch_rows` live rows where more than DENSE_STEP of them
+    match is its own dense batch (read whole, then taken); the sparse matches between dense
+    stretches are gathered into batches of up to `batch_rows` (one take each)."""
+    n_live = len(live)
+    bounds = np.unique(np.minimum(np.arange(0, n_live + batch_rows, batch_rows), n_live))
+    # matches per stretch of `batch_rows` live rows
+    cut = np.searchsorted(matched, live[bounds[1:-1]])
+    edges = np.concatenate(([0], cut, [len(matched)])).astype(np.int64)
+    counts = np.diff(edges)
+    dense = counts > DENSE_STEP * np.diff(bounds)
+    pending = None  # start of the sparse matches not yet yielded
+    for k in range(len(counts)):
+        lo, hi = int(edges[k]), int(edges[k + 1])
+        if dense[k]:
+            if pending is not None and pending < lo:
+                yield pending, lo, False
+            pending = None
+            yield lo, hi, True
+            continue
+        if pending is None:
+            pending = lo
+        while hi - pending >= batch_rows:
+            yield pending, pending + batch_rows, False
+            pending += batch_rows
+    if pending is not None and pending < len(matched):
+        yield pending, len(matched), False
 
 
 def _row_width(t: pa.DataType) -> int | None:

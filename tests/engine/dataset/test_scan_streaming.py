@@ -15,9 +15,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from compare import assert_same_table
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from format.dataset import dataset
+from format.dataset.fragment import FragmentReader
 from format.dataset.readahead import ordered_readahead
+from format.dataset.scan import _output_batches
 from format.errors import InvalidInputError
 from format.io.store import FileReader
 
@@ -234,3 +238,52 @@ def test_batches_sized_by_bytes_hold_fewer_wide_rows(uri: str):
     assert narrow._batch_size == 2048
     with pytest.raises(ValueError, match="batch_bytes"):
         ds.scanner(batch_bytes=-1)
+
+
+@pytest.mark.parametrize("filt", FILTERS)
+def test_filters_step_by_their_own_columns_and_batch_by_bytes(
+    uri: str, filt: str, monkeypatch: pytest.MonkeyPatch
+):
+    """With batches sized by bytes, the filter's narrow columns are read in larger steps
+    than the batches; the matches still come in batches of at most the batch rows, in order,
+    and a selective filter takes the other columns in fewer, larger takes."""
+    ds = dataset(uri)
+    scanner = ds.scanner(filter=filt, batch_size=4096, batch_bytes=256 << 10)
+    first = ds.lance_schema.project(scanner._filter_columns()[0])
+    assert scanner._filter_step(first) > scanner._batch_size
+    takes = []
+    original = FragmentReader.take
+
+    def take(reader, schema, offsets, **kw):
+        takes.append(len(offsets))
+        return original(reader, schema, offsets, **kw)
+
+    monkeypatch.setattr(FragmentReader, "take", take)
+    batches = list(scanner.to_batches())
+    assert all(0 < b.num_rows <= scanner._batch_size for b in batches)
+    ref = lance.dataset(uri).to_table(filter=filt)
+    assert_same_table(pa.Table.from_batches(batches, schema=ref.schema), ref, filt)
+    if filt == "x < 0.01":  # ~1 %: one take per fragment, not one per batch of rows
+        assert len(takes) <= len(ds.get_fragments())
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 400), unique=True, min_size=1, max_size=300),
+    st.data(),
+    st.integers(1, 50),
+)
+def test_output_batches_cover_the_matches_in_order(live_set, data, batch_rows):
+    live = np.array(sorted(live_set), dtype=np.int64)
+    matched = np.array(
+        sorted(data.draw(st.sets(st.sampled_from(live.tolist()), min_size=1))), dtype=np.int64
+    )
+    pieces = list(_output_batches(live, matched, batch_rows))
+    assert pieces[0][0] == 0 and pieces[-1][1] == len(matched)
+    for (_, hi, _), (lo, _, _) in zip(pieces[:-1], pieces[1:], strict=True):
+        assert hi == lo  # contiguous, in order
+    for lo, hi, dense in pieces:
+        assert 0 < hi - lo <= batch_rows
+        if dense:  # a dense batch spans at most one stretch of batch_rows live rows
+            span = np.searchsorted(live, matched[hi - 1]) - np.searchsorted(live, matched[lo])
+            assert span < batch_rows
