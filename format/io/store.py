@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any, BinaryIO
 
 import fsspec
+import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
 from format.errors import UnsupportedFeatureError
@@ -169,55 +170,56 @@ class FileReader:
         n = min(length, self.size)
         return self.read(self.size - n, n)
 
-    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        """Read many (start, length) ranges, coalescing neighbours into fewer requests."""
+    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes | memoryview]:
+        """Read many (start, length) ranges, coalescing neighbours into fewer requests; each
+        range comes back as its own bytes or a view of a coalesced read."""
         if not ranges:
             return []
         gap = _COALESCE_GAP_LOCAL if self._fd is not None else _COALESCE_GAP_REMOTE
-        order = sorted(range(len(ranges)), key=lambda i: ranges[i][0])
-        groups: list[tuple[int, int, list[int]]] = []  # (start, end, member indices)
-        for i in order:
-            start, length = ranges[i]
-            end = start + length
-            if groups and start <= groups[-1][1] + gap:
-                g_start, g_end, members = groups[-1]
-                members.append(i)
-                groups[-1] = (g_start, max(g_end, end), members)
-            else:
-                groups.append((start, end, [i]))
+        table = np.array(ranges, dtype=np.int64).reshape(len(ranges), 2)
+        starts, lengths = table[:, 0], table[:, 1]
+        order, g_start, g_end, group = coalesce(starts, starts + lengths, gap)
+        groups = list(zip(g_start.tolist(), g_end.tolist(), strict=True))
         if self._fd is not None and len(groups) > _MAP_GROUPS:
             blobs = self._mapped_groups(groups)
         elif self._fd is not None or len(groups) == 1:
-            blobs = [self.read(s, e - s) for s, e, _ in groups]
+            blobs = [self.read(s, e - s) for s, e in groups]
         else:
-            if max(e for _, e, _ in groups) > self.size:
+            if groups[-1][1] > self.size:
                 raise EOFError(f"{self.store.uri_of(self.path)}: range ends past {self.size}")
             blobs = self.store.fs.cat_ranges(
-                [self.full_path] * len(groups), [s for s, _, _ in groups], [e for _, e, _ in groups]
+                [self.full_path] * len(groups), g_start.tolist(), g_end.tolist()
             )
-        out: list[bytes] = [b""] * len(ranges)
-        for (g_start, _, members), blob in zip(groups, blobs, strict=True):
-            view = memoryview(blob)
-            for i in members:
-                start, length = ranges[i]
-                piece = view[start - g_start : start - g_start + length]
-                if len(piece) != length:
-                    raise EOFError(f"{self.store.uri_of(self.path)}: short read at {start}")
-                out[i] = piece if len(members) > 1 else blob
+        for (g_s, g_e), blob in zip(groups, blobs, strict=True):
+            if len(blob) != g_e - g_s:
+                raise EOFError(f"{self.store.uri_of(self.path)}: short read at {g_s}")
+        members = np.bincount(group, minlength=len(groups))
+        if (members == 1).all():  # nothing coalesced: each range is its group's read
+            out: list[bytes | memoryview] = [b""] * len(ranges)
+            for i, blob in zip(order.tolist(), blobs, strict=True):
+                out[i] = blob
+            return out
+        views = [memoryview(b) for b in blobs]
+        rel = (starts[order] - g_start[group]).tolist()
+        out = [b""] * len(ranges)
+        for i, g, r, n in zip(
+            order.tolist(), group.tolist(), rel, lengths[order].tolist(), strict=True
+        ):
+            out[i] = views[g][r : r + n]
         return out
 
-    def _mapped_groups(self, groups: list[tuple[int, int, list[int]]]) -> list[memoryview]:
+    def _mapped_groups(self, groups: list[tuple[int, int]]) -> list[bytes | memoryview]:
         """Many scattered local ranges (a take's chunks) as slices of one mapping of their
         span: no system call per range, and only the pages they touch are read in. Small
         ranges (single rows) and ranges past the file's size as found on opening are read
         (and refused) as usual."""
-        lo, hi = groups[0][0], max(e for _, e, _ in groups)
-        wanted = sum(e - s for s, e, _ in groups)
+        lo, hi = groups[0][0], max(e for _, e in groups)
+        wanted = sum(e - s for s, e in groups)
         small = wanted < _MAP_MIN_AVERAGE * len(groups)  # a fault per range beats a copy
         if small or hi > self._file_size or hi > self.size or hi - lo > _MAP_SPAN_MAX:
-            return [self.read(s, e - s) for s, e, _ in groups]
+            return [self.read(s, e - s) for s, e in groups]
         view = _mapped(self._fd, lo, hi - lo, populate=False)
-        return [view[s - lo : e - lo] for s, e, _ in groups]
+        return [view[s - lo : e - lo] for s, e in groups]
 
 
 def _mapped(fd: int, start: int, length: int, *, populate: bool = True) -> memoryview:
@@ -227,6 +229,23 @@ def _mapped(fd: int, start: int, length: int, *, populate: bool = True) -> memor
     flags = mmap.MAP_SHARED | (getattr(mmap, "MAP_POPULATE", 0) if populate else 0)
     m = mmap.mmap(fd, length + start - base, flags=flags, prot=mmap.PROT_READ, offset=base)
     return memoryview(m)[start - base :]
+
+
+def coalesce(
+    starts: np.ndarray, ends: np.ndarray, gap: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Merge byte ranges [starts, ends) that overlap or lie within `gap` of each other.
+    Returns the ranges' order by start, the merged groups' starts and ends (ascending), and
+    the group of each range in that order."""
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    reach = np.maximum.accumulate(e)
+    new = np.empty(len(s), dtype=bool)
+    new[:1] = True
+    new[1:] = s[1:] > reach[:-1] + gap
+    firsts = np.flatnonzero(new)
+    lasts = np.append(firsts[1:] - 1, len(s) - 1)
+    return order, s[firsts], reach[lasts], np.cumsum(new) - 1
 
 
 class _StagedFile(io.FileIO):

@@ -28,8 +28,6 @@ FOOTER_SIZE = 40
 # One read at the end of the file normally covers the footer, both offset tables and the
 # metadata of every column of a modest file.
 TAIL_READ_BYTES = 64 * 1024
-# Buffers closer than this are fetched with one read and handed out as views of it.
-COALESCE_GAP = 4 * 1024
 
 ARRAY_ENCODING_URL = "lance.encodings.ArrayEncoding"  # 2.0 pages
 PAGE_LAYOUT_URL = "lance.encodings21.PageLayout"  # 2.1+ pages
@@ -172,29 +170,12 @@ class V2Container:
                 missing.append(i)
         if not missing:
             return out
-        # Merge neighbours ourselves and slice the merged reads with zero-copy views.
-        missing.sort(key=lambda i: ranges[i][0])
-        groups: list[tuple[int, int, list[int]]] = []
-        for i in missing:
-            pos, n = ranges[i]
-            if groups and pos <= groups[-1][1] + COALESCE_GAP:
-                g_start, g_end, members = groups[-1]
-                members.append(i)
-                groups[-1] = (g_start, max(g_end, pos + n), members)
-            else:
-                groups.append((pos, pos + n, [i]))
-        try:
-            blobs = self.file.read_ranges([(s, e - s) for s, e, _ in groups])
+        try:  # the file coalesces neighbours and hands back views of its reads
+            blobs = self.file.read_ranges([ranges[i] for i in missing])
         except EOFError as e:
             raise self.corrupt(f"truncated: {e}") from None
-        for (g_start, _, members), blob in zip(groups, blobs, strict=True):
-            if len(members) == 1:
-                out[members[0]] = blob
-                continue
-            view = memoryview(blob)
-            for i in members:
-                pos, n = ranges[i]
-                out[i] = view[pos - g_start : pos - g_start + n]
+        for i, blob in zip(missing, blobs, strict=True):
+            out[i] = blob
         return out
 
     # -- footer and tables --------------------------------------------------------------
