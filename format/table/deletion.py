@@ -102,7 +102,7 @@ def _parse_arrow(data: bytes, path: str) -> np.ndarray:
             raise CorruptFileError(path, f"expected deletion file schema {want!r}, got {got!r}")
         batch = reader.get_batch(0)
         batch.validate(full=True)
-    except pa.ArrowException as e:
+    except (pa.ArrowException, OSError) as e:  # pyarrow's IO errors are OSErrors
         raise CorruptFileError(path, f"not a readable Arrow IPC file: {e}") from None
     column = batch.column(0)
     if column.null_count:

@@ -413,3 +413,22 @@ def test_live_mask() -> None:
         live_mask(5, np.array([5]))
     with pytest.raises(InvalidInputError):
         live_mask(5, np.array([-1]))
+
+
+@pytest.mark.parametrize("bitmap", [False, True])
+def test_every_damaged_byte_is_corrupt_or_still_offsets(bitmap: bool) -> None:
+    """Each byte of a deletion file overwritten in turn: the file still parses to sorted
+    offsets, or raises CorruptFileError (never pyarrow's or pyroaring's own errors)."""
+    data = encode_deletion_file(np.array([1, 5, 9, 70_000]), bitmap)
+    file_type = BITMAP if bitmap else ARROW_ARRAY
+    outcomes = set()
+    for i in range(len(data)):
+        damaged = data[:i] + bytes([data[i] ^ 0x5A]) + data[i + 1 :]
+        try:
+            offsets = parse_deletion_file(damaged, file_type, "_deletions/x")
+        except CorruptFileError:
+            outcomes.add("corrupt")
+            continue
+        assert offsets.dtype == np.uint32 and np.all(np.diff(offsets.astype(np.int64)) > 0)
+        outcomes.add("parsed")
+    assert "corrupt" in outcomes
