@@ -488,12 +488,13 @@ class DatasetService:
                 endpoints.append(PlannedEndpoint(ticket(None, None, request.limit), None, None, -1))
             return ScanPlan(request.dataset, ds.version, schema, endpoints, -1, expires)
         remaining = request.limit
+        step = request.max_rows_per_endpoint or self.max_rows_per_endpoint
         for frag in frags:
             live = _known_live_rows(frag)
             if not live:
                 continue
-            step = request.max_rows_per_endpoint or self.max_rows_per_endpoint
             for rng, rows in self._pieces(frag, live, step):
+                _check_endpoint_count(request.dataset, len(endpoints), len(frags), step)
                 limit = None
                 if remaining is not None:
                     if remaining == 0:
@@ -541,6 +542,7 @@ class DatasetService:
             frag = pinned.get_fragment(a.fragment_id)
             live = _known_live_rows(frag) if frag is not None else 0
             for rng, rows in self._pieces(frag, live, step) if live else ():
+                _check_endpoint_count(name, len(endpoints), len(appended), step)
                 token = ReadTicket(
                     dataset=name,
                     version=a.version,
@@ -1296,6 +1298,18 @@ class DatasetService:
 
 # ------------------------------------------------------------------------------- helpers
 SWEEP_GRACE_SECONDS = 300
+# Endpoints one read may be cut into beyond one per fragment (each holds a signed ticket in
+# memory: a million of them cost gigabytes).
+MAX_ENDPOINTS = 20_000
+
+
+def _check_endpoint_count(name: str, planned: int, fragments: int, step: int | None) -> None:
+    """InvalidArgument once a read cut by `step` rows would get more endpoints than allowed."""
+    if planned >= max(MAX_ENDPOINTS, fragments):
+        raise InvalidArgument(
+            f"max_rows_per_endpoint {step} cuts dataset {name!r} into more than "
+            f"{max(MAX_ENDPOINTS, fragments)} endpoints; ask for more rows per endpoint"
+        )
 
 
 def _file_paths(manifest: table_pb2.Manifest) -> set[str]:

@@ -29,6 +29,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from flight_server.tickets import TICKET_KIND, ReadTicket, Signer
+from format.dataset import write_dataset
 
 served, campaign, sent = hostile.served, hostile.campaign, hostile.sent  # fixtures
 READ_ERRORS = {"invalid_argument", "not_found"}
@@ -66,7 +67,7 @@ NAMES = st.one_of(
 ).filter(no_leak_marker)
 
 
-@examples(70)
+@examples(120)
 @given(name=NAMES)
 def test_dataset_names(sent: Campaign, name: str) -> None:
     c = sent
@@ -149,7 +150,7 @@ def read_and_check(c: Campaign, label: str, descriptor: fl.FlightDescriptor) -> 
             rows_of_base(got)
 
 
-@examples(60)
+@examples(100)
 @given(doc=read_commands())
 def test_cmd_descriptors(sent: Campaign, doc: dict[str, Any]) -> None:
     read_and_check(sent, f"CMD {json.dumps(doc)}", cmd(doc))
@@ -184,7 +185,7 @@ def test_path_descriptors_the_transport_refuses(sent: Campaign) -> None:
 
 
 # -- filters --------------------------------------------------------------------------------
-@examples(80)
+@examples(150)
 @given(filt=FILTERS)
 def test_filters(sent: Campaign, filt: str) -> None:
     read_and_check(sent, f"filter {filt!r}", cmd({"dataset": "base", "filter": filt}))
@@ -251,7 +252,7 @@ def forged_payloads(draw: st.DrawFn) -> dict[str, Any]:
     return payload
 
 
-@examples(70)
+@examples(120)
 @given(payload=forged_payloads())
 def test_signed_tickets_with_hostile_payloads(
     sent: Campaign, served: Served, payload: dict[str, Any]
@@ -341,8 +342,9 @@ def test_list_flights_criteria(sent: Campaign, criteria: bytes) -> None:
     except UnicodeDecodeError:
         assert infos is None
         return
-    names = ["/".join(i.descriptor.path[0].decode().split("/")) for i in infos]
-    assert names == [n for n in ["base"] if n.startswith(prefix)]
+    names = [i.descriptor.path[0].decode() for i in infos]
+    on_disk = sorted(p.name[: -len(".lance")] for p in c.root.glob("*.lance"))
+    assert names == [n for n in on_disk if n.startswith(prefix)]
 
 
 @examples(15)
@@ -375,3 +377,47 @@ def test_do_exchange_is_refused_with_a_code(sent: Campaign) -> None:
 def test_server_is_alive_after_every_group(served: Served, campaign: Campaign) -> None:
     campaign.healthy()
     assert Path(served.root, "base.lance").is_dir()
+
+
+def test_endpoint_explosions_are_refused(sent: Campaign, served: Served) -> None:
+    """A read cut into a million endpoints would hold a million tickets in memory."""
+    c = sent
+    write_dataset(
+        pa.table({"id": pa.array(range(25_000), pa.int64())}), str(served.root / "tall.lance")
+    )
+    for extra in ({}, {"appended_since": 0}, {"columns": ["id"], "filter": "id > 3"}):
+        doc = {"dataset": "tall", "max_rows_per_endpoint": 1, **extra}
+        c.send(
+            f"GetFlightInfo {doc}",
+            lambda d=doc: c.client.get_flight_info(cmd(d)),
+            {"invalid_argument"},
+        )
+        with pytest.raises(fl.FlightError, match="more than 20000 endpoints"):
+            c.client.get_flight_info(cmd(doc))
+    info = c.client.get_flight_info(cmd({"dataset": "tall", "max_rows_per_endpoint": 5_000}))
+    assert [e.app_metadata for e in info.endpoints][-1] == json.dumps(
+        {"version": 1, "fragment_id": 0, "row_range": [20_000, 25_000], "rows": 5_000},
+        separators=(",", ":"),
+    ).encode()
+
+
+DEEP_FILTERS = [
+    "(" * 20_000 + "id" + ")" * 20_000 + " > 1",
+    "NOT " * 30_000 + "TRUE",
+    "id" + " + 1" * 40_000 + " > 0",
+    "abs(" * 20_000 + "id" + ")" * 20_000 + " > 0",
+    "-" * 100_000 + "1 > 0",
+    "s = " + "'" * 200_001,
+]
+
+
+def test_deeply_nested_filters(sent: Campaign) -> None:
+    """Filters that would recurse past Python's stack (in a gRPC thread) or never end."""
+    c = sent
+    for filt in DEEP_FILTERS:
+        doc = {"dataset": "base", "filter": filt}
+        label = f"GetFlightInfo deep filter {filt[:30]!r} ({len(filt)} chars)"
+        c.send(label, lambda d=doc: c.client.get_flight_info(cmd(d)), {"invalid_argument"})
+        label = f"delete deep predicate {filt[:30]!r} ({len(filt)} chars)"
+        body = {"dataset": "base", "predicate": filt}
+        c.send(label, lambda b=body: c.action("delete", b), {"invalid_argument"})
