@@ -73,14 +73,14 @@ class Signer:
         body = _b64(json.dumps(payload, separators=(",", ":"), sort_keys=True).encode())
         token = f"{kind}.{body}.{_b64(self._mac(kind, body))}"
         if len(token) > MAX_TOKEN_BYTES:
-            raise too_big(what, len(token))
+            raise _too_big(what, len(token))
         return token
 
     def verify(self, kind: str, token: bytes | str, what: str = "ticket") -> dict[str, Any]:
         """The payload of a token of this kind; InvalidArgument if it is anything else."""
         bad = InvalidArgument(f"invalid {what}: not issued by this service, or altered")
         if isinstance(token, (bytes, str)) and len(token) > MAX_TOKEN_BYTES:
-            raise too_big(what, len(token))
+            raise _too_big(what, len(token))
         if isinstance(token, bytes):
             try:
                 token = token.decode("ascii")
@@ -108,11 +108,11 @@ class Signer:
         return payload
 
 
-def too_big(what: str, size: int) -> InvalidArgument:
-    """The error for a token over `MAX_TOKEN_BYTES` (a filter too long, mostly)."""
+def _too_big(what: str, size: int) -> InvalidArgument:
+    """The error for a token over `MAX_TOKEN_BYTES` (a ticket's filter too long, mostly)."""
+    hint = " (it carries the read's filter and columns: shorten them)" if what == "ticket" else ""
     return InvalidArgument(
-        f"{what} of {size} bytes is over this service's limit of {MAX_TOKEN_BYTES} bytes "
-        "(a ticket carries the read's filter and columns: shorten them)"
+        f"{what} of {size} bytes is over this service's limit of {MAX_TOKEN_BYTES} bytes{hint}"
     )
 
 
