@@ -161,16 +161,19 @@ def test_cmd_descriptors(sent: Campaign, doc: dict[str, Any]) -> None:
 @given(raw=st.one_of(st.binary(max_size=40), st.sampled_from(RAW_BODIES)))
 def test_raw_descriptor_bytes(sent: Campaign, raw: bytes) -> None:
     c = sent
+    before = c.files()
     label = f"raw CMD {raw[:80]!r} ({len(raw)} bytes)"
     c.send(f"GetFlightInfo {label}", lambda: c.client.get_flight_info(cmd(raw)), READ_ERRORS)
     c.send(f"GetSchema {label}", lambda: c.client.get_schema(cmd(raw)), READ_ERRORS)
     c.send(f"DoPut {label}", lambda: c.put(cmd(raw), pa.table({"a": [1]})), READ_ERRORS)
+    assert c.files() == before
 
 
 def test_path_descriptors_the_transport_refuses(sent: Campaign) -> None:
     """PATH elements are protobuf strings: gRPC refuses invalid UTF-8 before Quiver runs
     (an INTERNAL status with an empty message, no code: nothing of ours to leak)."""
     c = sent
+    before = c.files()
     for raw in (b"\xff\xfe", b"ba\xc3se", b"\xc0\xaf..", b"\xed\xa0\x80"):
         path = fl.FlightDescriptor.for_path(raw)
         c.send(
@@ -182,6 +185,7 @@ def test_path_descriptors_the_transport_refuses(sent: Campaign) -> None:
     c.send("GetFlightInfo PATH []", lambda: c.client.get_flight_info(empty), {"invalid_argument"})
     split = fl.FlightDescriptor.for_path("ba", "se")
     c.send("GetFlightInfo PATH [ba, se]", lambda: c.client.get_flight_info(split), {"not_found"})
+    assert c.files() == before
 
 
 # -- filters --------------------------------------------------------------------------------
