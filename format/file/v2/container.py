@@ -20,7 +20,7 @@ from google.protobuf import any_pb2
 from google.protobuf.message import DecodeError, Message
 
 from format.errors import CorruptFileError, UnsupportedFeatureError
-from format.io.store import FileReader
+from format.io.store import FileReader, Spans
 from format.proto import encodings_v2_0_pb2, file2_pb2, file_pb2
 
 MAGIC = b"LANC"
@@ -156,10 +156,19 @@ class V2Container:
                 f"{what} at {pos}+{size} lies outside the data region of {self.size} bytes"
             )
 
-    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes | memoryview]:
-        """Read (pos, size) ranges (already bounds-checked) with coalescing; empty ones free."""
-        out: list[bytes | memoryview] = [b""] * len(ranges)
-        wanted = [i for i, (_, n) in enumerate(ranges) if n > 0]
+    def read_ranges(self, ranges: Sequence) -> list:
+        """Read (pos, size) ranges (already bounds-checked) with coalescing, empty ones free;
+        a `Spans` item is answered with its spans' bytes back to back (a uint8 array)."""
+        out: list = [b""] * len(ranges)
+        wanted = []
+        for i, r in enumerate(ranges):
+            if isinstance(r, Spans):
+                try:
+                    out[i] = self.file.read_spans(r.starts, r.stops)
+                except EOFError as e:
+                    raise self.corrupt(f"truncated: {e}") from None
+            elif r[1] > 0:
+                wanted.append(i)
         tail_end = self._tail_start + len(self._tail)
         missing = []
         for i in wanted:

@@ -26,14 +26,12 @@ import pyarrow as pa
 
 from format.file.types import fixed_bits
 from format.file.v2 import encodings_v20 as v20
+from format.io.store import Spans
 from format.proto import encodings_v2_0_pb2 as pb
 
 Bytes = bytes | memoryview
-Request = list[tuple[int, int]]
+Request = list  # of (position, size) ranges and `Spans`
 Plan = Generator[Request, list[Bytes], object]
-# Spans of one plan closer than this are fetched as one range (the container and the
-# FileReader coalesce further, across plans).
-SPAN_GAP = 4 * 1024
 
 
 def range_indices(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
@@ -72,49 +70,17 @@ def gather_all(plans: Sequence[Plan]) -> Generator[Request, list[Bytes], list[ob
 def fetch_spans(starts: np.ndarray, stops: np.ndarray) -> Generator[Request, list[Bytes], object]:
     """The bytes of file spans [starts[i], stops[i]) concatenated (a uint8 array or bytes).
 
-    Spans must be ordered by start (they may overlap or touch); spans closer than
-    `SPAN_GAP` are read as one range. A single span is returned without copying.
+    Spans must be ordered by start (they may overlap or touch). A single span is returned
+    without copying.
     """
     n = len(starts)
     if n == 0:
         return np.zeros(0, np.uint8)
-    run_end = np.maximum.accumulate(stops)
-    new = np.empty(n, dtype=bool)
-    new[0] = True
-    new[1:] = starts[1:] > run_end[:-1] + SPAN_GAP
-    firsts = np.flatnonzero(new)
-    lasts = np.append(firsts[1:] - 1, n - 1)
-    gstart, gend = starts[firsts], run_end[lasts]
-    blobs = yield list(zip(gstart.tolist(), (gend - gstart).tolist(), strict=True))
     if n == 1:
-        return blobs[0]
-    lens = stops - starts
-    gid = np.cumsum(new) - 1
-    if len(blobs) == 1:
-        base = starts - gstart[0]
-        if np.all(base[1:] == base[:-1] + lens[:-1]):  # contiguous: a view
-            buf = np.frombuffer(blobs[0], dtype=np.uint8)
-            return buf[int(base[0]) : int(base[0]) + int(lens.sum())]
-    # One copy straight out of the fetched blobs; spans that touch are copied as one piece.
-    piece = np.empty(n, dtype=bool)
-    piece[0] = True
-    piece[1:] = (starts[1:] != stops[:-1]) | new[1:]
-    firsts = np.flatnonzero(piece)
-    ends = stops[np.append(firsts[1:] - 1, n - 1)]
-    offsets = starts[firsts] - gstart[gid[firsts]]
-    views = [memoryview(b) for b in blobs]
-    joined = b"".join(
-        [
-            views[g][o : o + k]
-            for g, o, k in zip(
-                gid[firsts].tolist(),
-                offsets.tolist(),
-                (ends - starts[firsts]).tolist(),
-                strict=True,
-            )
-        ]
-    )
-    return np.frombuffer(joined, dtype=np.uint8)
+        (blob,) = yield [(int(starts[0]), int(stops[0] - starts[0]))]
+        return blob
+    (data,) = yield [Spans(np.asarray(starts, dtype=np.int64), np.asarray(stops, dtype=np.int64))]
+    return data
 
 
 def fetch_bits(

@@ -103,7 +103,7 @@ def test_a_filter_failing_on_the_data_is_an_invalid_input_error(uri: str, column
 
 
 class _CountingReads:
-    """Counts the bytes every FileReader fetches (the one path all reads take)."""
+    """Counts the bytes every FileReader fetches (the two paths all reads take)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.bytes = 0
@@ -117,6 +117,15 @@ class _CountingReads:
             return data
 
         monkeypatch.setattr(FileReader, "read", read)
+        spans = FileReader.read_spans
+
+        def read_spans(reader: FileReader, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+            data = spans(reader, starts, stops)
+            with self.lock:
+                self.bytes += len(data)
+            return data
+
+        monkeypatch.setattr(FileReader, "read_spans", read_spans)
 
 
 @pytest.mark.parametrize("version", ["2.0", "2.2"])
