@@ -663,13 +663,43 @@ def variable_packed_struct_values(
 
 
 # -- dispatch --------------------------------------------------------------------------------
-def decode_chunks(enc: Encoding, buffers: Sequence[Chunks], where: str) -> pa.Array:
-    """All chunks' values, concatenated in chunk order, as a *physical* array.
+def decode_chunks(
+    enc: Encoding, buffers: Sequence[Chunks], where: str, select: np.ndarray | None = None
+) -> pa.Array:
+    """All chunks' values, concatenated in chunk order, as a *physical* array; with `select`
+    (sorted positions, checked to lie among the values) only those values.
 
     `buffers` are the per-chunk buffers the encoding consumes, in chunk-header order (one for
     levels; `num_buffers` value buffers for values). Level buffers decode to uint16.
     """
-    return _decode(enc, list(buffers), where, block=False)
+    if select is None:
+        return _decode(enc, list(buffers), where, block=False)
+    if variant(enc, where) == "fsst":
+        picked = _fsst_selected(enc.fsst, buffers[0], select, where)
+        if picked is not None:
+            return picked
+    return _decode(enc, list(buffers), where, block=False).take(pa.array(select))
+
+
+def _fsst_selected(enc: pb.Fsst, ch: Chunks, select: np.ndarray, where: str) -> pa.Array | None:
+    """Only the strings at `select` of FSST-compressed Variable chunks: each string is
+    compressed on its own, so a few of them cost their codes, not their chunks' (None where
+    the strings are not compressed Variable chunks)."""
+    table = fsst.parse_table(enc.symbol_table, where)
+    if not table.compressed or variant(enc.values, where) != "variable" or not ch.data.size:
+        return None
+    bits = _offset_bits(enc.values.variable, where)
+    width = bits // 8
+    starts, counts, _ = check_variable_chunks(bits, ch, where)  # offsets in their chunks
+    chunk = np.searchsorted(np.cumsum(counts), select, side="right")
+    at = starts[chunk] + (select - (np.cumsum(counts) - counts)[chunk]) * width
+    lo = read_uint(ch.data, at, width, where, "FSST string offsets").astype(I64)
+    hi = read_uint(ch.data, at + width, width, where, "FSST string offsets").astype(I64)
+    codes = gather(ch.data, starts[chunk] + lo, hi - lo, where, "FSST strings")
+    offsets = np.zeros(len(select) + 1, dtype=I64)
+    np.cumsum(hi - lo, out=offsets[1:])
+    out_offsets, out = fsst.decode(table, offsets, codes, where)
+    return binary_array(out_offsets, out)
 
 
 def decode_block(enc: Encoding, data: np.ndarray, count: int, where: str) -> pa.Array:

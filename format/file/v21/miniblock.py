@@ -160,9 +160,13 @@ def parse_headers(
 
 
 def decode_table(
-    layout: pb.MiniBlockLayout, table: ChunkTable, where: PageWhere
+    layout: pb.MiniBlockLayout,
+    table: ChunkTable,
+    where: PageWhere,
+    select: np.ndarray | None = None,
 ) -> tuple[np.ndarray | None, np.ndarray | None, pa.Array]:
-    """(rep, def, values) of the chunks of `table`, all chunks decoded at once."""
+    """(rep, def, values) of the chunks of `table`, all chunks decoded at once; with
+    `select` (sorted positions among the chunks' values) only those values."""
     w = where.full
     n_levels = int(table.levels.sum())
     rep = defs = None
@@ -177,11 +181,17 @@ def decode_table(
             cz.decode_chunks(layout.def_compression, [ch], w), n_levels, "def", where
         )
     bufs = [cz.Chunks(table.data, s, n, table.counts) for s, n in table.values]
+    total = int(table.counts.sum())
+    if select is not None:
+        if len(select) and not 0 <= int(select[0]) <= int(select[-1]) < total:
+            raise where.corrupt(f"values wanted beyond the {total} the chunks hold")
+        values = cz.decode_chunks(layout.value_compression, bufs, w, select=select)
+        if len(values) != len(select):
+            raise where.corrupt(f"{len(values)} values decoded for {len(select)} wanted")
+        return rep, defs, values
     values = cz.decode_chunks(layout.value_compression, bufs, w)
-    if len(values) != int(table.counts.sum()):
-        raise where.corrupt(
-            f"values decode to {len(values)} items, the chunks hold {int(table.counts.sum())}"
-        )
+    if len(values) != total:
+        raise where.corrupt(f"values decode to {len(values)} items, the chunks hold {total}")
     return rep, defs, values
 
 

@@ -191,14 +191,27 @@ def plan_chunks(
     table = parse_headers(
         layout, arr, np.cumsum(sub_sizes) - sub_sizes, sub_sizes, counts[sel], large, where
     )
-    rep, defs, values = decode_table(layout, table, where)
-    check_levels(layers, rep, defs, where)
     # Runs of consecutive chunks; each holds whole rows plus maybe the tail of a row that
     # began before it and the head of one that continues after it (both dropped).
     brk = np.flatnonzero(np.diff(sel) != 1) + 1
     run_first = np.concatenate(([0], brk)).astype(I64)
     run_last = (np.concatenate((brk, [len(sel)])) - 1).astype(I64)
     a, b = sel[run_first], sel[run_last]
+    if r_max == 0 and not span:
+        # One value per row: decode only the wanted values where the codec can (FSST
+        # strings), and make no more than those logical (a dictionary lookup, string checks).
+        first_row = np.where(a > 0, cum[a - 1], 0)
+        val_end = np.cumsum(table.counts)
+        run_rows = val_end[run_last] - (val_end - table.counts)[run_first]
+        pos = _positions(rows, first_row, run_rows, where)
+        rep, defs, values = decode_table(layout, table, where, select=pos)
+        check_levels(layers, rep, defs, where)
+        defs = None if defs is None else defs[pos]
+        return DecodedPage(layers, len(pos), None, defs, values, index.dictionary), slice(
+            0, len(pos)
+        )
+    rep, defs, values = decode_table(layout, table, where)
+    check_levels(layers, rep, defs, where)
     if rep is None:
         first_row = np.where(a > 0, cum[a - 1], 0)
         val_end = np.cumsum(table.counts)
@@ -237,31 +250,21 @@ def plan_chunks(
             raise where.corrupt("the repetition index does not cover the wanted rows")
         pos: slice | np.ndarray = slice(lo - int(first_row[0]), hi - int(first_row[0]))
     else:
-        run = np.searchsorted(first_row, rows, side="right") - 1
-        offset_in_run = rows - first_row[run]
-        if (run < 0).any() or (offset_in_run >= run_rows[run]).any():
-            raise where.corrupt("the repetition index does not cover the wanted rows")
-        base = np.cumsum(run_rows) - run_rows
-        pos = base[run] + offset_in_run
-    if rep is None:
-        # One value per row: keep only the wanted ones before they are made logical
-        # (a dictionary lookup, string checks), not the whole chunks'.
-        narrow = _narrowed(page, pos)
-        return narrow, slice(0, narrow.num_rows)
+        pos = _positions(rows, first_row, run_rows, where)
     return page, pos
 
 
-def _narrowed(page: DecodedPage, pos: slice | np.ndarray) -> DecodedPage:
-    """A flat page (one value per row) cut down to the rows at `pos`."""
-    if isinstance(pos, slice):
-        n = pos.stop - pos.start
-        values = page.values.slice(pos.start, n)
-        defs = None if page.defs is None else page.defs[pos]
-    else:
-        n = len(pos)
-        values = page.values.take(pa.array(pos))
-        defs = None if page.defs is None else page.defs[pos]
-    return DecodedPage(page.layers, n, None, defs, values, page.dictionary)
+def _positions(
+    rows: np.ndarray, first_row: np.ndarray, run_rows: np.ndarray, where: PageWhere
+) -> np.ndarray:
+    """Where sorted page rows `rows` sit among the rows of the decoded runs of chunks (run i
+    holds `run_rows[i]` rows from page row `first_row[i]`)."""
+    run = np.searchsorted(first_row, rows, side="right") - 1
+    offset_in_run = rows - first_row[run]
+    if (run < 0).any() or (offset_in_run >= run_rows[run]).any():
+        raise where.corrupt("the repetition index does not cover the wanted rows")
+    base = np.cumsum(run_rows) - run_rows
+    return base[run] + offset_in_run
 
 
 @dataclass(frozen=True)
