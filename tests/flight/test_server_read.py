@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import time
 
 import flight_helpers
@@ -182,18 +183,26 @@ def test_tickets_work_on_a_replica_with_the_same_key(served: Served, name: str) 
 def test_do_get_streams_in_batches_and_client_can_stop(served: Served, name: str) -> None:
     uri = served.path(name)
     write_dataset(table(100_000), uri, mode="create")
-    info = served.info(name)
-    reader = served.client.do_get(info.endpoints[0].ticket)
-    first = reader.read_chunk().data
-    assert 0 < first.num_rows < 100_000  # streamed, not one giant batch
-    reader.cancel()
-    deadline = time.time() + 5
-    while time.time() < deadline:
-        logs = served.log.find("DoGet", name)
-        if logs:
-            break
-        time.sleep(0.02)
-    assert logs and logs[-1]["status"] in ("cancelled", "ok")
+    # batches are sized by bytes (8 MiB) unless --batch-size asks for fewer rows: these
+    # 100 k rows (3 MB) would be one batch by default
+    server, log = start(served.root, batch_size=10_000)
+    try:
+        with fl.connect(server.locations[0]) as client:
+            info = client.get_flight_info(fl.FlightDescriptor.for_path(name))
+            reader = client.do_get(info.endpoints[0].ticket)
+            first = reader.read_chunk().data
+            assert first.num_rows == 10_000  # streamed, not one giant batch
+            reader.cancel()
+            deadline = time.time() + 5
+            while time.time() < deadline:
+                logs = log.find("DoGet", name)
+                if logs:
+                    break
+                time.sleep(0.02)
+            assert logs and logs[-1]["status"] in ("cancelled", "ok")
+    finally:
+        server.shutdown()
+        logging.getLogger("quiver.access").removeHandler(log)
 
 
 def test_list_flights_lists_every_dataset(served: Served, name: str) -> None:
