@@ -303,10 +303,9 @@ def test_expired_oversized_and_foreign_tickets(sent: Campaign, served: Served) -
     payload = {"d": "base", "v": 2, "f": None, "r": None, "c": None, "q": None, "l": None}
     payload.update({"i": False, "e": 1, "t": None})
     expired = fl.Ticket(forge(payload, served.key))
-    message = c.send(
-        "DoGet expired", lambda: c.client.do_get(expired).read_all(), {"invalid_argument"}
-    )
-    assert message is None
+    c.send("DoGet expired", lambda: c.client.do_get(expired).read_all(), {"invalid_argument"})
+    with pytest.raises(fl.FlightError, match="ticket expired"):
+        c.client.do_get(expired).read_all()
     for size in (1 << 20, (1 << 20) + 1, 5 << 20):
         big = fl.Ticket(b"qt1." + b"A" * size + b".AAAA")
         c.send(
