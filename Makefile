@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 .PHONY: test lint protos serve bench bench-write bench-flight bench-memory bench-spark spark-example clean
 
 # setup.py builds the C kernels: an edited kernel is recompiled by the next `make test`.
-$(STAMP): pyproject.toml setup.py format/file/v21/_kernels.c
+$(STAMP): pyproject.toml setup.py format/_kernels.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
@@ -58,4 +58,4 @@ serve: $(STAMP)
 	$(PY) -m flight_server serve --root $(ROOT) --host $(HOST) --port $(PORT)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache build format/file/v21/_kernels.*.so
+	rm -rf $(VENV) .pytest_cache .ruff_cache build format/_kernels.*.so

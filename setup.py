@@ -5,8 +5,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "format.file.v21._kernels",
-            ["format/file/v21/_kernels.c"],
+            "format._kernels",
+            ["format/_kernels.c"],
             # -O3 vectorises the unpacking and copy loops; no -march: wheels run on any x86_64
             # or aarch64.
             extra_compile_args=["-O3"],

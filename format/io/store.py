@@ -25,8 +25,8 @@ import fsspec
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
+from format._kernels import copy_ranges
 from format.errors import UnsupportedFeatureError
-from format.file.v21._kernels import copy_ranges
 
 # Local reads at least this large are mapped rather than copied (see `FileReader.read`).
 _MAP_MIN = 1 << 20
@@ -238,6 +238,8 @@ class FileReader:
                 f"{self.store.uri_of(self.path)}: spans [{lo}, {hi}) outside file of "
                 f"{self.size} bytes"
             )
+        if (starts[1:] == stops[:-1]).all():  # back to back already: one read, no copy
+            return np.frombuffer(self.read(lo, hi - lo), dtype=np.uint8)
         out = np.empty(int(lengths.sum()), dtype=np.uint8)
         local = self._fd is not None
         _, g_start, g_end, group = coalesce(

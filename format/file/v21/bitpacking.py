@@ -13,8 +13,8 @@ from functools import cache
 
 import numpy as np
 
+from format import _kernels
 from format.errors import CorruptFileError
-from format.file.v21 import _kernels
 from format.file.v21.gather import as_i64, range_index
 
 BLOCK = 1024

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from format.file.v21 import _kernels
+from format import _kernels
 from format.file.v21.gather import as_i64
 
 

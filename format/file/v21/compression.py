@@ -28,10 +28,11 @@ from itertools import accumulate
 import numpy as np
 import pyarrow as pa
 
+from format import _kernels
 from format.errors import CorruptFileError, UnsupportedFeatureError
-from format.file.v21 import _kernels, fsst, general, rle
 from format.file.v21 import bitpacking as bp
 from format.file.v21 import byte_stream_split as bss
+from format.file.v21 import fsst, general, rle
 from format.file.v21.gather import (
     I64,
     as_i64,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from format import _kernels
 from format.errors import CorruptFileError
-from format.file.v21 import _kernels
 
 I64 = np.int64
 

@@ -1,4 +1,4 @@
-"""The C kernels of the 2.1/2.2 codecs (`format.file.v21._kernels`) through their wrappers.
+"""The C kernels of the 2.1/2.2 codecs (`format._kernels`) through their wrappers.
 
 Hostile values (negative, overflowing, out of range) must raise CorruptFileError with the
 reader's messages; the copying kernels, called directly with ranges nobody validated, must
@@ -16,11 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from format import _kernels
 from format.errors import CorruptFileError
-from format.file.v21 import _kernels, fsst, rle
 from format.file.v21 import bitpacking as bp
 from format.file.v21 import byte_stream_split as bss
 from format.file.v21 import compression as cz
+from format.file.v21 import fsst, rle
 from format.file.v21.gather import check_ranges, copy_ranges, gather, read_uint
 
 I64 = np.int64

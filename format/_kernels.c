@@ -1,8 +1,9 @@
 /* Compiled loops of the 2.1/2.2 codecs: range gathers, FastLanes unpacking, RLE expansion,
- * byte-stream-split joins, FSST decoding and the Variable / Flat(1) chunk kernels.
+ * byte-stream-split joins, FSST decoding and the Variable / Flat(1) chunk kernels; the range
+ * gather also serves the store's scattered reads (format.io.store.FileReader.read_spans).
  *
- * The Python modules next to this file (gather, bitpacking, rle, byte_stream_split, fsst,
- * compression) validate arguments, allocate outputs with numpy and call these functions; they
+ * The Python modules of format/file/v21 (gather, bitpacking, rle, byte_stream_split, fsst,
+ * compression) and the store validate arguments, allocate outputs with numpy and call these functions; they
  * are not a public API. Conventions:
  *
  * - Arrays arrive through the buffer protocol ("y*" read-only, "w*" writable), C-contiguous.
