@@ -33,6 +33,8 @@ MIN_BATCH_ROWS = 1024
 # cost less: fewer plans, and outputs big enough to be backed by huge pages.
 TABLE_STEP = 1 << 20
 TABLE_STEP_BYTES = 128 << 20
+# A late-materialising step of the filter's columns spans at most this many batches.
+FILTER_STEP_BATCHES = 2
 # Readahead of a local scan holds at most this many bytes of batches (beyond one per fragment).
 READAHEAD_BYTES = 64 << 20
 _ROW_COLUMNS = (ROW_ID_FIELD.name, ROW_ADDRESS_FIELD.name)
@@ -210,7 +212,10 @@ class Scanner:
         if self._batch_bytes is None:
             return self._batch_size
         rows = int(self._batch_bytes // self._row_bytes(first))
-        return max(self._batch_size, min(TABLE_STEP, rows))
+        # A take may fetch and decode every chunk of the step's other columns (a match in
+        # each): at most FILTER_STEP_BATCHES batches' worth, which memory_estimate counts.
+        cap = FILTER_STEP_BATCHES * self._batch_size
+        return max(self._batch_size, min(TABLE_STEP, rows, cap))
 
     def _late_materialize(
         self, frag: LanceFragment, ranges: list[tuple[int, int]]
@@ -336,15 +341,25 @@ class Scanner:
         once. A server admits streams against its memory budget by it (and corrects it by
         the batches it then sees)."""
         per_row = self._row_bytes()
-        # a batch never spans fragments, nor a physical range
-        batch = min(self._batch_size, max([f.physical_rows for f in self._fragments], default=0))
+        # a step never spans fragments, nor a physical range
+        most = max([f.physical_rows for f in self._fragments], default=0)
         if self._physical_range is not None:
-            batch = min(batch, self._physical_range[1] - self._physical_range[0])
+            most = min(most, self._physical_range[1] - self._physical_range[0])
+        batch = min(self._batch_size, most)
+        rows = batch
+        if self._filter is not None and self._late_columns():
+            # a filter step's take may fetch and decode all of its chunks
+            first = self._dataset.lance_schema.project(self._filter_columns()[0])
+            rows = min(max(batch, self._filter_step(first)), most)
         producers = max(1, min(self._fragment_readahead, len(self._fragments)))
         # per producer: the step it decodes (raw and decoded) and the batch it hands on;
         # beyond that, the batches the readahead may queue
-        step = batch * per_row
-        queued = min(self._readahead_bytes, producers * step) if self._fragment_readahead > 1 else 0
+        step = rows * per_row
+        queued = (
+            min(self._readahead_bytes, producers * batch * per_row)
+            if self._fragment_readahead > 1
+            else 0
+        )
         return int(2 * step * producers + queued) + (1 << 20)
 
     def count_rows(self) -> int:
