@@ -346,15 +346,16 @@ class Scanner:
         if self._physical_range is not None:
             most = min(most, self._physical_range[1] - self._physical_range[0])
         batch = min(self._batch_size, most)
-        rows = batch
+        step = batch * per_row
         if self._filter is not None and self._late_columns():
-            # a filter step's take may fetch and decode all of its chunks
+            # the filter's columns step further; the takes of the others fetch and decode
+            # chunks, about a batch's worth (all of the step's for a filter of a few %)
             first = self._dataset.lance_schema.project(self._filter_columns()[0])
             rows = min(max(batch, self._filter_step(first)), most)
+            step += rows * self._row_bytes(first)
         producers = max(1, min(self._fragment_readahead, len(self._fragments)))
         # per producer: the step it decodes (raw and decoded) and the batch it hands on;
         # beyond that, the batches the readahead may queue
-        step = rows * per_row
         queued = (
             min(self._readahead_bytes, producers * batch * per_row)
             if self._fragment_readahead > 1
