@@ -42,6 +42,21 @@ def dataset(
     return LanceDataset(store, manifest, storage_options=storage_options)
 
 
+def _take_rows(table: pa.Table, positions: pa.Array) -> pa.Table:
+    """`table.take(positions)`, but dictionary columns spanning several dictionaries are
+    decoded, taken and re-encoded (Arrow can't unify dictionaries holding nulls), as pylance
+    returns them."""
+    columns = []
+    for field, column in zip(table.schema, table.columns, strict=True):
+        if pa.types.is_dictionary(field.type) and column.num_chunks > 1:
+            values = column.cast(field.type.value_type).take(positions)
+            column = values.dictionary_encode().cast(field.type)
+        else:
+            column = column.take(positions)
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=table.schema)
+
+
 def _local_time(ns: int) -> dt.datetime:
     """A commit time as pylance's versions() shows it: naive local time, float-rounded."""
     return dt.datetime.fromtimestamp(ns // 1e9) + dt.timedelta(microseconds=(ns % 1e9) // 1e3)
@@ -381,7 +396,7 @@ class LanceDataset:
         table = pa.Table.from_batches(pieces, schema=schema)
         positions = np.empty(len(idx), dtype=np.int64)
         positions[np.concatenate(order)] = np.arange(len(idx))
-        return table.take(pa.array(positions))
+        return _take_rows(table, pa.array(positions))
 
     # -- mutations ----------------------------------------------------------------------
     def _commit(self, txn: transaction_pb2.Transaction, ctx: ManifestContext | None = None) -> None:
