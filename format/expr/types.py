@@ -14,8 +14,9 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import re
-from typing import Any
+from typing import Any, TypeVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
@@ -502,6 +503,8 @@ def cast_options(target: pa.DataType, source: pa.DataType | None = None) -> pc.C
 
 
 def _arrow_cast(value: pa.Scalar, target: pa.DataType) -> pa.Scalar:
+    if _formats_like_arrow_rs(value.type, target):
+        return to_string_like_arrow_rs(pa.array([value], value.type))[0]
     try:
         return pc.cast(value, options=cast_options(target, value.type))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
@@ -514,6 +517,10 @@ def cast_expression(expr: pc.Expression, source: pa.DataType, target: pa.DataTyp
         return expr
     if pa.types.is_dictionary(target):
         target = target.value_type
+    if _formats_like_arrow_rs(source, target):
+        if is_timestamp(source):
+            return _timestamp_text(expr.cast(pa.string()))
+        return pc.Expression._call(_float_text_udf(source), [expr])
     if is_timestamp(source) and is_timestamp(target) and source.tz is None and target.tz:
         expr = pc.assume_timezone(
             expr, timezone=target.tz, ambiguous="earliest", nonexistent="earliest"
@@ -553,3 +560,105 @@ def _null_out_of_range(
         low, high = pa.scalar(float(lo) - 1.0, source), pa.scalar(float(hi) + 1.0, source)
         fits = pc.and_kleene(pc.greater(expr, low), pc.less(expr, high))
     return pc.if_else(fits, expr, pc.scalar(pa.scalar(None, source)))
+
+
+# ------------------------------------------------------------- floats and times as text
+
+
+def _formats_like_arrow_rs(source: pa.DataType, target: pa.DataType) -> bool:
+    """True where Arrow's cast to a string spells the value unlike arrow-rs (pylance)."""
+    wanted = is_string(target) or pa.types.is_dictionary(target) and is_string(target.value_type)
+    return wanted and (
+        pa.types.is_float32(source) or pa.types.is_float64(source) or is_timestamp(source)
+    )
+
+
+_Text = TypeVar("_Text", pa.Array, pc.Expression)
+
+
+def to_string_like_arrow_rs(values: pa.Array) -> pa.Array:
+    """Floats and timestamps as text, spelled as arrow-rs (pylance) casts them to strings."""
+    text = values.cast(pa.string())
+    if is_timestamp(values.type):
+        return _timestamp_text(text)
+    return _float_text(text, pa.types.is_float32(values.type))
+
+
+def _timestamp_text(text: _Text) -> _Text:
+    """Arrow's `2024-01-02 03:04:05.120000+0530` as `2024-01-02T03:04:05.120+05:30`:
+    a T separator, the fraction in 0, 3, 6 or 9 digits, a colon in the offset."""
+    text = pc.replace_substring(text, " ", "T", max_replacements=1)
+    for pattern, repl in (
+        (r"\.(\d{6})000($|[^\d])", r".\1\2"),
+        (r"\.(\d{3})000($|[^\d])", r".\1\2"),
+        (r"\.000($|[^\d])", r"\1"),
+        (r"([+-]\d{2})(\d{2})$", r"\1:\2"),
+    ):
+        text = pc.replace_substring_regex(text, pattern, repl)
+    return text
+
+
+def _float_text(text: pa.Array, single: bool) -> pa.Array:
+    """Arrow's shortest round-trip float text (`1`, `1e+20`, `nan`) respelled the way ryu
+    does for arrow-rs (`1.0`, `1e20`, `NaN`): fixed notation while the decimal exponent
+    fits (up to 13 digits for float32, 16 for float64), scientific beyond."""
+    widest, smallest = (13, -6) if single else (16, -5)
+    s = np.asarray(text.fill_null("0").to_numpy(zero_copy_only=False), dtype=np.str_)
+    neg = np.strings.startswith(s, "-")
+    body = np.where(neg, np.strings.slice(s, 1, None), s)
+    mantissa, mark, exponent = np.strings.partition(body, "e")
+    shift = np.where(mark == "e", np.where(mark == "e", exponent, "0").astype(np.int64), 0)
+    whole, _, frac = np.strings.partition(mantissa, ".")
+    digits = np.strings.add(whole, frac)
+    trimmed = np.strings.lstrip(digits, "0")
+    kk = (
+        np.strings.str_len(whole)
+        + shift
+        - (np.strings.str_len(digits) - np.strings.str_len(trimmed))
+    )
+    digits = np.strings.rstrip(trimmed, "0")
+    length = np.strings.str_len(digits)
+    k = kk - length
+    zeros = np.strings.multiply("0", np.maximum(np.maximum(k, -kk), 0))
+    head = np.strings.slice(digits, 0, np.maximum(kk, 1))
+    tail = np.strings.slice(digits, np.maximum(kk, 1), None)
+    sci = np.strings.add(
+        np.strings.add(np.strings.slice(digits, 0, 1), "."), np.strings.slice(digits, 1, None)
+    )
+    sci = np.where(length == 1, np.strings.slice(digits, 0, 1), sci)
+    sci = np.strings.add(np.strings.add(sci, "e"), (kk - 1).astype(np.str_))
+    out = np.where(
+        (k >= 0) & (kk <= widest),
+        np.strings.add(np.strings.add(digits, zeros), ".0"),
+        np.where(
+            (kk > 0) & (kk <= widest),
+            np.strings.add(np.strings.add(head, "."), tail),
+            np.where(
+                (kk > smallest) & (kk <= 0),
+                np.strings.add(np.strings.add("0.", zeros), digits),
+                sci,
+            ),
+        ),
+    )
+    out = np.where(length == 0, "0.0", out)
+    out = np.where(body == "nan", "NaN", np.where(body == "inf", body, out))
+    out = np.where(neg, np.strings.add("-", out), out)
+    return pa.array(out, pa.string(), mask=np.asarray(text.is_null()))
+
+
+def _float_text_udf(source: pa.DataType) -> str:
+    """The name of a compute function applying `to_string_like_arrow_rs` to `source` values,
+    registered on first use so that expressions can call it."""
+    name = f"quiver_{source}_text_like_arrow_rs"
+    if name not in pc.list_functions():
+        try:
+            pc.register_scalar_function(
+                lambda _ctx, values: to_string_like_arrow_rs(values),
+                name,
+                {"summary": f"{source} as arrow-rs spells it", "description": ""},
+                {"values": source},
+                pa.string(),
+            )
+        except pa.ArrowKeyError:  # another thread registered it first
+            pass
+    return name

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import lance
+import numpy as np
 import pyarrow as pa
 from compare import assert_same_table
 
@@ -29,3 +30,46 @@ def test_take_across_fragments_with_different_null_holding_dictionaries(tmp_path
         assert_same_table(dataset(ours).take(indices), expected, f"ours take {indices}")
         assert_same_table(dataset(ref).take(indices), expected, f"theirs take {indices}")
         assert_same_table(lance.dataset(ours).take(indices), expected, f"pylance on ours {indices}")
+
+
+def _float_and_time_table() -> pa.Table:
+    rng = np.random.default_rng(13)
+    special = [1.0, float("nan"), -0.0, 0.0, 1e20, 1e15, 1e16, 1e13, 1e-5, 1e-6, 1e-7, None]
+    special += [float("inf"), -float("inf"), 123456789.0, 5e-324, -2.5e-5, 1.5e300]
+    rand = (rng.standard_normal(200) * 10.0 ** rng.integers(-12, 22, 200)).tolist()
+    floats = special + rand
+    n = len(floats)
+    ns = rng.integers(-(10**18), 2 * 10**18, n)
+    ns[::3] -= ns[::3] % 1_000_000_000  # whole seconds
+    ns[1::3] -= ns[1::3] % 1_000_000  # whole milliseconds
+    return pa.table(
+        {
+            "f": pa.array(floats, pa.float64()),
+            "g": pa.array(floats, pa.float64()).cast(pa.float32(), safe=False),
+            "ts": pa.array(ns // 1000, pa.timestamp("us")),
+            "tn": pa.array(ns, pa.timestamp("ns")),
+            "tz": pa.array(ns // 10**6, pa.timestamp("ms", "Asia/Kolkata")),
+            "tu": pa.array(ns // 10**9, pa.timestamp("s", "UTC")),
+        }
+    )
+
+
+def test_casts_of_floats_and_timestamps_to_strings_spell_as_pylance(tmp_path: Path):
+    table = _float_and_time_table()
+    ours, ref = str(tmp_path / "ours"), str(tmp_path / "ref")
+    write_dataset(table, ours)
+    lance.write_dataset(table, ref)
+    added = {f"{c}_s": f"CAST({c} AS STRING)" for c in table.column_names}
+    dataset(ours).add_columns(added)
+    lance.dataset(ref).add_columns(added)
+    expected = lance.dataset(ref).to_table()
+    assert expected.column("f_s")[0].as_py() == "1.0"
+    assert_same_table(dataset(ours).to_table(), expected, "ours after add_columns")
+    assert_same_table(lance.dataset(ours).to_table(), expected, "pylance on ours")
+    for text in ("1.0", "NaN", "-0.0", "1e20", "1000000000000000.0", "1e16", "1e-7", "1e15"):
+        for column in ("f", "g"):
+            filt = f"CAST({column} AS STRING) = '{text}'"
+            assert dataset(ref).count_rows(filt) == lance.dataset(ref).count_rows(filt), filt
+    some = expected.column("tn_s")[5].as_py()
+    filt = f"CAST(tn AS STRING) = '{some}' OR CAST(1e20 AS STRING) = '1e20'"
+    assert dataset(ref).count_rows(filt) == lance.dataset(ref).count_rows(filt) == len(table)
