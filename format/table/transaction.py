@@ -94,6 +94,18 @@ def _assign_row_ids(frags: Iterable[Fragment], manifest: table_pb2.Manifest, ver
             frag.inline_last_updated_at_versions = encode_row_versions(versions)
 
 
+def _mark_rewritten_rows(
+    frags: Iterable[Fragment], before: Iterable[Fragment], version: int
+) -> None:
+    """Rows of fragments that gained data files (new or rewritten columns) were last updated
+    by `version`, as pylance records it for add_columns and type-changing alter_columns."""
+    files_before = {int(f.id): {df.path for df in f.files} for f in before}
+    for frag in frags:
+        if not {df.path for df in frag.files} <= files_before.get(int(frag.id), set()):
+            versions = np.full(int(frag.physical_rows), version, dtype=np.uint64)
+            frag.inline_last_updated_at_versions = encode_row_versions(versions)
+
+
 def _next_fragment_id(manifest: table_pb2.Manifest) -> int:
     """The first unused fragment id: after the recorded maximum, else after the largest id in
     use (pylance's ``Manifest::max_fragment_id``; old manifests don't record it)."""
@@ -227,6 +239,8 @@ def build_manifest(
         body = txn.merge
         del m.fragments[:]
         m.fragments.extend(body.fragments)
+        if stable:
+            _mark_rewritten_rows(m.fragments, prev_pb.fragments, version)
         del m.fields[:]
         m.fields.extend(body.schema)
         m.schema_metadata.clear()
