@@ -52,6 +52,7 @@ from format.errors import (
 )
 from format.expr import compile_expression, evaluate_expressions
 from format.file.base import DEFAULT_BATCH_SIZE, split_ranges
+from format.file.open import open_data_file
 from format.proto import table_pb2, transaction_pb2
 from format.table.manifest import Manifest
 from format.table.schema import LanceField, LanceSchema
@@ -230,7 +231,7 @@ class _FileSet:
                 sink,
                 self.schema,
                 self.version,
-                max_rows_per_group=DEFAULT_MAX_ROWS_PER_GROUP,
+                max_rows_per_group=self._group_rows(frag),
                 path=store.uri_of(path),
             )
             for batch in batches:
@@ -256,6 +257,30 @@ class _FileSet:
             file_minor_version=info.minor_version,
             file_size_bytes=info.size_bytes,
         )
+
+    def _group_rows(self, frag: LanceFragment) -> int:
+        """Rows per group for a new file of `frag`: pylance reads a legacy fragment's files
+        group by group together, so legacy groups must line up with the existing files'."""
+        files = frag.data_files()
+        if self.version != "0.1" or not files:
+            return DEFAULT_MAX_ROWS_PER_GROUP
+        df = files[0]
+        store, path = self.ds._resolve(
+            f"data/{df.path}", df.base_id if df.HasField("base_id") else None
+        )
+        reader = open_data_file(store, path, df)
+        try:
+            sizes = np.diff(getattr(reader, "batch_offsets", np.zeros(1, np.int64)))
+        finally:
+            reader.close()
+        if len(sizes) == 0:
+            return DEFAULT_MAX_ROWS_PER_GROUP
+        if np.any(sizes[:-1] != sizes[0]) or sizes[-1] > sizes[0]:
+            raise UnsupportedFeatureError(
+                f"{store.uri_of(path)}: row groups of unequal sizes {sizes.tolist()}; a new "
+                f"column file of fragment {frag.fragment_id} could not line up with them"
+            )
+        return int(sizes[0])
 
     def remove(self) -> None:
         for path in self.paths:

@@ -103,3 +103,29 @@ def test_column_changes_update_row_versions_with_stable_row_ids(tmp_path: Path):
         expected = lance.dataset(ref).to_table(columns=versions)  # we don't read these columns
         assert_same_table(lance.dataset(ours).to_table(columns=versions), expected, what)
     assert set(lance.dataset(ref).to_table(columns=versions)[1].to_pylist()) == {7}
+
+
+def test_new_column_files_of_legacy_fragments_line_up_with_their_row_groups(tmp_path: Path):
+    table = pa.table({"i": pa.array(range(45), pa.int32()), "s": [str(x) for x in range(45)]})
+    ours, ref = str(tmp_path / "ours"), str(tmp_path / "ref")
+    for uri in (ours, ref):
+        lance.write_dataset(
+            table, uri, data_storage_version="legacy", max_rows_per_group=10, max_rows_per_file=25
+        )
+        lance.dataset(uri).delete("i = 3")
+    steps = [
+        ("add_columns", lambda d: d.add_columns({"j": "i * 2"})),
+        ("cast", lambda d: d.alter_columns({"path": "j", "data_type": pa.int32()})),
+    ]
+    for what, step in steps:
+        step(dataset(ours))
+        step(lance.dataset(ref))
+        _same_on_both(ours, ref, what)
+        for filt in ("j > 10", "i < 12 AND j % 4 = 0"):
+            expected = lance.dataset(ref).to_table(filter=filt)
+            assert expected.num_rows > 0
+            assert_same_table(lance.dataset(ours).to_table(filter=filt), expected, filt)
+            assert lance.dataset(ours).count_rows(filt) == expected.num_rows
+    lance.dataset(ours).delete("j = 40")
+    lance.dataset(ref).delete("j = 40")
+    _same_on_both(ours, ref, "pylance's delete")
