@@ -85,6 +85,16 @@ def _index_section(store: ObjectStore, manifest: Manifest | None) -> bytes | Non
     return section.SerializeToString()
 
 
+def _index_source(
+    base: Manifest | None, txn: transaction_pb2.Transaction, ctx: ManifestContext
+) -> Manifest | None:
+    """The manifest whose indices a commit carries: a restore brings back the restored
+    version's (as pylance does), every other commit keeps the latest version's."""
+    if operation_of(txn) == "restore" and ctx.load_version is not None:
+        return ctx.load_version(txn.restore.version)
+    return base
+
+
 def _prune_indices(
     section: bytes | None, txn: transaction_pb2.Transaction, field_ids: set[int]
 ) -> bytes | None:
@@ -288,7 +298,7 @@ def _commit_attempts(
             pb,
             transaction=txn,
             index_section=_prune_indices(
-                _index_section(store, base), txn, {f.id for f in pb.fields}
+                _index_section(store, _index_source(base, txn, ctx)), txn, {f.id for f in pb.fields}
             ),
             prefix=_dictionary_prefix(pb, base, ctx),
         )

@@ -129,3 +129,24 @@ def test_new_column_files_of_legacy_fragments_line_up_with_their_row_groups(tmp_
     lance.dataset(ours).delete("j = 40")
     lance.dataset(ref).delete("j = 40")
     _same_on_both(ours, ref, "pylance's delete")
+
+
+def test_restore_brings_back_the_restored_versions_indices(tmp_path: Path):
+    ours, ref = str(tmp_path / "ours"), str(tmp_path / "ref")
+    for uri in (ours, ref):
+        lance.write_dataset(pa.table({"id": pa.array(range(100), pa.int64())}), uri)
+        lance.dataset(uri).delete("id < 50")
+        lance.dataset(uri).create_scalar_index("id", "BTREE")
+    dataset(ours, version=1).restore()
+    lance.dataset(ref, version=1).restore()
+    assert lance.dataset(ours).list_indices() == lance.dataset(ref).list_indices() == []
+    for filt in ("id < 10", "id >= 40 AND id < 60"):
+        expected = lance.dataset(ref).count_rows(filt)
+        assert lance.dataset(ours).count_rows(filt) == expected == dataset(ours).count_rows(filt)
+    _same_on_both(ours, ref, "restored")
+    # restoring a version that has the index brings it back
+    dataset(ours, version=3).restore()
+    lance.dataset(ref, version=3).restore()
+    names = [i["name"] for i in lance.dataset(ours).list_indices()]
+    assert names == [i["name"] for i in lance.dataset(ref).list_indices()] == ["id_idx"]
+    assert lance.dataset(ours).count_rows("id < 60") == lance.dataset(ref).count_rows("id < 60")
