@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import math
 import re
 from typing import Any, TypeVar
 
@@ -178,6 +179,8 @@ def resolve_literal(value: pa.Scalar, target: pa.DataType) -> pa.Scalar | None:
     if is_null_type(vt) or not value.is_valid:
         return pa.scalar(None, target)
     py = value.as_py()
+    if pa.types.is_float16(target) and (is_integer(vt) or is_float(vt)):
+        return _half_literal(float(py))
     if is_integer(vt):
         if is_integer(target):
             lo, hi = _int_range(target)
@@ -203,6 +206,16 @@ def resolve_literal(value: pa.Scalar, target: pa.DataType) -> pa.Scalar | None:
             return pa.scalar(py, target) if len(py) == target.byte_width else None
         return pa.scalar(py, target) if is_binary(target) else None
     return None
+
+
+def _half_literal(py: float) -> pa.Scalar | None:
+    """A number as a float16 literal, rounded to nearest; None where it would overflow to
+    infinity or underflow to zero (pylance refuses those)."""
+    with np.errstate(over="ignore"):
+        half = np.float16(py)
+    if (np.isinf(half) and not math.isinf(py)) or (half == 0 and py != 0):
+        return None
+    return pa.scalar(half, pa.float16())
 
 
 # ---------------------------------------------------------------------------- coercion

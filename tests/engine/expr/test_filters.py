@@ -604,3 +604,40 @@ def test_incomplete_filter_message_names_no_parser_internals():
         compile_filter("x >", pa.schema([("x", pa.int64())]))
     assert "an operand is missing" in str(err.value)
     assert "sqlglot" not in str(err.value) and "class" not in str(err.value)
+
+
+HALF_FILTERS = [
+    "h > 0.5",
+    "h = 0.1",
+    "h < 0.1",
+    "h >= 0.1",
+    "h = 0.3333",
+    "h > 0",
+    "h = -0.0",
+    "h < 1",
+    "h > 65519",
+    "h > 2.99e-8",
+    "h IN (0.5, 1)",
+    "h BETWEEN 0 AND 0.75",
+    "NOT h > 0.5",
+    "h != 0.1",
+]
+HALF_REJECTED = ["h > 70000", "h < -65520", "h = 1e-8", "h > 2.9e-8", "h > 1e10"]
+
+
+def test_float16_compares_with_number_literals_like_pylance(tmp_path) -> None:
+    import numpy as np
+
+    values = [0.1, 1 / 3, 0.5, 0.75, 65504, INF, -0.0, 0.0, 6e-8, NAN, -2.0, 1.0]
+    table = pa.table(
+        {"h": pa.array(np.array(values, np.float16)), "i": pa.array(range(12), pa.int32())}
+    )
+    ds = lance.write_dataset(table, str(tmp_path / "half"))
+    for sql in HALF_FILTERS:
+        expected = ds.to_table(filter=sql)
+        _assert_same_table(table.filter(compile_filter(sql, table.schema).expression), expected)
+    for sql in HALF_REJECTED:
+        with pytest.raises(Exception):  # noqa: B017 - pylance raises ValueError
+            ds.to_table(filter=sql)
+        with pytest.raises(FilterBindError, match="'h' of type halffloat"):
+            compile_filter(sql, table.schema)
