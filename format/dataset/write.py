@@ -316,7 +316,10 @@ def write_dataset(
         )
         ctx = ManifestContext(storage_version=version)
     else:
-        version = normalize_storage_version(data_storage_version)
+        if data_storage_version is None and latest is not None:
+            version = latest.data_storage_version  # pylance keeps it unless told otherwise
+        else:
+            version = normalize_storage_version(data_storage_version)
         check_new_schema(reader.schema, uri)
         lance_schema = LanceSchema.from_arrow(reader.schema)
         dictionaries: dict[int, pa.Array] = {}

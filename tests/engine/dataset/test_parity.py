@@ -11,6 +11,7 @@ from pathlib import Path
 import lance
 import numpy as np
 import pyarrow as pa
+import pytest
 from compare import assert_same_table
 
 from format.dataset import dataset, write_dataset
@@ -150,3 +151,24 @@ def test_restore_brings_back_the_restored_versions_indices(tmp_path: Path):
     names = [i["name"] for i in lance.dataset(ours).list_indices()]
     assert names == [i["name"] for i in lance.dataset(ref).list_indices()] == ["id_idx"]
     assert lance.dataset(ours).count_rows("id < 60") == lance.dataset(ref).count_rows("id < 60")
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [("2.0", None), ("legacy", None), ("2.1", None), ("2.0", "2.1"), ("2.1", "2.0")],
+)
+def test_overwrite_keeps_the_storage_version_unless_given(
+    tmp_path: Path, first: str, second: str | None
+):
+    table = pa.table({"a": pa.array([1, None, 3], pa.int64()), "s": ["x", "y", None]})
+    ours, ref = str(tmp_path / "ours"), str(tmp_path / "ref")
+    kwargs = {} if second is None else {"data_storage_version": second}
+    for uri in (ours, ref):
+        lance.write_dataset(table, uri, data_storage_version=first)
+    write_dataset(table.slice(1), ours, mode="overwrite", **kwargs)
+    lance.write_dataset(table.slice(1), ref, mode="overwrite", **kwargs)
+    expected = lance.dataset(ref).data_storage_version
+    assert expected == (second or ("0.1" if first == "legacy" else first))
+    assert lance.dataset(ours).data_storage_version == expected
+    assert dataset(ours).data_storage_version == expected
+    _same_on_both(ours, ref, "overwritten")
