@@ -373,7 +373,11 @@ def _add_sql(ds: LanceDataset, transforms: Mapping[str, str], batch_size: int) -
 
     def per_fragment(frag: LanceFragment) -> Iterator[pa.RecordBatch]:
         for keep, batch in _read_live(frag, projection, batch_size):
-            values = evaluate_expressions(batch, compiled)
+            try:
+                values = evaluate_expressions(batch, compiled)
+            except InvalidInputError as e:
+                names = ", ".join(repr(name) for name, _ in compiled)
+                raise InvalidInputError(f"{ds.uri}: cannot add column(s) {names}: {e}") from None
             yield _to_physical(_conform(values, filler.schema, ds.uri), keep, filler)
 
     _write_new_columns(ds, new, per_fragment)

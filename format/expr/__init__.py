@@ -8,7 +8,7 @@ typing and semantics follow pylance 14 / DataFusion: literals are converted to t
 type they are compared with (or rejected), NULL comparisons are NULL, float comparisons
 use total order (NaN = NaN and above every number, see `floats`) and rows whose predicate
 is NULL are dropped. Where pylance would fail on a zero integer divisor or an out-of-range
-integer CAST in a row, the value is NULL instead.
+integer CAST in a row, a filter sees NULL instead; a value expression fails, as pylance's.
 """
 
 from __future__ import annotations

@@ -151,6 +151,9 @@ class Binder:
         self.dataset = dataset
         self.columns: set[str] = set()
         self.logic_ops = 0
+        # filters: a row an out-of-range CAST or a zero divisor would fail is NULL instead
+        # (see `_divisor`); value expressions fail on it, as pylance's add_columns does
+        self.null_on_row_errors = True
 
     # ------------------------------------------------------------------ errors
 
@@ -391,7 +394,7 @@ class Binder:
                 f"cannot cast {x.sql or 'a value'} ({x.type}) to {target}"
             ) from None
         neg_nan = x.neg_nan if T.is_float(x.type) and T.is_float(target) else None
-        expr = T.cast_expression(x.expr, x.type, target)
+        expr = T.cast_expression(x.expr, x.type, target, null_out_of_range=self.null_on_row_errors)
         return Typed(type=target, expr=expr, sql=x.sql, neg_nan=neg_nan)
 
     def _as_bool(self, x: Typed, what: str) -> Typed:
@@ -580,8 +583,7 @@ class Binder:
             a, b = self._cast(a, wide[0]), self._cast(b, wide[1])
         return self._call(fn, [a, self._divisor(kind, a, b)], sql=text)
 
-    @staticmethod
-    def _divisor(kind: type, a: Typed, b: Typed) -> Typed:
+    def _divisor(self, kind: type, a: Typed, b: Typed) -> Typed:
         """The divisor of an integer or decimal `/` or `%`, NULL where it is zero.
 
         pylance evaluates the right of AND/OR only on the rows that need it, so the usual
@@ -590,6 +592,8 @@ class Binder:
         """
         if kind not in (exp.Div, exp.Mod) or b.const or T.is_float(b.type):
             return b
+        if not self.null_on_row_errors:
+            return b  # Arrow fails on a zero divisor, as pylance does here
         zero = pc.scalar(pa.scalar(0, pa.int8()).cast(b.type))
         expr = pc.if_else(pc.equal(b.expr, zero), pc.scalar(pa.scalar(None, b.type)), b.expr)
         return replace(b, expr=expr)

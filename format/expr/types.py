@@ -524,8 +524,16 @@ def _arrow_cast(value: pa.Scalar, target: pa.DataType) -> pa.Scalar:
         raise TypeRuleError(f"cannot cast {value} ({value.type}) to {target}: {e}") from None
 
 
-def cast_expression(expr: pc.Expression, source: pa.DataType, target: pa.DataType) -> pc.Expression:
-    """Cast a runtime expression, treating naive -> zoned timestamps as local wall time."""
+def cast_expression(
+    expr: pc.Expression,
+    source: pa.DataType,
+    target: pa.DataType,
+    *,
+    null_out_of_range: bool = True,
+) -> pc.Expression:
+    """Cast a runtime expression, treating naive -> zoned timestamps as local wall time;
+    numbers out of an integer target's range become NULL or (if not `null_out_of_range`)
+    fail the evaluation."""
     if source == target:
         return expr
     if pa.types.is_dictionary(target):
@@ -548,31 +556,38 @@ def cast_expression(expr: pc.Expression, source: pa.DataType, target: pa.DataTyp
     if is_integer(source) and is_decimal(target) and as_decimal_type(source) != target:
         # Arrow checks int -> decimal precision by type; arrow-rs checks each value
         expr = expr.cast(options=cast_options(as_decimal_type(source)))
+    options = cast_options(target, source)
     if is_integer(target) and (is_integer(source) or is_float(source)):
-        expr = _null_out_of_range(expr, source, target)
-    return expr.cast(options=cast_options(target, source))
+        fits = _fits(expr, source, target)
+        if fits is None:
+            pass
+        elif null_out_of_range:
+            expr = pc.if_else(fits, expr, pc.scalar(pa.scalar(None, source)))
+        elif is_float(source):
+            # Arrow's float truncation skips its range check: truncate the rows that fit
+            # and let the checked cast fail on the others (NaN included)
+            expr = pc.if_else(fits, pc.trunc(expr), expr)
+            options.allow_float_truncate = False
+    return expr.cast(options=options)
 
 
-def _null_out_of_range(
-    expr: pc.Expression, source: pa.DataType, target: pa.DataType
-) -> pc.Expression:
-    """NULL where a number does not fit `target`, so the cast cannot fail.
+def _fits(expr: pc.Expression, source: pa.DataType, target: pa.DataType) -> pc.Expression | None:
+    """Where a number fits the integer `target` (None: it always does).
 
-    pylance evaluates the right of AND/OR only on the rows that need it, so a guarded
-    `i64 < 1000 AND CAST(i64 AS INT) = 5` never casts an out-of-range value there; Arrow
-    evaluates every row, so out-of-range values become NULL instead of an error.
+    Filters make the others NULL so that the cast cannot fail: pylance evaluates the right of
+    AND/OR only on the rows that need it, so a guarded `i64 < 1000 AND CAST(i64 AS INT) = 5`
+    never casts an out-of-range value there, while Arrow evaluates every row.
     """
     lo, hi = _int_range(target)
     if is_integer(source):
         src_lo, src_hi = _int_range(source)
         if src_lo >= lo and src_hi <= hi:
-            return expr
+            return None
         low, high = pa.scalar(max(lo, src_lo), source), pa.scalar(min(hi, src_hi), source)
-        fits = pc.and_kleene(pc.greater_equal(expr, low), pc.less_equal(expr, high))
-    else:  # truncation toward zero keeps (lo - 1, hi + 1) exclusive in range; NaN fails
-        low, high = pa.scalar(float(lo) - 1.0, source), pa.scalar(float(hi) + 1.0, source)
-        fits = pc.and_kleene(pc.greater(expr, low), pc.less(expr, high))
-    return pc.if_else(fits, expr, pc.scalar(pa.scalar(None, source)))
+        return pc.and_kleene(pc.greater_equal(expr, low), pc.less_equal(expr, high))
+    # truncation toward zero keeps (lo - 1, hi + 1) exclusive in range; NaN fails
+    low, high = pa.scalar(float(lo) - 1.0, source), pa.scalar(float(hi) + 1.0, source)
+    return pc.and_kleene(pc.greater(expr, low), pc.less(expr, high))
 
 
 # ------------------------------------------------------------- floats and times as text

@@ -6,6 +6,7 @@ results (values, types, nulls) and pylance's view of the dataset our engine wrot
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import lance
@@ -15,6 +16,7 @@ import pytest
 from compare import assert_same_table
 
 from format.dataset import dataset, write_dataset
+from format.errors import InvalidInputError
 
 
 def test_take_across_fragments_with_different_null_holding_dictionaries(tmp_path: Path):
@@ -172,3 +174,42 @@ def test_overwrite_keeps_the_storage_version_unless_given(
     assert lance.dataset(ours).data_storage_version == expected
     assert dataset(ours).data_storage_version == expected
     _same_on_both(ours, ref, "overwritten")
+
+
+@pytest.mark.parametrize(
+    ("sql", "fails"),
+    [
+        ("CAST(i AS TINYINT)", True),
+        ("CAST(i AS TINYINT) + 1", True),
+        ("CAST(f AS INT)", True),
+        ("CAST(g AS INT)", True),
+        ("i / (j - 1)", True),
+        ("i % 0", True),
+        ("CAST(j AS TINYINT)", False),
+        ("CAST(k AS INT)", False),
+        ("CAST(k AS SMALLINT) * 2", False),
+    ],
+)
+def test_add_columns_fails_where_a_row_cannot_be_computed(tmp_path: Path, sql: str, fails: bool):
+    table = pa.table(
+        {
+            "i": pa.array([1, 300, None], pa.int64()),
+            "j": pa.array([1, 2, 3], pa.int64()),
+            "f": [1.5, 1e10, None],
+            "g": [1.5, -2.5, float("nan")],
+            "k": [1.5, -2.7, None],
+        }
+    )
+    ours, ref = str(tmp_path / "ours"), str(tmp_path / "ref")
+    for uri in (ours, ref):
+        lance.write_dataset(table, uri)
+    if fails:
+        with pytest.raises(OSError):
+            lance.dataset(ref).add_columns({"x": sql})
+        with pytest.raises(InvalidInputError, match=rf"{re.escape(ours)}: cannot add .*'x'"):
+            dataset(ours).add_columns({"x": sql})
+        assert dataset(ours).version == lance.dataset(ref).version == 1
+    else:
+        lance.dataset(ref).add_columns({"x": sql})
+        dataset(ours).add_columns({"x": sql})
+    _same_on_both(ours, ref, sql)
