@@ -358,8 +358,11 @@ class LanceDataset:
         if idx.size and (idx.dtype.kind not in "iu" or idx.min() < 0):
             raise InvalidInputError("take indices must be non-negative integers")
         idx = idx.astype(np.int64, copy=False)
+        # the scanner's plan: projection, row id columns (asked for or named in `columns`)
         scanner = self.scanner(columns, with_row_id=with_row_id, with_row_address=with_row_address)
         schema = scanner.projected_schema
+        projection, read_schema = scanner._projection, scanner._schema
+        with_row_id, with_row_address = scanner._with_row_id, scanner._with_row_address
         frags = self.get_fragments()
         counts = np.array([f.count_rows() for f in frags], dtype=np.int64)
         starts = np.concatenate([[0], np.cumsum(counts)])
@@ -372,9 +375,6 @@ class LanceDataset:
         which = np.searchsorted(starts, idx, side="right") - 1
         pieces: list[pa.RecordBatch] = []
         order: list[np.ndarray] = []
-        projection = self.lance_schema.project(
-            list(columns) if columns is not None else self.lance_schema.names
-        )
         for fi in np.unique(which):
             sel = np.flatnonzero(which == fi)
             frag = frags[int(fi)]
@@ -384,7 +384,7 @@ class LanceDataset:
             uniq, inverse = np.unique(physical, return_inverse=True)
             batch = frag.take_physical(
                 projection,
-                schema,
+                read_schema,
                 uniq.astype(np.uint64),
                 with_row_id=with_row_id,
                 with_row_address=with_row_address,
@@ -393,7 +393,7 @@ class LanceDataset:
             order.append(sel)
         if not pieces:
             return schema.empty_table()
-        table = pa.Table.from_batches(pieces, schema=schema)
+        table = pa.Table.from_batches(pieces, schema=read_schema).select(schema.names)
         positions = np.empty(len(idx), dtype=np.int64)
         positions[np.concatenate(order)] = np.arange(len(idx))
         return _take_rows(table, pa.array(positions))

@@ -213,3 +213,19 @@ def test_add_columns_fails_where_a_row_cannot_be_computed(tmp_path: Path, sql: s
         lance.dataset(ref).add_columns({"x": sql})
         dataset(ours).add_columns({"x": sql})
     _same_on_both(ours, ref, sql)
+
+
+@pytest.mark.parametrize("stable", [False, True])
+def test_take_returns_row_id_columns_named_in_columns(tmp_path: Path, stable: bool):
+    table = pa.table({"id": pa.array(range(10), pa.int64()), "s": [str(x) for x in range(10)]})
+    uri = str(tmp_path / "ds")
+    lance.write_dataset(table, uri, max_rows_per_file=4, enable_stable_row_ids=stable)
+    lance.dataset(uri).delete("id = 1")
+    lance.dataset(uri).optimize.compact_files(target_rows_per_fragment=100)
+    for columns in (["id", "_rowid"], ["_rowid", "id"], ["_rowaddr", "s"], ["_rowid"]):
+        for indices in ([0, 5, 1], []):
+            expected = lance.dataset(uri).take(indices, columns=columns)
+            got = dataset(uri).take(indices, columns=columns)
+            assert_same_table(got, expected, f"take {indices} {columns}")
+    ids = lance.dataset(uri).take([8], columns=["_rowid", "_rowaddr"]).to_pylist()[0]
+    assert (ids["_rowid"] != ids["_rowaddr"]) == stable
