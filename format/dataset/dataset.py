@@ -43,18 +43,24 @@ def dataset(
 
 
 def _take_rows(table: pa.Table, positions: pa.Array) -> pa.Table:
-    """`table.take(positions)`, but dictionary columns spanning several dictionaries are
+    """`table.take(positions)`, but dictionary columns whose chunks have different dictionaries are
     decoded, taken and re-encoded (Arrow can't unify dictionaries holding nulls), as pylance
     returns them."""
     columns = []
     for field, column in zip(table.schema, table.columns, strict=True):
-        if pa.types.is_dictionary(field.type) and column.num_chunks > 1:
+        if pa.types.is_dictionary(field.type) and _several_dictionaries(column):
             values = column.cast(field.type.value_type).take(positions)
             column = values.dictionary_encode().cast(field.type)
         else:
             column = column.take(positions)
         columns.append(column)
     return pa.Table.from_arrays(columns, schema=table.schema)
+
+
+def _several_dictionaries(column: pa.ChunkedArray) -> bool:
+    """Whether the chunks of a dictionary column have different dictionaries."""
+    first = column.chunks[0].dictionary if column.num_chunks else None
+    return any(not c.dictionary.equals(first) for c in column.chunks[1:])
 
 
 def _local_time(ns: int) -> dt.datetime:
