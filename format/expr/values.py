@@ -69,6 +69,7 @@ def compile_expression(
     try:
         node = parse_filter(sql, dataset=dataset)
         binder = Binder(sql, schema, dataset)
+        binder.null_on_row_errors = False
         try:
             bound = binder.bind_value_root(node)
         except (FilterSyntaxError, FilterBindError):
