@@ -189,9 +189,12 @@ def write_fragments(
         kwargs["max_rows_per_group"] = max_rows_per_group
     if mode == "append" and entries:
         latest = _versions.load_manifest(store, entries[max(entries)])
-        order = _write.check_append_schema(reader.schema, latest.schema, store.uri)
+        version = latest.data_storage_version
+        order = _write.check_append_schema(
+            reader.schema, latest.schema, store.uri, legacy=version == "0.1"
+        )
         return _write.write_fragments(
-            store, reader, latest.schema, latest.data_storage_version, columns=order, **kwargs
+            store, reader, latest.schema.project(order), version, columns=order, **kwargs
         )
     if mode not in ("append", "create", "overwrite"):
         raise InvalidInputError(f"mode must be append, create or overwrite, not {mode!r}")

@@ -110,11 +110,16 @@ def open_writer(
     return V2FileWriter(sink, schema, version=storage_version, path_for_errors=path)
 
 
-def check_append_schema(data: pa.Schema, target: LanceSchema, dataset: str) -> list[str]:
-    """Refuse appended data whose columns differ from the dataset's; returns the column order."""
+def check_append_schema(
+    data: pa.Schema, target: LanceSchema, dataset: str, *, legacy: bool = False
+) -> list[str]:
+    """Refuse appended data whose columns differ from the dataset's; returns the columns to
+    write, in the dataset's order. Nullable columns may be left out (pylance's rule: they
+    read as NULL, the new files don't hold them), except in legacy (0.1) datasets, whose
+    every file must hold every column (pylance appends there, then can't read)."""
     want = target.to_arrow()
     have = {f.name: f for f in data}
-    missing = [f.name for f in want if f.name not in have]
+    missing = [f.name for f in want if f.name not in have and (legacy or not f.nullable)]
     extra = [n for n in have if n not in want.names]
     wrong = [
         f"{f.name} ({have[f.name].type} instead of {f.type})"
@@ -134,7 +139,7 @@ def check_append_schema(data: pa.Schema, target: LanceSchema, dataset: str) -> l
             + ", ".join(f"{f.name}: {f.type}" for f in want)
             + ")"
         )
-    return want.names
+    return [name for name in want.names if name in have]
 
 
 def _stored_type(dtype: pa.DataType) -> pa.DataType:
@@ -296,13 +301,12 @@ def write_dataset(
     if idempotency_key:
         properties[IDEMPOTENCY_KEY] = idempotency_key
     if mode == "append" and latest is not None:
-        lance_schema = latest.schema
-        order = check_append_schema(reader.schema, lance_schema, uri)
         version = latest.data_storage_version
+        order = check_append_schema(reader.schema, latest.schema, uri, legacy=version == "0.1")
         frags = write_fragments(
             store,
             reader,
-            lance_schema,
+            latest.schema.project(order),
             version,
             max_rows_per_file=max_rows_per_file,
             max_rows_per_group=max_rows_per_group,

@@ -16,7 +16,7 @@ import pytest
 from compare import assert_same_table
 
 from format.dataset import dataset, write_dataset
-from format.errors import InvalidInputError
+from format.errors import InvalidInputError, SchemaMismatchError
 
 
 def test_take_across_fragments_with_different_null_holding_dictionaries(tmp_path: Path):
@@ -229,3 +229,43 @@ def test_take_returns_row_id_columns_named_in_columns(tmp_path: Path, stable: bo
             assert_same_table(got, expected, f"take {indices} {columns}")
     ids = lance.dataset(uri).take([8], columns=["_rowid", "_rowaddr"]).to_pylist()[0]
     assert (ids["_rowid"] != ids["_rowaddr"]) == stable
+
+
+@pytest.mark.parametrize("version", ["2.0", "2.1"])
+def test_append_without_nullable_columns_reads_them_as_null(tmp_path: Path, version: str):
+    schema = pa.schema(
+        [
+            pa.field("a", pa.int64(), nullable=False),
+            pa.field("b", pa.string()),
+            pa.field("st", pa.struct([("x", pa.int32())])),
+            pa.field("c", pa.float64()),
+        ]
+    )
+    table = pa.table(
+        {"a": [1, 2], "b": ["x", "y"], "st": [{"x": 1}, {"x": None}], "c": [1.0, 2.0]},
+        schema=schema,
+    )
+    ours, ref = str(tmp_path / "ours"), str(tmp_path / "ref")
+    for uri in (ours, ref):
+        lance.write_dataset(table, uri, data_storage_version=version)
+    partial = pa.table({"c": [3.5, None], "a": pa.array([3, 4], pa.int64())})
+    write_dataset(partial, ours, mode="append")
+    lance.write_dataset(partial, ref, mode="append")
+    _same_on_both(ours, ref, "appended without b and st")
+    assert lance.dataset(ref).to_table().column("b").null_count == 2
+    for filt in ("b IS NULL", "c > 2", "st.x IS NULL"):
+        assert dataset(ours).count_rows(filt) == lance.dataset(ref).count_rows(filt), filt
+    # a non-nullable column can't be left out, by either engine
+    with pytest.raises(OSError, match="missing"):
+        lance.write_dataset(pa.table({"b": ["z"]}), ref, mode="append")
+    with pytest.raises(SchemaMismatchError, match=rf"{re.escape(ours)}: missing columns a\b"):
+        write_dataset(pa.table({"b": ["z"]}), ours, mode="append")
+
+
+def test_append_without_a_column_is_refused_on_legacy_datasets(tmp_path: Path):
+    # pylance appends, then can't read the dataset ("Fragment 0 does not contain field")
+    uri = str(tmp_path / "ds")
+    write_dataset(pa.table({"a": [1], "b": ["x"]}), uri, data_storage_version="legacy")
+    with pytest.raises(SchemaMismatchError, match="missing columns b"):
+        write_dataset(pa.table({"a": [2]}), uri, mode="append")
+    assert dataset(uri).version == 1
