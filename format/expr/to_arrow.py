@@ -14,6 +14,7 @@ reach Arrow as computations). On top of Arrow's kernels this reproduces what pyl
 
 from __future__ import annotations
 
+import decimal
 import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -91,6 +92,13 @@ _ARITH_NODES: dict[type, Callable] = {
     exp.Mul: pc.multiply,
     exp.Div: pc.divide,
     exp.Mod: pc.remainder,
+}
+_ARITH_SYMBOLS: dict[type, str] = {
+    exp.Add: "+",
+    exp.Sub: "-",
+    exp.Mul: "*",
+    exp.Div: "/",
+    exp.Mod: "%",
 }
 _BINARY_NODES = (
     *_CMP_NODES,
@@ -575,13 +583,21 @@ class Binder:
         computed in decimal256 rather than refused."""
         a = self._cast(a, T.as_decimal_type(a.type))
         b = self._cast(b, T.as_decimal_type(b.type))
+        target = T.decimal_arith_type(_ARITH_SYMBOLS[kind], a.type, b.type)
+        if kind is exp.Div:
+            # arrow-rs truncates the exact quotient at the target scale: scale the dividend up
+            # so that Arrow's quotient has at least that many decimals (the cast truncates)
+            more = max(0, target.scale - (a.type.scale + b.type.precision - b.type.scale + 1))
+            up = pa.decimal256(min(a.type.precision + more, 76), a.type.scale + more)
+            a, b = self._cast(a, up), self._cast(b, pa.decimal256(b.type.precision, b.type.scale))
         fn = _ARITH_NODES[kind]
         try:
             fn(pa.array([], a.type), pa.array([], b.type))
         except _ARROW_ERRORS:
             wide = [pa.decimal256(x.type.precision, x.type.scale) for x in (a, b)]
             a, b = self._cast(a, wide[0]), self._cast(b, wide[1])
-        return self._call(fn, [a, self._divisor(kind, a, b)], sql=text)
+        result = self._call(fn, [a, self._divisor(kind, a, b)], sql=text)
+        return self._cast(result, target)
 
     def _divisor(self, kind: type, a: Typed, b: Typed) -> Typed:
         """The divisor of an integer or decimal `/` or `%`, NULL where it is zero.
@@ -594,7 +610,11 @@ class Binder:
             return b
         if not self.null_on_row_errors:
             return b  # Arrow fails on a zero divisor, as pylance does here
-        zero = pc.scalar(pa.scalar(0, pa.int8()).cast(b.type))
+        zero = pc.scalar(
+            pa.scalar(decimal.Decimal(0), b.type)
+            if T.is_decimal(b.type)
+            else pa.scalar(0, pa.int8()).cast(b.type)
+        )
         expr = pc.if_else(pc.equal(b.expr, zero), pc.scalar(pa.scalar(None, b.type)), b.expr)
         return replace(b, expr=expr)
 

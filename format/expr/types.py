@@ -254,6 +254,28 @@ def as_decimal_type(t: pa.DataType) -> pa.DataType:
     return pa.decimal128(precision, scale)
 
 
+def decimal_arith_type(op: str, a: pa.DataType, b: pa.DataType) -> pa.DataType:
+    """The result type of decimal `a <op> b` (op one of + - * / %), by arrow-rs' rules as
+    DataFusion applies them: a quotient gets 4 more decimals than its dividend."""
+    wide = pa.types.is_decimal256(a) or pa.types.is_decimal256(b)
+    most = 76 if wide else 38
+    (p1, s1), (p2, s2) = (a.precision, a.scale), (b.precision, b.scale)
+    if op in "+-":
+        scale = max(s1, s2)
+        precision = max(p1 - s1, p2 - s2) + scale + 1
+    elif op == "*":
+        precision, scale = p1 + p2 + 1, s1 + s2
+    elif op == "/":
+        precision, scale = p1 + s2 + 4, s1 + 4
+    else:
+        scale = max(s1, s2)
+        precision = min(p1 - s1, p2 - s2) + scale
+    if scale > most:
+        raise TypeRuleError(f"{a} {op} {b} needs {scale} decimals, more than {most}")
+    make = pa.decimal256 if wide else pa.decimal128
+    return make(min(precision, most), scale)
+
+
 def numeric_common(a: pa.DataType, b: pa.DataType, *, for_compare: bool = True) -> pa.DataType:
     """The type two numeric operands are cast to before they are compared or combined."""
     if is_decimal(a) or is_decimal(b):

@@ -6,6 +6,7 @@ results (values, types, nulls) and pylance's view of the dataset our engine wrot
 
 from __future__ import annotations
 
+import decimal
 import re
 from pathlib import Path
 
@@ -269,3 +270,50 @@ def test_append_without_a_column_is_refused_on_legacy_datasets(tmp_path: Path):
     with pytest.raises(SchemaMismatchError, match="missing columns b"):
         write_dataset(pa.table({"a": [2]}), uri, mode="append")
     assert dataset(uri).version == 1
+
+
+DECIMAL_EXPRESSIONS = [
+    "d / 3",
+    "d * 3",
+    "d + 3",
+    "d % 3",
+    "d / e",
+    "e / d",
+    "d * e",
+    "d - e",
+    "d % e",
+    "d / i",
+    "i / e",
+    "w / e",
+    "w * e",
+    "w + e",
+    "d * d * d",
+]
+
+
+def test_decimal_arithmetic_types_and_values_follow_pylance(tmp_path: Path):
+    dec = decimal.Decimal
+    table = pa.table(
+        {
+            "d": pa.array(
+                [dec("10.00"), dec("-7.55"), None, dec("1234567890.12"), dec("0.01")],
+                pa.decimal128(12, 2),
+            ),
+            "e": pa.array(
+                [dec("3.125"), dec("0.001"), dec("1.000"), dec("-2.500"), dec("-3.000")],
+                pa.decimal128(5, 3),
+            ),
+            "w": pa.array([dec("1.5"), dec("-1"), dec("0"), None, dec("7")], pa.decimal128(38, 10)),
+            "i": pa.array([3, 7, 1, -2, None], pa.int32()),
+        }
+    )
+    ours, ref = str(tmp_path / "ours"), str(tmp_path / "ref")
+    for uri in (ours, ref):
+        lance.write_dataset(table, uri)
+    added = {f"x{k}": sql for k, sql in enumerate(DECIMAL_EXPRESSIONS)}
+    dataset(ours).add_columns(added)
+    lance.dataset(ref).add_columns(added)
+    assert lance.dataset(ref).schema.field("x0").type == pa.decimal128(18, 6)
+    _same_on_both(ours, ref, "decimal arithmetic")
+    for filt in ("d / e > 3.2", "e / d < 0", "d / 3 = 3.333333", "w + e > 4"):
+        assert dataset(ref).count_rows(filt) == lance.dataset(ref).count_rows(filt), filt
