@@ -765,6 +765,10 @@ class Binder:
         if isinstance(target, exp.Null):
             if x.const:
                 return _const(pa.scalar(not x.value.is_valid))
+            inner = _unparen(node.this)
+            if isinstance(inner, exp.Anonymous) and str(inner.this).lower() == "regexp_match":
+                # its matches are NULL exactly where the "has a match" boolean is false
+                return self._call(pc.invert, [x], pa.bool_(), sql=f"{x.sql} IS NULL")
             return Typed(type=pa.bool_(), expr=pc.is_null(x.expr))
         if isinstance(target, exp.Boolean):
             x = self._as_bool(x, "IS TRUE / IS FALSE")
