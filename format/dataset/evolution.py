@@ -54,7 +54,7 @@ from format.expr import compile_expression, evaluate_expressions
 from format.file.base import DEFAULT_BATCH_SIZE, split_ranges
 from format.file.open import open_data_file
 from format.proto import table_pb2, transaction_pb2
-from format.table.manifest import Manifest
+from format.table.manifest import Manifest, read_section
 from format.table.schema import LanceField, LanceSchema
 from format.table.transaction import new_transaction
 
@@ -665,7 +665,25 @@ def alter_columns(ds: LanceDataset, *alterations: Mapping[str, Any]) -> None:
     if not casts:
         _commit(ds, "project", transaction_pb2.Transaction.Project(schema=new_schema.to_protos()))
         return
+    _check_not_indexed(ds, [src for src, _ in casts])
     _rewrite_cast_columns(ds, new_schema, sorted(casts, key=lambda c: c[1]))
+
+
+def _check_not_indexed(ds: LanceDataset, fields: Sequence[LanceField]) -> None:
+    """Refuse to cast indexed columns, as pylance does: the cast would invalidate the index."""
+    manifest = ds.manifest
+    if not manifest.pb.HasField("index_section"):
+        return
+    section = read_section(
+        manifest, manifest.pb.index_section, table_pb2.IndexSection, "index section"
+    )
+    ids = {g.id for f in fields for g in f.walk()}
+    names = sorted({i.name for i in section.indices if ids & set(i.fields)})
+    if names:
+        raise InvalidInputError(
+            f"{ds.uri}: cannot cast column(s) {', '.join(repr(f.name) for f in fields)}: "
+            f"index(es) {', '.join(names)} cover them; drop the index(es) first"
+        )
 
 
 def _rewrite_cast_columns(

@@ -317,3 +317,27 @@ def test_decimal_arithmetic_types_and_values_follow_pylance(tmp_path: Path):
     _same_on_both(ours, ref, "decimal arithmetic")
     for filt in ("d / e > 3.2", "e / d < 0", "d / 3 = 3.333333", "w + e > 4"):
         assert dataset(ref).count_rows(filt) == lance.dataset(ref).count_rows(filt), filt
+
+
+def test_casting_an_indexed_column_is_refused(tmp_path: Path):
+    table = pa.table({"id": pa.array(range(100), pa.int32()), "s": [str(i) for i in range(100)]})
+    ours, ref = str(tmp_path / "ours"), str(tmp_path / "ref")
+    for uri in (ours, ref):
+        lance.write_dataset(table, uri).create_scalar_index("id", "BTREE")
+    cast = {"path": "id", "data_type": pa.int64()}
+    with pytest.raises(OSError, match="index"):
+        lance.dataset(ref).alter_columns(cast)
+    with pytest.raises(InvalidInputError, match=rf"{re.escape(ours)}: cannot cast .*'id'.*id_idx"):
+        dataset(ours).alter_columns(cast)
+    assert lance.dataset(ours).version == 2
+    # renaming it, or casting another column, is fine (the index follows the rename)
+    for alteration in (
+        {"path": "id", "name": "ident"},
+        {"path": "s", "data_type": pa.large_string()},
+    ):
+        dataset(ours).alter_columns(alteration)
+        lance.dataset(ref).alter_columns(alteration)
+        _same_on_both(ours, ref, str(alteration))
+    indices = [(i["name"], i["fields"]) for i in lance.dataset(ours).list_indices()]
+    assert indices == [(i["name"], i["fields"]) for i in lance.dataset(ref).list_indices()]
+    assert lance.dataset(ours).count_rows("ident < 10") == 10
