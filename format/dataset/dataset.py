@@ -367,6 +367,11 @@ class LanceDataset:
         # the scanner's plan: projection, row id columns (asked for or named in `columns`)
         scanner = self.scanner(columns, with_row_id=with_row_id, with_row_address=with_row_address)
         schema = scanner.projected_schema
+        if scanner._paths:
+            raise UnsupportedFeatureError(
+                f"{self.uri}: take of nested fields by path ({', '.join(scanner._paths)}) is "
+                "not supported; name their top-level column"
+            )
         projection, read_schema = scanner._projection, scanner._schema
         with_row_id, with_row_address = scanner._with_row_id, scanner._with_row_address
         frags = self.get_fragments()

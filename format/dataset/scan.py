@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from format.dataset.readahead import ordered_readahead
-from format.errors import InvalidInputError
+from format.errors import ColumnNotFoundError, InvalidInputError
 from format.expr import apply_filter, compile_filter
 from format.file.base import DEFAULT_BATCH_SIZE
 from format.file.types import fixed_bits
@@ -79,8 +80,13 @@ class Scanner:
         row_columns = [c for c in names if c in _ROW_COLUMNS and c not in schema.names]
         with_row_id = with_row_id or ROW_ID_FIELD.name in row_columns
         with_row_address = with_row_address or ROW_ADDRESS_FIELD.name in row_columns
-        self._projection = schema.project([c for c in names if c not in row_columns], dataset=name)
-        self._output_order = names if row_columns else None
+        # a nested field named by path ("st.a") is read with its top-level column and comes
+        # out as a column of its own, as in pylance
+        self._paths = _nested_paths(schema.to_arrow(), names, row_columns, name)
+        top = [c for c in names if c not in row_columns and c not in self._paths]
+        top += [h for h in dict.fromkeys(p[0] for p in self._paths.values()) if h not in top]
+        self._projection = schema.project(top, dataset=name)
+        self._output_order = names if row_columns or self._paths else None
         self._filter = None
         if filter is not None:
             if not isinstance(filter, str):
@@ -108,7 +114,13 @@ class Scanner:
         self._out_schema = self._schema
         if self._output_order is not None:  # row id columns placed where the user named them
             self._out_schema = pa.schema(
-                [self._schema.field(c) for c in self._output_order], metadata=base.metadata
+                [
+                    _path_field(self._schema, c, self._paths[c])
+                    if c in self._paths
+                    else self._schema.field(c)
+                    for c in self._output_order
+                ],
+                metadata=base.metadata,
             )
         self._batch_bytes = _check_count("batch_bytes", batch_bytes)
         if self._batch_bytes is not None:  # fewer rows per batch where rows are wide
@@ -272,7 +284,18 @@ class Scanner:
     def to_batches(self) -> Iterator[pa.RecordBatch]:
         """Stream the result in batches; memory stays bounded by a few batches."""
         for batch in self._limited_batches():
-            yield batch if self._output_order is None else batch.select(self._output_order)
+            if self._output_order is None:
+                yield batch
+            elif not self._paths:
+                yield batch.select(self._output_order)
+            else:
+                arrays = [
+                    pc.struct_field(batch.column(self._paths[c][0]), self._paths[c][1:])
+                    if c in self._paths
+                    else batch.column(c)
+                    for c in self._output_order
+                ]
+                yield pa.RecordBatch.from_arrays(arrays, schema=self._out_schema)
 
     def _limited_batches(self) -> Iterator[pa.RecordBatch]:
         skip = self._offset if self._filter is not None else 0
@@ -378,6 +401,34 @@ def _physical_offset(frag: LanceFragment, live_index: int, first: int = 0) -> in
     if mask is None:
         return first + live_index
     return first + int(np.flatnonzero(mask[first:])[live_index])
+
+
+def _nested_paths(
+    schema: pa.Schema, names: Sequence[str], row_columns: Sequence[str], dataset: str
+) -> dict[str, list[str]]:
+    """The requested names that are paths to nested struct fields, split into parts."""
+    paths = {}
+    for c in names:
+        if c in schema.names or c in row_columns or "." not in c:
+            continue
+        parts = c.split(".")
+        dtype = schema.field(parts[0]).type if parts[0] in schema.names else None
+        for part in parts[1:]:
+            if dtype is None or not pa.types.is_struct(dtype) or dtype.get_field_index(part) < 0:
+                raise ColumnNotFoundError(
+                    f"{dataset}: no column {c!r}; columns are {', '.join(schema.names)}"
+                )
+            dtype = dtype.field(part).type
+        paths[c] = parts
+    return paths
+
+
+def _path_field(schema: pa.Schema, name: str, parts: list[str]) -> pa.Field:
+    """The output field of the nested field at `parts`, named by its path."""
+    dtype = schema.field(parts[0]).type
+    for part in parts[1:]:
+        dtype = dtype.field(part).type
+    return pa.field(name, dtype)
 
 
 def _output_batches(

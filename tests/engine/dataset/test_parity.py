@@ -17,7 +17,7 @@ import pytest
 from compare import assert_same_table
 
 from format.dataset import dataset, write_dataset
-from format.errors import InvalidInputError, SchemaMismatchError
+from format.errors import ColumnNotFoundError, InvalidInputError, SchemaMismatchError
 
 
 def test_take_across_fragments_with_different_null_holding_dictionaries(tmp_path: Path):
@@ -341,3 +341,29 @@ def test_casting_an_indexed_column_is_refused(tmp_path: Path):
     indices = [(i["name"], i["fields"]) for i in lance.dataset(ours).list_indices()]
     assert indices == [(i["name"], i["fields"]) for i in lance.dataset(ref).list_indices()]
     assert lance.dataset(ours).count_rows("ident < 10") == 10
+
+
+def test_nested_fields_named_by_path_come_out_as_columns(tmp_path: Path):
+    struct = pa.struct(
+        [("a", pa.int64()), ("b", pa.string()), ("c", pa.struct([("d", pa.float64())]))]
+    )
+    rows = [{"a": 1, "b": "x", "c": {"d": 1.5}}, {"a": 2, "b": "y", "c": None}, None]
+    table = pa.table({"id": [1, 2, 3], "st": pa.array(rows, struct)})
+    uri = str(tmp_path / "ds")
+    lance.write_dataset(table, uri, data_storage_version="2.1", max_rows_per_file=2)
+    for columns in (
+        ["st.a"],
+        ["id", "st.a", "st.b"],
+        ["st.c.d"],
+        ["st.a", "st"],
+        ["st", "_rowid", "st.c"],
+    ):
+        for filt in (None, "id > 1"):
+            expected = lance.dataset(uri).to_table(columns=columns, filter=filt)
+            got = dataset(uri).to_table(columns=columns, filter=filt)
+            assert_same_table(got, expected, f"{columns} {filt}")
+    for bad in ("st.zz", "id.a", "nope.a"):
+        with pytest.raises(ValueError):
+            lance.dataset(uri).to_table(columns=[bad])
+        with pytest.raises(ColumnNotFoundError, match=re.escape(f"{uri}: no column {bad!r}")):
+            dataset(uri).to_table(columns=[bad])
