@@ -198,13 +198,16 @@ class Scanner:
             yield from self._late_materialize(frag, ranges)
             return
         with frag.reader(read) as reader:
-            for batch in reader.read(
+            batches = reader.read(
                 read_schema,
                 ranges,
                 self._batch_size,
                 with_row_id=row_id,
                 with_row_address=row_addr,
-            ):
+            )
+            if frag.live_mask is not None:  # as pylance: batch_size live rows, not physical
+                batches = _rebatch(batches, self._batch_size)
+            for batch in batches:
                 if self._filter is not None:
                     batch = apply_filter(batch, self._filter)
                     batch = batch.select(self._schema.names)
@@ -401,6 +404,23 @@ def _physical_offset(frag: LanceFragment, live_index: int, first: int = 0) -> in
     if mask is None:
         return first + live_index
     return first + int(np.flatnonzero(mask[first:])[live_index])
+
+
+def _rebatch(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:
+    """The same rows in batches of exactly `rows` (the last one may hold fewer)."""
+    pending: list[pa.RecordBatch] = []
+    count = 0
+    for batch in batches:
+        while batch.num_rows:
+            take = min(rows - count, batch.num_rows)
+            pending.append(batch.slice(0, take))
+            count += take
+            batch = batch.slice(take)
+            if count == rows:
+                yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
+                pending, count = [], 0
+    if count:
+        yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
 
 
 def _nested_paths(

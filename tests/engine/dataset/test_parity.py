@@ -367,3 +367,24 @@ def test_nested_fields_named_by_path_come_out_as_columns(tmp_path: Path):
             lance.dataset(uri).to_table(columns=[bad])
         with pytest.raises(ColumnNotFoundError, match=re.escape(f"{uri}: no column {bad!r}")):
             dataset(uri).to_table(columns=[bad])
+
+
+def test_batches_hold_batch_size_live_rows_per_fragment(tmp_path: Path):
+    table = pa.table({"i": pa.array(range(100), pa.int64()), "s": [str(i) for i in range(100)]})
+    uri = str(tmp_path / "ds")
+    lance.write_dataset(table, uri, max_rows_per_file=30)
+    lance.dataset(uri).delete("i % 7 = 3")
+    cases = [
+        {"batch_size": 7},
+        {"batch_size": 7, "columns": ["s", "i"]},
+        {"batch_size": 7, "limit": 20, "offset": 3},
+        {"batch_size": 7, "offset": 24},
+        {"batch_size": 4, "with_row_id": True},
+        {"batch_size": 50},
+    ]
+    for kwargs in cases:
+        expected = list(lance.dataset(uri).to_batches(**kwargs))
+        got = list(dataset(uri).to_batches(**kwargs))
+        assert [b.num_rows for b in got] == [b.num_rows for b in expected], kwargs
+        assert max(b.num_rows for b in got) == kwargs["batch_size"] or kwargs["batch_size"] == 50
+        assert_same_table(pa.Table.from_batches(got), pa.Table.from_batches(expected), str(kwargs))
