@@ -191,21 +191,11 @@ class FileReader:
         table = np.array(ranges, dtype=np.int64).reshape(len(ranges), 2)
         starts, lengths = table[:, 0], table[:, 1]
         order, g_start, g_end, group = coalesce(starts, starts + lengths, gap)
-        groups = list(zip(g_start.tolist(), g_end.tolist(), strict=True))
-        if self._fd is not None and len(groups) > _MAP_GROUPS:
-            blobs = self._mapped_groups(groups)
-        elif self._fd is not None or len(groups) == 1:
-            blobs = [self.read(s, e - s) for s, e in groups]
+        if self._fd is not None and len(g_start) > _MAP_GROUPS:
+            blobs = self._mapped_groups(list(zip(g_start.tolist(), g_end.tolist(), strict=True)))
         else:
-            if groups[-1][1] > self.size:
-                raise EOFError(f"{self.store.uri_of(self.path)}: range ends past {self.size}")
-            blobs = self.store.fs.cat_ranges(
-                [self.full_path] * len(groups), g_start.tolist(), g_end.tolist()
-            )
-        for (g_s, g_e), blob in zip(groups, blobs, strict=True):
-            if len(blob) != g_e - g_s:
-                raise EOFError(f"{self.store.uri_of(self.path)}: short read at {g_s}")
-        members = np.bincount(group, minlength=len(groups))
+            blobs = self._fetch_groups(g_start, g_end)
+        members = np.bincount(group, minlength=len(g_start))
         if (members == 1).all():  # nothing coalesced: each range is its group's read
             out: list[bytes | memoryview] = [b""] * len(ranges)
             for i, blob in zip(order.tolist(), blobs, strict=True):
@@ -254,18 +244,10 @@ class FileReader:
             source = np.frombuffer(_mapped(self._fd, lo, hi - lo, populate=False), np.uint8)
             copy_ranges(source, starts - lo, lengths, 1, out)
             return out
-        groups = list(zip(g_start.tolist(), g_end.tolist(), strict=True))
-        if local or len(groups) == 1:
-            blobs = [self.read(s, e - s) for s, e in groups]
-        else:
-            blobs = self.store.fs.cat_ranges(
-                [self.full_path] * len(groups), g_start.tolist(), g_end.tolist()
-            )
-        firsts = np.searchsorted(group, np.arange(len(groups) + 1))
+        blobs = self._fetch_groups(g_start, g_end)
+        firsts = np.searchsorted(group, np.arange(len(blobs) + 1))
         done = np.concatenate(([0], np.cumsum(lengths)))
-        for g, ((g_s, g_e), blob) in enumerate(zip(groups, blobs, strict=True)):
-            if len(blob) != g_e - g_s:
-                raise EOFError(f"{self.store.uri_of(self.path)}: short read at {g_s}")
+        for g, (g_s, blob) in enumerate(zip(g_start.tolist(), blobs, strict=True)):
             a, b = int(firsts[g]), int(firsts[g + 1])
             copy_ranges(
                 np.frombuffer(blob, np.uint8),
@@ -275,6 +257,24 @@ class FileReader:
                 out[int(done[a]) : int(done[b])],
             )
         return out
+
+    def _fetch_groups(self, g_start: np.ndarray, g_end: np.ndarray) -> list[bytes | memoryview]:
+        """The coalesced ranges [g_start, g_end) (ascending): read one by one from a local
+        file (or when there is one), fetched together from a remote store; each checked
+        whole."""
+        groups = list(zip(g_start.tolist(), g_end.tolist(), strict=True))
+        if self._fd is not None or len(groups) == 1:
+            blobs = [self.read(s, e - s) for s, e in groups]
+        else:
+            if groups[-1][1] > self.size:
+                raise EOFError(f"{self.store.uri_of(self.path)}: range ends past {self.size}")
+            blobs = self.store.fs.cat_ranges(
+                [self.full_path] * len(groups), g_start.tolist(), g_end.tolist()
+            )
+        for (g_s, g_e), blob in zip(groups, blobs, strict=True):
+            if len(blob) != g_e - g_s:
+                raise EOFError(f"{self.store.uri_of(self.path)}: short read at {g_s}")
+        return blobs
 
     def _mapped_groups(self, groups: list[tuple[int, int]]) -> list[bytes | memoryview]:
         """Many scattered local ranges (a take's chunks) as slices of one mapping of their
