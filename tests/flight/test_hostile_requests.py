@@ -28,6 +28,7 @@ from campaign import (
 from hypothesis import given
 from hypothesis import strategies as st
 
+from flight_server.protocol import READ_KEYS
 from flight_server.tickets import TICKET_KIND, ReadTicket, Signer
 from format.dataset import write_dataset
 
@@ -90,18 +91,6 @@ def test_dataset_names(sent: Campaign, name: str) -> None:
 
 
 # -- descriptors ----------------------------------------------------------------------------
-READ_KEYS = [
-    "dataset",
-    "version",
-    "tag",
-    "as_of",
-    "columns",
-    "filter",
-    "limit",
-    "with_row_id",
-    "max_rows_per_endpoint",
-    "appended_since",
-]
 PLAUSIBLE = {
     "dataset": st.sampled_from(["base", "missing", "../base", 7]),
     "version": st.one_of(st.integers(-3, 5), st.sampled_from([2**63, 2**64, "1", 1.5])),
