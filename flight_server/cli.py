@@ -90,23 +90,43 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"quiver: cannot serve health on port {config.health_port}: {e}", file=sys.stderr)
             server.shutdown()
             return 1
+    metrics = None
+    if config.metrics_port is not None:
+        from flight_server.metrics import serve as serve_metrics
+
+        try:
+            metrics = serve_metrics(config.host, config.metrics_port)
+        except Exception as e:  # noqa: BLE001 - e.g. the port is taken
+            print(
+                f"quiver: cannot serve metrics on port {config.metrics_port}: {e}", file=sys.stderr
+            )
+            if health is not None:
+                health.stop(0)
+            server.shutdown()
+            return 1
 
     def ready() -> None:
         where = ", ".join(server.locations)
         extra = f"; health on {config.host}:{health.port}" if health is not None else ""
+        if metrics is not None:
+            extra += f"; metrics on http://{config.host}:{metrics.port}/metrics"
         print(f"quiver: serving {config.root} at {where}{extra} (Ctrl-C stops)", file=sys.stderr)
         sys.stderr.flush()
 
     # SIGTERM/SIGINT: health NOT_SERVING, new calls UNAVAILABLE, running calls finish (up to
     # --drain-seconds), then shutdown and exit 0.
-    return serve_until_signalled(
-        server,
-        server.drain,
-        health_server=health,
-        drain_seconds=config.drain_seconds,
-        on_ready=ready,
-        on_drain=lambda: server.service.set_serving(False),
-    )
+    try:
+        return serve_until_signalled(
+            server,
+            server.drain,
+            health_server=health,
+            drain_seconds=config.drain_seconds,
+            on_ready=ready,
+            on_drain=lambda: server.service.set_serving(False),
+        )
+    finally:
+        if metrics is not None:
+            metrics.stop()
 
 
 def _hash_password(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ A flag wins over its environment variable, which wins over the default:
 | --auth-file                 | QUIVER_AUTH_FILE               | none (no auth) |
 | --token-ttl SECONDS         | QUIVER_TOKEN_TTL               | 3600          |
 | --health-port PORT          | QUIVER_HEALTH_PORT             | none (no health port; 0: any) |
+| --metrics-port PORT         | QUIVER_METRICS_PORT            | none (no metrics; 0: any) |
 | --drain-seconds SECONDS     | QUIVER_DRAIN_SECONDS           | 30            |
 | --max-rows-per-endpoint N   | QUIVER_MAX_ROWS_PER_ENDPOINT   | none (1 endpoint per fragment) |
 | --batch-size N              | QUIVER_BATCH_SIZE              | 1048576 (and ~8 MiB) |
@@ -59,7 +60,7 @@ DEFAULT_PORT = 8815
 DEFAULT_TICKET_TTL = 24 * 3600
 DEFAULT_TOKEN_TTL = 3600.0
 DEFAULT_DRAIN_SECONDS = 30.0
-# Most rows per DoGet batch. Batches are sized by bytes first (service.BATCH_BYTES, ~8 MiB:
+# Most rows per DoGet batch. Batches are sized by bytes first (reads.BATCH_BYTES, ~8 MiB:
 # small enough to stream in bounded memory); the row cap only matters for narrow rows, and
 # a large one keeps per-step and per-message costs (planning, IPC framing, gRPC writes, a
 # Spark task's per-batch handling) small for them too.
@@ -114,6 +115,7 @@ class ServerConfig:
     auth_file: str | None = None
     token_ttl: float = DEFAULT_TOKEN_TTL
     health_port: int | None = None
+    metrics_port: int | None = None
     drain_seconds: float = DEFAULT_DRAIN_SECONDS
     max_rows_per_endpoint: int | None = None
     batch_size: int | None = DEFAULT_BATCH_SIZE
@@ -181,6 +183,10 @@ class ServerConfig:
             not isinstance(self.health_port, int) or not 0 <= self.health_port <= 65535
         ):
             raise ConfigError(f"--health-port must be 0..65535, not {self.health_port!r}")
+        if self.metrics_port is not None and (
+            not isinstance(self.metrics_port, int) or not 0 <= self.metrics_port <= 65535
+        ):
+            raise ConfigError(f"--metrics-port must be 0..65535, not {self.metrics_port!r}")
         if not isinstance(self.drain_seconds, (int, float)) or self.drain_seconds < 0:
             raise ConfigError(f"--drain-seconds must be >= 0, not {self.drain_seconds!r}")
         for name in ("max_rows_per_endpoint", "batch_size"):
@@ -298,6 +304,7 @@ class ServerConfig:
             auth_file=pick("auth_file", "QUIVER_AUTH_FILE"),
             token_ttl=number("token_ttl", "QUIVER_TOKEN_TTL", DEFAULT_TOKEN_TTL),
             health_port=integer("health_port", "QUIVER_HEALTH_PORT", None),
+            metrics_port=integer("metrics_port", "QUIVER_METRICS_PORT", None),
             drain_seconds=number("drain_seconds", "QUIVER_DRAIN_SECONDS", DEFAULT_DRAIN_SECONDS),
             max_rows_per_endpoint=integer(
                 "max_rows_per_endpoint", "QUIVER_MAX_ROWS_PER_ENDPOINT", None
@@ -359,6 +366,12 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PORT",
         help="serve grpc.health.v1 on this port of --host, 0 for any "
         "(env QUIVER_HEALTH_PORT; default: none)",
+    )
+    a(
+        "--metrics-port",
+        metavar="PORT",
+        help="serve Prometheus metrics over HTTP on this port of --host, 0 for any "
+        "(env QUIVER_METRICS_PORT; default: none)",
     )
     a(
         "--drain-seconds",

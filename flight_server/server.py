@@ -43,6 +43,7 @@ from flight_server.errors import (
 )
 from flight_server.health import DRAIN_MIDDLEWARE_KEY, Drain
 from flight_server.memory import tune_allocator
+from flight_server.metrics import counting_sweep, instrument, record_call, watch_budget
 from flight_server.protocol import (
     put_request_from_command,
     put_request_from_path,
@@ -113,6 +114,7 @@ class _Call:
         if self.identity is not None:
             record["identity"] = str(getattr(self.identity, "user", self.identity))
         access_log.info(json.dumps(record, separators=(",", ":")))
+        record_call(self.context, self.method, self.status, self.rows, self.bytes)
 
 
 def _peer(context: flight.ServerCallContext) -> str | None:
@@ -159,7 +161,8 @@ class QuiverFlightServer(flight.FlightServerBase):
         self.locations: list[str] = config.advertised(self.port)
         self.sweeper: Sweeper | None = None
         if config.sweep_interval > 0:
-            self.sweeper = Sweeper(service.sweep_staging, config.sweep_interval).start()
+            sweep = counting_sweep(service.sweep_staging)
+            self.sweeper = Sweeper(sweep, config.sweep_interval).start()
 
     def shutdown(self) -> None:
         """Stop the staging sweep, then the server (running calls finish first)."""
@@ -440,7 +443,10 @@ def build_server(
     # The drain middleware goes last: a factory before it that refuses a call (auth) must not
     # leave that call counted as running.
     middleware = {**auth.pop("middleware", {}), DRAIN_MIDDLEWARE_KEY: drain.middleware()}
+    # Metrics: every factory's refusals counted, the metrics middleware after the drain's.
+    middleware = instrument(middleware, ACTIONS)
     server = QuiverFlightServer(config, service, **tls, **auth, middleware=middleware, drain=drain)
+    watch_budget(server.budget)
     logging.getLogger("quiver").info(
         "serving %s on %s:%d (advertised: %s; tls: %s; auth: %s; memory budget: %s)",
         service.root,
