@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from flight_server.actions import ACTIONS
 from flight_server.auth import (
     AUTH_MIDDLEWARE_KEY,
     Authenticator,
@@ -50,7 +51,7 @@ from flight_server.protocol import (
     read_request_from_command,
     read_request_from_path,
 )
-from flight_server.service import ACTIONS, DatasetService
+from flight_server.service import DatasetService
 from flight_server.staging import Sweeper
 from flight_server.tls import TlsConfigError
 from flight_server.tls import load_tls as _read_tls_files

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from format.errors import CommitConflictError, CorruptFileError
+from format.errors import CommitConflictError, CorruptFileError, VersionNotFoundError
 from format.io.store import ObjectStore
 from format.proto import table_pb2, transaction_pb2
 from format.table import versions as _versions
@@ -44,6 +44,10 @@ from format.table.transaction import (
 TRANSACTIONS_DIR = "_transactions"
 HINT_FILE = "_versions/latest_version_hint.json"
 DEFAULT_MAX_RETRIES = 20
+
+
+# Versions searched for an idempotency key when the caller gives no read version.
+IDEMPOTENCY_SCAN_LIMIT = 1000
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,25 @@ def read_transaction(store: ObjectStore, manifest: Manifest) -> transaction_pb2.
     except Exception as e:  # noqa: BLE001 - protobuf raises several types
         raise CorruptFileError(store.uri_of(path), f"transaction does not decode: {e}") from None
     return txn
+
+
+def find_idempotent_commit(store: ObjectStore, key: str, after: int | None) -> int | None:
+    """The version a commit carrying idempotency `key` made after version `after` (None: among
+    the newest `IDEMPOTENCY_SCAN_LIMIT` versions), or None if no such commit landed."""
+    entries = _versions.list_manifests(store)
+    if not entries:
+        return None
+    floor = after if after is not None else max(entries) - IDEMPOTENCY_SCAN_LIMIT
+    for v in sorted(entries, reverse=True):
+        if v <= floor:
+            break
+        try:
+            txn = read_transaction(store, _versions.load_manifest(store, entries[v]))
+        except (VersionNotFoundError, CorruptFileError):
+            continue  # cleaned up meanwhile, or not ours to judge here
+        if txn is not None and txn.transaction_properties.get(IDEMPOTENCY_KEY) == key:
+            return v
+    return None
 
 
 def _index_section(store: ObjectStore, manifest: Manifest | None) -> bytes | None:

@@ -85,6 +85,24 @@ def load_manifest(store: ObjectStore, entry: ManifestEntry) -> Manifest:
     return manifest
 
 
+def data_file_paths(manifest: Manifest) -> set[str]:
+    """The data file paths (relative to `data/`) one version references."""
+    return {file.path for frag in manifest.pb.fragments for file in frag.files}
+
+
+def referenced_data_files(store: ObjectStore) -> set[str]:
+    """The data file paths (relative to `data/`) any committed version references; versions
+    removed by a concurrent cleanup while listing are skipped; a damaged one raises, since
+    callers delete what no version references."""
+    referenced: set[str] = set()
+    for entry in list_manifests(store).values():
+        try:
+            referenced |= data_file_paths(load_manifest(store, entry))
+        except VersionNotFoundError:
+            continue
+    return referenced
+
+
 def find_entry(store: ObjectStore, version: int) -> ManifestEntry:
     """The manifest entry of one version, trying the V2 then the V1 name."""
     if version < 1:

@@ -15,7 +15,7 @@ from flight_helpers import (
     table,
 )
 
-from flight_server.service import ACTIONS
+from flight_server.actions import ACTIONS
 from format.dataset import dataset, write_dataset
 
 served = flight_helpers.served  # fixtures shared by the server test modules

@@ -1,0 +1,468 @@
+"""DoAction: every action in one table (`ACTION_TABLE`), each entry registered once with its
+summary (ListActions), the right it needs, the body keys it accepts and its handler.
+
+A handler gets the service (`ActionContext`: dataset handles, writes, serving state) and
+the parsed body (`Fields`, which refuses keys the action does not take) and returns a
+JSON-able result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pyarrow as pa
+from fsspec.implementations.local import LocalFileSystem
+
+from flight_server.errors import InvalidArgument, NotFound, Unavailable, Unimplemented
+from flight_server.handles import DatasetHandles, live_rows
+from flight_server.protocol import MODES, Fields, job_field, parse_object, version_ref
+from flight_server.writes import Writes
+from format.dataset import dataset
+from format.errors import DatasetNotFoundError
+from format.io.store import filesystem
+from format.table import versions as _versions
+from format.table.schema import RESERVED_COLUMNS
+
+READ, WRITE = "read", "write"
+MAX_AGE_SECONDS = 3_155_760_000  # 100 years: cleanup's older_than_seconds
+
+
+class ActionContext(Protocol):
+    """What action handlers use of the service."""
+
+    handles: DatasetHandles
+    writes: Writes
+    serving: bool
+
+
+Handler = Callable[[ActionContext, Fields], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Action:
+    """One DoAction: its name, what ListActions says of it, the right it needs on its
+    dataset (None: no dataset involved), the body keys it accepts and its handler."""
+
+    name: str
+    summary: str
+    right: str | None
+    keys: tuple[str, ...]
+    run: Handler
+
+
+# ------------------------------------------------------------------------------- handlers
+def _healthcheck(ctx: ActionContext, f: Fields) -> dict[str, Any]:
+    if not ctx.serving:
+        raise Unavailable("the server is draining")
+    h = ctx.handles
+    try:
+        fs, path = filesystem(h.root, h.storage_options)
+        if isinstance(fs, LocalFileSystem):
+            if not fs.isdir(path):
+                raise FileNotFoundError
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                fs.ls(path)
+    except Exception:  # noqa: BLE001 - any failure means storage is unreachable
+        raise Unavailable("the storage root is not reachable") from None
+    return {"status": "serving"}
+
+
+def _describe(ctx: ActionContext, f: Fields) -> dict[str, Any]:
+    name = f.dataset()
+    version, tag, as_of = version_ref(f)
+    ds = ctx.handles.open_ref(name, version, tag, as_of)
+    frags = ds.manifest.pb.fragments
+    return {
+        "dataset": name,
+        "version": ds.version,
+        "latest_version": ds.latest_version,
+        "timestamp": _iso(ds.manifest.timestamp),
+        "data_storage_version": ds.data_storage_version,
+        "rows": sum(live_rows(fr) for fr in frags),
+        "fragments": len(frags),
+        "schema": [
+            {"name": fld.name, "type": str(fld.type), "nullable": fld.nullable} for fld in ds.schema
+        ],
+        "tags": {t: info["version"] for t, info in ds.tags.list().items()},
+    }
+
+
+def _list_versions(ctx: ActionContext, f: Fields) -> dict[str, Any]:
+    ds = ctx.handles.open_latest(f.dataset())
+    return {
+        "versions": [
+            {
+                "version": v["version"],
+                "timestamp": _iso(v["timestamp"]),
+                "rows": int(v["metadata"]["total_rows"]),
+                "fragments": int(v["metadata"]["total_fragments"]),
+            }
+            for v in ds.versions()
+        ]
+    }
+
+
+def _list_tags(ctx: ActionContext, f: Fields) -> dict[str, Any]:
+    ds = ctx.handles.open_latest(f.dataset())
+    return {
+        "tags": {
+            t: {
+                "version": info["version"],
+                "created_at": _iso(info["created_at"]),
+                "updated_at": _iso(info["updated_at"]),
+            }
+            for t, info in ds.tags.list().items()
+        }
+    }
+
+
+def _create_tag(ctx: ActionContext, f: Fields) -> dict[str, Any]:
+    name = f.dataset()
+    tag = f.str("tag", required=True)
+    ds = ctx.handles.open_latest(name)
+    version = f.int("version", minimum=1) or ds.version
+    ds.tags.create(tag, version)
+    return {"tag": tag, "version": version}
+
+
+def _delete_tag(ctx: ActionContext, f: Fields) -> dict[str, Any]:
+    name = f.dataset()
+    tag = f.str("tag", required=True)
+    ctx.handles.open_latest(name).tags.delete(tag)
+    return {"tag": tag, "deleted": True}
+
+
+def _delete(ctx: ActionContext, f: Fields) -> dict[str, Any]:
+    name = f.dataset()
+    predicate = f.str("predicate", required=True)
+    ds = ctx.handles.open_latest(name)
+    before = ds.count_rows()
+    ds.delete(predicate)
+    return {"version": ds.version, "deleted_rows": before - ds.count_rows()}
+
+
+def _restore(ctx: ActionContext, f: Fields) -> dict[str, Any]:
+    name = f.dataset()
+    if isinstance(f.doc.get("version"), str) and "tag" not in f.doc:
+        f.doc["tag"] = f.doc.pop("version")  # {"version": "q3"} names a tag
+    version, tag, as_of = version_ref(f)
+    if as_of is not None or (version is None and tag is None):
+        raise InvalidArgument("restore body: give 'version' or 'tag'")
+    h = ctx.handles
+    try:
+        # a fresh handle, never the cached one: restoring changes it
+        ds = dataset(
+            h.uri(name),
+            version=version if version is not None else tag,
+            storage_options=h.storage_options,
+        )
+    except DatasetNotFoundError:
+        raise NotFound(f"dataset {name!r} does not exist") from None
+    ds.restore()
+    return {"version": ds.version, "restored": version if version is not None else tag}
+
+
+def _add_columns(ctx: ActionContext, f: Fields) -> dict[str, Any]:
+    name = f.dataset()
+    columns = f.obj("columns", required=True)
+    if not columns or not all(
+        isinstance(k, str) and k and isinstance(v, str) and v.strip() for k, v in columns.items()
+    ):
+        raise InvalidArgument(
+            "add_columns body: 'columns' must map new column names to SQL expressions"
+        )
+    _refuse_reserved("add_columns body", columns)
+    ds = ctx.handles.open_latest(name)
+    ds.add_columns(dict(columns))
+    return {"version": ds.version}
+
+
+def _drop_columns(ctx: ActionContext, f: Fields) -> dict[str, Any]:
+    name = f.dataset()
+    columns = f.str_list("columns", required=True, nonempty=True)
+    ds = ctx.handles.open_latest(name)
+    ds.drop_columns(columns)
+    return {"version": ds.version}
+
+
+def _alter_columns(ctx: ActionContext, f: Fields) -> dict[str, Any]:
+    name = f.dataset()
+    alterations = f.list("alterations", required=True)
+    if not alterations:
+        raise InvalidArgument("alter_columns body: 'alterations' is empty")
+    parsed: list[dict[str, Any]] = []
+    for i, alt in enumerate(alterations):
+        if not isinstance(alt, dict):
+            raise InvalidArgument("alter_columns body: each alteration is a JSON object")
+        a = Fields(alt, f"alteration {i}", ("path", "name", "nullable", "data_type"))
+        out: dict[str, Any] = {"path": a.str("path", required=True)}
+        if any(p["path"] == out["path"] for p in parsed):
+            raise InvalidArgument(
+                f"alteration {i}: column {out['path'][:80]!r} is altered twice; "
+                "give one alteration per column"
+            )
+        if a.has("name"):
+            out["name"] = a.str("name")
+            _refuse_reserved(f"alteration {i}", [out["name"]])
+        if a.has("nullable"):
+            out["nullable"] = a.bool("nullable")
+        if a.has("data_type"):
+            out["data_type"] = _arrow_type(a.str("data_type"))
+        if len(out) == 1:
+            raise InvalidArgument(
+                f"alteration {i}: give at least one of 'name', 'nullable', 'data_type'"
+            )
+        parsed.append(out)
+    ds = ctx.handles.open_latest(name)
+    ds.alter_columns(*parsed)
+    return {"version": ds.version}
+
+
+def _compact(ctx: ActionContext, f: Fields) -> dict[str, Any]:
+    name = f.dataset()
+    options = {
+        "target_rows_per_fragment": f.int("target_rows_per_fragment", minimum=1),
+        "max_rows_per_group": f.int("max_rows_per_group", minimum=1),
+        "materialize_deletions": f.bool("materialize_deletions"),
+        "materialize_deletions_threshold": f.number("materialize_deletions_threshold", minimum=0),
+    }
+    ds = ctx.handles.open_latest(name)
+    metrics = ds.optimize.compact_files(**{k: v for k, v in options.items() if v is not None})
+    return {
+        "version": ds.version,
+        "fragments_removed": metrics.fragments_removed,
+        "fragments_added": metrics.fragments_added,
+        "files_removed": metrics.files_removed,
+        "files_added": metrics.files_added,
+    }
+
+
+def _cleanup(ctx: ActionContext, f: Fields) -> dict[str, Any]:
+    name = f.dataset()
+    older = f.number("older_than_seconds", minimum=0, maximum=MAX_AGE_SECONDS)
+    retain = f.int("retain_versions", minimum=1)
+    ds = ctx.handles.open_latest(name)
+    stats = ds.cleanup_old_versions(
+        older_than=dt.timedelta(seconds=older) if older is not None else None,
+        retain_versions=retain,
+        delete_unverified=f.bool("delete_unverified", default=False),
+        error_if_tagged_old_versions=f.bool("error_if_tagged_old_versions", default=True),
+    )
+    ctx.handles.forget(name)
+    return {
+        "bytes_removed": stats.bytes_removed,
+        "old_versions": stats.old_versions,
+        "data_files_removed": stats.data_files_removed,
+        "deletion_files_removed": stats.deletion_files_removed,
+        "transaction_files_removed": stats.transaction_files_removed,
+    }
+
+
+def _drop_dataset(ctx: ActionContext, f: Fields) -> dict[str, Any]:
+    name = f.dataset()
+    store = ctx.handles.store(name)
+    if not _versions.list_manifests(store):
+        raise NotFound(f"dataset {name!r} does not exist")
+    ctx.handles.forget(name)
+    store.fs.rm(store.root, recursive=True)
+    return {"dataset": name, "dropped": True}
+
+
+def _commit(ctx: ActionContext, f: Fields) -> dict[str, Any]:
+    name = f.dataset()
+    op = f.str("operation", required=True)
+    if op not in MODES:
+        raise InvalidArgument("commit body: 'operation' must be append, overwrite or create")
+    read_version = f.int("read_version", minimum=0)
+    key = f.str("idempotency_key")
+    job = job_field(f)
+    staged = ctx.writes.staged(name, f.list("fragments", required=True) or [])
+    return ctx.writes.commit_staged(
+        name, op, staged, read_version=read_version, idempotency_key=key, job=job
+    )
+
+
+def _abort(ctx: ActionContext, f: Fields) -> dict[str, Any]:
+    name = f.dataset()
+    job = job_field(f)
+    staged = ctx.writes.staged(name, f.list("fragments", required=job is None) or [])
+    return ctx.writes.abort(name, staged, job)
+
+
+# ------------------------------------------------------------------------------- the table
+ACTION_TABLE: tuple[Action, ...] = (
+    Action(
+        "commit",
+        "Make staged fragments visible in one new version: {dataset, operation: "
+        "append|overwrite|create, fragments, read_version?, idempotency_key?} -> {version, rows}",
+        WRITE,
+        ("dataset", "operation", "fragments", "read_version", "idempotency_key", "job"),
+        _commit,
+    ),
+    Action(
+        "abort",
+        "Remove the files of staged, uncommitted fragments: {dataset, fragments} -> "
+        "{removed_files, kept_files}",
+        WRITE,
+        ("dataset", "fragments", "job"),
+        _abort,
+    ),
+    Action(
+        "describe",
+        "Schema, version, rows and fragments of a dataset: {dataset, version?|tag?|as_of?}",
+        READ,
+        ("dataset", "version", "tag", "as_of"),
+        _describe,
+    ),
+    Action(
+        "list_versions",
+        "Every version of a dataset with its time and row count: {dataset}",
+        READ,
+        ("dataset",),
+        _list_versions,
+    ),
+    Action(
+        "delete",
+        "Delete the rows matching a SQL predicate: {dataset, predicate} -> {version, deleted_rows}",
+        WRITE,
+        ("dataset", "predicate"),
+        _delete,
+    ),
+    Action(
+        "restore",
+        "Make an old version (number or tag) the latest: {dataset, version|tag} -> {version}",
+        WRITE,
+        ("dataset", "version", "tag"),
+        _restore,
+    ),
+    Action(
+        "create_tag",
+        "Tag a version (default latest): {dataset, tag, version?} -> {tag, version}",
+        WRITE,
+        ("dataset", "tag", "version"),
+        _create_tag,
+    ),
+    Action("delete_tag", "Remove a tag: {dataset, tag}", WRITE, ("dataset", "tag"), _delete_tag),
+    Action(
+        "list_tags",
+        "Every tag of a dataset and its version: {dataset} -> {tags}",
+        READ,
+        ("dataset",),
+        _list_tags,
+    ),
+    Action(
+        "add_columns",
+        "Add columns computed by SQL expressions: {dataset, columns: {name: expr}} -> {version}",
+        WRITE,
+        ("dataset", "columns"),
+        _add_columns,
+    ),
+    Action(
+        "drop_columns",
+        "Remove columns: {dataset, columns: [name]} -> {version}",
+        WRITE,
+        ("dataset", "columns"),
+        _drop_columns,
+    ),
+    Action(
+        "alter_columns",
+        "Rename columns, change nullability or type: {dataset, alterations: "
+        "[{path, name?, nullable?, data_type?}]} -> {version}",
+        WRITE,
+        ("dataset", "alterations"),
+        _alter_columns,
+    ),
+    Action(
+        "compact",
+        "Merge small fragments and purge deleted rows: {dataset, target_rows_per_fragment?, "
+        "max_rows_per_group?, materialize_deletions?, materialize_deletions_threshold?}",
+        WRITE,
+        (
+            "dataset",
+            "target_rows_per_fragment",
+            "max_rows_per_group",
+            "materialize_deletions",
+            "materialize_deletions_threshold",
+        ),
+        _compact,
+    ),
+    Action(
+        "cleanup",
+        "Remove old versions and unreferenced files: {dataset, older_than_seconds?, "
+        "retain_versions?, delete_unverified?, error_if_tagged_old_versions?}",
+        WRITE,
+        (
+            "dataset",
+            "older_than_seconds",
+            "retain_versions",
+            "delete_unverified",
+            "error_if_tagged_old_versions",
+        ),
+        _cleanup,
+    ),
+    Action(
+        "drop_dataset",
+        "Delete a dataset and all its files: {dataset}",
+        WRITE,
+        ("dataset",),
+        _drop_dataset,
+    ),
+    Action("healthcheck", "Whether this server can serve: {} -> {status}", None, (), _healthcheck),
+)
+
+ACTIONS_BY_NAME: dict[str, Action] = {a.name: a for a in ACTION_TABLE}
+# What ListActions lists: name -> summary.
+ACTIONS: dict[str, str] = {a.name: a.summary for a in ACTION_TABLE}
+
+
+def find_action(name: str) -> Action:
+    """The action called `name`; Unimplemented for any other name."""
+    action = ACTIONS_BY_NAME.get(name)
+    if action is None:
+        raise Unimplemented(
+            f"unknown action {name[:64]!r}; ListActions names the {len(ACTIONS)} actions"
+        )
+    return action
+
+
+def parse_body(action: Action, body: bytes | None) -> Fields:
+    """An action's JSON body, checked to be an object holding only the keys it accepts."""
+    what = f"{action.name} body"
+    doc = parse_object(body, what, empty_ok=not action.keys)
+    return Fields(doc, what, action.keys)
+
+
+# ------------------------------------------------------------------------------- helpers
+def _iso(t: dt.datetime | None) -> str | None:
+    if t is None:
+        return None
+    if t.tzinfo is None:
+        t = t.astimezone()  # naive = local time, as the engine reports versions()
+    return t.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _refuse_reserved(what: str, names: Iterable[str]) -> None:
+    """InvalidArgument for a new column named like a system column (`_rowid`, ...)."""
+    for n in names:
+        if n in RESERVED_COLUMNS:
+            raise InvalidArgument(
+                f"{what}: {n} is a reserved column name (row ids and addresses) and cannot be "
+                "used in a Lance dataset"
+            )
+
+
+_TYPE_ALIASES = {"utf8": "string", "large_utf8": "large_string", "str": "string"}
+
+
+def _arrow_type(text: str) -> pa.DataType:
+    try:
+        return pa.type_for_alias(_TYPE_ALIASES.get(text, text))
+    except (ValueError, KeyError):
+        raise InvalidArgument(
+            f"unknown data_type {text[:40]!r} (use Arrow names: int64, float32, string...)"
+        ) from None

@@ -1,0 +1,165 @@
+"""`DatasetHandles`: the datasets under one storage root, by name.
+
+Every name is validated (and, on a local root, its directory checked to stay inside the root)
+before storage is touched; read-only handles on pinned versions are cached, fresh handles on
+the latest version are not (callers mutate those).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from flight_server.confine import check_dataset_dir
+from flight_server.corruption import data_corrupt
+from flight_server.errors import InvalidArgument, NotFound, Scrubber, Unimplemented
+from flight_server.names import dataset_uri, normalize_root
+from format.dataset import LanceDataset, dataset
+from format.errors import CorruptFileError, DatasetNotFoundError
+from format.io.store import ObjectStore, open_store
+from format.proto import table_pb2
+
+_CACHE_SIZE = 64
+
+
+class DatasetHandles:
+    """Open datasets of one root by name: latest, a pinned version, a tag or a timestamp."""
+
+    def __init__(self, root: str, storage_options: dict[str, Any] | None = None) -> None:
+        self.root = normalize_root(root)
+        self.storage_options = dict(storage_options or {})
+        self.scrub = Scrubber([(self.root, "<root>"), (f"file://{self.root}", "<root>")])
+        self._cache: OrderedDict[tuple[str, int], LanceDataset] = OrderedDict()
+        self._lock = threading.Lock()
+        if "://" not in self.root:
+            with contextlib.suppress(OSError):
+                os.makedirs(self.root, exist_ok=True)
+
+    # -- names ----------------------------------------------------------------------------
+    def uri(self, name: str) -> str:
+        """The URI of dataset `name`: the name validated and, on a local root, its directory
+        checked to resolve inside the root (PermissionDenied for links leading out)."""
+        uri = dataset_uri(self.root, name)
+        if "://" not in self.root:
+            check_dataset_dir(self.root, uri, name)
+        return uri
+
+    def store(self, name: str) -> ObjectStore:
+        """The object store of dataset `name` (which need not exist yet)."""
+        return open_store(self.uri(name), self.storage_options)
+
+    def scrubber_for(self, name: str | None) -> Scrubber:
+        """A scrubber that also turns this dataset's URI into its name."""
+        if not name:
+            return self.scrub
+        try:
+            uri = dataset_uri(self.root, name)
+        except InvalidArgument:
+            return self.scrub
+        return self.scrub.with_pairs([(uri, name)])
+
+    def explain(
+        self,
+        exc: BaseException,
+        name: str | None,
+        version: int | None = None,
+        fragment_id: int | None = None,
+    ) -> BaseException:
+        """`exc` as a client should see it: a damaged file of dataset `name` becomes
+        DataCorrupt naming the version, fragment and file (`flight_server.corruption`)."""
+        if not isinstance(exc, CorruptFileError) or not name:
+            return exc
+        try:
+            uri = dataset_uri(self.root, name)
+        except InvalidArgument:
+            return exc
+
+        def manifest_of(v: int | None) -> table_pb2.Manifest:
+            ds = self.open_version(name, v) if v is not None else self.open_latest(name)
+            return ds.manifest.pb
+
+        return data_corrupt(
+            exc, name, uri, version=version, fragment_id=fragment_id, manifest_of=manifest_of
+        )
+
+    # -- opening --------------------------------------------------------------------------
+    def open_latest(self, name: str) -> LanceDataset:
+        """A fresh handle on the latest version (safe to mutate)."""
+        uri = self.uri(name)
+        try:
+            return dataset(uri, storage_options=self.storage_options)
+        except DatasetNotFoundError:
+            raise NotFound(f"dataset {name!r} does not exist") from None
+
+    def try_latest(self, name: str) -> LanceDataset | None:
+        """The latest version, or None when the dataset does not exist."""
+        try:
+            return self.open_latest(name)
+        except NotFound:
+            return None
+
+    def open_version(self, name: str, version: int) -> LanceDataset:
+        """A cached, read-only handle on one version (never mutate it)."""
+        uri = self.uri(name)
+        key = (uri, version)
+        with self._lock:
+            ds = self._cache.get(key)
+            if ds is not None:
+                self._cache.move_to_end(key)
+                return ds
+        try:
+            ds = dataset(uri, version=version, storage_options=self.storage_options)
+        except DatasetNotFoundError:
+            raise NotFound(f"dataset {name!r} does not exist") from None
+        with self._lock:
+            self._cache[key] = ds
+            while len(self._cache) > _CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return ds
+
+    def forget(self, name: str) -> None:
+        """Drop the cached handles of dataset `name` (it was dropped, replaced or cleaned)."""
+        uri = self.uri(name)
+        with self._lock:
+            for key in [k for k in self._cache if k[0] == uri]:
+                del self._cache[key]
+
+    def open_ref(
+        self, name: str, version: int | None, tag: str | None, as_of: str | None
+    ) -> LanceDataset:
+        """The dataset at a version number, tag, timestamp, or the latest (read-only)."""
+        if version is not None:
+            return self.open_version(name, version)
+        if tag is None and as_of is None:
+            return self.open_latest(name)
+        uri = self.uri(name)
+        try:
+            ds = dataset(uri, version=tag, asof=as_of, storage_options=self.storage_options)
+        except DatasetNotFoundError:
+            raise NotFound(f"dataset {name!r} does not exist") from None
+        if ds.uri != uri:
+            raise Unimplemented(f"tag {tag!r} of dataset {name!r} is on a branch; not served")
+        return ds
+
+
+def stamp(ds: LanceDataset) -> int:
+    """The commit time of a version in nanoseconds: tells apart equal numbers of two lives."""
+    return int(ds.manifest.pb.timestamp.ToNanoseconds())
+
+
+def live_rows(pb: table_pb2.DataFragment) -> int:
+    """Rows of a fragment not deleted, as its manifest entry counts them."""
+    return int(pb.physical_rows) - int(pb.deletion_file.num_deleted_rows)
+
+
+def known_live_rows(frag: Any) -> int:
+    """Live rows of a fragment: from the manifest when it says, else from its deletion file."""
+    pb = frag.metadata
+    if not pb.HasField("deletion_file"):
+        return int(pb.physical_rows)
+    if pb.deletion_file.num_deleted_rows:
+        return live_rows(pb)
+    return int(frag.count_rows())  # older writers leave the count out
