@@ -21,6 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from flight_server import metrics
 from flight_server.errors import AlreadyExists, Cancelled, InvalidArgument, Unimplemented
 from flight_server.handles import DatasetHandles
 from flight_server.names import discover
@@ -220,6 +221,7 @@ class Writes:
                     "aborted; stage under a new job"
                 )
             tokens = [self._stage_token(name, f, fresh, sig, job, record) for f in written]
+            metrics.staged(len(tokens))
             return {"fragments": tokens, "rows": rows}
         if appending:
             assert existing is not None
@@ -246,13 +248,15 @@ class Writes:
     ) -> LanceDataset:
         """Commit; with `clean`, remove the fragments' files when it certainly did not land."""
         try:
-            return commit(
+            new = commit(
                 self.handles.uri(name),
                 operation,
                 read_version=read_version,
                 storage_options=self.handles.storage_options,
                 idempotency_key=idempotency_key,
             )
+            metrics.committed(mode)
+            return new
         except (CommitConflictError, DatasetAlreadyExistsError) as e:
             if clean:
                 self._remove_files(name, _paths(frags))
