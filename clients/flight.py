@@ -550,8 +550,11 @@ class Client:
             uris.append(self.uri)
         return uris
 
-    def _open(self, endpoint: flight.FlightEndpoint) -> tuple[flight.FlightStreamReader, str]:
-        """A DoGet stream of `endpoint` from the first of its locations that answers."""
+    def _open(
+        self, endpoint: flight.FlightEndpoint, exclude: Sequence[str] = ()
+    ) -> tuple[flight.FlightStreamReader, str]:
+        """A DoGet stream of `endpoint` from the first of its locations (but `exclude`)
+        that answers."""
         last: QuiverError | None = None
 
         def call(c: flight.FlightClient, o: flight.FlightCallOptions) -> flight.FlightStreamReader:
@@ -560,6 +563,8 @@ class Client:
             return reader
 
         for uri in self._locations(endpoint):
+            if uri in exclude:
+                continue
             try:
                 self._connection(uri)
             except QuiverError as e:  # cannot connect to (or authenticate at) this replica
@@ -577,16 +582,38 @@ class Client:
         raise last
 
     def endpoint_batches(self, endpoint: flight.FlightEndpoint) -> Iterator[pa.RecordBatch]:
-        """The record batches of one endpoint of a `FlightInfo`, in order."""
-        reader, _ = self._open(endpoint)
-        with _translated():
-            while True:
-                try:
-                    chunk = reader.read_chunk()
-                except StopIteration:
-                    return
-                if chunk.data is not None:
-                    yield chunk.data
+        """The record batches of one endpoint of a `FlightInfo`, in order.
+
+        A stream that breaks with `Unavailable` (its replica went away or is shutting down)
+        is read again from the endpoint's next location: the ticket pins the rows and their
+        order, so the rows already yielded are skipped and every row comes once.
+        """
+        failed: list[str] = []
+        sent = 0  # rows yielded so far
+        while True:
+            reader, uri = self._open(endpoint, exclude=failed)
+            skip = sent
+            try:
+                with _translated():
+                    while True:
+                        try:
+                            chunk = reader.read_chunk()
+                        except StopIteration:
+                            return
+                        batch = chunk.data
+                        if batch is None:
+                            continue
+                        if skip:
+                            if batch.num_rows <= skip:
+                                skip -= batch.num_rows
+                                continue
+                            batch, skip = batch.slice(skip), 0
+                        sent += batch.num_rows
+                        yield batch
+            except Unavailable:
+                failed.append(uri)
+                if all(u in failed for u in self._locations(endpoint)):
+                    raise
 
     def _fetch(
         self, endpoint: flight.FlightEndpoint, progress: _Progress, stop: threading.Event
