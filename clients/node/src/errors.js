@@ -1,0 +1,170 @@
+'use strict';
+// Errors of the Quiver client, one class per code the server puts in a Flight error.
+//
+// The server sends each failure as a gRPC status whose trailers carry:
+//   grpc-status-details-bin     the Flight error's `extra_info`: JSON {"code": ..., ...}
+//   x-arrow-status-message-bin  the server's one-line message, without what gRPC adds
+//   x-arrow-status-detail-bin   for GetSchema, "Python exception: {"code": ...}"
+// `fromGrpcError` picks the class by that code, or by the gRPC status when there is none.
+
+const { status: Status } = require('@grpc/grpc-js');
+
+class QuiverError extends Error {
+  /**
+   * @param {string} message the server's one-line message
+   * @param {{code?: string|null, details?: object, grpcCode?: number|null, cause?: unknown}} [options]
+   */
+  constructor(message, options = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = new.target.name;
+    const ownCode = new.target.code;
+    /** the machine-readable code (`not_found`, ...), or null when nothing said one */
+    this.code = options.code ?? ownCode ?? null;
+    /** the whole `extra_info` object the server sent ({} when none) */
+    this.details = { ...(options.details || {}) };
+    /** the gRPC status code of the failed call, when there was one */
+    this.grpcCode = options.grpcCode ?? null;
+  }
+}
+QuiverError.code = null;
+
+function define(name, code, doc) {
+  const cls = { [name]: class extends QuiverError {} }[name];
+  cls.code = code;
+  cls.description = doc;
+  return cls;
+}
+
+const NotFound = define('NotFound', 'not_found', 'the dataset, version, tag, fragment or action does not exist');
+const InvalidArgument = define('InvalidArgument', 'invalid_argument', 'a malformed request');
+const AlreadyExists = define('AlreadyExists', 'already_exists', 'the dataset or tag to create exists');
+const FailedPrecondition = define('FailedPrecondition', 'failed_precondition', "the dataset's state refuses the request");
+const Unauthenticated = define('Unauthenticated', 'unauthenticated', 'a missing, malformed, forged or expired credential');
+const PermissionDenied = define('PermissionDenied', 'permission_denied', 'a right the user lacks');
+const Unavailable = define('Unavailable', 'unavailable', 'the server cannot be reached or is draining');
+const Unimplemented = define('Unimplemented', 'unimplemented', 'an action, RPC, type or feature the server does not have');
+const Cancelled = define('Cancelled', 'cancelled', 'the call was cancelled');
+const DataCorrupt = define('DataCorrupt', 'data_corrupt', 'a file of the dataset is missing, truncated or malformed');
+const Internal = define('Internal', 'internal', 'an unexpected server error (the message references the server log)');
+const DeadlineExceeded = define('DeadlineExceeded', 'deadline_exceeded', 'the call ran past its timeout');
+
+/** A commit lost to a concurrent one: `retryable` and the `version` it lost to. */
+class CommitConflict extends QuiverError {
+  constructor(message, options = {}) {
+    super(message, options);
+    const d = this.details;
+    /** whether committing again (on a fresh read version) can succeed */
+    this.retryable = d.retryable === true;
+    /** the version the commit lost to, when the server says */
+    this.version = Number.isInteger(d.version) ? d.version : null;
+  }
+}
+CommitConflict.code = 'commit_conflict';
+
+const CLASSES = [
+  NotFound, InvalidArgument, AlreadyExists, CommitConflict, FailedPrecondition, Unauthenticated,
+  PermissionDenied, Unavailable, Unimplemented, Cancelled, DataCorrupt, Internal, DeadlineExceeded,
+];
+const BY_CODE = new Map(CLASSES.map((cls) => [cls.code, cls]));
+
+// When the server named no (known) code: the class the gRPC status stands for.
+const BY_STATUS = new Map([
+  [Status.NOT_FOUND, NotFound],
+  [Status.INVALID_ARGUMENT, InvalidArgument],
+  [Status.ALREADY_EXISTS, AlreadyExists],
+  [Status.FAILED_PRECONDITION, FailedPrecondition],
+  [Status.UNAUTHENTICATED, Unauthenticated],
+  [Status.PERMISSION_DENIED, PermissionDenied],
+  [Status.UNAVAILABLE, Unavailable],
+  [Status.UNIMPLEMENTED, Unimplemented],
+  [Status.CANCELLED, Cancelled],
+  [Status.DEADLINE_EXCEEDED, DeadlineExceeded],
+  [Status.INTERNAL, Internal],
+]);
+
+const CODE_IN_TEXT = /Python exception: (\{[^{}\n]*\})/;
+
+function metadataText(metadata, key) {
+  if (!metadata || typeof metadata.get !== 'function') return null;
+  const values = metadata.get(key);
+  if (!values || values.length === 0) return null;
+  const v = values[0];
+  return Buffer.isBuffer(v) ? v.toString('utf8') : String(v);
+}
+
+function parseObject(text) {
+  if (!text) return null;
+  try {
+    const value = JSON.parse(text);
+    return value && typeof value === 'object' && !Array.isArray(value) ? value : null;
+  } catch {
+    return null;
+  }
+}
+
+/** The `extra_info` JSON object of a failed call ({} when it carried none). */
+function errorDetails(err) {
+  const metadata = err && err.metadata;
+  const info = parseObject(metadataText(metadata, 'grpc-status-details-bin'));
+  if (info) return info;
+  // GetSchema errors and some stream errors name the code only in text
+  for (const text of [metadataText(metadata, 'x-arrow-status-detail-bin'), err && err.details]) {
+    const found = text && CODE_IN_TEXT.exec(text);
+    const value = found && parseObject(found[1]);
+    if (value && typeof value.code === 'string') return value;
+  }
+  return {};
+}
+
+const SUFFIXES = ['. Detail: ', '. gRPC client debug context: ', '. Client context: '];
+
+/** The server's own one-line message out of a failed call. */
+function serverMessage(err) {
+  let text = metadataText(err && err.metadata, 'x-arrow-status-message-bin');
+  if (!text) {
+    text = String((err && (err.details || err.message)) || '');
+    for (const suffix of SUFFIXES) {
+      const i = text.indexOf(suffix);
+      if (i !== -1) text = text.slice(0, i);
+    }
+  }
+  const line = text.trim().split('\n')[0].trim();
+  return line || 'the server reported an error without a message';
+}
+
+/**
+ * The QuiverError a failed gRPC call stands for: the class of the `code` in the server's
+ * `extra_info`, else of the gRPC status; the server's message and the whole JSON object kept.
+ */
+function fromGrpcError(err) {
+  if (err instanceof QuiverError) return err;
+  const details = errorDetails(err);
+  const grpcCode = typeof (err && err.code) === 'number' ? err.code : null;
+  const message = serverMessage(err);
+  let cls = typeof details.code === 'string' ? BY_CODE.get(details.code) : undefined;
+  if (cls === undefined && grpcCode !== null) cls = BY_STATUS.get(grpcCode);
+  if (cls !== undefined) return new cls(message, { details, grpcCode, cause: err });
+  const code = typeof details.code === 'string' ? details.code : null;
+  return new QuiverError(message, { code, details, grpcCode, cause: err });
+}
+
+module.exports = {
+  QuiverError,
+  NotFound,
+  InvalidArgument,
+  AlreadyExists,
+  CommitConflict,
+  FailedPrecondition,
+  Unauthenticated,
+  PermissionDenied,
+  Unavailable,
+  Unimplemented,
+  Cancelled,
+  DataCorrupt,
+  Internal,
+  DeadlineExceeded,
+  ERROR_CLASSES: CLASSES,
+  fromGrpcError,
+  errorDetails,
+  serverMessage,
+};

@@ -1,0 +1,17 @@
+'use strict';
+// quiver-client: a Node.js client of the Quiver Flight server over plain gRPC.
+
+const arrow = require('apache-arrow');
+const errors = require('./errors');
+const { Client } = require('./client');
+const { readCommand, putCommand, commitBody } = require('./commands');
+
+module.exports = {
+  Client,
+  ...errors,
+  readCommand,
+  putCommand,
+  commitBody,
+  /** The apache-arrow module the client decodes into and encodes from. */
+  arrow,
+};
