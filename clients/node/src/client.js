@@ -205,6 +205,7 @@ function schemaOf(data) {
  * record batches, cut from Arrow JS's stream writer one batch at a time.
  */
 async function* uploadMessages(data) {
+  checkArrowObject(data);
   const writer = new RecordBatchStreamWriter();
   const chunks = writer[Symbol.asyncIterator]();
   const cutter = new ipc.MessageCutter();
@@ -517,10 +518,11 @@ class Client {
     }, uri);
   }
 
-  /** A DoGet stream of `endpoint` from the first of its locations that answers. */
-  async _openEndpoint(endpoint) {
+  /** A DoGet stream of `endpoint` from the first of its locations (but `exclude`) that answers. */
+  async _openEndpoint(endpoint, exclude = []) {
     let last = null;
     for (const uri of this._locations(endpoint)) {
+      if (exclude.includes(uri)) continue;
       try {
         await this._connection(uri);
       } catch (err) {
@@ -539,16 +541,41 @@ class Client {
     throw last;
   }
 
-  /** The record batches of one endpoint of a FlightInfo, in order. */
+  /**
+   * The record batches of one endpoint of a FlightInfo, in order. A stream that breaks with
+   * Unavailable (its replica went away or drains) is read again from the endpoint's next
+   * location; the ticket pins the rows and their order, so the rows already yielded are
+   * skipped and every row comes once.
+   */
   async *endpointBatches(endpoint) {
-    const { reader, call, box, uri } = await this._openEndpoint(endpoint);
-    try {
-      for await (const batch of reader) yield batch;
-      if (box.error) throw box.error;
-    } catch (err) {
-      throw err instanceof QuiverError ? err : this._translate(box.error || err, uri);
-    } finally {
-      call.cancel(); // a no-op once the stream ended; stops it when the reader broke off
+    const failed = [];
+    let sent = 0; // rows yielded so far
+    for (;;) {
+      const { reader, call, box, uri } = await this._openEndpoint(endpoint, failed);
+      let skip = sent;
+      try {
+        for await (let batch of reader) {
+          if (skip) {
+            if (batch.numRows <= skip) {
+              skip -= batch.numRows;
+              continue;
+            }
+            batch = batch.slice(skip);
+            skip = 0;
+          }
+          sent += batch.numRows;
+          yield batch;
+        }
+        if (box.error) throw box.error;
+        return;
+      } catch (err) {
+        const error = err instanceof QuiverError ? err : this._translate(box.error || err, uri);
+        if (!(error instanceof Unavailable)) throw error;
+        failed.push(uri);
+        if (this._locations(endpoint).every((u) => failed.includes(u))) throw error;
+      } finally {
+        call.cancel(); // a no-op once the stream ended; stops it when the reader broke off
+      }
     }
   }
 

@@ -1,0 +1,230 @@
+'use strict';
+// Parts of the client that need no server: error mapping, command bodies, URIs, the bounded
+// parallel map and the IPC framing of uploads and downloads.
+
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const grpc = require('@grpc/grpc-js');
+const arrow = require('apache-arrow');
+
+const quiver = require('../src');
+const { mapBounded, parseUri, uploadMessages } = require('../src/client');
+const ipc = require('../src/ipc');
+
+function grpcError(code, details, trailers = {}) {
+  const metadata = new grpc.Metadata();
+  for (const [k, v] of Object.entries(trailers)) metadata.set(k, k.endsWith('-bin') ? Buffer.from(v) : v);
+  return Object.assign(new Error(`${code} ${details}`), { code, details, metadata });
+}
+
+test('every error class is chosen by the code in extra_info, whatever the gRPC status', () => {
+  for (const cls of quiver.ERROR_CLASSES) {
+    const err = quiver.fromGrpcError(
+      grpcError(grpc.status.UNKNOWN, 'boom. Detail: Failed', {
+        'grpc-status-details-bin': JSON.stringify({ code: cls.code, extra: 1 }),
+        'x-arrow-status-message-bin': 'boom',
+      }),
+    );
+    assert.ok(err instanceof cls, cls.name);
+    assert.ok(err instanceof quiver.QuiverError);
+    assert.equal(err.code, cls.code);
+    assert.equal(err.message, 'boom');
+    assert.deepEqual(err.details, { code: cls.code, extra: 1 });
+    assert.equal(err.grpcCode, grpc.status.UNKNOWN);
+    assert.equal(err.name, cls.name);
+  }
+});
+
+test('without a code the gRPC status decides; unknown codes stay QuiverError with their code', () => {
+  const cases = [
+    [grpc.status.NOT_FOUND, quiver.NotFound],
+    [grpc.status.INVALID_ARGUMENT, quiver.InvalidArgument],
+    [grpc.status.UNAUTHENTICATED, quiver.Unauthenticated],
+    [grpc.status.PERMISSION_DENIED, quiver.PermissionDenied],
+    [grpc.status.UNAVAILABLE, quiver.Unavailable],
+    [grpc.status.DEADLINE_EXCEEDED, quiver.DeadlineExceeded],
+    [grpc.status.UNIMPLEMENTED, quiver.Unimplemented],
+  ];
+  for (const [status, cls] of cases) {
+    const err = quiver.fromGrpcError(grpcError(status, 'it failed. Detail: x'));
+    assert.ok(err instanceof cls, cls.name);
+    assert.equal(err.message, 'it failed');
+    assert.deepEqual(err.details, {});
+  }
+  const odd = quiver.fromGrpcError(
+    grpcError(grpc.status.UNKNOWN, 'odd', { 'grpc-status-details-bin': '{"code":"brand_new"}' }),
+  );
+  assert.equal(odd.constructor, quiver.QuiverError);
+  assert.equal(odd.code, 'brand_new');
+  const bare = quiver.fromGrpcError(grpcError(grpc.status.UNKNOWN, ''));
+  assert.equal(bare.code, null);
+  assert.equal(bare.message, 'the server reported an error without a message');
+});
+
+test('GetSchema errors name their code in text only', () => {
+  const err = quiver.fromGrpcError(
+    grpcError(grpc.status.NOT_FOUND, 'dataset \'x\' does not exist. Detail: Python exception: {"code":"not_found"}'),
+  );
+  assert.ok(err instanceof quiver.NotFound);
+  assert.equal(err.message, "dataset 'x' does not exist");
+  assert.deepEqual(err.details, { code: 'not_found' });
+  const denied = quiver.fromGrpcError(
+    grpcError(grpc.status.UNKNOWN, 'no', { 'x-arrow-status-detail-bin': 'Python exception: {"code":"permission_denied"}' }),
+  );
+  assert.ok(denied instanceof quiver.PermissionDenied);
+});
+
+test('a commit conflict carries retryable and the version it lost to', () => {
+  const err = quiver.fromGrpcError(
+    grpcError(grpc.status.UNAVAILABLE, 'lost', {
+      'grpc-status-details-bin': '{"code":"commit_conflict","retryable":true,"version":7}',
+    }),
+  );
+  assert.ok(err instanceof quiver.CommitConflict);
+  assert.ok(!(err instanceof quiver.Unavailable)); // the code wins over the gRPC status
+  assert.equal(err.retryable, true);
+  assert.equal(err.version, 7);
+  const plain = new quiver.CommitConflict('lost');
+  assert.equal(plain.retryable, false);
+  assert.equal(plain.version, null);
+});
+
+test('read commands carry only the options given, in the server\'s names', () => {
+  assert.deepEqual(quiver.readCommand('sales'), { dataset: 'sales' });
+  assert.deepEqual(
+    quiver.readCommand('team/sales', {
+      columns: ['id', 'x'], filter: 'x > 5', version: 3n, limit: 10, withRowId: true,
+      maxRowsPerEndpoint: 100, appendedSince: 1,
+    }),
+    { dataset: 'team/sales', version: 3, columns: ['id', 'x'], filter: 'x > 5', limit: 10,
+      with_row_id: true, max_rows_per_endpoint: 100, appended_since: 1 },
+  );
+  assert.deepEqual(quiver.readCommand('s', { asOf: new Date(Date.UTC(2026, 0, 31)) }), {
+    dataset: 's', as_of: '2026-01-31T00:00:00.000Z',
+  });
+  assert.throws(() => quiver.readCommand('s', { version: 1, tag: 'q3' }), quiver.InvalidArgument);
+  assert.throws(() => quiver.readCommand('s', { columns: 'id' }), TypeError);
+  assert.throws(() => quiver.readCommand('s', { version: 1.5 }), TypeError);
+  assert.throws(() => quiver.readCommand(''), TypeError);
+  assert.throws(() => quiver.readCommand('s', { asOf: 5 }), TypeError);
+});
+
+test('put commands and commit bodies', () => {
+  assert.deepEqual(quiver.putCommand('s'), { dataset: 's', mode: 'append' });
+  assert.deepEqual(quiver.putCommand('s', { mode: 'create', commit: false, job: 'j' }), {
+    dataset: 's', mode: 'create', commit: false, job: 'j',
+  });
+  assert.throws(() => quiver.putCommand('s', { mode: 'upsert' }), quiver.InvalidArgument);
+  assert.deepEqual(quiver.commitBody('s', ['qf1.a'], { readVersion: 4, idempotencyKey: 'k' }), {
+    dataset: 's', operation: 'append', fragments: ['qf1.a'], read_version: 4, idempotency_key: 'k',
+  });
+  assert.throws(() => quiver.commitBody('s', [], { operation: 'merge' }), quiver.InvalidArgument);
+});
+
+test('Flight location URIs', () => {
+  assert.deepEqual(parseUri('grpc://127.0.0.1:8815'), { target: '127.0.0.1:8815', tls: false });
+  assert.deepEqual(parseUri('grpc+tcp://h:1'), { target: 'h:1', tls: false });
+  assert.deepEqual(parseUri('grpc+tls://[::1]:443/'), { target: '[::1]:443', tls: true });
+  assert.throws(() => parseUri('http://h:1'), quiver.InvalidArgument);
+  assert.throws(() => parseUri('h:1'), quiver.InvalidArgument);
+  assert.equal(new quiver.Client('h:1').uri, 'grpc://h:1');
+  assert.throws(() => new quiver.Client('grpc://h:1', { username: 'u' }), TypeError);
+  assert.throws(() => new quiver.Client('grpc://h:1', { token: 't', username: 'u', password: 'p' }), TypeError);
+  assert.throws(() => new quiver.Client('grpc://h:1', { certChain: 'x' }), TypeError);
+});
+
+test('mapBounded keeps order, never runs more than its limit, and stops at the first failure', async () => {
+  let running = 0;
+  let peak = 0;
+  const delays = [30, 5, 20, 1, 15, 2, 9, 4, 12, 3];
+  const results = await mapBounded(delays, 3, async (ms, i) => {
+    running++;
+    peak = Math.max(peak, running);
+    await new Promise((r) => setTimeout(r, ms));
+    running--;
+    return i * 10;
+  });
+  assert.deepEqual(results, delays.map((_, i) => i * 10));
+  assert.equal(peak, 3);
+
+  const started = [];
+  await assert.rejects(
+    mapBounded([0, 1, 2, 3, 4, 5, 6, 7], 2, async (x, _i, state) => {
+      started.push(x);
+      await new Promise((r) => setTimeout(r, 5));
+      if (x === 1) throw new Error('endpoint 1 failed');
+      assert.equal(typeof state.stopped, 'boolean');
+      return x;
+    }),
+    /endpoint 1 failed/,
+  );
+  assert.ok(started.length < 8, `started ${started}`);
+});
+
+const CAT = new arrow.Dictionary(new arrow.Utf8(), new arrow.Int32());
+
+function dictTable(words, n, start) {
+  const ids = BigInt64Array.from({ length: n }, (_, i) => BigInt(start + i) * 3_000_000_000n);
+  const cats = arrow.vectorFromArray(
+    Array.from({ length: n }, (_, i) => (i % 7 === 0 ? null : words[i % words.length])),
+    CAT,
+  );
+  return new arrow.Table({ id: arrow.makeVector(ids), cat: cats });
+}
+
+test('uploads cut into messages re-frame into the same table, dictionaries replaced per batch', async () => {
+  const first = dictTable(['a', 'b'], 100_000, 0); // more than one 64K-row upload batch
+  const second = dictTable(['c', 'd', 'e'], 10, 100_000);
+  const table = new arrow.Table([...first.batches, ...second.batches]);
+  const messages = [];
+  for await (const m of uploadMessages(table)) messages.push(m);
+  const kinds = messages.map((m) => m.headerType);
+  assert.equal(kinds[0], ipc.HEADER.Schema);
+  assert.equal(kinds.filter((k) => k === ipc.HEADER.RecordBatch).length, 3); // 65536 + 34464 + 10
+  assert.ok(kinds.filter((k) => k === ipc.HEADER.DictionaryBatch).length >= 2);
+  for (const m of messages) assert.equal(ipc.messageInfo(m.header).bodyLength, m.body.byteLength);
+  const bytes = Buffer.concat([...messages.flatMap((m) => ipc.frameMessage(m.header, m.body)), ipc.endOfStream()]);
+  const back = arrow.tableFromIPC(bytes);
+  assert.equal(back.numRows, table.numRows);
+  assert.deepEqual(back.getChild('cat').toArray(), table.getChild('cat').toArray());
+  assert.deepEqual(Array.from(back.getChild('id')), Array.from(table.getChild('id')));
+  assert.equal(back.getChild('id').get(100_009), 100_009n * 3_000_000_000n);
+});
+
+test('the message cutter takes bytes in any chunking', () => {
+  const table = dictTable(['x', 'y'], 50, 0);
+  const bytes = arrow.tableToIPC(table, 'stream');
+  const whole = new ipc.MessageCutter().push(bytes);
+  const cutter = new ipc.MessageCutter();
+  const pieces = [];
+  for (let i = 0; i < bytes.length; i += 7) pieces.push(...cutter.push(bytes.subarray(i, i + 7)));
+  assert.equal(pieces.length, whole.length);
+  assert.equal(whole.length, 3); // schema, dictionary, batch: the end marker is no message
+  pieces.forEach((m, i) => {
+    assert.deepEqual(m.header, whole[i].header);
+    assert.deepEqual(m.body, whole[i].body);
+  });
+});
+
+test('an empty table uploads its schema alone; objects of another Arrow copy are refused clearly', async () => {
+  const schema = new arrow.Schema([new arrow.Field('a', new arrow.Int64(), true)]);
+  const messages = [];
+  for await (const m of uploadMessages(new arrow.Table(schema))) messages.push(m);
+  assert.deepEqual(messages.map((m) => m.headerType), [ipc.HEADER.Schema]);
+  const foreign = { schema: { fields: [] }, batches: [] };
+  await assert.rejects(async () => {
+    for await (const m of uploadMessages(foreign)) void m;
+  }, /another copy of apache-arrow/);
+  await assert.rejects(async () => {
+    for await (const m of uploadMessages([])) void m;
+  }, /empty iterable/);
+});
+
+test('the FlightInfo schema decodes from its IPC encapsulation', () => {
+  const table = dictTable(['x'], 3, 0);
+  const [schemaMessage] = new ipc.MessageCutter().push(arrow.tableToIPC(table, 'stream'));
+  const encapsulated = Buffer.concat(ipc.frameMessage(schemaMessage.header, schemaMessage.body));
+  const schema = ipc.decodeSchema(encapsulated);
+  assert.deepEqual(schema.fields.map((f) => `${f.name}:${f.type}`), ['id:Int64', 'cat:Dictionary<Int32, Utf8>']);
+  assert.equal(ipc.decodeSchema(Buffer.alloc(0)), null);
+});

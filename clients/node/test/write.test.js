@@ -1,0 +1,156 @@
+'use strict';
+// Writes through the plain server of tests/node: create, append, overwrite, staged puts with
+// commit / abort / idempotency keys, and a commit conflict. Each dataset the pytest side
+// checks is left with the table written (as an IPC stream in `writtenDir`), which pylance
+// must read back equal.
+
+const { describe, test, before, after } = require('node:test');
+const assert = require('node:assert/strict');
+const fs = require('node:fs');
+const path = require('node:path');
+
+const { Client, CommitConflict, AlreadyExists, arrow } = require('../src');
+const { serverConfig, SKIP, assertTablesEqual } = require('./helpers');
+
+const config = serverConfig();
+
+// One set of type objects, so that tables built apart share one schema.
+const TYPES = {
+  id: new arrow.Int64(),
+  big: new arrow.Int64(),
+  ubig: new arrow.Uint64(),
+  n: new arrow.Int32(),
+  f: new arrow.Float64(),
+  s: new arrow.Utf8(),
+  cat: new arrow.Dictionary(new arrow.Utf8(), new arrow.Int32()),
+  flag: new arrow.Bool(),
+  day: new arrow.DateDay(),
+  ts: new arrow.TimestampMicrosecond('UTC'),
+  items: new arrow.List(new arrow.Field('item', new arrow.Int32(), true)),
+  point: new arrow.Struct([new arrow.Field('a', new arrow.Int32(), true), new arrow.Field('b', new arrow.Utf8(), true)]),
+  vec: new arrow.FixedSizeList(4, new arrow.Field('item', new arrow.Float32(), true)),
+};
+
+/** `n` rows from `start`: nulls in every nullable column, 64-bit extremes, unicode, nesting. */
+function rows(start, n, words) {
+  const at = (f) => Array.from({ length: n }, (_, k) => f(start + k, k));
+  const columns = {
+    id: at((i) => BigInt(i)),
+    big: at((i, k) => (k === 0 ? 2n ** 63n - 1n : k === 1 ? -(2n ** 63n) : i % 9 === 0 ? null : BigInt(i) * 1_000_000_007n * (i % 2 ? -1n : 1n))),
+    ubig: at((i) => 2n ** 64n - 1n - BigInt(i)),
+    n: at((i) => (i % 10 === 3 ? null : (i * 37) % 1000)),
+    f: at((i) => (i % 8 === 1 ? null : i / 4)),
+    s: at((i) => (i % 6 === 5 ? null : `ü${i}日${'x'.repeat(i % 5)}`)),
+    cat: at((i) => (i % 7 === 0 ? null : words[i % words.length])),
+    flag: at((i) => (i % 11 === 0 ? null : i % 2 === 0)),
+    day: at((i) => new Date(Date.UTC(2020, 0, 1 + (i % 1000)))),
+    ts: at((i) => (i % 12 === 0 ? null : Date.UTC(2026, 0, 1) + i * 1000)),
+    items: at((i) => (i % 5 === 0 ? null : Array.from({ length: i % 4 }, (_, j) => (j === 1 ? null : i + j)))),
+    point: at((i) => (i % 13 === 0 ? null : { a: i % 100, b: i % 3 ? `p${i}` : null })),
+    vec: at((i) => (i % 17 === 0 ? null : [i, i + 0.5, -i, 0.25])),
+  };
+  return new arrow.Table(
+    Object.fromEntries(Object.entries(columns).map(([k, v]) => [k, arrow.vectorFromArray(v, TYPES[k])])),
+  );
+}
+
+function concat(...tables) {
+  return new arrow.Table(tables.flatMap((t) => t.batches));
+}
+
+function leave(name, table) {
+  fs.writeFileSync(path.join(config.writtenDir, `${name}.arrows`), arrow.tableToIPC(table, 'stream'));
+}
+
+describe('writes', { skip: !config && SKIP }, () => {
+  let client;
+  before(async () => {
+    client = await Client.connect(config.uri, { timeoutMs: 120_000 });
+  });
+  after(() => client && client.close());
+
+  test('create and append (100,000 rows, several upload batches), read back equal', async () => {
+    const first = rows(0, 100_000, ['alpha', 'beta', 'gamma']);
+    const second = rows(100_000, 2_000, ['delta', 'alpha']); // another dictionary
+    assert.deepEqual(await client.write('node_created', first, { mode: 'create' }), { version: 1, rows: 100_000 });
+    await assert.rejects(client.write('node_created', first, { mode: 'create' }), AlreadyExists);
+    const appended = await client.write('node_created', second.batches); // default mode: append
+    assert.deepEqual(appended, { version: 2, rows: 2_000 });
+    const all = concat(first, second);
+    const back = await client.read('node_created');
+    assert.equal(back.numRows, 102_000);
+    assert.equal(back.getChild('big').get(0), 2n ** 63n - 1n);
+    assert.equal(back.getChild('cat').get(100_001), 'alpha');
+    assertTablesEqual(back, all, 'node_created');
+    const v1 = await client.read('node_created', { version: 1, columns: ['id', 'cat'] });
+    assert.equal(v1.numRows, 100_000);
+    leave('node_created', all);
+  });
+
+  test('overwrite replaces the rows in a new version', async () => {
+    const before = rows(0, 10, ['a']);
+    const after = rows(500, 25, ['b', 'c']);
+    await client.write('node_overwritten', before, { mode: 'create' });
+    assert.deepEqual(await client.write('node_overwritten', after, { mode: 'overwrite' }), { version: 2, rows: 25 });
+    assertTablesEqual(await client.read('node_overwritten'), after, 'overwritten');
+    assertTablesEqual(await client.read('node_overwritten', { version: 1 }), before, 'version 1');
+    leave('node_overwritten', after);
+  });
+
+  test('staged puts become visible at commit only; keys commit once; abort removes files', async () => {
+    const a = rows(0, 300, ['x']);
+    const b = rows(300, 200, ['y']);
+    const c = rows(500, 100, ['z']);
+    const created = await client.stage('node_staged', a, { mode: 'create' });
+    assert.ok(created.length >= 1 && created.every((f) => f.startsWith('qf1.')));
+    assert.equal((await client.datasets()).includes('node_staged'), false);
+    assert.deepEqual(await client.commit('node_staged', created, { operation: 'create' }), { version: 1, rows: 300 });
+    const more = await client.stage('node_staged', b);
+    assert.equal((await client.read('node_staged')).numRows, 300); // invisible until committed
+    const committed = await client.commit('node_staged', more, { idempotencyKey: 'node-job-1', readVersion: 1 });
+    assert.equal(committed.version, 2);
+    const again = await client.commit('node_staged', more, { idempotencyKey: 'node-job-1' });
+    assert.equal(again.duplicate, true);
+    const dropped = await client.stage('node_staged', c);
+    const aborted = await client.abort('node_staged', dropped);
+    assert.ok(aborted.removed_files >= 1, JSON.stringify(aborted));
+    const all = concat(a, b);
+    assertTablesEqual(await client.read('node_staged'), all, 'staged');
+    assert.equal((await client.describe('node_staged')).version, 2);
+    leave('node_staged', all);
+  });
+
+  test('a commit that lost to a concurrent overwrite is a CommitConflict with the winner', async () => {
+    await client.write('node_conflict', rows(0, 20, ['a']), { mode: 'create' });
+    const readVersion = (await client.describe('node_conflict')).version;
+    const staged = await client.stage('node_conflict', rows(100, 5, ['b']));
+    const won = await client.write('node_conflict', rows(0, 5, ['c']), { mode: 'overwrite' });
+    const err = await client.commit('node_conflict', staged, { readVersion }).then(
+      () => assert.fail('the commit should have conflicted'),
+      (e) => e,
+    );
+    assert.ok(err instanceof CommitConflict, `${err.name}: ${err.message}`);
+    assert.equal(err.code, 'commit_conflict');
+    assert.equal(err.retryable, false);
+    assert.equal(err.version, won.version);
+    assert.equal((await client.read('node_conflict')).numRows, 5);
+    await client.abort('node_conflict', staged);
+  });
+
+  test('tags, delete, restore and schema evolution through actions', async () => {
+    await client.write('node_ops', rows(0, 50, ['a', 'b']), { mode: 'create' });
+    assert.deepEqual(await client.createTag('node_ops', 'start'), { tag: 'start', version: 1 });
+    assert.deepEqual(await client.delete('node_ops', 'id < 10'), { version: 2, deleted_rows: 10 });
+    assert.equal((await client.addColumns('node_ops', { n2: 'n * 2' })).version, 3);
+    const now = await client.read('node_ops', { columns: ['id', 'n', 'n2'] });
+    assert.equal(now.numRows, 40);
+    assert.equal(now.getChild('id').get(0), 10n);
+    assert.equal(now.getChild('n2').get(0), now.getChild('n').get(0) * 2);
+    assert.equal((await client.read('node_ops', { tag: 'start' })).numRows, 50);
+    assert.equal((await client.restore('node_ops', 'start')).version, 4);
+    assert.equal((await client.read('node_ops')).numRows, 50);
+    assert.deepEqual(Object.keys(await client.tags('node_ops')), ['start']);
+    assert.deepEqual(await client.action('delete_tag', { dataset: 'node_ops', tag: 'start' }), { tag: 'start', deleted: true });
+    assert.equal((await client.dropDataset('node_ops')).dropped, true);
+  });
+});
