@@ -122,7 +122,7 @@ const SUFFIXES = ['. Detail: ', '. gRPC client debug context: ', '. Client conte
 function serverMessage(err) {
   let text = metadataText(err && err.metadata, 'x-arrow-status-message-bin');
   if (!text) {
-    text = String((err && (err.details || err.message)) || '');
+    text = String((err && (typeof err.details === 'string' ? err.details : err.message)) || '');
     for (const suffix of SUFFIXES) {
       const i = text.indexOf(suffix);
       if (i !== -1) text = text.slice(0, i);

@@ -228,3 +228,43 @@ test('the FlightInfo schema decodes from its IPC encapsulation', () => {
   assert.deepEqual(schema.fields.map((f) => `${f.name}:${f.type}`), ['id:Int64', 'cat:Dictionary<Int32, Utf8>']);
   assert.equal(ipc.decodeSchema(Buffer.alloc(0)), null);
 });
+
+test('a stream broken by Unavailable resumes at the next location, each row once', async () => {
+  const batch = (from, n) => new arrow.Table({ id: arrow.makeVector(BigInt64Array.from({ length: n }, (_, i) => BigInt(from + i))) }).batches[0];
+  const all = [batch(0, 3), batch(3, 4), batch(7, 2), batch(9, 5)];
+  class Flaky extends quiver.Client {
+    constructor() {
+      super('grpc://primary:1');
+      this.opened = [];
+    }
+    async _openEndpoint(endpoint, exclude) {
+      const uri = this._locations(endpoint).find((u) => !exclude.includes(u));
+      this.opened.push(uri);
+      // replica a breaks after 2 batches; replica b sends other cuts of the same rows, then breaks too
+      const plan = { 'grpc://a:1': [all[0], all[1], 'break'], 'grpc://b:1': [batch(0, 5), batch(5, 5), 'break'] }[uri] || all;
+      async function* reader() {
+        for (const b of plan) {
+          if (b === 'break') throw new quiver.Unavailable('the server shut down during the stream; retry the ticket');
+          yield b;
+        }
+      }
+      return { reader: reader(), call: { cancel() {} }, box: { error: null }, uri };
+    }
+  }
+  const client = new Flaky();
+  const endpoint = { ticket: Buffer.from('t'), locations: ['grpc://a:1', '', 'grpc://b:1'] };
+  assert.deepEqual(client._locations(endpoint), ['grpc://a:1', 'grpc://primary:1', 'grpc://b:1']);
+  const ids = [];
+  const tricky = { ...endpoint, locations: ['grpc://a:1', 'grpc://b:1'] };
+  for await (const b of client.endpointBatches(tricky)) ids.push(...Array.from(b.getChild('id')));
+  assert.deepEqual(ids, Array.from({ length: 14 }, (_, i) => BigInt(i)));
+  assert.deepEqual(client.opened, ['grpc://a:1', 'grpc://b:1', 'grpc://primary:1']);
+  const hopeless = new Flaky();
+  const only = { ticket: Buffer.from('t'), locations: ['grpc://a:1'] };
+  hopeless._locations = () => ['grpc://a:1'];
+  await assert.rejects(async () => {
+    for await (const b of hopeless.endpointBatches(only)) void b;
+  }, quiver.Unavailable);
+  client.close();
+  hopeless.close();
+});
