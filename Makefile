@@ -13,7 +13,17 @@ $(STAMP): pyproject.toml setup.py format/_kernels.c
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-test: $(STAMP)
+# The Node.js client's dependencies, from its committed lock file (tests/node runs its tests).
+# Where node or npm is missing, Debian's nodejs and npm are installed (as root).
+NODE_STAMP := clients/node/node_modules/.installed
+$(NODE_STAMP): clients/node/package.json clients/node/package-lock.json
+	@command -v node >/dev/null && command -v npm >/dev/null || apt-get install -y -q nodejs npm \
+	  || (apt-get update -q && apt-get install -y -q nodejs npm) \
+	  || { echo "Node.js >= 18 and npm are needed for clients/node: install them"; exit 1; }
+	cd clients/node && npm ci --no-audit --no-fund
+	touch $(NODE_STAMP)
+
+test: $(STAMP) $(NODE_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) scripts/gen_protos.py --check

@@ -126,6 +126,9 @@ def _sales(start: int, n: int) -> pa.Table:
 def _build_root(root: Path) -> None:
     """The datasets of the servers' root."""
     root.mkdir(parents=True)
+    # the demo datasets `make serve` creates: what the example reads
+    subprocess.run([sys.executable, "-m", "flight_server", "demo", "--root", str(root)], check=True,
+                   cwd=ROOT, capture_output=True)  # fmt: skip
     _build_types(root / "pl_types.lance", "2.2")
     _build_types(root / "pl_types_legacy.lance", "legacy")
     _build_history(root / "pl_history.lance", "2.2")
@@ -308,6 +311,15 @@ def test_node_client(tmp_path: Path) -> None:
         # nothing skipped (no test ran without its server), and every case of READ_CASES ran
         assert totals.get("fail") == "0" and totals.get("skipped") == "0", report
         assert int(totals.get("pass", 0)) >= len(READ_CASES) + 30, report
+        example = subprocess.run(
+            [node, "examples/read_write.js", plain_uri],
+            cwd=NODE_DIR,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert example.returncode == 0, example.stdout + example.stderr
+        assert 'tag "first"' in example.stdout and "9007199254740993n" in example.stdout
         # What Node wrote, as pylance reads it.
         tables = sorted(written.glob("*.arrows"))
         assert {p.stem for p in tables} >= {"node_created", "node_overwritten", "node_staged"}

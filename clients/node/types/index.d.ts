@@ -1,0 +1,177 @@
+// Type declarations of quiver-client, the Node.js client of the Quiver Flight server.
+
+import * as arrow from 'apache-arrow';
+import type { RecordBatch, Schema, Table } from 'apache-arrow';
+
+export { arrow };
+
+/** PEM bytes, PEM text, or the path of a PEM file. */
+export type Pem = Buffer | Uint8Array | string;
+
+export interface ConnectOptions {
+  /** A bearer token (with or without the `Bearer ` prefix); not with username/password. */
+  token?: string;
+  /** Exchanged once per server for a bearer token (Basic → Bearer handshake). */
+  username?: string;
+  password?: string;
+  /** The CA that signed the server's certificate (for `grpc+tls://`). */
+  tlsRootCerts?: Pem;
+  /** Client certificate and key, for servers that ask for one (mutual TLS). */
+  certChain?: Pem;
+  privateKey?: Pem;
+  /** Deadline of every call, streams included, in milliseconds. */
+  timeoutMs?: number;
+  /** Endpoints `read` fetches at once (default 8). */
+  concurrency?: number;
+}
+
+export interface VersionOptions {
+  version?: number | bigint;
+  tag?: string;
+  /** ISO 8601 text, or a Date (sent as UTC). */
+  asOf?: string | Date;
+}
+
+export interface ReadOptions extends VersionOptions {
+  columns?: string[];
+  /** A SQL filter evaluated by the server: `"x > 5 AND s LIKE 'a%'"`. */
+  filter?: string;
+  limit?: number | bigint;
+  withRowId?: boolean;
+  maxRowsPerEndpoint?: number;
+  /** Only the rows appends added after this version. */
+  appendedSince?: number;
+}
+
+export interface ParallelReadOptions extends ReadOptions {
+  /** Endpoints fetched at once (default: the client's `concurrency`). */
+  concurrency?: number;
+}
+
+export interface Endpoint {
+  ticket: Buffer;
+  locations: string[];
+  expirationTime: Date | null;
+  /** `{version, fragment_id, row_range?, rows}` */
+  appMetadata: Record<string, unknown> | Buffer | null;
+}
+
+export interface FlightInfo {
+  schema: Schema;
+  endpoints: Endpoint[];
+  /** Exact without a filter, -1 with one. */
+  totalRecords: number;
+  totalBytes: number;
+  ordered: boolean;
+  /** `{dataset, version}` */
+  appMetadata: Record<string, unknown> | Buffer | null;
+}
+
+export type WriteMode = 'append' | 'create' | 'overwrite';
+export type WriteData = Table | RecordBatch | Iterable<RecordBatch> | AsyncIterable<RecordBatch>;
+
+export interface CommitOptions {
+  operation?: WriteMode;
+  readVersion?: number;
+  idempotencyKey?: string;
+  job?: string;
+}
+
+export interface Describe {
+  dataset: string;
+  version: number;
+  latest_version: number;
+  timestamp: string;
+  data_storage_version: string;
+  rows: number;
+  fragments: number;
+  schema: { name: string; type: string; nullable: boolean }[];
+  tags: Record<string, unknown>;
+  [key: string]: unknown;
+}
+
+export class Client {
+  /** Connect (and authenticate); `grpc://host:port`, `grpc+tls://host:port` or `host:port`. */
+  static connect(uri: string, options?: ConnectOptions): Promise<Client>;
+  /** No network I/O: prefer `Client.connect`. */
+  constructor(uri: string, options?: ConnectOptions);
+  readonly uri: string;
+  timeoutMs: number | null;
+  concurrency: number;
+
+  /** One dataset version as a Table, endpoints fetched in parallel, rows in endpoint order. */
+  read(dataset: string, options?: ParallelReadOptions): Promise<Table>;
+  /** Record batches as they arrive, endpoint after endpoint. */
+  stream(dataset: string, options?: ReadOptions): AsyncGenerator<RecordBatch, void, undefined>;
+  flightInfo(dataset: string, options?: ReadOptions): Promise<FlightInfo>;
+  /** The batches of one endpoint, trying its locations in turn. */
+  endpointBatches(endpoint: Endpoint): AsyncGenerator<RecordBatch, void, undefined>;
+  schema(dataset: string, options?: VersionOptions & { columns?: string[]; withRowId?: boolean }): Promise<Schema>;
+  describe(dataset: string, options?: VersionOptions): Promise<Describe>;
+  /** Dataset names (that the user may read), optionally those starting with `prefix`. */
+  datasets(prefix?: string): Promise<string[]>;
+
+  /** One DoPut, committed by the server: `{version, rows}`. */
+  write(dataset: string, data: WriteData, options?: { mode?: WriteMode }): Promise<{ version: number; rows: number }>;
+  /** Data files written, nothing visible: the fragments to `commit` or `abort`. */
+  stage(dataset: string, data: WriteData, options?: { mode?: WriteMode; job?: string }): Promise<string[]>;
+  commit(dataset: string, fragments: Iterable<string>, options?: CommitOptions): Promise<{ version: number; rows: number; duplicate?: boolean }>;
+  abort(dataset: string, fragments?: Iterable<string>, options?: { job?: string }): Promise<{ removed_files: number; kept_files: number }>;
+
+  /** Any action with a JSON body: its JSON result (an array if several, null if none). */
+  action(name: string, body?: Record<string, unknown>): Promise<any>;
+  listActions(): Promise<Record<string, string>>;
+  healthcheck(): Promise<{ status: string }>;
+  delete(dataset: string, predicate: string): Promise<{ version: number; deleted_rows: number }>;
+  versions(dataset: string): Promise<{ version: number; timestamp: string; rows: number; fragments: number }[]>;
+  tags(dataset: string): Promise<Record<string, { version: number; created_at: string; updated_at: string }>>;
+  createTag(dataset: string, tag: string, version?: number): Promise<{ tag: string; version: number }>;
+  deleteTag(dataset: string, tag: string): Promise<{ tag: string; deleted: boolean }>;
+  /** A version number, or a tag name. */
+  restore(dataset: string, version: number | string): Promise<{ version: number; restored: number }>;
+  addColumns(dataset: string, columns: Record<string, string>): Promise<{ version: number }>;
+  dropColumns(dataset: string, columns: string | string[]): Promise<{ version: number }>;
+  alterColumns(dataset: string, ...alterations: { path: string; name?: string; nullable?: boolean; data_type?: string }[]): Promise<{ version: number }>;
+  dropDataset(dataset: string): Promise<{ dataset: string; dropped: boolean }>;
+  /** Close every connection. */
+  close(): void;
+}
+
+/** Every failed call: the server's one-line message, its code and its whole `extra_info`. */
+export class QuiverError extends Error {
+  constructor(message: string, options?: { code?: string | null; details?: Record<string, unknown>; grpcCode?: number | null; cause?: unknown });
+  static readonly code: string | null;
+  /** `not_found`, `invalid_argument`, ... (`closed` for a closed client, null when unknown). */
+  code: string | null;
+  details: Record<string, any>;
+  grpcCode: number | null;
+}
+export class NotFound extends QuiverError {}
+export class InvalidArgument extends QuiverError {}
+export class AlreadyExists extends QuiverError {}
+export class FailedPrecondition extends QuiverError {}
+export class Unauthenticated extends QuiverError {}
+export class PermissionDenied extends QuiverError {}
+export class Unavailable extends QuiverError {}
+export class Unimplemented extends QuiverError {}
+export class Cancelled extends QuiverError {}
+export class DataCorrupt extends QuiverError {}
+export class Internal extends QuiverError {}
+export class DeadlineExceeded extends QuiverError {}
+/** A commit lost to a concurrent one. */
+export class CommitConflict extends QuiverError {
+  /** Whether committing again (on a fresh read version) can succeed. */
+  retryable: boolean;
+  /** The version it lost to, when the server says. */
+  version: number | null;
+}
+export const ERROR_CLASSES: (typeof QuiverError)[];
+
+/** The QuiverError a failed gRPC call stands for. */
+export function fromGrpcError(err: unknown): QuiverError;
+export function errorDetails(err: unknown): Record<string, unknown>;
+export function serverMessage(err: unknown): string;
+
+export function readCommand(dataset: string, options?: ReadOptions): Record<string, unknown>;
+export function putCommand(dataset: string, options?: { mode?: WriteMode; commit?: boolean; job?: string }): Record<string, unknown>;
+export function commitBody(dataset: string, fragments: Iterable<string>, options?: CommitOptions): Record<string, unknown>;
