@@ -607,6 +607,7 @@ class Client {
   async *stream(dataset, options = {}) {
     const { limit } = options;
     const info = await this.flightInfo(dataset, options);
+    if (info.endpoints.length === 0) return;
     let left = limit == null ? null : Number(limit);
     for (const endpoint of info.endpoints) {
       for await (let batch of this.endpointBatches(endpoint)) {

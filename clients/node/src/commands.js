@@ -37,8 +37,14 @@ function asOfText(asOf) {
  * @param {object} [options] columns, filter, version, tag, asOf, limit, withRowId,
  *   maxRowsPerEndpoint, appendedSince
  */
+const READ_OPTIONS = new Set([
+  'columns', 'filter', 'version', 'tag', 'asOf', 'limit', 'withRowId', 'maxRowsPerEndpoint', 'appendedSince',
+]);
+
 function readCommand(dataset, options = {}) {
   checkDataset(dataset);
+  const unknown = Object.keys(options).filter((k) => !READ_OPTIONS.has(k) && options[k] !== undefined);
+  if (unknown.length) throw new TypeError(`unknown read option(s): ${unknown.join(', ')}`);
   const { columns, filter, version, tag, asOf, limit, withRowId, maxRowsPerEndpoint, appendedSince } = options;
   const pins = [['version', version], ['tag', tag], ['asOf', asOf]].filter(([, v]) => v != null);
   if (pins.length > 1) {

@@ -107,6 +107,8 @@ test('read commands carry only the options given, in the server\'s names', () =>
   assert.throws(() => quiver.readCommand('s', { version: 1.5 }), TypeError);
   assert.throws(() => quiver.readCommand(''), TypeError);
   assert.throws(() => quiver.readCommand('s', { asOf: 5 }), TypeError);
+  assert.throws(() => quiver.readCommand('s', { colums: ['id'] }), /unknown read option\(s\): colums/);
+  assert.deepEqual(quiver.readCommand('s', { tag: undefined, version: null }), { dataset: 's' });
 });
 
 test('put commands and commit bodies', () => {

@@ -120,6 +120,17 @@ describe('writes', { skip: !config && SKIP }, () => {
     leave('node_staged', all);
   });
 
+  test('a table without rows creates a dataset of its schema only', async () => {
+    const schema = rows(0, 1, ['a']).schema;
+    assert.deepEqual(await client.write('node_empty', new arrow.Table(schema), { mode: 'create' }), { version: 1, rows: 0 });
+    const back = await client.read('node_empty');
+    assert.equal(back.numRows, 0);
+    assert.deepEqual(back.schema.fields.map((f) => `${f.name}:${f.type}`), schema.fields.map((f) => `${f.name}:${f.type}`));
+    const batches = [];
+    for await (const b of client.stream('node_empty')) batches.push(b);
+    assert.equal(batches.length, 0);
+  });
+
   test('a commit that lost to a concurrent overwrite is a CommitConflict with the winner', async () => {
     await client.write('node_conflict', rows(0, 20, ['a']), { mode: 'create' });
     const readVersion = (await client.describe('node_conflict')).version;
