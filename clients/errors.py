@@ -1,8 +1,8 @@
 """The exceptions of the Quiver client, built from the server's machine-readable error codes.
 
-The server puts a JSON object in the `extra_info` of every Flight error it raises:
-`{"code": "not_found" | "invalid_argument" | "already_exists" | "commit_conflict" |
-"unauthenticated" | "permission_denied" | "unavailable", ...}`. `from_flight_error` turns a
+The server puts a JSON object in the `extra_info` of every Flight error it raises, such as
+`{"code": "not_found"}`; the codes and their classes are the wire contract's
+(`wire.errors`), shared with the server. `from_flight_error` turns a
 `pyarrow.flight.FlightError` (or another Arrow error raised by a Flight call) into the
 matching subclass of `QuiverError`, keeping the server's one-line message and the whole
 JSON object in `details`. Errors without a known code fall back on the gRPC status the
@@ -18,125 +18,42 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from wire.errors import (
+    ERROR_CLASSES,
+    AlreadyExists,
+    Cancelled,
+    CommitConflict,
+    DataCorrupt,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    QuiverError,
+    Unauthenticated,
+    Unavailable,
+    Unimplemented,
+)
+
 __all__ = [
     "AlreadyExists",
+    "Cancelled",
     "CommitConflict",
+    "DataCorrupt",
+    "FailedPrecondition",
+    "Internal",
     "InvalidArgument",
     "NotFound",
     "PermissionDenied",
     "QuiverError",
     "Unauthenticated",
     "Unavailable",
+    "Unimplemented",
     "from_flight_error",
     "server_message",
 ]
 
-
-class QuiverError(Exception):
-    """Root of every error the client raises for a failed Flight call.
-
-    `message` is the server's one-line message, `code` the machine-readable code (`None`
-    when the server sent none and the transport status had no match), `details` the
-    whole `extra_info` JSON object the server sent (empty when it sent none).
-    """
-
-    code: str | None = None
-
-    def __init__(
-        self, message: str, *, code: str | None = None, details: dict[str, Any] | None = None
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        if code is not None:
-            self.code = code
-        self.details: dict[str, Any] = dict(details or {})
-
-    def __str__(self) -> str:
-        return self.message
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.message!r}, code={self.code!r})"
-
-
-class NotFound(QuiverError, LookupError):
-    """The dataset, version, tag, column or fragment does not exist."""
-
-    code = "not_found"
-
-
-class InvalidArgument(QuiverError, ValueError):
-    """The request is malformed: a bad filter, an unknown key, a bad dataset name..."""
-
-    code = "invalid_argument"
-
-
-class AlreadyExists(QuiverError):
-    """The dataset or tag to create already exists."""
-
-    code = "already_exists"
-
-
-class CommitConflict(QuiverError):
-    """A commit lost a race to a concurrent one.
-
-    `retryable` says whether committing again (on a fresh `read_version`) can succeed;
-    `version` is the version it lost to, when the server says.
-    """
-
-    code = "commit_conflict"
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        code: str | None = None,
-        details: dict[str, Any] | None = None,
-        retryable: bool | None = None,
-        version: int | None = None,
-    ) -> None:
-        super().__init__(message, code=code, details=details)
-        d = self.details
-        if retryable is None:
-            retryable = bool(d.get("retryable", False))
-        if version is None:
-            for key in ("version", "conflicting_version", "lost_to"):
-                if isinstance(d.get(key), int) and not isinstance(d.get(key), bool):
-                    version = d[key]
-                    break
-        self.retryable: bool = retryable
-        self.version: int | None = version
-
-
-class Unauthenticated(QuiverError):
-    """No credentials, or the credentials or token were rejected."""
-
-    code = "unauthenticated"
-
-
-class PermissionDenied(QuiverError):
-    """The caller is authenticated but has no right to this dataset or action."""
-
-    code = "permission_denied"
-
-
-class Unavailable(QuiverError):
-    """The server cannot be reached, or is draining; a later retry may succeed."""
-
-    code = "unavailable"
-
-
-_BY_CODE: dict[str, type[QuiverError]] = {
-    cls.code: cls  # type: ignore[misc]
-    for cls in (
-        NotFound,
-        InvalidArgument,
-        AlreadyExists,
-        CommitConflict,
-        Unauthenticated,
-        PermissionDenied,
-        Unavailable,
-    )
-}
+_BY_CODE = ERROR_CLASSES
 
 # When the server sent no (known) code: the gRPC status that each pyarrow class stands for.
 _BY_CLASS: tuple[tuple[type[BaseException], type[QuiverError]], ...] = (
@@ -145,14 +62,14 @@ _BY_CLASS: tuple[tuple[type[BaseException], type[QuiverError]], ...] = (
     (flight.FlightUnavailableError, Unavailable),
     (pa.ArrowKeyError, NotFound),  # gRPC NOT_FOUND
     (pa.ArrowInvalid, InvalidArgument),  # gRPC INVALID_ARGUMENT
+    (flight.FlightCancelledError, Cancelled),
+    (flight.FlightInternalError, Internal),
+    (pa.ArrowNotImplementedError, Unimplemented),
 )
 
 # Fallback codes for the pyarrow classes that have no Quiver subclass.
 _CLASS_CODES: tuple[tuple[type[BaseException], str], ...] = (
     (flight.FlightTimedOutError, "deadline_exceeded"),
-    (flight.FlightCancelledError, "cancelled"),
-    (flight.FlightInternalError, "internal"),
-    (pa.ArrowNotImplementedError, "unimplemented"),
 )
 
 # What pyarrow and gRPC append to the server's message on the client side.

@@ -42,6 +42,8 @@ from clients.errors import (
     from_flight_error,
     server_message,
 )
+from wire.requests import MODES, put_command, read_command
+from wire.requests import json_bytes as _json_bytes
 
 __all__ = ["Client", "DataLike", "put_command", "read_command", "read_descriptor"]
 
@@ -54,107 +56,16 @@ T = TypeVar("T")
 PemLike: TypeAlias = "bytes | str | os.PathLike[str]"
 
 REUSE_CONNECTION = "arrow-flight-reuse-connection://?"
-_PUT_MODES = ("append", "create", "overwrite")
-_COMMIT_OPERATIONS = ("append", "overwrite", "create")
 _BATCH_ROWS = 64 * 1024  # rows per uploaded record batch
 
 
 # ---------------------------------------------------------------------------------------------
-# Descriptors and command bodies
-
-
-def _as_of_text(as_of: str | dt.datetime | dt.date) -> str:
-    if isinstance(as_of, str):
-        return as_of
-    if isinstance(as_of, dt.datetime):
-        # a naive datetime is local time, as everywhere in Python
-        ts = as_of.astimezone(dt.timezone.utc)
-        return ts.isoformat().replace("+00:00", "Z")
-    if isinstance(as_of, dt.date):  # midnight UTC of that day
-        return f"{as_of.isoformat()}T00:00:00Z"
-    raise TypeError(f"as_of must be a str, datetime or date, not {type(as_of).__name__}")
-
-
-def read_command(
-    dataset: str,
-    *,
-    columns: Sequence[str] | None = None,
-    filter: str | None = None,
-    version: int | None = None,
-    tag: str | None = None,
-    as_of: str | dt.datetime | dt.date | None = None,
-    limit: int | None = None,
-    with_row_id: bool = False,
-    max_rows_per_endpoint: int | None = None,
-    appended_since: int | None = None,
-) -> dict[str, Any]:
-    """The JSON object of a read CMD descriptor; only the options that are set appear.
-
-    `appended_since=v` reads only the rows that appends added after version `v` (up to
-    `version`, default the latest), each endpoint pinned to the version that added it.
-    """
-    if not isinstance(dataset, str) or not dataset:
-        raise TypeError("dataset must be a non-empty string")
-    pins = [
-        name for name, v in (("version", version), ("tag", tag), ("as_of", as_of)) if v is not None
-    ]
-    if len(pins) > 1:
-        raise InvalidArgument(f"give at most one of version, tag and as_of (got {', '.join(pins)})")
-    cmd: dict[str, Any] = {"dataset": dataset}
-    if version is not None:
-        if isinstance(version, bool) or not isinstance(version, int):
-            raise TypeError(f"version must be an int, not {type(version).__name__}")
-        cmd["version"] = version
-    if tag is not None:
-        cmd["tag"] = str(tag)
-    if as_of is not None:
-        cmd["as_of"] = _as_of_text(as_of)
-    if columns is not None:
-        if isinstance(columns, str):
-            raise TypeError("columns must be a sequence of column names, not a string")
-        cmd["columns"] = [str(c) for c in columns]
-    if filter is not None:
-        cmd["filter"] = str(filter)
-    if limit is not None:
-        if isinstance(limit, bool) or not isinstance(limit, int):
-            raise TypeError(f"limit must be an int, not {type(limit).__name__}")
-        cmd["limit"] = limit
-    if with_row_id:
-        cmd["with_row_id"] = True
-    if max_rows_per_endpoint is not None:
-        if isinstance(max_rows_per_endpoint, bool) or not isinstance(max_rows_per_endpoint, int):
-            raise TypeError("max_rows_per_endpoint must be an int")
-        cmd["max_rows_per_endpoint"] = max_rows_per_endpoint
-    if appended_since is not None:
-        if isinstance(appended_since, bool) or not isinstance(appended_since, int):
-            raise TypeError(f"appended_since must be an int, not {type(appended_since).__name__}")
-        cmd["appended_since"] = appended_since
-    return cmd
+# Descriptors and command bodies (their shapes are the wire contract's: `wire.requests`)
 
 
 def read_descriptor(dataset: str, **options: Any) -> flight.FlightDescriptor:
     """The CMD descriptor of a read of `dataset` (options as in `read_command`)."""
     return flight.FlightDescriptor.for_command(_json_bytes(read_command(dataset, **options)))
-
-
-def put_command(
-    dataset: str, *, mode: str = "append", commit: bool = True, job: str | None = None
-) -> dict[str, Any]:
-    """The JSON object of a DoPut CMD descriptor."""
-    if not isinstance(dataset, str) or not dataset:
-        raise TypeError("dataset must be a non-empty string")
-    if mode not in _PUT_MODES:
-        raise InvalidArgument(f"mode must be one of {', '.join(_PUT_MODES)}, not {mode!r}")
-    cmd: dict[str, Any] = {"dataset": dataset, "mode": mode}
-    if not commit:
-        cmd["commit"] = False
-    if job is not None:
-        cmd["job"] = job
-    return cmd
-
-
-def _json_bytes(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode("utf-8")
 
 
 def _parse_json(raw: bytes | pa.Buffer | None, what: str) -> Any:
@@ -813,10 +724,8 @@ class Client:
         won; the same `idempotency_key` never commits twice. With `job`, also ends that
         staging job, removing its puts' files that are not committed.
         """
-        if operation not in _COMMIT_OPERATIONS:
-            raise InvalidArgument(
-                f"operation must be one of {', '.join(_COMMIT_OPERATIONS)}, not {operation!r}"
-            )
+        if operation not in MODES:
+            raise InvalidArgument(f"operation must be one of {', '.join(MODES)}, not {operation!r}")
         body: dict[str, Any] = {
             "dataset": dataset,
             "operation": operation,

@@ -1,5 +1,5 @@
-"""DoAction: every action in one table (`ACTION_TABLE`), each entry registered once with its
-summary (ListActions), the right it needs, the body keys it accepts and its handler.
+"""DoAction: every action in one table (`ACTION_TABLE`): the wire contract's shape of each
+(`wire.requests.ACTION_SHAPES`: summary for ListActions, body keys, right) with its handler.
 
 A handler gets the service (`ActionContext`: dataset handles, writes, serving state) and
 the parsed body (`Fields`, which refuses keys the action does not take) and returns a
@@ -19,15 +19,15 @@ from fsspec.implementations.local import LocalFileSystem
 
 from flight_server.errors import InvalidArgument, NotFound, Unavailable, Unimplemented
 from flight_server.handles import DatasetHandles, live_rows
-from flight_server.protocol import MODES, Fields, job_field, parse_object, version_ref
+from flight_server.protocol import Fields, job_field, parse_object, version_ref
 from flight_server.writes import Writes
 from format.dataset import dataset
 from format.errors import DatasetNotFoundError
 from format.io.store import filesystem
 from format.table import versions as _versions
 from format.table.schema import RESERVED_COLUMNS
+from wire.requests import ACTION_SHAPES, MODES
 
-READ, WRITE = "read", "write"
 MAX_AGE_SECONDS = 3_155_760_000  # 100 years: cleanup's older_than_seconds
 
 
@@ -295,126 +295,33 @@ def _abort(ctx: ActionContext, f: Fields) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------- the table
-ACTION_TABLE: tuple[Action, ...] = (
-    Action(
-        "commit",
-        "Make staged fragments visible in one new version: {dataset, operation: "
-        "append|overwrite|create, fragments, read_version?, idempotency_key?} -> {version, rows}",
-        WRITE,
-        ("dataset", "operation", "fragments", "read_version", "idempotency_key", "job"),
-        _commit,
-    ),
-    Action(
-        "abort",
-        "Remove the files of staged, uncommitted fragments: {dataset, fragments} -> "
-        "{removed_files, kept_files}",
-        WRITE,
-        ("dataset", "fragments", "job"),
-        _abort,
-    ),
-    Action(
-        "describe",
-        "Schema, version, rows and fragments of a dataset: {dataset, version?|tag?|as_of?}",
-        READ,
-        ("dataset", "version", "tag", "as_of"),
-        _describe,
-    ),
-    Action(
-        "list_versions",
-        "Every version of a dataset with its time and row count: {dataset}",
-        READ,
-        ("dataset",),
-        _list_versions,
-    ),
-    Action(
-        "delete",
-        "Delete the rows matching a SQL predicate: {dataset, predicate} -> {version, deleted_rows}",
-        WRITE,
-        ("dataset", "predicate"),
-        _delete,
-    ),
-    Action(
-        "restore",
-        "Make an old version (number or tag) the latest: {dataset, version|tag} -> {version}",
-        WRITE,
-        ("dataset", "version", "tag"),
-        _restore,
-    ),
-    Action(
-        "create_tag",
-        "Tag a version (default latest): {dataset, tag, version?} -> {tag, version}",
-        WRITE,
-        ("dataset", "tag", "version"),
-        _create_tag,
-    ),
-    Action("delete_tag", "Remove a tag: {dataset, tag}", WRITE, ("dataset", "tag"), _delete_tag),
-    Action(
-        "list_tags",
-        "Every tag of a dataset and its version: {dataset} -> {tags}",
-        READ,
-        ("dataset",),
-        _list_tags,
-    ),
-    Action(
-        "add_columns",
-        "Add columns computed by SQL expressions: {dataset, columns: {name: expr}} -> {version}",
-        WRITE,
-        ("dataset", "columns"),
-        _add_columns,
-    ),
-    Action(
-        "drop_columns",
-        "Remove columns: {dataset, columns: [name]} -> {version}",
-        WRITE,
-        ("dataset", "columns"),
-        _drop_columns,
-    ),
-    Action(
-        "alter_columns",
-        "Rename columns, change nullability or type: {dataset, alterations: "
-        "[{path, name?, nullable?, data_type?}]} -> {version}",
-        WRITE,
-        ("dataset", "alterations"),
-        _alter_columns,
-    ),
-    Action(
-        "compact",
-        "Merge small fragments and purge deleted rows: {dataset, target_rows_per_fragment?, "
-        "max_rows_per_group?, materialize_deletions?, materialize_deletions_threshold?}",
-        WRITE,
-        (
-            "dataset",
-            "target_rows_per_fragment",
-            "max_rows_per_group",
-            "materialize_deletions",
-            "materialize_deletions_threshold",
-        ),
-        _compact,
-    ),
-    Action(
-        "cleanup",
-        "Remove old versions and unreferenced files: {dataset, older_than_seconds?, "
-        "retain_versions?, delete_unverified?, error_if_tagged_old_versions?}",
-        WRITE,
-        (
-            "dataset",
-            "older_than_seconds",
-            "retain_versions",
-            "delete_unverified",
-            "error_if_tagged_old_versions",
-        ),
-        _cleanup,
-    ),
-    Action(
-        "drop_dataset",
-        "Delete a dataset and all its files: {dataset}",
-        WRITE,
-        ("dataset",),
-        _drop_dataset,
-    ),
-    Action("healthcheck", "Whether this server can serve: {} -> {status}", None, (), _healthcheck),
-)
+# Each action's handler, once; its name, summary, body keys and right are the wire
+# contract's (`wire.requests.ACTION_SHAPES`).
+_HANDLERS: dict[str, Handler] = {
+    "commit": _commit,
+    "abort": _abort,
+    "describe": _describe,
+    "list_versions": _list_versions,
+    "delete": _delete,
+    "restore": _restore,
+    "create_tag": _create_tag,
+    "delete_tag": _delete_tag,
+    "list_tags": _list_tags,
+    "add_columns": _add_columns,
+    "drop_columns": _drop_columns,
+    "alter_columns": _alter_columns,
+    "compact": _compact,
+    "cleanup": _cleanup,
+    "drop_dataset": _drop_dataset,
+    "healthcheck": _healthcheck,
+}
+if set(_HANDLERS) != {shape.name for shape in ACTION_SHAPES}:
+    raise ImportError("every action of wire.requests.ACTION_SHAPES needs exactly one handler")
 
+ACTION_TABLE: tuple[Action, ...] = tuple(
+    Action(shape.name, shape.summary, shape.right, shape.keys, _HANDLERS[shape.name])
+    for shape in ACTION_SHAPES
+)
 ACTIONS_BY_NAME: dict[str, Action] = {a.name: a for a in ACTION_TABLE}
 # What ListActions lists: name -> summary.
 ACTIONS: dict[str, str] = {a.name: a.summary for a in ACTION_TABLE}

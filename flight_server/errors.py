@@ -7,9 +7,8 @@ path, traceback or secret, and whose `extra_info` is JSON such as
 "version": 7}``. (pyarrow sends the traceback of any non-Flight exception to the client,
 so nothing else may escape a handler.)
 
-Codes: not_found, invalid_argument, already_exists, commit_conflict, failed_precondition,
-unauthenticated, permission_denied, unavailable, unimplemented, cancelled, data_corrupt,
-internal.
+The codes and their exception classes are the wire contract's (`wire.errors`, shared with
+the clients); service code raises those classes, re-exported here.
 """
 
 from __future__ import annotations
@@ -24,101 +23,56 @@ import pyarrow.flight as flight
 import pyarrow.lib as pa_lib
 
 from format.errors import (
+    CleanupError,
     CommitConflictError,
     CorruptFileError,
     DatasetAlreadyExistsError,
     DatasetNotFoundError,
     InvalidInputError,
-    LanceError,
     SchemaMismatchError,
     TagNotFoundError,
     UnsupportedFeatureError,
     VersionNotFoundError,
 )
+from wire.errors import (
+    AlreadyExists,
+    Cancelled,
+    CommitConflict,
+    DataCorrupt,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    QuiverError,
+    Unauthenticated,
+    Unavailable,
+    Unimplemented,
+)
+
+__all__ = [
+    "AlreadyExists",
+    "Cancelled",
+    "CommitConflict",
+    "DataCorrupt",
+    "FailedPrecondition",
+    "InvalidArgument",
+    "NotFound",
+    "PermissionDenied",
+    "QuiverError",
+    "Scrubber",
+    "Unauthenticated",
+    "Unavailable",
+    "Unimplemented",
+    "classify",
+    "make_flight_error",
+    "schema_error",
+    "stream_error",
+    "to_flight_error",
+]
 
 log = logging.getLogger("quiver.errors")
 
 MAX_MESSAGE = 400
-
-
-class QuiverError(Exception):
-    """A request failed for a reason the client should see; `code` goes into `extra_info`."""
-
-    code = "internal"
-
-    def __init__(self, message: str, **details: object) -> None:
-        super().__init__(message)
-        self.details = details
-
-
-class InvalidArgument(QuiverError):
-    """The request is malformed (bad JSON, unknown key, bad name, bad ticket...)."""
-
-    code = "invalid_argument"
-
-
-class NotFound(QuiverError):
-    """The dataset, version, tag or action does not exist."""
-
-    code = "not_found"
-
-
-class AlreadyExists(QuiverError):
-    """A dataset or tag to be created exists, or fragments were committed already."""
-
-    code = "already_exists"
-
-
-class FailedPrecondition(QuiverError):
-    """The request is well-formed but the dataset's state refuses it."""
-
-    code = "failed_precondition"
-
-
-class CommitConflict(QuiverError):
-    """A concurrent commit won; `retryable` says whether trying again can succeed."""
-
-    code = "commit_conflict"
-
-    def __init__(self, message: str, *, retryable: bool, version: int | None) -> None:
-        super().__init__(message, retryable=retryable, version=version)
-
-
-class Unauthenticated(QuiverError):
-    """No or bad credentials."""
-
-    code = "unauthenticated"
-
-
-class PermissionDenied(QuiverError):
-    """The caller may not do this to this dataset."""
-
-    code = "permission_denied"
-
-
-class Unavailable(QuiverError):
-    """The server cannot serve now (draining, storage unreachable); retry elsewhere/later."""
-
-    code = "unavailable"
-
-
-class Unimplemented(QuiverError):
-    """An action or feature this server does not have."""
-
-    code = "unimplemented"
-
-
-class Cancelled(QuiverError):
-    """The client went away or cancelled the call."""
-
-    code = "cancelled"
-
-
-class DataCorrupt(QuiverError):
-    """A file of a dataset is missing, truncated or malformed: the message names the
-    dataset, version, fragment and file an operator has to restore."""
-
-    code = "data_corrupt"
 
 
 # code -> pyarrow.flight error class (which picks the gRPC status code)
@@ -183,13 +137,13 @@ def one_line(message: str) -> str:
 def classify(exc: BaseException) -> tuple[str, dict[str, object]]:
     """The code and extra details for an exception (internal for anything unexpected)."""
     if isinstance(exc, QuiverError):
-        return exc.code, dict(exc.details)
+        return exc.code or "internal", dict(exc.details)
     for cls, code in ENGINE_ERRORS:
         if isinstance(exc, cls):
             if isinstance(exc, CommitConflictError):
                 return code, {"retryable": bool(exc.retryable), "version": exc.version}
             return code, {}
-    if isinstance(exc, LanceError) and exc.__class__.__name__ == "CleanupError":
+    if isinstance(exc, CleanupError):
         return "failed_precondition", {}
     if isinstance(exc, flight.FlightCancelledError):
         return "cancelled", {}

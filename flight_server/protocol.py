@@ -18,6 +18,7 @@ from typing import Any
 from flight_server.errors import InvalidArgument
 from flight_server.names import name_from_path, validate_name
 from flight_server.staging import valid_job
+from wire.requests import MODES, PUT_KEYS, READ_KEYS
 
 MAX_JSON_BYTES = 256 << 20
 MAX_INT = (1 << 63) - 1
@@ -187,20 +188,6 @@ class Fields:
 
 
 # -- reads ----------------------------------------------------------------------------------
-READ_KEYS = (
-    "dataset",
-    "version",
-    "tag",
-    "as_of",
-    "columns",
-    "filter",
-    "limit",
-    "with_row_id",
-    "max_rows_per_endpoint",
-    "appended_since",
-)
-
-
 @dataclass(frozen=True)
 class ReadRequest:
     """What a descriptor asks to read: a dataset at a version, projected and filtered."""
@@ -280,8 +267,6 @@ def read_request_from_path(path: Sequence[bytes | str]) -> ReadRequest:
 
 
 # -- writes ---------------------------------------------------------------------------------
-PUT_KEYS = ("dataset", "mode", "commit", "job")
-MODES = ("append", "create", "overwrite")
 
 
 @dataclass(frozen=True)

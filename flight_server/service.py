@@ -20,7 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from flight_server.actions import READ, WRITE, find_action, parse_body
+from flight_server.actions import find_action, parse_body
 from flight_server.auth import Identity, authorize
 from flight_server.config import DEFAULT_STAGED_TTL, DEFAULT_TICKET_TTL, ServerConfig
 from flight_server.errors import Scrubber
@@ -29,6 +29,7 @@ from flight_server.protocol import PutRequest, ReadRequest
 from flight_server.reads import DatasetSummary, EndpointStream, Reads, ScanPlan
 from flight_server.tickets import ReadTicket, Signer
 from flight_server.writes import Writes
+from wire.requests import READ, WRITE
 
 
 class DatasetService:

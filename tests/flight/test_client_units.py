@@ -21,14 +21,19 @@ import pytest
 
 from clients import (
     AlreadyExists,
+    Cancelled,
     Client,
     CommitConflict,
+    DataCorrupt,
+    FailedPrecondition,
+    Internal,
     InvalidArgument,
     NotFound,
     PermissionDenied,
     QuiverError,
     Unauthenticated,
     Unavailable,
+    Unimplemented,
 )
 from clients.errors import from_flight_error, server_message
 from clients.flight import _batches, put_command, read_command, read_descriptor
@@ -51,6 +56,11 @@ def _info(obj: dict[str, Any]) -> bytes:
         ("unauthenticated", Unauthenticated),
         ("permission_denied", PermissionDenied),
         ("unavailable", Unavailable),
+        ("failed_precondition", FailedPrecondition),
+        ("unimplemented", Unimplemented),
+        ("cancelled", Cancelled),
+        ("data_corrupt", DataCorrupt),
+        ("internal", Internal),
     ],
 )
 def test_code_picks_the_exception(code: str, cls: type[QuiverError]) -> None:
@@ -124,8 +134,9 @@ def test_message_keeps_only_the_servers_line() -> None:
         (pa.ArrowKeyError("k"), NotFound, "not_found"),
         (pa.ArrowInvalid("bad"), InvalidArgument, "invalid_argument"),
         (flight.FlightTimedOutError("deadline"), QuiverError, "deadline_exceeded"),
-        (flight.FlightCancelledError("cancelled"), QuiverError, "cancelled"),
-        (flight.FlightInternalError("boom"), QuiverError, "internal"),
+        (flight.FlightCancelledError("cancelled"), Cancelled, "cancelled"),
+        (flight.FlightInternalError("boom"), Internal, "internal"),
+        (pa.ArrowNotImplementedError("no"), Unimplemented, "unimplemented"),
         (flight.FlightServerError("boom"), QuiverError, None),
     ],
 )

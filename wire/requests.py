@@ -1,0 +1,240 @@
+"""The JSON shapes of Quiver's requests: read and put descriptors, and action bodies.
+
+A read is a CMD descriptor holding a JSON object with `READ_KEYS` (or a PATH descriptor
+naming the dataset); a DoPut's CMD holds `PUT_KEYS`; each DoAction has a JSON body whose
+keys `ACTION_SHAPES` lists. The server validates against these (`flight_server.protocol`,
+`flight_server.actions`), the clients build them (`read_command`, `put_command`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from wire.errors import InvalidArgument
+
+READ_KEYS: tuple[str, ...] = (
+    "dataset",
+    "version",
+    "tag",
+    "as_of",
+    "columns",
+    "filter",
+    "limit",
+    "with_row_id",
+    "max_rows_per_endpoint",
+    "appended_since",
+)
+PUT_KEYS: tuple[str, ...] = ("dataset", "mode", "commit", "job")
+# DoPut modes, which are also the operations of the commit action
+MODES: tuple[str, ...] = ("append", "create", "overwrite")
+
+READ, WRITE = "read", "write"
+
+
+@dataclass(frozen=True)
+class ActionShape:
+    """One DoAction as the wire sees it: its name, what ListActions says of it, the body keys
+    it accepts and the right it needs on its dataset (None: no dataset involved)."""
+
+    name: str
+    summary: str
+    keys: tuple[str, ...]
+    right: str | None
+
+
+ACTION_SHAPES: tuple[ActionShape, ...] = (
+    ActionShape(
+        "commit",
+        "Make staged fragments visible in one new version: {dataset, operation: "
+        "append|overwrite|create, fragments, read_version?, idempotency_key?} -> {version, rows}",
+        ("dataset", "operation", "fragments", "read_version", "idempotency_key", "job"),
+        WRITE,
+    ),
+    ActionShape(
+        "abort",
+        "Remove the files of staged, uncommitted fragments: {dataset, fragments} -> "
+        "{removed_files, kept_files}",
+        ("dataset", "fragments", "job"),
+        WRITE,
+    ),
+    ActionShape(
+        "describe",
+        "Schema, version, rows and fragments of a dataset: {dataset, version?|tag?|as_of?}",
+        ("dataset", "version", "tag", "as_of"),
+        READ,
+    ),
+    ActionShape(
+        "list_versions",
+        "Every version of a dataset with its time and row count: {dataset}",
+        ("dataset",),
+        READ,
+    ),
+    ActionShape(
+        "delete",
+        "Delete the rows matching a SQL predicate: {dataset, predicate} -> {version, deleted_rows}",
+        ("dataset", "predicate"),
+        WRITE,
+    ),
+    ActionShape(
+        "restore",
+        "Make an old version (number or tag) the latest: {dataset, version|tag} -> {version}",
+        ("dataset", "version", "tag"),
+        WRITE,
+    ),
+    ActionShape(
+        "create_tag",
+        "Tag a version (default latest): {dataset, tag, version?} -> {tag, version}",
+        ("dataset", "tag", "version"),
+        WRITE,
+    ),
+    ActionShape("delete_tag", "Remove a tag: {dataset, tag}", ("dataset", "tag"), WRITE),
+    ActionShape(
+        "list_tags",
+        "Every tag of a dataset and its version: {dataset} -> {tags}",
+        ("dataset",),
+        READ,
+    ),
+    ActionShape(
+        "add_columns",
+        "Add columns computed by SQL expressions: {dataset, columns: {name: expr}} -> {version}",
+        ("dataset", "columns"),
+        WRITE,
+    ),
+    ActionShape(
+        "drop_columns",
+        "Remove columns: {dataset, columns: [name]} -> {version}",
+        ("dataset", "columns"),
+        WRITE,
+    ),
+    ActionShape(
+        "alter_columns",
+        "Rename columns, change nullability or type: {dataset, alterations: "
+        "[{path, name?, nullable?, data_type?}]} -> {version}",
+        ("dataset", "alterations"),
+        WRITE,
+    ),
+    ActionShape(
+        "compact",
+        "Merge small fragments and purge deleted rows: {dataset, target_rows_per_fragment?, "
+        "max_rows_per_group?, materialize_deletions?, materialize_deletions_threshold?}",
+        (
+            "dataset",
+            "target_rows_per_fragment",
+            "max_rows_per_group",
+            "materialize_deletions",
+            "materialize_deletions_threshold",
+        ),
+        WRITE,
+    ),
+    ActionShape(
+        "cleanup",
+        "Remove old versions and unreferenced files: {dataset, older_than_seconds?, "
+        "retain_versions?, delete_unverified?, error_if_tagged_old_versions?}",
+        (
+            "dataset",
+            "older_than_seconds",
+            "retain_versions",
+            "delete_unverified",
+            "error_if_tagged_old_versions",
+        ),
+        WRITE,
+    ),
+    ActionShape(
+        "drop_dataset", "Delete a dataset and all its files: {dataset}", ("dataset",), WRITE
+    ),
+    ActionShape("healthcheck", "Whether this server can serve: {} -> {status}", (), None),
+)
+ACTIONS: dict[str, ActionShape] = {a.name: a for a in ACTION_SHAPES}
+
+
+# ------------------------------------------------------------------------------- builders
+def _as_of_text(as_of: str | dt.datetime | dt.date) -> str:
+    if isinstance(as_of, str):
+        return as_of
+    if isinstance(as_of, dt.datetime):
+        # a naive datetime is local time, as everywhere in Python
+        ts = as_of.astimezone(dt.timezone.utc)
+        return ts.isoformat().replace("+00:00", "Z")
+    if isinstance(as_of, dt.date):  # midnight UTC of that day
+        return f"{as_of.isoformat()}T00:00:00Z"
+    raise TypeError(f"as_of must be a str, datetime or date, not {type(as_of).__name__}")
+
+
+def _int_option(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    return value
+
+
+def read_command(
+    dataset: str,
+    *,
+    columns: Sequence[str] | None = None,
+    filter: str | None = None,
+    version: int | None = None,
+    tag: str | None = None,
+    as_of: str | dt.datetime | dt.date | None = None,
+    limit: int | None = None,
+    with_row_id: bool = False,
+    max_rows_per_endpoint: int | None = None,
+    appended_since: int | None = None,
+) -> dict[str, Any]:
+    """The JSON object of a read CMD descriptor; only the options that are set appear.
+
+    `appended_since=v` reads only the rows that appends added after version `v` (up to
+    `version`, default the latest), each endpoint pinned to the version that added it.
+    """
+    if not isinstance(dataset, str) or not dataset:
+        raise TypeError("dataset must be a non-empty string")
+    pins = [
+        name for name, v in (("version", version), ("tag", tag), ("as_of", as_of)) if v is not None
+    ]
+    if len(pins) > 1:
+        raise InvalidArgument(f"give at most one of version, tag and as_of (got {', '.join(pins)})")
+    cmd: dict[str, Any] = {"dataset": dataset}
+    if version is not None:
+        cmd["version"] = _int_option("version", version)
+    if tag is not None:
+        cmd["tag"] = str(tag)
+    if as_of is not None:
+        cmd["as_of"] = _as_of_text(as_of)
+    if columns is not None:
+        if isinstance(columns, str):
+            raise TypeError("columns must be a sequence of column names, not a string")
+        cmd["columns"] = [str(c) for c in columns]
+    if filter is not None:
+        cmd["filter"] = str(filter)
+    if limit is not None:
+        cmd["limit"] = _int_option("limit", limit)
+    if with_row_id:
+        cmd["with_row_id"] = True
+    if max_rows_per_endpoint is not None:
+        cmd["max_rows_per_endpoint"] = _int_option("max_rows_per_endpoint", max_rows_per_endpoint)
+    if appended_since is not None:
+        cmd["appended_since"] = _int_option("appended_since", appended_since)
+    return cmd
+
+
+def put_command(
+    dataset: str, *, mode: str = "append", commit: bool = True, job: str | None = None
+) -> dict[str, Any]:
+    """The JSON object of a DoPut CMD descriptor."""
+    if not isinstance(dataset, str) or not dataset:
+        raise TypeError("dataset must be a non-empty string")
+    if mode not in MODES:
+        raise InvalidArgument(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+    cmd: dict[str, Any] = {"dataset": dataset, "mode": mode}
+    if not commit:
+        cmd["commit"] = False
+    if job is not None:
+        cmd["job"] = job
+    return cmd
+
+
+def json_bytes(value: Any) -> bytes:
+    """The compact UTF-8 JSON the server reads."""
+    return json.dumps(value, separators=(",", ":")).encode("utf-8")
