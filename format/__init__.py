@@ -1,5 +1,8 @@
-"""Quiver's Lance format engine: read (and, later, write) Lance datasets in pure Python.
+"""Quiver's Lance engine: reads and writes Lance datasets (every storage version pylance 14
+writes) with pylance's API, over pyarrow, numpy and one small C extension.
 
-Import the public API from the submodules, e.g. ``from format.dataset import dataset``
-(never ``import format`` bare, which would shadow the builtin).
+Layers, each importing only those before it: `io` (object stores) → `expr` (SQL filters and
+expressions) → `table` (manifests, transactions, commits, deletions, row ids) → `file`
+(data files: legacy, 2.0, 2.1/2.2 over one container) → `dataset` (the pylance-shaped API).
+Import the public API from the submodules, e.g. ``from format.dataset import dataset``.
 """

@@ -23,6 +23,11 @@ class FilterBindError(InvalidInputError):
     """A filter names a missing column or compares incompatible types."""
 
 
+class TypeRuleError(InvalidInputError):
+    """A typing rule of filters and expressions refused an operation; the binder adds the
+    filter's context to the message."""
+
+
 class ColumnNotFoundError(InvalidInputError, KeyError):
     """A projection or operation names a column the schema does not have."""
 
@@ -80,3 +85,7 @@ class NotAppendOnlyError(LanceError):
         super().__init__(message)
         self.version = version
         self.operation = operation
+
+
+class CleanupError(LanceError, OSError):
+    """Cleanup refused to run (tagged versions would be removed); pylance raises OSError."""

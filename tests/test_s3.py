@@ -20,8 +20,7 @@ moto_server = pytest.importorskip("moto.server")
 import lance  # noqa: E402
 import pyarrow.flight as fl  # noqa: E402
 
-from format.dataset import dataset  # noqa: E402
-from format.dataset.write import write_dataset  # noqa: E402
+from format.dataset import dataset, write_dataset  # noqa: E402
 from format.errors import UnsupportedFeatureError  # noqa: E402
 from format.io.store import ObjectStore, _RemoteUpload, open_store  # noqa: E402
 

@@ -1,6 +1,14 @@
-"""The user-facing dataset API, shaped like pylance's."""
+"""The user-facing dataset API, shaped like pylance's.
 
-from format.dataset.dataset import LanceDataset, Tags, dataset
+`LanceDataset` (dataset.py) is the facade over one resolved version, `DatasetCore`
+(core.py); the modules below it each do one job on a core: fragments (fragment.py),
+scans (scan.py), writing data files and datasets (write.py), schema evolution
+(evolution.py), compaction (compaction.py), cleanup (cleanup.py), and the low-level
+`write_fragments` + `commit` (operations.py).
+"""
+
+from format.dataset.core import DatasetCore
+from format.dataset.dataset import LanceDataset, Tags, dataset, write_dataset
 from format.dataset.fragment import LanceFragment
 from format.dataset.operations import (
     LanceOperation,
@@ -10,9 +18,9 @@ from format.dataset.operations import (
     write_fragments,
 )
 from format.dataset.scan import Scanner
-from format.dataset.write import write_dataset
 
 __all__ = [
+    "DatasetCore",
     "LanceDataset",
     "LanceFragment",
     "LanceOperation",

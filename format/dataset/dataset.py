@@ -1,20 +1,28 @@
-"""`LanceDataset`: one version of a Lance dataset, with pylance's read API."""
+"""`LanceDataset`: pylance's dataset API over one resolved version (`DatasetCore`).
+
+Every method delegates: reads to fragments and scans, schema evolution, compaction and
+cleanup to their modules, which take and return cores; mutations move the facade to the
+version they commit, as pylance's do. `dataset()` and `write_dataset()` open and create.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
 from collections.abc import Sequence
-from functools import cached_property
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from format.dataset.fragment import LanceFragment
+from format.dataset import cleanup, compaction, evolution
+from format.dataset import write as _write
+from format.dataset.cleanup import CleanupStats
+from format.dataset.compaction import CompactionMetrics
+from format.dataset.core import DatasetCore
+from format.dataset.fragment import LanceFragment, fragment_of, fragments_of
 from format.dataset.scan import Scanner
 from format.errors import (
-    CorruptFileError,
     DatasetAlreadyExistsError,
     InvalidInputError,
     UnsupportedFeatureError,
@@ -22,11 +30,11 @@ from format.errors import (
 from format.io.store import ObjectStore, open_store
 from format.proto import table_pb2, transaction_pb2
 from format.table import versions as _versions
-from format.table.commit import commit_clone, commit_transaction
+from format.table.commit import commit_clone
 from format.table.deletion import write_deletion_file
 from format.table.manifest import Manifest
 from format.table.schema import LanceSchema
-from format.table.transaction import ManifestContext, new_transaction
+from format.table.transaction import new_transaction
 
 
 def dataset(
@@ -36,10 +44,42 @@ def dataset(
     storage_options: dict[str, Any] | None = None,
 ) -> LanceDataset:
     """Open a Lance dataset at its latest version, a version number, a tag or a timestamp."""
-    uri = str(uri)
-    store, version = _versions.resolve_ref(open_store(uri, storage_options), version)
-    manifest = _versions.resolve(store, version, asof)
-    return LanceDataset(store, manifest, storage_options=storage_options)
+    return LanceDataset(DatasetCore.open(str(uri), version, asof, storage_options))
+
+
+def write_dataset(
+    data: Any,
+    uri: str,
+    schema: pa.Schema | None = None,
+    mode: _write.Mode = "create",
+    *,
+    max_rows_per_file: int = _write.DEFAULT_MAX_ROWS_PER_FILE,
+    max_rows_per_group: int = _write.DEFAULT_MAX_ROWS_PER_GROUP,
+    data_storage_version: str | None = None,
+    enable_stable_row_ids: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    commit_message: str | None = None,
+    idempotency_key: str | None = None,
+    config: dict[str, str] | None = None,
+) -> LanceDataset:
+    """Create, append to or overwrite a Lance dataset from Arrow data (pylance's signature;
+    see `format.dataset.write.write_dataset`)."""
+    return LanceDataset(
+        _write.write_dataset(
+            data,
+            uri,
+            schema,
+            mode,
+            max_rows_per_file=max_rows_per_file,
+            max_rows_per_group=max_rows_per_group,
+            data_storage_version=data_storage_version,
+            enable_stable_row_ids=enable_stable_row_ids,
+            storage_options=storage_options,
+            commit_message=commit_message,
+            idempotency_key=idempotency_key,
+            config=config,
+        )
+    )
 
 
 def _take_rows(table: pa.Table, positions: pa.Array) -> pa.Table:
@@ -71,8 +111,8 @@ def _local_time(ns: int) -> dt.datetime:
 class Tags:
     """Read access to a dataset's tags (pylance's `ds.tags`)."""
 
-    def __init__(self, ds: LanceDataset) -> None:
-        self._ds = ds
+    def __init__(self, store: ObjectStore) -> None:
+        self._store = store
 
     def list(self) -> dict[str, dict[str, Any]]:
         """Every tag: name -> {"version", "manifest_size", "created_at", ...}."""
@@ -84,12 +124,12 @@ class Tags:
                 "updated_at": t.updated_at,
                 "metadata": t.metadata,
             }
-            for name, t in sorted(_versions.list_tags(self._ds._store).items())
+            for name, t in sorted(_versions.list_tags(self._store).items())
         }
 
     def get_version(self, tag: str) -> int:
         """The version a tag points to."""
-        return _versions.read_tag(self._ds._store, tag).version
+        return _versions.read_tag(self._store, tag).version
 
     def create(self, tag: str, version: int) -> None:
         """Create a tag on an existing version; refuses an existing tag name."""
@@ -97,17 +137,17 @@ class Tags:
 
     def update(self, tag: str, version: int) -> None:
         """Point an existing tag at another version."""
-        _versions.read_tag(self._ds._store, tag)  # must exist
+        _versions.read_tag(self._store, tag)  # must exist
         self._write(tag, version, create=False)
 
     def delete(self, tag: str) -> None:
         """Remove a tag."""
-        store = self._ds._store
+        store = self._store
         _versions.read_tag(store, tag)
         store.delete(_versions.tag_path(tag))
 
     def _write(self, tag: str, version: int, *, create: bool) -> None:
-        store = self._ds._store
+        store = self._store
         _versions.check_tag_name(tag)
         entry = _versions.find_entry(store, version)
         now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -139,66 +179,66 @@ class Tags:
 
 
 class LanceDataset:
-    """A dataset pinned to one version."""
+    """A dataset pinned to one version: pylance's API over a `DatasetCore`. Mutations
+    commit a new version and move this object to it, as pylance's do."""
 
-    def __init__(
-        self,
-        store: ObjectStore,
-        manifest: Manifest,
-        *,
-        storage_options: dict[str, Any] | None = None,
-    ) -> None:
-        manifest.check_readable(store.uri)
-        self._store = store
-        self._manifest = manifest
-        self._storage_options = storage_options
-        self._base_stores: dict[int, tuple[ObjectStore, bool]] = {}
+    def __init__(self, core: DatasetCore) -> None:
+        self._core = core
+
+    @property
+    def core(self) -> DatasetCore:
+        """The resolved version behind this facade (store, manifest, options)."""
+        return self._core
+
+    def _advance(self, core: DatasetCore) -> None:
+        """Move this object to a version just committed."""
+        self._core = core
 
     # -- identity ---------------------------------------------------------------------
     @property
     def uri(self) -> str:
         """The dataset's URI."""
-        return self._store.uri
+        return self._core.uri
 
     @property
     def version(self) -> int:
         """The version this object reads."""
-        return self._manifest.version
+        return self._core.version
 
     @property
     def latest_version(self) -> int:
         """The newest committed version (listed now)."""
-        return _versions.latest_entry(self._store).version
+        return self._core.latest_version()
 
     @property
     def manifest(self) -> Manifest:
         """The decoded manifest of this version."""
-        return self._manifest
+        return self._core.manifest
 
     @property
     def lance_schema(self) -> LanceSchema:
         """The schema with Lance field ids."""
-        return self._manifest.schema
+        return self._core.lance_schema
 
-    @cached_property
+    @property
     def schema(self) -> pa.Schema:
         """The Arrow schema of this version."""
-        return self._manifest.schema.to_arrow()
+        return self._core.schema
 
     @property
     def data_storage_version(self) -> str:
         """Storage version of the data files ("0.1", "2.0", "2.1", "2.2")."""
-        return self._manifest.data_storage_version
+        return self._core.data_storage_version
 
     @property
     def tags(self) -> Tags:
         """The dataset's tags."""
-        return Tags(self)
+        return Tags(self._core.store)
 
     @property
     def config(self) -> dict[str, str]:
         """Table configuration of this version."""
-        return dict(self._manifest.pb.config)
+        return dict(self._core.manifest.pb.config)
 
     def __repr__(self) -> str:
         return f"LanceDataset(uri={self.uri!r}, version={self.version})"
@@ -207,9 +247,10 @@ class LanceDataset:
     def versions(self) -> list[dict[str, Any]]:
         """Every version with its commit time and summary statistics, oldest first."""
         out = []
-        entries = _versions.list_manifests(self._store)
+        store = self._core.store
+        entries = _versions.list_manifests(store)
         for v in sorted(entries):
-            m = _versions.load_manifest(self._store, entries[v])
+            m = _versions.load_manifest(store, entries[v])
             frags = m.pb.fragments
             deleted = sum(f.deletion_file.num_deleted_rows for f in frags)
             physical = sum(f.physical_rows for f in frags)
@@ -236,47 +277,16 @@ class LanceDataset:
 
     def checkout_version(self, version: int | str) -> LanceDataset:
         """The same dataset at another version (number or tag)."""
-        store, number = _versions.resolve_ref(self._store, version)
-        return LanceDataset(
-            store, _versions.resolve(store, number), storage_options=self._storage_options
-        )
-
-    # -- storage ----------------------------------------------------------------------
-    def _resolve(
-        self, path: str, base_id: int | None, *, relative_to_root: bool = False
-    ) -> tuple[ObjectStore, str]:
-        """The store and path of a file, following the manifest's base paths."""
-        if base_id is None:
-            return self._store, path
-        if base_id not in self._base_stores:
-            for bp in self._manifest.pb.base_paths:
-                if bp.id == base_id:
-                    self._base_stores[base_id] = (
-                        open_store(bp.path, self._storage_options),
-                        bp.is_dataset_root,
-                    )
-                    break
-            else:
-                raise CorruptFileError(
-                    self._store.uri_of(self._manifest.path),
-                    f"base path id {base_id} is not in the manifest's base paths",
-                )
-        store, is_root = self._base_stores[base_id]
-        if not is_root and not relative_to_root:
-            path = path.split("/", 1)[1]  # files sit directly under a non-root base
-        return store, path
+        return LanceDataset(self._core.checkout(version))
 
     # -- fragments and scans ----------------------------------------------------------
     def get_fragments(self) -> list[LanceFragment]:
         """The fragments of this version."""
-        return [LanceFragment(self, pb) for pb in self._manifest.pb.fragments]
+        return fragments_of(self._core)
 
     def get_fragment(self, fragment_id: int) -> LanceFragment | None:
         """One fragment by id, or None."""
-        for pb in self._manifest.pb.fragments:
-            if pb.id == fragment_id:
-                return LanceFragment(self, pb)
-        return None
+        return fragment_of(self._core, fragment_id)
 
     def scanner(
         self,
@@ -300,7 +310,8 @@ class LanceDataset:
         `readahead_bytes` of batches (at least one per thread); `batch_bytes` caps batches at
         about that many bytes (never under 1024 rows) as well as `batch_size` rows."""
         return Scanner(
-            self,
+            self._core,
+            fragments if fragments is not None else fragments_of(self._core),
             columns=columns,
             filter=filter,
             limit=limit,
@@ -308,7 +319,6 @@ class LanceDataset:
             batch_size=batch_size,
             with_row_id=with_row_id,
             with_row_address=with_row_address,
-            fragments=fragments,
             fragment_readahead=fragment_readahead,
             physical_range=physical_range,
             readahead_bytes=readahead_bytes,
@@ -410,17 +420,6 @@ class LanceDataset:
         return _take_rows(table, pa.array(positions))
 
     # -- mutations ----------------------------------------------------------------------
-    def _commit(self, txn: transaction_pb2.Transaction, ctx: ManifestContext | None = None) -> None:
-        """Commit on top of this version and move this object to the new version."""
-        result = commit_transaction(
-            self._store, txn, ctx=ctx or ManifestContext(load_version=self._load_version)
-        )
-        self._manifest = result.manifest
-        self.__dict__.pop("schema", None)
-
-    def _load_version(self, version: int) -> Manifest:
-        return _versions.load_manifest(self._store, _versions.find_entry(self._store, version))
-
     def delete(self, predicate: str) -> None:
         """Delete the rows matching a SQL predicate, as one new version.
 
@@ -445,7 +444,7 @@ class LanceDataset:
             if len(deleted) >= frag.physical_rows:
                 removed.append(frag.fragment_id)
                 continue
-            info = write_deletion_file(self._store, frag.fragment_id, self.version, deleted)
+            info = write_deletion_file(self._core.store, frag.fragment_id, self.version, deleted)
             pb = table_pb2.DataFragment()
             pb.CopyFrom(frag.metadata)
             pb.deletion_file.CopyFrom(
@@ -460,7 +459,7 @@ class LanceDataset:
         body = transaction_pb2.Transaction.Delete(
             updated_fragments=updated, deleted_fragment_ids=removed, predicate=predicate
         )
-        self._commit(new_transaction(self.version, "delete", body))
+        self._advance(self._core.commit(new_transaction(self.version, "delete", body)))
 
     def add_columns(
         self,
@@ -470,23 +469,21 @@ class LanceDataset:
         batch_size: int | None = None,
     ) -> None:
         """Add columns from SQL expressions, all-null fields or row-aligned Arrow data."""
-        from format.dataset import evolution
-
         if read_columns is not None:
             raise UnsupportedFeatureError("read_columns is only for UDFs, which are not supported")
-        evolution.add_columns(self, transforms, reader_schema=reader_schema, batch_size=batch_size)
+        self._advance(
+            evolution.add_columns(
+                self._core, transforms, reader_schema=reader_schema, batch_size=batch_size
+            )
+        )
 
     def drop_columns(self, columns: Sequence[str]) -> None:
         """Remove columns from the schema (data files are left as they are)."""
-        from format.dataset import evolution
-
-        evolution.drop_columns(self, columns)
+        self._advance(evolution.drop_columns(self._core, columns))
 
     def alter_columns(self, *alterations: dict[str, Any]) -> None:
         """Rename, change nullability or change the type of columns (pylance's dict form)."""
-        from format.dataset import evolution
-
-        evolution.alter_columns(self, *alterations)
+        self._advance(evolution.alter_columns(self._core, *alterations))
 
     def shallow_clone(
         self,
@@ -506,7 +503,7 @@ class LanceDataset:
         pb = table_pb2.Manifest()
         pb.CopyFrom(source.manifest.pb)
         base_id = max((b.id for b in pb.base_paths), default=-1) + 1
-        root = source.uri if "://" in source.uri else source._store.full_path("")
+        root = source.uri if "://" in source.uri else source.core.store.full_path("")
         pb.base_paths.append(table_pb2.BasePath(id=base_id, is_dataset_root=True, path=root))
         for frag in pb.fragments:
             for df in frag.files:
@@ -521,16 +518,12 @@ class LanceDataset:
             body.ref_name = reference
         txn = new_transaction(source.version, "clone", body)
         return LanceDataset(
-            target,
-            commit_clone(target, txn, pb, source.manifest),
-            storage_options=storage_options,
+            DatasetCore(target, commit_clone(target, txn, pb, source.manifest), storage_options)
         )
 
     @property
-    def optimize(self) -> Any:
+    def optimize(self) -> DatasetOptimizer:
         """Table maintenance (pylance's `ds.optimize`): `compact_files(...)`."""
-        from format.dataset.maintenance import DatasetOptimizer
-
         return DatasetOptimizer(self)
 
     def cleanup_old_versions(
@@ -541,12 +534,10 @@ class LanceDataset:
         delete_unverified: bool = False,
         error_if_tagged_old_versions: bool = True,
         versions: Sequence[int] | None = None,
-    ) -> Any:
-        """Remove old versions and the files only they used; returns CleanupStats."""
-        from format.dataset import maintenance
-
-        return maintenance.cleanup_old_versions(
-            self,
+    ) -> CleanupStats:
+        """Remove old versions and the files only they used."""
+        return cleanup.cleanup_old_versions(
+            self._core,
             older_than,
             retain_versions,
             delete_unverified=delete_unverified,
@@ -557,4 +548,33 @@ class LanceDataset:
     def restore(self) -> None:
         """Make this (old) version the latest again, as a new version."""
         body = transaction_pb2.Transaction.Restore(version=self.version)
-        self._commit(new_transaction(self.latest_version, "restore", body))
+        self._advance(self._core.commit(new_transaction(self.latest_version, "restore", body)))
+
+
+class DatasetOptimizer:
+    """pylance's ``ds.optimize`` namespace (compaction)."""
+
+    def __init__(self, ds: LanceDataset) -> None:
+        self._ds = ds
+
+    def compact_files(
+        self,
+        *,
+        target_rows_per_fragment: int | None = None,
+        max_rows_per_group: int | None = None,
+        materialize_deletions: bool | None = None,
+        materialize_deletions_threshold: float | None = None,
+        num_threads: int | None = None,
+    ) -> CompactionMetrics:
+        """Compact small fragments (see `compaction.compact_files`); the dataset moves to
+        the version committed, if any."""
+        core, metrics = compaction.compact_files(
+            self._ds.core,
+            target_rows_per_fragment=target_rows_per_fragment,
+            max_rows_per_group=max_rows_per_group,
+            materialize_deletions=materialize_deletions,
+            materialize_deletions_threshold=materialize_deletions_threshold,
+            num_threads=num_threads,
+        )
+        self._ds._advance(core)
+        return metrics

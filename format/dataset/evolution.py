@@ -30,12 +30,16 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from format.dataset.core import DatasetCore
+from format.dataset.fragment import LanceFragment, fragments_of
+from format.dataset.rows import RowSource
+from format.dataset.scan import Scanner
 from format.dataset.write import (
     DEFAULT_MAX_ROWS_PER_GROUP,
     data_file_name,
@@ -57,10 +61,6 @@ from format.proto import table_pb2, transaction_pb2
 from format.table.manifest import Manifest, read_section
 from format.table.schema import LanceField, LanceSchema
 from format.table.transaction import new_transaction
-
-if TYPE_CHECKING:
-    from format.dataset.dataset import LanceDataset
-    from format.dataset.fragment import LanceFragment
 
 TOMBSTONE = -2
 _ALTER_KEYS = {"path", "name", "nullable", "data_type"}
@@ -212,7 +212,7 @@ def _read_live(
 class _FileSet:
     """The data files one operation writes; removed again if it fails."""
 
-    def __init__(self, ds: LanceDataset, schema: LanceSchema) -> None:
+    def __init__(self, ds: DatasetCore, schema: LanceSchema) -> None:
         self.ds = ds
         self.schema = schema
         self.arrow = schema.to_arrow()
@@ -221,7 +221,7 @@ class _FileSet:
 
     def write(self, frag: LanceFragment, batches: Iterable[pa.RecordBatch]) -> table_pb2.DataFile:
         """One data file with the rows of `batches`, which must cover the fragment exactly."""
-        store = self.ds._store
+        store = self.ds.store
         name = data_file_name()
         path = f"data/{name}"
         self.paths.append(path)
@@ -265,7 +265,7 @@ class _FileSet:
         if self.version != "0.1" or not files:
             return DEFAULT_MAX_ROWS_PER_GROUP
         df = files[0]
-        store, path = self.ds._resolve(
+        store, path = self.ds.resolve(
             f"data/{df.path}", df.base_id if df.HasField("base_id") else None
         )
         reader = open_data_file(store, path, df)
@@ -285,18 +285,18 @@ class _FileSet:
     def remove(self) -> None:
         for path in self.paths:
             with contextlib.suppress(Exception):
-                self.ds._store.delete(path)
+                self.ds.store.delete(path)
 
 
 def _commit(
-    ds: LanceDataset,
+    ds: DatasetCore,
     operation: str,
     body: object,
     files: _FileSet | None = None,
-) -> None:
-    """Commit on top of `ds`'s version and move `ds` to the new version."""
+) -> DatasetCore:
+    """Commit on top of `ds`'s version; the new version."""
     try:
-        ds._commit(new_transaction(ds.version, operation, body))
+        return ds.commit(new_transaction(ds.version, operation, body))
     except CommitConflictError:
         if files is not None:
             files.remove()  # no manifest references them
@@ -315,7 +315,7 @@ def _merge_body(
 # ---------------------------------------------------------------------------- add
 
 
-def _new_fields(ds: LanceDataset, arrow: pa.Schema) -> LanceSchema:
+def _new_fields(ds: DatasetCore, arrow: pa.Schema) -> LanceSchema:
     """Lance fields for new columns, ids after every id in use; refuses name clashes."""
     existing = set(ds.lance_schema.names)
     seen: set[str] = set()
@@ -333,16 +333,16 @@ def _new_fields(ds: LanceDataset, arrow: pa.Schema) -> LanceSchema:
 
 
 def _write_new_columns(
-    ds: LanceDataset,
+    ds: DatasetCore,
     new: LanceSchema,
     per_fragment: Callable[[LanceFragment], Iterable[pa.RecordBatch]],
     finish: Callable[[], None] | None = None,
-) -> None:
+) -> DatasetCore:
     """Write one file of the new columns per fragment, then commit the Merge."""
     files = _FileSet(ds, new)
     fragments = []
     try:
-        for frag in ds.get_fragments():
+        for frag in fragments_of(ds):
             pb = table_pb2.DataFragment()
             pb.CopyFrom(frag.metadata)
             pb.files.append(files.write(frag, per_fragment(frag)))
@@ -353,10 +353,10 @@ def _write_new_columns(
         files.remove()
         raise
     schema = LanceSchema(ds.lance_schema.fields + new.fields, ds.lance_schema.metadata)
-    _commit(ds, "merge", _merge_body(fragments, schema), files)
+    return _commit(ds, "merge", _merge_body(fragments, schema), files)
 
 
-def _add_sql(ds: LanceDataset, transforms: Mapping[str, str], batch_size: int) -> None:
+def _add_sql(ds: DatasetCore, transforms: Mapping[str, str], batch_size: int) -> DatasetCore:
     arrow = ds.schema
     compiled = []
     for name, sql in transforms.items():
@@ -380,60 +380,27 @@ def _add_sql(ds: LanceDataset, transforms: Mapping[str, str], batch_size: int) -
                 raise InvalidInputError(f"{ds.uri}: cannot add column(s) {names}: {e}") from None
             yield _to_physical(_conform(values, filler.schema, ds.uri), keep, filler)
 
-    _write_new_columns(ds, new, per_fragment)
-
-
-class _RowSource:
-    """Rows of a stream handed out in counts, across batch boundaries."""
-
-    def __init__(self, reader: pa.RecordBatchReader) -> None:
-        self._batches = iter(reader)
-        self._pending: pa.RecordBatch | None = None
-
-    def _next(self) -> pa.RecordBatch | None:
-        if self._pending is not None:
-            batch, self._pending = self._pending, None
-            return batch
-        for batch in self._batches:
-            if batch.num_rows:
-                return batch
-        return None
-
-    def take(self, n: int) -> list[pa.RecordBatch]:
-        out: list[pa.RecordBatch] = []
-        while n > 0:
-            batch = self._next()
-            if batch is None:
-                raise InvalidInputError(
-                    "the new column data ended before producing values for all rows in the dataset"
-                )
-            if batch.num_rows > n:
-                self._pending = batch.slice(n)
-                batch = batch.slice(0, n)
-            out.append(batch)
-            n -= batch.num_rows
-        return out
-
-    def check_exhausted(self) -> None:
-        if self._next() is not None:
-            raise InvalidInputError(
-                "the new column data has more rows than the dataset has live rows"
-            )
+    return _write_new_columns(ds, new, per_fragment)
 
 
 def _add_stream(
-    ds: LanceDataset, data: Any, reader_schema: pa.Schema | None, batch_size: int
-) -> None:
+    ds: DatasetCore, data: Any, reader_schema: pa.Schema | None, batch_size: int
+) -> DatasetCore:
     reader = to_reader(data, reader_schema)
     new = _new_fields(ds, reader.schema)
     target = new.to_arrow()
     filler = _filler_row(target)
-    source = _RowSource(reader)
+    source = RowSource(
+        iter(reader),
+        short="the new column data ended before producing values for all rows in the dataset",
+        long="the new column data has more rows than the dataset has live rows",
+        error=InvalidInputError,
+    )
 
     def per_fragment(frag: LanceFragment) -> Iterator[pa.RecordBatch]:
         for s, e, keep in _live_steps(frag, batch_size):
             live = e - s if keep is None else int(keep.sum())
-            pieces = [_conform(b, target, ds.uri) for b in source.take(live)]
+            pieces = [_conform(b, target, ds.uri) for b in list(source.take(live))]
             if pieces:
                 batch = pa.concat_batches(pieces)
             else:
@@ -442,10 +409,10 @@ def _add_stream(
                 )
             yield _to_physical(batch, keep, filler)
 
-    _write_new_columns(ds, new, per_fragment, finish=source.check_exhausted)
+    return _write_new_columns(ds, new, per_fragment, finish=source.check_exhausted)
 
 
-def _add_all_null(ds: LanceDataset, fields: Sequence[pa.Field]) -> None:
+def _add_all_null(ds: DatasetCore, fields: Sequence[pa.Field]) -> DatasetCore:
     for f in fields:
         if not f.nullable:
             raise InvalidInputError(
@@ -455,16 +422,16 @@ def _add_all_null(ds: LanceDataset, fields: Sequence[pa.Field]) -> None:
         raise UnsupportedFeatureError("Cannot add all-null columns to legacy dataset version.")
     new = _new_fields(ds, pa.schema(list(fields)))
     schema = LanceSchema(ds.lance_schema.fields + new.fields, ds.lance_schema.metadata)
-    _commit(ds, "merge", _merge_body(ds.manifest.pb.fragments, schema))
+    return _commit(ds, "merge", _merge_body(ds.manifest.pb.fragments, schema))
 
 
 def add_columns(
-    ds: LanceDataset,
+    ds: DatasetCore,
     transforms: Any,
     *,
     reader_schema: pa.Schema | None = None,
     batch_size: int | None = None,
-) -> None:
+) -> DatasetCore:
     """Add columns, as one new version (pylance's `LanceDataset.add_columns`).
 
     `transforms` is one of:
@@ -481,21 +448,21 @@ def add_columns(
     if isinstance(transforms, Mapping):
         if not transforms:
             raise InvalidInputError("add_columns needs at least one new column")
-        _add_sql(ds, transforms, batch_size)
+        return _add_sql(ds, transforms, batch_size)
     elif isinstance(transforms, pa.Field):
-        _add_all_null(ds, [transforms])
+        return _add_all_null(ds, [transforms])
     elif isinstance(transforms, pa.Schema):
-        _add_all_null(ds, list(transforms))
+        return _add_all_null(ds, list(transforms))
     elif (
         isinstance(transforms, list)
         and transforms
         and all(isinstance(f, pa.Field) for f in transforms)
     ):
-        _add_all_null(ds, transforms)
+        return _add_all_null(ds, transforms)
     elif callable(transforms) and not hasattr(transforms, "__arrow_c_stream__"):
         raise UnsupportedFeatureError("add_columns does not support Python UDFs")
     else:
-        _add_stream(ds, transforms, reader_schema, batch_size)
+        return _add_stream(ds, transforms, reader_schema, batch_size)
 
 
 # ---------------------------------------------------------------------------- drop
@@ -518,7 +485,7 @@ def _without(fields: list[LanceField], drop: set[int]) -> list[LanceField]:
     return out
 
 
-def drop_columns(ds: LanceDataset, columns: Sequence[str] | str) -> None:
+def drop_columns(ds: DatasetCore, columns: Sequence[str] | str) -> DatasetCore:
     """Remove columns (top-level names or "a.b" paths), as a metadata-only new version."""
     if isinstance(columns, str):
         columns = [columns]
@@ -533,7 +500,7 @@ def drop_columns(ds: LanceDataset, columns: Sequence[str] | str) -> None:
     if not remaining:
         raise InvalidInputError("Cannot drop all columns from a dataset")
     new = LanceSchema(remaining, schema.metadata)
-    _commit(ds, "project", transaction_pb2.Transaction.Project(schema=new.to_protos()))
+    return _commit(ds, "project", transaction_pb2.Transaction.Project(schema=new.to_protos()))
 
 
 # ---------------------------------------------------------------------------- alter
@@ -574,9 +541,9 @@ def _castable(src: pa.DataType, dst: pa.DataType) -> bool:
     return True
 
 
-def _check_no_nulls(ds: LanceDataset, chain: list[LanceField], path: str) -> None:
+def _check_no_nulls(ds: DatasetCore, chain: list[LanceField], path: str) -> None:
     """Refuse making `path` non-nullable while some live value of it is NULL."""
-    for batch in ds.scanner(columns=[chain[0].name]).to_batches():
+    for batch in Scanner(ds, fragments_of(ds), columns=[chain[0].name]).to_batches():
         arr = batch.column(0)
         null = arr.is_null()
         for f in chain[1:]:  # a field under a NULL struct reads as NULL too
@@ -598,7 +565,7 @@ def _check_unique_names(fields: Sequence[LanceField], where: str = "") -> None:
             _check_unique_names(f.children, f"{where}{f.name}.")
 
 
-def alter_columns(ds: LanceDataset, *alterations: Mapping[str, Any]) -> None:
+def alter_columns(ds: DatasetCore, *alterations: Mapping[str, Any]) -> DatasetCore:
     """Rename columns, change their nullability or their type (pylance's `alter_columns`).
 
     Each alteration is a dict with "path" (a column name or "a.b" path) and at least one of
@@ -663,13 +630,13 @@ def alter_columns(ds: LanceDataset, *alterations: Mapping[str, Any]) -> None:
     _check_unique_names(fields)
     new_schema = LanceSchema(fields, old.metadata)
     if not casts:
-        _commit(ds, "project", transaction_pb2.Transaction.Project(schema=new_schema.to_protos()))
-        return
+        project = transaction_pb2.Transaction.Project(schema=new_schema.to_protos())
+        return _commit(ds, "project", project)
     _check_not_indexed(ds, [src for src, _ in casts])
-    _rewrite_cast_columns(ds, new_schema, sorted(casts, key=lambda c: c[1]))
+    return _rewrite_cast_columns(ds, new_schema, sorted(casts, key=lambda c: c[1]))
 
 
-def _check_not_indexed(ds: LanceDataset, fields: Sequence[LanceField]) -> None:
+def _check_not_indexed(ds: DatasetCore, fields: Sequence[LanceField]) -> None:
     """Refuse to cast indexed columns, as pylance does: the cast would invalidate the index."""
     manifest = ds.manifest
     if not manifest.pb.HasField("index_section"):
@@ -687,8 +654,8 @@ def _check_not_indexed(ds: LanceDataset, fields: Sequence[LanceField]) -> None:
 
 
 def _rewrite_cast_columns(
-    ds: LanceDataset, new_schema: LanceSchema, casts: list[tuple[LanceField, int]]
-) -> None:
+    ds: DatasetCore, new_schema: LanceSchema, casts: list[tuple[LanceField, int]]
+) -> DatasetCore:
     """Write the cast columns, one file per fragment, and commit the Merge."""
     sources = LanceSchema([src for src, _ in casts], ds.lance_schema.metadata)
     targets = LanceSchema([new_schema.fields[i] for _, i in casts], new_schema.metadata)
@@ -713,7 +680,7 @@ def _rewrite_cast_columns(
     files = _FileSet(ds, targets)
     fragments = []
     try:
-        for frag in ds.get_fragments():
+        for frag in fragments_of(ds):
             new_file = files.write(frag, per_fragment(frag))
             pb = table_pb2.DataFragment()
             pb.CopyFrom(frag.metadata)
@@ -728,4 +695,4 @@ def _rewrite_cast_columns(
     except BaseException:
         files.remove()
         raise
-    _commit(ds, "merge", _merge_body(fragments, new_schema), files)
+    return _commit(ds, "merge", _merge_body(fragments, new_schema), files)

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from format.dataset.core import DatasetCore
+from format.dataset.scan import Scanner
 from format.errors import CorruptFileError
 from format.file.base import DEFAULT_BATCH_SIZE, DataFileReader, split_ranges
 from format.file.open import open_data_file
@@ -17,9 +19,6 @@ from format.proto import table_pb2
 from format.table.deletion import deletion_file_path, live_mask, read_deletion_file
 from format.table.rowids import decode_row_ids
 from format.table.schema import LanceField, LanceSchema
-
-if TYPE_CHECKING:
-    from format.dataset.dataset import LanceDataset
 
 ROW_ID = "_rowid"
 ROW_ADDRESS = "_rowaddr"
@@ -45,8 +44,8 @@ class _FilePlan:
 class LanceFragment:
     """One fragment of a dataset version (pylance's `LanceFragment`)."""
 
-    def __init__(self, dataset: LanceDataset, pb: table_pb2.DataFragment) -> None:
-        self._dataset = dataset
+    def __init__(self, core: DatasetCore, pb: table_pb2.DataFragment) -> None:
+        self._core = core
         self.metadata = pb
 
     # -- identity and counts ----------------------------------------------------------
@@ -69,7 +68,7 @@ class LanceFragment:
         """Live rows, optionally only those matching a SQL filter."""
         if filter is None:
             return self.physical_rows - self.num_deletions
-        return self._dataset.scanner(filter=filter, columns=[], fragments=[self]).count_rows()
+        return self.scanner(filter=filter, columns=[]).count_rows()
 
     def data_files(self) -> list[table_pb2.DataFile]:
         """The fragment's data file entries."""
@@ -91,7 +90,7 @@ class LanceFragment:
             return np.empty(0, dtype=np.uint64)
         bitmap = d.file_type == table_pb2.DeletionFile.BITMAP
         path = deletion_file_path(self.fragment_id, d.read_version, d.id, bitmap)
-        store, path = self._dataset._resolve(path, d.base_id if d.HasField("base_id") else None)
+        store, path = self._core.resolve(path, d.base_id if d.HasField("base_id") else None)
         offsets = np.asarray(read_deletion_file(store, path, d.file_type), dtype=np.uint64)
         if len(offsets) and int(offsets[-1]) >= self.physical_rows:
             raise CorruptFileError(
@@ -118,13 +117,13 @@ class LanceFragment:
             data = pb.inline_row_ids
         else:
             ext = pb.external_row_ids
-            store, path = self._dataset._resolve(ext.path, None, relative_to_root=True)
+            store, path = self._core.resolve(ext.path, None, relative_to_root=True)
             with store.open(path) as f:
                 data = f.read(ext.offset, ext.size)
         ids = decode_row_ids(data)
         if len(ids) != self.physical_rows:
             raise CorruptFileError(
-                self._dataset.uri,
+                self._core.uri,
                 f"fragment {self.fragment_id} has {len(ids)} row ids for {self.physical_rows} rows",
             )
         return ids
@@ -143,7 +142,7 @@ class LanceFragment:
                         targets.append(t)
                 if not pruned:
                     continue
-                store, path = self._dataset._resolve(
+                store, path = self._core.resolve(
                     f"data/{df.path}", df.base_id if df.HasField("base_id") else None
                 )
                 reader = open_data_file(store, path, df)
@@ -249,17 +248,30 @@ class LanceFragment:
             )
 
     # -- pylance-style conveniences -----------------------------------------------------
-    def scanner(self, **kwargs: object):  # noqa: ANN201 - Scanner, avoids an import cycle
+    def scanner(self, **kwargs: Any) -> Scanner:
         """A scanner over this fragment only (same options as `LanceDataset.scanner`)."""
-        return self._dataset.scanner(fragments=[self], **kwargs)
+        return Scanner(self._core, [self], **kwargs)
 
-    def to_table(self, **kwargs: object) -> pa.Table:
+    def to_table(self, **kwargs: Any) -> pa.Table:
         """This fragment's rows as a table (same options as `LanceDataset.to_table`)."""
         return self.scanner(**kwargs).to_table()
 
-    def to_batches(self, **kwargs: object) -> Iterator[pa.RecordBatch]:
+    def to_batches(self, **kwargs: Any) -> Iterator[pa.RecordBatch]:
         """This fragment's rows as a stream of batches."""
         return self.scanner(**kwargs).to_batches()
+
+
+def fragments_of(core: DatasetCore) -> list[LanceFragment]:
+    """The fragments of a dataset version."""
+    return [LanceFragment(core, pb) for pb in core.manifest.pb.fragments]
+
+
+def fragment_of(core: DatasetCore, fragment_id: int) -> LanceFragment | None:
+    """One fragment of a dataset version by id, or None."""
+    for pb in core.manifest.pb.fragments:
+        if pb.id == fragment_id:
+            return LanceFragment(core, pb)
+    return None
 
 
 class FragmentReader:

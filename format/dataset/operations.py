@@ -17,11 +17,15 @@ from typing import Any
 
 import pyarrow as pa
 
+from format.dataset import write as _write
+from format.dataset.core import DatasetCore
+from format.dataset.dataset import LanceDataset
 from format.errors import InvalidInputError
 from format.io.store import open_store
 from format.proto import table_pb2, transaction_pb2
 from format.table import versions as _versions
 from format.table.commit import DEFAULT_MAX_RETRIES, commit_transaction
+from format.table.manifest import Manifest, storage_version_of_file
 from format.table.schema import LanceSchema, check_new_schema
 from format.table.transaction import IDEMPOTENCY_KEY, ManifestContext, new_transaction
 
@@ -177,8 +181,6 @@ def write_fragments(
     With mode "append" on an existing dataset the data must match its schema and is
     written at its storage version; otherwise the data's own schema is used.
     """
-    from format.dataset import write as _write
-
     store = open_store(str(uri), storage_options)
     reader = _write.to_reader(data, schema)
     entries = _versions.list_manifests(store)
@@ -193,14 +195,14 @@ def write_fragments(
         order = _write.check_append_schema(
             reader.schema, latest.schema, store.uri, legacy=version == "0.1"
         )
-        return _write.write_fragments(
+        return _write.write_fragment_files(
             store, reader, latest.schema.project(order), version, columns=order, **kwargs
         )
     if mode not in ("append", "create", "overwrite"):
         raise InvalidInputError(f"mode must be append, create or overwrite, not {mode!r}")
     version = _write.normalize_storage_version(data_storage_version)
     check_new_schema(reader.schema, store.uri)
-    return _write.write_fragments(
+    return _write.write_fragment_files(
         store, reader, LanceSchema.from_arrow(reader.schema), version, **kwargs
     )
 
@@ -215,16 +217,13 @@ def commit(
     idempotency_key: str | None = None,
     commit_message: str | None = None,
     data_storage_version: str | None = None,
-):  # noqa: ANN201 - LanceDataset
+) -> LanceDataset:
     """Commit one operation as the next version (pylance's `LanceDataset.commit`).
 
     `read_version` is the version the operation was planned on (default: the latest, or
     0 to create); concurrent commits since then are checked for conflicts. With an
     `idempotency_key`, a commit that already landed is returned instead of repeated.
     """
-    from format.dataset import write as _write
-    from format.dataset.dataset import LanceDataset
-
     if not hasattr(operation, "_body"):
         raise InvalidInputError(f"not a LanceOperation: {operation!r}")
     store = open_store(str(uri), storage_options)
@@ -250,15 +249,13 @@ def commit(
         storage = _write.normalize_storage_version(data_storage_version)
         files = [f for frag in getattr(operation, "fragments", ()) for f in frag.files]
         if files and data_storage_version is None:
-            from format.table.manifest import storage_version_of_file
-
             storage = storage_version_of_file(
                 files[0].file_major_version, files[0].file_minor_version
             )
 
-    def load(version: int):  # noqa: ANN202
+    def load(version: int) -> Manifest:
         return _versions.load_manifest(store, _versions.find_entry(store, version))
 
     ctx = ManifestContext(storage_version=storage, load_version=load)
     result = commit_transaction(store, txn, ctx=ctx, max_retries=max_retries)
-    return LanceDataset(store, result.manifest, storage_options=storage_options)
+    return LanceDataset(DatasetCore(store, result.manifest, storage_options))

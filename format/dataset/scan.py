@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from format.dataset.core import DatasetCore
 from format.dataset.readahead import ordered_readahead
 from format.errors import ColumnNotFoundError, InvalidInputError
 from format.expr import apply_filter, compile_filter
@@ -18,8 +19,7 @@ from format.file.base import DEFAULT_BATCH_SIZE
 from format.file.types import fixed_bits
 from format.table.schema import LanceSchema
 
-if TYPE_CHECKING:
-    from format.dataset.dataset import LanceDataset
+if TYPE_CHECKING:  # annotations only: fragments import this module to scan themselves
     from format.dataset.fragment import LanceFragment
 
 ROW_ID_FIELD = pa.field("_rowid", pa.uint64())
@@ -50,11 +50,12 @@ def _check_count(name: str, value: int | None) -> int | None:
 
 
 class Scanner:
-    """A planned read of one dataset version (pylance's `LanceScanner`)."""
+    """A planned read of some fragments of one dataset version (pylance's `LanceScanner`)."""
 
     def __init__(
         self,
-        dataset: LanceDataset,
+        dataset: DatasetCore,
+        fragments: Sequence[LanceFragment],
         *,
         columns: Sequence[str] | None = None,
         filter: str | None = None,
@@ -63,7 +64,6 @@ class Scanner:
         batch_size: int | None = None,
         with_row_id: bool = False,
         with_row_address: bool = False,
-        fragments: Sequence[LanceFragment] | None = None,
         fragment_readahead: int | None = None,
         physical_range: tuple[int, int] | None = None,
         readahead_bytes: int | None = None,
@@ -100,7 +100,7 @@ class Scanner:
         self._batch_size_given = batch_size is not None
         self._with_row_id = bool(with_row_id)
         self._with_row_address = bool(with_row_address)
-        self._fragments = list(fragments) if fragments is not None else dataset.get_fragments()
+        self._fragments = list(fragments)
         self._physical_range = None
         if physical_range is not None:
             self._physical_range = _check_physical_range(physical_range, self._fragments, name)

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
+from format.dataset.core import DatasetCore
 from format.errors import (
     DatasetAlreadyExistsError,
     InvalidInputError,
@@ -105,7 +106,7 @@ def open_writer(
         from format.file.v21.writer import StructuralFileWriter
 
         return StructuralFileWriter(sink, schema, version=storage_version, path_for_errors=path)
-    from format.file.v2.writer import V2FileWriter
+    from format.file.v20.writer import V2FileWriter
 
     return V2FileWriter(sink, schema, version=storage_version, path_for_errors=path)
 
@@ -155,7 +156,7 @@ class _FileInProgress:
     rows: int = 0
 
 
-def write_fragments(
+def write_fragment_files(
     store: ObjectStore,
     reader: pa.RecordBatchReader,
     schema: LanceSchema,
@@ -280,10 +281,9 @@ def write_dataset(
     commit_message: str | None = None,
     idempotency_key: str | None = None,
     config: dict[str, str] | None = None,
-):  # noqa: ANN201 - returns LanceDataset (import cycle)
-    """Create, append to or overwrite a Lance dataset from Arrow data (pylance's signature)."""
-    from format.dataset.dataset import LanceDataset
-
+) -> DatasetCore:
+    """Create, append to or overwrite a Lance dataset from Arrow data (pylance's signature);
+    the version committed (`format.dataset.dataset.write_dataset` wraps it in the facade)."""
     if mode not in ("create", "append", "overwrite"):
         raise InvalidInputError(f"mode must be create, append or overwrite, not {mode!r}")
     uri = str(uri)
@@ -303,7 +303,7 @@ def write_dataset(
     if mode == "append" and latest is not None:
         version = latest.data_storage_version
         order = check_append_schema(reader.schema, latest.schema, uri, legacy=version == "0.1")
-        frags = write_fragments(
+        frags = write_fragment_files(
             store,
             reader,
             latest.schema.project(order),
@@ -327,7 +327,7 @@ def write_dataset(
         check_new_schema(reader.schema, uri)
         lance_schema = LanceSchema.from_arrow(reader.schema)
         dictionaries: dict[int, pa.Array] = {}
-        frags = write_fragments(
+        frags = write_fragment_files(
             store,
             reader,
             lance_schema,
@@ -354,4 +354,4 @@ def write_dataset(
 
             ctx.legacy_dictionaries = encode_dictionaries(dictionaries)
     result = commit_transaction(store, txn, ctx=ctx)
-    return LanceDataset(store, result.manifest, storage_options=storage_options)
+    return DatasetCore(store, result.manifest, storage_options)

@@ -21,8 +21,8 @@ import pyarrow.compute as pc
 from pyarrow.acero import Declaration, ProjectNodeOptions, TableSourceNodeOptions
 
 from format.errors import FilterBindError, FilterSyntaxError, InvalidInputError
+from format.expr.bind import Binder
 from format.expr.parse import describe_filter, parse_filter
-from format.expr.to_arrow import Binder
 from format.expr.types import TypeRuleError
 from format.expr.values import CompiledExpression, compile_expression, evaluate_expressions
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import decimal
 import difflib
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,131 +26,28 @@ from sqlglot import exp
 from format.errors import FilterBindError, FilterSyntaxError
 from format.expr import floats as F
 from format.expr import types as T
+from format.expr.functions import FunctionCalls
 from format.expr.parse import LanceFilterDialect, describe_filter
+from format.expr.typed import (
+    ARITH_NODES,
+    ARITH_SYMBOLS,
+    ARROW_ERRORS,
+    BINARY_NODES,
+    CMP_NODES,
+    NULL_BOOL,
+    Typed,
+    const,
+    flatten,
+    is_literal_node,
+    literal_tree,
+    side,
+    unparen,
+)
 
 MAX_LOGIC_OPS = 4000
-_ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
-_NULL_BOOL = pa.scalar(None, pa.bool_())
 
 
-@dataclass(frozen=True)
-class Typed:
-    """A bound sub-expression: Arrow type plus a runtime expression or a constant value."""
-
-    type: pa.DataType
-    expr: pc.Expression | None = None
-    value: pa.Scalar | None = None
-    literal: bool = False  # a bare SQL literal, which pylance converts to the column type
-    path: tuple[str, ...] | None = None  # set for a column or nested field reference
-    sql: str = ""
-    uncast: Typed | None = None  # for an explicit CAST of a runtime value: the value before it
-    neg_nan: pc.Expression | None = None  # floats: where the value is a negative NaN
-
-    @property
-    def const(self) -> bool:
-        """True when the value is known at compile time."""
-        return self.expr is None
-
-    @property
-    def is_null_const(self) -> bool:
-        """True for a constant NULL (typed or not)."""
-        return self.expr is None and (self.value is None or not self.value.is_valid)
-
-    def expression(self) -> pc.Expression:
-        """The runtime expression (a scalar expression for constants)."""
-        return pc.scalar(self.value) if self.expr is None else self.expr
-
-
-def _const(value: pa.Scalar, sql: str = "", literal: bool = False) -> Typed:
-    return Typed(type=value.type, value=value, literal=literal, sql=sql)
-
-
-def _side(x: Typed) -> F.Side:
-    """A non-null float operand as a side of a total-order comparison."""
-    if x.const:
-        return F.constant_side(x.value)
-    return F.runtime_side(x.expr, x.neg_nan)
-
-
-def _unparen(node: exp.Expression) -> exp.Expression:
-    while isinstance(node, exp.Paren):
-        node = node.this
-    return node
-
-
-_CMP_NODES: dict[type, str] = {
-    exp.EQ: "equal",
-    exp.NEQ: "not_equal",
-    exp.GT: "greater",
-    exp.GTE: "greater_equal",
-    exp.LT: "less",
-    exp.LTE: "less_equal",
-}
-_ARITH_NODES: dict[type, Callable] = {
-    exp.Add: pc.add,
-    exp.Sub: pc.subtract,
-    exp.Mul: pc.multiply,
-    exp.Div: pc.divide,
-    exp.Mod: pc.remainder,
-}
-_ARITH_SYMBOLS: dict[type, str] = {
-    exp.Add: "+",
-    exp.Sub: "-",
-    exp.Mul: "*",
-    exp.Div: "/",
-    exp.Mod: "%",
-}
-_BINARY_NODES = (
-    *_CMP_NODES,
-    *_ARITH_NODES,
-    exp.DPipe,
-    exp.And,
-    exp.Or,
-    exp.NullSafeEQ,
-    exp.NullSafeNEQ,
-)
-_LITERAL_NODES = (exp.Literal, exp.Boolean, exp.Null, exp.HexString)
-
-
-def _flatten(node: exp.Expression, kind: type) -> list[exp.Expression]:
-    """The operands of a chain of one operator (`a AND b AND c`), left to right, iteratively."""
-    out: list[exp.Expression] = []
-    stack = [node]
-    while stack:
-        current = _unparen(stack.pop())
-        if type(current) is kind:
-            stack.append(current.expression)
-            stack.append(current.this)
-        else:
-            out.append(current)
-    return out
-
-
-def _is_literal_node(node: exp.Expression) -> bool:
-    if isinstance(node, _LITERAL_NODES):
-        return True
-    return (
-        isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and not node.this.is_string
-    )
-
-
-def _literal_tree(node: exp.Expression) -> bool:
-    """True for a literal or arithmetic on literals only (`1 + 2.5 * 2`, not `i8 + 1.5`).
-
-    pylance converts the literals on the right of `column <op> ...` to the column type only
-    for such trees; BETWEEN bounds and IN items are converted whatever they contain.
-    """
-    stack = [node]
-    while stack:
-        current = _unparen(stack.pop())
-        if isinstance(current, (*_ARITH_NODES, exp.DPipe)):
-            stack += [current.this, current.expression]
-        elif not _is_literal_node(current):
-            return False
-    return True
-
-
-class Binder:
+class Binder(FunctionCalls):
     """Binds one filter's sqlglot tree against an Arrow schema."""
 
     def __init__(self, sql: str, schema: pa.Schema, dataset: str | None) -> None:
@@ -199,19 +96,19 @@ class Binder:
         pylance resolves the literals of a root `column <op> literal` for every binary
         operator, arithmetic and concatenation included: `a * 2` on an int32 column is int32.
         """
-        node = _unparen(node)
+        node = unparen(node)
         kind = type(node)
-        if kind in _ARITH_NODES or kind is exp.DPipe:
+        if kind in ARITH_NODES or kind is exp.DPipe:
             left, right = self._operands(node, True)
             return self._binary(kind, left, right, node)
         return self.bind(node, resolve=True)
 
     def bind(self, node: exp.Expression, resolve: bool = False) -> Typed:
         """Bind one node; `resolve` marks positions where pylance resolves literals."""
-        node = _unparen(node)
+        node = unparen(node)
         kind = type(node)
         if kind in (exp.And, exp.Or):
-            operands = [self.bind(child, resolve) for child in _flatten(node, kind)]
+            operands = [self.bind(child, resolve) for child in flatten(node, kind)]
             while len(operands) > 1:  # pairwise, so long chains stay shallow
                 pairs = [
                     self._logic(kind, operands[i], operands[i + 1])
@@ -219,10 +116,10 @@ class Binder:
                 ]
                 operands = pairs + ([operands[-1]] if len(operands) % 2 else [])
             return operands[0]
-        if kind in _CMP_NODES or kind in (exp.NullSafeEQ, exp.NullSafeNEQ):
+        if kind in CMP_NODES or kind in (exp.NullSafeEQ, exp.NullSafeNEQ):
             left, right = self._operands(node, resolve)
             return self._binary(kind, left, right, node)
-        if kind in _ARITH_NODES or kind is exp.DPipe:
+        if kind in ARITH_NODES or kind is exp.DPipe:
             return self._binary(kind, self.bind(node.this), self.bind(node.expression), node)
         if kind is exp.Not:
             return self._not(node, resolve)
@@ -239,9 +136,9 @@ class Binder:
         if kind is exp.Literal:
             return self._literal(node)
         if kind is exp.Boolean:
-            return _const(pa.scalar(bool(node.this)), self._text(node), literal=True)
+            return const(pa.scalar(bool(node.this)), self._text(node), literal=True)
         if kind is exp.Null:
-            return _const(pa.scalar(None), "NULL", literal=True)
+            return const(pa.scalar(None), "NULL", literal=True)
         if kind is exp.HexString:
             return self._hex(node)
         if kind is exp.Neg:
@@ -269,7 +166,7 @@ class Binder:
                 raise self.unsupported(f"field access {self._text(node)!r}")
             return self._parts(node.this) + [(child.name, True)]
         if isinstance(node, exp.Bracket) and self._is_field(node):
-            return self._parts(_unparen(node.this)) + [(node.expressions[0].this, True)]
+            return self._parts(unparen(node.this)) + [(node.expressions[0].this, True)]
         raise self.unsupported(f"field access on {self._text(node)!r}")
 
     def _top_field(self, name: str, quoted: bool) -> pa.Field:
@@ -320,9 +217,9 @@ class Binder:
 
     def _literal(self, node: exp.Literal) -> Typed:
         if node.is_string:
-            return _const(pa.scalar(node.this, pa.string()), self._text(node), literal=True)
+            return const(pa.scalar(node.this, pa.string()), self._text(node), literal=True)
         try:
-            return _const(T.number_literal(node.this), node.this, literal=True)
+            return const(T.number_literal(node.this), node.this, literal=True)
         except T.TypeRuleError as e:
             raise self.bind_error(str(e)) from None
 
@@ -334,7 +231,7 @@ class Binder:
             value = bytes.fromhex(digits)
         except ValueError:
             raise self.bind_error(f"invalid hex literal X'{node.this}'") from None
-        return _const(pa.scalar(value, pa.binary()), f"X'{node.this}'", literal=True)
+        return const(pa.scalar(value, pa.binary()), f"X'{node.this}'", literal=True)
 
     def _neg(self, node: exp.Neg) -> Typed:
         if isinstance(node.this, exp.Literal) and not node.this.is_string:
@@ -345,7 +242,7 @@ class Binder:
                 scalar = pa.scalar(-value.as_py(), pa.int64())
             else:
                 scalar = pa.scalar(-float(value.as_py()), pa.float64())
-            return _const(scalar, f"-{text}", literal=True)
+            return const(scalar, f"-{text}", literal=True)
         operand = self.bind(node.this)
         if operand.is_null_const and T.is_null_type(operand.type):
             return operand
@@ -356,7 +253,7 @@ class Binder:
         result = self._call(pc.negate, [operand], sql=f"-{operand.sql}")
         if result.const or not T.is_float(result.type):
             return result
-        return replace(result, neg_nan=F.negated_neg_nan(_side(operand)))
+        return replace(result, neg_nan=F.negated_neg_nan(side(operand)))
 
     # ------------------------------------------------------------------ helpers
 
@@ -372,15 +269,15 @@ class Binder:
         if all(a.const for a in args):
             try:
                 result = fn(*[a.value for a in args], **kwargs)
-            except _ARROW_ERRORS as e:
+            except ARROW_ERRORS as e:
                 raise self.bind_error(f"cannot evaluate {sql or fn.__name__}: {e}") from None
             if out_type is not None and result.type != out_type:
                 result = result.cast(out_type)
-            return _const(result, sql)
+            return const(result, sql)
         if out_type is None:
             try:
                 out_type = fn(*[pa.array([], a.type) for a in args], **kwargs).type
-            except _ARROW_ERRORS as e:
+            except ARROW_ERRORS as e:
                 raise self.bind_error(f"cannot evaluate {sql or fn.__name__}: {e}") from None
         expr = fn(*[a.expression() for a in args], **kwargs)
         return Typed(type=out_type, expr=expr, sql=sql)
@@ -397,7 +294,7 @@ class Binder:
             return replace(x, type=value.type, value=value, path=None)
         try:
             pa.array([], x.type).cast(options=T.cast_options(target, x.type))
-        except _ARROW_ERRORS:
+        except ARROW_ERRORS:
             raise self.bind_error(
                 f"cannot cast {x.sql or 'a value'} ({x.type}) to {target}"
             ) from None
@@ -409,7 +306,7 @@ class Binder:
         if pa.types.is_boolean(x.type):
             return x
         if T.is_null_type(x.type):
-            return _const(_NULL_BOOL, x.sql)
+            return const(NULL_BOOL, x.sql)
         raise self.bind_error(f"{what} needs boolean operands, got {x.sql or 'a value'} ({x.type})")
 
     # ------------------------------------------------------------------ literal resolution
@@ -421,14 +318,14 @@ class Binder:
                 f"cannot compare {column.sql!r} of type {column.type} with literal {lit.sql} "
                 f"({lit.type}); write a literal of the column's type"
             )
-        return _const(coerced, lit.sql, literal=True)
+        return const(coerced, lit.sql, literal=True)
 
     def _bind_resolved(self, node: exp.Expression, column: Typed) -> Typed:
         """Bind the other side of `column <op> ...`, converting its literals to the column type."""
-        node = _unparen(node)
-        if _is_literal_node(node):
+        node = unparen(node)
+        if is_literal_node(node):
             return self._resolve_literal(self.bind(node), column)
-        if isinstance(node, _BINARY_NODES):
+        if isinstance(node, BINARY_NODES):
             left = self._bind_resolved(node.this, column)
             right = self._bind_resolved(node.expression, column)
             return self._binary(type(node), left, right, node)
@@ -436,7 +333,7 @@ class Binder:
 
     def _operands(self, node: exp.Expression, resolve: bool) -> tuple[Typed, Typed]:
         left = self.bind(node.this)
-        if resolve and left.path is not None and _literal_tree(node.expression):
+        if resolve and left.path is not None and literal_tree(node.expression):
             return left, self._bind_resolved(node.expression, left)
         right = self.bind(node.expression)
         if resolve and right.path is not None and left.literal:
@@ -448,8 +345,8 @@ class Binder:
     def _binary(self, kind: type, left: Typed, right: Typed, node: exp.Expression) -> Typed:
         if kind in (exp.And, exp.Or):
             return self._logic(kind, left, right)
-        if kind in _CMP_NODES:
-            return self._compare(_CMP_NODES[kind], left, right)
+        if kind in CMP_NODES:
+            return self._compare(CMP_NODES[kind], left, right)
         if kind in (exp.NullSafeEQ, exp.NullSafeNEQ):
             return self._distinct(left, right, negated=kind is exp.NullSafeNEQ)
         if kind is exp.DPipe:
@@ -486,7 +383,7 @@ class Binder:
         if x.uncast is None or not c.const:
             return None
         if c.is_null_const:
-            return _const(pa.scalar(None, x.uncast.type), c.sql)
+            return const(pa.scalar(None, x.uncast.type), c.sql)
         common = T.comparison_type(x.type, c.type)
         if common is None:
             return None
@@ -495,11 +392,11 @@ class Binder:
         except T.TypeRuleError:
             return None
         converted = T.unwrap_constant(value, x.uncast.type)
-        return None if converted is None else _const(converted, c.sql)
+        return None if converted is None else const(converted, c.sql)
 
     def _compare(self, op: str, a: Typed, b: Typed) -> Typed:
         if a.is_null_const or b.is_null_const:
-            return _const(_NULL_BOOL)
+            return const(NULL_BOOL)
         # DataFusion rewrites `CAST(x AS T) <op> constant` to compare x itself
         unwrapped = self._unwrap_constant(a, b)
         if unwrapped is not None:
@@ -515,11 +412,11 @@ class Binder:
                 f"cannot compare {a.sql or 'a value'} ({a.type}) with {b.sql or 'a value'} "
                 f"({b.type})"
             )
-        for side, other in ((a, b), (b, a)):
-            if T.is_string(side.type) and not side.const and not T.is_string(target):
+        for one, other in ((a, b), (b, a)):
+            if T.is_string(one.type) and not one.const and not T.is_string(target):
                 if T.is_numeric(other.type) or pa.types.is_boolean(other.type):
                     raise self.bind_error(
-                        f"cannot compare string {side.sql!r} with {other.sql or 'a value'} "
+                        f"cannot compare string {one.sql!r} with {other.sql or 'a value'} "
                         f"({other.type}); CAST one side explicitly"
                     )
         if pa.types.is_float16(target):
@@ -532,14 +429,14 @@ class Binder:
     def _float_compare(self, op: str, a: Typed, b: Typed) -> Typed:
         if a.const and b.const:
             x, y = a.value.as_py(), b.value.as_py()
-            return _const(pa.scalar(F.compare_constants(op, x, y), pa.bool_()))
-        expr = F.compare(op, _side(a), _side(b), a.type)
+            return const(pa.scalar(F.compare_constants(op, x, y), pa.bool_()))
+        expr = F.compare(op, side(a), side(b), a.type)
         return Typed(type=pa.bool_(), expr=expr)
 
     def _distinct(self, a: Typed, b: Typed, negated: bool) -> Typed:
         """IS [NOT] DISTINCT FROM: equality where NULL equals NULL and never yields NULL."""
         if a.is_null_const and b.is_null_const:
-            same = _const(pa.scalar(True))
+            same = const(pa.scalar(True))
         elif a.is_null_const or b.is_null_const:
             other = b if a.is_null_const else a
             same = self._call(pc.is_null, [other], pa.bool_())
@@ -558,7 +455,7 @@ class Binder:
     def _arith(self, kind: type, a: Typed, b: Typed, node: exp.Expression) -> Typed:
         text = self._text(node)
         if T.is_null_type(a.type) and T.is_null_type(b.type):
-            return _const(pa.scalar(None), text)
+            return const(pa.scalar(None), text)
         if T.is_null_type(a.type):
             a = self._cast(a, b.type)
         if T.is_null_type(b.type):
@@ -569,7 +466,7 @@ class Binder:
             )
         target = T.numeric_common(a.type, b.type, for_compare=False)
         if a.is_null_const or b.is_null_const:
-            return _const(pa.scalar(None, target), text)
+            return const(pa.scalar(None, target), text)
         if T.is_decimal(target):
             return self._decimal_arith(kind, a, b, text)
         if pa.types.is_float16(target):
@@ -583,17 +480,17 @@ class Binder:
         computed in decimal256 rather than refused."""
         a = self._cast(a, T.as_decimal_type(a.type))
         b = self._cast(b, T.as_decimal_type(b.type))
-        target = T.decimal_arith_type(_ARITH_SYMBOLS[kind], a.type, b.type)
+        target = T.decimal_arith_type(ARITH_SYMBOLS[kind], a.type, b.type)
         if kind is exp.Div:
             # arrow-rs truncates the exact quotient at the target scale: scale the dividend up
             # so that Arrow's quotient has at least that many decimals (the cast truncates)
             more = max(0, target.scale - (a.type.scale + b.type.precision - b.type.scale + 1))
             up = pa.decimal256(min(a.type.precision + more, 76), a.type.scale + more)
             a, b = self._cast(a, up), self._cast(b, pa.decimal256(b.type.precision, b.type.scale))
-        fn = _ARITH_NODES[kind]
+        fn = ARITH_NODES[kind]
         try:
             fn(pa.array([], a.type), pa.array([], b.type))
-        except _ARROW_ERRORS:
+        except ARROW_ERRORS:
             wide = [pa.decimal256(x.type.precision, x.type.scale) for x in (a, b)]
             a, b = self._cast(a, wide[0]), self._cast(b, wide[1])
         result = self._call(fn, [a, self._divisor(kind, a, b)], sql=text)
@@ -621,11 +518,11 @@ class Binder:
     def _float_arith(self, kind: type, a: Typed, b: Typed, text: str) -> Typed:
         """Arithmetic; for floats also track where the result is a negative NaN."""
         if not T.is_float(a.type):
-            return self._call(_ARITH_NODES[kind], [a, self._divisor(kind, a, b)], sql=text)
-        result = self._call(_ARITH_NODES[kind], [a, b], sql=text)
+            return self._call(ARITH_NODES[kind], [a, self._divisor(kind, a, b)], sql=text)
+        result = self._call(ARITH_NODES[kind], [a, b], sql=text)
         if result.const or not T.is_float(result.type) or a.is_null_const or b.is_null_const:
             return result
-        neg_nan = F.arithmetic_neg_nan(_side(a), _side(b), result.expr)
+        neg_nan = F.arithmetic_neg_nan(side(a), side(b), result.expr)
         return replace(result, neg_nan=neg_nan)
 
     def _concat(self, a: Typed, b: Typed) -> Typed:
@@ -710,53 +607,20 @@ class Binder:
             if any(v.as_py() == 0.0 for v in values):
                 values += [pa.scalar(-0.0, target), pa.scalar(0.0, target)]
         if not values:
-            return _const(_NULL_BOOL)
+            return const(NULL_BOOL)
         value_set = pa.array(values, target)
         if x.const:
             found = pc.is_in(x.value, value_set=value_set, skip_nulls=True)
-            result = _const(found if x.value.is_valid else _NULL_BOOL)
+            result = const(found if x.value.is_valid else NULL_BOOL)
         else:
             expr = pc.if_else(
                 pc.is_null(x.expr),
-                pc.scalar(_NULL_BOOL),
+                pc.scalar(NULL_BOOL),
                 pc.is_in(x.expr, value_set=value_set, skip_nulls=True),
             )
             result = Typed(type=pa.bool_(), expr=expr)
         if has_null:
-            result = self._logic(exp.Or, result, _const(_NULL_BOOL))
-        return result
-
-    def _like(self, node: exp.Expression, negated: bool) -> Typed:
-        escape = None
-        if isinstance(node, exp.Escape):
-            esc = node.expression
-            if not (isinstance(esc, exp.Literal) and esc.is_string and len(esc.this) == 1):
-                raise self.bind_error("the ESCAPE of LIKE must be a single character string")
-            escape = esc.this
-            node = node.this
-        if not isinstance(node, (exp.Like, exp.ILike)):
-            raise self.unsupported(f"ESCAPE on {self._text(node)!r}")
-        if node.args.get("negate"):
-            negated = not negated
-        ignore_case = isinstance(node, exp.ILike)
-        x = self.bind(node.this)
-        pattern = self.bind(node.expression)
-        if x.is_null_const or pattern.is_null_const:
-            return _const(_NULL_BOOL)
-        if not T.is_string(x.type):
-            raise self.bind_error(
-                f"LIKE needs a string on its left, got {x.sql or 'a value'} ({x.type})"
-            )
-        if not (pattern.const and T.is_string(pattern.type)):
-            raise self.bind_error("the pattern of LIKE must be a string constant")
-        text = pattern.value.as_py()
-        if escape is not None and escape != "\\":
-            text = _translate_escape(text, escape)
-        result = self._call(
-            pc.match_like, [x], pa.bool_(), sql="LIKE", pattern=text, ignore_case=ignore_case
-        )
-        if negated:
-            return self._call(pc.invert, [result], pa.bool_())
+            result = self._logic(exp.Or, result, const(NULL_BOOL))
         return result
 
     def _is(self, node: exp.Is) -> Typed:
@@ -764,8 +628,8 @@ class Binder:
         target = node.expression
         if isinstance(target, exp.Null):
             if x.const:
-                return _const(pa.scalar(not x.value.is_valid))
-            inner = _unparen(node.this)
+                return const(pa.scalar(not x.value.is_valid))
+            inner = unparen(node.this)
             if isinstance(inner, exp.Anonymous) and str(inner.this).lower() == "regexp_match":
                 # its matches are NULL exactly where the "has a match" boolean is false
                 return self._call(pc.invert, [x], pa.bool_(), sql=f"{x.sql} IS NULL")
@@ -774,7 +638,7 @@ class Binder:
             x = self._as_bool(x, "IS TRUE / IS FALSE")
             if not target.this:
                 x = self._call(pc.invert, [x], pa.bool_())
-            return self._call(pc.coalesce, [x, _const(pa.scalar(False))], pa.bool_())
+            return self._call(pc.coalesce, [x, const(pa.scalar(False))], pa.bool_())
         raise self.unsupported(f"IS {self._text(target)}")
 
     # ------------------------------------------------------------------ casts & functions
@@ -789,156 +653,11 @@ class Binder:
             if not operand.const:
                 raise self.unsupported("TRY_CAST of a column")
             try:
-                return _const(T.cast_constant(operand.value, target), self._text(node))
+                return const(T.cast_constant(operand.value, target), self._text(node))
             except T.TypeRuleError:
-                return _const(pa.scalar(None, target), self._text(node))
+                return const(pa.scalar(None, target), self._text(node))
         if T.is_null_type(operand.type):
-            return _const(pa.scalar(None, target), self._text(node))
+            return const(pa.scalar(None, target), self._text(node))
         result = self._cast(operand, target)
         uncast = None if operand.const else replace(operand, uncast=None)
         return replace(result, literal=False, path=None, sql=self._text(node), uncast=uncast)
-
-    def _string_arg(self, node: exp.Expression | None, fn: str) -> str | None:
-        if node is None:
-            raise self.bind_error(f"{fn} needs two arguments")
-        value = self.bind(node)
-        if value.is_null_const:
-            return None
-        if not (value.const and T.is_string(value.type)):
-            raise self.bind_error(f"the second argument of {fn} must be a string constant")
-        return value.value.as_py()
-
-    def _string_operand(self, node: exp.Expression, fn: str) -> Typed:
-        x = self.bind(node)
-        if T.is_null_type(x.type):
-            return self._cast(x, pa.string())
-        if not T.is_string(x.type):
-            raise self.bind_error(f"{fn} needs a string, got {x.sql or 'a value'} ({x.type})")
-        return x
-
-    def _function(self, node: exp.Expression) -> Typed:
-        if isinstance(node, exp.Anonymous):
-            name = str(node.this).lower()
-            args = node.expressions
-            if name == "is_valid" and len(args) == 1:
-                x = self.bind(args[0])
-                if x.const:
-                    return _const(pa.scalar(x.value.is_valid))
-                return Typed(type=pa.bool_(), expr=pc.is_valid(x.expr))
-            if name == "regexp_match" and len(args) in (2, 3):
-                # pylance turns regexp_match into "has a match": never NULL
-                match = self._regexp(args[0], args[1], args[2] if len(args) == 3 else None)
-                return self._call(
-                    pc.coalesce, [match, _const(pa.scalar(False))], pa.bool_(), sql=name
-                )
-            raise self.bind_error(f"unknown or unsupported function {name}()")
-        if isinstance(node, exp.IsNan):
-            x = self.bind(node.this)
-            if T.is_null_type(x.type):
-                return _const(_NULL_BOOL)
-            if not T.is_numeric(x.type):
-                raise self.bind_error(f"isnan needs a number, got {x.type}")
-            if not T.is_float(x.type) or pa.types.is_float16(x.type):
-                x = self._cast(x, pa.float64())
-            return self._call(pc.is_nan, [x], pa.bool_(), sql="isnan")
-        if isinstance(node, (exp.Lower, exp.Upper)):
-            x = self._string_operand(node.this, "lower/upper")
-            fn = pc.utf8_lower if isinstance(node, exp.Lower) else pc.utf8_upper
-            return self._call(fn, [x], x.type, sql=self._text(node))
-        if isinstance(node, exp.Length):
-            x = self.bind(node.this)
-            if T.is_string(x.type):
-                return self._call(pc.utf8_length, [x], sql="length")
-            if T.is_binary(x.type):
-                return self._call(pc.binary_length, [x], sql="length")
-            raise self.bind_error(f"length needs a string, got {x.type}")
-        if isinstance(node, exp.Abs):
-            x = self.bind(node.this)
-            if not T.is_numeric(x.type):
-                raise self.bind_error(f"abs needs a number, got {x.type}")
-            return self._call(pc.abs, [x], x.type, sql="abs")
-        if isinstance(node, exp.Coalesce):
-            return self._coalesce([node.this, *node.expressions])
-        if isinstance(node, (exp.StartsWith, exp.EndsWith, exp.Contains)):
-            fn_name = {exp.StartsWith: "starts_with", exp.EndsWith: "ends_with"}.get(
-                type(node), "contains"
-            )
-            x = self._string_operand(node.this, fn_name)
-            pattern = self._string_arg(node.expression, fn_name)
-            if pattern is None or x.is_null_const:
-                return _const(_NULL_BOOL)
-            fn = {
-                "starts_with": pc.starts_with,
-                "ends_with": pc.ends_with,
-                "contains": pc.match_substring,
-            }[fn_name]
-            return self._call(fn, [x], pa.bool_(), sql=fn_name, pattern=pattern)
-        if isinstance(node, exp.RegexpLike):
-            return self._regexp(node.this, node.expression, node.args.get("flag"))
-        if isinstance(node, exp.Nullif):
-            a, b = self.bind(node.this), self.bind(node.expression)
-            same = self._compare("equal", a, b)
-            same = self._call(pc.coalesce, [same, _const(pa.scalar(False))], pa.bool_())
-            if a.is_null_const:
-                return a
-            # DataFusion coerces both arguments to their common type: the result's type
-            target = T.comparison_type(a.type, b.type)
-            if target is not None and not pa.types.is_nested(target) and T.is_numeric(target):
-                a = self._cast(a, target)
-            return self._call(
-                pc.if_else, [same, _const(pa.scalar(None, a.type)), a], a.type, sql="nullif"
-            )
-        raise self.unsupported(f"{self._text(node)!r}")
-
-    def _regexp(
-        self, subject: exp.Expression, pattern: exp.Expression, flags: exp.Expression | None
-    ) -> Typed:
-        x = self._string_operand(subject, "regexp")
-        text = self._string_arg(pattern, "regexp")
-        ignore_case = False
-        if flags is not None:
-            flag_text = self._string_arg(flags, "regexp") or ""
-            if set(flag_text) - {"i"}:
-                raise self.bind_error(f"unsupported regular expression flags {flag_text!r}")
-            ignore_case = "i" in flag_text
-        if text is None or x.is_null_const:
-            return _const(_NULL_BOOL)
-        return self._call(
-            pc.match_substring_regex,
-            [x],
-            pa.bool_(),
-            sql="regexp",
-            pattern=text,
-            ignore_case=ignore_case,
-        )
-
-    def _coalesce(self, nodes: list[exp.Expression]) -> Typed:
-        args = [self.bind(n) for n in nodes]
-        target: pa.DataType = pa.null()
-        for arg in args:
-            common = T.comparison_type(target, arg.type)
-            if common is None:
-                raise self.bind_error(f"coalesce arguments have incompatible types {arg.type}")
-            target = common
-        if T.is_null_type(target):
-            return _const(pa.scalar(None), "coalesce")
-        for arg in args:
-            if T.is_string(arg.type) and not arg.const and not T.is_string(target):
-                raise self.bind_error(f"coalesce cannot mix string {arg.sql!r} with {target}")
-        args = [self._cast(a, target) for a in args]
-        return self._call(pc.coalesce, args, target, sql="coalesce")
-
-
-def _translate_escape(pattern: str, escape: str) -> str:
-    """Rewrite a LIKE pattern with a custom ESCAPE character to backslash escapes."""
-    out = []
-    i = 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == escape and i + 1 < len(pattern):
-            out.append("\\" + pattern[i + 1])
-            i += 2
-            continue
-        out.append("\\\\" if c == "\\" else c)
-        i += 1
-    return "".join(out)

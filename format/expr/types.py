@@ -22,11 +22,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
+from format.errors import TypeRuleError
+
 _DT = exp.DataType.Type
-
-
-class TypeRuleError(Exception):
-    """A type rule refused an operation; the binder adds the filter context to the message."""
 
 
 # ---------------------------------------------------------------------------- predicates

@@ -19,8 +19,8 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from format.errors import FilterBindError, FilterSyntaxError, InvalidInputError
+from format.expr.bind import Binder
 from format.expr.parse import parse_filter
-from format.expr.to_arrow import Binder
 from format.expr.types import TypeRuleError
 
 _ALWAYS_NULLABLE_FUNCTIONS = (

@@ -30,7 +30,7 @@ def open_data_file(store: ObjectStore, path: str, data_file: table_pb2.DataFile)
                 file, list(data_file.fields), list(data_file.column_indices), path_for_errors=where
             )
         if version == "2.0":
-            from format.file.v2 import V2FileReader
+            from format.file.v20 import V2FileReader
 
             return V2FileReader(
                 file, list(data_file.fields), list(data_file.column_indices), path_for_errors=where

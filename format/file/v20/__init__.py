@@ -1,7 +1,8 @@
-"""Lance v2.x data files: the shared container plus the 2.0 page decoders and encoders."""
+"""Lance 2.0 data files: page decoders (`decode`) and encoders (`encode`), random access
+into pages, and the reader and writer over the shared container (`format.file.container`)."""
 
-from format.file.v2.container import ColumnInfo, Footer, Page, V2Container
-from format.file.v2.reader import V2FileReader
-from format.file.v2.writer import V2FileWriter
+from format.file.container import ColumnInfo, Footer, Page, V2Container
+from format.file.v20.reader import V2FileReader
+from format.file.v20.writer import V2FileWriter
 
 __all__ = ["ColumnInfo", "Footer", "Page", "V2Container", "V2FileReader", "V2FileWriter"]

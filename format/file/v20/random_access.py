@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from format.file.types import fixed_bits
-from format.file.v2 import encodings_v20 as v20
+from format.file.v20 import decode as v20
 from format.io.store import Spans
 from format.proto import encodings_v2_0_pb2 as pb
 

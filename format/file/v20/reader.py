@@ -40,13 +40,13 @@ from format.file.base import (
     column_map,
     split_ranges,
 )
-from format.file.parallel import run_plans
-from format.file.v2 import encodings_v20 as v20
-from format.file.v2 import random_access as ra
-from format.file.v2.container import (
+from format.file.container import (
     ColumnInfo,
     V2Container,
 )
+from format.file.parallel import run_plans
+from format.file.v20 import decode as v20
+from format.file.v20 import random_access as ra
 from format.io.store import FileReader
 from format.proto import encodings_v2_0_pb2 as pb
 from format.table.schema import LanceField

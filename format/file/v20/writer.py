@@ -20,8 +20,7 @@ import pyarrow as pa
 
 from format.errors import InvalidInputError, SchemaMismatchError, UnsupportedFeatureError
 from format.file.base import DataFileWriter, WrittenFile
-from format.file.v2 import encoders_v20 as v20
-from format.file.v2.container import (
+from format.file.container import (
     ALIGNMENT,
     ARRAY_ENCODING_URL,
     COLUMN_ENCODING_URL,
@@ -30,6 +29,7 @@ from format.file.v2.container import (
     Footer,
     any_bytes,
 )
+from format.file.v20 import encode as v20
 from format.proto import encodings_v2_0_pb2, file2_pb2, file_pb2
 from format.table.schema import LanceField, LanceSchema
 

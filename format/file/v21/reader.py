@@ -34,9 +34,9 @@ from format.file.base import (
     column_map,
     split_ranges,
 )
+from format.file.container import ColumnInfo, V2Container
 from format.file.parallel import run_plans
-from format.file.v2 import random_access as ra
-from format.file.v2.container import ColumnInfo, V2Container
+from format.file.v20 import random_access as ra
 from format.file.v21 import unravel as uv
 from format.file.v21.blob import decode_blob
 from format.file.v21.constant import decode_constant

@@ -9,7 +9,7 @@ r - 1 ended unless that row ended exactly at the chunk's end (then in the next o
 Full-zip pages: fixed-width values without lists sit at a fixed stride; otherwise the
 repetition index gives each row's byte span. Only the wanted rows' bytes are fetched.
 
-Plans are generators (see `format.file.v2.random_access`): they yield file ranges, are sent
+Plans are generators (see `format.file.v20.random_access`): they yield file ranges, are sent
 the bytes, and return ``(DecodedPage, positions)``: the decoded rows and where each wanted
 row sits among them (None: exactly the wanted rows, in order).
 """
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from format.file.v2 import random_access as ra
+from format.file.v20 import random_access as ra
 from format.file.v21 import compression as cz
 from format.file.v21.fullzip import control_width, decode_rows
 from format.file.v21.gather import I64

@@ -20,15 +20,15 @@ import pyarrow as pa
 
 from format.errors import InvalidInputError, UnsupportedFeatureError
 from format.file.base import DataFileWriter, WrittenFile
-from format.file.v2.container import (
+from format.file.container import (
     COLUMN_ENCODING_URL,
     FOOTER_VERSIONS,
     PAGE_LAYOUT_URL,
     Footer,
     any_bytes,
 )
-from format.file.v2.encoders_v20 import DEFAULT_PAGE_BYTES, MAX_PAGE_BYTES
-from format.file.v2.writer import _Output, check_batch_schema, check_writer_args
+from format.file.v20.encode import DEFAULT_PAGE_BYTES, MAX_PAGE_BYTES
+from format.file.v20.writer import _Output, check_batch_schema, check_writer_args
 from format.file.v21 import shred as sh
 from format.file.v21.layers import max_def
 from format.file.v21.page_encoders import EncodedPage, PageInput, TooDense, encode_page

@@ -17,7 +17,6 @@ import pyarrow as pa
 import pytest
 
 from format.dataset import dataset, write_dataset
-from format.dataset import evolution as ev
 from format.errors import (
     ColumnNotFoundError,
     FilterBindError,
@@ -106,45 +105,43 @@ def _steps(version: str) -> list[Step]:
         return pa.table({"q": pa.array(range(d.count_rows()), pa.int16())})
 
     steps: list[Step] = [
-        ("sql", lambda d: ev.add_columns(d, sql, batch_size=3), lambda d: d.add_columns(sql)),
-        ("cast", lambda d: ev.alter_columns(d, *casts), lambda d: d.alter_columns(*casts)),
-        ("rename", lambda d: ev.alter_columns(d, *renames), lambda d: d.alter_columns(*renames)),
+        ("sql", lambda d: d.add_columns(sql, batch_size=3), lambda d: d.add_columns(sql)),
+        ("cast", lambda d: d.alter_columns(*casts), lambda d: d.alter_columns(*casts)),
+        ("rename", lambda d: d.alter_columns(*renames), lambda d: d.alter_columns(*renames)),
         (
             "not null",
-            lambda d: ev.alter_columns(d, {"path": "f", "nullable": False}),
+            lambda d: d.alter_columns({"path": "f", "nullable": False}),
             lambda d: d.alter_columns({"path": "f", "nullable": False}),
         ),
         (
             "drop",
-            lambda d: ev.drop_columns(d, ["y", "st.x"]),
+            lambda d: d.drop_columns(["y", "st.x"]),
             lambda d: d.drop_columns(["y", "st.x"]),
         ),
         (
             "stream",
-            lambda d: ev.add_columns(d, stream(d), batch_size=4),
+            lambda d: d.add_columns(stream(d), batch_size=4),
             lambda d: d.add_columns(stream(d)),
         ),
-        ("drop newest", lambda d: ev.drop_columns(d, ["q"]), lambda d: d.drop_columns(["q"])),
+        ("drop newest", lambda d: d.drop_columns(["q"]), lambda d: d.drop_columns(["q"])),
         (
             "add after drop",
-            lambda d: ev.add_columns(d, {"r": "i + 1"}),
+            lambda d: d.add_columns({"r": "i + 1"}),
             lambda d: d.add_columns({"r": "i + 1"}),
         ),
         (
             "cast again",
-            lambda d: ev.alter_columns(d, {"path": "r", "data_type": pa.int32()}),
+            lambda d: d.alter_columns({"path": "r", "data_type": pa.int32()}),
             lambda d: d.alter_columns({"path": "r", "data_type": pa.int32()}),
         ),
     ]
     if version != "legacy":
         nulls = pa.schema([pa.field("nu", pa.string()), pa.field("nv", pa.list_(pa.int32()))])
-        steps.append(
-            ("all null", lambda d: ev.add_columns(d, nulls), lambda d: d.add_columns(nulls))
-        )
+        steps.append(("all null", lambda d: d.add_columns(nulls), lambda d: d.add_columns(nulls)))
         steps.append(
             (
                 "all null field",
-                lambda d: ev.add_columns(d, pa.field("nw", pa.float64())),
+                lambda d: d.add_columns(pa.field("nw", pa.float64())),
                 lambda d: d.add_columns(pa.field("nw", pa.float64())),
             )
         )
@@ -174,7 +171,7 @@ def test_evolution_matches_pylance(tmp_path: Path, version: str, writer: str):
     lance.dataset(ours).alter_columns({"path": "zz", "data_type": pa.float32()})
     assert dataset(ours).to_table().equals(lance.dataset(ours).to_table())
     # and we evolve what pylance appended
-    ev.add_columns(dataset(ours), {"last": "after - i"})
+    dataset(ours).add_columns({"last": "after - i"})
     assert lance.dataset(ours).to_table().column("last").to_pylist() == [100] * (
         dataset(ours).count_rows()
     )
@@ -187,36 +184,36 @@ def test_new_files_hold_only_new_fields_and_physical_rows(tmp_path: Path):
     ours, _ref = _make(tmp_path, "2.0", "ours")
     ds = dataset(ours)
     old = {f.fragment_id: [d.path for d in f.data_files()] for f in ds.get_fragments()}
-    ev.add_columns(ds, {"x": "i * 2"})
-    assert read_transaction(ds._store, ds.manifest).WhichOneof("operation") == "merge"
+    ds.add_columns({"x": "i * 2"})
+    assert read_transaction(ds.core.store, ds.manifest).WhichOneof("operation") == "merge"
     for frag in ds.get_fragments():
         files = frag.data_files()
         assert [d.path for d in files[:-1]] == old[frag.fragment_id]  # never rewritten
         assert list(files[-1].fields) == [7]  # after st.y, the largest id (6)
-        reader = open_data_file(ds._store, f"data/{files[-1].path}", files[-1])
+        reader = open_data_file(ds.core.store, f"data/{files[-1].path}", files[-1])
         assert reader.num_rows == frag.physical_rows > frag.count_rows()
         reader.close()
-    ev.alter_columns(ds, {"path": "x", "data_type": pa.int64()})
-    assert read_transaction(ds._store, ds.manifest).WhichOneof("operation") == "merge"
+    ds.alter_columns({"path": "x", "data_type": pa.int64()})
+    assert read_transaction(ds.core.store, ds.manifest).WhichOneof("operation") == "merge"
     assert [(f.id, f.name) for f in ds.manifest.pb.fields][-1] == (8, "x")
     for frag in ds.manifest.pb.fragments:
         # the first add's file only held the old x: tombstoned, so dropped
         assert [list(d.fields) for d in frag.files] == [list(range(7)), [8]]
-    ev.alter_columns(ds, {"path": "x", "name": "y"})
-    assert read_transaction(ds._store, ds.manifest).WhichOneof("operation") == "project"
-    ev.drop_columns(ds, ["y"])
-    assert read_transaction(ds._store, ds.manifest).WhichOneof("operation") == "project"
+    ds.alter_columns({"path": "x", "name": "y"})
+    assert read_transaction(ds.core.store, ds.manifest).WhichOneof("operation") == "project"
+    ds.drop_columns(["y"])
+    assert read_transaction(ds.core.store, ds.manifest).WhichOneof("operation") == "project"
     for frag in ds.manifest.pb.fragments:  # a file with no field left leaves the manifest
         assert [list(d.fields) for d in frag.files] == [list(range(7))]
 
 
 def test_failed_cast_writes_nothing(tmp_path: Path):
     ours, ref = _make(tmp_path, "legacy", "ours")
-    ev.add_columns(dataset(ours), {"big": "n * 1000"})
+    dataset(ours).add_columns({"big": "n * 1000"})
     ds = dataset(ours)
     start, files = ds.version, sorted(p.name for p in (Path(ours) / "data").iterdir())
     with pytest.raises(InvalidInputError, match="cast"):
-        ev.alter_columns(ds, {"path": "big", "data_type": pa.int8()})
+        ds.alter_columns({"path": "big", "data_type": pa.int8()})
     lance.dataset(ref).add_columns({"big": "n * 1000"})
     with pytest.raises(OSError):
         lance.dataset(ref).alter_columns({"path": "big", "data_type": pa.int8()})
@@ -226,8 +223,8 @@ def test_failed_cast_writes_nothing(tmp_path: Path):
 
 def test_stable_row_ids_survive(tmp_path: Path):
     ours, ref = _make(tmp_path, "2.0", "pylance", enable_stable_row_ids=True)
-    ev.add_columns(dataset(ours), {"x": "i * 2"})
-    ev.alter_columns(dataset(ours), {"path": "i", "data_type": pa.int64()})
+    dataset(ours).add_columns({"x": "i * 2"})
+    dataset(ours).alter_columns({"path": "i", "data_type": pa.int64()})
     lance.dataset(ref).add_columns({"x": "i * 2"})
     lance.dataset(ref).alter_columns({"path": "i", "data_type": pa.int64()})
     got = lance.dataset(ours).to_table(with_row_id=True)
@@ -243,46 +240,46 @@ def test_errors_leave_the_dataset_alone(tmp_path: Path, version: str):
     pl = lance.dataset(ref)
 
     with pytest.raises(ColumnNotFoundError, match="zz"):
-        ev.drop_columns(ds, ["zz"])
+        ds.drop_columns(["zz"])
     with pytest.raises(InvalidInputError, match="all columns"):
-        ev.drop_columns(ds, ["i", "f", "s", "n", "st"])
+        ds.drop_columns(["i", "f", "s", "n", "st"])
     with pytest.raises(ColumnNotFoundError, match="zz"):
-        ev.alter_columns(ds, {"path": "zz", "name": "q"})
+        ds.alter_columns({"path": "zz", "name": "q"})
     with pytest.raises(InvalidInputError, match="NULL"):  # (legacy files lose int NULLs)
-        ev.alter_columns(ds, {"path": "s", "nullable": False})
+        ds.alter_columns({"path": "s", "nullable": False})
     with pytest.raises(OSError):
         pl.alter_columns({"path": "s", "nullable": False})
     with pytest.raises(InvalidInputError, match="Cannot cast"):
-        ev.alter_columns(ds, {"path": "i", "data_type": pa.float64()})
+        ds.alter_columns({"path": "i", "data_type": pa.float64()})
     with pytest.raises(OSError):
         pl.alter_columns({"path": "i", "data_type": pa.float64()})
     with pytest.raises(InvalidInputError, match="Cannot cast"):
-        ev.alter_columns(
-            ds, {"path": "f", "data_type": pa.float64()}, {"path": "s", "data_type": pa.int8()}
+        ds.alter_columns(
+            {"path": "f", "data_type": pa.float64()}, {"path": "s", "data_type": pa.int8()}
         )
     with pytest.raises(InvalidInputError, match="Duplicate"):
-        ev.alter_columns(ds, {"path": "i", "name": "f"})
+        ds.alter_columns({"path": "i", "name": "f"})
     with pytest.raises(InvalidInputError, match="At least one"):
-        ev.alter_columns(ds, {"path": "i"})
+        ds.alter_columns({"path": "i"})
     with pytest.raises(InvalidInputError, match="already exists"):
-        ev.add_columns(ds, {"s": "i + 1"})
+        ds.add_columns({"s": "i + 1"})
     with pytest.raises(FilterBindError):
-        ev.add_columns(ds, {"x": "i + 1.5"})  # pylance refuses it too
+        ds.add_columns({"x": "i + 1.5"})  # pylance refuses it too
     with pytest.raises(OSError):
         pl.add_columns({"x": "i + 1.5"})
     with pytest.raises(FilterBindError, match="nope"):
-        ev.add_columns(ds, {"x": "nope * 2"})
+        ds.add_columns({"x": "nope * 2"})
     live = ds.count_rows()
     for rows in (live - 1, live + 1):
         with pytest.raises(InvalidInputError, match="rows"):
-            ev.add_columns(ds, pa.table({"q": list(range(rows))}))
+            ds.add_columns(pa.table({"q": list(range(rows))}))
     with pytest.raises(InvalidInputError, match="nullable"):
-        ev.add_columns(ds, pa.field("q", pa.int32(), nullable=False))
+        ds.add_columns(pa.field("q", pa.int32(), nullable=False))
     if version == "legacy":
         with pytest.raises(UnsupportedFeatureError, match="legacy"):
-            ev.add_columns(ds, pa.field("q", pa.int32()))
+            ds.add_columns(pa.field("q", pa.int32()))
     with pytest.raises(UnsupportedFeatureError):
-        ev.add_columns(ds, lambda batch: batch)
+        ds.add_columns(lambda batch: batch)
 
     assert dataset(ours).version == ds.version == start
     assert sorted(p.name for p in (Path(ours) / "data").iterdir()) == data_files
@@ -304,7 +301,7 @@ def test_expression_types_follow_pylance(tmp_path: Path):
         "m": "f * 2",
         "o": "nullif(i, 1)",
     }
-    ev.add_columns(dataset(ours), exprs)
+    dataset(ours).add_columns(exprs)
     lance.dataset(ref).add_columns(exprs)
     _check_same(ours, ref)
 
@@ -315,14 +312,14 @@ def test_indexed_columns(tmp_path: Path):
     ds = dataset(ours)
     # retyping an indexed column is refused, as pylance 14 does (see test_parity)
     with pytest.raises(InvalidInputError, match="i_idx"):
-        ev.alter_columns(ds, {"path": "i", "data_type": pa.int64()})
-    ev.alter_columns(ds, {"path": "n", "data_type": pa.int32()})
+        ds.alter_columns({"path": "i", "data_type": pa.int64()})
+    ds.alter_columns({"path": "n", "data_type": pa.int32()})
     assert [i.field_names for i in lance.dataset(ours).describe_indices()] == [["i"]]
     assert lance.dataset(ours).to_table(filter="n > 3") == dataset(ours).to_table(filter="n > 3")
     # other columns evolve freely, renames keep the index, and pylance still uses it
-    ev.drop_columns(ds, ["f"])
-    ev.add_columns(ds, {"x": "i * 2"})
-    ev.alter_columns(ds, {"path": "i", "name": "ii"}, {"path": "n", "data_type": pa.int64()})
+    ds.drop_columns(["f"])
+    ds.add_columns({"x": "i * 2"})
+    ds.alter_columns({"path": "i", "name": "ii"}, {"path": "n", "data_type": pa.int64()})
     pl = lance.dataset(ours)
     assert [i.field_names for i in pl.describe_indices()] == [["ii"]]
     got = pl.to_table(filter="ii > 20")

@@ -1,4 +1,4 @@
-"""Compaction and cleanup (format.dataset.maintenance) against pylance as the oracle.
+"""Compaction and cleanup (format.dataset.compaction, .cleanup) against pylance as the oracle.
 
 Datasets are built by pylance (many small appends, deletes, a tag, stable row ids on and
 off), then copied: our engine maintains one copy, pylance the other, and the results must
@@ -11,6 +11,7 @@ import datetime as dt
 import os
 import shutil
 import time
+from typing import Any
 
 import lance
 import numpy as np
@@ -18,21 +19,32 @@ import pyarrow as pa
 import pytest
 
 from format.dataset import dataset as qdataset
-from format.dataset.maintenance import (
+from format.dataset.cleanup import CleanupStats
+from format.dataset.compaction import CompactionMetrics
+from format.dataset.dataset import DatasetOptimizer, LanceDataset
+from format.errors import (
     CleanupError,
-    CleanupStats,
-    CompactionMetrics,
-    DatasetOptimizer,
-    cleanup_old_versions,
-    compact_files,
+    CommitConflictError,
+    InvalidInputError,
+    UnsupportedFeatureError,
 )
-from format.errors import CommitConflictError, InvalidInputError, UnsupportedFeatureError
 from format.io.store import open_store
 from format.proto import table_pb2, transaction_pb2
 from format.table import versions as V
 from format.table.manifest import Manifest
 from format.table.rowids import decode_row_versions
 from format.table.transaction import ManifestContext, build_manifest, new_transaction
+
+
+def compact_files(ds: LanceDataset, **options: Any) -> CompactionMetrics:
+    """`ds.optimize.compact_files(**options)`; `ds` moves to the version committed."""
+    return DatasetOptimizer(ds).compact_files(**options)
+
+
+def cleanup_old_versions(ds: LanceDataset, *args: Any, **options: Any) -> CleanupStats:
+    """`ds.cleanup_old_versions(...)`."""
+    return ds.cleanup_old_versions(*args, **options)
+
 
 FORMATS = ["legacy", "2.0"]
 OLD = time.time() - 8 * 86400  # older than cleanup's 7-day unverified threshold

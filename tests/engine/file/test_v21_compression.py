@@ -21,9 +21,10 @@ import zstandard
 from google.protobuf import any_pb2
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from variable_layouts import encode_variable_block, encode_variable_chunks
 
 from format.errors import CorruptFileError, UnsupportedFeatureError
-from format.file.v2.container import Footer, V2Container
+from format.file.container import Footer, V2Container
 from format.file.v21 import bitpacking as bp
 from format.file.v21 import byte_stream_split as bss
 from format.file.v21 import fsst, general, rle
@@ -34,8 +35,6 @@ from format.file.v21.compression import (
     decode_chunks,
     decode_fullzip_fixed,
     decode_fullzip_variable,
-    encode_variable_block,
-    encode_variable_chunks,
     take_dictionary,
 )
 from format.io.store import open_store

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from variable_layouts import encode_variable_chunks
 
 from format import _kernels
 from format.errors import CorruptFileError
@@ -197,7 +198,7 @@ def test_flat_bits_matches_numpy(chunks):
 def _variable(strings: list[bytes], bits: int = 32) -> cz.Chunks:
     offsets = np.cumsum([0, *map(len, strings)]).astype(I64)
     raw = np.frombuffer(b"".join(strings), dtype=np.uint8)
-    data, sizes = cz.encode_variable_chunks(offsets, raw, i64(len(strings)), bits)
+    data, sizes = encode_variable_chunks(offsets, raw, i64(len(strings)), bits)
     return cz.Chunks(data.copy(), i64(0), sizes, i64(len(strings)))
 
 

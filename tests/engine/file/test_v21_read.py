@@ -26,7 +26,7 @@ from strategies import arrow_types, random_array
 from format.dataset import dataset
 from format.errors import CorruptFileError, LanceError, UnsupportedFeatureError
 from format.file.base import split_ranges
-from format.file.v2.container import V2Container
+from format.file.container import V2Container
 from format.file.v21.page import PageWhere
 from format.file.v21.reader import StructuralFileReader
 from format.io.store import Spans, open_store

@@ -19,7 +19,7 @@ from strategies import random_array
 from format.dataset import dataset, write_dataset
 from format.errors import InvalidInputError, SchemaMismatchError, UnsupportedFeatureError
 from format.file.base import WrittenFile
-from format.file.v2 import V2Container
+from format.file.v20 import V2Container
 from format.file.v21.writer import StructuralFileWriter
 from format.io.store import ObjectStore, open_store
 from format.proto import encodings_v2_1_pb2 as pb21

@@ -21,8 +21,8 @@ from strategies import arrow_types, random_array
 
 from format.errors import CorruptFileError, InvalidInputError, LanceError, UnsupportedFeatureError
 from format.file.base import split_ranges
-from format.file.v2 import V2Container, V2FileReader
-from format.file.v2 import encodings_v20 as v20
+from format.file.v20 import V2Container, V2FileReader
+from format.file.v20 import decode as v20
 from format.io.store import FileReader, ObjectStore, open_store
 from format.proto import encodings_v2_0_pb2, file2_pb2, table_pb2
 from format.table.schema import LanceField, LanceSchema
@@ -460,7 +460,7 @@ def test_reads_only_what_is_needed(types_ds: Files) -> None:
 
 def _whole_page_take(r: V2FileReader, fields: list[LanceField], idx: np.ndarray) -> list[pa.Array]:
     """take() as it was: every overlapping page fetched and decoded whole."""
-    from format.file.v2.reader import Ranges
+    from format.file.v20.reader import Ranges
 
     nodes = r._plan(fields)
     try:

@@ -19,8 +19,8 @@ from strategies import arrow_types, random_array
 
 from format.errors import InvalidInputError, SchemaMismatchError, UnsupportedFeatureError
 from format.file.base import WrittenFile
-from format.file.v2 import V2Container, V2FileReader, V2FileWriter
-from format.file.v2 import encoders_v20 as enc20
+from format.file.v20 import V2Container, V2FileReader, V2FileWriter
+from format.file.v20 import encode as enc20
 from format.io.store import ObjectStore, open_store
 from format.proto import encodings_v2_0_pb2, table_pb2
 from format.table.manifest import encode_manifest

@@ -1,0 +1,428 @@
+"""Compaction (`compact_files`, pylance 14's ``ds.optimize.compact_files``).
+
+It plans like pylance's default planner: walking the fragments in manifest order,
+a fragment is a candidate when more than `materialize_deletions_threshold` of its rows are
+deleted ("compact itself") or when it has fewer than `target_rows_per_fragment` physical rows
+("compact with neighbours"). Runs of adjacent candidates covered by the same indices form
+bins; a bin of one fragment that only wanted neighbours is dropped, and bins are split
+greedily so that each part has at least `target_rows_per_fragment` live rows. Each part is
+rewritten into ``max(1, rows // target)`` new fragments of balanced sizes (pylance 14 sizes its
+output this way), and all parts are committed as one Rewrite transaction. The new fragments
+get fresh (largest) ids and, as pylance keeps fragments in id order, their rows move to the
+end of the table's scan order, exactly as with pylance. With stable row ids the new
+fragments carry the live rows' ids and their created-at / last-updated versions, so `_rowid`
+values don't change. Unlike pylance (which first commits a ReserveFragments version to
+remap indices) this takes one version; indices simply stop covering the rewritten rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from format.dataset.core import DatasetCore
+from format.dataset.fragment import LanceFragment, fragments_of
+from format.dataset.rows import RowSource
+from format.dataset.write import normalize_storage_version, write_fragment_files
+from format.errors import (
+    CommitConflictError,
+    InvalidInputError,
+    LanceError,
+    UnsupportedFeatureError,
+)
+from format.proto import table_pb2, transaction_pb2
+from format.table import versions as _versions
+from format.table.manifest import read_section
+from format.table.rowids import decode_row_versions, encode_row_ids, encode_row_versions
+from format.table.transaction import check_writable, new_transaction
+
+__all__ = ["CompactionMetrics", "compact_files"]
+
+DEFAULT_TARGET_ROWS_PER_FRAGMENT = 1024 * 1024
+DEFAULT_MAX_ROWS_PER_GROUP = 1024
+DEFAULT_MATERIALIZE_DELETIONS_THRESHOLD = 0.1
+COMPACTION_CONFIG_PREFIX = "lance.compaction."
+# Indices that describe the table rather than index data; they never constrain compaction.
+_SYSTEM_INDICES = frozenset({"__lance_frag_reuse", "__lance_mem_wal"})
+
+
+@dataclass(frozen=True)
+class CompactionMetrics:
+    """What a compaction did (pylance's `CompactionMetrics`)."""
+
+    fragments_removed: int = 0
+    fragments_added: int = 0
+    files_removed: int = 0  # data files and deletion files of the removed fragments
+    files_added: int = 0
+
+
+@dataclass(frozen=True)
+class _Options:
+    target_rows_per_fragment: int
+    max_rows_per_group: int
+    materialize_deletions: bool
+    materialize_deletions_threshold: float
+
+
+@dataclass
+class _Bin:
+    fragments: list[LanceFragment] = field(default_factory=list)
+    compact_itself: list[bool] = field(default_factory=list)
+    row_counts: list[int] = field(default_factory=list)
+    indices: tuple[int, ...] = ()
+
+    def is_noop(self) -> bool:
+        return not self.fragments or (len(self.fragments) == 1 and not self.compact_itself[0])
+
+    def split_for_size(self, min_rows: int) -> list[_Bin]:
+        """Greedy split into parts of at least `min_rows` live rows (pylance's rule)."""
+        parts: list[_Bin] = []
+        rest = self
+        while True:
+            n, rows = 0, 0
+            while rows < min_rows and n < len(rest.row_counts):
+                rows += rest.row_counts[n]
+                n += 1
+            if sum(rest.row_counts[n:]) >= min_rows:
+                parts.append(_Bin(rest.fragments[:n], rest.compact_itself[:n], rest.row_counts[:n]))
+                rest = _Bin(rest.fragments[n:], rest.compact_itself[n:], rest.row_counts[n:])
+            else:
+                parts.append(rest)
+                return parts
+
+
+def _parse_config(config: dict[str, str]) -> dict[str, Any]:
+    """The `lance.compaction.*` defaults a dataset's config sets (the ones we implement)."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if not key.startswith(COMPACTION_CONFIG_PREFIX):
+            continue
+        name = key[len(COMPACTION_CONFIG_PREFIX) :]
+        try:
+            if name in ("target_rows_per_fragment", "max_rows_per_group"):
+                out[name] = int(value)
+            elif name == "materialize_deletions":
+                if value.lower() not in ("true", "false"):
+                    raise ValueError(value)
+                out[name] = value.lower() == "true"
+            elif name == "materialize_deletions_threshold":
+                out[name] = float(value)
+        except ValueError:
+            raise InvalidInputError(f"invalid dataset config value {key}={value!r}") from None
+    return out
+
+
+def _resolve_options(ds: DatasetCore, given: dict[str, Any]) -> _Options:
+    """Explicit arguments, then the dataset's `lance.compaction.*` config, then defaults."""
+    config = _parse_config(dict(ds.manifest.pb.config))
+    defaults = {
+        "target_rows_per_fragment": DEFAULT_TARGET_ROWS_PER_FRAGMENT,
+        "max_rows_per_group": DEFAULT_MAX_ROWS_PER_GROUP,
+        "materialize_deletions": True,
+        "materialize_deletions_threshold": DEFAULT_MATERIALIZE_DELETIONS_THRESHOLD,
+    }
+    values = {
+        k: given[k] if given[k] is not None else config.get(k, v) for k, v in defaults.items()
+    }
+    for name in ("target_rows_per_fragment", "max_rows_per_group"):
+        v = values[name]
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise InvalidInputError(f"{name} must be a positive integer, not {v!r}")
+    threshold = float(values["materialize_deletions_threshold"])
+    materialize = bool(values["materialize_deletions"])
+    if materialize and threshold >= 1.0:  # pylance: a 100% threshold turns it off
+        materialize = False
+    return _Options(
+        int(values["target_rows_per_fragment"]),
+        int(values["max_rows_per_group"]),
+        materialize,
+        threshold,
+    )
+
+
+def _index_fragment_sets(ds: DatasetCore) -> list[frozenset[int]]:
+    """The fragment ids each (non-system) index of this version covers."""
+    from pyroaring import BitMap
+
+    manifest = ds.manifest
+    if not manifest.pb.HasField("index_section"):
+        return []
+    section = read_section(
+        manifest, manifest.pb.index_section, table_pb2.IndexSection, "index section"
+    )
+    out = []
+    for index in section.indices:
+        if index.name in _SYSTEM_INDICES:
+            continue
+        if index.fragment_bitmap:
+            out.append(frozenset(BitMap.deserialize(index.fragment_bitmap)))
+        else:  # old indices: the fragments of the version they were built on
+            old = ds.checkout(int(index.dataset_version))
+            out.append(frozenset(int(f.id) for f in old.manifest.pb.fragments))
+    return out
+
+
+def _num_deletions(frag: LanceFragment) -> int:
+    """Deleted rows as pylance counts them: the recorded count, else the file's length."""
+    d = frag.deletion_file()
+    if d is None:
+        return 0
+    if d.num_deleted_rows:
+        return int(d.num_deleted_rows)
+    return frag.num_deletions
+
+
+def _plan(ds: DatasetCore, opts: _Options) -> list[_Bin]:
+    """The compaction tasks: runs of adjacent candidate fragments, split by size."""
+    index_sets = _index_fragment_sets(ds)
+    threshold = np.float32(opts.materialize_deletions_threshold)
+    bins: list[_Bin] = []
+    current: _Bin | None = None
+    for frag in fragments_of(ds):
+        physical = frag.physical_rows
+        deleted = _num_deletions(frag)
+        # pylance compares in f32: exactly-at-threshold fractions are not candidates
+        fraction = np.float32(deleted) / np.float32(physical) if physical else np.float32(0)
+        if opts.materialize_deletions and fraction > threshold:
+            itself: bool | None = True
+        elif physical < opts.target_rows_per_fragment:
+            itself = False
+        else:
+            itself = None
+        indices = tuple(i for i, s in enumerate(index_sets) if frag.fragment_id in s)
+        if itself is None:
+            if current is not None:
+                bins.append(current)
+                current = None
+            continue
+        if current is not None and current.indices != indices:
+            bins.append(current)
+            current = None
+        if current is None:
+            current = _Bin(indices=indices)
+        current.fragments.append(frag)
+        current.compact_itself.append(itself)
+        current.row_counts.append(physical - deleted)
+    if current is not None:
+        bins.append(current)
+    tasks: list[_Bin] = []
+    for b in bins:
+        if not b.is_noop():
+            tasks.extend(b.split_for_size(opts.target_rows_per_fragment))
+    return tasks
+
+
+def _output_sizes(rows: int, target: int) -> list[int]:
+    """Rows of each new fragment: max(1, rows // target) parts, balanced, larger ones first."""
+    if rows == 0:
+        return []
+    parts = max(1, rows // target)
+    base, extra = divmod(rows, parts)
+    return [base + 1] * extra + [base] * (parts - extra)
+
+
+def _external_bytes(ds: DatasetCore, ext: table_pb2.ExternalFile) -> bytes:
+    store, path = ds.resolve(ext.path, None, relative_to_root=True)
+    with store.open(path) as f:
+        return f.read(ext.offset, ext.size)
+
+
+def _version_sequence(ds: DatasetCore, pb: table_pb2.DataFragment, name: str) -> np.ndarray | None:
+    """A fragment's created_at / last_updated_at version per physical row, if it has them."""
+    which = pb.WhichOneof(f"{name}_version_sequence")
+    if which is None:
+        return None
+    data = getattr(pb, which)
+    if which.startswith("external_"):
+        data = _external_bytes(ds, data)
+    return decode_row_versions(
+        data, source=f"fragment {pb.id} {which}", expected_len=int(pb.physical_rows)
+    )
+
+
+@dataclass
+class _LiveIdentity:
+    """Stable row ids and row versions of the live rows of a task, in row order."""
+
+    ids: np.ndarray
+    created: np.ndarray
+    updated: np.ndarray
+
+
+def _live_identity(ds: DatasetCore, frags: Sequence[LanceFragment]) -> _LiveIdentity:
+    ids, created, updated = [], [], []
+    for frag in frags:
+        n = frag.physical_rows
+        row_ids = frag.row_ids
+        if row_ids is None:
+            raise UnsupportedFeatureError(
+                f"{ds.uri}: fragment {frag.fragment_id} has no stable row ids although the "
+                "dataset uses them"
+            )
+        c = _version_sequence(ds, frag.metadata, "created_at")
+        if c is None:  # pylance's default: created at version 1
+            c = np.ones(n, dtype=np.uint64)
+        u = _version_sequence(ds, frag.metadata, "last_updated_at")
+        if u is None:
+            u = c
+        mask = frag.live_mask
+        if mask is not None:
+            row_ids, c, u = row_ids[mask], c[mask], u[mask]
+        ids.append(row_ids)
+        created.append(c)
+        updated.append(u)
+    cat = lambda xs: np.concatenate(xs) if xs else np.empty(0, np.uint64)  # noqa: E731
+    return _LiveIdentity(cat(ids), cat(created), cat(updated))
+
+
+def _rewrite(
+    ds: DatasetCore, task: _Bin, opts: _Options, storage_version: str, written: list[str]
+) -> list[table_pb2.DataFragment]:
+    """Write the live rows of one task's fragments into new fragments (no ids yet)."""
+    rows = sum(task.row_counts)
+    sizes = _output_sizes(rows, opts.target_rows_per_fragment)
+    identity = _live_identity(ds, task.fragments) if ds.manifest.uses_stable_row_ids else None
+    if identity is not None and len(identity.ids) != rows:
+        raise LanceError(
+            f"{ds.uri}: the fragments {[f.fragment_id for f in task.fragments]} hold "
+            f"{len(identity.ids)} live row ids but {rows} live rows"
+        )
+    schema = ds.lance_schema
+    arrow = ds.schema
+    source = RowSource(
+        itertools.chain.from_iterable(f.read_batches(schema, arrow) for f in task.fragments),
+        short="compaction read fewer rows than the fragments hold",
+        long=f"{ds.uri}: compaction read more rows than the fragments hold",
+    )
+    new: list[table_pb2.DataFragment] = []
+    offset = 0
+    for size in sizes:
+        reader = pa.RecordBatchReader.from_batches(arrow, source.take(size))
+        frags = write_fragment_files(
+            ds.store,
+            reader,
+            schema,
+            storage_version,
+            max_rows_per_file=size,
+            max_rows_per_group=min(opts.max_rows_per_group, opts.target_rows_per_fragment),
+        )
+        written.extend(df.path for f in frags for df in f.files)
+        if len(frags) != 1 or frags[0].physical_rows != size:
+            raise LanceError(
+                f"{ds.uri}: compaction wrote {[f.physical_rows for f in frags]} rows "
+                f"where {size} were expected"
+            )
+        frag = frags[0]
+        if identity is not None:
+            sl = slice(offset, offset + size)
+            frag.inline_row_ids = encode_row_ids(identity.ids[sl])
+            frag.inline_created_at_versions = encode_row_versions(identity.created[sl])
+            frag.inline_last_updated_at_versions = encode_row_versions(identity.updated[sl])
+        new.append(frag)
+        offset += size
+    source.check_exhausted()
+    return new
+
+
+def compact_files(
+    ds: DatasetCore,
+    *,
+    target_rows_per_fragment: int | None = None,
+    max_rows_per_group: int | None = None,
+    materialize_deletions: bool | None = None,
+    materialize_deletions_threshold: float | None = None,
+    num_threads: int | None = None,
+) -> tuple[DatasetCore, CompactionMetrics]:
+    """Rewrite small fragments (and ones with many deletions) into fewer, larger ones.
+
+    Mirrors pylance's ``ds.optimize.compact_files``: only adjacent fragments are merged
+    (the merged rows then sort last, like pylance's); unset options come from the dataset's
+    ``lance.compaction.*`` config, else pylance's defaults (1024*1024 rows per fragment,
+    1024 rows per group, materialize deletions above 10%). Commits one Rewrite version (none
+    when there is nothing to do) and returns it (or `ds`) with the metrics. Stable row ids
+    and row versions are carried over; indices lose the rewritten fragments (they are
+    searched unindexed).
+    """
+    opts = _resolve_options(
+        ds,
+        {
+            "target_rows_per_fragment": target_rows_per_fragment,
+            "max_rows_per_group": max_rows_per_group,
+            "materialize_deletions": materialize_deletions,
+            "materialize_deletions_threshold": materialize_deletions_threshold,
+        },
+    )
+    if num_threads is not None and (isinstance(num_threads, bool) or num_threads < 1):
+        raise InvalidInputError(f"num_threads must be a positive integer, not {num_threads!r}")
+    check_writable(ds.manifest, ds.uri)
+    tasks = _plan(ds, opts)
+    if not tasks:
+        return ds, CompactionMetrics()
+    storage_version = normalize_storage_version(ds.data_storage_version)
+    written: list[str] = []
+    committing = False
+    try:
+        workers = min(len(tasks), num_threads or min(4, os.cpu_count() or 1))
+        if workers > 1:
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                outputs = list(
+                    pool.map(lambda t: _rewrite(ds, t, opts, storage_version, written), tasks)
+                )
+        else:
+            outputs = [_rewrite(ds, t, opts, storage_version, written) for t in tasks]
+        groups = [
+            transaction_pb2.Transaction.Rewrite.RewriteGroup(
+                old_fragments=[f.metadata for f in task.fragments], new_fragments=new
+            )
+            for task, new in zip(tasks, outputs, strict=True)
+        ]
+        txn = new_transaction(
+            ds.version, "rewrite", transaction_pb2.Transaction.Rewrite(groups=groups)
+        )
+        committing = True
+        committed = ds.commit(txn)
+    except BaseException as e:
+        # Files of a commit that surely did not land are removed at once; after an ambiguous
+        # commit failure they stay unless no newer version references them (cleanup
+        # removes any leftovers once they are old enough).
+        certain = not committing or isinstance(e, CommitConflictError)
+        if certain or not _committed(ds, written):
+            for name in written:
+                with contextlib.suppress(Exception):
+                    ds.store.delete(f"data/{name}")
+        raise
+    old = [f.metadata for task in tasks for f in task.fragments]
+    new = [f for frags in outputs for f in frags]
+    return committed, CompactionMetrics(
+        fragments_removed=len(old),
+        fragments_added=len(new),
+        files_removed=sum(len(f.files) + f.HasField("deletion_file") for f in old),
+        files_added=sum(len(f.files) + f.HasField("deletion_file") for f in new),
+    )
+
+
+def _committed(ds: DatasetCore, written: list[str]) -> bool:
+    """Whether some version after `ds`'s references the files we wrote (best effort: True
+    when that cannot be determined, so nothing possibly committed is deleted)."""
+    if not written:
+        return False
+    try:
+        entries = _versions.list_manifests(ds.store)
+        wanted = set(written)
+        for v in sorted(entries, reverse=True):
+            if v <= ds.version:
+                break
+            m = _versions.load_manifest(ds.store, entries[v])
+            if any(df.path in wanted for f in m.pb.fragments for df in f.files):
+                return True
+        return False
+    except Exception:  # noqa: BLE001 - unsure: keep the files
+        return True

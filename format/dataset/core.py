@@ -1,0 +1,127 @@
+"""`DatasetCore`: one resolved version of a Lance dataset, what every dataset module works on.
+
+It holds the object store, the version's manifest and the storage options, finds files
+through the manifest's base paths, loads other versions and commits a transaction on top of
+itself, returning the new version's core. The pylance-shaped `LanceDataset` is a facade
+over one; fragments, scans, schema evolution, compaction and cleanup take a core, so none of
+them needs the facade.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+import pyarrow as pa
+
+from format.errors import CorruptFileError
+from format.io.store import ObjectStore, open_store
+from format.proto import transaction_pb2
+from format.table import versions as _versions
+from format.table.commit import commit_transaction
+from format.table.manifest import Manifest
+from format.table.schema import LanceSchema
+from format.table.transaction import ManifestContext
+
+
+class DatasetCore:
+    """A dataset pinned to one version: store, manifest, options; resolve, load, commit."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        manifest: Manifest,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        manifest.check_readable(store.uri)
+        self.store = store
+        self.manifest = manifest
+        self.storage_options = storage_options
+        self._base_stores: dict[int, tuple[ObjectStore, bool]] = {}
+
+    @classmethod
+    def open(
+        cls,
+        uri: str,
+        version: int | str | None = None,
+        asof: Any = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> DatasetCore:
+        """The dataset at `uri` at its latest version, a version number, a tag (possibly on
+        a branch) or the last version committed at or before `asof`."""
+        store, number = _versions.resolve_ref(open_store(str(uri), storage_options), version)
+        return cls(store, _versions.resolve(store, number, asof), storage_options)
+
+    # -- identity -------------------------------------------------------------------------
+    @property
+    def uri(self) -> str:
+        """The dataset's URI."""
+        return self.store.uri
+
+    @property
+    def version(self) -> int:
+        """The version this core reads."""
+        return self.manifest.version
+
+    @property
+    def lance_schema(self) -> LanceSchema:
+        """The schema with Lance field ids."""
+        return self.manifest.schema
+
+    @cached_property
+    def schema(self) -> pa.Schema:
+        """The Arrow schema of this version."""
+        return self.manifest.schema.to_arrow()
+
+    @property
+    def data_storage_version(self) -> str:
+        """Storage version of the data files ("0.1", "2.0", "2.1", "2.2")."""
+        return self.manifest.data_storage_version
+
+    def latest_version(self) -> int:
+        """The newest committed version (listed now)."""
+        return _versions.latest_entry(self.store).version
+
+    # -- files ----------------------------------------------------------------------------
+    def resolve(
+        self, path: str, base_id: int | None, *, relative_to_root: bool = False
+    ) -> tuple[ObjectStore, str]:
+        """The store and path of a file, following the manifest's base paths."""
+        if base_id is None:
+            return self.store, path
+        if base_id not in self._base_stores:
+            for bp in self.manifest.pb.base_paths:
+                if bp.id == base_id:
+                    self._base_stores[base_id] = (
+                        open_store(bp.path, self.storage_options),
+                        bp.is_dataset_root,
+                    )
+                    break
+            else:
+                raise CorruptFileError(
+                    self.store.uri_of(self.manifest.path),
+                    f"base path id {base_id} is not in the manifest's base paths",
+                )
+        store, is_root = self._base_stores[base_id]
+        if not is_root and not relative_to_root:
+            path = path.split("/", 1)[1]  # files sit directly under a non-root base
+        return store, path
+
+    # -- versions -------------------------------------------------------------------------
+    def load_version(self, version: int) -> Manifest:
+        """The manifest of another version of this dataset (branch)."""
+        return _versions.load_manifest(self.store, _versions.find_entry(self.store, version))
+
+    def checkout(self, version: int | str) -> DatasetCore:
+        """The same dataset at another version number or tag."""
+        store, number = _versions.resolve_ref(self.store, version)
+        return DatasetCore(store, _versions.resolve(store, number), self.storage_options)
+
+    def commit(
+        self, txn: transaction_pb2.Transaction, ctx: ManifestContext | None = None
+    ) -> DatasetCore:
+        """Commit `txn` (read on this version or an older one) and return the new version."""
+        result = commit_transaction(
+            self.store, txn, ctx=ctx or ManifestContext(load_version=self.load_version)
+        )
+        return DatasetCore(self.store, result.manifest, self.storage_options)
