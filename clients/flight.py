@@ -24,16 +24,15 @@ import contextlib
 import datetime as dt
 import json
 import os
-import sys
 import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any, TypeAlias, TypeVar
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from clients.data import DataLike, conform, to_batches
 from clients.errors import (
     InvalidArgument,
     QuiverError,
@@ -42,21 +41,16 @@ from clients.errors import (
     from_flight_error,
     server_message,
 )
+from clients.progress import Progress
 from wire.requests import MODES, put_command, read_command
 from wire.requests import json_bytes as _json_bytes
 
 __all__ = ["Client", "DataLike", "put_command", "read_command", "read_descriptor"]
 
-DataLike: TypeAlias = Any
-"""What `write` and `stage` take: a `pyarrow.Table`, `RecordBatch` or `RecordBatchReader`,
-an iterable of record batches, a mapping of column name to values, a list of row dicts, a
-pandas DataFrame, or any object exporting the Arrow C stream interface."""
-
 T = TypeVar("T")
 PemLike: TypeAlias = "bytes | str | os.PathLike[str]"
 
 REUSE_CONNECTION = "arrow-flight-reuse-connection://?"
-_BATCH_ROWS = 64 * 1024  # rows per uploaded record batch
 
 
 # ---------------------------------------------------------------------------------------------
@@ -120,116 +114,6 @@ def _translated() -> Iterator[None]:
         raise
     except pa.ArrowException as e:  # FlightError and the Arrow errors a call can raise
         raise from_flight_error(e) from e
-
-
-# ---------------------------------------------------------------------------------------------
-# Data to upload
-
-
-def _batches(data: DataLike) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
-    """The schema and record batches of anything `write` accepts."""
-    if isinstance(data, pa.Table):
-        return data.schema, iter(data.to_batches(max_chunksize=_BATCH_ROWS))
-    if isinstance(data, pa.RecordBatch):
-        return data.schema, iter([data])
-    if isinstance(data, pa.RecordBatchReader):
-        return data.schema, iter(data)
-    if isinstance(data, Mapping):
-        return _batches(pa.table(dict(data)))
-    if type(data).__module__.split(".")[0] == "pandas" and hasattr(data, "columns"):
-        return _batches(pa.Table.from_pandas(data, preserve_index=False))
-    if hasattr(data, "__arrow_c_stream__"):
-        return _batches(pa.RecordBatchReader.from_stream(data))
-    if isinstance(data, list) and (not data or isinstance(data[0], Mapping)):
-        if not data:
-            raise TypeError("cannot write an empty list of rows: its schema is unknown")
-        return _batches(pa.Table.from_pylist(data))
-    if isinstance(data, Iterable):
-        it = iter(data)
-        try:
-            first = next(it)
-        except StopIteration:
-            raise TypeError(
-                "cannot write an empty iterable of batches: its schema is unknown"
-            ) from None
-        if not isinstance(first, pa.RecordBatch):
-            raise TypeError(f"expected record batches, got {type(first).__name__}")
-
-        def chained() -> Iterator[pa.RecordBatch]:
-            yield first
-            yield from it
-
-        return first.schema, chained()
-    raise TypeError(f"cannot write {type(data).__name__}; give a pyarrow Table or batches")
-
-
-# ---------------------------------------------------------------------------------------------
-# Progress
-
-
-class _Progress:
-    """Rows read so far: a tqdm bar when tqdm is installed, else one stderr line."""
-
-    def __init__(self, enabled: bool, desc: str, total_rows: int | None, endpoints: int) -> None:
-        self._enabled = enabled
-        self._lock = threading.Lock()
-        self._rows = 0
-        self._done = 0
-        self._endpoints = endpoints
-        self._desc = desc
-        self._last = 0.0
-        self._bar: Any = None
-        if not enabled:
-            return
-        try:
-            from tqdm.auto import tqdm
-        except ImportError:
-            self._render(force=True)
-        else:
-            self._bar = tqdm(
-                total=total_rows, desc=desc, unit="rows", unit_scale=True, file=sys.stderr
-            )
-
-    def rows(self, n: int) -> None:
-        if not self._enabled:
-            return
-        with self._lock:
-            self._rows += n
-            if self._bar is not None:
-                self._bar.update(n)
-            else:
-                self._render()
-
-    def endpoint_done(self) -> None:
-        if not self._enabled:
-            return
-        with self._lock:
-            self._done += 1
-            if self._bar is not None:
-                self._bar.set_postfix_str(f"{self._done}/{self._endpoints} endpoints")
-            else:
-                self._render()
-
-    def _render(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._last < 0.1 and self._done < self._endpoints:
-            return
-        self._last = now
-        sys.stderr.write(
-            f"\r{self._desc}: {self._rows:,} rows, {self._done}/{self._endpoints} endpoints"
-        )
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if not self._enabled:
-            return
-        with self._lock:
-            if self._bar is not None:
-                self._bar.close()
-            else:
-                self._render(force=True)
-                sys.stderr.write("\n")
-                sys.stderr.flush()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -527,7 +411,7 @@ class Client:
                     raise
 
     def _fetch(
-        self, endpoint: flight.FlightEndpoint, progress: _Progress, stop: threading.Event
+        self, endpoint: flight.FlightEndpoint, progress: Progress, stop: threading.Event
     ) -> list[pa.RecordBatch]:
         batches: list[pa.RecordBatch] = []
         for batch in self.endpoint_batches(endpoint):
@@ -578,13 +462,13 @@ class Client:
         total = info.total_records if info.total_records >= 0 else None
         if limit is not None and total is not None:
             total = min(total, limit)
-        bar = _Progress(progress, f"reading {dataset}", total, len(endpoints))
+        bar = Progress(progress, f"reading {dataset}", total, len(endpoints))
         stop = threading.Event()
         try:
             parts = self._fetch_all(endpoints, bar, stop, parallel)
         finally:
             bar.close()
-        batches = [_conform(b, schema) for part in parts for b in part]
+        batches = [conform(b, schema) for part in parts for b in part]
         table = pa.Table.from_batches(batches, schema=schema)
         if limit is not None and table.num_rows > limit:
             table = table.slice(0, limit)
@@ -593,7 +477,7 @@ class Client:
     def _fetch_all(
         self,
         endpoints: list[flight.FlightEndpoint],
-        bar: _Progress,
+        bar: Progress,
         stop: threading.Event,
         parallel: int,
     ) -> list[list[pa.RecordBatch]]:
@@ -655,14 +539,14 @@ class Client:
                         if batch.num_rows > left:
                             batch = batch.slice(0, left)
                         left -= batch.num_rows
-                    yield _conform(batch, schema)
+                    yield conform(batch, schema)
 
         return pa.RecordBatchReader.from_batches(schema, batches())
 
     # -- writes -----------------------------------------------------------------------------
 
     def _put(self, command: Mapping[str, Any], data: DataLike) -> Any:
-        schema, batches = _batches(data)
+        schema, batches = to_batches(data)
         descriptor = flight.FlightDescriptor.for_command(_json_bytes(dict(command)))
         with _translated():
             # no re-authentication here: a refused upload cannot be replayed
@@ -867,12 +751,3 @@ def _listed(answer: Any, key: str) -> list[Any]:
     if isinstance(answer, list):
         return answer
     return [] if answer is None else [answer]
-
-
-def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    """`batch` with exactly `schema` (the server may differ only in schema metadata)."""
-    if batch.schema.equals(schema, check_metadata=True):
-        return batch
-    if batch.schema.equals(schema, check_metadata=False):
-        return pa.RecordBatch.from_arrays(batch.columns, schema=schema)
-    return batch.cast(schema)

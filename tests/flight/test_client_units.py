@@ -35,8 +35,9 @@ from clients import (
     Unavailable,
     Unimplemented,
 )
+from clients.data import to_batches as _batches
 from clients.errors import from_flight_error, server_message
-from clients.flight import _batches, put_command, read_command, read_descriptor
+from clients.flight import put_command, read_command, read_descriptor
 
 
 def _info(obj: dict[str, Any]) -> bytes:
