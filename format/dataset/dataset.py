@@ -97,6 +97,41 @@ def _take_rows(table: pa.Table, positions: pa.Array) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=table.schema)
 
 
+def _pruned_projection(
+    schema: LanceSchema, columns: Sequence[str]
+) -> tuple[LanceSchema, list[str]]:
+    """The top-level columns `columns` name (directly or by a path into a struct), each
+    pruned to what was named, in order of first mention; and the output column names."""
+    keep: dict[str, set[int] | None] = {}
+    names: list[str] = []
+    for c in columns:
+        if c in ("_rowid", "_rowaddr") and c not in schema.names:
+            top, wanted = c, None
+        elif c in schema.names:
+            top, wanted = c, None
+        else:
+            parts = c.split(".")
+            top = parts[0]
+            field = schema.field(top)
+            for part in parts[1:]:
+                field = next(ch for ch in field.children if ch.name == part)
+            wanted = {g.id for g in field.walk()}
+        if top not in names:
+            names.append(top)
+            keep[top] = set() if wanted is not None else None
+        if wanted is None:
+            keep[top] = None
+        elif keep[top] is not None:
+            keep[top] |= wanted  # type: ignore[operator]
+    fields = []
+    for top, ids in keep.items():
+        if top in ("_rowid", "_rowaddr") and top not in schema.names:
+            continue
+        field = schema.field(top)
+        fields.append(field if ids is None else field.project_ids(ids))
+    return LanceSchema(fields, schema.metadata), names
+
+
 def _several_dictionaries(column: pa.ChunkedArray) -> bool:
     """Whether the chunks of a dictionary column have different dictionaries."""
     first = column.chunks[0].dictionary if column.num_chunks else None
@@ -377,13 +412,16 @@ class LanceDataset:
         # the scanner's plan: projection, row id columns (asked for or named in `columns`)
         scanner = self.scanner(columns, with_row_id=with_row_id, with_row_address=with_row_address)
         schema = scanner.projected_schema
-        if scanner._paths:
-            raise UnsupportedFeatureError(
-                f"{self.uri}: take of nested fields by path ({', '.join(scanner._paths)}) is "
-                "not supported; name their top-level column"
-            )
         projection, read_schema = scanner._projection, scanner._schema
         with_row_id, with_row_address = scanner._with_row_id, scanner._with_row_address
+        if scanner._paths:
+            # as pylance: a nested field named by path comes back inside its top-level
+            # column, pruned to the fields asked for (in schema order)
+            projection, names = _pruned_projection(self.lance_schema, columns or [])
+            base = projection.to_arrow(blob_descriptions=True)
+            extra = [f for f in scanner._schema if f.name in ("_rowid", "_rowaddr")]
+            read_schema = pa.schema(list(base) + extra, metadata=base.metadata)
+            schema = pa.schema([read_schema.field(n) for n in names], metadata=base.metadata)
         frags = self.get_fragments()
         counts = np.array([f.count_rows() for f in frags], dtype=np.int64)
         starts = np.concatenate([[0], np.cumsum(counts)])

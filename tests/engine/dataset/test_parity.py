@@ -388,3 +388,36 @@ def test_batches_hold_batch_size_live_rows_per_fragment(tmp_path: Path):
         assert [b.num_rows for b in got] == [b.num_rows for b in expected], kwargs
         assert max(b.num_rows for b in got) == kwargs["batch_size"] or kwargs["batch_size"] == 50
         assert_same_table(pa.Table.from_batches(got), pa.Table.from_batches(expected), str(kwargs))
+
+
+@pytest.mark.parametrize("version", ["legacy", "2.0", "2.2"])
+def test_take_of_nested_paths_returns_pruned_structs(tmp_path: Path, version: str):
+    """A nested field named by path comes back inside its top-level column, pruned to the
+    fields named (in schema order), the columns in order of first mention; as pylance."""
+    inner = pa.struct([("d", pa.float64()), ("e", pa.int32())])
+    # 2.0 files hold no struct validity: structs of nulls there
+    no_inner = None if version != "2.0" else {"d": None, "e": None}
+    no_struct = None if version != "2.0" else {"a": None, "b": None, "c": no_inner}
+    st = pa.array(
+        [
+            {"a": 1, "b": "x", "c": {"d": 1.5, "e": 2}},
+            {"a": None, "b": "", "c": no_inner},
+            no_struct,
+            {"a": 4, "b": "ü", "c": {"d": None, "e": 7}},
+        ],
+        pa.struct([("a", pa.int64()), ("b", pa.string()), ("c", inner)]),
+    )
+    table = pa.table({"id": pa.array([1, 2, 3, 4]), "st": st})
+    uri = str(tmp_path / "ds")
+    lance.write_dataset(table, uri, data_storage_version=version, max_rows_per_file=3)
+    for columns in (
+        ["st.a"],
+        ["id", "st.b", "st.a"],
+        ["st.b", "_rowid", "id"],
+        ["st", "st.a"],
+        ["st.c.e", "id"],
+        ["st.a", "st.c"],
+    ):
+        expected = lance.dataset(uri).take([3, 0, 2], columns=columns)
+        got = dataset(uri).take([3, 0, 2], columns=columns)
+        assert_same_table(got, expected, f"take {columns} at {version}")
