@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 from fsspec.implementations.local import LocalFileSystem
 
+from flight_server import metrics
 from flight_server.errors import InvalidArgument, NotFound, Unavailable, Unimplemented
 from flight_server.handles import DatasetHandles, live_rows
 from flight_server.protocol import Fields, job_field, parse_object, version_ref
@@ -143,6 +144,7 @@ def _delete(ctx: ActionContext, f: Fields) -> dict[str, Any]:
     ds = ctx.handles.open_latest(name)
     before = ds.count_rows()
     ds.delete(predicate)
+    metrics.committed("delete")
     return {"version": ds.version, "deleted_rows": before - ds.count_rows()}
 
 
@@ -164,6 +166,7 @@ def _restore(ctx: ActionContext, f: Fields) -> dict[str, Any]:
     except DatasetNotFoundError:
         raise NotFound(f"dataset {name!r} does not exist") from None
     ds.restore()
+    metrics.committed("restore")
     return {"version": ds.version, "restored": version if version is not None else tag}
 
 
@@ -179,6 +182,7 @@ def _add_columns(ctx: ActionContext, f: Fields) -> dict[str, Any]:
     _refuse_reserved("add_columns body", columns)
     ds = ctx.handles.open_latest(name)
     ds.add_columns(dict(columns))
+    metrics.committed("add_columns")
     return {"version": ds.version}
 
 
@@ -187,6 +191,7 @@ def _drop_columns(ctx: ActionContext, f: Fields) -> dict[str, Any]:
     columns = f.str_list("columns", required=True, nonempty=True)
     ds = ctx.handles.open_latest(name)
     ds.drop_columns(columns)
+    metrics.committed("drop_columns")
     return {"version": ds.version}
 
 
@@ -220,6 +225,7 @@ def _alter_columns(ctx: ActionContext, f: Fields) -> dict[str, Any]:
         parsed.append(out)
     ds = ctx.handles.open_latest(name)
     ds.alter_columns(*parsed)
+    metrics.committed("alter_columns")
     return {"version": ds.version}
 
 
@@ -232,13 +238,15 @@ def _compact(ctx: ActionContext, f: Fields) -> dict[str, Any]:
         "materialize_deletions_threshold": f.number("materialize_deletions_threshold", minimum=0),
     }
     ds = ctx.handles.open_latest(name)
-    metrics = ds.optimize.compact_files(**{k: v for k, v in options.items() if v is not None})
+    done = ds.optimize.compact_files(**{k: v for k, v in options.items() if v is not None})
+    if done.fragments_removed:
+        metrics.committed("compact")
     return {
         "version": ds.version,
-        "fragments_removed": metrics.fragments_removed,
-        "fragments_added": metrics.fragments_added,
-        "files_removed": metrics.files_removed,
-        "files_added": metrics.files_added,
+        "fragments_removed": done.fragments_removed,
+        "fragments_added": done.fragments_added,
+        "files_removed": done.files_removed,
+        "files_added": done.files_added,
     }
 
 

@@ -74,6 +74,15 @@ def test_counters_match_the_traffic_sent(tmp_path):
         assert m['quiver_requests_in_flight{rpc="DoGet"}'] == 0
         assert m["process_resident_memory_bytes"] > 0
 
+        # actions that make versions count as commits of their operation
+        q.delete("m", "id < 10")
+        q.add_columns("m", {"twice": "id * 2"})
+        q.compact("m")  # five small fragments: one compaction commit
+        q.compact("m")  # nothing left to do: no commit
+        m = scrape(port)
+        for operation in ("delete", "add_columns", "compact"):
+            assert m[f'quiver_commits_total{{operation="{operation}"}}'] == 1, operation
+
 
 def test_streams_in_flight_and_their_memory_while_a_stream_runs(tmp_path):
     port = free_port()
