@@ -1,18 +1,27 @@
-"""Spark benchmark: the same queries read through Quiver and through `spark.read.parquet`.
+"""Spark benchmark: the same queries through Quiver, through the ceiling of any Python data
+source, and through `spark.read.parquet`.
 
-    .venv/bin/python -m benchmarks.spark [--rows 1000000] [--parts 8] [--repeat 3]
+    .venv/bin/python -m benchmarks.spark [--rows 4000000] [--parts 8] [--rounds 5]
                                          [--storage-version 2.2] [--max-partitions N]
 
 One run, one Spark session (`local[2]`): the benchmark table (benchmarks/data.py) is
 written once as a Lance dataset (`--storage-version`, `--parts` fragments) and once as
 Parquet (one file, `--parts` row groups) under benchmarks/.data/; `quiver serve` runs in its
-own process on loopback. Each query runs `--repeat` times per source, in turns, after a
-warm-up; the best time is kept and the ratio parquet_time / quiver_time printed (1.0: as
-fast as Parquet).
+own process on loopback. The three sources:
 
-Python data sources have no column pruning, so the Quiver reads ask for the columns each
-query uses (`columns` option), as a user would. For reference, the same `count()` runs over
-an in-memory Python data source with as many partitions (what any Python data source costs).
+- Quiver: `spark.read.format("quiver")` with its defaults;
+- the ceiling: `bench_ceiling`, a PySpark Python data source whose `read()` reads the same
+  Parquet file with pyarrow, one partition per row group (= per Lance fragment): what a
+  Python data source costs when the data is at hand, decoded by C++;
+- Parquet: Spark's own reader (JVM, vectorized, no Python worker).
+
+Each query runs once per source per round, the order rotating between rounds, after a
+warm-up; ratios are speeds (the other's time / this one's: 1.0 is as fast) taken within each
+round, then the median over the rounds, so a busy moment of the shared machine skews one
+round rather than one source. Python data sources have no column pruning, so the Quiver and
+ceiling reads ask for the columns each query uses (`columns` option), as a user would.
+PySpark's per-task floor is `count()` over an in-memory Python data source with as many
+partitions.
 """
 
 from __future__ import annotations
@@ -20,9 +29,9 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -36,6 +45,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from benchmarks.data import batches, schema_
 
 HERE = Path(__file__).resolve().parent
+CEILING_BATCH_ROWS = 65_536  # pyarrow's default batch size for iter_batches
 ROOT = HERE.parent
 
 
@@ -89,6 +99,52 @@ class _FloorReader(DataSourceReader):
             yield pa.record_batch([pa.array(ids)], names=["id"])
 
 
+class CeilingSource(DataSource):
+    """`bench_ceiling`: the Parquet file read by pyarrow inside `read()`, one partition per
+    row group: the fastest a PySpark Python data source can be on this data (no network, no
+    server, the file already decoded by C++), so the ceiling for Quiver. Options `path` and
+    `columns` (comma-separated, as Quiver's)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bench_ceiling"
+
+    def schema(self) -> Any:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        return from_arrow_schema(_ceiling_schema(self.options))
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return _CeilingReader(self.options["path"], schema)
+
+
+def _ceiling_schema(options: Any) -> pa.Schema:
+    schema = pq.read_schema(options["path"])
+    columns = options.get("columns")
+    if columns:
+        schema = pa.schema([schema.field(c) for c in columns.split(",")])
+    return schema
+
+
+class _CeilingReader(DataSourceReader):
+    def __init__(self, path: str, schema: Any) -> None:
+        self.path, self.schema = path, schema
+
+    def partitions(self) -> list[InputPartition]:
+        groups = pq.ParquetFile(self.path).metadata.num_row_groups
+        return [InputPartition(i) for i in range(groups)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        target = to_arrow_schema(self.schema, timezone="UTC")
+        parquet = pq.ParquetFile(self.path)
+        for batch in parquet.iter_batches(
+            batch_size=CEILING_BATCH_ROWS, row_groups=[partition.value], columns=target.names
+        ):
+            yield batch.cast(target)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -136,6 +192,7 @@ def session() -> Any:
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     spark.dataSource.register(FloorSource)
+    spark.dataSource.register(CeilingSource)
     return spark
 
 
@@ -145,22 +202,13 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - t0, result
 
 
-def _best_alternating(q: Callable[[], Any], p: Callable[[], Any], repeat: int) -> tuple:
-    """Best times of `q` and `p`, run in turns so both see the same (shared) machine."""
-    best_q = best_p = float("inf")
-    got = want = None
-    for _ in range(repeat):
-        t, got = _timed(q)
-        best_q = min(best_q, t)
-        t, want = _timed(p)
-        best_p = min(best_p, t)
-    return best_q, got, best_p, want
+SOURCES = ("quiver", "ceiling", "parquet")
 
 
 def queries(
     spark: Any, uri: str, name: str, parquet: Path, max_partitions: int | None = None
-) -> dict[str, tuple[Callable, ...]]:
-    """Each case: (Quiver query, Parquet query), both returning comparable Python values."""
+) -> dict[str, dict[str, Callable[[], Any]]]:
+    """Each case: one query per source, each returning comparable Python values."""
     from pyspark.sql import functions as F
 
     def quiver(columns: str | None) -> Any:
@@ -169,7 +217,11 @@ def queries(
             r = r.option("max_partitions", max_partitions)
         return (r.option("columns", columns) if columns else r).load()
 
-    def parq() -> Any:
+    def ceiling(columns: str | None) -> Any:
+        r = spark.read.format("bench_ceiling").option("path", str(parquet))
+        return (r.option("columns", columns) if columns else r).load()
+
+    def parq(columns: str | None) -> Any:
         return spark.read.parquet(str(parquet))
 
     def group(df: Any) -> list[tuple]:
@@ -180,22 +232,45 @@ def queries(
         df.write.format("noop").mode("overwrite").save()  # reads every column, keeps nothing
         return 0
 
+    sources = {"quiver": quiver, "ceiling": ceiling, "parquet": parq}
+
+    def case(run: Callable[[Any], Any], columns: str | None) -> dict[str, Callable[[], Any]]:
+        return {k: (lambda src=src: run(src(columns))) for k, src in sources.items()}
+
     return {
-        "count()": (lambda: quiver("id").count(), lambda: parq().count()),
-        "sum(value), count by category": (
-            lambda: group(quiver("category,value")),
-            lambda: group(parq()),
-        ),
-        "full scan, every column (noop write)": (lambda: noop(quiver(None)), lambda: noop(parq())),
+        "count()": case(lambda df: df.count(), "id"),
+        "sum(value), count by category": case(group, "category,value"),
+        "full scan, every column (noop write)": case(noop, None),
     }
 
 
+def run_rounds(
+    cases: dict[str, dict[str, Callable[[], Any]]], rounds: int
+) -> dict[str, dict[str, list[float]]]:
+    """Seconds per case and source, `rounds` times: each round runs every source once per
+    case, in an order that rotates from round to round, so the sources see the same load."""
+    times: dict[str, dict[str, list[float]]] = {c: {s: [] for s in SOURCES} for c in cases}
+    for label, runs in cases.items():
+        answers = {s: runs[s]() for s in SOURCES}  # warm-up: JIT, Python workers, caches
+        assert answers["quiver"] == answers["parquet"] == answers["ceiling"], (label, answers)
+    for r in range(rounds):
+        for label, runs in cases.items():
+            order = SOURCES[r % 3 :] + SOURCES[: r % 3]
+            for source in order:
+                times[label][source].append(_timed(runs[source])[0])
+    return times
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
 def main() -> None:
-    """Run every query through both sources and print a table of seconds and ratios."""
+    """Run every query through the three sources and print seconds and ratios."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--rows", type=int, default=4_000_000)
     parser.add_argument("--parts", type=int, default=8)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--storage-version", default="2.2")
     parser.add_argument(
         "--max-partitions", type=int, help="the Spark option: pack endpoints into N tasks"
@@ -208,41 +283,47 @@ def main() -> None:
     uri, parquet = ensure_data(args.rows, args.parts, args.storage_version)
     name = uri.name[: -len(".lance")]
     port = _free_port()
-    results = []
-    with tempfile.TemporaryDirectory(dir=uri.parent) as tmp:
-        (Path(tmp) / uri.name).symlink_to(uri)
-        server = _serve(Path(tmp), port, extra)
+    # the server's root is the data directory itself (it serves no link leading out of it)
+    server = _serve(uri.parent, port, extra)
+    try:
         spark = session()
         try:
             cases = queries(spark, f"grpc://127.0.0.1:{port}", name, parquet, args.max_partitions)
             floor = spark.read.format("bench_floor").option("n", args.parts)
             floor = floor.option("rows", args.rows).load()
             floor.count()
-            t_floor = min(_timed(floor.count)[0] for _ in range(args.repeat))
-            for label, (q, p) in cases.items():
-                q(), p()  # warm-up: JIT, Python workers, file caches
-                t_q, got, t_p, want = _best_alternating(q, p, args.repeat)
-                assert got == want, (label, got, want)
-                results.append((label, t_q, t_p))
+            times = run_rounds(cases, args.rounds)
+            t_floor = _median([_timed(floor.count)[0] for _ in range(args.rounds)])
         finally:
             spark.stop()
-            server.terminate()
-            server.wait(timeout=60)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
     size = sum(p.stat().st_size for p in uri.rglob("*") if p.is_file())
     print(
-        f"{args.rows} rows ({size / 1e6:.0f} MB of Lance {args.storage_version} in "
+        f"{args.rows:,} rows ({size / 1e6:.0f} MB of Lance {args.storage_version} in "
         f"{args.parts} fragments, max_partitions {args.max_partitions or 'unset'}; "
         f"Parquet {parquet.stat().st_size / 1e6:.0f} MB in {args.parts} row groups), "
-        f"Spark local[2], best of {args.repeat}"
+        f"Spark local[2], medians of {args.rounds} interleaved rounds"
     )
-    print("| query | Quiver s | Parquet s | ratio parquet/quiver |")
-    print("|---|---|---|---|")
-    for label, t_q, t_p in results:
-        print(f"| {label} | {t_q:.2f} | {t_p:.2f} | {t_p / t_q:.2f} |")
-    floor_ratio = results[0][2] / t_floor
     print(
-        f"\nPySpark's floor: count() over an in-memory Python data source with the same "
-        f"{args.parts} partitions takes {t_floor:.2f} s (parquet/floor {floor_ratio:.2f})"
+        "| query | Quiver s | ceiling s | Parquet s | Quiver / ceiling | Quiver / Parquet "
+        "| ceiling / Parquet |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for label, t in times.items():
+        q, c, p = t["quiver"], t["ceiling"], t["parquet"]
+        pairs = ((q, c), (q, p), (c, p))
+        speed = [_median([b / a for a, b in zip(x, y, strict=True)]) for x, y in pairs]
+        print(
+            f"| {label} | {_median(q):.2f} | {_median(c):.2f} | {_median(p):.2f} | "
+            + " | ".join(f"{v:.2f}" for v in speed)
+            + " |"
+        )
+    print(
+        f"\nPySpark's per-task floor: count() over an in-memory Python data source with the "
+        f"same {args.parts} partitions takes {t_floor:.2f} s; Quiver's count() "
+        f"{_median(times['count()']['quiver']):.2f} s"
     )
 
 
