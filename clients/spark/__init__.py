@@ -12,21 +12,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from clients.spark.datasource import (
-    QuiverCommitMessage,
-    QuiverDataSource,
-    QuiverOptionError,
-    QuiverPartition,
-    filter_sql,
-)
+from clients.spark.batch import QuiverCommitMessage, QuiverPartition
+from clients.spark.convert import QuiverWriteError, spark_schema
+from clients.spark.datasource import QuiverDataSource
+from clients.spark.options import QuiverOptionError
+from clients.spark.pushdown import filter_sql
 
 __all__ = [
     "QuiverCommitMessage",
     "QuiverDataSource",
     "QuiverOptionError",
     "QuiverPartition",
+    "QuiverWriteError",
     "filter_sql",
     "register",
+    "spark_schema",
 ]
 
 

@@ -50,16 +50,14 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from clients.spark.datasource import (
+from clients.spark.batch import (
     QuiverCommitMessage,
-    QuiverOptionError,
     QuiverPartition,
-    QuiverReader,
     QuiverWriter,
-    _Conn,
-    _read_options,
-    positive_option,
+    partitions_of,
+    read_partition,
 )
+from clients.spark.options import Conn, QuiverOptionError, positive_option, read_options
 
 __all__ = [
     "QuiverStreamError",
@@ -261,7 +259,7 @@ def _starting(options: Any) -> str | int:
 class QuiverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches of the rows appended to a dataset, offsets being its versions."""
 
-    def __init__(self, conn: _Conn, options: Any, schema: StructType) -> None:
+    def __init__(self, conn: Conn, options: Any, schema: StructType) -> None:
         for pinned in ("version", "tag", "as_of"):
             if options.get(pinned) is not None:
                 raise QuiverOptionError(
@@ -272,7 +270,7 @@ class QuiverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.schema = schema
         # filter (and any other read option) as in batch reads; columns follow the schema
         self.read_options = {
-            k: v for k, v in _read_options(options).items() if k not in ("columns", "version")
+            k: v for k, v in read_options(options).items() if k not in ("columns", "version")
         }
         self.starting = _starting(options)
         self.max_fragments = positive_option(options, "max_fragments_per_trigger")
@@ -356,11 +354,7 @@ class QuiverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if until <= since:
             return []
         with self.conn.client() as client:
-            info = self._info(client, since, until)
-            return [
-                QuiverPartition(bytes(e.ticket.ticket), client._locations(e))
-                for e in info.endpoints
-            ]
+            return partitions_of(client, self._info(client, since, until))
 
     def read(self, partition: QuiverPartition) -> Iterator[pa.RecordBatch]:
-        return QuiverReader(self.conn, {}, self.schema).read(partition)
+        return read_partition(self.conn, self.schema, partition)

@@ -34,6 +34,7 @@ def spark() -> Iterator[Any]:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.python.worker.faulthandler.enabled", "true")
         .getOrCreate()
     )
     register(session)

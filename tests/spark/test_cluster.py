@@ -24,7 +24,7 @@ pyspark = pytest.importorskip("pyspark")
 
 from clients import Client  # noqa: E402
 from clients.spark import register  # noqa: E402
-from clients.spark.datasource import arrow_schema, spark_schema  # noqa: E402
+from clients.spark.convert import arrow_schema, spark_schema  # noqa: E402
 from flight_server.config import ServerConfig  # noqa: E402
 from flight_server.server import build_server  # noqa: E402
 

@@ -219,7 +219,7 @@ def test_write_append_overwrite_and_create(spark, uri, root) -> None:
 
 
 def reader_schema(table: pa.Table):
-    from clients.spark.datasource import spark_schema
+    from clients.spark.convert import spark_schema
 
     return spark_schema(table.schema)
 

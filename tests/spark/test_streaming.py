@@ -18,7 +18,8 @@ pyspark = pytest.importorskip("pyspark")
 
 from clients import Client  # noqa: E402
 from clients.spark import QuiverDataSource  # noqa: E402
-from clients.spark.datasource import QuiverOptionError, spark_schema  # noqa: E402
+from clients.spark.convert import spark_schema  # noqa: E402
+from clients.spark.options import QuiverOptionError  # noqa: E402
 from clients.spark.streaming import (  # noqa: E402
     QuiverStreamMessage,
     QuiverStreamReader,
@@ -457,9 +458,9 @@ def test_source_max_fragments_per_trigger(spark, uri, root, tmp_path) -> None:
 
 def test_source_option_errors(uri) -> None:
     schema = spark_schema(rows(0, 1).schema)
-    from clients.spark.datasource import _Conn
+    from clients.spark.options import Conn
 
-    conn = _Conn.from_options({"uri": uri, "dataset": "x"})
+    conn = Conn.from_options({"uri": uri, "dataset": "x"})
     for bad in ("0", "-3", "soon", "1.5"):
         with pytest.raises(QuiverOptionError, match="'starting_version' option"):
             QuiverStreamReader(conn, {"starting_version": bad}, schema)

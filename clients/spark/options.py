@@ -1,0 +1,243 @@
+"""Options of the `quiver` data source and the connection they describe.
+
+Spark hands a data source its options as strings in a case-insensitive mapping (keys come
+lower-cased). Every entry point checks them first: an option the use does not know (a typo
+such as `colums`, or `starting_version` on a batch read) is refused with the list of those
+it knows, and a malformed value names the option and what it must be.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "Conn",
+    "QuiverOptionError",
+    "check_options",
+    "positive_option",
+    "pushdown_enabled",
+    "read_options",
+    "vector_columns",
+]
+
+
+class QuiverOptionError(ValueError):
+    """A missing, unknown or invalid option of the `quiver` data source."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Which options each use knows
+
+_CONNECTION = (
+    "uri",
+    "dataset",
+    "path",  # what Spark makes of .load("sales") / .save("sales"): the dataset
+    "token",
+    "username",
+    "password",
+    "tls_root_certs",
+    "cert_chain",
+    "private_key",
+    "timeout",
+)
+_READ = ("version", "tag", "as_of", "filter", "columns", "max_rows_per_endpoint")
+KNOWN: dict[str, tuple[str, ...]] = {
+    "read": (*_CONNECTION, *_READ, "max_partitions", "pushdown"),
+    "write": (*_CONNECTION, "vector_columns"),
+    "stream read": (
+        *_CONNECTION,
+        "filter",
+        "columns",
+        "max_rows_per_endpoint",
+        "starting_version",
+        "max_fragments_per_trigger",
+    ),
+    "stream write": (*_CONNECTION, "vector_columns", "checkpointlocation"),
+}
+# what `schema()` may see: it runs for reads and writes, batch and streaming alike
+KNOWN["any"] = tuple(dict.fromkeys(k for use in KNOWN.values() for k in use))
+
+
+def check_options(options: Any, use: str) -> None:
+    """Refuse an option `use` (read, write, stream read, stream write, any) does not know."""
+    known = KNOWN[use]
+    unknown = sorted(k for k in options if str(k).lower() not in known)
+    if unknown:
+        what = "options" if len(unknown) > 1 else "option"
+        names = ", ".join(repr(k) for k in unknown)
+        listed = ", ".join(k if k != "checkpointlocation" else "checkpointLocation" for k in known)
+        raise QuiverOptionError(
+            f"unknown {what} {names} for a {use} of the quiver data source; it knows: {listed}"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Connection
+
+
+def _required(options: Any, name: str, hint: str) -> str:
+    value = options.get(name)
+    if value is None or str(value).strip() == "":
+        raise QuiverOptionError(f"the quiver data source needs the {name!r} option ({hint})")
+    return str(value)
+
+
+def _timeout(options: Any) -> float | None:
+    raw = options.get("timeout")
+    if raw is None:
+        return None
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        value = math.nan
+    if not (value > 0 and math.isfinite(value)):
+        raise QuiverOptionError(
+            f"the 'timeout' option must be a number of seconds above 0, not {raw!r}"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Conn:
+    """Everything a driver or a task needs to talk to the server (picklable)."""
+
+    uri: str
+    dataset: str
+    token: str | None = None
+    username: str | None = None
+    password: str | None = None
+    tls_root_certs: str | None = None
+    cert_chain: str | None = None
+    private_key: str | None = None
+    timeout: float | None = None
+
+    @classmethod
+    def from_options(cls, options: Any) -> Conn:
+        dataset = options.get("dataset") or options.get("path")
+        username, password = options.get("username"), options.get("password")
+        if (username is None) != (password is None):
+            raise QuiverOptionError("the 'username' and 'password' options go together")
+        if options.get("token") is not None and username is not None:
+            raise QuiverOptionError("give the 'token' option or 'username' and 'password'")
+        if (options.get("cert_chain") is None) != (options.get("private_key") is None):
+            raise QuiverOptionError(
+                "the 'cert_chain' and 'private_key' options go together (mutual TLS)"
+            )
+        return cls(
+            uri=_required(options, "uri", "grpc://host:port or grpc+tls://host:port"),
+            dataset=_required({"dataset": dataset}, "dataset", "the dataset name, e.g. 'sales'"),
+            token=options.get("token"),
+            username=username,
+            password=password,
+            tls_root_certs=options.get("tls_root_certs"),
+            cert_chain=options.get("cert_chain"),
+            private_key=options.get("private_key"),
+            timeout=_timeout(options),
+        )
+
+    def client(self) -> Any:
+        from clients.flight import Client
+
+        return Client(
+            self.uri,
+            token=self.token,
+            username=self.username,
+            password=self.password,
+            tls_root_certs=self.tls_root_certs,
+            cert_chain=self.cert_chain,
+            private_key=self.private_key,
+            timeout=self.timeout,
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Reads
+
+
+def read_options(options: Any) -> dict[str, Any]:
+    """version / tag / as_of / columns / filter / max_rows_per_endpoint, for
+    `Client.flight_info` and `Client.schema`."""
+    out: dict[str, Any] = {}
+    version = options.get("version")
+    if version is not None:
+        try:
+            out["version"] = int(str(version).strip())
+        except ValueError:
+            raise QuiverOptionError(
+                f"the 'version' option must be an integer, not {version!r}"
+            ) from None
+    if options.get("tag") is not None:
+        out["tag"] = str(options.get("tag"))
+    if options.get("as_of") is not None:
+        out["as_of"] = str(options.get("as_of"))
+    pins = [k for k in ("version", "tag", "as_of") if k in out]
+    if len(pins) > 1:
+        raise QuiverOptionError(f"give at most one of version, tag and as_of (got {pins})")
+    columns = options.get("columns")
+    if columns is not None:
+        names = [c.strip() for c in str(columns).split(",") if c.strip()]
+        if not names:
+            raise QuiverOptionError("the 'columns' option names no column")
+        out["columns"] = names
+    if options.get("filter") is not None:
+        out["filter"] = str(options.get("filter"))
+    step = positive_option(options, "max_rows_per_endpoint")
+    if step is not None:
+        out["max_rows_per_endpoint"] = step
+    return out
+
+
+def positive_option(options: Any, name: str) -> int | None:
+    """An optional whole-number option >= 1 (Spark passes strings)."""
+    raw = options.get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise QuiverOptionError(f"the {name!r} option must be a whole number >= 1, not {raw!r}")
+    return value
+
+
+def pushdown_enabled(options: Any) -> bool:
+    """The `pushdown` option: whether Spark's filters may be applied by the server."""
+    raw = options.get("pushdown", "false")
+    value = str(raw).strip().lower()
+    if value not in ("true", "false"):
+        raise QuiverOptionError(f"the 'pushdown' option must be true or false, not {raw!r}")
+    return value == "true"
+
+
+# ---------------------------------------------------------------------------------------------
+# Writes
+
+
+def vector_columns(options: Any) -> dict[str, int]:
+    """The `vector_columns` option, `"embedding:768,thumb:64"`: columns to store as
+    fixed-size lists (Lance's vector type) of that many values when a write creates the
+    dataset or replaces its schema."""
+    raw = options.get("vector_columns")
+    if raw is None:
+        return {}
+    out: dict[str, int] = {}
+    for item in str(raw).split(","):
+        if not item.strip():
+            continue
+        name, sep, size = item.strip().rpartition(":")
+        try:
+            dimension = int(size) if sep else 0
+        except ValueError:
+            dimension = 0
+        if not name.strip() or dimension < 1:
+            raise QuiverOptionError(
+                "the 'vector_columns' option lists column:dimension pairs, e.g. "
+                f"'embedding:768,thumb:64', not {raw!r}"
+            )
+        out[name.strip()] = dimension
+    if not out:
+        raise QuiverOptionError("the 'vector_columns' option names no column")
+    return out
