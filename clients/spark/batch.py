@@ -99,13 +99,13 @@ def _endpoint_batches(
     import pyarrow.flight as flight
 
     endpoints = [(partition.ticket, partition.locations), *partition.more]
-    with conn.client() as client:
-        for ticket, locations in endpoints:
-            endpoint = flight.FlightEndpoint(
-                flight.Ticket(ticket), [flight.Location(u) for u in locations]
-            )
-            for batch in client.endpoint_batches(endpoint):
-                yield conform(batch, target)
+    client = conn.shared_client()
+    for ticket, locations in endpoints:
+        endpoint = flight.FlightEndpoint(
+            flight.Ticket(ticket), [flight.Location(u) for u in locations]
+        )
+        for batch in client.endpoint_batches(endpoint):
+            yield conform(batch, target)
 
 
 _DONE = object()

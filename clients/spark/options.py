@@ -9,6 +9,7 @@ it knows, and a malformed value names the option and what it must be.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,6 +100,10 @@ def _timeout(options: Any) -> float | None:
     return value
 
 
+_SHARED: dict[Conn, Any] = {}
+_SHARED_LOCK = threading.Lock()
+
+
 @dataclass(frozen=True)
 class Conn:
     """Everything a driver or a task needs to talk to the server (picklable)."""
@@ -136,6 +141,16 @@ class Conn:
             private_key=options.get("private_key"),
             timeout=_timeout(options),
         )
+
+    def shared_client(self) -> Any:
+        """A client kept open for the tasks this Python worker runs after this one (Spark
+        reuses workers): its connection, and the server's per-connection set-up, are paid
+        once per worker rather than per task. gRPC reconnects a dropped connection."""
+        with _SHARED_LOCK:
+            client = _SHARED.get(self)
+            if client is None or client._closed:
+                client = _SHARED[self] = self.client()
+            return client
 
     def client(self) -> Any:
         from clients.flight import Client
