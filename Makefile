@@ -49,7 +49,8 @@ bench-flight: $(STAMP)
 bench-memory: $(STAMP)
 	$(PY) -m benchmarks.flight --memory
 
-# Spark count and group-by through Quiver vs spark.read.parquet of the same rows.
+# Spark count, group-by and full scan through Quiver, the ceiling of any Python data source
+# (pyarrow reading the same Parquet inside read()) and spark.read.parquet, in one run.
 bench-spark: $(STAMP)
 	$(PY) -m benchmarks.spark
 
