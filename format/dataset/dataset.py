@@ -21,7 +21,7 @@ from format.dataset.cleanup import CleanupStats
 from format.dataset.compaction import CompactionMetrics
 from format.dataset.core import DatasetCore
 from format.dataset.fragment import LanceFragment, fragment_of, fragments_of
-from format.dataset.scan import Scanner
+from format.dataset.scan import ROW_COLUMNS, Scanner
 from format.errors import (
     DatasetAlreadyExistsError,
     InvalidInputError,
@@ -101,34 +101,28 @@ def _pruned_projection(
     schema: LanceSchema, columns: Sequence[str]
 ) -> tuple[LanceSchema, list[str]]:
     """The top-level columns `columns` name (directly or by a path into a struct), each
-    pruned to what was named, in order of first mention; and the output column names."""
-    keep: dict[str, set[int] | None] = {}
+    pruned to what was named, in order of first mention; and the output column names
+    (row id columns included)."""
+    keep: dict[str, set[int] | None] = {}  # top-level column -> ids kept (None: all)
     names: list[str] = []
     for c in columns:
-        if c in ("_rowid", "_rowaddr") and c not in schema.names:
-            top, wanted = c, None
-        elif c in schema.names:
-            top, wanted = c, None
-        else:
-            parts = c.split(".")
-            top = parts[0]
+        top, wanted = c, None
+        if c not in schema.names and c not in ROW_COLUMNS:
+            top, *path = c.split(".")
             field = schema.field(top)
-            for part in parts[1:]:
+            for part in path:
                 field = next(ch for ch in field.children if ch.name == part)
             wanted = {g.id for g in field.walk()}
         if top not in names:
             names.append(top)
-            keep[top] = set() if wanted is not None else None
-        if wanted is None:
-            keep[top] = None
-        elif keep[top] is not None:
-            keep[top] |= wanted  # type: ignore[operator]
-    fields = []
-    for top, ids in keep.items():
-        if top in ("_rowid", "_rowaddr") and top not in schema.names:
-            continue
-        field = schema.field(top)
-        fields.append(field if ids is None else field.project_ids(ids))
+        if top not in schema.names:
+            continue  # a row id column: not read from the data files
+        kept = keep.get(top, set())
+        keep[top] = None if wanted is None or kept is None else kept | wanted
+    fields = [
+        schema.field(top) if ids is None else schema.field(top).project_ids(ids)
+        for top, ids in keep.items()
+    ]
     return LanceSchema(fields, schema.metadata), names
 
 
@@ -419,7 +413,7 @@ class LanceDataset:
             # column, pruned to the fields asked for (in schema order)
             projection, names = _pruned_projection(self.lance_schema, columns or [])
             base = projection.to_arrow(blob_descriptions=True)
-            extra = [f for f in scanner._schema if f.name in ("_rowid", "_rowaddr")]
+            extra = [f for f in scanner._schema if f.name in ROW_COLUMNS]
             read_schema = pa.schema(list(base) + extra, metadata=base.metadata)
             schema = pa.schema([read_schema.field(n) for n in names], metadata=base.metadata)
         frags = self.get_fragments()

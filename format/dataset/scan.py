@@ -38,7 +38,7 @@ TABLE_STEP_BYTES = 128 << 20
 FILTER_STEP_BATCHES = 2
 # Readahead of a local scan holds at most this many bytes of batches (beyond one per fragment).
 READAHEAD_BYTES = 64 << 20
-_ROW_COLUMNS = (ROW_ID_FIELD.name, ROW_ADDRESS_FIELD.name)
+ROW_COLUMNS = (ROW_ID_FIELD.name, ROW_ADDRESS_FIELD.name)
 
 
 def _check_count(name: str, value: int | None) -> int | None:
@@ -77,7 +77,7 @@ class Scanner:
         if columns is not None and (isinstance(columns, str) or not isinstance(columns, Sequence)):
             raise InvalidInputError(f"columns must be a list of column names, not {columns!r}")
         names = list(columns) if columns is not None else schema.names
-        row_columns = [c for c in names if c in _ROW_COLUMNS and c not in schema.names]
+        row_columns = [c for c in names if c in ROW_COLUMNS and c not in schema.names]
         with_row_id = with_row_id or ROW_ID_FIELD.name in row_columns
         with_row_address = with_row_address or ROW_ADDRESS_FIELD.name in row_columns
         # a nested field named by path ("st.a") is read with its top-level column and comes
@@ -141,7 +141,7 @@ class Scanner:
     def _filter_columns(self) -> tuple[list[str], bool, bool]:
         """The data columns the filter reads, and whether it uses _rowid / _rowaddr."""
         cols = self._filter.columns if self._filter is not None else []
-        data = [c for c in cols if c not in _ROW_COLUMNS]
+        data = [c for c in cols if c not in ROW_COLUMNS]
         return data, ROW_ID_FIELD.name in cols, ROW_ADDRESS_FIELD.name in cols
 
     def _read_schema(self) -> tuple[LanceSchema, pa.Schema, bool, bool]:
