@@ -14,7 +14,6 @@ import datetime as dt
 import os
 import posixpath
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -29,7 +28,8 @@ from format.io.store import ObjectStore
 from format.proto import table_pb2
 from format.table import versions as _versions
 from format.table.deletion import deletion_file_path
-from format.table.manifest import Manifest, read_section
+from format.table.indices import indices_of
+from format.table.manifest import Manifest
 from format.table.transaction import check_writable
 
 __all__ = ["CleanupStats", "cleanup_old_versions"]
@@ -101,12 +101,7 @@ def _list_tree(store: ObjectStore, prefix: str) -> list[_Listed]:
 
 
 def _index_uuids(manifest: Manifest) -> set[str]:
-    if not manifest.pb.HasField("index_section"):
-        return set()
-    section = read_section(
-        manifest, manifest.pb.index_section, table_pb2.IndexSection, "index section"
-    )
-    return {str(uuid.UUID(bytes=bytes(i.uuid.uuid))) for i in section.indices if i.uuid.uuid}
+    return {i.uuid for i in indices_of(manifest, system=True) if i.uuid}
 
 
 def _record(manifest: Manifest, refs: _Refs) -> None:

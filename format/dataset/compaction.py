@@ -40,7 +40,7 @@ from format.errors import (
 )
 from format.proto import table_pb2, transaction_pb2
 from format.table import versions as _versions
-from format.table.manifest import read_section
+from format.table.indices import indices_of
 from format.table.rowids import decode_row_versions, encode_row_ids, encode_row_versions
 from format.table.transaction import check_writable, new_transaction
 
@@ -51,7 +51,6 @@ DEFAULT_MAX_ROWS_PER_GROUP = 1024
 DEFAULT_MATERIALIZE_DELETIONS_THRESHOLD = 0.1
 COMPACTION_CONFIG_PREFIX = "lance.compaction."
 # Indices that describe the table rather than index data; they never constrain compaction.
-_SYSTEM_INDICES = frozenset({"__lance_frag_reuse", "__lance_mem_wal"})
 
 
 @dataclass(frozen=True)
@@ -150,22 +149,12 @@ def _resolve_options(ds: DatasetCore, given: dict[str, Any]) -> _Options:
 
 def _index_fragment_sets(ds: DatasetCore) -> list[frozenset[int]]:
     """The fragment ids each (non-system) index of this version covers."""
-    from pyroaring import BitMap
-
-    manifest = ds.manifest
-    if not manifest.pb.HasField("index_section"):
-        return []
-    section = read_section(
-        manifest, manifest.pb.index_section, table_pb2.IndexSection, "index section"
-    )
     out = []
-    for index in section.indices:
-        if index.name in _SYSTEM_INDICES:
-            continue
-        if index.fragment_bitmap:
-            out.append(frozenset(BitMap.deserialize(index.fragment_bitmap)))
+    for index in indices_of(ds.manifest):
+        if index.fragment_ids is not None:
+            out.append(index.fragment_ids)
         else:  # old indices: the fragments of the version they were built on
-            old = ds.checkout(int(index.dataset_version))
+            old = ds.checkout(index.dataset_version)
             out.append(frozenset(int(f.id) for f in old.manifest.pb.fragments))
     return out
 

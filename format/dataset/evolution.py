@@ -58,7 +58,8 @@ from format.expr import compile_expression, evaluate_expressions
 from format.file.base import DEFAULT_BATCH_SIZE, split_ranges
 from format.file.open import open_data_file
 from format.proto import table_pb2, transaction_pb2
-from format.table.manifest import Manifest, read_section
+from format.table.indices import indices_of
+from format.table.manifest import Manifest
 from format.table.schema import LanceField, LanceSchema
 from format.table.transaction import new_transaction
 
@@ -638,14 +639,8 @@ def alter_columns(ds: DatasetCore, *alterations: Mapping[str, Any]) -> DatasetCo
 
 def _check_not_indexed(ds: DatasetCore, fields: Sequence[LanceField]) -> None:
     """Refuse to cast indexed columns, as pylance does: the cast would invalidate the index."""
-    manifest = ds.manifest
-    if not manifest.pb.HasField("index_section"):
-        return
-    section = read_section(
-        manifest, manifest.pb.index_section, table_pb2.IndexSection, "index section"
-    )
     ids = {g.id for f in fields for g in f.walk()}
-    names = sorted({i.name for i in section.indices if ids & set(i.fields)})
+    names = sorted({i.name for i in indices_of(ds.manifest, system=True) if ids & set(i.field_ids)})
     if names:
         raise InvalidInputError(
             f"{ds.uri}: cannot cast column(s) {', '.join(repr(f.name) for f in fields)}: "

@@ -1,0 +1,79 @@
+"""The index section of a manifest: which indices a version has and what each covers.
+
+Every reader of a version's indices (compaction, cleanup, schema changes, index-pruned reads,
+vector search, `describe`) goes through `indices_of`, so the section is parsed one way.
+"""
+
+from __future__ import annotations
+
+import uuid as _uuid
+from dataclasses import dataclass
+
+from format.proto import table_pb2
+from format.table.manifest import Manifest, read_section
+
+# Indices pylance keeps for its own bookkeeping, not over user columns.
+SYSTEM_INDICES = frozenset({"__lance_frag_reuse", "__lance_mem_wal"})
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """One index of a version, as its manifest records it."""
+
+    uuid: str
+    name: str
+    field_ids: tuple[int, ...]
+    dataset_version: int
+    # None: an old index with no bitmap, covering the fragments of `dataset_version`
+    fragment_ids: frozenset[int] | None
+    details_type: str  # the type URL of index_details, e.g. ".../lance.index.pb.BTreeIndexDetails"
+    details: bytes
+    index_version: int
+    files: tuple[tuple[str, int], ...]  # (path inside the index directory, size) when recorded
+    pb: table_pb2.IndexMetadata
+
+    @property
+    def directory(self) -> str:
+        """The index's folder, relative to the dataset root."""
+        return f"_indices/{self.uuid}"
+
+    @property
+    def is_system(self) -> bool:
+        return self.name in SYSTEM_INDICES
+
+
+def index_section(manifest: Manifest) -> table_pb2.IndexSection | None:
+    """The parsed index section of a manifest, or None when it has none."""
+    if not manifest.pb.HasField("index_section"):
+        return None
+    return read_section(
+        manifest, manifest.pb.index_section, table_pb2.IndexSection, "index section"
+    )
+
+
+def index_entry(pb: table_pb2.IndexMetadata) -> IndexEntry:
+    """An IndexEntry from its protobuf record."""
+    from pyroaring import BitMap
+
+    ids = frozenset(BitMap.deserialize(pb.fragment_bitmap)) if pb.fragment_bitmap else None
+    return IndexEntry(
+        uuid=str(_uuid.UUID(bytes=bytes(pb.uuid.uuid))) if pb.uuid.uuid else "",
+        name=pb.name,
+        field_ids=tuple(int(f) for f in pb.fields),
+        dataset_version=int(pb.dataset_version),
+        fragment_ids=ids,
+        details_type=pb.index_details.type_url,
+        details=bytes(pb.index_details.value),
+        index_version=int(pb.index_version) if pb.HasField("index_version") else 0,
+        files=tuple((f.path, int(f.size_bytes)) for f in pb.files),
+        pb=pb,
+    )
+
+
+def indices_of(manifest: Manifest, *, system: bool = False) -> list[IndexEntry]:
+    """The indices of a version in manifest order; system indices only when asked."""
+    section = index_section(manifest)
+    if section is None:
+        return []
+    out = [index_entry(pb) for pb in section.indices]
+    return out if system else [i for i in out if not i.is_system]
