@@ -27,7 +27,14 @@ ALLOWED = {
     "clients": {"wire"},
 }
 # Inside the engine, each layer imports only the ones before it.
-ENGINE_LAYERS = ("format.io", "format.expr", "format.table", "format.file", "format.dataset")
+ENGINE_LAYERS = (
+    "format.io",
+    "format.expr",
+    "format.table",
+    "format.file",
+    "format.index",
+    "format.dataset",
+)
 
 
 def _modules() -> dict[str, Path]:
