@@ -1,0 +1,132 @@
+"""Index files: Lance files described by their own schema, as pylance writes under `_indices/`.
+
+A data file of a dataset is read through the manifest's `DataFile` (field ids, column
+indices); an index file carries everything in itself: its schema and row count in the
+FileDescriptor, JSON and positions of protobuf messages in the schema metadata, and those
+messages in global buffers. `IndexFile` opens one and reads its columns and buffers; vector
+and scalar indices both read through it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from format.errors import CorruptFileError, LanceError, UnsupportedFeatureError
+from format.file.base import DataFileReader
+from format.file.container import V2Container
+from format.io.store import ObjectStore
+from format.table.schema import LanceField, LanceSchema
+
+
+def _column_fields(schema: LanceSchema, version: str) -> list[int]:
+    """Field ids in column order: in 2.0 every field has a column (struct headers and list
+    offsets included), from 2.1 on only the leaves do."""
+    return [f.id for f in schema.walk() if version == "2.0" or not f.children]
+
+
+class IndexFile:
+    """One open index file: its schema, metadata, global buffers and columns (close it, or
+    use it as a context manager)."""
+
+    def __init__(self, store: ObjectStore, path: str) -> None:
+        self.path = store.uri_of(path)
+        try:
+            self._file = store.open(path)
+        except FileNotFoundError:
+            raise CorruptFileError(
+                self.path, "index file listed in the manifest is missing"
+            ) from None
+        try:
+            self._container = V2Container(self._file, self.path)
+            desc = self._container.descriptor
+            self.schema = LanceSchema.from_protos(
+                desc.schema.fields, dict(desc.schema.metadata), where=self.path
+            )
+            self.num_rows = int(desc.length)
+            self._reader = self._open_reader()
+        except BaseException:
+            self._file.close()
+            raise
+
+    def _open_reader(self) -> DataFileReader:
+        version = self._container.version
+        ids = _column_fields(self.schema, version)
+        if version == "2.0":
+            from format.file.v20 import V2FileReader
+
+            cls: type[DataFileReader] = V2FileReader
+        elif version in ("2.1", "2.2"):
+            from format.file.v21.reader import StructuralFileReader
+
+            cls = StructuralFileReader
+        else:
+            raise UnsupportedFeatureError(f"{self.path}: index file version {version}")
+        return cls(self._file, ids, list(range(len(ids))), path_for_errors=self.path)
+
+    # -- metadata and buffers -------------------------------------------------------------
+    @property
+    def metadata(self) -> dict[str, bytes]:
+        """The schema metadata (JSON documents and buffer positions, by key)."""
+        return self.schema.metadata
+
+    def text(self, key: str) -> str:
+        """A schema metadata value as text; CorruptFileError naming the key when absent."""
+        value = self.metadata.get(key)
+        if value is None:
+            raise CorruptFileError(self.path, f"schema metadata has no {key!r}")
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+    def global_buffer(self, index: int) -> bytes:
+        """The bytes of global buffer `index` (0 is the FileDescriptor)."""
+        buffers = self._container.global_buffers
+        if not 0 <= index < len(buffers):
+            raise CorruptFileError(
+                self.path, f"global buffer {index} does not exist (file has {len(buffers)})"
+            )
+        (raw,) = self._container.read_ranges([buffers[index]])
+        return bytes(raw)
+
+    # -- columns --------------------------------------------------------------------------
+    def field(self, name: str) -> LanceField:
+        """A top-level field by name; CorruptFileError naming the file when absent."""
+        for f in self.schema.fields:
+            if f.name == name:
+                return f
+        raise CorruptFileError(self.path, f"index file has no column {name!r}")
+
+    def read(self, names: Sequence[str], start: int = 0, stop: int | None = None) -> pa.Table:
+        """Columns `names` over rows [start, stop) as one table."""
+        stop = self.num_rows if stop is None else stop
+        fields = [self.field(n) for n in names]
+        schema = pa.schema([f.to_arrow() for f in fields])
+        if stop <= start:
+            return schema.empty_table()
+        try:
+            steps = list(self._reader.read(fields, [(start, stop)], batch_size=stop - start))
+        except LanceError:
+            raise
+        except (ValueError, IndexError, OSError, EOFError) as e:
+            raise CorruptFileError(self.path, f"cannot decode rows {start}-{stop}: {e}") from e
+        return pa.Table.from_batches(
+            [pa.RecordBatch.from_arrays(arrays, schema=schema) for arrays in steps], schema
+        )
+
+    def take(self, names: Sequence[str], rows: np.ndarray) -> pa.Table:
+        """Columns `names` at sorted, unique row positions."""
+        fields = [self.field(n) for n in names]
+        schema = pa.schema([f.to_arrow() for f in fields])
+        arrays = self._reader.take(fields, np.asarray(rows, dtype=np.uint64))
+        return pa.Table.from_arrays(arrays, schema=schema)
+
+    def close(self) -> None:
+        """Release the file."""
+        self._reader.close()
+
+    def __enter__(self) -> IndexFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
