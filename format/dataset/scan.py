@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator, Sequence
-from functools import partial
+from functools import cached_property, partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -17,6 +17,7 @@ from format.errors import ColumnNotFoundError, InvalidInputError
 from format.expr import apply_filter, compile_filter
 from format.file.base import DEFAULT_BATCH_SIZE
 from format.file.types import fixed_bits
+from format.index.pruning import IndexPruning, prune
 from format.table.schema import LanceSchema
 
 if TYPE_CHECKING:  # annotations only: fragments import this module to scan themselves
@@ -156,11 +157,25 @@ class Scanner:
         extra = [ROW_ID_FIELD] * row_id + [ROW_ADDRESS_FIELD] * row_addr
         return read, pa.schema(list(base) + extra, metadata=base.metadata), row_id, row_addr
 
+    @cached_property
+    def index_pruning(self) -> IndexPruning | None:
+        """The fragments and rows the dataset's scalar indices leave this scan's filter
+        (`format.index.pruning`); None when there is no filter or no index narrows it."""
+        if self._filter is None:
+            return None
+        schema = pa.schema(list(self._dataset.schema) + [ROW_ID_FIELD, ROW_ADDRESS_FIELD])
+        return prune(self._dataset, self._filter.sql, schema)
+
     def _fragment_batches(self) -> Iterator[pa.RecordBatch]:
         read, read_schema, row_id, row_addr = self._read_schema()
         skip = self._offset if self._filter is None else 0
+        pruning = self.index_pruning
         producers = []
         for frag in self._fragments:
+            if pruning is not None and not pruning.may_match(
+                frag.fragment_id, self._physical_range
+            ):
+                continue
             ranges = None
             if self._physical_range is not None:
                 ranges = frag.live_ranges(self._batch_size, *self._physical_range)
@@ -174,6 +189,13 @@ class Scanner:
                 start = _physical_offset(frag, skip, first)
                 ranges = frag.live_ranges(self._batch_size, start, stop)
                 skip = 0
+            if pruning is not None:  # only the blocks of rows the indices leave
+                live = ranges if ranges is not None else frag.live_ranges(self._batch_size)
+                narrowed = pruning.narrow(frag.fragment_id, live)
+                if narrowed is not None:
+                    if not narrowed:
+                        continue
+                    ranges = narrowed
             producers.append(
                 partial(self._scan_fragment, frag, read, read_schema, ranges, row_id, row_addr)
             )

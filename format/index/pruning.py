@@ -1,0 +1,400 @@
+"""Index-pruned reads: which fragments and rows a filter can match, found with the scalar
+indices (BTREE, BITMAP) of a version, so scans and Flight plans skip the rest.
+
+The filter's syntax tree is walked through AND, OR and NOT (pushed down by De Morgan, which
+holds in SQL's three-valued logic). Each largest subtree that reads only one indexed column
+is a leaf: the engine's own binder turns it into an Arrow predicate, evaluated on the
+index's values, so a leaf's rows are exactly those where the scan finds it TRUE. A node's
+answer is (covered fragments, row addresses): within the covered fragments, no row outside
+the set can match; rows of other fragments (appended after the index was built) always
+may. Scans still evaluate the whole filter on the rows they read, and deletions still
+apply: pruning only ever removes rows that cannot match.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+from sqlglot import exp
+
+from format.errors import LanceError
+from format.expr.bind import Binder
+from format.expr.parse import parse_filter
+from format.expr.typed import flatten, unparen
+from format.index.scalar.bitmap import BitmapIndex
+from format.index.scalar.btree import BTreeIndex
+from format.index.scalar.query import Bounds, Leaf
+from format.index.scalar.rows import EMPTY
+from format.io.store import ObjectStore
+from format.table.indices import IndexEntry, indices_of
+from format.table.manifest import Manifest
+
+log = logging.getLogger("quiver.index")
+
+# Rows a pruned fragment reads around each candidate: scattered candidates are read in
+# blocks of this many rows (the filter drops the others), so a fragment is a few reads.
+BLOCK_ROWS = 1024
+# IN lists longer than this choose BTREE pages as one interval from their least to their
+# greatest item rather than one per item.
+MAX_IN_INTERVALS = 64
+# Loaded index lookups and answers kept per process (index files never change once
+# written: their directory is a fresh uuid).
+CACHE_ENTRIES = 256
+CACHE_BYTES = 256 << 20
+
+
+class Core(Protocol):
+    """What pruning needs of a dataset version (format.dataset's DatasetCore)."""
+
+    uri: str
+    manifest: Manifest
+
+    def resolve(
+        self, path: str, base_id: int | None, *, relative_to_root: bool = False
+    ) -> tuple[ObjectStore, str]: ...
+
+
+@dataclass(frozen=True)
+class IndexPruning:
+    """Where a filter can match: in `covered` fragments only at `rows` (sorted row
+    addresses), anywhere in the others; `indices` names the indices used."""
+
+    covered: frozenset[int]
+    rows: np.ndarray
+    indices: tuple[str, ...]
+
+    def offsets(self, fragment_id: int) -> np.ndarray | None:
+        """Sorted physical offsets that may match in one fragment; None when any may."""
+        if fragment_id not in self.covered:
+            return None
+        base = np.uint64(fragment_id) << np.uint64(32)
+        lo, hi = np.searchsorted(self.rows, [base, base + np.uint64(1 << 32)])
+        return (self.rows[lo:hi] - base).astype(np.int64)
+
+    def may_match(self, fragment_id: int, row_range: tuple[int, int] | None = None) -> bool:
+        """Whether a fragment (or physical rows [start, stop) of it) can hold matches."""
+        offsets = self.offsets(fragment_id)
+        if offsets is None:
+            return True
+        if row_range is None:
+            return len(offsets) > 0
+        lo, hi = np.searchsorted(offsets, list(row_range))
+        return bool(hi > lo)
+
+    def narrow(
+        self, fragment_id: int, ranges: Sequence[tuple[int, int]]
+    ) -> list[tuple[int, int]] | None:
+        """`ranges` (sorted physical row ranges) cut down to the blocks of BLOCK_ROWS rows
+        holding candidates; None when the fragment is not covered (read all of it)."""
+        offsets = self.offsets(fragment_id)
+        if offsets is None:
+            return None
+        if not len(offsets) or not ranges:
+            return []
+        blocks = np.unique(offsets // BLOCK_ROWS)
+        # runs of consecutive blocks become one range
+        breaks = np.flatnonzero(np.diff(blocks) > 1)
+        starts = blocks[np.concatenate(([0], breaks + 1))] * BLOCK_ROWS
+        stops = (blocks[np.concatenate((breaks, [len(blocks) - 1]))] + 1) * BLOCK_ROWS
+        out: list[tuple[int, int]] = []
+        for s, e in ranges:
+            i = int(np.searchsorted(stops, s, side="right"))
+            j = int(np.searchsorted(starts, e, side="left"))
+            for a, b in zip(starts[i:j].tolist(), stops[i:j].tolist(), strict=True):
+                lo, hi = max(a, s), min(b, e)
+                if hi > lo:
+                    out.append((lo, hi))
+        return out
+
+
+@dataclass(frozen=True)
+class _Answer:
+    covered: frozenset[int]
+    rows: np.ndarray
+
+
+class _Cache:
+    """A small thread-safe LRU, bounded by entries and bytes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: OrderedDict[tuple, tuple[Any, int]] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, key: tuple) -> Any:
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is None:
+                return None
+            self._items.move_to_end(key)
+            return hit[0]
+
+    def put(self, key: tuple, value: Any, nbytes: int) -> None:
+        with self._lock:
+            if key in self._items:
+                return
+            self._items[key] = (value, nbytes)
+            self._bytes += nbytes
+            while len(self._items) > CACHE_ENTRIES or self._bytes > CACHE_BYTES:
+                _, (_, size) = self._items.popitem(last=False)
+                self._bytes -= size
+
+
+_cache = _Cache()
+
+
+def scalar_kind(entry: IndexEntry) -> str | None:
+    """ "BTREE" or "BITMAP" for the scalar indices pruning reads, else None."""
+    kind = entry.details_type.rsplit(".", 1)[-1]
+    if kind == "BTreeIndexDetails":
+        return "BTREE"
+    if kind == "BitmapIndexDetails":
+        return "BITMAP"
+    names = {path for path, _ in entry.files}
+    if not entry.details_type and "page_lookup.lance" in names:
+        return "BTREE"
+    if not entry.details_type and "bitmap_page_lookup.lance" in names:
+        return "BITMAP"
+    return None
+
+
+def prune(core: Core, sql: str, filter_schema: pa.Schema) -> IndexPruning | None:
+    """The fragments and rows filter `sql` can match, found with the version's BTREE and
+    BITMAP indices; None when no index narrows it. `filter_schema` is the schema the scan
+    compiled the filter against (columns and row id columns)."""
+    manifest = core.manifest
+    frags = manifest.pb.fragments
+    if not manifest.pb.HasField("index_section") or not frags:
+        return None
+    if any(f.WhichOneof("row_id_sequence") for f in frags):
+        return None  # stable row ids: index row ids are not row addresses
+    entries = indices_of(manifest, system=True)
+    if any(e.is_system for e in entries):
+        return None  # a fragment reuse index: row ids of indices may point at old fragments
+    by_column = _usable_indices(core, entries)
+    if not by_column:
+        return None
+    physical = {int(f.id): int(f.physical_rows) for f in frags}
+    walker = _Walker(core, sql, filter_schema, by_column, physical)
+    try:
+        answer = walker.visit(parse_filter(sql, dataset=core.uri), False)
+    except (LanceError, pa.ArrowException, ValueError, TypeError, KeyError, RecursionError) as e:
+        # an index that cannot be used leaves the scan whole, never wrong
+        log.warning("%s: indices not used for filter %r: %s", core.uri, sql, e)
+        return None
+    if answer is None or not answer.covered:
+        return None
+    return IndexPruning(answer.covered, answer.rows, tuple(sorted(walker.used)))
+
+
+def _usable_indices(core: Core, entries: list[IndexEntry]) -> dict[str, IndexEntry]:
+    """Top-level column name -> a BTREE or BITMAP index over it that pruning can read."""
+    schema = core.manifest.schema
+    top = {f.id: f.name for f in schema.fields}
+    out: dict[str, IndexEntry] = {}
+    for e in entries:
+        if len(e.field_ids) != 1 or e.field_ids[0] not in top or e.fragment_ids is None:
+            continue
+        if scalar_kind(e) is None or e.index_version != 0:
+            continue
+        out.setdefault(top[e.field_ids[0]], e)
+    return out
+
+
+class _Walker:
+    """Answers each node of one filter's syntax tree (see the module docstring)."""
+
+    def __init__(
+        self,
+        core: Core,
+        sql: str,
+        schema: pa.Schema,
+        by_column: dict[str, IndexEntry],
+        physical: Mapping[int, int],
+    ) -> None:
+        self.core = core
+        self.sql = sql
+        self.schema = schema
+        self.by_column = by_column
+        self.physical = physical
+        self.used: set[str] = set()
+
+    def visit(self, node: exp.Expression, negated: bool) -> _Answer | None:
+        node = unparen(node)
+        if isinstance(node, exp.Not):
+            return self.visit(node.this, not negated)
+        if isinstance(node, (exp.And, exp.Or)):
+            conjunction = isinstance(node, exp.And) != negated
+            parts = [self.visit(c, negated) for c in flatten(node, type(node))]
+            return _all_of(parts) if conjunction else _any_of(parts)
+        binder = Binder(self.sql, self.schema, self.core.uri)
+        target = exp.Not(this=node.copy()) if negated else node
+        try:
+            predicate = binder.bind_root(target).expression()
+        except (LanceError, pa.ArrowException, ValueError, TypeError, KeyError, AttributeError):
+            return None  # the whole filter bound, so this only leaves the subtree unpruned
+        if len(binder.columns) != 1:
+            return None
+        (column,) = binder.columns
+        entry = self.by_column.get(column)
+        if entry is None:
+            return None
+        field = self.schema.field(column)
+        if pa.types.is_dictionary(field.type):
+            return None
+        leaf = Leaf(
+            field,
+            predicate,
+            key=f"{target.sql()}::{field.type}",
+            intervals=None if negated else self._intervals(node, column),
+            only_nulls=not negated and _is_null_test(node, column),
+        )
+        return self._search(entry, leaf)
+
+    def _search(self, entry: IndexEntry, leaf: Leaf) -> _Answer:
+        """One index's answer to a leaf, restricted to the fragments it covers now."""
+        covered = frozenset(entry.fragment_ids or ()).intersection(self.physical)
+        key = ("answer", self.core.uri, self.core.manifest.version, entry.uuid, leaf.key)
+        rows = _cache.get(key)
+        if rows is None:
+            store, directory = self.core.resolve(
+                entry.directory,
+                entry.pb.base_id if entry.pb.HasField("base_id") else None,
+                relative_to_root=True,
+            )
+            if scalar_kind(entry) == "BTREE":
+                rows = _loaded(BTreeIndex, store, directory).search(leaf)
+            else:
+                rows = _loaded(BitmapIndex, store, directory).search(leaf, self.physical)
+            rows = _within(rows, covered)
+            _cache.put(key, rows, rows.nbytes + 256)
+        self.used.add(entry.name)
+        return _Answer(covered, rows)
+
+    def _intervals(self, node: exp.Expression, column: str) -> tuple[Bounds, ...] | None:
+        """Intervals of the column's values outside which `node` cannot be TRUE, for
+        choosing BTREE pages; None when the node is not a comparison, BETWEEN or IN of
+        the bare column with constants."""
+        col = _bare_column(node.this if hasattr(node, "this") else None, column)
+        if isinstance(node, (exp.EQ, exp.GT, exp.GTE, exp.LT, exp.LTE)):
+            kind, other = type(node), node.expression
+            if col is None:
+                col = _bare_column(node.expression, column)
+                kind, other = _FLIPPED[kind], node.this
+            if col is None or _has_column(other):
+                return None
+            lower = {exp.EQ: exp.GTE, exp.GT: exp.GT, exp.GTE: exp.GTE}.get(kind)
+            upper = {exp.EQ: exp.LTE, exp.LT: exp.LT, exp.LTE: exp.LTE}.get(kind)
+            return (self._bounds(col, lower, other, upper, other),)
+        if col is None:
+            return None
+        if isinstance(node, exp.Between):
+            low, high = node.args.get("low"), node.args.get("high")
+            if low is None or high is None or _has_column(low) or _has_column(high):
+                return None
+            return (self._bounds(col, exp.GTE, low, exp.LTE, high),)
+        if isinstance(node, exp.In) and not node.args.get("query") and node.expressions:
+            items = node.expressions
+            if any(_has_column(i) for i in items) or len(items) > MAX_IN_INTERVALS:
+                return None
+            return tuple(self._bounds(col, exp.GTE, i, exp.LTE, i) for i in items)
+        return None
+
+    def _bounds(
+        self, col: exp.Expression, lower: type | None, lo: Any, upper: type | None, hi: Any
+    ) -> Bounds:
+        def bind(kind: type | None, value: exp.Expression) -> Any:
+            if kind is None:
+                return None
+            node = kind(this=col.copy(), expression=value.copy())
+            return Binder(self.sql, self.schema, self.core.uri).bind_root(node).expression()
+
+        return Bounds(bind(lower, lo), bind(upper, hi))
+
+
+_FLIPPED = {exp.EQ: exp.EQ, exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE}
+
+
+def _bare_column(node: Any, column: str) -> exp.Expression | None:
+    """`node` when it is a plain reference to `column` (no cast, no function), else None."""
+    if node is None:
+        return None
+    node = unparen(node)
+    if isinstance(node, exp.Column) and len(node.parts) == 1:
+        part = node.parts[0]
+        quoted = bool(part.args.get("quoted"))
+        if part.name == column or (not quoted and part.name.lower() == column.lower()):
+            return node
+    return None
+
+
+def _has_column(node: exp.Expression) -> bool:
+    return any(True for _ in node.find_all(exp.Column, exp.Dot))
+
+
+def _is_null_test(node: exp.Expression, column: str) -> bool:
+    """Whether `node` is `column IS NULL`."""
+    return (
+        isinstance(node, exp.Is)
+        and isinstance(node.expression, exp.Null)
+        and _bare_column(node.this, column) is not None
+    )
+
+
+def _loaded(kind: Any, store: ObjectStore, directory: str) -> Any:
+    """An index's lookup, read once per process."""
+    key = ("index", kind.__name__, store.uri, directory)
+    index = _cache.get(key)
+    if index is None:
+        index = kind.load(store, directory)
+        arrays = [getattr(index, a) for a in ("mins", "maxs", "keys") if hasattr(index, a)]
+        _cache.put(key, index, sum(a.nbytes for a in arrays) + 1024)
+    return index
+
+
+def _fragments_of(rows: np.ndarray) -> np.ndarray:
+    return (rows >> np.uint64(32)).astype(np.int64)
+
+
+def _within(rows: np.ndarray, fragments: frozenset[int]) -> np.ndarray:
+    """The rows that belong to `fragments`."""
+    if not len(rows):
+        return EMPTY
+    keep = np.isin(_fragments_of(rows), np.fromiter(fragments, dtype=np.int64))
+    return rows if keep.all() else rows[keep]
+
+
+def _all_of(parts: list[_Answer | None]) -> _Answer | None:
+    """AND: in fragments every known part covers, rows all of them hold; where only some
+    cover, the rows those hold."""
+    known = [p for p in parts if p is not None]
+    if not known:
+        return None
+    out = known[0]
+    for p in known[1:]:
+        both = out.covered & p.covered
+        pieces = [
+            np.intersect1d(_within(out.rows, both), _within(p.rows, both), assume_unique=True),
+            _within(out.rows, out.covered - p.covered),
+            _within(p.rows, p.covered - out.covered),
+        ]
+        out = _Answer(out.covered | p.covered, np.unique(np.concatenate(pieces)))
+    return out
+
+
+def _any_of(parts: list[_Answer | None]) -> _Answer | None:
+    """OR: only fragments every part covers are covered, with the union of their rows."""
+    if any(p is None for p in parts):
+        return None
+    covered = frozenset.intersection(*(p.covered for p in parts))
+    if not covered:
+        return None
+    rows = np.unique(np.concatenate([_within(p.rows, covered) for p in parts]))
+    return _Answer(covered, rows.astype(np.uint64))

@@ -1,0 +1,158 @@
+"""Index-pruned reads over pylance's BTREE and BITMAP indices: every filter gives exactly the
+rows of the unindexed scan and of pylance, for ints, strings, dates and floats with NaN and
+nulls, after Quiver appends unindexed rows and deletes indexed ones; and the indices do
+narrow what is read."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pytest
+from compare import assert_same_table
+
+from format.dataset import dataset, write_dataset
+from format.expr import apply_filter, compile_filter
+from format.index.pruning import BLOCK_ROWS
+
+ROWS = 9000  # three BTREE pages of 4096 values
+PER_FILE = 2000
+INDEXED = ("i", "s", "d", "f")
+
+
+def _table(start: int, n: int) -> pa.Table:
+    k = np.arange(start, start + n)
+    f = np.where(k % 13 == 0, np.nan, (k % 500) - 250.5)
+    f[k % 101 == 0] = -0.0
+    return pa.table(
+        {
+            "i": pa.array(k * 3 % 7919, mask=k % 17 == 0),
+            "s": pa.array([f"k{x % 40:02d}" for x in k], mask=k % 19 == 0),
+            "d": pa.array(
+                [dt.date(2020, 1, 1) + dt.timedelta(days=int(x % 300)) for x in k],
+                pa.date32(),
+                mask=k % 23 == 0,
+            ),
+            "f": pa.array(f, mask=k % 29 == 0),
+            "plain": pa.array(k % 10),
+        }
+    )
+
+
+FILTERS = [
+    "i = 300",
+    "i = 301 OR i = 5000",
+    "i > 7800",
+    "i >= 100 AND i < 160",
+    "i BETWEEN 10 AND 40",
+    "i IN (3, 6, 7900, 12345)",
+    "i IS NULL",
+    "i IS NOT NULL AND plain = 3",
+    "NOT (i > 50)",
+    "NOT (i > 50 OR s = 'k03')",
+    "i < 100 AND plain = 4",
+    "i < 100 OR plain = 4",
+    "s = 'k07'",
+    "s IN ('k01', 'k39', 'zz')",
+    "s > 'k37'",
+    "s IS NULL OR i = 7",
+    "s LIKE 'k1%' AND i < 2000",
+    "d = DATE '2020-02-01'",
+    "d BETWEEN DATE '2020-10-01' AND DATE '2020-10-05'",
+    "d < DATE '2020-01-03' OR d > DATE '2020-10-25'",
+    "f > 240",
+    "f = 0.0",
+    "f < -249",
+    "f IS NULL",
+    "f = CAST('NaN' AS DOUBLE)",
+    "f >= CAST('NaN' AS DOUBLE) OR f < -250",
+    "isnan(f)",
+    "f IN (-0.5, 1.5)",
+    "NOT (f < 200) AND i > 10",
+]
+
+
+UNPRUNED = {"i < 100 OR plain = 4"}
+
+
+@pytest.fixture(scope="module", params=["BTREE", "BITMAP"])
+def indexed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A pylance dataset with every INDEXED column indexed, then changed by Quiver: an
+    unindexed fragment appended and indexed rows deleted."""
+    uri = str(tmp_path_factory.mktemp(request.param.lower()) / "t.lance")
+    ds = lance.write_dataset(_table(0, ROWS), uri, max_rows_per_file=PER_FILE)
+    for column in INDEXED:
+        ds.create_scalar_index(column, request.param)
+    write_dataset(_table(ROWS, 700), uri, mode="append")
+    dataset(uri).delete("i % 5 = 1 OR (plain = 2 AND i > 7000)")
+    return uri
+
+
+def _truth(uri: str, sql: str) -> pa.Table:
+    """The unindexed answer: the whole table, filtered by the filter engine."""
+    table = dataset(uri).to_table()
+    return apply_filter(table, compile_filter(sql, table.schema))
+
+
+@pytest.mark.parametrize("sql", FILTERS)
+def test_indexed_filter_is_the_scan(indexed: str, sql: str) -> None:
+    ours = dataset(indexed)
+    scanner = ours.scanner(filter=sql)
+    # an OR with an unindexed column can match anywhere: nothing to prune
+    assert (scanner.index_pruning is None) == (sql in UNPRUNED), sql
+    got = scanner.to_table()
+    assert_same_table(got, _truth(indexed, sql), f"{sql} vs unindexed scan")
+    ref = lance.dataset(indexed)
+    assert_same_table(got, ref.to_table(filter=sql), f"{sql} vs pylance")
+    assert ours.count_rows(sql) == ref.count_rows(sql) == got.num_rows
+
+
+def test_unindexed_rows_and_deletions(indexed: str) -> None:
+    """Rows of the appended fragment (outside every index) are found; deleted rows never."""
+    ours = dataset(indexed)
+    appended = max(f.fragment_id for f in ours.get_fragments())
+    sql = "i = 3249"  # k = 1083 (indexed) and k = 9002 (appended)
+    pruning = ours.scanner(filter=sql).index_pruning
+    assert pruning is not None and appended not in pruning.covered
+    got = ours.to_table(filter=sql, with_row_id=True)
+    assert_same_table(got.drop_columns(["_rowid"]), _truth(indexed, sql), sql)
+    assert sorted(got.column("_rowid").to_pylist()) == [1083, (appended << 32) + 2]
+    # i = 6 (k = 2) is in the index but was deleted (6 % 5 == 1)
+    pruning = ours.scanner(filter="i = 6").index_pruning
+    assert pruning is not None and 2 in pruning.rows.tolist()
+    assert ours.count_rows("i = 6") == 0
+
+
+def test_selective_filter_reads_few_rows(indexed: str) -> None:
+    """A filter matching a handful of rows reads only their blocks of the indexed fragments
+    and skips fragments without any."""
+    ours = dataset(indexed)
+    scanner = ours.scanner(filter="i = 300")
+    pruning = scanner.index_pruning
+    assert pruning is not None
+    covered = [f for f in ours.get_fragments() if f.fragment_id in pruning.covered]
+    assert len(covered) == ROWS // PER_FILE + 1
+    read = 0
+    skipped = 0
+    for frag in covered:
+        ranges = pruning.narrow(frag.fragment_id, frag.live_ranges(8192))
+        read += sum(e - s for s, e in ranges)
+        skipped += not ranges
+    assert 0 < read <= 2 * BLOCK_ROWS
+    assert skipped >= len(covered) - 2
+
+
+def test_unusable_index_leaves_the_scan_whole(tmp_path) -> None:
+    """A filter on no indexed column, or one an index cannot narrow (an OR with an
+    unindexed column), is not pruned and still answers exactly."""
+    uri = str(tmp_path / "t.lance")
+    lance.write_dataset(_table(0, 3000), uri, max_rows_per_file=1000).create_scalar_index(
+        "i", "BTREE"
+    )
+    ours = dataset(uri)
+    for sql in ("plain = 3", "i = 3 OR plain = 3", "i + 1 = plain"):
+        scanner = ours.scanner(filter=sql)
+        assert scanner.index_pruning is None, sql
+        assert_same_table(scanner.to_table(), _truth(uri, sql), sql)
