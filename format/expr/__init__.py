@@ -23,6 +23,7 @@ from pyarrow.acero import Declaration, ProjectNodeOptions, TableSourceNodeOption
 from format.errors import FilterBindError, FilterSyntaxError, InvalidInputError
 from format.expr.bind import Binder
 from format.expr.parse import describe_filter, parse_filter
+from format.expr.plan import Plan, evaluate, project
 from format.expr.types import TypeRuleError
 from format.expr.values import CompiledExpression, compile_expression, evaluate_expressions
 
@@ -33,6 +34,7 @@ __all__ = [
     "compile_expression",
     "compile_filter",
     "evaluate_expressions",
+    "evaluate_filter",
 ]
 
 _Data = TypeVar("_Data", pa.Table, pa.RecordBatch)
@@ -45,6 +47,8 @@ class CompiledFilter:
     expression: pc.Expression
     columns: list[str] = field(default_factory=list)
     sql: str = ""
+    # how to evaluate it: `expression` alone, or in stages where a term could fail
+    plan: Plan | None = None
 
 
 def compile_filter(sql: str, schema: pa.Schema, *, dataset: str | None = None) -> CompiledFilter:
@@ -66,7 +70,7 @@ def compile_filter(sql: str, schema: pa.Schema, *, dataset: str | None = None) -
             f"{describe_filter(sql, dataset)}: unsupported construct ({type(e).__name__}: {e})"
         ) from None
     columns = [name for name in schema.names if name in binder.columns]
-    return CompiledFilter(expression=bound.expression(), columns=columns, sql=sql)
+    return CompiledFilter(expression=bound.expression(), columns=columns, sql=sql, plan=bound.plan)
 
 
 def apply_filter(data: _Data, compiled: CompiledFilter) -> _Data:
@@ -76,11 +80,20 @@ def apply_filter(data: _Data, compiled: CompiledFilter) -> _Data:
     compared with a decimal) become InvalidInputError naming the filter.
     """
     try:
-        return data.filter(filter_mask(data, compiled.expression))
+        return data.filter(evaluate_filter(data, compiled))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
         raise InvalidInputError(
             f"{describe_filter(compiled.sql, None)} failed on the data: {e}"
         ) from None
+
+
+def evaluate_filter(data: pa.Table | pa.RecordBatch, compiled: CompiledFilter) -> pa.Array:
+    """The filter's boolean value for every row (one array), each AND / OR term that could
+    fail evaluated only on the rows the terms before it leave undecided, as pylance does."""
+    if compiled.plan is None:
+        return project(data, compiled.expression)
+    table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
+    return evaluate(compiled.plan, table)
 
 
 def filter_mask(data: pa.Table | pa.RecordBatch, expression: pc.Expression) -> pa.Array:

@@ -25,6 +25,7 @@ from sqlglot import exp
 
 from format.errors import FilterBindError, FilterSyntaxError
 from format.expr import floats as F
+from format.expr import plan as P
 from format.expr import types as T
 from format.expr.functions import FunctionCalls
 from format.expr.parse import LanceFilterDialect, describe_filter
@@ -108,14 +109,16 @@ class Binder(FunctionCalls):
         node = unparen(node)
         kind = type(node)
         if kind in (exp.And, exp.Or):
-            operands = [self.bind(child, resolve) for child in flatten(node, kind)]
+            children = flatten(node, kind)
+            terms = [self.bind(child, resolve) for child in children]
+            operands = terms
             while len(operands) > 1:  # pairwise, so long chains stay shallow
                 pairs = [
                     self._logic(kind, operands[i], operands[i + 1])
                     for i in range(0, len(operands) - 1, 2)
                 ]
                 operands = pairs + ([operands[-1]] if len(operands) % 2 else [])
-            return operands[0]
+            return self._staged(kind, operands[0], terms, children)
         if kind in CMP_NODES or kind in (exp.NullSafeEQ, exp.NullSafeNEQ):
             left, right = self._operands(node, resolve)
             return self._binary(kind, left, right, node)
@@ -376,7 +379,30 @@ class Binder(FunctionCalls):
         if isinstance(child, (exp.Like, exp.ILike, exp.Escape)):
             return self._like(child, negated=True)
         operand = self._as_bool(self.bind(child), "NOT")
-        return self._call(pc.invert, [operand], pa.bool_(), sql=f"NOT {operand.sql}")
+        result = self._call(pc.invert, [operand], pa.bool_(), sql=f"NOT {operand.sql}")
+        if operand.plan is not None:
+            result = replace(result, plan=P.Negation(operand.plan))
+        return result
+
+    def _staged(
+        self, kind: type, result: Typed, terms: list[Typed], children: list[exp.Expression]
+    ) -> Typed:
+        """`result` (an AND / OR chain of `terms`) with the plan that evaluates a term that
+        could fail only on the rows the terms before it leave undecided, as pylance does."""
+        if result.const:
+            return result
+        word = "AND" if kind is exp.And else "OR"
+        bools = [self._as_bool(t, word) for t in terms]
+        fn = pc.and_kleene if kind is exp.And else pc.or_kleene
+        plan = P.stage(
+            kind is exp.And,
+            [
+                (t.expression(), t.plan, not t.const and P.may_fail(child))
+                for t, child in zip(bools, children, strict=True)
+            ],
+            lambda exprs: _pairwise(fn, exprs),
+        )
+        return result if plan is None else replace(result, plan=plan)
 
     def _unwrap_constant(self, x: Typed, c: Typed) -> Typed | None:
         """`c` converted for comparing with the value under `x`'s CAST, or None."""
@@ -661,3 +687,11 @@ class Binder(FunctionCalls):
         result = self._cast(operand, target)
         uncast = None if operand.const else replace(operand, uncast=None)
         return replace(result, literal=False, path=None, sql=self._text(node), uncast=uncast)
+
+
+def _pairwise(fn: Callable, exprs: list[pc.Expression]) -> pc.Expression:
+    """`fn` folded over `exprs` pairwise, so long chains stay shallow."""
+    while len(exprs) > 1:
+        pairs = [fn(exprs[i], exprs[i + 1]) for i in range(0, len(exprs) - 1, 2)]
+        exprs = pairs + ([exprs[-1]] if len(exprs) % 2 else [])
+    return exprs[0]

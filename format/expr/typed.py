@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from format.expr import floats as F
+from format.expr.plan import Plan
 
 ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
 NULL_BOOL = pa.scalar(None, pa.bool_())
@@ -28,6 +29,7 @@ class Typed:
     sql: str = ""
     uncast: Typed | None = None  # for an explicit CAST of a runtime value: the value before it
     neg_nan: pc.Expression | None = None  # floats: where the value is a negative NaN
+    plan: Plan | None = None  # booleans: staged AND/OR evaluation, when a term could fail
 
     @property
     def const(self) -> bool:
