@@ -299,7 +299,8 @@ class Client:
         tag: str | None = None,
         as_of: str | dt.datetime | dt.date | None = None,
     ) -> dict[str, Any]:
-        """Version, schema, fragments, rows and tags of a dataset (the `describe` action)."""
+        """Version, schema, fragments, rows, tags and indices (name, type, columns, fragments
+        covered, uuid) of a dataset (the `describe` action)."""
         body = read_command(name, version=version, tag=tag, as_of=as_of)
         return self.action("describe", body)
 

@@ -90,6 +90,16 @@ def _describe(ctx: ActionContext, f: Fields) -> dict[str, Any]:
             {"name": fld.name, "type": str(fld.type), "nullable": fld.nullable} for fld in ds.schema
         ],
         "tags": {t: info["version"] for t, info in ds.tags.list().items()},
+        "indices": [
+            {
+                "name": i["name"],
+                "type": i["type"],
+                "columns": i["fields"],
+                "fragments": sorted(i["fragment_ids"]),
+                "uuid": i["uuid"],
+            }
+            for i in ds.list_indices()
+        ],
     }
 
 

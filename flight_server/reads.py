@@ -144,7 +144,8 @@ class Reads:
     def plan_scan(self, request: ReadRequest) -> ScanPlan:
         """Resolve the version, check projection and filter, and cut the read into endpoints."""
         ds = self.open(request)
-        schema = _scanner(ds, request).projected_schema  # raises on bad columns / filter
+        scan = _scanner(ds, request)
+        schema = scan.projected_schema  # raises on bad columns / filter
         expires = int(time.time()) + self.ticket_ttl if self.ticket_ttl else None
         if request.appended_since is not None:
             return self._plan_appended(request, ds, schema, expires)
@@ -165,6 +166,9 @@ class Reads:
             ).encode(self.signer)
 
         frags = [f for f in ds.get_fragments() if f.physical_rows]
+        pruning = scan.index_pruning if request.filter is not None else None
+        if pruning is not None:  # fragments the filter's indices rule out get no endpoint
+            frags = [f for f in frags if pruning.may_match(f.fragment_id)]
         endpoints: list[PlannedEndpoint] = []
         if request.limit == 0:
             return ScanPlan(request.dataset, ds.version, schema, [], 0, expires)
@@ -180,6 +184,8 @@ class Reads:
             if not live:
                 continue
             for rng, rows in _pieces(frag, live, step):
+                if pruning is not None and not pruning.may_match(frag.fragment_id, rng):
+                    continue
                 _check_endpoint_count(request.dataset, len(endpoints), len(frags), step)
                 limit = None
                 if remaining is not None:

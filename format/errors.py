@@ -89,3 +89,10 @@ class NotAppendOnlyError(LanceError):
 
 class CleanupError(LanceError, OSError):
     """Cleanup refused to run (tagged versions would be removed); pylance raises OSError."""
+
+
+class IndexNotFoundError(LanceError, KeyError):
+    """No index of that name in the dataset version (pylance raises KeyError)."""
+
+    def __str__(self) -> str:  # KeyError would otherwise repr() the message
+        return str(self.args[0]) if self.args else ""

@@ -63,7 +63,8 @@ ACTION_SHAPES: tuple[ActionShape, ...] = (
     ),
     ActionShape(
         "describe",
-        "Schema, version, rows and fragments of a dataset: {dataset, version?|tag?|as_of?}",
+        "Schema, version, rows, fragments, tags and indices of a dataset: "
+        "{dataset, version?|tag?|as_of?}",
         ("dataset", "version", "tag", "as_of"),
         READ,
     ),

@@ -27,6 +27,7 @@ from format.errors import (
     InvalidInputError,
     UnsupportedFeatureError,
 )
+from format.index.scalar import catalog as _catalog
 from format.io.store import ObjectStore, open_store
 from format.proto import table_pb2, transaction_pb2
 from format.table import versions as _versions
@@ -385,6 +386,19 @@ class LanceDataset:
         if filter is None:
             return sum(f.count_rows() for f in self.get_fragments())
         return self.scanner(columns=[], filter=filter).count_rows()
+
+    # -- indices ----------------------------------------------------------------------
+    def list_indices(self) -> list[dict[str, Any]]:
+        """The version's indices in pylance's shape (fragment_ids a set of ints)."""
+        return _catalog.list_indices(self._core)
+
+    def describe_indices(self) -> list[_catalog.IndexDescription]:
+        """One description per index: type, fields, rows indexed, segments, size."""
+        return _catalog.describe_indices(self._core)
+
+    def index_statistics(self, index_name: str) -> dict[str, Any]:
+        """pylance's statistics of one index; IndexNotFoundError (a KeyError) if none."""
+        return _catalog.index_statistics(self._core, index_name)
 
     def head(self, num_rows: int, **kwargs: Any) -> pa.Table:
         """The first `num_rows` rows."""

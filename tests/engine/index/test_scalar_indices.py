@@ -156,3 +156,27 @@ def test_unusable_index_leaves_the_scan_whole(tmp_path) -> None:
         scanner = ours.scanner(filter=sql)
         assert scanner.index_pruning is None, sql
         assert_same_table(scanner.to_table(), _truth(uri, sql), sql)
+
+
+def test_index_listing_is_pylance(indexed: str) -> None:
+    """list_indices, describe_indices and index_statistics answer as pylance's do."""
+    ours, ref = dataset(indexed), lance.dataset(indexed)
+    with pytest.warns(DeprecationWarning):
+        want = ref.list_indices()
+    for i in want:
+        i["fragment_ids"] = set(i["fragment_ids"])
+    assert ours.list_indices() == want
+    for got, exp in zip(ours.describe_indices(), ref.describe_indices(), strict=True):
+        assert (got.name, got.type_url, got.index_type, got.num_rows_indexed, got.fields) == (
+            exp.name,
+            exp.type_url,
+            exp.index_type,
+            exp.num_rows_indexed,
+            exp.fields,
+        )
+        assert got.num_segments == len(exp.segments)
+        assert got.field_names == list(exp.field_names)
+        assert got.total_size_bytes == exp.total_size_bytes
+        assert ours.index_statistics(got.name) == ref.index_statistics(got.name)
+    with pytest.raises(KeyError, match="nope"):
+        ours.index_statistics("nope")

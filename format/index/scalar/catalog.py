@@ -1,0 +1,198 @@
+"""What a version's indices are, in pylance's shapes: `list_indices`, `describe_indices` and
+`index_statistics` (the scalar types' own figures read from their lookup files)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from format.errors import IndexNotFoundError
+from format.index.pruning import Core, scalar_kind
+from format.index.scalar.bitmap import BitmapIndex
+from format.index.scalar.btree import BTreeIndex
+from format.index.scalar.files import IndexFile
+from format.table.indices import IndexEntry, indices_of
+
+# pylance's names of index types, by the message of their details
+_TYPE_NAMES = {
+    "BTreeIndexDetails": "BTree",
+    "BitmapIndexDetails": "Bitmap",
+    "LabelListIndexDetails": "LabelList",
+    "InvertedIndexDetails": "Inverted",
+    "NGramIndexDetails": "NGram",
+    "ZoneMapIndexDetails": "ZoneMap",
+    "BloomFilterIndexDetails": "BloomFilter",
+    "JsonIndexDetails": "Json",
+}
+
+
+@dataclass(frozen=True)
+class IndexDescription:
+    """One index (all its segments) as pylance's `describe_indices` shows it."""
+
+    name: str
+    type_url: str
+    index_type: str
+    num_rows_indexed: int
+    fields: list[int]
+    field_names: list[str]
+    num_segments: int
+    total_size_bytes: int
+
+
+def index_type(core: Core, entry: IndexEntry) -> str:
+    """pylance's name of an index's type ("BTree", "Bitmap", "IVF_PQ", ...); a vector
+    index's is recorded in its index file."""
+    kind = entry.details_type.rsplit(".", 1)[-1]
+    if kind in _TYPE_NAMES:
+        return _TYPE_NAMES[kind]
+    if kind == "VectorIndexDetails" or any(p == "index.idx" for p, _ in entry.files):
+        store, directory = _where(core, entry)
+        file = IndexFile(store, f"{directory}/index.idx")
+        try:
+            raw = file.metadata.get("lance:index")
+        finally:
+            file.close()
+        if raw:
+            return str(json.loads(raw).get("type", "Vector"))
+        return "Vector"
+    return kind.removesuffix("IndexDetails") or "Unknown"
+
+
+def list_indices(core: Core) -> list[dict[str, Any]]:
+    """Every user index of the version, by name: name, type, uuid, fields (names), version
+    (the dataset version it was built on), fragment_ids (a set) and base_id."""
+    names = _field_names(core)
+    out = []
+    for e in sorted(indices_of(core.manifest), key=lambda e: e.name):
+        out.append(
+            {
+                "name": e.name,
+                "type": index_type(core, e),
+                "uuid": e.uuid,
+                "fields": [names.get(f, str(f)) for f in e.field_ids],
+                "version": e.dataset_version,
+                "fragment_ids": set(e.fragment_ids or ()),
+                "base_id": int(e.pb.base_id) if e.pb.HasField("base_id") else None,
+            }
+        )
+    return out
+
+
+def describe_indices(core: Core) -> list[IndexDescription]:
+    """One description per index name (its segments together), as pylance's."""
+    names = _field_names(core)
+    live = _live_rows(core)
+    out = []
+    for name, segments in sorted(_by_name(core).items()):
+        first = segments[0]
+        covered = set().union(*(s.fragment_ids or () for s in segments))
+        out.append(
+            IndexDescription(
+                name=name,
+                type_url=first.details_type,
+                index_type=index_type(core, first),
+                num_rows_indexed=sum(live.get(f, 0) for f in covered),
+                fields=list(first.field_ids),
+                field_names=[names.get(f, str(f)) for f in first.field_ids],
+                num_segments=len(segments),
+                total_size_bytes=sum(size for s in segments for _, size in s.files),
+            )
+        )
+    return out
+
+
+def index_statistics(core: Core, name: str) -> dict[str, Any]:
+    """pylance's `index_statistics(name)`: type, segments, rows and fragments indexed and
+    not, and for BTREE (min, max, pages) and BITMAP (distinct values) indices their own
+    figures."""
+    segments = _by_name(core).get(name)
+    if segments is None:
+        known = ", ".join(sorted(_by_name(core))) or "none"
+        raise IndexNotFoundError(f'{core.uri}: index "{name}" not found; indices: {known}')
+    live = _live_rows(core)
+    covered = set().union(*(s.fragment_ids or () for s in segments)) & live.keys()
+    per_segment = [_segment_statistics(core, s) for s in segments]
+    created = [int(s.pb.created_at) for s in segments if s.pb.HasField("created_at")]
+    return {
+        "index_type": index_type(core, segments[0]),
+        "name": name,
+        "num_indices": len(segments),
+        "num_segments": len(segments),
+        "indices": per_segment,
+        "segments": per_segment,
+        "num_indexed_fragments": len(covered),
+        "num_indexed_rows": sum(live[f] for f in covered),
+        "num_unindexed_fragments": len(live.keys() - covered),
+        "num_unindexed_rows": sum(n for f, n in live.items() if f not in covered),
+        "num_indexed_rows_per_delta": [
+            sum(live.get(f, 0) for f in s.fragment_ids or ()) for s in segments
+        ],
+        "updated_at_timestamp_ms": max(created) if created else None,
+    }
+
+
+def _segment_statistics(core: Core, entry: IndexEntry) -> dict[str, Any]:
+    kind = scalar_kind(entry)
+    store, directory = _where(core, entry)
+    if kind == "BTREE":
+        index = BTreeIndex.load(store, directory)
+        return {
+            "min": _shown(index.mins[0].as_py()) if index.pages else None,
+            "max": _shown(index.maxs[-1].as_py()) if index.pages else None,
+            "num_pages": index.pages,
+        }
+    if kind == "BITMAP":
+        return {"num_bitmaps": len(BitmapIndex.load(store, directory).keys)}
+    return {"index_type": index_type(core, entry), "uuid": entry.uuid}
+
+
+def _shown(value: Any) -> str:
+    """A value as pylance's statistics print it (Rust's Display: 1.0 is "1", NaN "NaN",
+    null "NULL")."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if value.is_integer() and abs(value) < 1e16:
+            return str(int(value))
+    return str(value)
+
+
+def _where(core: Core, entry: IndexEntry) -> tuple[Any, str]:
+    base = entry.pb.base_id if entry.pb.HasField("base_id") else None
+    return core.resolve(entry.directory, base, relative_to_root=True)
+
+
+def _by_name(core: Core) -> dict[str, list[IndexEntry]]:
+    out: dict[str, list[IndexEntry]] = {}
+    for e in indices_of(core.manifest):
+        out.setdefault(e.name, []).append(e)
+    return out
+
+
+def _field_names(core: Core) -> Mapping[int, str]:
+    """Field id -> its name, dotted from the top level for nested fields."""
+    out: dict[int, str] = {}
+
+    def walk(field: Any, prefix: str) -> None:
+        out[field.id] = prefix + field.name
+        for child in field.children:
+            walk(child, out[field.id] + ".")
+
+    for f in core.manifest.schema.fields:
+        walk(f, "")
+    return out
+
+
+def _live_rows(core: Core) -> dict[int, int]:
+    """Fragment id -> live rows, from the manifest."""
+    out = {}
+    for f in core.manifest.pb.fragments:
+        deleted = f.deletion_file.num_deleted_rows if f.HasField("deletion_file") else 0
+        out[int(f.id)] = int(f.physical_rows) - int(deleted)
+    return out
