@@ -180,3 +180,23 @@ def test_index_listing_is_pylance(indexed: str) -> None:
         assert ours.index_statistics(got.name) == ref.index_statistics(got.name)
     with pytest.raises(KeyError, match="nope"):
         ours.index_statistics("nope")
+
+
+def test_indices_pylance_remapped_in_compaction(tmp_path) -> None:
+    """pylance's compaction remaps index rows onto the new fragment and drops deleted ones
+    from BTREE pages (shifting them): pruned reads stay exactly the scan's."""
+    uri = str(tmp_path / "t.lance")
+    k = np.arange(12000)
+    ds = lance.write_dataset(pa.table({"id": k, "v": k % 977}), uri, max_rows_per_file=3000)
+    ds.create_scalar_index("id", "BTREE")
+    ds.create_scalar_index("v", "BITMAP")
+    ds.delete("(id < 3000 AND id % 3 = 0) OR (id >= 6000 AND id < 7000)")
+    ds.optimize.compact_files(materialize_deletions_threshold=0.01)
+    ours = dataset(uri)
+    assert {f.fragment_id for f in ours.get_fragments()} == set(
+        ours.list_indices()[0]["fragment_ids"]
+    )
+    for sql in ("id = 4100", "id BETWEEN 4090 AND 8200", "id = 12", "id > 11990", "v = 5"):
+        scanner = ours.scanner(filter=sql)
+        assert scanner.index_pruning is not None, sql
+        assert_same_table(scanner.to_table(), _truth(uri, sql), sql)
