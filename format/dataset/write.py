@@ -40,8 +40,8 @@ from format.table.transaction import (
 DEFAULT_STORAGE_VERSION = "2.2"  # pylance 14's default
 DEFAULT_MAX_ROWS_PER_FILE = 1024 * 1024
 DEFAULT_MAX_ROWS_PER_GROUP = 1024
-WRITABLE_VERSIONS = ("0.1", "2.0", "2.1", "2.2")
-_VERSION_ALIASES = {"legacy": "0.1", "0.1": "0.1", "stable": DEFAULT_STORAGE_VERSION}
+WRITABLE_VERSIONS = ("0.1", "2.0", "2.1", "2.2", "2.3")
+_VERSION_ALIASES = {"legacy": "0.1", "0.1": "0.1", "stable": DEFAULT_STORAGE_VERSION, "next": "2.3"}
 
 Mode = Literal["create", "append", "overwrite"]
 
@@ -102,7 +102,7 @@ def open_writer(
         return LegacyFileWriter(
             sink, schema, max_rows_per_group=max_rows_per_group, path_for_errors=path
         )
-    if storage_version in ("2.1", "2.2"):
+    if storage_version in ("2.1", "2.2", "2.3"):
         from format.file.v21.writer import StructuralFileWriter
 
         return StructuralFileWriter(sink, schema, version=storage_version, path_for_errors=path)

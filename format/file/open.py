@@ -23,7 +23,7 @@ def open_data_file(store: ObjectStore, path: str, data_file: table_pb2.DataFile)
             from format.file.legacy import LegacyFileReader
 
             return LegacyFileReader(file, path_for_errors=where, field_ids=list(data_file.fields))
-        if version in ("2.1", "2.2"):
+        if version in ("2.1", "2.2", "2.3"):
             from format.file.v21.reader import StructuralFileReader
 
             return StructuralFileReader(

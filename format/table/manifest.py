@@ -53,7 +53,7 @@ _FLAG_NAMES = {
     512: "flag 512 (unreleased)",
 }
 
-STORAGE_VERSIONS = ("0.1", "2.0", "2.1", "2.2")
+STORAGE_VERSIONS = ("0.1", "2.0", "2.1", "2.2", "2.3")
 _FILE_VERSION_NAMES = {
     (0, 0): "0.1",
     (0, 1): "0.1",

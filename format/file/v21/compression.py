@@ -32,7 +32,7 @@ from format import _kernels
 from format.errors import CorruptFileError, UnsupportedFeatureError
 from format.file.v21 import bitpacking as bp
 from format.file.v21 import byte_stream_split as bss
-from format.file.v21 import fsst, general, rle
+from format.file.v21 import codecs23, fsst, general, rle
 from format.file.v21.gather import (
     I64,
     as_i64,
@@ -712,6 +712,11 @@ def _decode(enc: Encoding, bufs: list[Chunks], where: str, block: bool) -> pa.Ar
     if not bufs:
         raise CorruptFileError(where, f"{kind} compression has no buffer to read")
     ch = bufs[0]
+    if codecs23.handles(enc, bufs, block):  # Range, Delta, ... (2.3)
+        if kind == "fixed_size_list":  # a 2.3 block of such lists is laid out row by row
+            s, n = int(ch.starts[0]), int(ch.sizes[0])
+            return decode_fullzip_fixed(enc, ch.data[s : s + n], ch.total, where)
+        return codecs23.decode(enc, bufs, where, block, _decode)
     if kind == "flat":
         if enc.flat.HasField("data"):
             raise _unsupported(where, "Flat with buffer compression")

@@ -37,6 +37,7 @@ from format.file.base import (
 from format.file.container import ColumnInfo, V2Container
 from format.file.parallel import run_plans
 from format.file.v20 import random_access as ra
+from format.file.v21 import planar
 from format.file.v21 import unravel as uv
 from format.file.v21.blob import decode_blob
 from format.file.v21.constant import decode_constant
@@ -107,9 +108,9 @@ class StructuralFileReader(DataFileReader):
         self.blob_descriptions = blob_descriptions
         self._container = V2Container(file, self.path)
         self.version = self._container.version
-        if self.version not in ("2.1", "2.2"):
+        if self.version not in ("2.1", "2.2", "2.3"):
             raise UnsupportedFeatureError(
-                f"{self.path}: file version {self.version} is not read by the 2.1/2.2 reader"
+                f"{self.path}: file version {self.version} is not read by the 2.1+ reader"
             )
         self._column_of = column_map(self.path, fields, column_indices, self._container.num_columns)
         self.num_rows = self._container.num_rows
@@ -236,6 +237,9 @@ class StructuralFileReader(DataFileReader):
 
     # -- pages --------------------------------------------------------------------------
     def _layout(self, col: _Column, k: int) -> pb.PageLayout:
+        if self.version == "2.3":  # planar pages, as their 2.2 equivalent where one exists
+            where = PageWhere(self.path, f"{col.where} page {k}")
+            return planar.page_layout(self._container, col.info.pages[k], where)
         return self._container.page_message(
             col.info.pages[k], pb.PageLayout, f"{col.where} page {k}", "2.1/2.2 page-layout reader"
         )
@@ -335,8 +339,13 @@ class StructuralFileReader(DataFileReader):
                 arr = col.cache.get(k)
                 if arr is None:
                     bufs = yield list(page.buffers)
-                    decoded = self._decode_layout(layout, list(bufs), page.length, where)
-                    arr = uv.unravel(decoded, col.path, col.leaf_type, where)
+                    if isinstance(layout, planar.SparsePage):
+                        arr = planar.sparse_path_array(
+                            layout, list(bufs), page.length, col.path, col.leaf_type, where
+                        )
+                    else:
+                        decoded = self._decode_layout(layout, list(bufs), page.length, where)
+                        arr = uv.unravel(decoded, col.path, col.leaf_type, where)
                     col.cache[k] = arr
                 out = arr.slice(rows[0], wanted) if span else arr.take(pa.array(rows))
                 if len(out) != wanted:

@@ -262,7 +262,21 @@ def unravel(
             structure.append((valid, None))
     if n_slots != len(page.values):
         raise where.corrupt(f"{n_slots} visible items but {len(page.values)} values")
-    arr = to_logical(page.values, leaf_type, structure[-1][0], page.dictionary, where)
+    return assemble(structure, page.values, path, leaf_type, page.dictionary, where)
+
+
+def assemble(
+    structure: Sequence[tuple[np.ndarray | None, np.ndarray | None]],
+    values: pa.Array,
+    path: Sequence[LanceField],
+    leaf_type: pa.DataType,
+    dictionary: pa.Array | None,
+    where: PageWhere,
+) -> pa.Array:
+    """The path array from each layer's (validity, list offsets or None), outermost first,
+    and the leaf's physical values (one per slot of the innermost layer)."""
+    depth = len(structure)
+    arr = to_logical(values, leaf_type, structure[-1][0], dictionary, where)
     for j in range(depth - 2, -1, -1):
         valid, offsets = structure[j]
         t = path_type(path[j:], leaf_type)

@@ -29,13 +29,14 @@ from format.file.container import (
 )
 from format.file.v20.encode import DEFAULT_PAGE_BYTES, MAX_PAGE_BYTES
 from format.file.v20.writer import _Output, check_batch_schema, check_writer_args
+from format.file.v21 import planar
 from format.file.v21 import shred as sh
 from format.file.v21.layers import max_def
 from format.file.v21.page_encoders import EncodedPage, PageInput, TooDense, encode_page
 from format.proto import encodings_v2_0_pb2, file2_pb2, file_pb2
 from format.table.schema import LanceSchema
 
-SUPPORTED_VERSIONS = ("2.1", "2.2")
+SUPPORTED_VERSIONS = ("2.1", "2.2", "2.3")
 _PIN_SLACK = 64 * 1024
 _COLUMN_ENCODING = any_bytes(
     COLUMN_ENCODING_URL, encodings_v2_0_pb2.ColumnEncoding(values={}).SerializeToString()
@@ -79,7 +80,7 @@ def _dict_index_bits(t: pa.DataType) -> int:
 
 
 class StructuralFileWriter(DataFileWriter):
-    """Writes one Lance data file of version 2.1 or 2.2 to a binary sink, streaming."""
+    """Writes one Lance data file of version 2.1, 2.2 or 2.3 to a binary sink, streaming."""
 
     def __init__(
         self,
@@ -176,11 +177,11 @@ class StructuralFileWriter(DataFileWriter):
         """Encode `data` as one page, or split by rows when a chunk cannot hold it."""
         where = f"{self.path}: column {leaf.path.name!r}"
         try:
-            page = encode_page(self._page_input(leaf, data), where)
+            page = self._encode(leaf, data, where)
         except TooDense:
             if data.num_rows <= 1:
                 try:  # full-zip pages have no chunk limits
-                    page = encode_page(self._page_input(leaf, data), where, full_zip=True)
+                    page = self._encode(leaf, data, where, full_zip=True)
                 except TooDense:
                     raise UnsupportedFeatureError(
                         f"{where}: one row holds more nested levels than a page of this type "
@@ -193,6 +194,11 @@ class StructuralFileWriter(DataFileWriter):
             self._write_pages(leaf, sh.slice_rows(data, leaf.path, half, data.num_rows))
             return
         self._emit(leaf, data.num_rows, page)
+
+    def _encode(self, leaf: _Leaf, data: sh.Shredded, where: str, **kw: bool) -> EncodedPage:
+        inp = self._page_input(leaf, data)
+        page = encode_page(inp, where, **kw)
+        return planar.planar_page(page, inp) if self.version == "2.3" else page
 
     def _page_input(self, leaf: _Leaf, data: sh.Shredded) -> PageInput:
         path = leaf.path
@@ -240,7 +246,8 @@ class StructuralFileWriter(DataFileWriter):
             pm.buffer_offsets.append(pos)
             pm.buffer_sizes.append(size)
         pm.length = rows
-        pm.encoding.direct.encoding = any_bytes(PAGE_LAYOUT_URL, page.layout.SerializeToString())
+        url = planar.PLANAR_LAYOUT_URL if self.version == "2.3" else PAGE_LAYOUT_URL
+        pm.encoding.direct.encoding = any_bytes(url, page.layout.SerializeToString())
         pm.priority = leaf.rows_written
         leaf.rows_written += rows
 

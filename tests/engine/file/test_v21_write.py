@@ -367,8 +367,8 @@ def test_maps_are_refused_at_2_1(tmp_path: Path) -> None:
 
 
 def test_unknown_versions_and_bad_batches(tmp_path: Path) -> None:
-    with pytest.raises((UnsupportedFeatureError, InvalidInputError), match="2.3"):
-        write_dataset(pa.table({"a": [1]}), str(tmp_path / "a"), data_storage_version="2.3")
+    with pytest.raises((UnsupportedFeatureError, InvalidInputError), match="2.4"):
+        write_dataset(pa.table({"a": [1]}), str(tmp_path / "a"), data_storage_version="2.4")
     schema = LanceSchema.from_arrow(pa.schema([("a", pa.int64())]))
     store = open_store(str(tmp_path))
     w = StructuralFileWriter(store.open_write(DATA), schema, path_for_errors=DATA)
