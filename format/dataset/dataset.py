@@ -21,6 +21,7 @@ from format.dataset.cleanup import CleanupStats
 from format.dataset.compaction import CompactionMetrics
 from format.dataset.core import DatasetCore
 from format.dataset.fragment import LanceFragment, fragment_of, fragments_of
+from format.dataset.nearest import NearestSearch, nearest_table
 from format.dataset.scan import ROW_COLUMNS, Scanner
 from format.errors import (
     DatasetAlreadyExistsError,
@@ -333,12 +334,26 @@ class LanceDataset:
         physical_range: tuple[int, int] | None = None,
         readahead_bytes: int | None = None,
         batch_bytes: int | None = None,
-    ) -> Scanner:
+        nearest: dict[str, Any] | None = None,
+        prefilter: bool = False,
+    ) -> Scanner | NearestSearch:
         """Plan a scan: projection, SQL filter, limit/offset, row id columns; with one
         fragment, `physical_range` (start, stop) limits it to those physical rows. Fragments
         are decoded `fragment_readahead` at a time in background threads, queueing at most
         `readahead_bytes` of batches (at least one per thread); `batch_bytes` caps batches at
-        about that many bytes (never under 1024 rows) as well as `batch_size` rows."""
+        about that many bytes (never under 1024 rows) as well as `batch_size` rows.
+        `nearest` plans a nearest-neighbour search instead (`format.dataset.nearest`), with
+        the filter applied before it when `prefilter`."""
+        if nearest is not None:
+            return NearestSearch(
+                self._core,
+                nearest,
+                columns=columns,
+                filter=filter,
+                prefilter=prefilter,
+                with_row_id=with_row_id,
+                with_row_address=with_row_address,
+            )
         return Scanner(
             self._core,
             fragments if fragments is not None else fragments_of(self._core),
@@ -365,8 +380,23 @@ class LanceDataset:
         *,
         with_row_id: bool = False,
         with_row_address: bool = False,
+        nearest: dict[str, Any] | None = None,
+        prefilter: bool = False,
     ) -> pa.Table:
-        """Read the (projected, filtered, limited) rows as one table."""
+        """Read the (projected, filtered, limited) rows as one table; with `nearest`, the
+        nearest neighbours of a query vector (or of each of a batch), pylance's shape."""
+        if nearest is not None:
+            return nearest_table(
+                self._core,
+                nearest,
+                columns=columns,
+                filter=filter,
+                prefilter=prefilter,
+                with_row_id=with_row_id,
+                with_row_address=with_row_address,
+                limit=limit,
+                offset=offset,
+            )
         return self.scanner(
             columns,
             filter,

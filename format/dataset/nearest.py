@@ -1,0 +1,486 @@
+"""Nearest-neighbour search over a dataset version: pylance's `to_table(nearest=...)`.
+
+The plan is pylance's. With a vector index on the column (and the query's metric, if given,
+the index's): an IVF search of the index and its deltas (`format.index.vector.search`)
+finds k * refine_factor rows per query; with a refine factor they are measured again on
+their vectors and the best k kept. Fragments the index does not cover are searched exactly
+and merged, every row then measured on its vector. Without an index (or `use_index`
+false, or another metric) the search is exact. Deleted rows are never candidates. With
+`prefilter` the filter chooses the rows searched; without, it drops rows from the k found.
+
+A 2-D `q` is a batch of queries: the result has a `query_index` column first (int32) and up
+to k rows per query, in query order, each query's rows by distance, then row id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from format.dataset.core import DatasetCore
+from format.dataset.fragment import LanceFragment, fragments_of
+from format.dataset.scan import ROW_ADDRESS_FIELD, ROW_COLUMNS, ROW_ID_FIELD, Scanner
+from format.errors import ColumnNotFoundError, InvalidInputError, UnsupportedFeatureError
+from format.expr import filter_mask as _filter_mask
+from format.index.vector.distance import metric_name, paired
+from format.index.vector.flat import TopK, vector_matrix
+from format.index.vector.index import VectorIndex, open_vector_index
+from format.index.vector.search import Candidates, RowFilter, ivf_search
+from format.table.indices import IndexEntry, indices_of
+
+DISTANCE = "_distance"
+QUERY_INDEX = "query_index"
+DEFAULT_K = 10
+NEAREST_KEYS = (
+    "column",
+    "q",
+    "k",
+    "metric",
+    "nprobes",
+    "minimum_nprobes",
+    "maximum_nprobes",
+    "refine_factor",
+    "use_index",
+    "ef",
+)
+_FLOATS = (pa.float16(), pa.float32(), pa.float64())
+
+
+def _count(where: str, name: str, value: Any, minimum: int) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, (bool, float)) or not isinstance(value, (int, np.integer)):
+        raise InvalidInputError(f"{where}: {name} must be an integer, not {value!r}")
+    if value < minimum:
+        raise InvalidInputError(f"{where}: {name} must be >= {minimum}, not {value}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class NearestQuery:
+    """A validated `nearest` request against one dataset version."""
+
+    column: str
+    queries: np.ndarray  # (n, dim) float32
+    batch: bool  # q was 2-D: answer with query_index
+    k: int
+    metric: str | None
+    minimum_nprobes: int | None
+    maximum_nprobes: int | None
+    refine_factor: int | None
+    use_index: bool
+
+    @classmethod
+    def parse(cls, core: DatasetCore, nearest: Any) -> NearestQuery:
+        """Check a pylance-shaped `nearest` dict against the dataset's schema."""
+        where = f"{core.uri}: nearest"
+        if not isinstance(nearest, dict):
+            raise InvalidInputError(f"{where} must be a dict, not {type(nearest).__name__}")
+        unknown = sorted(set(nearest) - set(NEAREST_KEYS))
+        if unknown:
+            raise InvalidInputError(
+                f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(NEAREST_KEYS)})"
+            )
+        column = nearest.get("column")
+        if not isinstance(column, str):
+            raise InvalidInputError(f"{where}: 'column' must name the vector column")
+        if column not in core.lance_schema.names:
+            raise ColumnNotFoundError(f"{where}: column {column!r} is not in the dataset")
+        dtype = core.schema.field(column).type
+        if not pa.types.is_fixed_size_list(dtype) or dtype.value_type not in _FLOATS:
+            raise InvalidInputError(
+                f"{where}: column {column!r} is {dtype}, not a vector (fixed-size list of floats)"
+            )
+        queries, batch = _query_matrix(nearest.get("q"), dtype.list_size, f"{where} on {column!r}")
+        nprobes = _count(where, "nprobes", nearest.get("nprobes"), 1)
+        lo = _count(where, "minimum_nprobes", nearest.get("minimum_nprobes"), 0)
+        hi = _count(where, "maximum_nprobes", nearest.get("maximum_nprobes"), 0)
+        if nprobes is not None:
+            lo = hi = nprobes
+        if lo is not None and hi is not None and lo > hi:
+            raise InvalidInputError(f"{where}: minimum_nprobes {lo} > maximum_nprobes {hi}")
+        _count(where, "ef", nearest.get("ef"), 1)  # HNSW only: IVF indices ignore it
+        metric = nearest.get("metric")
+        use_index = nearest.get("use_index", True)
+        if not isinstance(use_index, bool):
+            raise InvalidInputError(f"{where}: use_index must be true or false")
+        return cls(
+            column=column,
+            queries=queries,
+            batch=batch,
+            k=_count(where, "k", nearest.get("k"), 1) or DEFAULT_K,
+            metric=None if metric is None else metric_name(metric, where=where),
+            minimum_nprobes=lo,
+            maximum_nprobes=hi,
+            refine_factor=_count(where, "refine_factor", nearest.get("refine_factor"), 1),
+            use_index=use_index,
+        )
+
+
+def _query_matrix(q: Any, dim: int, where: str) -> tuple[np.ndarray, bool]:
+    """The query vector(s) as an (n, dim) float32 matrix, and whether q was a batch."""
+    if q is None:
+        raise InvalidInputError(f"{where}: 'q' (the query vector) is missing")
+    if isinstance(q, (pa.ChunkedArray, pa.Array)):
+        q = q.to_pylist() if pa.types.is_list(q.type) or pa.types.is_fixed_size_list(q.type) else q
+    try:
+        arr = np.asarray(q.to_numpy(zero_copy_only=False) if isinstance(q, pa.Array) else q)
+        arr = arr.astype(np.float32)
+    except (TypeError, ValueError):
+        raise InvalidInputError(
+            f"{where}: 'q' must be a vector of numbers or a list of them"
+        ) from None
+    if arr.ndim not in (1, 2) or arr.size == 0:
+        raise InvalidInputError(f"{where}: 'q' must be one vector or a non-empty list of vectors")
+    batch = arr.ndim == 2
+    matrix = arr if batch else arr[None, :]
+    if matrix.shape[1] != dim:
+        raise InvalidInputError(
+            f"{where}: query vector has {matrix.shape[1]} values, the column {dim}"
+        )
+    return np.ascontiguousarray(matrix), batch
+
+
+class RowLocator:
+    """Where row ids live in one version: which are live, and their row addresses."""
+
+    def __init__(self, core: DatasetCore, fragments: Sequence[LanceFragment]) -> None:
+        self._frags = {f.fragment_id: f for f in fragments}
+        self._stable = core.manifest.uses_stable_row_ids
+        ids = np.array(sorted(self._frags), dtype=np.uint64)
+        self._frag_ids = ids
+        self._physical = np.array([self._frags[int(i)].physical_rows for i in ids], np.uint64)
+        deleted = [
+            (np.uint64(f.fragment_id) << np.uint64(32)) | f.deleted_offsets.astype(np.uint64)
+            for f in fragments
+            if f.num_deletions
+        ]
+        self._deleted = np.sort(np.concatenate(deleted)) if deleted else np.empty(0, np.uint64)
+        if self._stable:
+            row_ids, addresses = [], []
+            for f in fragments:
+                rid = f.row_ids
+                if rid is None:
+                    continue
+                row_ids.append(np.asarray(rid, dtype=np.uint64))
+                base = np.uint64(f.fragment_id) << np.uint64(32)
+                addresses.append(base + np.arange(f.physical_rows, dtype=np.uint64))
+            all_ids = np.concatenate(row_ids) if row_ids else np.empty(0, np.uint64)
+            order = np.argsort(all_ids, kind="stable")
+            self._sorted_ids = all_ids[order]
+            self._sorted_addr = (
+                np.concatenate(addresses)[order] if addresses else np.empty(0, np.uint64)
+            )
+
+    def addresses(self, row_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Row addresses of `row_ids` and whether each is a live row of this version."""
+        ids = np.asarray(row_ids, dtype=np.uint64)
+        if self._stable:
+            pos = np.searchsorted(self._sorted_ids, ids)
+            inside = pos < len(self._sorted_ids)
+            found = inside.copy()
+            found[inside] = self._sorted_ids[pos[inside]] == ids[inside]
+            addr = np.zeros(len(ids), np.uint64)
+            addr[found] = self._sorted_addr[pos[found]]
+        else:
+            addr, found = ids, np.ones(len(ids), dtype=bool)
+        frag = addr >> np.uint64(32)
+        offset = addr & np.uint64(0xFFFFFFFF)
+        slot = np.searchsorted(self._frag_ids, frag)
+        known = slot < len(self._frag_ids)
+        known[known] = self._frag_ids[slot[known]] == frag[known]
+        live = found & known
+        live[live] = offset[live] < self._physical[slot[live]]
+        if len(self._deleted):
+            hit = np.searchsorted(self._deleted, addr)
+            gone = hit < len(self._deleted)
+            gone[gone] = self._deleted[hit[gone]] == addr[gone]
+            live &= ~gone
+        return addr, live
+
+    def live(self, row_ids: np.ndarray) -> np.ndarray:
+        """Which of `row_ids` are live rows of this version."""
+        return self.addresses(row_ids)[1]
+
+    def take(
+        self, row_ids: np.ndarray, projection: Any, read_schema: pa.Schema, **row_columns: bool
+    ) -> pa.Table:
+        """The rows of live `row_ids`, in the order given (read_schema: projection + row
+        id columns as asked by `with_row_id` / `with_row_address`)."""
+        addr, live = self.addresses(row_ids)
+        if not live.all():
+            raise InvalidInputError("take of a row id that is not a live row")
+        frag = addr >> np.uint64(32)
+        pieces, order = [], []
+        for fid in np.unique(frag):
+            sel = np.flatnonzero(frag == fid)
+            offsets = addr[sel] & np.uint64(0xFFFFFFFF)
+            uniq, inverse = np.unique(offsets, return_inverse=True)
+            batch = self._frags[int(fid)].take_physical(
+                projection, read_schema, uniq, **row_columns
+            )
+            pieces.append(batch.take(pa.array(inverse)))
+            order.append(sel)
+        if not pieces:
+            return read_schema.empty_table()
+        table = pa.Table.from_batches(pieces, schema=read_schema)
+        positions = np.empty(len(row_ids), dtype=np.int64)
+        positions[np.concatenate(order)] = np.arange(len(row_ids))
+        return table.take(pa.array(positions))
+
+
+def _vector_index(core: DatasetCore, column: str) -> list[IndexEntry]:
+    """The index (and its deltas: same name) pylance would use for `column`, or []."""
+    field_id = core.lance_schema.field(column).id
+    entries = indices_of(core.manifest)
+    first = next((e for e in entries if field_id in e.field_ids), None)
+    if first is None:
+        return []
+    return [e for e in entries if e.name == first.name]
+
+
+def _open(core: DatasetCore, entry: IndexEntry) -> VectorIndex:
+    base = entry.pb.base_id if entry.pb.HasField("base_id") else None
+    store, directory = core.resolve(entry.directory, base, relative_to_root=True)
+    return open_vector_index(store, directory, entry.uuid, entry.name)
+
+
+class NearestSearch:
+    """One planned search: query, filter and projection over a dataset version."""
+
+    def __init__(
+        self,
+        core: DatasetCore,
+        nearest: Any,
+        *,
+        columns: Sequence[str] | None = None,
+        filter: str | None = None,
+        prefilter: bool = False,
+        with_row_id: bool = False,
+        with_row_address: bool = False,
+    ) -> None:
+        self.core = core
+        self.query = NearestQuery.parse(core, nearest)
+        if not isinstance(prefilter, bool):
+            raise InvalidInputError(f"{core.uri}: prefilter must be true or false")
+        names = list(core.lance_schema.names) if columns is None else list(columns)
+        if self.query.batch and (QUERY_INDEX in core.lance_schema.names or QUERY_INDEX in names):
+            raise InvalidInputError(
+                f"{core.uri}: a batch of queries adds {QUERY_INDEX!r}, a column of the dataset"
+            )
+        self.names = names
+        data = [c for c in names if c != DISTANCE]
+        self._fragments = fragments_of(core)
+        # the scanner checks columns and filter, and knows the projection's schema
+        scanner = Scanner(
+            core,
+            self._fragments,
+            columns=data,
+            filter=filter,
+            with_row_id=with_row_id,
+            with_row_address=with_row_address,
+        )
+        if scanner._paths:
+            raise UnsupportedFeatureError(
+                f"{core.uri}: nested field paths ({', '.join(scanner._paths)}) in the columns "
+                "of a nearest-neighbour search; name their top-level columns"
+            )
+        self._scanner = scanner
+        self.filter = filter
+        self.prefilter = prefilter
+        self.entries = _vector_index(core, self.query.column) if self.query.use_index else []
+        self.indices = [_open(core, e) for e in self.entries]
+        if self.indices and self.query.metric not in (None, self.indices[0].metric):
+            self.indices, self.entries = [], []  # another metric: pylance searches exactly
+        self.metric = self.indices[0].metric if self.indices else self.query.metric or "l2"
+        self._locator: RowLocator | None = None
+
+    # -- schema ---------------------------------------------------------------------------
+    @property
+    def schema(self) -> pa.Schema:
+        """The schema of the result."""
+        base = self._scanner.projected_schema
+        fields = list(base)
+        at = self.names.index(DISTANCE) if DISTANCE in self.names else None
+        distance = pa.field(DISTANCE, pa.float32())
+        if at is None:
+            rows = [f for f in fields if f.name in ROW_COLUMNS and f.name not in self.names]
+            fields = [f for f in fields if f not in rows] + [distance] + rows
+        else:
+            fields.insert(at, distance)
+        if self.query.batch:
+            fields.insert(0, pa.field(QUERY_INDEX, pa.int32(), nullable=False))
+        return pa.schema(fields, metadata=base.metadata)
+
+    # -- execution ------------------------------------------------------------------------
+    @property
+    def locator(self) -> RowLocator:
+        if self._locator is None:
+            self._locator = RowLocator(self.core, self._fragments)
+        return self._locator
+
+    def _scan(self, fragments: Sequence[LanceFragment], columns: list[str], filtered: bool):
+        return Scanner(
+            self.core,
+            fragments,
+            columns=columns,
+            filter=self.filter if filtered else None,
+            with_row_id=True,
+        ).to_batches()
+
+    def _exact(self, fragments: Sequence[LanceFragment], k: int) -> Candidates:
+        """The k nearest rows per query among `fragments` (filtered when prefiltering)."""
+        top = TopK(self.metric, self.query.queries, k)
+        col = self.query.column
+        for batch in self._scan(fragments, [col], self.prefilter and self.filter is not None):
+            ids = batch.column(ROW_ID_FIELD.name).to_numpy().astype(np.uint64, copy=False)
+            top.add(ids, batch.column(col))
+        return Candidates(*top.result())
+
+    def _measure(self, found: Candidates) -> Candidates:
+        """`found` measured again on the rows' vectors (rows without a vector dropped)."""
+        if not len(found.query):
+            return found
+        uniq, inverse = np.unique(found.row_ids, return_inverse=True)
+        schema = self.core.lance_schema.project([self.query.column])
+        read = schema.to_arrow(blob_descriptions=True)
+        vectors = self.locator.take(uniq, schema, read).column(0).combine_chunks()
+        keep = np.asarray(vectors.is_valid())[inverse]
+        dist = paired(self.metric, vector_matrix(vectors)[inverse], self.query.queries[found.query])
+        return Candidates(found.query[keep], found.row_ids[keep], dist[keep])
+
+    def _allowed(self) -> tuple[RowFilter, np.ndarray | None]:
+        """Which row ids an index search may return, and all of them when a prefilter
+        makes that a known list."""
+        locator = self.locator
+        if not (self.prefilter and self.filter is not None):
+            return locator.live, None
+        covered = self._covered()
+        ids = [
+            b.column(ROW_ID_FIELD.name).to_numpy()
+            for b in self._scan([f for f in self._fragments if f.fragment_id in covered], [], True)
+        ]
+        allowed = np.sort(np.concatenate(ids).astype(np.uint64)) if ids else np.empty(0, np.uint64)
+
+        def member(row_ids: np.ndarray) -> np.ndarray:
+            pos = np.searchsorted(allowed, row_ids)
+            inside = pos < len(allowed)
+            hit = inside.copy()
+            hit[inside] = allowed[pos[inside]] == row_ids[inside]
+            return hit
+
+        return member, allowed
+
+    def _covered(self) -> set[int]:
+        """Fragment ids the index (with its deltas) covers."""
+        covered: set[int] = set()
+        for e in self.entries:
+            if e.fragment_ids is None:  # an old index without a bitmap: take it as covering all
+                return {f.fragment_id for f in self._fragments}
+            covered |= set(e.fragment_ids)
+        return covered
+
+    def candidates(self) -> Candidates:
+        """The rows found per query, best first (before a postfilter)."""
+        q, k = self.query, self.query.k
+        if not self.indices:
+            return self._exact(self._fragments, k)
+        allowed, allowed_ids = self._allowed()
+        fetch = k * (q.refine_factor or 1)
+        found = ivf_search(
+            self.indices,
+            q.queries,
+            k,
+            fetch,
+            minimum=1 if q.minimum_nprobes is None else q.minimum_nprobes,
+            maximum=q.maximum_nprobes,
+            allowed=allowed,
+            allowed_ids=allowed_ids,
+        )
+        if q.refine_factor is not None:
+            found = self._measure(found).best(k)
+        covered = self._covered()
+        rest = [f for f in self._fragments if f.fragment_id not in covered]
+        if rest:
+            if q.refine_factor is None:
+                found = self._measure(found)
+            found = Candidates.concat([found, self._exact(rest, k)]).best(k)
+        return found
+
+    @property
+    def projected_schema(self) -> pa.Schema:
+        """The schema of the result (as a scanner names it)."""
+        return self.schema
+
+    def to_batches(self) -> Iterator[pa.RecordBatch]:
+        """The result as record batches."""
+        yield from self.to_table().to_batches()
+
+    def to_reader(self) -> pa.RecordBatchReader:
+        """The result as a record batch reader."""
+        return pa.RecordBatchReader.from_batches(self.schema, self.to_batches())
+
+    def to_table(self) -> pa.Table:
+        """Run the search: the result rows with `_distance` (and `query_index`)."""
+        found = self.candidates()
+        scanner = self._scanner
+        projection, read_schema = scanner._projection, scanner._schema
+        row_columns = {
+            "with_row_id": scanner._with_row_id,
+            "with_row_address": scanner._with_row_address,
+        }
+        postfilter = self.filter is not None and not self.prefilter
+        if postfilter:
+            wanted = scanner._filter.columns if scanner._filter is not None else []
+            extra = [c for c in wanted if c not in projection.names and c not in ROW_COLUMNS]
+            projection = self.core.lance_schema.project(list(projection.names) + extra)
+            row_columns = {"with_row_id": True, "with_row_address": True}
+            base = projection.to_arrow(blob_descriptions=True)
+            read_schema = pa.schema(
+                list(base) + [ROW_ID_FIELD, ROW_ADDRESS_FIELD], metadata=base.metadata
+            )
+        rows = self.locator.take(found.row_ids, projection, read_schema, **row_columns)
+        query, distance = found.query, found.distance
+        if postfilter:
+            keep = np.asarray(_filter_mask(rows, scanner._filter.expression).fill_null(False))
+            rows, query, distance = rows.filter(pa.array(keep)), query[keep], distance[keep]
+        out = self.schema
+        columns = []
+        for f in out:
+            if f.name == QUERY_INDEX and self.query.batch:
+                columns.append(pa.array(query.astype(np.int32), pa.int32()))
+            elif f.name == DISTANCE:
+                columns.append(pa.array(distance, pa.float32()))
+            else:
+                columns.append(rows.column(f.name))
+        return pa.Table.from_arrays(columns, schema=out)
+
+
+def nearest_table(
+    core: DatasetCore,
+    nearest: Any,
+    *,
+    columns: Sequence[str] | None = None,
+    filter: str | None = None,
+    prefilter: bool = False,
+    with_row_id: bool = False,
+    with_row_address: bool = False,
+    limit: int | None = None,
+    offset: int | None = None,
+) -> pa.Table:
+    """pylance's `to_table(nearest=..., ...)` on one version (see the module docstring)."""
+    table = NearestSearch(
+        core,
+        nearest,
+        columns=columns,
+        filter=filter,
+        prefilter=prefilter,
+        with_row_id=with_row_id,
+        with_row_address=with_row_address,
+    ).to_table()
+    start = offset or 0
+    return table.slice(start, limit) if limit is not None or start else table

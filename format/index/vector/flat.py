@@ -1,0 +1,88 @@
+"""Exact search: the IVF_FLAT storage (raw vectors per partition) and the brute-force top-k
+pylance runs over data no index covers (and over whole datasets without an index)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from format.errors import CorruptFileError
+from format.index.vector.distance import matrix, smallest, top_k_per_query
+
+FLAT_COLUMN = "flat"
+
+
+@dataclass(frozen=True)
+class FlatStorage:
+    """IVF_FLAT partitions keep the vectors themselves."""
+
+    dimension: int
+    metric: str
+
+    column = FLAT_COLUMN
+    residual = False
+
+    def load(self, vectors: pa.FixedSizeListArray, where: str) -> np.ndarray:
+        """A partition's vectors as (rows, dim) float32."""
+        if vectors.type.list_size != self.dimension:
+            raise CorruptFileError(
+                where, f"vectors of {vectors.type.list_size} values, not {self.dimension}"
+            )
+        return vector_matrix(vectors)
+
+    def distances(
+        self, vectors: np.ndarray, queries: np.ndarray, centroid: np.ndarray
+    ) -> np.ndarray:
+        """(queries, rows) distances."""
+        return matrix(self.metric, vectors, queries).astype(np.float32)
+
+
+def vector_matrix(vectors: pa.Array) -> np.ndarray:
+    """A fixed-size-list array without nulls as a (rows, dim) float32 matrix."""
+    d = vectors.type.list_size
+    values = vectors.values.to_numpy(zero_copy_only=False)
+    flat = values[vectors.offset * d :][: len(vectors) * d]
+    return np.asarray(flat, dtype=np.float32).reshape(len(vectors), d)
+
+
+class TopK:
+    """The k nearest rows per query seen so far, fed batch by batch (row ids, vectors)."""
+
+    def __init__(self, metric: str, queries: np.ndarray, k: int) -> None:
+        self.metric, self.queries, self.k = metric, queries, k
+        self._query: list[np.ndarray] = []
+        self._ids: list[np.ndarray] = []
+        self._dist: list[np.ndarray] = []
+        self._held = 0
+
+    def add(self, row_ids: np.ndarray, vectors: pa.Array) -> None:
+        """Rows of one batch; rows whose vector is null have no distance and are skipped."""
+        if vectors.null_count:
+            valid = np.asarray(vectors.is_valid())
+            row_ids, vectors = row_ids[valid], vectors.filter(pa.array(valid))
+        if not len(row_ids):
+            return
+        dist = matrix(self.metric, vector_matrix(vectors), self.queries).astype(np.float32)
+        keep = smallest(dist, self.k)
+        nq = len(self.queries)
+        self._query.append(np.repeat(np.arange(nq, dtype=np.int64), keep.shape[1]))
+        self._ids.append(row_ids[keep].ravel())
+        self._dist.append(np.take_along_axis(dist, keep, axis=1).ravel())
+        self._held += keep.size
+        if self._held > 8 * self.k * nq + 65536:
+            self._compact()
+
+    def _compact(self) -> None:
+        q, ids, dist = self.result()
+        self._query, self._ids, self._dist, self._held = [q], [ids], [dist], len(q)
+
+    def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(query index, row id, distance) of the kept rows, by (query, distance, row id)."""
+        if not self._query:
+            empty = np.empty(0, dtype=np.int64)
+            return empty, empty.astype(np.uint64), np.empty(0, dtype=np.float32)
+        q, ids, dist = (np.concatenate(x) for x in (self._query, self._ids, self._dist))
+        keep = top_k_per_query(q, ids, dist, self.k)
+        return q[keep], ids[keep], dist[keep]

@@ -1,0 +1,192 @@
+"""An open IVF vector index (IVF_FLAT, IVF_PQ, IVF_SQ as pylance 14 writes them).
+
+`index.idx` says what the index is (`lance:index`: type and metric) and holds the centroids;
+`auxiliary.idx` holds the rows, partition after partition: `_rowid` and the partition's
+storage (raw vectors, PQ codes or SQ codes) described by its `storage_metadata`. Indices are
+opened once per process (`open_vector_index`) and partitions are read on first use and kept
+in a cache bounded by bytes, shared by every index.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from format.errors import CorruptFileError, UnsupportedFeatureError
+from format.index.files import IndexFile
+from format.index.vector.distance import metric_name
+from format.index.vector.flat import FlatStorage
+from format.index.vector.ivf import IvfModel
+from format.index.vector.pq import ProductQuantizer
+from format.index.vector.sq import ScalarQuantizer
+from format.io.store import ObjectStore
+
+INDEX_FILE = "index.idx"
+STORAGE_FILE = "auxiliary.idx"
+INDEX_KEY = "lance:index"
+STORAGE_KEY = "storage_metadata"
+ROW_ID = "_rowid"
+SUPPORTED = ("IVF_FLAT", "IVF_PQ", "IVF_SQ")
+# Bytes of decoded partitions kept across queries, over all open indices.
+PARTITION_CACHE_BYTES = 256 << 20
+# Open indices kept (centroids, codebooks: small).
+OPEN_INDICES = 32
+
+Storage = FlatStorage | ProductQuantizer | ScalarQuantizer
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One partition's row ids and storage (vectors or codes), in file order."""
+
+    row_ids: np.ndarray
+    data: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.row_ids.nbytes + self.data.nbytes)
+
+
+class _PartitionCache:
+    """Least recently used partitions up to a number of bytes."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[tuple[str, int], Partition] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, int]) -> Partition | None:
+        with self._lock:
+            part = self._items.get(key)
+            if part is not None:
+                self._items.move_to_end(key)
+            return part
+
+    def put(self, key: tuple[str, int], part: Partition) -> None:
+        with self._lock:
+            if key in self._items or part.nbytes > self.max_bytes:
+                return
+            self._items[key] = part
+            self._bytes += part.nbytes
+            while self._bytes > self.max_bytes:
+                _, old = self._items.popitem(last=False)
+                self._bytes -= old.nbytes
+
+
+PARTITIONS = _PartitionCache(PARTITION_CACHE_BYTES)
+
+
+class VectorIndex:
+    """One IVF index: its type, metric, IVF model and storage, partitions read lazily."""
+
+    def __init__(self, store: ObjectStore, directory: str, name: str) -> None:
+        self.name = name
+        self.key = store.uri_of(directory)
+        with IndexFile(store, f"{directory}/{INDEX_FILE}") as index:
+            try:
+                info = json.loads(index.text(INDEX_KEY))
+                kind, metric = str(info["type"]).upper(), str(info["distance_type"])
+            except (ValueError, KeyError, TypeError) as e:
+                raise CorruptFileError(index.path, f"bad {INDEX_KEY} metadata: {e}") from None
+            if kind not in SUPPORTED:
+                raise UnsupportedFeatureError(
+                    f"{self.key}: vector index {name!r} is {kind}; Quiver searches "
+                    f"{', '.join(SUPPORTED)}"
+                )
+            self.kind = kind
+            self.metric = metric_name(metric, where=index.path)
+            self._storage_file = IndexFile(store, f"{directory}/{STORAGE_FILE}")
+            try:
+                self.ivf = IvfModel.read(index, self._storage_file)
+                self.storage = self._read_storage()
+            except BaseException:
+                self._storage_file.close()
+                raise
+        self._lock = threading.Lock()
+
+    def _read_storage(self) -> Storage:
+        f = self._storage_file
+        try:
+            metas = json.loads(f.text(STORAGE_KEY))
+            meta: dict[str, Any] = json.loads(metas[0])
+        except (ValueError, IndexError, TypeError) as e:
+            raise CorruptFileError(f.path, f"bad {STORAGE_KEY}: {e}") from None
+        dim = self.ivf.dimension
+        if self.kind == "IVF_PQ":
+            storage: Storage = ProductQuantizer.read(f, meta, self.metric)
+        elif self.kind == "IVF_SQ":
+            storage = ScalarQuantizer.read(meta, self.metric, f.path)
+        else:
+            storage = FlatStorage(dim, self.metric)
+        f.field(ROW_ID)
+        f.field(storage.column)
+        return storage
+
+    @property
+    def dimension(self) -> int:
+        return self.ivf.dimension
+
+    def partition(self, p: int) -> Partition:
+        """Partition `p`'s row ids and storage, from the cache or the file."""
+        key = (self.key, p)
+        part = PARTITIONS.get(key)
+        if part is not None:
+            return part
+        start = int(self.ivf.offsets[p])
+        stop = start + int(self.ivf.lengths[p])
+        f = self._storage_file
+        with self._lock:  # one reader per file: its page caches are not shared safely
+            table = f.read([ROW_ID, self.storage.column], start, stop)
+        ids = table.column(ROW_ID).combine_chunks()
+        codes = table.column(self.storage.column).combine_chunks()
+        if ids.null_count or codes.null_count:
+            raise CorruptFileError(f.path, f"partition {p} has null row ids or codes")
+        part = Partition(
+            ids.to_numpy().astype(np.uint64, copy=False), self.storage.load(codes, f.path)
+        )
+        PARTITIONS.put(key, part)
+        return part
+
+    def distances(self, p: int, data: np.ndarray, queries: np.ndarray) -> np.ndarray:
+        """(queries, rows) distances from queries (normalised for cosine) to some rows of
+        partition `p` (`data`: a selection of the partition's storage)."""
+        return self.storage.distances(data, queries, self.ivf.centroids[p])
+
+    def select(self, part: Partition, keep: np.ndarray) -> np.ndarray:
+        """The storage of the rows `keep` (a boolean mask) of a partition."""
+        if self.kind == "IVF_PQ":
+            return part.data[:, keep]
+        return part.data[keep]
+
+    def close(self) -> None:
+        self._storage_file.close()
+
+
+_OPEN: OrderedDict[tuple[str, str], VectorIndex] = OrderedDict()
+_OPEN_LOCK = threading.Lock()
+
+
+def open_vector_index(store: ObjectStore, directory: str, uuid: str, name: str) -> VectorIndex:
+    """The index in `directory` of `store`, opened once per process (by URI and uuid)."""
+    key = (store.uri_of(directory), uuid)
+    with _OPEN_LOCK:
+        found = _OPEN.get(key)
+        if found is not None:
+            _OPEN.move_to_end(key)
+            return found
+    index = VectorIndex(store, directory, name)
+    with _OPEN_LOCK:
+        found = _OPEN.get(key)
+        if found is not None:
+            index.close()
+            return found
+        _OPEN[key] = index
+        while len(_OPEN) > OPEN_INDICES:
+            _OPEN.popitem(last=False)  # not closed: a search may still hold it (GC closes)
+        return index

@@ -1,0 +1,185 @@
+"""Nearest-neighbour search in the engine against pylance 14's `to_table(nearest=...)` on the
+same datasets: IVF_FLAT, IVF_PQ and IVF_SQ indices built by pylance with each metric, rows
+appended after the index (searched exactly and merged) and deleted rows, with and without
+filters, prefilter, refine factors and batches of queries; flat search when no index."""
+
+from __future__ import annotations
+
+import itertools
+
+import lance
+import numpy as np
+import pytest
+from vectors import DIM, KINDS, METRICS, assert_same_neighbours, build, pylance_nearest
+
+from format.dataset import dataset
+from format.errors import ColumnNotFoundError, InvalidInputError, UnsupportedFeatureError
+
+pytestmark = pytest.mark.compat
+
+OPTIONS = [
+    {},
+    {"columns": ["id"], "with_row_id": True},
+    {"filter": "id % 3 = 0"},  # a postfilter: fewer than k rows may remain
+    {"filter": "id % 3 = 0", "prefilter": True},
+    {"filter": "id < 40", "prefilter": True},  # fewer matching rows than k
+    {"filter": "cat = 'c1'", "prefilter": True, "columns": ["cat", "_distance", "id"]},
+]
+SEARCHES = [
+    {"nprobes": 2},
+    {"nprobes": 3, "refine_factor": 3},
+    {"nprobes": 1, "k": 25},
+    {"nprobes": 6},
+]
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], str]:
+    """One dataset per index type and metric (indexed, appended to, deleted from)."""
+    root = tmp_path_factory.mktemp("vectors")
+    return {
+        (kind, metric): build(root / f"{kind}_{metric}.lance", kind, metric)
+        for kind, metric in itertools.product(KINDS, METRICS)
+    }
+
+
+def queries(seed: int, n: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return list(rng.standard_normal((n, DIM)).astype(np.float32))
+
+
+def compare(uri: str, what: str, **kwargs: object) -> None:
+    ours = dataset(uri).to_table(**kwargs)
+    assert_same_neighbours(ours, pylance_nearest(uri, **kwargs), what)
+
+
+@pytest.mark.parametrize("metric", METRICS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_index_search_matches_pylance(indexed, kind: str, metric: str) -> None:
+    uri = indexed[(kind, metric)]
+    for i, q in enumerate(queries(KINDS.index(kind) * 3 + METRICS.index(metric), 1)):
+        for options, search in itertools.product(OPTIONS, SEARCHES):
+            nearest = {"column": "vec", "q": q, "k": 10, **search}
+            compare(
+                uri, f"{kind}/{metric} query {i} {options} {search}", nearest=nearest, **options
+            )
+
+
+def test_metric_other_than_the_index_searches_exactly(indexed) -> None:
+    uri = indexed[("IVF_PQ", "l2")]
+    for q in queries(3, 2):
+        for metric in ("cosine", "dot"):
+            nearest = {"column": "vec", "q": q, "k": 7, "nprobes": 1, "metric": metric}
+            compare(uri, f"metric {metric} on an l2 index", nearest=nearest, columns=["id"])
+
+
+def test_flat_search_is_exact(tmp_path) -> None:
+    uri = build(tmp_path / "flat.lance", None)
+    ours = dataset(uri)
+    table = ours.to_table(columns=["vec", "id"])
+    vectors = np.stack(table.column("vec").to_numpy(zero_copy_only=False)).astype(np.float64)
+    ids = table.column("id").to_numpy()
+    for q, metric in zip(queries(4, 3), METRICS, strict=True):
+        x = q.astype(np.float64)
+        if metric == "l2":
+            exact = ((vectors - x) ** 2).sum(1)
+        elif metric == "dot":
+            exact = 1 - vectors @ x
+        else:
+            exact = 1 - vectors @ x / (np.linalg.norm(vectors, axis=1) * np.linalg.norm(x))
+        best = np.argsort(exact, kind="stable")[:12]
+        got = ours.to_table(
+            nearest={"column": "vec", "q": q, "k": 12, "metric": metric}, columns=["id"]
+        )
+        assert got.column("id").to_numpy().tolist() == ids[best].tolist(), metric
+        assert np.allclose(got.column("_distance").to_numpy(), exact[best], rtol=1e-5, atol=1e-6)
+        for options in OPTIONS:
+            nearest = {"column": "vec", "q": q, "k": 12, "metric": metric}
+            compare(uri, f"flat {metric} {options}", nearest=nearest, **options)
+
+
+def test_use_index_false_searches_exactly(indexed) -> None:
+    uri = indexed[("IVF_SQ", "cosine")]
+    for q in queries(5, 2):
+        nearest = {"column": "vec", "q": q, "k": 9, "use_index": False, "metric": "cosine"}
+        compare(uri, "use_index false", nearest=nearest, filter="id > 100", prefilter=True)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_batches_of_queries_match_pylance(indexed, kind: str) -> None:
+    uri = indexed[(kind, "l2")]
+    batch = np.stack(queries(6, 5))
+    for search in ({"nprobes": 2}, {"nprobes": 2, "refine_factor": 2}, {"use_index": False}):
+        for options in ({"columns": ["id"], "with_row_id": True}, {"filter": "id % 2 = 0"}):
+            nearest = {"column": "vec", "q": batch, "k": 6, **search}
+            compare(uri, f"batch {kind} {search} {options}", nearest=nearest, **options)
+    one = dataset(uri).to_table(nearest={"column": "vec", "q": batch[2], "k": 6, "nprobes": 2})
+    many = dataset(uri).to_table(nearest={"column": "vec", "q": batch, "k": 6, "nprobes": 2})
+    third = many.filter(many.column("query_index").to_numpy() == 2).drop(["query_index"])
+    assert third.equals(one)
+
+
+@pytest.mark.parametrize("kind", ["IVF_PQ", "IVF_FLAT"])
+def test_stable_row_ids(tmp_path, kind: str) -> None:
+    uri = build(tmp_path / "stable.lance", kind, "l2", stable=True)
+    for q in queries(7, 2):
+        for options in OPTIONS[:4]:
+            for search in SEARCHES[:2]:
+                nearest = {"column": "vec", "q": q, "k": 10, **search}
+                compare(uri, f"stable {kind} {options} {search}", nearest=nearest, **options)
+
+
+def test_index_deltas_and_default_probes(tmp_path) -> None:
+    """optimize_indices without merging makes a delta index over the new fragment; both are
+    searched (and without nprobes, the default probing)."""
+    uri = build(tmp_path / "deltas.lance", "IVF_PQ", "l2", delete=None)
+    ds = lance.dataset(uri)
+    ds.optimize.optimize_indices(num_indices_to_merge=0)
+    assert len(lance.dataset(uri).list_indices()) == 2
+    lance.dataset(uri).delete("id % 13 = 1")
+    for q in queries(8, 3):
+        for search in ({"nprobes": 2}, {}, {"minimum_nprobes": 2}, {"refine_factor": 2}):
+            for options in ({}, {"filter": "id < 30", "prefilter": True}):
+                nearest = {"column": "vec", "q": q, "k": 10, **search}
+                compare(uri, f"deltas {search} {options}", nearest=nearest, **options)
+
+
+def test_scanner_and_batches_carry_the_search(indexed) -> None:
+    uri = indexed[("IVF_FLAT", "dot")]
+    q = queries(9, 1)[0]
+    nearest = {"column": "vec", "q": q, "k": 5, "nprobes": 2}
+    ds = dataset(uri)
+    scanner = ds.scanner(nearest=nearest, columns=["id"], filter="id > 10", prefilter=True)
+    table = scanner.to_table()
+    assert scanner.projected_schema == table.schema
+    batches = ds.to_batches(nearest=nearest, columns=["id"], filter="id > 10", prefilter=True)
+    assert sum(b.num_rows for b in batches) == table.num_rows == 5
+    limited = ds.to_table(nearest=nearest, columns=["id"], limit=2, offset=1)
+    assert limited.equals(table.slice(1, 2)) or limited.num_rows == 2
+
+
+def test_bad_requests_name_what_is_wrong(indexed) -> None:
+    ds = dataset(indexed[("IVF_PQ", "l2")])
+    q = queries(10, 1)[0]
+    cases = [
+        ({"column": "nope", "q": q}, ColumnNotFoundError, "nope"),
+        ({"column": "id", "q": q}, InvalidInputError, "not a vector"),
+        ({"column": "vec", "q": q[:5]}, InvalidInputError, "5 values"),
+        ({"column": "vec", "q": q, "k": 0}, InvalidInputError, "k must be >= 1"),
+        ({"column": "vec", "q": q, "nprobes": 0}, InvalidInputError, "nprobes"),
+        ({"column": "vec", "q": q, "refine_factor": 0}, InvalidInputError, "refine_factor"),
+        ({"column": "vec", "q": q, "metric": "manhattan"}, InvalidInputError, "manhattan"),
+        ({"column": "vec", "q": q, "metric": "hamming"}, UnsupportedFeatureError, "hamming"),
+        ({"column": "vec", "q": q, "nprobs": 2}, InvalidInputError, "nprobs"),
+        ({"column": "vec", "q": "abc"}, InvalidInputError, "'q'"),
+        ({"column": "vec"}, InvalidInputError, "'q'"),
+        (
+            {"column": "vec", "q": q, "minimum_nprobes": 3, "maximum_nprobes": 2},
+            InvalidInputError,
+            "minimum_nprobes",
+        ),
+    ]
+    for nearest, error, text in cases:
+        with pytest.raises(error, match=text) as info:
+            ds.to_table(nearest=nearest)
+        assert ds.uri in str(info.value), str(info.value)

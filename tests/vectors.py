@@ -1,0 +1,87 @@
+"""Vector datasets indexed by pylance, and the comparison of nearest-neighbour results, shared
+by the engine, Flight and Spark tests of vector search."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+DIM = 16
+KINDS = ("IVF_FLAT", "IVF_PQ", "IVF_SQ")
+METRICS = ("l2", "cosine", "dot")
+
+
+def vector_table(rows: int, start: int, seed: int, dim: int = DIM) -> pa.Table:
+    """`rows` rows: id from `start`, a category, and a float32 vector (offset from 0, so
+    cosine and dot differ from l2)."""
+    rng = np.random.default_rng(seed)
+    vec = rng.standard_normal((rows, dim)).astype(np.float32) + 0.25
+    ids = np.arange(start, start + rows)
+    return pa.table(
+        {
+            "id": ids,
+            "cat": pa.array([f"c{i % 4}" for i in ids]),
+            "vec": pa.FixedSizeListArray.from_arrays(pa.array(vec.ravel()), dim),
+        }
+    )
+
+
+def build(
+    path: Path,
+    kind: str | None,
+    metric: str = "l2",
+    *,
+    rows: int = 2400,
+    stable: bool = False,
+    appended: int = 300,
+    delete: str | None = "id % 11 = 0",
+    partitions: int = 6,
+) -> str:
+    """A dataset written and indexed by pylance (no index when `kind` is None), then grown
+    by an unindexed append and thinned by a delete."""
+    import lance
+
+    uri = str(path)
+    ds = lance.write_dataset(
+        vector_table(rows, 0, 1), uri, max_rows_per_file=rows // 3, enable_stable_row_ids=stable
+    )
+    if kind is not None:
+        params = {"num_partitions": partitions}
+        if kind == "IVF_PQ":
+            params["num_sub_vectors"] = 4
+        ds.create_index("vec", kind, metric=metric, **params)
+    if appended:
+        ds = lance.write_dataset(vector_table(appended, rows, 2), uri, mode="append")
+    if delete:
+        ds.delete(delete)
+    return uri
+
+
+def pylance_nearest(uri: str, **kwargs: object) -> pa.Table:
+    """pylance's answer (its deprecation warnings about `_distance` silenced)."""
+    import lance
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return lance.dataset(uri).to_table(**kwargs)
+
+
+def assert_same_neighbours(ours: pa.Table, ref: pa.Table, what: str) -> None:
+    """The same schema, the same rows in the same order, every column equal but `_distance`,
+    which must agree within 1e-4 relative."""
+    assert ours.schema.equals(ref.schema, check_metadata=False), (
+        f"{what}: schema differs\nours:\n{ours.schema}\npylance:\n{ref.schema}"
+    )
+    assert ours.num_rows == ref.num_rows, f"{what}: {ours.num_rows} rows, pylance {ref.num_rows}"
+    for name in ref.column_names:
+        a, b = ours.column(name), ref.column(name)
+        if name == "_distance":
+            x, y = a.to_numpy(), b.to_numpy()
+            assert np.allclose(x, y, rtol=1e-4, atol=1e-6, equal_nan=True), (
+                f"{what}: distances differ\nours:    {x}\npylance: {y}"
+            )
+        else:
+            assert a.equals(b), f"{what}: column {name!r} differs\nours: {a}\npylance: {b}"
