@@ -17,8 +17,8 @@ from format.expr import compile_filter
 
 pytestmark = pytest.mark.compat
 
-# The structural (2.1/2.2) versions of the corpus, written once per session.
-STRUCTURAL_VERSIONS = ("2.1", "2.2")
+# The structural (2.1+) versions of the corpus, written once per session.
+STRUCTURAL_VERSIONS = ("2.1", "2.2", "2.3")
 
 
 # (storage version, dataset) -> why Quiver does not read it yet.
@@ -27,14 +27,14 @@ NOT_READ_YET: dict[tuple[str, str], str] = {}
 
 @pytest.fixture(scope="session")
 def structural_corpus(tmp_path_factory: pytest.TempPathFactory) -> list[CorpusDataset]:
-    """The corpus at the 2.1 and 2.2 storage versions (minus `NOT_READ_YET`)."""
+    """The corpus at the 2.1, 2.2 and 2.3 storage versions (minus `NOT_READ_YET`)."""
     built = build_corpus(tmp_path_factory.mktemp("corpus_v21"), STRUCTURAL_VERSIONS)
     return [ds for ds in built if (ds.storage_version, ds.name) not in NOT_READ_YET]
 
 
 @pytest.fixture
 def corpus(corpus, structural_corpus):
-    """Every corpus dataset: legacy and 2.0 (conftest) plus 2.1 and 2.2."""
+    """Every corpus dataset: legacy and 2.0 (conftest) plus 2.1, 2.2 and 2.3."""
     return [*corpus, *structural_corpus]
 
 

@@ -58,7 +58,7 @@ class IndexFile:
             from format.file.v20 import V2FileReader
 
             cls: type[DataFileReader] = V2FileReader
-        elif version in ("2.1", "2.2"):
+        elif version in ("2.1", "2.2", "2.3"):
             from format.file.v21.reader import StructuralFileReader
 
             cls = StructuralFileReader

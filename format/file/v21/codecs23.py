@@ -74,6 +74,8 @@ def has_payload(enc: pb.CompressiveEncoding) -> bool:
         return enc.delta.HasField("deltas") and has_payload(enc.delta.deltas)
     if kind == "dictionary":
         return has_payload(enc.dictionary.indices) or has_payload(enc.dictionary.items)
+    if kind == "rle":
+        return has_payload(enc.rle.values) or has_payload(enc.rle.run_lengths)
     return True
 
 
@@ -162,6 +164,8 @@ def _frames(ch: object, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 
 def rle_values(enc: pb.Rle, bufs: list, where: str, block: bool, inner: Inner) -> pa.Array:
     """Rle with any run-value encoding and 8..64-bit run lengths (framed, one buffer)."""
+    if not (has_payload(enc.values) or has_payload(enc.run_lengths)):
+        return _metadata_rle(enc, bufs[0], _counts(bufs), where, inner)
     lengths_enc = enc.run_lengths
     if lengths_enc.WhichOneof("compression") != "flat":
         raise UnsupportedFeatureError(f"{where}: Rle run lengths that are not Flat")
@@ -192,10 +196,34 @@ def rle_values(enc: pb.Rle, bufs: list, where: str, block: bool, inner: Inner) -
     return vals.take(pa.array(np.repeat(np.arange(len(lengths)), lengths)))
 
 
+def _metadata_rle(
+    enc: pb.Rle, ch: object, counts: np.ndarray, where: str, inner: Inner
+) -> pa.Array:
+    """Rle whose run values and lengths both live in the metadata (e.g. two Ranges): per
+    chunk, as many runs as it takes for the lengths to add up to its count."""
+    Chunks = type(ch)
+    none = np.zeros(len(counts), dtype=I64)
+    meta = Chunks(np.zeros(0, np.uint8), none, none, counts)  # at most `count` runs a chunk
+    lengths = np.asarray(inner(enc.run_lengths, [meta], where, True).to_numpy()).astype(I64)
+    if (lengths <= 0).any():
+        raise CorruptFileError(where, "Rle with a run of length 0")
+    firsts = np.cumsum(counts) - counts
+    within = np.cumsum(lengths) - np.repeat(np.cumsum(lengths)[firsts - 1] * (firsts > 0), counts)
+    runs = np.zeros(len(counts), dtype=I64)
+    for i, (f, c) in enumerate(zip(firsts.tolist(), counts.tolist(), strict=True)):
+        k = int(np.searchsorted(within[f : f + c], c)) + 1 if c else 0
+        if c and (k > c or within[f + k - 1] != c):
+            raise CorruptFileError(where, f"Rle runs of chunk {i} do not add up to {c} values")
+        runs[i] = k
+    keep = np.concatenate([np.arange(f, f + k) for f, k in zip(firsts, runs, strict=True)])
+    vals = inner(enc.values, [Chunks(meta.data, none, none, runs)], where, True)
+    return vals.take(pa.array(np.repeat(np.arange(len(keep)), lengths[keep.astype(I64)])))
+
+
 def variable_values(enc: pb.Variable, bufs: list, where: str, inner: Inner) -> pa.Array:
     """Variable with generic offsets: per chunk `count + 1` offsets (any encoding) from 0
     into the chunk's byte buffer (the next buffer). Returns large_binary."""
-    if len(bufs) < 2:
+    if len(bufs) < 2 and has_payload(enc.offsets):
         kind = enc.offsets.WhichOneof("compression")
         raise UnsupportedFeatureError(
             f"{where}: Variable offsets compressed with {kind} in one buffer (2.3 writes such "
@@ -203,7 +231,8 @@ def variable_values(enc: pb.Variable, bufs: list, where: str, inner: Inner) -> p
         )
     if enc.HasField("values"):
         raise UnsupportedFeatureError(f"{where}: Variable with compressed value bytes")
-    offs_ch, data_ch = bufs[0], bufs[1]
+    # offsets without a payload (e.g. a Range) leave the chunk's one buffer to the bytes
+    offs_ch, data_ch = (bufs[0], bufs[1]) if has_payload(enc.offsets) else (bufs[0], bufs[0])
     counts = _counts(bufs)
     Chunks = type(offs_ch)
     arr = inner(

@@ -35,7 +35,7 @@ class IndexFile:
             descriptor, version = container.descriptor, container.version
         finally:
             file.close()
-        if version not in ("2.0", "2.1", "2.2"):
+        if version not in ("2.0", "2.1", "2.2", "2.3"):
             raise UnsupportedFeatureError(f"{self.path}: index file version {version} is not read")
         self.schema = LanceSchema.from_protos(
             descriptor.schema.fields, dict(descriptor.schema.metadata), where=self.path
