@@ -14,15 +14,17 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from format.dataset import cleanup, compaction, evolution
+from format.dataset import take as _take
 from format.dataset import write as _write
 from format.dataset.cleanup import CleanupStats
 from format.dataset.compaction import CompactionMetrics
 from format.dataset.core import DatasetCore
 from format.dataset.fragment import LanceFragment, fragment_of, fragments_of
 from format.dataset.nearest import NearestSearch, nearest_table
-from format.dataset.scan import ROW_COLUMNS, Scanner
+from format.dataset.scan import Scanner
 from format.errors import (
     DatasetAlreadyExistsError,
     InvalidInputError,
@@ -82,56 +84,6 @@ def write_dataset(
             config=config,
         )
     )
-
-
-def _take_rows(table: pa.Table, positions: pa.Array) -> pa.Table:
-    """`table.take(positions)`, but dictionary columns whose chunks have different dictionaries are
-    decoded, taken and re-encoded (Arrow can't unify dictionaries holding nulls), as pylance
-    returns them."""
-    columns = []
-    for field, column in zip(table.schema, table.columns, strict=True):
-        if pa.types.is_dictionary(field.type) and _several_dictionaries(column):
-            values = column.cast(field.type.value_type).take(positions)
-            column = values.dictionary_encode().cast(field.type)
-        else:
-            column = column.take(positions)
-        columns.append(column)
-    return pa.Table.from_arrays(columns, schema=table.schema)
-
-
-def _pruned_projection(
-    schema: LanceSchema, columns: Sequence[str]
-) -> tuple[LanceSchema, list[str]]:
-    """The top-level columns `columns` name (directly or by a path into a struct), each
-    pruned to what was named, in order of first mention; and the output column names
-    (row id columns included)."""
-    keep: dict[str, set[int] | None] = {}  # top-level column -> ids kept (None: all)
-    names: list[str] = []
-    for c in columns:
-        top, wanted = c, None
-        if c not in schema.names and c not in ROW_COLUMNS:
-            top, *path = c.split(".")
-            field = schema.field(top)
-            for part in path:
-                field = next(ch for ch in field.children if ch.name == part)
-            wanted = {g.id for g in field.walk()}
-        if top not in names:
-            names.append(top)
-        if top not in schema.names:
-            continue  # a row id column: not read from the data files
-        kept = keep.get(top, set())
-        keep[top] = None if wanted is None or kept is None else kept | wanted
-    fields = [
-        schema.field(top) if ids is None else schema.field(top).project_ids(ids)
-        for top, ids in keep.items()
-    ]
-    return LanceSchema(fields, schema.metadata), names
-
-
-def _several_dictionaries(column: pa.ChunkedArray) -> bool:
-    """Whether the chunks of a dictionary column have different dictionaries."""
-    first = column.chunks[0].dictionary if column.num_chunks else None
-    return any(not c.dictionary.equals(first) for c in column.chunks[1:])
 
 
 def _local_time(ns: int) -> dt.datetime:
@@ -321,8 +273,8 @@ class LanceDataset:
 
     def scanner(
         self,
-        columns: Sequence[str] | None = None,
-        filter: str | None = None,
+        columns: Sequence[str] | dict[str, str] | None = None,
+        filter: str | pc.Expression | None = None,
         limit: int | None = None,
         offset: int | None = None,
         batch_size: int | None = None,
@@ -337,7 +289,8 @@ class LanceDataset:
         nearest: dict[str, Any] | None = None,
         prefilter: bool = False,
     ) -> Scanner | NearestSearch:
-        """Plan a scan: projection, SQL filter, limit/offset, row id columns; with one
+        """Plan a scan: projection (names, or a dict of SQL projections), filter (SQL or a
+        `pyarrow.compute.Expression`), limit/offset, row id and system columns; with one
         fragment, `physical_range` (start, stop) limits it to those physical rows. Fragments
         are decoded `fragment_readahead` at a time in background threads, queueing at most
         `readahead_bytes` of batches (at least one per thread); `batch_bytes` caps batches at
@@ -372,8 +325,8 @@ class LanceDataset:
 
     def to_table(
         self,
-        columns: Sequence[str] | None = None,
-        filter: str | None = None,
+        columns: Sequence[str] | dict[str, str] | None = None,
+        filter: str | pc.Expression | None = None,
         limit: int | None = None,
         offset: int | None = None,
         batch_size: int | None = None,
@@ -411,7 +364,7 @@ class LanceDataset:
         """Stream rows as record batches (same options as `scanner`)."""
         return self.scanner(**kwargs).to_batches()
 
-    def count_rows(self, filter: str | None = None) -> int:
+    def count_rows(self, filter: str | pc.Expression | None = None) -> int:
         """Number of live rows, optionally matching a filter."""
         if filter is None:
             return sum(f.count_rows() for f in self.get_fragments())
@@ -437,63 +390,45 @@ class LanceDataset:
     def take(
         self,
         indices: Sequence[int] | np.ndarray | pa.Array,
-        columns: Sequence[str] | None = None,
+        columns: Sequence[str] | dict[str, str] | None = None,
         *,
         with_row_id: bool = False,
         with_row_address: bool = False,
     ) -> pa.Table:
-        """Rows by position among the live rows of this version, in the order given."""
-        idx = np.asarray(indices.to_numpy() if isinstance(indices, pa.Array) else indices)
-        if idx.size and (idx.dtype.kind not in "iu" or idx.min() < 0):
-            raise InvalidInputError("take indices must be non-negative integers")
-        idx = idx.astype(np.int64, copy=False)
-        # the scanner's plan: projection, row id columns (asked for or named in `columns`)
-        scanner = self.scanner(columns, with_row_id=with_row_id, with_row_address=with_row_address)
-        schema = scanner.projected_schema
-        projection, read_schema = scanner._projection, scanner._schema
-        with_row_id, with_row_address = scanner._with_row_id, scanner._with_row_address
-        if scanner._paths:
-            # as pylance: a nested field named by path comes back inside its top-level
-            # column, pruned to the fields asked for (in schema order)
-            projection, names = _pruned_projection(self.lance_schema, columns or [])
-            base = projection.to_arrow(blob_descriptions=True)
-            extra = [f for f in scanner._schema if f.name in ROW_COLUMNS]
-            read_schema = pa.schema(list(base) + extra, metadata=base.metadata)
-            schema = pa.schema([read_schema.field(n) for n in names], metadata=base.metadata)
+        """Rows by position among the live rows of this version, in the order given
+        (`columns` a list, or a dict of SQL projections, as in `scanner`)."""
         frags = self.get_fragments()
-        counts = np.array([f.count_rows() for f in frags], dtype=np.int64)
-        starts = np.concatenate([[0], np.cumsum(counts)])
-        total = int(starts[-1])
-        if idx.size and idx.max() >= total:
-            raise InvalidInputError(
-                f"{self.uri} version {self.version}: take index {int(idx.max())} out of range "
-                f"for {total} rows"
-            )
-        which = np.searchsorted(starts, idx, side="right") - 1
-        pieces: list[pa.RecordBatch] = []
-        order: list[np.ndarray] = []
-        for fi in np.unique(which):
-            sel = np.flatnonzero(which == fi)
-            frag = frags[int(fi)]
-            live = idx[sel] - starts[fi]
-            mask = frag.live_mask
-            physical = live if mask is None else np.flatnonzero(mask)[live]
-            uniq, inverse = np.unique(physical, return_inverse=True)
-            batch = frag.take_physical(
-                projection,
-                read_schema,
-                uniq.astype(np.uint64),
-                with_row_id=with_row_id,
-                with_row_address=with_row_address,
-            )
-            pieces.append(batch.take(pa.array(inverse)))
-            order.append(sel)
-        if not pieces:
-            return schema.empty_table()
-        table = pa.Table.from_batches(pieces, schema=read_schema).select(schema.names)
-        positions = np.empty(len(idx), dtype=np.int64)
-        positions[np.concatenate(order)] = np.arange(len(idx))
-        return _take_rows(table, pa.array(positions))
+        return _take.take(self._core, frags, indices, columns, with_row_id, with_row_address)
+
+    def take_rows(
+        self,
+        row_ids: Sequence[int] | np.ndarray | pa.Array,
+        columns: Sequence[str] | dict[str, str] | None = None,
+        *,
+        with_row_id: bool = False,
+        with_row_address: bool = False,
+    ) -> pa.Table:
+        """Rows by row id (stable row ids, else row addresses), in the order given; ids of
+        deleted or missing rows are left out, as pylance's `_take_rows` does."""
+        frags = self.get_fragments()
+        return _take.take_rows(self._core, frags, row_ids, columns, with_row_id, with_row_address)
+
+    # pylance's name for it
+    _take_rows = take_rows
+
+    @property
+    def has_stable_row_ids(self) -> bool:
+        """Whether the dataset gives rows stable ids (a manifest feature flag)."""
+        return self._core.manifest.uses_stable_row_ids
+
+    @property
+    def max_field_id(self) -> int:
+        """The largest field id the schema or any data file of this version uses (a dropped
+        column's id counts while a data file still holds it), as pylance counts it."""
+        in_files = (
+            i for frag in self._core.manifest.pb.fragments for df in frag.files for i in df.fields
+        )
+        return max(max((f.id for f in self.lance_schema.walk()), default=-1), *in_files, -1)
 
     # -- mutations ----------------------------------------------------------------------
     def delete(self, predicate: str) -> None:

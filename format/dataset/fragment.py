@@ -12,12 +12,13 @@ import pyarrow as pa
 
 from format.dataset.core import DatasetCore
 from format.dataset.scan import Scanner
+from format.dataset.take import take_from_fragment
 from format.errors import CorruptFileError
 from format.file.base import DEFAULT_BATCH_SIZE, DataFileReader, split_ranges
 from format.file.open import open_data_file
 from format.proto import table_pb2
 from format.table.deletion import deletion_file_path, live_mask, read_deletion_file
-from format.table.rowids import decode_row_ids
+from format.table.rowids import decode_row_ids, decode_row_versions
 from format.table.schema import LanceField, LanceSchema
 
 ROW_ID = "_rowid"
@@ -127,6 +128,36 @@ class LanceFragment:
                 f"fragment {self.fragment_id} has {len(ids)} row ids for {self.physical_rows} rows",
             )
         return ids
+
+    def _version_sequence(self, kind: str) -> np.ndarray | None:
+        """The fragment's `kind` ("created_at" / "last_updated_at") version of every
+        physical row, or None where the fragment records none."""
+        pb = self.metadata
+        which = pb.WhichOneof(f"{kind}_version_sequence")
+        if which is None:
+            return None
+        data = getattr(pb, which)
+        if which.startswith("external_"):
+            store, path = self._core.resolve(data.path, None, relative_to_root=True)
+            with store.open(path) as f:
+                data = f.read(data.offset, data.size)
+        return decode_row_versions(
+            data, source=f"fragment {self.fragment_id} {which}", expected_len=self.physical_rows
+        )
+
+    @cached_property
+    def created_at_versions(self) -> np.ndarray:
+        """The version that created each physical row (`_row_created_at_version`); 1 where
+        the fragment records none, as pylance reads it."""
+        found = self._version_sequence("created_at")
+        return np.ones(self.physical_rows, np.uint64) if found is None else found
+
+    @cached_property
+    def last_updated_at_versions(self) -> np.ndarray:
+        """The version that last changed each physical row (`_row_last_updated_at_version`);
+        its created version where the fragment records none."""
+        found = self._version_sequence("last_updated_at")
+        return self.created_at_versions if found is None else found
 
     # -- planning ---------------------------------------------------------------------
     def _plan(self, projection: LanceSchema) -> list[_FilePlan]:
@@ -248,6 +279,14 @@ class LanceFragment:
             )
 
     # -- pylance-style conveniences -----------------------------------------------------
+    def take(
+        self,
+        indices: Sequence[int] | np.ndarray | pa.Array,
+        columns: Sequence[str] | dict[str, str] | None = None,
+    ) -> pa.Table:
+        """Rows by position among this fragment's live rows, in the order given."""
+        return take_from_fragment(self, indices, columns)
+
     def scanner(self, **kwargs: Any) -> Scanner:
         """A scanner over this fragment only (same options as `LanceDataset.scanner`)."""
         return Scanner(self._core, [self], **kwargs)

@@ -13,8 +13,16 @@ import pyarrow.compute as pc
 
 from format.dataset.core import DatasetCore
 from format.dataset.readahead import ordered_readahead
+from format.dataset.system_columns import FILTERABLE, SYSTEM_FIELDS, SystemColumns
 from format.errors import ColumnNotFoundError, InvalidInputError
-from format.expr import apply_filter, compile_filter
+from format.expr import (
+    CompiledExpression,
+    apply_filter,
+    compile_expression,
+    compile_filter,
+    evaluate_expressions,
+    expression_to_sql,
+)
 from format.file.base import DEFAULT_BATCH_SIZE
 from format.file.types import fixed_bits
 from format.index.pruning import IndexPruning, prune
@@ -40,6 +48,8 @@ FILTER_STEP_BATCHES = 2
 # Readahead of a local scan holds at most this many bytes of batches (beyond one per fragment).
 READAHEAD_BYTES = 64 << 20
 ROW_COLUMNS = (ROW_ID_FIELD.name, ROW_ADDRESS_FIELD.name)
+# system columns pylance refuses in filters ("Column _rowoffset does not exist")
+NOT_FILTERABLE = tuple(c for c in SYSTEM_FIELDS if c not in FILTERABLE)
 
 
 def _check_count(name: str, value: int | None) -> int | None:
@@ -58,8 +68,8 @@ class Scanner:
         dataset: DatasetCore,
         fragments: Sequence[LanceFragment],
         *,
-        columns: Sequence[str] | None = None,
-        filter: str | None = None,
+        columns: Sequence[str] | dict[str, str] | None = None,
+        filter: str | pc.Expression | None = None,
         limit: int | None = None,
         offset: int | None = None,
         batch_size: int | None = None,
@@ -75,25 +85,56 @@ class Scanner:
         self._readahead_bytes = READAHEAD_BYTES if readahead_bytes is None else readahead_bytes
         schema = dataset.lance_schema
         name = dataset.uri
+        # row ids, addresses and system columns may be named, used in filters and in SQL
+        # projections whether or not the dataset has them as data
+        row_fields = [
+            f
+            for f in (ROW_ID_FIELD, ROW_ADDRESS_FIELD, *SYSTEM_FIELDS.values())
+            if f.name not in schema.names
+        ]
+        self._transforms: list[tuple[str, CompiledExpression]] | None = None
+        if isinstance(columns, dict):  # SQL projections: {"x2": "x * 2"}
+            self._transforms = _compile_projections(columns, schema, row_fields, name)
+            used = {c for _, e in self._transforms for c in e.columns}
+            columns = [f.name for f in (*schema.to_arrow(), *row_fields) if f.name in used]
         if columns is not None and (isinstance(columns, str) or not isinstance(columns, Sequence)):
             raise InvalidInputError(f"columns must be a list of column names, not {columns!r}")
         names = list(columns) if columns is not None else schema.names
-        row_columns = [c for c in names if c in ROW_COLUMNS and c not in schema.names]
+        row_columns = [
+            c for c in names if (c in ROW_COLUMNS or c in SYSTEM_FIELDS) and c not in schema.names
+        ]
+        # system columns are computed from row addresses after the scan
+        self._system = [c for c in row_columns if c in SYSTEM_FIELDS]
+        # row id columns asked for by flag come after those named, as in pylance
+        flagged = [
+            f.name
+            for f, wanted in ((ROW_ID_FIELD, with_row_id), (ROW_ADDRESS_FIELD, with_row_address))
+            if wanted and f.name not in names
+        ]
         with_row_id = with_row_id or ROW_ID_FIELD.name in row_columns
-        with_row_address = with_row_address or ROW_ADDRESS_FIELD.name in row_columns
+        with_row_address = (
+            with_row_address or ROW_ADDRESS_FIELD.name in row_columns or bool(self._system)
+        )
         # a nested field named by path ("st.a") is read with its top-level column and comes
         # out as a column of its own, as in pylance
         self._paths = _nested_paths(schema.to_arrow(), names, row_columns, name)
         top = [c for c in names if c not in row_columns and c not in self._paths]
         top += [h for h in dict.fromkeys(p[0] for p in self._paths.values()) if h not in top]
         self._projection = schema.project(top, dataset=name)
-        self._output_order = names if row_columns or self._paths else None
+        self._output_order = names + flagged if row_columns or self._paths else None
         self._filter = None
         if filter is not None:
+            if isinstance(filter, pc.Expression):  # pylance's other filter type
+                filter = expression_to_sql(filter, dataset=name)
             if not isinstance(filter, str):
-                raise InvalidInputError(f"filter must be a SQL string, not {type(filter)}")
+                raise InvalidInputError(
+                    f"filter must be a SQL string or a pyarrow.compute.Expression, not "
+                    f"{type(filter).__name__}"
+                )
             # like pylance, filters may use the row id columns whether or not they are output
-            filter_schema = pa.schema(list(schema.to_arrow()) + [ROW_ID_FIELD, ROW_ADDRESS_FIELD])
+            filter_schema = pa.schema(
+                list(schema.to_arrow()) + [f for f in row_fields if f.name not in NOT_FILTERABLE]
+            )
             self._filter = compile_filter(filter, filter_schema, dataset=name)
         self._limit = _check_count("limit", limit)
         self._offset = _check_count("offset", offset) or 0
@@ -118,11 +159,16 @@ class Scanner:
                 [
                     _path_field(self._schema, c, self._paths[c])
                     if c in self._paths
+                    else SYSTEM_FIELDS[c]
+                    if c in self._system
                     else self._schema.field(c)
                     for c in self._output_order
                 ],
                 metadata=base.metadata,
             )
+        if self._transforms is not None:
+            self._out_schema = pa.schema([e.to_field(n) for n, e in self._transforms])
+        self._system_columns = SystemColumns(dataset, self._fragments)
         self._batch_bytes = _check_count("batch_bytes", batch_bytes)
         if self._batch_bytes is not None:  # fewer rows per batch where rows are wide
             rows = int(self._batch_bytes // self._row_bytes())
@@ -142,8 +188,16 @@ class Scanner:
     def _filter_columns(self) -> tuple[list[str], bool, bool]:
         """The data columns the filter reads, and whether it uses _rowid / _rowaddr."""
         cols = self._filter.columns if self._filter is not None else []
-        data = [c for c in cols if c not in ROW_COLUMNS]
-        return data, ROW_ID_FIELD.name in cols, ROW_ADDRESS_FIELD.name in cols
+        data = [c for c in cols if c not in ROW_COLUMNS and c not in SYSTEM_FIELDS]
+        # system columns are computed from row addresses
+        addr = ROW_ADDRESS_FIELD.name in cols or any(c in SYSTEM_FIELDS for c in cols)
+        return data, ROW_ID_FIELD.name in cols, addr
+
+    def _filterable(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """`batch` with the system columns the filter uses (computed from its addresses)."""
+        assert self._filter is not None
+        used = [c for c in self._filter.columns if c in SYSTEM_FIELDS]
+        return self._system_columns.add(batch, used) if used else batch
 
     def _read_schema(self) -> tuple[LanceSchema, pa.Schema, bool, bool]:
         """What to read: the projection plus whatever the filter needs, row id flags included."""
@@ -231,7 +285,7 @@ class Scanner:
                 batches = _rebatch(batches, self._batch_size)
             for batch in batches:
                 if self._filter is not None:
-                    batch = apply_filter(batch, self._filter)
+                    batch = apply_filter(self._filterable(batch), self._filter)
                     batch = batch.select(self._schema.names)
                 if batch.num_rows:
                     yield batch
@@ -282,7 +336,7 @@ class Scanner:
             ):
                 if not batch.num_rows:
                     continue
-                matched = apply_filter(batch, self._filter)
+                matched = apply_filter(self._filterable(batch), self._filter)
                 if not matched.num_rows:
                     continue
                 live = batch.column(ROW_ADDRESS_FIELD.name).to_numpy() & 0xFFFFFFFF
@@ -309,7 +363,11 @@ class Scanner:
     def to_batches(self) -> Iterator[pa.RecordBatch]:
         """Stream the result in batches; memory stays bounded by a few batches."""
         for batch in self._limited_batches():
-            if self._output_order is None:
+            if self._system:
+                batch = self._system_columns.add(batch, self._system)
+            if self._transforms is not None:
+                yield evaluate_expressions(batch, self._transforms)
+            elif self._output_order is None:
                 yield batch
             elif not self._paths:
                 yield batch.select(self._output_order)
@@ -418,6 +476,25 @@ class Scanner:
             total = max(0, total - self._offset)
             return total if self._limit is None else min(total, self._limit)
         return sum(b.num_rows for b in self.to_batches())
+
+
+def _compile_projections(
+    columns: dict[str, str], schema: LanceSchema, row_fields: list[pa.Field], dataset: str
+) -> list[tuple[str, CompiledExpression]]:
+    """pylance's SQL projections (`{"x2": "x * 2"}`), compiled against the dataset's columns
+    and the row id and system columns."""
+    if not columns:
+        raise InvalidInputError(f"{dataset}: a projection dict needs at least one column")
+    arrow = pa.schema(list(schema.to_arrow()) + row_fields)
+    out = []
+    for out_name, sql in columns.items():
+        if not isinstance(out_name, str) or not isinstance(sql, str):
+            raise InvalidInputError(
+                f"{dataset}: a projection dict maps output names to SQL expressions, got "
+                f"{out_name!r}: {sql!r}"
+            )
+        out.append((out_name, compile_expression(sql, arrow, dataset=dataset)))
+    return out
 
 
 def _physical_offset(frag: LanceFragment, live_index: int, first: int = 0) -> int:

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from pyarrow.acero import Declaration, ProjectNodeOptions, TableSourceNodeOptions
 
 from format.errors import FilterBindError, FilterSyntaxError, InvalidInputError
+from format.expr.arrow_expr import expression_to_sql
 from format.expr.bind import Binder
 from format.expr.parse import describe_filter, parse_filter
 from format.expr.plan import Plan, evaluate, project
@@ -35,6 +36,7 @@ __all__ = [
     "compile_filter",
     "evaluate_expressions",
     "evaluate_filter",
+    "expression_to_sql",
 ]
 
 _Data = TypeVar("_Data", pa.Table, pa.RecordBatch)

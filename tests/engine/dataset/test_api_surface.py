@@ -1,0 +1,162 @@
+"""pylance's API surface (issue 19, items 2-4): system columns, take_rows, a fragment's
+take, has_stable_row_ids, max_field_id, Expression filters and SQL projections, each run
+through pylance and our engine on the same dataset and compared whole."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lance
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from compare import assert_same_table
+
+from format.dataset import dataset
+from format.errors import FilterBindError, FilterSyntaxError, InvalidInputError
+
+pytestmark = pytest.mark.compat
+
+
+def _history(uri: str, stable: bool, version: str = "2.0") -> None:
+    """Several fragments, deletions, an update and an append: row versions differ."""
+    table = pa.table({"i": list(range(10)), "s": [f"x{i}" for i in range(10)]})
+    ds = lance.write_dataset(
+        table,
+        uri,
+        max_rows_per_file=4,
+        enable_stable_row_ids=stable,
+        data_storage_version=version,
+    )
+    ds.delete("i = 2")
+    ds.update({"s": "'upd'"}, where="i = 5")
+    lance.write_dataset(pa.table({"i": [20, 21], "s": ["a", None]}), uri, mode="append")
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["addresses", "stable_row_ids"])
+def uri(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = str(tmp_path_factory.mktemp("surface") / "ds")
+    _history(path, request.param)
+    return path
+
+
+SYSTEM = ["_rowoffset", "_row_created_at_version", "_row_last_updated_at_version"]
+SCANS = [
+    {"columns": ["i", "_rowoffset"]},
+    {"columns": ["_row_created_at_version", "_row_last_updated_at_version", "i"]},
+    {"columns": ["_rowid", "_rowaddr", *SYSTEM, "s"]},
+    {"columns": ["i", "_rowoffset"], "filter": "i > 3"},
+    {"columns": ["i", "_rowoffset"], "limit": 3, "offset": 4},
+    {"columns": ["i", "_rowoffset"], "filter": "i > 3", "limit": 2, "offset": 1},
+    {"columns": ["_rowoffset"]},
+    {"columns": ["_rowoffset"], "filter": "i > 5", "with_row_id": True},
+    {"columns": ["i"], "filter": "_row_created_at_version = 1"},
+    {"filter": "_row_last_updated_at_version > 1"},
+    {"columns": ["s", "_row_created_at_version"], "filter": "_row_created_at_version > 1 OR i = 0"},
+    {"columns": ["i"], "filter": "_row_last_updated_at_version >= 1 AND i < 5", "batch_size": 2},
+    {"columns": {"a": "i * 2", "b": "_rowid"}},
+    {"columns": {"a": "i * 2", "v": "_row_created_at_version", "c": "s"}},
+    {"columns": {"a": "i * 2", "t": "s || '!'"}, "filter": "i > 4"},
+    {"columns": {"n": "i"}, "filter": pc.field("i") > 5},
+    {"columns": ["i"], "filter": (pc.field("i") > 1) & ~pc.field("s").is_null()},
+    {"columns": ["i"], "filter": pc.field("s").isin(["x1", "upd"]) | (pc.field("i") == 20)},
+    {"columns": ["i"], "filter": pc.field("i") == 10**12},  # no literal resolution
+    {"columns": ["i"], "filter": pc.field("i") == pa.scalar(3, pa.int8())},
+]
+
+
+@pytest.mark.parametrize("kwargs", SCANS, ids=[str(k) for k in SCANS])
+def test_scans_match_pylance(uri: str, kwargs: dict):
+    expected = lance.dataset(uri).to_table(**kwargs)
+    assert_same_table(dataset(uri).to_table(**kwargs), expected, str(kwargs))
+    if "filter" in kwargs and "limit" not in kwargs:
+        assert dataset(uri).count_rows(kwargs["filter"]) == expected.num_rows
+
+
+def test_fragment_scans_give_dataset_wide_row_offsets(uri: str):
+    ours, ref = dataset(uri).get_fragments()[1], lance.dataset(uri).get_fragments()[1]
+    cols = ["i", "_rowoffset", "_row_last_updated_at_version"]
+    assert_same_table(ours.to_table(columns=cols), ref.to_table(columns=cols), "fragment 1")
+
+
+def test_row_offset_is_refused_in_filters_as_in_pylance(uri: str):
+    with pytest.raises(ValueError, match="_rowoffset"):
+        lance.dataset(uri).to_table(filter="_rowoffset > 2")
+    with pytest.raises(FilterBindError, match="_rowoffset"):
+        dataset(uri).to_table(filter="_rowoffset > 2")
+
+
+TAKES = [
+    ([0, 3, 7], ["i", "_rowid"]),
+    ([8, 0, 3], ["_rowaddr"]),
+    ([7, 0, 7], ["_rowoffset", "i"]),
+    ([0, 5, 9], ["_row_created_at_version", "s", "_row_last_updated_at_version"]),
+    ([4, 1], {"double": "i * 2", "t": "s"}),
+    ([], ["i", "_rowid"]),
+]
+
+
+@pytest.mark.parametrize(("indices", "columns"), TAKES, ids=[str(t) for t in TAKES])
+def test_take_matches_pylance(uri: str, indices: list[int], columns):
+    expected = lance.dataset(uri).take(indices, columns=columns)
+    assert_same_table(dataset(uri).take(indices, columns=columns), expected, str(columns))
+
+
+def test_take_rows_matches_pylance(uri: str):
+    ref, ours = lance.dataset(uri), dataset(uri)
+    ids = ref.to_table(columns=["_rowid"]).column("_rowid").to_pylist()
+    picks = [ids[5], ids[0], ids[-1], ids[5]]
+    for columns in (None, ["s", "_rowid"], ["i", "_rowoffset", "_row_created_at_version"]):
+        expected = ref._take_rows(picks, columns=columns)
+        assert_same_table(ours.take_rows(picks, columns=columns), expected, str(columns))
+        assert_same_table(ours._take_rows(picks, columns=columns), expected, str(columns))
+    # a deleted row's id, and an id no row has, are left out
+    gone = [2] if ref.has_stable_row_ids else [2, (1 << 32) + 3]
+    expected = ref._take_rows([*gone, picks[0]], columns=["i"])
+    assert_same_table(ours.take_rows([*gone, picks[0]], columns=["i"]), expected, "deleted")
+
+
+def test_fragment_take_matches_pylance(uri: str):
+    for k, (ref, ours) in enumerate(
+        zip(lance.dataset(uri).get_fragments(), dataset(uri).get_fragments(), strict=True)
+    ):
+        n = ref.count_rows()
+        picks = [0, n - 1]  # pylance wants them strictly increasing
+        # (pylance's fragment take drops system columns: not compared)
+        for columns in (None, ["s"], ["s", "i"]):
+            expected = ref.take(picks, columns=columns)
+            assert_same_table(ours.take(picks, columns=columns), expected, f"fragment {k}")
+        with pytest.raises(InvalidInputError, match="out of range"):
+            ours.take([n])
+
+
+def test_dataset_properties_match_pylance(tmp_path: Path):
+    for stable in (False, True):
+        uri = str(tmp_path / f"p{stable}")
+        ref = lance.write_dataset(
+            pa.table({"a": [1, 2], "st": pa.array([{"x": 1, "y": 2}] * 2)}),
+            uri,
+            enable_stable_row_ids=stable,
+        )
+        steps = [
+            lambda d: None,
+            lambda d: d.drop_columns(["st"]),  # the data file still holds its ids
+            lambda d: d.add_columns({"c": "a + 1"}),
+            lambda d: d.drop_columns(["c"]),  # its own data file goes with it
+        ]
+        for step in steps:
+            step(ref)
+            ours = dataset(uri)
+            assert ours.max_field_id == lance.dataset(uri).max_field_id
+            assert ours.has_stable_row_ids is lance.dataset(uri).has_stable_row_ids is stable
+
+
+def test_bad_projections_and_filters_name_the_problem(uri: str):
+    with pytest.raises(FilterBindError, match="nope"):
+        dataset(uri).to_table(columns={"a": "nope + 1"})
+    with pytest.raises(InvalidInputError, match="projection dict"):
+        dataset(uri).to_table(columns={"a": 3})
+    with pytest.raises(FilterSyntaxError, match="utf8_lower"):
+        dataset(uri).to_table(filter=pc.utf8_lower(pc.field("s")) == "x")
+    with pytest.raises(InvalidInputError, match="filter must be"):
+        dataset(uri).to_table(filter=3)
