@@ -32,6 +32,7 @@ from typing import Any, TypeAlias, TypeVar
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from clients import nearest as _nearest
 from clients.data import DataLike, conform, to_batches
 from clients.errors import (
     InvalidArgument,
@@ -331,6 +332,42 @@ class Client:
                 return c.get_flight_info(descriptor, o).schema
 
         return self._rpc(call)
+
+    # -- nearest-neighbour searches ---------------------------------------------------------
+
+    def nearest(self, dataset: str, column: str, q: Any, k: int = 10, **options: Any) -> pa.Table:
+        """The k rows nearest to query vector `q` by `column`, with `_distance`, nearest first
+        (a list of vectors: each one's, `query_index` first). Options: metric, nprobes,
+        minimum_nprobes, maximum_nprobes, refine_factor, use_index, columns, filter, prefilter,
+        with_row_id, version | tag | as_of (`clients.nearest`)."""
+        searching, reading = _nearest.split_options(options)
+        return _nearest.search(
+            self, dataset, column, q, k, search_options=searching, read_options=reading
+        )
+
+    def nearest_batch(
+        self,
+        dataset: str,
+        column: str,
+        queries: Any,
+        k: int = 10,
+        *,
+        batch_rows: int = _nearest.BATCH_ROWS,
+        **options: Any,
+    ) -> pa.Table:
+        """The k nearest rows to each of many query vectors ((n, dim)) in one DoExchange,
+        `query_index` first; options as in `nearest`."""
+        searching, reading = _nearest.split_options(options)
+        return _nearest.search_batch(
+            self,
+            dataset,
+            column,
+            queries,
+            k,
+            batch_rows=batch_rows,
+            search_options=searching,
+            read_options=reading,
+        )
 
     # -- reads ------------------------------------------------------------------------------
 

@@ -203,6 +203,9 @@ class ReadRequest:
     max_rows_per_endpoint: int | None = None  # None: the server's setting
     # only the rows appended after this version, each endpoint pinned to the appending one
     appended_since: int | None = None
+    # a nearest-neighbour search (checked by flight_server.nearest), the filter first if prefilter
+    nearest: dict[str, Any] | None = None
+    prefilter: bool = False
 
     def ref(self) -> dict[str, Any]:
         """The version reference as given (for messages and logs)."""
@@ -258,6 +261,8 @@ def read_request_from_command(cmd: bytes) -> ReadRequest:
         with_row_id=f.bool("with_row_id", default=False),
         max_rows_per_endpoint=f.int("max_rows_per_endpoint", minimum=1),
         appended_since=since,
+        nearest=f.obj("nearest"),
+        prefilter=f.bool("prefilter", default=False),
     )
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from flight_server import nearest
 from flight_server.errors import FailedPrecondition, InvalidArgument, NotFound
 from flight_server.handles import DatasetHandles, known_live_rows, live_rows, stamp
 from flight_server.names import discover, validate_name
@@ -139,10 +140,19 @@ class Reads:
 
     def schema(self, request: ReadRequest) -> pa.Schema:
         """The schema DoGet will stream for this request."""
+        if request.nearest is not None:
+            return nearest.nearest_schema(self, request)
         return _scanner(self.open(request), request).projected_schema
 
     def plan_scan(self, request: ReadRequest) -> ScanPlan:
-        """Resolve the version, check projection and filter, and cut the read into endpoints."""
+        """Resolve the version, check projection and filter, and cut the read into endpoints
+        (a nearest-neighbour search is one endpoint: `flight_server.nearest`)."""
+        if request.nearest is not None:
+            found = nearest.plan_nearest(self, request)
+            endpoint = PlannedEndpoint(found.ticket, None, None, -1)
+            return ScanPlan(
+                request.dataset, found.version, found.schema, [endpoint], -1, found.expires
+            )
         ds = self.open(request)
         scan = _scanner(ds, request)
         schema = scan.projected_schema  # raises on bad columns / filter
@@ -254,20 +264,28 @@ class Reads:
         """A verified read ticket; InvalidArgument if forged, altered, expired or too big."""
         return ReadTicket.decode(self.signer, token)
 
-    def read(self, t: ReadTicket) -> EndpointStream:
-        """Plan streaming a verified ticket's rows (bounded memory, whatever the fragment
-        size); nothing is read before the stream is iterated."""
-        validate_name(t.dataset)
+    def open_pinned(self, name: str, version: int, pinned: int | None) -> LanceDataset:
+        """The version a ticket pins; NotFound if the dataset was replaced since."""
+        validate_name(name)
         handles = self.handles
-        ds = handles.open_version(t.dataset, t.version)
-        if t.stamp is not None and stamp(ds) != t.stamp:
-            handles.forget(t.dataset)  # the dataset was dropped and created again: look again
-            ds = handles.open_version(t.dataset, t.version)
-            if stamp(ds) != t.stamp:
+        ds = handles.open_version(name, version)
+        if pinned is not None and stamp(ds) != pinned:
+            handles.forget(name)  # the dataset was dropped and created again: look again
+            ds = handles.open_version(name, version)
+            if stamp(ds) != pinned:
                 raise NotFound(
-                    f"version {t.version} of dataset {t.dataset!r} no longer exists "
+                    f"version {version} of dataset {name!r} no longer exists "
                     "(the dataset was replaced); call GetFlightInfo again"
                 )
+        return ds
+
+    def read(self, t: ReadTicket | nearest.NearestTicket) -> EndpointStream:
+        """Plan streaming a verified ticket's rows (bounded memory, whatever the fragment
+        size); nothing is read before the stream is iterated."""
+        if isinstance(t, nearest.NearestTicket):
+            schema, batches = nearest.read_nearest(self, t)
+            return EndpointStream(t, schema, batches, BATCH_BYTES)  # type: ignore[arg-type]
+        ds = self.open_pinned(t.dataset, t.version, t.stamp)
         fragments, physical_range = None, None
         if t.fragment_id is not None:
             frag = ds.get_fragment(t.fragment_id)

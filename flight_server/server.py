@@ -37,7 +37,6 @@ from flight_server.config import ConfigError, ServerConfig
 from flight_server.errors import (
     InvalidArgument,
     Unavailable,
-    make_flight_error,
     schema_error,
     stream_error,
     to_flight_error,
@@ -45,6 +44,7 @@ from flight_server.errors import (
 from flight_server.health import DRAIN_MIDDLEWARE_KEY, Drain
 from flight_server.memory import tune_allocator
 from flight_server.metrics import counting_sweep, instrument, record_call, watch_budget
+from flight_server.nearest import exchange as exchange_nearest
 from flight_server.protocol import (
     put_request_from_command,
     put_request_from_path,
@@ -388,8 +388,9 @@ class QuiverFlightServer(flight.FlightServerBase):
         reader: flight.MetadataRecordBatchReader,
         writer: flight.MetadataRecordBatchWriter,
     ) -> None:
-        """Not part of the contract."""
-        raise make_flight_error("unimplemented", "DoExchange is not supported by Quiver")
+        """Batched nearest-neighbour searches (`flight_server.nearest`); nothing else."""
+        with self._call("DoExchange", context) as call:
+            exchange_nearest(self.service, call, descriptor, reader, writer)
 
 
 def _peek_dataset(body: bytes) -> str | None:

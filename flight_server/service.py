@@ -25,6 +25,7 @@ from flight_server.auth import Identity, authorize
 from flight_server.config import DEFAULT_STAGED_TTL, DEFAULT_TICKET_TTL, ServerConfig
 from flight_server.errors import Scrubber
 from flight_server.handles import DatasetHandles
+from flight_server.nearest import NearestTicket, is_nearest_ticket
 from flight_server.protocol import PutRequest, ReadRequest
 from flight_server.reads import DatasetSummary, EndpointStream, Reads, ScanPlan
 from flight_server.tickets import ReadTicket, Signer
@@ -132,14 +133,20 @@ class DatasetService:
         self.authorize(identity, request.dataset, READ)
         return self.reads.plan_scan(request)
 
-    def ticket(self, token: bytes) -> ReadTicket:
-        """A verified read ticket; InvalidArgument if forged, altered, expired or too big."""
+    def ticket(self, token: bytes) -> ReadTicket | NearestTicket:
+        """A verified read ticket (or a nearest-neighbour search's); InvalidArgument if
+        forged, altered, expired or too big."""
+        if is_nearest_ticket(token):
+            return NearestTicket.decode(self.signer, token)
         return self.reads.ticket(token)
 
-    def read(self, token: bytes | ReadTicket, identity: Any = None) -> EndpointStream:
+    def read(
+        self, token: bytes | ReadTicket | NearestTicket, identity: Any = None
+    ) -> EndpointStream:
         """Verify a ticket (unless given verified) and plan streaming its rows; nothing is
         read before the stream is iterated."""
-        t = token if isinstance(token, ReadTicket) else self.ticket(token)
+        verified = isinstance(token, ReadTicket | NearestTicket)
+        t = token if verified else self.ticket(token)
         self.handles.uri(t.dataset)  # validates the name before rights are looked up
         self.authorize(identity, t.dataset, READ)
         return self.reads.read(t)

@@ -27,6 +27,21 @@ READ_KEYS: tuple[str, ...] = (
     "with_row_id",
     "max_rows_per_endpoint",
     "appended_since",
+    "nearest",
+    "prefilter",
+)
+# The `nearest` object of a read (pylance's `nearest=` dict): q is one vector (a list of
+# numbers) or, for GetFlightInfo, a list of them; DoExchange takes the vectors as a stream.
+NEAREST_KEYS: tuple[str, ...] = (
+    "column",
+    "q",
+    "k",
+    "metric",
+    "nprobes",
+    "minimum_nprobes",
+    "maximum_nprobes",
+    "refine_factor",
+    "use_index",
 )
 PUT_KEYS: tuple[str, ...] = ("dataset", "mode", "commit", "job")
 # DoPut modes, which are also the operations of the commit action
@@ -183,11 +198,15 @@ def read_command(
     with_row_id: bool = False,
     max_rows_per_endpoint: int | None = None,
     appended_since: int | None = None,
+    nearest: dict[str, Any] | None = None,
+    prefilter: bool = False,
 ) -> dict[str, Any]:
     """The JSON object of a read CMD descriptor; only the options that are set appear.
 
     `appended_since=v` reads only the rows that appends added after version `v` (up to
     `version`, default the latest), each endpoint pinned to the version that added it.
+    `nearest` (see `nearest_object`) asks for the nearest neighbours of a vector instead,
+    with the filter applied before the search when `prefilter`.
     """
     if not isinstance(dataset, str) or not dataset:
         raise TypeError("dataset must be a non-empty string")
@@ -217,7 +236,34 @@ def read_command(
         cmd["max_rows_per_endpoint"] = _int_option("max_rows_per_endpoint", max_rows_per_endpoint)
     if appended_since is not None:
         cmd["appended_since"] = _int_option("appended_since", appended_since)
+    if nearest is not None:
+        unknown = sorted(set(nearest) - set(NEAREST_KEYS))
+        if unknown:
+            raise InvalidArgument(f"nearest: unknown key {unknown[0]!r}")
+        cmd["nearest"] = dict(nearest)
+    if prefilter:
+        cmd["prefilter"] = True
     return cmd
+
+
+def nearest_object(column: str, q: Any = None, k: int | None = None, **options: Any) -> dict:
+    """The `nearest` object of a read: the vector column, the query vector(s) as JSON lists
+    (numpy arrays and Arrow arrays accepted), k and the search options (NEAREST_KEYS)."""
+    if not isinstance(column, str) or not column:
+        raise TypeError("column must be a non-empty string")
+    out: dict[str, Any] = {"column": column}
+    if q is not None:
+        out["q"] = (
+            q.tolist() if hasattr(q, "tolist") else q.to_pylist() if hasattr(q, "to_pylist") else q
+        )
+    if k is not None:
+        out["k"] = _int_option("k", k)
+    for key, value in options.items():
+        if key not in NEAREST_KEYS or key in ("column", "q", "k"):
+            raise InvalidArgument(f"nearest: unknown key {key!r}")
+        if value is not None:
+            out[key] = value
+    return out
 
 
 def put_command(

@@ -14,6 +14,7 @@ to k rows per query, in query order, each query's rows by distance, then row id.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -423,6 +424,18 @@ class NearestSearch:
     def to_reader(self) -> pa.RecordBatchReader:
         """The result as a record batch reader."""
         return pa.RecordBatchReader.from_batches(self.schema, self.to_batches())
+
+    def run(self, queries: np.ndarray) -> pa.Table:
+        """This search (column, options, filter, projection) for another batch of query
+        vectors, an (n, dim) matrix; the result has `query_index` first."""
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        if q.ndim != 2 or q.shape[1] != self.query.queries.shape[1]:
+            raise InvalidInputError(
+                f"{self.core.uri}: query vectors of shape {q.shape}, expected "
+                f"(n, {self.query.queries.shape[1]})"
+            )
+        self.query = dataclasses.replace(self.query, queries=q, batch=True)
+        return self.to_table()
 
     def to_table(self) -> pa.Table:
         """Run the search: the result rows with `_distance` (and `query_index`)."""

@@ -1,0 +1,129 @@
+"""Nearest-neighbour searches from the Python client (`Client.nearest`, `Client.nearest_batch`).
+
+```python
+with Client("grpc://127.0.0.1:8815") as qc:
+    qc.nearest("docs", "vec", q, k=10, nprobes=20, filter="lang = 'en'", prefilter=True)
+    qc.nearest_batch("docs", "vec", queries, k=10, nprobes=20)   # (n, dim) -> query_index
+```
+
+`nearest` sends the query vector (or a few, as a list) inside a CMD descriptor: one
+GetFlightInfo and one DoGet. `nearest_batch` sends any number of query vectors through one
+DoExchange, as record batches of `batch_rows` vectors written by a thread of their own
+while the answers are read, so neither side waits on the other; each answer row carries the
+`query_index` of its query (0-based, in the order given).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from clients.data import conform
+from wire.requests import json_bytes, nearest_object, read_command
+
+# Query vectors per record batch of a DoExchange.
+BATCH_ROWS = 1024
+
+
+def _command(dataset: str, nearest: dict[str, Any], options: dict[str, Any]) -> bytes:
+    return json_bytes(read_command(dataset, nearest=nearest, **options))
+
+
+def search(
+    client: Any,
+    dataset: str,
+    column: str,
+    q: Any,
+    k: int = 10,
+    *,
+    search_options: dict[str, Any],
+    read_options: dict[str, Any],
+) -> pa.Table:
+    """The nearest rows to `q` (one vector, or a list of them: `query_index` first);
+    `client` is a `clients.Client`."""
+    nearest = nearest_object(column, np.asarray(q, dtype=np.float32), k, **search_options)
+    descriptor = flight.FlightDescriptor.for_command(_command(dataset, nearest, read_options))
+    info = client._rpc(lambda c, o: c.get_flight_info(descriptor, o))
+    batches = [conform(b, info.schema) for e in info.endpoints for b in client.endpoint_batches(e)]
+    return pa.Table.from_batches(batches, schema=info.schema)
+
+
+def _query_batches(queries: Any, batch_rows: int) -> tuple[pa.Schema, list[pa.RecordBatch]]:
+    matrix = np.ascontiguousarray(np.asarray(queries, dtype=np.float32))
+    if matrix.ndim != 2 or not matrix.shape[0] or not matrix.shape[1]:
+        raise ValueError("queries must be a non-empty (n, dim) array of query vectors")
+    dim = matrix.shape[1]
+    vectors = pa.FixedSizeListArray.from_arrays(pa.array(matrix.ravel()), dim)
+    schema = pa.schema([pa.field("q", vectors.type)])
+    batches = [
+        pa.record_batch([vectors.slice(s, batch_rows)], schema=schema)
+        for s in range(0, len(vectors), batch_rows)
+    ]
+    return schema, batches
+
+
+def search_batch(
+    client: Any,
+    dataset: str,
+    column: str,
+    queries: Any,
+    k: int = 10,
+    *,
+    batch_rows: int = BATCH_ROWS,
+    search_options: dict[str, Any],
+    read_options: dict[str, Any],
+) -> pa.Table:
+    """The nearest rows to each of `queries` ((n, dim)), through one DoExchange."""
+    if batch_rows < 1:
+        raise ValueError("batch_rows must be at least 1")
+    schema, batches = _query_batches(queries, batch_rows)
+    nearest = nearest_object(column, None, k, **search_options)
+    descriptor = flight.FlightDescriptor.for_command(_command(dataset, nearest, read_options))
+
+    def call(c: flight.FlightClient, o: flight.FlightCallOptions) -> pa.Table:
+        writer, reader = c.do_exchange(descriptor, o)
+        failure: list[BaseException] = []
+
+        def send() -> None:
+            try:
+                writer.begin(schema)
+                for batch in batches:
+                    writer.write_batch(batch)
+                writer.done_writing()
+            except BaseException as e:  # noqa: BLE001 - the reader shows the server's error
+                failure.append(e)
+
+        sender = threading.Thread(target=send, name="quiver-nearest-send", daemon=True)
+        sender.start()
+        try:
+            answer = reader.read_all()
+        finally:
+            sender.join()
+            writer.close()
+        if failure and not isinstance(failure[0], flight.FlightError):
+            raise failure[0]
+        return answer
+
+    return client._rpc(call)
+
+
+def split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Search options (metric, nprobes...) apart from read options (filter, columns...)."""
+    search_keys = ("metric", "nprobes", "minimum_nprobes", "maximum_nprobes", "refine_factor")
+    search_keys += ("use_index",)
+    read_keys = ("columns", "filter", "prefilter", "with_row_id", "version", "tag", "as_of")
+    unknown = sorted(set(options) - set(search_keys) - set(read_keys))
+    if unknown:
+        raise TypeError(f"unknown nearest option {unknown[0]!r}")
+    searching = {k: v for k, v in options.items() if k in search_keys and v is not None}
+    reading = {k: v for k, v in options.items() if k in read_keys and v is not None}
+    if isinstance(reading.get("columns"), str) or (
+        "columns" in reading and not isinstance(reading["columns"], Sequence)
+    ):
+        raise TypeError("columns must be a sequence of column names")
+    return searching, reading
