@@ -255,7 +255,13 @@ def _binary(
 ) -> Plan:
     raw_bytes = yield from offsets
     w = int(flat.bits_per_value) // 8
-    raw = np.frombuffer(raw_bytes, dtype=f"<u{w}").astype(np.uint64)
+    raw = np.frombuffer(raw_bytes, dtype=f"<u{w}")
+    # pylance stores a null's end as end + null_adjustment: a run whose largest stored end
+    # is below it has no nulls
+    if len(starts) == 1 and len(have_starts) == 1 and len(raw):
+        if not b.null_adjustment or int(raw.max()) < int(b.null_adjustment):
+            return (yield from _contiguous_binary(raw, starts, have_starts, data_loc, t, ctx))
+    raw = raw.astype(np.uint64)
     rows = range_indices(starts, stops)
     if len(have_starts) == 1:  # one run of offsets (a streaming step): positions are direct
         at = rows - int(have_starts[0])
@@ -291,6 +297,38 @@ def _binary(
     if valid is not None and valid.all():
         valid = None
     return v20._var_array(t, new_ends, data, valid, ctx)
+
+
+def _contiguous_binary(
+    raw: np.ndarray,
+    starts: np.ndarray,
+    have_starts: np.ndarray,
+    data_loc: tuple[int, int],
+    t: pa.DataType,
+    ctx: v20.PageContext,
+) -> Plan:
+    """One run of rows without nulls (a streaming step): the stored end offsets (`raw`, from
+    the row before the run) are rebased by one subtraction into Arrow's, the bytes are one span."""
+    first = int(starts[0])
+    # the end before the run (unless it starts the page), then the run's own ends
+    window = raw[first - int(have_starts[0]) - (first > 0) :]
+    if np.any(window[1:] < window[:-1]):
+        raise ctx.corrupt("string offsets decrease")
+    prev = int(window[0]) if first > 0 else 0
+    ends = window[1:] if first > 0 else window
+    n = len(ends)
+    last = int(ends[-1]) if n else prev
+    pos, size = data_loc
+    if last > size:
+        raise ctx.corrupt(f"string offsets reach {last} but only {size} bytes exist")
+    large = pa.types.is_large_string(t) or pa.types.is_large_binary(t)
+    if not large and last - prev > v20.INT32_MAX:
+        raise ctx.unsupported(f"{last - prev} bytes of {t} in one page (use a large_ type)")
+    out = np.empty(n + 1, dtype=np.int64 if large else np.int32)
+    out[0] = 0
+    np.subtract(ends, np.uint64(prev), out=out[1:], casting="unsafe")
+    data = yield from fetch_spans(np.array([pos + prev]), np.array([pos + last]))
+    return pa.Array.from_buffers(t, n, [None, pa.py_buffer(out), pa.py_buffer(data)])
 
 
 def _uint_flat(enc: pb.ArrayEncoding) -> pb.Flat | None:
