@@ -739,6 +739,7 @@ def small(tmp_path: Path) -> Files:
             "l": pa.array(_lists(rng, n, lambda k: list(range(k))), pa.list_(pa.int32())),
             "st": pa.array([{"a": i % 7, "b": [i] * (i % 2)} for i in range(n)]),
             "nf": pa.array(rng.standard_normal(n), mask=_mask(rng, n)),
+            "w": pa.array(_strings(rng, n, nulls=False)),
         }
     )
     _write(uri, t, batch=150, max_rows_per_file=n, max_page_bytes=1024, data_cache_bytes=5 * 1024)
@@ -853,6 +854,7 @@ def _mutators(files: Files, df: table_pb2.DataFile) -> dict[str, Callable]:
     i_col = col_of[schema.field("i").id]
     s_col = col_of[schema.field("s").id]
     l_col = col_of[schema.field("l").id]
+    w_col = col_of[schema.field("w").id]
 
     def page_past_eof(i: int, cm: file2_pb2.ColumnMetadata) -> None:
         if i == s_col:
@@ -862,6 +864,20 @@ def _mutators(files: Files, df: table_pb2.DataFile) -> dict[str, Callable]:
         if i == s_col:
             enc = _page_encoding(cm.pages[0])
             enc.binary.null_adjustment = 0  # nulls now look like huge end offsets
+            _set_page_encoding(cm.pages[0], enc)
+
+    def binary_bytes_short(i: int, cm: file2_pb2.ColumnMetadata) -> None:
+        if i == w_col:  # strings without nulls: their offsets now reach past their bytes
+            enc = _page_encoding(cm.pages[0])
+            cm.pages[0].buffer_sizes[enc.binary.bytes.flat.buffer.buffer_index] = 3
+
+    def binary_offsets_garbled(i: int, cm: file2_pb2.ColumnMetadata) -> None:
+        if i == w_col:  # the end offsets are read from the string bytes
+            enc = _page_encoding(cm.pages[0])
+            flat = enc.binary.indices
+            while flat.WhichOneof("array_encoding") == "nullable":
+                flat = flat.nullable.no_nulls.values
+            flat.flat.buffer.buffer_index = enc.binary.bytes.flat.buffer.buffer_index
             _set_page_encoding(cm.pages[0], enc)
 
     def list_items(i: int, cm: file2_pb2.ColumnMetadata) -> None:
@@ -903,6 +919,8 @@ def _mutators(files: Files, df: table_pb2.DataFile) -> dict[str, Callable]:
     return {
         "page-past-eof": page_past_eof,
         "binary-offsets": binary_offsets,
+        "binary-bytes-short": binary_bytes_short,
+        "binary-offsets-garbled": binary_offsets_garbled,
         "list-num-items": list_items,
         "list-items-missing": list_items_missing,
         "page-length": page_length,
@@ -918,6 +936,8 @@ def _mutators(files: Files, df: table_pb2.DataFile) -> dict[str, Callable]:
     [
         "page-past-eof",
         "binary-offsets",
+        "binary-bytes-short",
+        "binary-offsets-garbled",
         "list-num-items",
         "list-items-missing",
         "page-length",
@@ -933,6 +953,19 @@ def test_corrupt_metadata(small: Files, name: str) -> None:
     with pytest.raises(CorruptFileError, match=rf"{df.path}.*column \d+") as info:
         _read_all(small, df)
     assert "field" in str(info.value) or "column" in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["binary-bytes-short", "binary-offsets-garbled"])
+def test_corrupt_strings_refused_when_streamed(small: Files, name: str) -> None:
+    """A streaming step of strings without nulls takes their offsets as stored: checked all the
+    same (the takes of test_corrupt_metadata check them on their own path)."""
+    df, path = _data_path(small)
+    _rewrite(path, _mutators(small, df)[name])
+    r = small.reader(df)
+    fields = small.fields(df)
+    with pytest.raises(CorruptFileError, match=rf"{df.path}.*column \d+.*offsets"):
+        for _ in r.read(fields, [(0, r.num_rows)], 128):
+            pass
 
 
 def test_unknown_encodings_are_unsupported(small: Files) -> None:
