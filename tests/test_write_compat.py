@@ -17,7 +17,7 @@ from format.dataset import dataset, write_dataset
 from format.errors import DatasetAlreadyExistsError, SchemaMismatchError
 
 pytestmark = pytest.mark.compat
-VERSIONS = ["legacy", "2.0", "2.1", "2.2"]
+VERSIONS = ["legacy", "2.0", "2.1", "2.2", "2.3"]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -169,7 +169,7 @@ def _tables(draw: st.DrawFn) -> pa.Table:
     return pa.table(cols)
 
 
-@pytest.mark.parametrize("version", ["2.0", "2.1", "2.2"])
+@pytest.mark.parametrize("version", ["2.0", "2.1", "2.2", "2.3"])
 @settings(
     max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -180,3 +180,56 @@ def test_hypothesis_round_trip_through_pylance(
     uri = str(tmp_path_factory.mktemp("h") / "ds")
     write_dataset(table, uri, data_storage_version=version, max_rows_per_file=25)
     assert_same_table(lance.dataset(uri).to_table(), table, "pylance reads ours")
+
+
+def _hostile(n: int) -> pa.Table:
+    """Edge data: all-null columns of every nesting, nulls under constants, empty strings and
+    lists, unicode, NUL bytes and values of a few megabytes."""
+    big = b"\x00\xff" * (3 << 20)
+    s_type = pa.struct([("a", pa.int32()), ("b", pa.string())])
+    return pa.table(
+        {
+            "id": pa.array(range(n), pa.int64()),
+            "null": pa.nulls(n),
+            "all_null_str": pa.nulls(n, pa.string()),
+            "all_null_list": pa.array([None] * n, pa.list_(pa.int64())),
+            "list_of_nulls": pa.array(
+                [[None] * (i % 3) if i % 5 else None for i in range(n)], pa.list_(pa.int32())
+            ),
+            "const_nulls": pa.array([7 if i % 4 else None for i in range(n)], pa.int16()),
+            "struct_const": pa.array(
+                [{"a": 1, "b": None} if i % 3 else None for i in range(n)], s_type
+            ),
+            "empty_lists": pa.array([[] for _ in range(n)], pa.list_(pa.string())),
+            "text": [["", "ünïcødé ✓", "a\x00b", "𝄞" * 50][i % 4] for i in range(n)],
+            "huge": pa.array([big if i == n // 2 else b"" for i in range(n)], pa.large_binary()),
+            "nested": pa.array(
+                [[[i, None], []] if i % 2 else [None] for i in range(n)],
+                pa.list_(pa.list_(pa.int64())),
+            ),
+        }
+    )
+
+
+@pytest.mark.parametrize("version", ["2.2", "2.3"])
+def test_hostile_data_and_schema_changes_by_both_engines(tmp_path: Path, version: str):
+    uri = str(tmp_path / "ds")
+    table = _hostile(60)
+    write_dataset(table, uri, data_storage_version=version, max_rows_per_file=25)
+    assert_same_table(lance.dataset(uri).to_table(), table, f"{version}: pylance reads ours")
+    lance.write_dataset(_hostile(9), uri, mode="append")
+    write_dataset(table.schema.empty_table(), uri, mode="append")  # writes no fragment
+    both = pa.concat_tables([table, _hostile(9)])
+    assert_same_table(dataset(uri).to_table(), both, f"{version}: we read pylance's append")
+    dataset(uri).add_columns({"twice": "id * 2"})
+    lance.dataset(uri).add_columns({"label": "concat(text, '!')"})
+    dataset(uri).delete("id % 7 = 3")
+    lance.dataset(uri).delete("id = 0")
+    ref = lance.dataset(uri)
+    assert ref.data_storage_version == version
+    for v in range(1, ref.version + 1):
+        expected = ref.checkout_version(v).to_table()
+        assert_same_table(dataset(uri, version=v).to_table(), expected, f"{version} v{v}")
+    assert dataset(uri).to_table().column("twice").to_pylist() == [
+        2 * i for i in ref.to_table().column("id").to_pylist()
+    ]
