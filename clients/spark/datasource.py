@@ -26,6 +26,10 @@ Options (all strings, as Spark passes them; an unknown one is refused, listing t
 - `pushdown`: `true` lets the server apply Spark's filters (default `false`: PySpark 4.3
   reuses a DataFrame's pushed filters for a later query on the same DataFrame that pushes
   none, silently dropping rows; without pushdown Spark evaluates every filter)
+- `nearest`: a JSON object `{"column", "q", "k", "nprobes", "refine_factor", "metric",
+  ...}` reads the k rows nearest to `q` (one Spark partition, `_distance` column, nearest
+  first; a list of vectors adds `query_index`), with `prefilter` (`true`: the filter picks
+  the rows searched; default `false`: it drops rows from the k found). See `nearest.py`.
 - writes: `vector_columns` (`"embedding:768,thumb:64"`): array columns stored as Lance
   vectors (fixed-size lists) when the write creates the dataset or overwrites it
 - streams: see `streaming.py`
@@ -40,6 +44,7 @@ from pyspark.sql.types import StructType
 
 from clients.spark.batch import QuiverReader, QuiverWriter, dataset_schema
 from clients.spark.convert import spark_schema
+from clients.spark.nearest import QuiverNearestReader, nearest_schema
 from clients.spark.options import (
     Conn,
     check_options,
@@ -64,6 +69,8 @@ class QuiverDataSource(DataSource):
         check_options(self.options, "any")
         conn = Conn.from_options(self.options)
         read = read_options(self.options)
+        if "nearest" in read:
+            return nearest_schema(conn, read)
         read.pop("filter", None)
         read.pop("max_rows_per_endpoint", None)
         with conn.client() as client:
@@ -71,6 +78,9 @@ class QuiverDataSource(DataSource):
 
     def reader(self, schema: StructType) -> QuiverReader:
         check_options(self.options, "read")
+        read = read_options(self.options)
+        if "nearest" in read:
+            return QuiverNearestReader(Conn.from_options(self.options), read, schema)
         return QuiverReader(
             Conn.from_options(self.options),
             read_options(self.options),

@@ -17,6 +17,7 @@ __all__ = [
     "Conn",
     "QuiverOptionError",
     "check_options",
+    "nearest_option",
     "positive_option",
     "pushdown_enabled",
     "read_options",
@@ -45,7 +46,7 @@ _CONNECTION = (
 )
 _READ = ("version", "tag", "as_of", "filter", "columns", "max_rows_per_endpoint")
 KNOWN: dict[str, tuple[str, ...]] = {
-    "read": (*_CONNECTION, *_READ, "max_partitions", "pushdown"),
+    "read": (*_CONNECTION, *_READ, "max_partitions", "pushdown", "nearest", "prefilter"),
     "write": (*_CONNECTION, "vector_columns"),
     "stream read": (
         *_CONNECTION,
@@ -201,7 +202,43 @@ def read_options(options: Any) -> dict[str, Any]:
     step = positive_option(options, "max_rows_per_endpoint")
     if step is not None:
         out["max_rows_per_endpoint"] = step
+    nearest = nearest_option(options)
+    if nearest is not None:
+        out["nearest"] = nearest
+        out["prefilter"] = _bool_option(options, "prefilter")
+    elif options.get("prefilter") is not None:
+        raise QuiverOptionError("the 'prefilter' option goes with the 'nearest' option")
     return out
+
+
+def nearest_option(options: Any) -> dict[str, Any] | None:
+    """The `nearest` option: a JSON object {"column", "q": [...], "k", "nprobes", ...}
+    (the Flight descriptor's `nearest`), for a nearest-neighbour read."""
+    import json
+
+    raw = options.get("nearest")
+    if raw is None:
+        return None
+    try:
+        value = json.loads(str(raw))
+    except ValueError:
+        value = None
+    if not isinstance(value, dict) or not isinstance(value.get("column"), str):
+        raise QuiverOptionError(
+            "the 'nearest' option must be a JSON object with the vector 'column' and the "
+            f'query vector \'q\', e.g. {{"column": "vec", "q": [0.1, 0.2], "k": 10}}, not {raw!r}'
+        )
+    if "q" not in value:
+        raise QuiverOptionError("the 'nearest' option needs 'q', the query vector")
+    return value
+
+
+def _bool_option(options: Any, name: str) -> bool:
+    raw = options.get(name, "false")
+    value = str(raw).strip().lower()
+    if value not in ("true", "false"):
+        raise QuiverOptionError(f"the {name!r} option must be true or false, not {raw!r}")
+    return value == "true"
 
 
 def positive_option(options: Any, name: str) -> int | None:
