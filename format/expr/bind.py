@@ -289,6 +289,15 @@ class Binder(FunctionCalls):
         """Cast a bound value to `target` (at compile time for constants)."""
         if x.type == target:
             return x
+        if T.is_date(x.type) and T.is_integer(target):
+            # arrow-rs casts a date to its number (days, or milliseconds for date64)
+            number = pa.int32() if pa.types.is_date32(x.type) else pa.int64()
+            if x.const:
+                x = replace(x, type=number, value=x.value.cast(number), path=None)
+            else:
+                x = Typed(type=number, expr=x.expr.cast(number), sql=x.sql)
+            if x.type == target:
+                return x
         if x.const:
             try:
                 value = T.cast_constant(x.value, target)

@@ -6,20 +6,17 @@ with the binder's `bind`, `_cast` and `_call`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
 from format.expr import types as T
+from format.expr.functions_array import ArrayFunctions
+from format.expr.functions_scalar import ScalarFunctions
 from format.expr.typed import NULL_BOOL, Typed, const
 
-if TYPE_CHECKING:
-    pass
 
-
-class FunctionCalls:
+class FunctionCalls(ScalarFunctions, ArrayFunctions):
     """Binding of function calls, regular expressions, COALESCE and LIKE (a Binder part)."""
 
     def _like(self, node: exp.Expression, negated: bool) -> Typed:
@@ -82,12 +79,17 @@ class FunctionCalls:
                 if x.const:
                     return const(pa.scalar(x.value.is_valid))
                 return Typed(type=pa.bool_(), expr=pc.is_valid(x.expr))
+            if name == "regexp_match" and len(args) == 2 and self.regexp_match_lists:
+                return self._regexp_match_list(args[0], args[1])
             if name == "regexp_match" and len(args) in (2, 3):
                 # pylance turns regexp_match into "has a match": never NULL
                 match = self._regexp(args[0], args[1], args[2] if len(args) == 3 else None)
                 return self._call(
                     pc.coalesce, [match, const(pa.scalar(False))], pa.bool_(), sql=name
                 )
+            bound = self._more_functions(node)
+            if bound is not None:
+                return bound
             raise self.bind_error(f"unknown or unsupported function {name}()")
         if isinstance(node, exp.IsNan):
             x = self.bind(node.this)
@@ -145,7 +147,16 @@ class FunctionCalls:
             return self._call(
                 pc.if_else, [same, const(pa.scalar(None, a.type)), a], a.type, sql="nullif"
             )
+        bound = self._more_functions(node)
+        if bound is not None:
+            return bound
         raise self.unsupported(f"{self._text(node)!r}")
+
+    def _more_functions(self, node: exp.Expression) -> Typed | None:
+        """DataFusion's other scalar and list functions (`functions_scalar`,
+        `functions_array`), or None."""
+        bound = self._scalar_function(node)
+        return bound if bound is not None else self._array_function(node)
 
     def _regexp(
         self, subject: exp.Expression, pattern: exp.Expression, flags: exp.Expression | None

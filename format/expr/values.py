@@ -70,6 +70,7 @@ def compile_expression(
         node = parse_filter(sql, dataset=dataset)
         binder = Binder(sql, schema, dataset)
         binder.null_on_row_errors = False
+        binder.regexp_match_lists = True  # a value: the matches, not "has a match"
         try:
             bound = binder.bind_value_root(node)
         except (FilterSyntaxError, FilterBindError):
@@ -80,10 +81,6 @@ def compile_expression(
             raise binder.bind_error(str(e)) from None
         except (AttributeError, IndexError) as e:
             raise binder.unsupported(f"this construct ({type(e).__name__}: {e})") from None
-        for call in node.find_all(exp.Anonymous):
-            if str(call.this).lower() == "regexp_match":
-                # pylance returns the matches (a list of strings) here, not a boolean
-                raise binder.unsupported("regexp_match (use regexp_like)")
         if bound.const:
             nullable = bound.value is None or not bound.value.is_valid
         else:
@@ -116,6 +113,8 @@ def _nullable(node: exp.Expression, binder: Binder) -> bool:
         return all(_nullable(a, binder) for a in [node.this, *node.expressions])
     if isinstance(node, _ALWAYS_NULLABLE_FUNCTIONS):
         return True
+    if isinstance(node, exp.Func) and not isinstance(node, (exp.Cast, exp.TryCast)):
+        return True  # DataFusion's functions are nullable whatever their arguments
     return any(_nullable(child, binder) for child in node.iter_expressions())
 
 
