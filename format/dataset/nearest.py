@@ -354,11 +354,16 @@ class NearestSearch:
         dist = paired(self.metric, vector_matrix(vectors)[inverse], self.query.queries[found.query])
         return Candidates(found.query[keep], found.row_ids[keep], dist[keep])
 
-    def _allowed(self) -> tuple[RowFilter, np.ndarray | None]:
-        """Which row ids an index search may return, and all of them when a prefilter
-        makes that a known list."""
+    def _allowed(self) -> tuple[RowFilter | None, np.ndarray | None]:
+        """Which row ids an index search may return (None: all it holds), and all of them
+        when a prefilter makes that a known list."""
         locator = self.locator
         if not (self.prefilter and self.filter is not None):
+            if not self.core.manifest.uses_stable_row_ids:
+                frags = {f.fragment_id: f for f in self._fragments}
+                covered = self._covered()
+                if all(i in frags and not frags[i].num_deletions for i in covered):
+                    return None, None  # every row the index holds is a live row address
             return locator.live, None
         covered = self._covered()
         ids = [

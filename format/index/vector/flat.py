@@ -32,9 +32,11 @@ class FlatStorage:
             )
         return vector_matrix(vectors)
 
-    def distances(
-        self, vectors: np.ndarray, queries: np.ndarray, centroid: np.ndarray
-    ) -> np.ndarray:
+    def prepare(self, queries: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+        """The queries (raw vectors are compared as they are)."""
+        return queries
+
+    def score(self, queries: np.ndarray, vectors: np.ndarray) -> np.ndarray:
         """(queries, rows) distances."""
         return matrix(self.metric, vectors, queries).astype(np.float32)
 

@@ -153,10 +153,15 @@ class VectorIndex:
         PARTITIONS.put(key, part)
         return part
 
-    def distances(self, p: int, data: np.ndarray, queries: np.ndarray) -> np.ndarray:
-        """(queries, rows) distances from queries (normalised for cosine) to some rows of
-        partition `p` (`data`: a selection of the partition's storage)."""
-        return self.storage.distances(data, queries, self.ivf.centroids[p])
+    def prepare(self, queries: np.ndarray, partitions: np.ndarray) -> np.ndarray:
+        """What the storage compares rows with, for (query, partition) pairs: queries
+        (normalised for cosine) against their partitions' centroids."""
+        return self.storage.prepare(queries, self.ivf.centroids[partitions])
+
+    def score(self, prepared: np.ndarray, data: np.ndarray) -> np.ndarray:
+        """(pairs, rows) distances of prepared pairs to some rows of one partition (`data`:
+        a selection of the partition's storage)."""
+        return self.storage.score(prepared, data)
 
     def select(self, part: Partition, keep: np.ndarray) -> np.ndarray:
         """The storage of the rows `keep` (a boolean mask) of a partition."""

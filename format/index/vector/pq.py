@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
@@ -60,6 +61,13 @@ class ProductQuantizer:
             )
         return cls(values.reshape(m, 256, dim // m), metric)
 
+    @cached_property
+    def _codebook64(self) -> tuple[np.ndarray, np.ndarray]:
+        """The codebook transposed for products, (m, sub, 256), and its centroids' squared
+        norms (m, 256), in float64."""
+        cb = self.codebook.astype(np.float64)
+        return np.ascontiguousarray(cb.transpose(0, 2, 1)), np.einsum("mcs,mcs->mc", cb, cb)
+
     @property
     def num_sub_vectors(self) -> int:
         return int(self.codebook.shape[0])
@@ -77,23 +85,26 @@ class ProductQuantizer:
         flat = codes.values.to_numpy(zero_copy_only=False)[codes.offset * m :][: len(codes) * m]
         return np.ascontiguousarray(flat.reshape(m, len(codes)))
 
-    def distances(self, codes: np.ndarray, queries: np.ndarray, centroid: np.ndarray) -> np.ndarray:
-        """(queries, rows) distances from the queries to a partition's codes."""
+    def prepare(self, queries: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+        """Distance tables (n, m * 256) of n (query, partition centroid) pairs at once."""
         m, sub = self.codebook.shape[0], self.codebook.shape[2]
-        q = queries - centroid if self.residual else queries
-        parts = q.reshape(len(q), m, sub).astype(np.float64).transpose(1, 0, 2)  # (m, nq, sub)
-        cb = self.codebook.astype(np.float64)
-        dots = np.matmul(parts, cb.transpose(0, 2, 1))  # (m, nq, 256)
+        q = queries - centroids if self.residual else queries
+        parts = q.reshape(len(q), m, sub).astype(np.float64).transpose(1, 0, 2)  # (m, n, sub)
+        cb_t, cc = self._codebook64
+        dots = np.matmul(parts, cb_t)  # (m, n, 256)
         if self.metric == "dot":
             table = 1.0 - dots
         else:
             qq = np.einsum("mqs,mqs->mq", parts, parts)[:, :, None]
-            cc = np.einsum("mcs,mcs->mc", cb, cb)[:, None, :]
-            table = np.maximum(qq + cc - 2.0 * dots, 0.0)
-        table = table.astype(np.float32).transpose(1, 0, 2).reshape(len(q), m * 256)
+            table = np.maximum(qq + cc[:, None, :] - 2.0 * dots, 0.0)
+        return np.ascontiguousarray(table.astype(np.float32).transpose(1, 0, 2)).reshape(len(q), -1)
+
+    def score(self, tables: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """(pairs, rows) distances: each pair's table summed over the rows' codes."""
+        m = self.codebook.shape[0]
         # one gather of every (sub-vector, code) entry, summed over sub-vectors
         index = codes.astype(np.intp) + (np.arange(m, dtype=np.intp) * 256)[:, None]
-        dist = table[:, index].sum(axis=1, dtype=np.float32)
+        dist = tables[:, index].sum(axis=1, dtype=np.float32)
         if self.metric == "dot":
             dist -= np.float32(m - 1)
         return dist

@@ -72,8 +72,12 @@ class _Search:
     def probe(self, pairs_query: np.ndarray, pairs_partition: np.ndarray) -> Candidates:
         """Search the (query, partition) pairs: each query's best `fetch` rows per partition."""
         out = []
-        for p in np.unique(pairs_partition):
-            qs = pairs_query[pairs_partition == p]
+        prepared = self.index.prepare(self.queries[pairs_query], pairs_partition)
+        order = np.argsort(pairs_partition, kind="stable")
+        parts, starts = np.unique(pairs_partition[order], return_index=True)
+        bounds = np.r_[starts, len(order)]
+        for i, p in enumerate(parts):
+            pairs = order[bounds[i] : bounds[i + 1]]
             part = self.index.partition(int(p))
             ids = part.row_ids
             if not len(ids):
@@ -85,11 +89,11 @@ class _Search:
                     ids, data = ids[keep], self.index.select(part, keep)
                     if not len(ids):
                         continue
-            dist = self.index.distances(int(p), data, self.queries[qs])
+            dist = self.index.score(prepared[pairs], data)
             best = smallest(dist, self.fetch)
             out.append(
                 Candidates(
-                    np.repeat(qs, best.shape[1]),
+                    np.repeat(pairs_query[pairs], best.shape[1]),
                     ids[best].ravel(),
                     np.take_along_axis(dist, best, axis=1).ravel(),
                 )

@@ -58,14 +58,19 @@ class ScalarQuantizer:
         scaled = (queries.astype(np.float64) - self.start) * 255.0 / span
         return np.trunc(np.clip(np.nan_to_num(scaled, nan=0.0), 0.0, 255.0))
 
-    def distances(self, codes: np.ndarray, queries: np.ndarray, centroid: np.ndarray) -> np.ndarray:
-        """(queries, rows) distances from the queries to a partition's codes."""
+    def prepare(self, queries: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+        """The queries as compared with codes: quantized like them (l2, cosine), or as they
+        are (dot)."""
+        return queries.astype(np.float64) if self.metric == "dot" else self._quantize(queries)
+
+    def score(self, prepared: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """(queries, rows) distances from prepared queries to a partition's codes."""
         x = codes.astype(np.float64)
         span = np.float32(self.end - self.start)
         if self.metric == "dot":
             values = self.start + x * (float(span) / 255.0)
-            return (1.0 - queries.astype(np.float64) @ values.T).astype(np.float32)
-        qc = self._quantize(queries)
+            return (1.0 - prepared @ values.T).astype(np.float32)
+        qc = prepared
         # integers: the float64 products and sums are exact
         raw = (qc * qc).sum(1)[:, None] + (x * x).sum(1)[None, :] - 2.0 * (qc @ x.T)
         return raw.astype(np.float32) * (span * span / np.float32(255.0 * 255.0))

@@ -1,0 +1,220 @@
+"""Vector search benchmark: queries per second and recall@10, Quiver over Flight and pylance.
+
+    .venv/bin/python -m benchmarks.vector [--rows 1000000] [--dim 128] [--queries 100]
+                                          [--nprobes 20] [--partitions 1024] [--rounds 3]
+
+The dataset (cached under benchmarks/.data/vector/, built once by pylance with an IVF_PQ
+index of `--partitions` partitions and dim / 8 sub-vectors) holds `--rows` vectors drawn
+around 2,000 random centres (clustered, as embeddings are), plus an id. The queries are
+`--queries` more vectors from the same distribution. Exact neighbours come from a brute-force
+search in numpy; recall@10 is the share of them each engine's 10 results hold, averaged.
+
+Four ways to run the same queries (k = 10, nprobes as given), rounds interleaved, medians:
+- pylance, single: `ds.to_table(nearest=...)` once per query, in this process;
+- pylance, batch: one `to_table(nearest=...)` with all the queries as a 2-D `q`;
+- Quiver over Flight, single: `Client.nearest` per query (GetFlightInfo + DoGet) against
+  `quiver serve` on loopback, in its own process;
+- Quiver over Flight, batch: `Client.nearest_batch`, all the queries in one DoExchange.
+The first query of each is run once before timing (index and partitions loaded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import lance
+import numpy as np
+import pyarrow as pa
+
+from clients import Client
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / ".data" / "vector"
+K = 10
+CENTRES = 2000
+
+
+def _vectors(rng: np.random.Generator, centres: np.ndarray, n: int) -> np.ndarray:
+    which = rng.integers(0, len(centres), n)
+    noise = rng.standard_normal((n, centres.shape[1])).astype(np.float32) * 0.6
+    return centres[which] + noise
+
+
+def ensure_dataset(rows: int, dim: int, partitions: int) -> tuple[str, str]:
+    """(serve root, dataset name), writing and indexing the dataset with pylance if absent."""
+    name = f"vectors-{rows}-{dim}-{partitions}"
+    uri = DATA / f"{name}.lance"
+    if not (uri / "_indices").exists():
+        rng = np.random.default_rng(0)
+        centres = rng.standard_normal((CENTRES, dim)).astype(np.float32) * 2
+
+        def batches():
+            for start in range(0, rows, 100_000):
+                n = min(100_000, rows - start)
+                vec = _vectors(rng, centres, n)
+                yield pa.record_batch(
+                    [
+                        pa.array(np.arange(start, start + n)),
+                        pa.FixedSizeListArray.from_arrays(pa.array(vec.ravel()), dim),
+                    ],
+                    names=["id", "vec"],
+                )
+
+        schema = pa.schema([("id", pa.int64()), ("vec", pa.list_(pa.float32(), dim))])
+        DATA.mkdir(parents=True, exist_ok=True)
+        ds = lance.write_dataset(
+            pa.RecordBatchReader.from_batches(schema, batches()), str(uri), mode="overwrite"
+        )
+        t0 = time.perf_counter()
+        ds.create_index(
+            "vec", "IVF_PQ", num_partitions=partitions, num_sub_vectors=dim // 8, metric="l2"
+        )
+        print(f"built the IVF_PQ index in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    return str(DATA), name
+
+
+def _queries(n: int, dim: int) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    centres = rng.standard_normal((CENTRES, dim)).astype(np.float32) * 2
+    return _vectors(np.random.default_rng(99), centres, n)
+
+
+def exact_neighbours(uri: str, queries: np.ndarray) -> np.ndarray:
+    """Ids of the k nearest rows of each query, by brute force (float64 distances)."""
+    table = lance.dataset(uri).to_table(columns=["id", "vec"])
+    ids = table.column("id").to_numpy()
+    vec = table.column("vec").combine_chunks()
+    x = vec.values.to_numpy().reshape(len(vec), -1).astype(np.float32)
+    xx = np.einsum("ij,ij->i", x, x, dtype=np.float64)
+    out = []
+    for q in queries.astype(np.float64):
+        d = xx - 2.0 * (x @ q.astype(np.float32)).astype(np.float64) + q @ q
+        best = np.argpartition(d, K)[: K * 4]
+        exact = ((x[best].astype(np.float64) - q) ** 2).sum(1)
+        out.append(ids[best[np.argsort(exact, kind="stable")[:K]]])
+    return np.stack(out)
+
+
+def recall(found: list[np.ndarray], exact: np.ndarray) -> float:
+    """Mean share of the exact k neighbours found."""
+    return float(
+        np.mean([len(np.intersect1d(f, e)) / K for f, e in zip(found, exact, strict=True)])
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve(root: str) -> tuple[subprocess.Popen, str]:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flight_server", "serve", "--root", root, "--port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return proc, f"grpc://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise TimeoutError("quiver serve did not start")
+
+
+def main() -> None:
+    """Run the four ways interleaved and print the results table (markdown)."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--dim", type=int, default=128)
+    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--nprobes", type=int, default=20)
+    parser.add_argument("--partitions", type=int, default=1024)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    root, name = ensure_dataset(args.rows, args.dim, args.partitions)
+    uri = f"{root}/{name}.lance"
+    queries = _queries(args.queries, args.dim)
+    exact = exact_neighbours(uri, queries)
+    search = {"column": "vec", "k": K, "nprobes": args.nprobes}
+    ds = lance.dataset(uri)
+    proc, server = _serve(root)
+    try:
+        with Client(server) as qc, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+
+            def pylance_single() -> list[np.ndarray]:
+                return [
+                    ds.to_table(nearest={**search, "q": q}, columns=["id"])["id"].to_numpy()
+                    for q in queries
+                ]
+
+            def pylance_batch() -> list[np.ndarray]:
+                t = ds.to_table(nearest={**search, "q": queries}, columns=["id"])
+                return _per_query(t, len(queries))
+
+            def quiver_single() -> list[np.ndarray]:
+                return [
+                    qc.nearest(name, "vec", q, K, nprobes=args.nprobes, columns=["id"])[
+                        "id"
+                    ].to_numpy()
+                    for q in queries
+                ]
+
+            def quiver_batch() -> list[np.ndarray]:
+                t = qc.nearest_batch(name, "vec", queries, K, nprobes=args.nprobes, columns=["id"])
+                return _per_query(t, len(queries))
+
+            ways = {
+                "pylance (local), single queries": pylance_single,
+                "pylance (local), batch of all": pylance_batch,
+                "Quiver over Flight, single queries": quiver_single,
+                "Quiver over Flight, batch (DoExchange)": quiver_batch,
+            }
+            ds.to_table(nearest={**search, "q": queries[0]}, columns=["id"])  # warm up
+            qc.nearest(name, "vec", queries[0], K, nprobes=args.nprobes, columns=["id"])
+            times: dict[str, list[float]] = {w: [] for w in ways}
+            recalls: dict[str, float] = {}
+            for r in range(args.rounds):
+                order = list(ways)[r % len(ways) :] + list(ways)[: r % len(ways)]
+                for way in order:
+                    t0 = time.perf_counter()
+                    found = ways[way]()
+                    times[way].append(time.perf_counter() - t0)
+                    recalls[way] = recall(found, exact)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    print(
+        f"{args.rows:,} vectors of {args.dim}, IVF_PQ {args.partitions} partitions, "
+        f"{args.dim // 8} sub-vectors, nprobes {args.nprobes}, k {K}, {args.queries} queries, "
+        f"median of {args.rounds} rounds"
+    )
+    print("| engine, mode | queries/s | s for all | recall@10 |")
+    print("|---|---|---|---|")
+    for way in ways:
+        med = statistics.median(times[way])
+        qps = args.queries / med
+        print(f"| {way} | {qps:,.0f} | {med:.3f} | {recalls[way]:.3f} |")
+
+
+def _per_query(table: pa.Table, n: int) -> list[np.ndarray]:
+    index = table.column("query_index").to_numpy()
+    ids = table.column("id").to_numpy()
+    return [ids[index == i] for i in range(n)]
+
+
+if __name__ == "__main__":
+    main()
