@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import os
 import posixpath
 import time
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from format.dataset.core import DatasetCore
 from format.errors import (
     CleanupError,
+    CorruptFileError,
     InvalidInputError,
     UnsupportedFeatureError,
     VersionNotFoundError,
@@ -217,8 +219,25 @@ def _classify(f: _Listed, in_progress: bool, insp: _Inspection) -> str | None:
     return None
 
 
-def _has_branches(store: ObjectStore) -> bool:
-    return any(name.endswith(".json") for name, _, _ in store.list_dir("_refs/branches"))
+def _branch_parents(store: ObjectStore) -> set[int]:
+    """Versions of the main line that branches were created from: kept by a cleanup, as
+    pylance keeps them (a branch reads its parent version's files through a base path)."""
+    kept = set()
+    for name, _, _ in store.list_dir("_refs/branches"):
+        if not name.endswith(".json"):
+            continue
+        path = f"_refs/branches/{posixpath.basename(name)}"
+        try:
+            doc = json.loads(store.read_all(path))
+        except (ValueError, FileNotFoundError) as e:
+            raise CorruptFileError(store.uri_of(path), f"bad branch file: {e}") from None
+        if not isinstance(doc, dict) or doc.get("parentBranch") is not None:
+            continue  # a branch of a branch: its parent's versions are not ours
+        parent = doc.get("parentVersion")
+        if not isinstance(parent, int):
+            raise CorruptFileError(store.uri_of(path), "branch file has no parentVersion")
+        kept.add(parent)
+    return kept
 
 
 def cleanup_old_versions(
@@ -247,9 +266,10 @@ def cleanup_old_versions(
         older_than = DEFAULT_OLDER_THAN
     if older_than is not None and not isinstance(older_than, dt.timedelta):
         raise InvalidInputError(f"older_than must be a datetime.timedelta, not {older_than!r}")
-    if ds.manifest.pb.HasField("branch") or _has_branches(store):
+    if ds.manifest.pb.HasField("branch"):
         raise UnsupportedFeatureError(
-            f"{ds.uri}: cleaning up datasets with branches is not supported by this engine"
+            f"{ds.uri}: cleaning up a branch (rather than the main line) is not supported by "
+            "this engine"
         )
     now_ns = time.time_ns()
     before_ns = None
@@ -274,7 +294,9 @@ def cleanup_old_versions(
 
     tags = {name: t for name, t in _versions.list_tags(store).items() if not t.branch}
     tagged = {t.version for t in tags.values()}
-    insp = _inspect(ds, store, tagged, before_ns, before_version, chosen)
+    branch_parents = _branch_parents(store)
+    insp = _inspect(ds, store, tagged | branch_parents, before_ns, before_version, chosen)
+    insp.tagged_old_versions -= branch_parents - tagged  # kept silently, as pylance does
     if error_if_tagged_old_versions and insp.tagged_old_versions:
         hit = {
             n: t.version for n, t in sorted(tags.items()) if t.version in insp.tagged_old_versions

@@ -664,7 +664,9 @@ def _rewrite_cast_columns(
             arrays = []
             for col, f in zip(batch.columns, target_arrow, strict=True):
                 try:
-                    arrays.append(pc.cast(col, f.type, safe=True))
+                    # checked, but times may lose precision (us -> ms), as in pylance
+                    options = pc.CastOptions(f.type, allow_time_truncate=True)
+                    arrays.append(pc.cast(col, options=options))
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
                     raise InvalidInputError(
                         f"{ds.uri}: cannot cast column {f.name!r} to {f.type}: {e}"

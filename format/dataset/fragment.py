@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from format.dataset.core import DatasetCore
 from format.dataset.scan import Scanner
@@ -401,6 +402,13 @@ def _merge_field(f: LanceField, pieces: list[tuple[LanceField, pa.Array]], n: in
     dtype = f.arrow_type_of(blob_descriptions=True)
     if not pieces:
         return pa.nulls(n, dtype)
+    if (
+        len(pieces) == 1
+        and f.is_blob
+        and _is_binary(pieces[0][1].type)
+        and dtype != pieces[0][1].type
+    ):
+        return _legacy_blob_descriptions(pieces[0][1], dtype)
     if len(pieces) == 1 and _leaf_ids(pieces[0][0]) == _leaf_ids(f):
         return pieces[0][1]
     if f.logical_type != "struct":
@@ -417,4 +425,20 @@ def _merge_field(f: LanceField, pieces: list[tuple[LanceField, pa.Array]], n: in
         children.append(_merge_field(child, sub, n))
     return pa.StructArray.from_arrays(
         children, fields=[c.to_arrow() for c in f.children], mask=pieces[0][1].is_null()
+    )
+
+
+def _is_binary(t: pa.DataType) -> bool:
+    return pa.types.is_binary(t) or pa.types.is_large_binary(t)
+
+
+def _legacy_blob_descriptions(values: pa.Array, dtype: pa.DataType) -> pa.Array:
+    """Descriptions of a blob column that a legacy file stores inline as binary: NULL where
+    the value is NULL or empty (as pylance reads them; filters such as IS NULL see that), the
+    size of the others, and position 0 (the bytes have no place of their own in the file)."""
+    sizes = pc.binary_length(values).cast(pa.uint64())
+    missing = pc.fill_null(pc.equal(sizes, 0), True)
+    zeros = pa.array(np.zeros(len(values), np.uint64))
+    return pa.StructArray.from_arrays(
+        [zeros, pc.fill_null(sizes, 0)], fields=list(dtype), mask=missing
     )

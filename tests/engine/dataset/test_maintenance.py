@@ -26,7 +26,6 @@ from format.errors import (
     CleanupError,
     CommitConflictError,
     InvalidInputError,
-    UnsupportedFeatureError,
 )
 from format.io.store import open_store
 from format.proto import table_pb2, transaction_pb2
@@ -410,10 +409,12 @@ def test_cleanup_arguments(tmp_path):
     assert stats.old_versions == 1  # the version read (4) is always kept
     assert [v["version"] for v in lance.dataset(uri).versions()] == [4]
     assert lance.dataset(uri).count_rows() == 40
-    # branches share the parent's files: refused rather than risk deleting theirs
+    # a branch reads its parent version's files: that version stays (issue 19 item 6)
     lance.dataset(uri).create_branch("dev", 4)
-    with pytest.raises(UnsupportedFeatureError, match="branches"):
-        cleanup_old_versions(ds, older_than=dt.timedelta(0))
+    lance.write_dataset(pa.table({"a": [1]}), uri, mode="overwrite")
+    cleanup_old_versions(qdataset(uri), older_than=dt.timedelta(0))
+    assert [v["version"] for v in lance.dataset(uri).versions()] == [4, 5]
+    assert lance.dataset(uri).checkout_version(("dev", 4)).count_rows() == 40
 
 
 # -----------------------------------------------------------------------------------------

@@ -1,0 +1,98 @@
+"""pylance's API surface, issue 19 item 6: alter_columns casts that lose time precision,
+cleanup_old_versions on a dataset with branches, IS NULL on a legacy blob column; each
+compared with pylance doing the same on a twin dataset."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from pathlib import Path
+
+import lance
+import pyarrow as pa
+import pytest
+from compare import assert_same_table
+
+from format.dataset import dataset
+from format.errors import UnsupportedFeatureError
+
+pytestmark = pytest.mark.compat
+
+TIMES = [dt.datetime(2024, 1, 1, 1, 1, 1, 123456), None, dt.datetime(1969, 12, 31, 23, 59, 59)]
+
+
+@pytest.mark.parametrize(
+    ("source", "target"),
+    [
+        (pa.timestamp("us"), pa.timestamp("ms")),
+        (pa.timestamp("us"), pa.timestamp("s")),
+        (pa.timestamp("ms"), pa.timestamp("s")),
+        (pa.timestamp("us"), pa.timestamp("ns")),
+        (pa.timestamp("us"), pa.date32()),
+        (pa.int32(), pa.int64()),
+        (pa.float64(), pa.float32()),
+        (pa.string(), pa.large_string()),
+    ],
+)
+def test_alter_columns_casts_match_pylance(tmp_path: Path, source: pa.DataType, target):
+    values = TIMES if pa.types.is_timestamp(source) else None
+    if values is None:
+        values = {"string": ["a", None, "c"]}.get(str(source), [1, None, 3])
+    table = pa.table({"x": pa.array(values, source), "k": [1, 2, 3]})
+    ours, ref = str(tmp_path / "ours"), str(tmp_path / "ref")
+    lance.write_dataset(table, ours, max_rows_per_file=2)
+    lance.write_dataset(table, ref, max_rows_per_file=2)
+    dataset(ours).alter_columns({"path": "x", "data_type": target})
+    lance.dataset(ref).alter_columns({"path": "x", "data_type": target})
+    expected = lance.dataset(ref).to_table()
+    assert expected.schema.field("x").type == target
+    assert_same_table(lance.dataset(ours).to_table(), expected, "pylance reading ours")
+    assert_same_table(dataset(ours).to_table(), expected, "ours")
+
+
+def _with_branch(uri: str) -> None:
+    lance.write_dataset(pa.table({"a": [1, 2, 3]}), uri, data_storage_version="2.0")
+    lance.write_dataset(pa.table({"a": [4]}), uri, mode="append")
+    lance.dataset(uri).create_branch("dev", 2).insert(pa.table({"a": [10, 20]}))
+    lance.write_dataset(pa.table({"a": [99]}), uri, mode="overwrite")
+    lance.write_dataset(pa.table({"a": [98]}), uri, mode="append")
+
+
+def _data_files(uri: str) -> list[str]:
+    return sorted(
+        os.path.relpath(os.path.join(d, f), uri)
+        for d, _, files in os.walk(uri)
+        for f in files
+        if f.endswith(".lance")
+    )
+
+
+def test_cleanup_keeps_the_versions_branches_start_from(tmp_path: Path):
+    ours, ref = str(tmp_path / "ours"), str(tmp_path / "ref")
+    _with_branch(ours)
+    _with_branch(ref)
+    stats = dataset(ours).cleanup_old_versions(older_than=dt.timedelta(0))
+    expected = lance.dataset(ref).cleanup_old_versions(older_than=dt.timedelta(0))
+    assert stats.old_versions == expected.old_versions == 2
+    assert [v["version"] for v in lance.dataset(ours).versions()] == [2, 4]
+    assert [v["version"] for v in lance.dataset(ref).versions()] == [2, 4]
+    assert len(_data_files(ours)) == len(_data_files(ref))
+    for uri in (ours, ref):
+        branch = lance.dataset(uri).checkout_version(("dev", 3))
+        assert sorted(branch.to_table().column("a").to_pylist()) == [1, 2, 3, 4, 10, 20]
+        assert dataset(uri, version=2).to_table().column("a").to_pylist() == [1, 2, 3, 4]
+    assert_same_table(dataset(ours).to_table(), lance.dataset(ref).to_table(), "latest")
+    with pytest.raises(UnsupportedFeatureError, match="branch"):
+        dataset(ours + "/tree/dev").cleanup_old_versions(older_than=dt.timedelta(0))
+
+
+def test_is_null_on_a_legacy_blob_column(tmp_path: Path):
+    uri = str(tmp_path / "blobs")
+    field = pa.field("b", pa.large_binary(), metadata={"lance-encoding:blob": "true"})
+    schema = pa.schema([pa.field("id", pa.int64()), field])
+    table = pa.table({"id": [1, 2, 3, 4], "b": [b"abc", None, b"", b"xyz"]}, schema=schema)
+    lance.write_dataset(table, uri, data_storage_version="legacy")
+    for sql in ("b IS NULL", "b IS NOT NULL", "id > 2 AND b IS NULL"):
+        expected = lance.dataset(uri).to_table(filter=sql, columns=["id"])
+        assert_same_table(dataset(uri).to_table(filter=sql, columns=["id"]), expected, sql)
+        assert dataset(uri).count_rows(sql) == lance.dataset(uri).count_rows(sql)
