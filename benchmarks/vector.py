@@ -5,16 +5,18 @@
 
 The dataset (cached under benchmarks/.data/vector/, built once by pylance with an IVF_PQ
 index of `--partitions` partitions and dim / 8 sub-vectors) holds `--rows` vectors drawn
-around 2,000 random centres (clustered, as embeddings are), plus an id. The queries are
+around 2,000 random centres of a 32-dimensional subspace, projected to `--dim` with a little
+noise (clustered and of low intrinsic dimension, as embeddings are), plus an id. The queries are
 `--queries` more vectors from the same distribution. Exact neighbours come from a brute-force
 search in numpy; recall@10 is the share of them each engine's 10 results hold, averaged.
 
-Four ways to run the same queries (k = 10, nprobes as given), rounds interleaved, medians:
+Six ways to run the same queries (k = 10, nprobes as given), rounds interleaved, medians:
 - pylance, single: `ds.to_table(nearest=...)` once per query, in this process;
 - pylance, batch: one `to_table(nearest=...)` with all the queries as a 2-D `q`;
 - Quiver over Flight, single: `Client.nearest` per query (GetFlightInfo + DoGet) against
   `quiver serve` on loopback, in its own process;
-- Quiver over Flight, batch: `Client.nearest_batch`, all the queries in one DoExchange.
+- Quiver over Flight, batch: `Client.nearest_batch`, all the queries in one DoExchange;
+- both batches again with refine_factor 10 (candidates measured again on their vectors).
 The first query of each is run once before timing (index and partitions loaded).
 """
 
@@ -38,27 +40,41 @@ from clients import Client
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / ".data" / "vector"
 K = 10
+COLUMNS = ["id", "_distance"]
+REFINE = 10
 CENTRES = 2000
+LATENT = 32
 
 
-def _vectors(rng: np.random.Generator, centres: np.ndarray, n: int) -> np.ndarray:
+def _vectors(rng: np.random.Generator, model: tuple[np.ndarray, np.ndarray], n: int) -> np.ndarray:
+    """n vectors around the model's centres in a LATENT-dimensional subspace, projected to
+    the full dimension, plus a little noise (embeddings have a low intrinsic dimension)."""
+    centres, projection = model
     which = rng.integers(0, len(centres), n)
-    noise = rng.standard_normal((n, centres.shape[1])).astype(np.float32) * 0.6
-    return centres[which] + noise
+    latent = centres[which] + rng.standard_normal((n, LATENT)).astype(np.float32)
+    noise = rng.standard_normal((n, projection.shape[1])).astype(np.float32) * 0.1
+    return (latent @ projection + noise).astype(np.float32)
+
+
+def _model(dim: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    centres = rng.standard_normal((CENTRES, LATENT)).astype(np.float32) * 2
+    projection = rng.standard_normal((LATENT, dim)).astype(np.float32) / np.sqrt(LATENT)
+    return centres, projection
 
 
 def ensure_dataset(rows: int, dim: int, partitions: int) -> tuple[str, str]:
     """(serve root, dataset name), writing and indexing the dataset with pylance if absent."""
-    name = f"vectors-{rows}-{dim}-{partitions}"
+    name = f"vectors-v3-{rows}-{dim}-{partitions}"
     uri = DATA / f"{name}.lance"
     if not (uri / "_indices").exists():
-        rng = np.random.default_rng(0)
-        centres = rng.standard_normal((CENTRES, dim)).astype(np.float32) * 2
+        rng = np.random.default_rng(1)
+        model = _model(dim)
 
         def batches():
             for start in range(0, rows, 100_000):
                 n = min(100_000, rows - start)
-                vec = _vectors(rng, centres, n)
+                vec = _vectors(rng, model, n)
                 yield pa.record_batch(
                     [
                         pa.array(np.arange(start, start + n)),
@@ -81,9 +97,7 @@ def ensure_dataset(rows: int, dim: int, partitions: int) -> tuple[str, str]:
 
 
 def _queries(n: int, dim: int) -> np.ndarray:
-    rng = np.random.default_rng(0)
-    centres = rng.standard_normal((CENTRES, dim)).astype(np.float32) * 2
-    return _vectors(np.random.default_rng(99), centres, n)
+    return _vectors(np.random.default_rng(99), _model(dim), n)
 
 
 def exact_neighbours(uri: str, queries: np.ndarray) -> np.ndarray:
@@ -157,34 +171,52 @@ def main() -> None:
 
             def pylance_single() -> list[np.ndarray]:
                 return [
-                    ds.to_table(nearest={**search, "q": q}, columns=["id"])["id"].to_numpy()
+                    ds.to_table(nearest={**search, "q": q}, columns=COLUMNS)["id"].to_numpy()
                     for q in queries
                 ]
 
             def pylance_batch() -> list[np.ndarray]:
-                t = ds.to_table(nearest={**search, "q": queries}, columns=["id"])
+                t = ds.to_table(nearest={**search, "q": queries}, columns=COLUMNS)
                 return _per_query(t, len(queries))
 
             def quiver_single() -> list[np.ndarray]:
                 return [
-                    qc.nearest(name, "vec", q, K, nprobes=args.nprobes, columns=["id"])[
+                    qc.nearest(name, "vec", q, K, nprobes=args.nprobes, columns=COLUMNS)[
                         "id"
                     ].to_numpy()
                     for q in queries
                 ]
 
             def quiver_batch() -> list[np.ndarray]:
-                t = qc.nearest_batch(name, "vec", queries, K, nprobes=args.nprobes, columns=["id"])
+                t = qc.nearest_batch(name, "vec", queries, K, nprobes=args.nprobes, columns=COLUMNS)
+                return _per_query(t, len(queries))
+
+            def pylance_refined() -> list[np.ndarray]:
+                nearest = {**search, "q": queries, "refine_factor": REFINE}
+                return _per_query(ds.to_table(nearest=nearest, columns=COLUMNS), len(queries))
+
+            def quiver_refined() -> list[np.ndarray]:
+                t = qc.nearest_batch(
+                    name,
+                    "vec",
+                    queries,
+                    K,
+                    nprobes=args.nprobes,
+                    refine_factor=REFINE,
+                    columns=COLUMNS,
+                )
                 return _per_query(t, len(queries))
 
             ways = {
                 "pylance (local), single queries": pylance_single,
                 "pylance (local), batch of all": pylance_batch,
+                f"pylance (local), batch, refine_factor {REFINE}": pylance_refined,
                 "Quiver over Flight, single queries": quiver_single,
                 "Quiver over Flight, batch (DoExchange)": quiver_batch,
+                f"Quiver over Flight, batch, refine_factor {REFINE}": quiver_refined,
             }
-            ds.to_table(nearest={**search, "q": queries[0]}, columns=["id"])  # warm up
-            qc.nearest(name, "vec", queries[0], K, nprobes=args.nprobes, columns=["id"])
+            ds.to_table(nearest={**search, "q": queries[0]}, columns=COLUMNS)  # warm up
+            qc.nearest(name, "vec", queries[0], K, nprobes=args.nprobes, columns=COLUMNS)
             times: dict[str, list[float]] = {w: [] for w in ways}
             recalls: dict[str, float] = {}
             for r in range(args.rounds):
