@@ -97,7 +97,7 @@ class VectorIndex:
             if kind not in SUPPORTED:
                 raise UnsupportedFeatureError(
                     f"{self.key}: vector index {name!r} is {kind}; Quiver searches "
-                    f"{', '.join(SUPPORTED)}"
+                    f"{', '.join(SUPPORTED)} (use_index: false searches exactly)"
                 )
             self.kind = kind
             self.metric = metric_name(metric, where=index.path)

@@ -183,3 +183,14 @@ def test_bad_requests_name_what_is_wrong(indexed) -> None:
         with pytest.raises(error, match=text) as info:
             ds.to_table(nearest=nearest)
         assert ds.uri in str(info.value), str(info.value)
+
+
+def test_hnsw_indices_are_refused_with_a_way_out(tmp_path) -> None:
+    """HNSW sub-indices are not searched: the error names the index and the exact search."""
+    uri = build(tmp_path / "hnsw.lance", None, appended=0, delete=None, rows=900)
+    lance.dataset(uri).create_index("vec", "IVF_HNSW_SQ", num_partitions=2)
+    q = queries(11, 1)[0]
+    with pytest.raises(UnsupportedFeatureError, match="IVF_HNSW_SQ.*use_index"):
+        dataset(uri).to_table(nearest={"column": "vec", "q": q, "k": 5})
+    nearest = {"column": "vec", "q": q, "k": 5, "use_index": False}
+    compare(uri, "hnsw, exact", nearest=nearest, columns=["id"])
