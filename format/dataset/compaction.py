@@ -11,8 +11,16 @@ output this way), and all parts are committed as one Rewrite transaction. The ne
 get fresh (largest) ids and, as pylance keeps fragments in id order, their rows move to the
 end of the table's scan order, exactly as with pylance. With stable row ids the new
 fragments carry the live rows' ids and their created-at / last-updated versions, so `_rowid`
-values don't change. Unlike pylance (which first commits a ReserveFragments version to
-remap indices) this takes one version; indices simply stop covering the rewritten rows.
+values don't change.
+
+Indices keep covering the rewritten rows, as with pylance 14 (which remaps at once; its
+deferred "fragment reuse index" is opt-in): when an index covers a rewritten fragment, a
+ReserveFragments version first fixes the new fragments' ids; then every BTREE and BITMAP
+index over them that holds row addresses (all of them without stable row ids) is written
+again with the new addresses (`format.index.scalar.remap`) and the Rewrite transaction names
+the new index files (`rewritten_indices`); one holding stable row ids just covers the new
+fragments. Other indices (vector ones) stop covering the rewritten rows, which are then
+searched unindexed. The old index files stay for `cleanup_old_versions`.
 """
 
 from __future__ import annotations
@@ -38,8 +46,11 @@ from format.errors import (
     LanceError,
     UnsupportedFeatureError,
 )
+from format.index.pruning import scalar_kind
+from format.index.scalar.remap import AddressMap, Moved, RemappedIndex, discard, remap_index
 from format.proto import table_pb2, transaction_pb2
 from format.table import versions as _versions
+from format.table.commit import stores_row_ids
 from format.table.indices import indices_of
 from format.table.rowids import decode_row_versions, encode_row_ids, encode_row_versions
 from format.table.transaction import check_writable, new_transaction
@@ -336,9 +347,10 @@ def compact_files(
     (the merged rows then sort last, like pylance's); unset options come from the dataset's
     ``lance.compaction.*`` config, else pylance's defaults (1024*1024 rows per fragment,
     1024 rows per group, materialize deletions above 10%). Commits one Rewrite version (none
-    when there is nothing to do) and returns it (or `ds`) with the metrics. Stable row ids
-    and row versions are carried over; indices lose the rewritten fragments (they are
-    searched unindexed).
+    when there is nothing to do; first a ReserveFragments one when indices cover rewritten
+    fragments) and returns it (or `ds`) with the metrics. Stable row ids and row versions
+    are carried over; BTREE and BITMAP indices are remapped to the new rows, vector indices
+    lose the rewritten fragments (they are searched unindexed).
     """
     opts = _resolve_options(
         ds,
@@ -357,6 +369,7 @@ def compact_files(
         return ds, CompactionMetrics()
     storage_version = normalize_storage_version(ds.data_storage_version)
     written: list[str] = []
+    remapped_out: list[tuple[Any, RemappedIndex]] = []
     committing = False
     try:
         workers = min(len(tasks), num_threads or min(4, os.cpu_count() or 1))
@@ -367,15 +380,17 @@ def compact_files(
                 )
         else:
             outputs = [_rewrite(ds, t, opts, storage_version, written) for t in tasks]
+        remapped = _keep_indexed(ds, tasks, outputs, remapped_out)
         groups = [
             transaction_pb2.Transaction.Rewrite.RewriteGroup(
                 old_fragments=[f.metadata for f in task.fragments], new_fragments=new
             )
             for task, new in zip(tasks, outputs, strict=True)
         ]
-        txn = new_transaction(
-            ds.version, "rewrite", transaction_pb2.Transaction.Rewrite(groups=groups)
+        body = transaction_pb2.Transaction.Rewrite(
+            groups=groups, rewritten_indices=[r.rewritten for r in remapped]
         )
+        txn = new_transaction(ds.version, "rewrite", body)
         committing = True
         committed = ds.commit(txn)
     except BaseException as e:
@@ -387,6 +402,8 @@ def compact_files(
             for name in written:
                 with contextlib.suppress(Exception):
                     ds.store.delete(f"data/{name}")
+            for store, r in remapped_out:
+                discard(store, r.directory, [f.path for f in r.rewritten.new_index_files])
         raise
     old = [f.metadata for task in tasks for f in task.fragments]
     new = [f for frags in outputs for f in frags]
@@ -396,6 +413,69 @@ def compact_files(
         files_removed=sum(len(f.files) + f.HasField("deletion_file") for f in old),
         files_added=sum(len(f.files) + f.HasField("deletion_file") for f in new),
     )
+
+
+def _keep_indexed(
+    ds: DatasetCore,
+    tasks: Sequence[_Bin],
+    outputs: Sequence[list[table_pb2.DataFragment]],
+    remapped_out: list[tuple[Any, RemappedIndex]],
+) -> list[RemappedIndex]:
+    """Keep the indices over rewritten fragments covering their rows, as pylance does.
+
+    When an index to keep covers a rewritten fragment, the new fragments get their ids from
+    a ReserveFragments commit (so the commit keeps them); then each BTREE and BITMAP index
+    over rewritten fragments that holds row addresses (every one without stable row ids) is
+    written again with the new addresses, while one holding stable row ids stays as it is.
+    Returns the remapped indices (also appended to `remapped_out` as written, for
+    removal on failure)."""
+    old_ids = {f.fragment_id for task in tasks for f in task.fragments}
+    entries = indices_of(ds.manifest, system=True)
+    touched = [e for e in entries if e.fragment_ids and e.fragment_ids & old_ids]
+    if not touched:
+        return []
+    stable = ds.manifest.uses_stable_row_ids
+    kept = [e for e in touched if stable and not e.is_system and stores_row_ids(e.pb)]
+    # a deferred remap (pylance's fragment reuse index) already holds old addresses: leave
+    # such datasets to drop rewritten fragments from their indices, as before
+    deferred = any(e.name == "__lance_frag_reuse" for e in entries)
+    to_remap = [
+        e
+        for e in touched
+        if e not in kept and not deferred and not e.is_system and scalar_kind(e) is not None
+    ]
+    if not kept and not to_remap:
+        return []
+    new = [f for frags in outputs for f in frags]
+    reserved = ds.commit(
+        new_transaction(
+            ds.version,
+            "reserve_fragments",
+            transaction_pb2.Transaction.ReserveFragments(num_fragments=len(new)),
+        )
+    )
+    top = int(reserved.manifest.pb.max_fragment_id)
+    for i, frag in enumerate(new):
+        frag.id = top - len(new) + 1 + i
+    if not to_remap:
+        return []
+    amap = AddressMap.build(
+        [
+            Moved(
+                [(f.fragment_id, f.physical_rows, f.live_mask) for f in task.fragments],
+                [(int(f.id), int(f.physical_rows)) for f in frags],
+            )
+            for task, frags in zip(tasks, outputs, strict=True)
+        ]
+    )
+    out = []
+    for e in to_remap:
+        base = e.pb.base_id if e.pb.HasField("base_id") else None
+        store, directory = ds.resolve(e.directory, base, relative_to_root=True)
+        r = remap_index(store, directory, str(scalar_kind(e)), e.pb, amap)
+        remapped_out.append((store, r))
+        out.append(r)
+    return out
 
 
 def _committed(ds: DatasetCore, written: list[str]) -> bool:

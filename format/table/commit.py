@@ -24,6 +24,7 @@ from format.table import versions as _versions
 from format.table.conflicts import Resolution, check
 from format.table.deletion import read_deletion_file, write_deletion_file
 from format.table.manifest import (
+    FLAG_STABLE_ROW_IDS,
     Manifest,
     decode_manifest,
     encode_manifest,
@@ -119,10 +120,14 @@ def _index_source(
 
 
 def _prune_indices(
-    section: bytes | None, txn: transaction_pb2.Transaction, field_ids: set[int]
+    section: bytes | None,
+    txn: transaction_pb2.Transaction,
+    field_ids: set[int],
+    stable: bool = False,
 ) -> bytes | None:
     """Carry indices over, minus what the commit invalidates: every index on an overwrite,
-    indices on fields no longer in the schema, rewritten/removed fragments in bitmaps."""
+    indices on fields no longer in the schema, removed fragments in bitmaps; a rewrite
+    moves its indices to their remapped files (see `_rewrite_indices`)."""
     from pyroaring import BitMap
 
     if section is None:
@@ -139,9 +144,8 @@ def _prune_indices(
         section = pb.SerializeToString()
     removed: set[int] = set()
     if op == "rewrite":
-        removed = {int(f.id) for g in txn.rewrite.groups for f in g.old_fragments}
-        removed |= {int(f.id) for f in txn.rewrite.old_fragments}
-    elif op == "delete":
+        return _rewrite_indices(section, txn.rewrite, stable)
+    if op == "delete":
         removed = set(txn.delete.deleted_fragment_ids)
     elif op == "update":
         removed = set(txn.update.removed_fragment_ids)
@@ -152,6 +156,58 @@ def _prune_indices(
     for index in pb.indices:
         bitmap = BitMap.deserialize(index.fragment_bitmap) if index.fragment_bitmap else BitMap()
         bitmap -= BitMap(removed)
+        index.fragment_bitmap = bitmap.serialize()
+    return pb.SerializeToString()
+
+
+def stores_row_ids(index: table_pb2.IndexMetadata) -> bool:
+    """Whether an index of a dataset with stable row ids holds stable row ids (which
+    compaction keeps) rather than row addresses: pylance 14 builds BITMAP indices so and
+    its BTREE ones with addresses, marked by index_version 1; older BTREE ones (version 0)
+    hold row ids. Other kinds are not known to, so compaction treats them as addresses."""
+    kind = index.index_details.type_url.rsplit(".", 1)[-1]
+    version = int(index.index_version) if index.HasField("index_version") else 0
+    return kind in ("BTreeIndexDetails", "BitmapIndexDetails") and version == 0
+
+
+def _rewrite_indices(
+    section: bytes, body: transaction_pb2.Transaction.Rewrite, stable: bool
+) -> bytes:
+    """The index section after a rewrite (compaction), as pylance applies one.
+
+    An index the rewrite remapped (`rewritten_indices`: its data rewritten with the new row
+    addresses) takes its new uuid, files and details, and its bitmap trades each wholly
+    covered group's old fragments for the new ones (whose ids the rewrite reserved); with
+    stable row ids so does, unchanged, an index that stores row ids (they survive
+    compaction). Any other index, or a group whose new ids are not known yet, just loses the
+    old fragments (their rows are then scanned unindexed, never wrongly answered)."""
+    from pyroaring import BitMap
+
+    groups = [(g.old_fragments, g.new_fragments) for g in body.groups]
+    if body.old_fragments or body.new_fragments:  # the pre-groups form
+        groups.append((body.old_fragments, body.new_fragments))
+    moves = [
+        (BitMap(int(f.id) for f in old), BitMap(int(f.id) for f in new), all(f.id for f in new))
+        for old, new in groups
+    ]
+    remapped = {bytes(r.old_id.uuid): r for r in body.rewritten_indices}
+    pb = table_pb2.IndexSection()
+    pb.ParseFromString(section)
+    for index in pb.indices:
+        bitmap = BitMap.deserialize(index.fragment_bitmap) if index.fragment_bitmap else BitMap()
+        r = remapped.get(bytes(index.uuid.uuid))
+        for old, new, known in moves:
+            covered = old.issubset(bitmap)
+            bitmap -= old
+            if covered and known and (r is not None or (stable and stores_row_ids(index))):
+                bitmap |= new
+        if r is not None:
+            index.uuid.CopyFrom(r.new_id)
+            if r.HasField("new_index_details"):
+                index.index_details.CopyFrom(r.new_index_details)
+            index.index_version = r.new_index_version
+            del index.files[:]
+            index.files.extend(r.new_index_files)
         index.fragment_bitmap = bitmap.serialize()
     return pb.SerializeToString()
 
@@ -321,7 +377,10 @@ def _commit_attempts(
             pb,
             transaction=txn,
             index_section=_prune_indices(
-                _index_section(store, _index_source(base, txn, ctx)), txn, {f.id for f in pb.fields}
+                _index_section(store, _index_source(base, txn, ctx)),
+                txn,
+                {f.id for f in pb.fields},
+                stable=bool(pb.reader_feature_flags & FLAG_STABLE_ROW_IDS),
             ),
             prefix=_dictionary_prefix(pb, base, ctx),
         )

@@ -330,14 +330,24 @@ def _apply_rewrite(
         missing = old_ids - present
         if missing:
             raise InvalidInputError(f"rewrite of fragments {sorted(missing)} that don't exist")
-        # new ids continue after every id ever used, including the fragments being replaced
+        # new ids continue after every id ever used, including the fragments being replaced;
+        # a nonzero id was reserved beforehand (ReserveFragments, as compaction of indexed
+        # fragments does so that remapped indices can name it) and is kept, as pylance does
         scratch = table_pb2.Manifest(next_row_id=m.next_row_id)
         first_free = _next_fragment_id(m)
         if first_free:
             scratch.max_fragment_id = first_free - 1
-        new = _add_fragments(scratch, g.new_fragments, version, stable)
-        if scratch.HasField("max_fragment_id"):
-            m.max_fragment_id = scratch.max_fragment_id
+        reserved = [copy.deepcopy(f) for f in g.new_fragments if f.id]
+        clash = {int(f.id) for f in reserved} & present
+        if clash:
+            raise InvalidInputError(f"rewrite gives new fragments ids in use: {sorted(clash)}")
+        new = _add_fragments(scratch, [f for f in g.new_fragments if not f.id], version, stable)
+        if stable:
+            _assign_row_ids(reserved, scratch, version)
+        new += reserved
+        top = max([int(f.id) for f in reserved], default=-1)
+        if scratch.HasField("max_fragment_id") or reserved:
+            m.max_fragment_id = max(int(scratch.max_fragment_id), top, first_free - 1)
         m.next_row_id = scratch.next_row_id
         frags = [f for f in frags if f.id not in old_ids] + new
         present = (present - old_ids) | {int(f.id) for f in new}

@@ -6,7 +6,8 @@ the readers of data files (`format.file.open`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -14,6 +15,8 @@ import pyarrow as pa
 from format.errors import CorruptFileError, UnsupportedFeatureError
 from format.file.container import FOOTER_VERSIONS, V2Container
 from format.file.open import open_data_file
+from format.file.v20.writer import V2FileWriter
+from format.file.v21.writer import StructuralFileWriter
 from format.io.store import ObjectStore
 from format.proto import table_pb2
 from format.table.schema import LanceSchema
@@ -41,6 +44,7 @@ class IndexFile:
             descriptor.schema.fields, dict(descriptor.schema.metadata), where=self.path
         )
         self.num_rows = int(descriptor.length)
+        self.version = version  # the Lance file version ("2.2"), kept by rewrites
         # 2.0 files give every field a column, 2.1 on only the leaves
         ids = [f.id for top in self.schema.fields for f in top.walk()]
         if version != "2.0":
@@ -79,3 +83,32 @@ class IndexFile:
     def close(self) -> None:
         """Release the file."""
         self._reader.close()
+
+
+def write_index_file(
+    store: ObjectStore,
+    path: str,
+    schema: LanceSchema,
+    tables: Iterable[pa.Table],
+    version: str = "2.2",
+) -> int:
+    """Write one index file (a Lance file of `schema`, its metadata included, as pylance's
+    index files carry it) from `tables`; returns its size in bytes. On error nothing is left
+    under `path`."""
+    sink = store.open_write(path)
+    try:
+        cls = V2FileWriter if version == "2.0" else StructuralFileWriter
+        writer = cls(sink, schema, version=version, path_for_errors=store.uri_of(path))
+        for table in tables:
+            if table.num_rows:
+                writer.write(table)
+        size = writer.finish().size_bytes
+    except BaseException:
+        abort = getattr(sink, "abort", None)
+        with contextlib.suppress(Exception):
+            abort() if abort else sink.close()
+        with contextlib.suppress(Exception):
+            store.delete(path)
+        raise
+    sink.close()
+    return int(size)

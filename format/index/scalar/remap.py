@@ -1,0 +1,316 @@
+"""Remapping BTREE and BITMAP indices after compaction, as pylance 14 does by default.
+
+Compaction moves the live rows of its old fragments, in order, to new fragments, so every
+row address an index holds for an old fragment either names a deleted row (dropped) or has
+a new address. A remapped index is a new index directory (fresh uuid) holding the same
+index with the new addresses; the old one stays for `cleanup_old_versions`. A BTREE keeps
+its sorted values and is paged again (pylance copies the page lookup, leaving pages short;
+a fresh paging keeps them aligned for every reader), a BITMAP keeps its keys and gets its
+row id maps rewritten. Addresses of fragments not rewritten are kept as they are.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import os
+import struct
+import uuid as _uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+from pyroaring import BitMap
+
+from format.errors import CorruptFileError, LanceError
+from format.index.scalar import bitmap as _bitmap
+from format.index.scalar import btree as _btree
+from format.index.scalar.files import IndexFile, write_index_file
+from format.io.store import ObjectStore
+from format.proto import table_pb2, transaction_pb2
+
+__all__ = ["AddressMap", "Moved", "RemappedIndex", "discard", "remap_index"]
+
+_LOW = np.uint64(0xFFFFFFFF)
+_SHIFT = np.uint64(32)
+_GONE = np.uint64(np.iinfo(np.uint64).max)  # a deleted row: no new address
+_U32 = struct.Struct("<I")
+# rows of a BITMAP lookup remapped at a time (each row's bitmap may be large)
+_BITMAP_CHUNK = 256
+
+
+@dataclass(frozen=True)
+class Moved:
+    """One rewrite group: old fragments (id, physical rows, live mask or None for all) whose
+    live rows, in order, became the rows of the new fragments (id, rows)."""
+
+    old: Sequence[tuple[int, int, np.ndarray | None]]
+    new: Sequence[tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class AddressMap:
+    """Where compaction moved each physical row of the rewritten fragments."""
+
+    fragments: np.ndarray  # sorted old fragment ids (uint64)
+    starts: np.ndarray  # where each fragment's rows start in `targets` (int64)
+    lengths: np.ndarray  # physical rows of each (int64)
+    targets: np.ndarray  # new address per old physical row, _GONE when deleted (uint64)
+
+    @classmethod
+    def build(cls, groups: Sequence[Moved]) -> AddressMap:
+        """The map of every group; each group's live rows must fill its new fragments."""
+        ids, lengths, parts = [], [], []
+        for g in groups:
+            new = [
+                (np.uint64(fid) << _SHIFT) | np.arange(rows, dtype=np.uint64) for fid, rows in g.new
+            ]
+            sequence = np.concatenate(new) if new else np.empty(0, np.uint64)
+            live_rows = sum(r if m is None else int(np.count_nonzero(m)) for _, r, m in g.old)
+            if live_rows != len(sequence):
+                raise LanceError(
+                    f"compaction moved {live_rows} live rows of fragments "
+                    f"{[f for f, _, _ in g.old]} into {len(sequence)} new rows"
+                )
+            used = 0
+            for fid, rows, live in g.old:
+                target = np.full(rows, _GONE, dtype=np.uint64)
+                where = np.arange(rows) if live is None else np.flatnonzero(live)
+                target[where] = sequence[used : used + len(where)]
+                used += len(where)
+                ids.append(fid)
+                lengths.append(rows)
+                parts.append(target)
+        order = np.argsort(np.asarray(ids, dtype=np.uint64), kind="stable")
+        fragments = np.asarray(ids, dtype=np.uint64)[order]
+        if len(np.unique(fragments)) != len(fragments):
+            raise LanceError(f"compaction rewrites a fragment twice: {fragments.tolist()}")
+        sizes = np.asarray(lengths, dtype=np.int64)[order]
+        starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+        targets = [parts[i] for i in order]
+        return cls(
+            fragments,
+            starts,
+            sizes,
+            np.concatenate(targets) if targets else np.empty(0, np.uint64),
+        )
+
+    def apply(self, addresses: np.ndarray, where: str) -> tuple[np.ndarray, np.ndarray]:
+        """The new address of each of `addresses` (unchanged outside the rewritten
+        fragments) and a mask of those still alive (False: the row was deleted)."""
+        addresses = np.asarray(addresses, dtype=np.uint64)
+        out = addresses.copy()
+        if not len(self.fragments) or not len(addresses):
+            return out, np.ones(len(addresses), dtype=bool)
+        frag = addresses >> _SHIFT
+        pos = np.searchsorted(self.fragments, frag)
+        pos_c = np.minimum(pos, len(self.fragments) - 1)
+        moved = self.fragments[pos_c] == frag
+        offsets = (addresses[moved] & _LOW).astype(np.int64)
+        if np.any(offsets >= self.lengths[pos_c[moved]]):
+            raise CorruptFileError(where, "index names a row past the end of its fragment")
+        out[moved] = self.targets[self.starts[pos_c[moved]] + offsets]
+        keep = out != _GONE
+        return out, keep
+
+    def covers(self, fragment: int) -> bool:
+        """Whether compaction rewrote `fragment`."""
+        i = int(np.searchsorted(self.fragments, np.uint64(fragment)))
+        return i < len(self.fragments) and int(self.fragments[i]) == fragment
+
+    def length(self, fragment: int) -> int:
+        """Physical rows of a rewritten fragment."""
+        return int(self.lengths[int(np.searchsorted(self.fragments, np.uint64(fragment)))])
+
+
+@dataclass(frozen=True)
+class RemappedIndex:
+    """A remapped index: what the Rewrite transaction records, and its directory (relative
+    to the store it was written to) for removal if the commit fails."""
+
+    rewritten: transaction_pb2.Transaction.Rewrite.RewrittenIndex
+    directory: str
+
+
+def remap_index(
+    store: ObjectStore,
+    directory: str,
+    kind: str,
+    pb: table_pb2.IndexMetadata,
+    amap: AddressMap,
+) -> RemappedIndex:
+    """Write index `pb` (a "BTREE" or "BITMAP" in `directory` of `store`) again with the
+    addresses of `amap`, into a fresh `_indices/<uuid>` beside it."""
+    new_uuid = _uuid.uuid4()
+    parent = directory.rsplit("/", 1)[0] if "/" in directory else ""
+    target = f"{parent}/{new_uuid}" if parent else str(new_uuid)
+    try:
+        if kind == "BTREE":
+            files = _remap_btree(store, directory, target, amap)
+        elif kind == "BITMAP":
+            files = _remap_bitmap(store, directory, target, amap)
+        else:
+            raise LanceError(f"cannot remap a {kind} index")
+    except BaseException:
+        discard(store, target, (_btree.DATA_FILE, _btree.LOOKUP_FILE, _bitmap.LOOKUP_FILE))
+        raise
+    rewritten = transaction_pb2.Transaction.Rewrite.RewrittenIndex(
+        old_id=pb.uuid,
+        new_id=table_pb2.UUID(uuid=new_uuid.bytes),
+        new_index_details=pb.index_details,
+        new_index_version=int(pb.index_version),
+        new_index_files=[table_pb2.IndexFile(path=p, size_bytes=s) for p, s in sorted(files)],
+    )
+    return RemappedIndex(rewritten, target)
+
+
+def discard(store: ObjectStore, directory: str, names: Sequence[str]) -> None:
+    """Best effort: remove index files written for a commit that did not land, and their
+    directory when it is local and left empty."""
+    for name in names:
+        with contextlib.suppress(Exception):
+            store.delete(f"{directory}/{name}")
+    if store.is_local:
+        with contextlib.suppress(OSError):
+            os.rmdir(store.full_path(directory))
+
+
+def _remap_btree(
+    store: ObjectStore, directory: str, target: str, amap: AddressMap
+) -> list[tuple[str, int]]:
+    """page_data with new addresses (deleted rows dropped), still sorted, paged again by the
+    index's batch size, and its page lookup (min, max, null count per page)."""
+    lookup = IndexFile(store, f"{directory}/{_btree.LOOKUP_FILE}")
+    lookup.close()
+    data = IndexFile(store, f"{directory}/{_btree.DATA_FILE}")
+    batch = int(lookup.metadata.get("batch_size", b"%d" % _btree.DEFAULT_BATCH_SIZE))
+    if batch < 1:
+        raise CorruptFileError(lookup.path, f"BTREE batch_size {batch} is not positive")
+    names = [f.name for f in data.schema.fields]
+    if names != [_btree.VALUES, _btree.IDS]:
+        raise CorruptFileError(data.path, f"BTREE page data has columns {names}")
+    ids_field = data.schema.to_arrow().field(_btree.IDS)
+    mins: list[pa.Array] = []
+    maxs: list[pa.Array] = []
+    nulls: list[int] = []
+
+    def page(rows: pa.Table) -> pa.Table:
+        """Record one page's statistics as pylance's training does: its first value is the
+        min, its last the max (values are sorted, nulls first)."""
+        values = rows.column(_btree.VALUES).combine_chunks()
+        mins.append(values.slice(0, 1))
+        maxs.append(values.slice(len(values) - 1, 1))
+        nulls.append(values.null_count)
+        return rows
+
+    def pages() -> Iterator[pa.Table]:
+        pending: list[pa.Table] = []
+        held = 0
+        for start in range(0, data.num_rows, batch):
+            rows = data.read(names, start, min(start + batch, data.num_rows))
+            ids, keep = amap.apply(rows.column(_btree.IDS).to_numpy(), data.path)
+            rows = rows.set_column(1, ids_field, pa.array(ids, pa.uint64())).filter(keep)
+            pending.append(rows)
+            held += rows.num_rows
+            while held >= batch:
+                merged = pa.concat_tables(pending).combine_chunks()
+                yield page(merged.slice(0, batch))
+                pending, held = [merged.slice(batch)], merged.num_rows - batch
+        if held:
+            yield page(pa.concat_tables(pending).combine_chunks())
+
+    try:
+        data_size = write_index_file(
+            store, f"{target}/{_btree.DATA_FILE}", data.schema, pages(), data.version
+        )
+    finally:
+        data.close()
+    arrow = lookup.schema.to_arrow()
+    value_type = arrow.field("min").type
+    table = pa.Table.from_arrays(
+        [
+            pa.concat_arrays(mins).cast(value_type) if mins else pa.array([], value_type),
+            pa.concat_arrays(maxs).cast(value_type) if maxs else pa.array([], value_type),
+            pa.array(nulls, pa.uint32()),
+            pa.array(np.arange(len(nulls), dtype=np.uint32)),
+        ],
+        schema=arrow,
+    )
+    lookup_size = write_index_file(
+        store, f"{target}/{_btree.LOOKUP_FILE}", lookup.schema, [table], lookup.version
+    )
+    return [(_btree.DATA_FILE, data_size), (_btree.LOOKUP_FILE, lookup_size)]
+
+
+def _remap_bitmap(
+    store: ObjectStore, directory: str, target: str, amap: AddressMap
+) -> list[tuple[str, int]]:
+    """The lookup with every key kept and its row id map rewritten."""
+    lookup = IndexFile(store, f"{directory}/{_bitmap.LOOKUP_FILE}")
+    names = [f.name for f in lookup.schema.fields]
+    if names != [_bitmap.KEYS, _bitmap.BITMAPS]:
+        lookup.close()
+        raise CorruptFileError(lookup.path, f"BITMAP lookup has columns {names}")
+    arrow = lookup.schema.to_arrow()
+
+    def chunks() -> Iterator[pa.Table]:
+        for start in range(0, lookup.num_rows, _BITMAP_CHUNK):
+            rows = lookup.read(names, start, min(start + _BITMAP_CHUNK, lookup.num_rows))
+            blobs = rows.column(_bitmap.BITMAPS).combine_chunks()
+            remapped = [
+                None if b is None else remap_row_id_map(b, amap, lookup.path)
+                for b in blobs.to_pylist()
+            ]
+            yield rows.set_column(
+                1, arrow.field(_bitmap.BITMAPS), pa.array(remapped, arrow.field(1).type)
+            )
+
+    try:
+        size = write_index_file(
+            store, f"{target}/{_bitmap.LOOKUP_FILE}", lookup.schema, chunks(), lookup.version
+        )
+    finally:
+        lookup.close()
+    return [(_bitmap.LOOKUP_FILE, size)]
+
+
+def remap_row_id_map(blob: bytes, amap: AddressMap, where: str) -> bytes:
+    """A serialized row id map (the format `rows.parse_row_id_map` reads) with the rows of
+    rewritten fragments moved to their new addresses; other fragments' entries are copied."""
+    view = memoryview(blob)
+    kept: dict[int, bytes] = {}
+    moved: list[np.ndarray] = []
+    try:
+        (count,) = _U32.unpack_from(view, 0)
+        pos = 4
+        for _ in range(count):
+            frag, size = _U32.unpack_from(view, pos)[0], _U32.unpack_from(view, pos + 4)[0]
+            pos += 8
+            if pos + size > len(view):
+                raise CorruptFileError(where, "row id map runs past the end of its bitmap")
+            if not amap.covers(frag):
+                kept[frag] = bytes(view[pos - 8 : pos + size])
+            elif size == 0:  # every row of the fragment
+                low = np.arange(amap.length(frag), dtype=np.uint64)
+                moved.append((np.uint64(frag) << _SHIFT) | low)
+            else:
+                bitmap = BitMap.deserialize(bytes(view[pos : pos + size]))
+                low = np.frombuffer(bitmap.to_array(), dtype=np.uint32).astype(np.uint64)
+                moved.append((np.uint64(frag) << _SHIFT) | low)
+            pos += size
+    except struct.error:
+        raise CorruptFileError(where, "truncated row id map in a bitmap index") from None
+    except ValueError as e:  # pyroaring refuses a malformed bitmap
+        raise CorruptFileError(where, f"bad roaring bitmap in a bitmap index: {e}") from None
+    if moved:
+        new, keep = amap.apply(np.concatenate(moved), where)
+        new = np.unique(new[keep])
+        high = (new >> _SHIFT).astype(np.int64)
+        frags, firsts = np.unique(high, return_index=True)
+        bounds = list(firsts[1:]) + [len(new)]
+        for frag, lo, hi in zip(frags.tolist(), firsts.tolist(), bounds, strict=True):
+            low = array.array("I", (new[lo:hi] & _LOW).astype(np.uint32).tobytes())
+            data = BitMap(low).serialize()
+            kept[frag] = _U32.pack(frag) + _U32.pack(len(data)) + data
+    return _U32.pack(len(kept)) + b"".join(kept[f] for f in sorted(kept))
