@@ -169,6 +169,7 @@ class Scanner:
         if self._transforms is not None:
             self._out_schema = pa.schema([e.to_field(n) for n, e in self._transforms])
         self._system_columns = SystemColumns(dataset, self._fragments)
+        self._rebatch_filtered = True
         self._batch_bytes = _check_count("batch_bytes", batch_bytes)
         if self._batch_bytes is not None:  # fewer rows per batch where rows are wide
             rows = int(self._batch_bytes // self._row_bytes())
@@ -361,8 +362,12 @@ class Scanner:
                     )
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
-        """Stream the result in batches; memory stays bounded by a few batches."""
-        for batch in self._limited_batches():
+        """Stream the result in batches; memory stays bounded by a few batches. A filtered
+        scan's batches hold exactly `batch_size` rows (the last fewer), as pylance's do."""
+        batches = self._limited_batches()
+        if self._filter is not None and self._rebatch_filtered:
+            batches = _rebatch(batches, self._batch_size)
+        for batch in batches:
             if self._system:
                 batch = self._system_columns.add(batch, self._system)
             if self._transforms is not None:
@@ -410,11 +415,11 @@ class Scanner:
     def to_table(self) -> pa.Table:
         """The whole result as one table (read in steps of up to `TABLE_STEP` rows and
         `TABLE_STEP_BYTES` unless a batch size was asked for)."""
-        scan = self
+        scan = copy.copy(self)
+        scan._rebatch_filtered = False  # its batches are never seen: no need to join them
         if not self._batch_size_given:
             step = min(TABLE_STEP, int(TABLE_STEP_BYTES // self._row_bytes()))
             if step > self._batch_size:
-                scan = copy.copy(self)
                 scan._batch_size = step
         return pa.Table.from_batches(list(scan.to_batches()), schema=self._out_schema)
 
