@@ -234,6 +234,8 @@ class ScalarFunctions:
         else:
             subject, chars_node = node.this, node.expression
             where = str(node.args.get("position") or "BOTH").upper()
+            if where not in ("LEADING", "TRAILING"):
+                raise self.unsupported("TRIM (pylance's planner refuses it; use btrim)")
         x = self._string_operand(subject, "trim")
         chars = " " if chars_node is None else self._string_arg(chars_node, "trim")
         if chars is None:

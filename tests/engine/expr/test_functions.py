@@ -204,3 +204,11 @@ def test_bad_calls_are_refused_by_both(uri: str, sql: str, error: type):
         lance.dataset(uri).to_table(columns={"r": sql})
     with pytest.raises(error):
         dataset(uri).to_table(columns={"r": sql})
+
+
+def test_functions_pylance_refuses_are_refused(uri: str):
+    for sql in ("ceil(f)", "floor(f)", "substr(s, 2, 3)", "trim(s)", "CASE WHEN i > 0 THEN 1 END"):
+        with pytest.raises(ValueError, match="not supported"):
+            lance.dataset(uri).to_table(columns={"r": sql})
+        with pytest.raises(FilterSyntaxError, match="not supported"):
+            dataset(uri).to_table(columns={"r": sql})
