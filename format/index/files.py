@@ -4,12 +4,14 @@ A data file of a dataset is read through the manifest's `DataFile` (field ids, c
 indices); an index file carries everything in itself: its schema and row count in the
 FileDescriptor, JSON and positions of protobuf messages in the schema metadata, and those
 messages in global buffers. `IndexFile` opens one and reads its columns and buffers; vector
-and scalar indices both read through it.
+and scalar indices both read through it, and `write_index_file` writes one (remapped scalar
+indices).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +19,8 @@ import pyarrow as pa
 from format.errors import CorruptFileError, LanceError, UnsupportedFeatureError
 from format.file.base import DataFileReader
 from format.file.container import V2Container
+from format.file.v20.writer import V2FileWriter
+from format.file.v21.writer import StructuralFileWriter
 from format.io.store import ObjectStore
 from format.table.schema import LanceField, LanceSchema
 
@@ -46,6 +50,7 @@ class IndexFile:
                 desc.schema.fields, dict(desc.schema.metadata), where=self.path
             )
             self.num_rows = int(desc.length)
+            self.version = self._container.version  # "2.2": rewrites of the index keep it
             self._reader = self._open_reader()
         except BaseException:
             self._file.close()
@@ -130,3 +135,32 @@ class IndexFile:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def write_index_file(
+    store: ObjectStore,
+    path: str,
+    schema: LanceSchema,
+    tables: Iterable[pa.Table],
+    version: str = "2.2",
+) -> int:
+    """Write one index file (a Lance file of `schema`, its metadata included, as pylance's
+    index files carry it) from `tables`; returns its size in bytes. On error nothing is left
+    under `path`."""
+    sink = store.open_write(path)
+    try:
+        cls = V2FileWriter if version == "2.0" else StructuralFileWriter
+        writer = cls(sink, schema, version=version, path_for_errors=store.uri_of(path))
+        for table in tables:
+            if table.num_rows:
+                writer.write(table)
+        size = writer.finish().size_bytes
+    except BaseException:
+        abort = getattr(sink, "abort", None)
+        with contextlib.suppress(Exception):
+            abort() if abort else sink.close()
+        with contextlib.suppress(Exception):
+            store.delete(path)
+        raise
+    sink.close()
+    return int(size)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from format.index.scalar.files import IndexFile
+from format.index.files import IndexFile
 from format.index.scalar.query import Leaf
 from format.index.scalar.rows import EMPTY, parse_row_id_map, union_all
 from format.io.store import ObjectStore

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from format.errors import IndexNotFoundError
+from format.index.files import IndexFile
 from format.index.pruning import Core, scalar_kind
 from format.index.scalar.bitmap import BitmapIndex
 from format.index.scalar.btree import BTreeIndex
-from format.index.scalar.files import IndexFile
 from format.table.indices import IndexEntry, indices_of
 
 # pylance's names of index types, by the message of their details

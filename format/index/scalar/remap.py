@@ -24,9 +24,9 @@ import pyarrow as pa
 from pyroaring import BitMap
 
 from format.errors import CorruptFileError, LanceError
+from format.index.files import IndexFile, write_index_file
 from format.index.scalar import bitmap as _bitmap
 from format.index.scalar import btree as _btree
-from format.index.scalar.files import IndexFile, write_index_file
 from format.io.store import ObjectStore
 from format.proto import table_pb2, transaction_pb2
 

@@ -19,8 +19,8 @@ from compare import assert_same_table
 
 from format.dataset import dataset, write_dataset
 from format.errors import CommitConflictError
+from format.index.files import IndexFile
 from format.index.pruning import BLOCK_ROWS
-from format.index.scalar.files import IndexFile
 from format.io.store import ObjectStore, filesystem
 
 PER_FRAGMENT = 1500
