@@ -22,7 +22,7 @@ from format.proto import encodings_v2_0_pb2 as pb
 
 BUFFER_PAGE, BUFFER_COLUMN, BUFFER_FILE = 0, 1, 2
 Bytes = bytes | memoryview
-INT32_MAX = (1 << 31) - 1
+_INT32_MAX = (1 << 31) - 1
 
 
 @dataclass
@@ -279,7 +279,7 @@ def _var_array(
         last = int(ends[-1])
         if last > len(data):
             raise ctx.corrupt(f"string offsets reach {last} but only {len(data)} bytes exist")
-        if not large and last > INT32_MAX:
+        if not large and last > _INT32_MAX:
             raise ctx.unsupported(f"{last} bytes of {t} in one page (use a large_ type)")
     offsets = np.zeros(n + 1, dtype=np.int64 if large else np.int32)
     offsets[1:] = ends

@@ -308,27 +308,20 @@ def _contiguous_binary(
     ctx: v20.PageContext,
 ) -> Plan:
     """One run of rows without nulls (a streaming step): the stored end offsets (`raw`, from
-    the row before the run) are rebased by one subtraction into Arrow's, the bytes are one span."""
+    the row before the run) are rebased by one subtraction, the bytes are one span."""
     first = int(starts[0])
     # the end before the run (unless it starts the page), then the run's own ends
     window = raw[first - int(have_starts[0]) - (first > 0) :]
-    if np.any(window[1:] < window[:-1]):
-        raise ctx.corrupt("string offsets decrease")
     prev = int(window[0]) if first > 0 else 0
     ends = window[1:] if first > 0 else window
-    n = len(ends)
-    last = int(ends[-1]) if n else prev
+    if len(ends) and int(ends[0]) < prev:  # the rest is checked by _var_array
+        raise ctx.corrupt("string offsets decrease")
+    last = int(ends.max(initial=prev))
     pos, size = data_loc
     if last > size:
         raise ctx.corrupt(f"string offsets reach {last} but only {size} bytes exist")
-    large = pa.types.is_large_string(t) or pa.types.is_large_binary(t)
-    if not large and last - prev > v20.INT32_MAX:
-        raise ctx.unsupported(f"{last - prev} bytes of {t} in one page (use a large_ type)")
-    out = np.empty(n + 1, dtype=np.int64 if large else np.int32)
-    out[0] = 0
-    np.subtract(ends, np.uint64(prev), out=out[1:], casting="unsafe")
     data = yield from fetch_spans(np.array([pos + prev]), np.array([pos + last]))
-    return pa.Array.from_buffers(t, n, [None, pa.py_buffer(out), pa.py_buffer(data)])
+    return v20._var_array(t, (ends - np.uint64(prev)).astype(np.int64), data, None, ctx)
 
 
 def _uint_flat(enc: pb.ArrayEncoding) -> pb.Flat | None:
