@@ -18,13 +18,12 @@ from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyarrow.acero import Declaration, ProjectNodeOptions, TableSourceNodeOptions
 
 from format.errors import FilterBindError, FilterSyntaxError, InvalidInputError
 from format.expr.arrow_expr import expression_to_sql
 from format.expr.bind import Binder
 from format.expr.parse import describe_filter, parse_filter
-from format.expr.plan import Plan, evaluate, project
+from format.expr.plan import Plan, evaluate, evaluate_column, project
 from format.expr.types import TypeRuleError
 from format.expr.values import CompiledExpression, compile_expression, evaluate_expressions
 
@@ -99,18 +98,9 @@ def evaluate_filter(data: pa.Table | pa.RecordBatch, compiled: CompiledFilter) -
 
 
 def filter_mask(data: pa.Table | pa.RecordBatch, expression: pc.Expression) -> pa.Array:
-    """The boolean value of `expression` for every row, computed in the calling thread.
-
-    (`RecordBatch.filter(expression)` runs an Acero plan on the shared CPU pool: handing a
-    batch to it and back costs more than evaluating it, and scans call this per batch.)"""
-    table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
-    plan = Declaration.from_sequence(
-        [
-            Declaration("table_source", TableSourceNodeOptions(table)),
-            Declaration("project", ProjectNodeOptions([expression])),
-        ]
-    )
-    mask = plan.to_table(use_threads=False).column(0)
+    """The boolean value of `expression` for every row, computed in the calling thread (a
+    chunked array for a table)."""
+    mask = evaluate_column(data, expression)
     if isinstance(data, pa.Table):
         return mask
     return mask.chunk(0) if mask.num_chunks == 1 else mask.combine_chunks()

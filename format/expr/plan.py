@@ -144,8 +144,8 @@ def evaluate(plan: Plan, table: pa.Table) -> pa.Array:
     return result
 
 
-def project(data: pa.Table | pa.RecordBatch, expression: pc.Expression) -> pa.Array:
-    """The value of `expression` for every row, as one array, computed in the calling thread.
+def evaluate_column(data: pa.Table | pa.RecordBatch, expression: pc.Expression) -> pa.ChunkedArray:
+    """The value of `expression` for every row, computed in the calling thread.
 
     (`RecordBatch.filter(expression)` runs an Acero plan on the shared CPU pool: handing a
     batch to it and back costs more than evaluating it, and scans call this per batch.)"""
@@ -156,7 +156,12 @@ def project(data: pa.Table | pa.RecordBatch, expression: pc.Expression) -> pa.Ar
             Declaration("project", ProjectNodeOptions([expression])),
         ]
     )
-    column = plan.to_table(use_threads=False).column(0)
+    return plan.to_table(use_threads=False).column(0)
+
+
+def project(data: pa.Table | pa.RecordBatch, expression: pc.Expression) -> pa.Array:
+    """The value of `expression` for every row, as one array (see `evaluate_column`)."""
+    column = evaluate_column(data, expression)
     if column.num_chunks == 1:
         return column.chunk(0)
     if column.num_chunks == 0:
