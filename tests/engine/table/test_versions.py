@@ -69,6 +69,9 @@ def test_versions_tags_and_asof_match_pylance(history: str):
     ts = ref.versions()[1]["timestamp"].astimezone(dt.timezone.utc) + dt.timedelta(milliseconds=1)
     assert dataset(history, asof=ts).version == 2
     assert dataset(history, asof=ts.isoformat()).version == 2
+    # the time our versions() shows for a version finds that version
+    for v in ours.versions():
+        assert dataset(history, asof=v["timestamp"]).version == v["version"]
 
 
 def test_missing_things_raise_specific_errors(history: str, tmp_path: Path):
