@@ -36,14 +36,14 @@ def quiver_serve(root: Path, *args: str, timeout: float = 60) -> Iterator[tuple[
     while True:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited: {(root / 'server.log').read_text()[-2000:]}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
-        except OSError:
-            if time.time() > deadline:
-                proc.kill()
-                raise TimeoutError("quiver serve did not start") from None
-            time.sleep(0.1)
+        # The ready line comes after every listener (Flight, health, metrics) is up; the
+        # Flight port alone accepts connections before the metrics endpoint exists.
+        if b"quiver: serving" in (root / "server.log").read_bytes():
+            break
+        if time.time() > deadline:
+            proc.kill()
+            raise TimeoutError("quiver serve did not start")
+        time.sleep(0.1)
     try:
         yield f"grpc://127.0.0.1:{port}", proc.pid
     finally:
