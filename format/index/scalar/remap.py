@@ -36,6 +36,7 @@ _LOW = np.uint64(0xFFFFFFFF)
 _SHIFT = np.uint64(32)
 _GONE = np.uint64(np.iinfo(np.uint64).max)  # a deleted row: no new address
 _U32 = struct.Struct("<I")
+_NO_ROWS = _U32.pack(0)  # a row id map of no fragments
 # rows of a BITMAP lookup remapped at a time (each row's bitmap may be large)
 _BITMAP_CHUNK = 256
 
@@ -262,9 +263,12 @@ def _remap_bitmap(
                 None if b is None else remap_row_id_map(b, amap, lookup.path)
                 for b in blobs.to_pylist()
             ]
-            yield rows.set_column(
+            # as pylance, a key none of whose rows is left goes
+            live = pa.array([b != _NO_ROWS for b in remapped], pa.bool_())
+            rows = rows.set_column(
                 1, arrow.field(_bitmap.BITMAPS), pa.array(remapped, arrow.field(1).type)
             )
+            yield rows.filter(live)
 
     try:
         size = write_index_file(
@@ -305,10 +309,10 @@ def remap_row_id_map(blob: bytes, amap: AddressMap, where: str) -> bytes:
         raise CorruptFileError(where, f"bad roaring bitmap in a bitmap index: {e}") from None
     if moved:
         new, keep = amap.apply(np.concatenate(moved), where)
-        new = np.unique(new[keep])
+        new = np.unique(new[keep])  # may be empty: every row of the key was deleted
         high = (new >> _SHIFT).astype(np.int64)
         frags, firsts = np.unique(high, return_index=True)
-        bounds = list(firsts[1:]) + [len(new)]
+        bounds = [*firsts[1:].tolist(), len(new)] if len(new) else []
         for frag, lo, hi in zip(frags.tolist(), firsts.tolist(), bounds, strict=True):
             low = array.array("I", (new[lo:hi] & _LOW).astype(np.uint32).tobytes())
             data = BitMap(low).serialize()
