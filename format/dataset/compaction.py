@@ -13,14 +13,21 @@ end of the table's scan order, exactly as with pylance. With stable row ids the 
 fragments carry the live rows' ids and their created-at / last-updated versions, so `_rowid`
 values don't change.
 
-Indices keep covering the rewritten rows, as with pylance 14 (which remaps at once; its
-deferred "fragment reuse index" is opt-in): when an index covers a rewritten fragment, a
-ReserveFragments version first fixes the new fragments' ids; then every BTREE and BITMAP
-index over them that holds row addresses (all of them without stable row ids) is written
-again with the new addresses (`format.index.scalar.remap`) and the Rewrite transaction names
-the new index files (`rewritten_indices`); one holding stable row ids just covers the new
-fragments. Other indices (vector ones) stop covering the rewritten rows, which are then
-searched unindexed. The old index files stay for `cleanup_old_versions`.
+Versions are committed as pylance 14 commits them in every case (with or without indices,
+stable row ids or not): once the new files are written, a ReserveFragments version fixes
+the new fragments' ids (one reservation for all of them, handed out in task order), then one
+Rewrite version (on the version compaction read) replaces the old fragments; nothing is
+committed when there is nothing to compact. Indices keep covering the rewritten rows, as
+with pylance 14 (which remaps at once; its deferred "fragment reuse index" is opt-in):
+every BTREE and BITMAP index over rewritten fragments that holds row addresses (all of them
+without stable row ids) is written again with the new addresses
+(`format.index.scalar.remap`) and the Rewrite transaction names the new index files
+(`rewritten_indices`); one holding stable row ids (BITMAP, INVERTED, NGRAM, LABEL_LIST,
+vector) just covers the new fragments (`format.table.commit`). Without stable row ids,
+INVERTED, NGRAM, LABEL_LIST and vector indices, which pylance 14 also writes again, stop
+covering the rewritten rows here (those are then searched unindexed); ZONEMAP and BLOOMFILTER
+ones keep their bitmaps, as pylance leaves them. The old index files stay for
+`cleanup_old_versions`.
 """
 
 from __future__ import annotations
@@ -346,11 +353,11 @@ def compact_files(
     Mirrors pylance's ``ds.optimize.compact_files``: only adjacent fragments are merged
     (the merged rows then sort last, like pylance's); unset options come from the dataset's
     ``lance.compaction.*`` config, else pylance's defaults (1024*1024 rows per fragment,
-    1024 rows per group, materialize deletions above 10%). Commits one Rewrite version (none
-    when there is nothing to do; first a ReserveFragments one when indices cover rewritten
-    fragments) and returns it (or `ds`) with the metrics. Stable row ids and row versions
-    are carried over; BTREE and BITMAP indices are remapped to the new rows, vector indices
-    lose the rewritten fragments (they are searched unindexed).
+    1024 rows per group, materialize deletions above 10%). Commits a ReserveFragments version
+    and then a Rewrite version, as pylance 14 does (none when there is nothing to do), and
+    returns the latter (or `ds`) with the metrics. Stable row ids and row versions
+    are carried over; BTREE and BITMAP indices are remapped to the new rows, indices holding
+    stable row ids cover them as they are, others lose the rewritten fragments (see above).
     """
     opts = _resolve_options(
         ds,
@@ -380,7 +387,8 @@ def compact_files(
                 )
         else:
             outputs = [_rewrite(ds, t, opts, storage_version, written) for t in tasks]
-        remapped = _keep_indexed(ds, tasks, outputs, remapped_out)
+        _reserve_ids(ds, [f for frags in outputs for f in frags])
+        remapped = _remap_indices(ds, tasks, outputs, remapped_out)
         groups = [
             transaction_pb2.Transaction.Rewrite.RewriteGroup(
                 old_fragments=[f.metadata for f in task.fragments], new_fragments=new
@@ -415,38 +423,11 @@ def compact_files(
     )
 
 
-def _keep_indexed(
-    ds: DatasetCore,
-    tasks: Sequence[_Bin],
-    outputs: Sequence[list[table_pb2.DataFragment]],
-    remapped_out: list[tuple[Any, RemappedIndex]],
-) -> list[RemappedIndex]:
-    """Keep the indices over rewritten fragments covering their rows, as pylance does.
+def _reserve_ids(ds: DatasetCore, new: Sequence[table_pb2.DataFragment]) -> None:
+    """Give the new fragments their ids from one ReserveFragments commit, in task order.
 
-    When an index to keep covers a rewritten fragment, the new fragments get their ids from
-    a ReserveFragments commit (so the commit keeps them); then each BTREE and BITMAP index
-    over rewritten fragments that holds row addresses (every one without stable row ids) is
-    written again with the new addresses, while one holding stable row ids stays as it is.
-    Returns the remapped indices (also appended to `remapped_out` as written, for
-    removal on failure)."""
-    old_ids = {f.fragment_id for task in tasks for f in task.fragments}
-    entries = indices_of(ds.manifest, system=True)
-    touched = [e for e in entries if e.fragment_ids and e.fragment_ids & old_ids]
-    if not touched:
-        return []
-    stable = ds.manifest.uses_stable_row_ids
-    kept = [e for e in touched if stable and not e.is_system and stores_row_ids(e.pb)]
-    # a deferred remap (pylance's fragment reuse index) already holds old addresses: leave
-    # such datasets to drop rewritten fragments from their indices, as before
-    deferred = any(e.name == "__lance_frag_reuse" for e in entries)
-    to_remap = [
-        e
-        for e in touched
-        if e not in kept and not deferred and not e.is_system and scalar_kind(e) is not None
-    ]
-    if not kept and not to_remap:
-        return []
-    new = [f for frags in outputs for f in frags]
+    pylance 14 commits this version before every compaction's Rewrite (indexed or not, with
+    stable row ids or not), so that the rewrite and remapped indices name the new ids."""
     reserved = ds.commit(
         new_transaction(
             ds.version,
@@ -457,6 +438,36 @@ def _keep_indexed(
     top = int(reserved.manifest.pb.max_fragment_id)
     for i, frag in enumerate(new):
         frag.id = top - len(new) + 1 + i
+
+
+def _remap_indices(
+    ds: DatasetCore,
+    tasks: Sequence[_Bin],
+    outputs: Sequence[list[table_pb2.DataFragment]],
+    remapped_out: list[tuple[Any, RemappedIndex]],
+) -> list[RemappedIndex]:
+    """Write again, with the new row addresses, each BTREE and BITMAP index over rewritten
+    fragments that holds row addresses (every one without stable row ids), as pylance does.
+
+    The new fragments must have their (reserved) ids. One holding stable row ids stays as it
+    is. Returns the remapped indices (also appended to `remapped_out` as written, for
+    removal on failure)."""
+    old_ids = {f.fragment_id for task in tasks for f in task.fragments}
+    entries = indices_of(ds.manifest, system=True)
+    # a deferred remap (pylance's fragment reuse index) already holds old addresses: leave
+    # such datasets to drop rewritten fragments from their indices, as before
+    if any(e.name == "__lance_frag_reuse" for e in entries):
+        return []
+    stable = ds.manifest.uses_stable_row_ids
+    to_remap = [
+        e
+        for e in entries
+        if e.fragment_ids
+        and e.fragment_ids & old_ids
+        and not e.is_system
+        and not (stable and stores_row_ids(e.pb))
+        and scalar_kind(e) is not None
+    ]
     if not to_remap:
         return []
     amap = AddressMap.build(

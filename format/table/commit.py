@@ -162,12 +162,29 @@ def _prune_indices(
 
 def stores_row_ids(index: table_pb2.IndexMetadata) -> bool:
     """Whether an index of a dataset with stable row ids holds stable row ids (which
-    compaction keeps) rather than row addresses: pylance 14 builds BITMAP indices so and
-    its BTREE ones with addresses, marked by index_version 1; older BTREE ones (version 0)
-    hold row ids. Other kinds are not known to, so compaction treats them as addresses."""
-    kind = index.index_details.type_url.rsplit(".", 1)[-1]
+    compaction keeps) rather than row addresses: pylance 14 builds BITMAP, INVERTED, NGRAM,
+    LABEL_LIST and vector indices so, and its BTREE ones with addresses, marked by
+    index_version 1 (older BTREE ones, version 0, hold row ids). Others (ZONEMAP,
+    BLOOMFILTER: per-fragment zones) and unknown kinds are treated as addresses."""
+    kind = _kind(index)
     version = int(index.index_version) if index.HasField("index_version") else 0
-    return kind in ("BTreeIndexDetails", "BitmapIndexDetails") and version == 0
+    if kind == "BTreeIndexDetails":
+        return version == 0
+    return kind in _ROW_ID_INDICES
+
+
+def _kind(index: table_pb2.IndexMetadata) -> str:
+    return index.index_details.type_url.rsplit(".", 1)[-1]
+
+
+_NEVER_REMAPPED = ("ZoneMapIndexDetails", "BloomFilterIndexDetails")
+_ROW_ID_INDICES = (
+    "BitmapIndexDetails",
+    "InvertedIndexDetails",
+    "NGramIndexDetails",
+    "LabelListIndexDetails",
+    "VectorIndexDetails",
+)
 
 
 def _rewrite_indices(
@@ -179,8 +196,11 @@ def _rewrite_indices(
     addresses) takes its new uuid, files and details, and its bitmap trades each wholly
     covered group's old fragments for the new ones (whose ids the rewrite reserved); with
     stable row ids so does, unchanged, an index that stores row ids (they survive
-    compaction). Any other index, or a group whose new ids are not known yet, just loses the
-    old fragments (their rows are then scanned unindexed, never wrongly answered)."""
+    compaction), and any other index, or a group whose new ids are not known yet, loses the
+    old fragments (their rows are then scanned unindexed, never wrongly answered). Without
+    stable row ids a ZONEMAP or BLOOMFILTER index (which pylance 14 never remaps) keeps its
+    bitmap as it is, as pylance leaves it: the old fragments are gone (ids are never
+    reused), so it covers none of the new rows."""
     from pyroaring import BitMap
 
     groups = [(g.old_fragments, g.new_fragments) for g in body.groups]
@@ -196,6 +216,8 @@ def _rewrite_indices(
     for index in pb.indices:
         bitmap = BitMap.deserialize(index.fragment_bitmap) if index.fragment_bitmap else BitMap()
         r = remapped.get(bytes(index.uuid.uuid))
+        if r is None and not stable and _kind(index) in _NEVER_REMAPPED:
+            continue
         for old, new, known in moves:
             covered = old.issubset(bitmap)
             bitmap -= old
