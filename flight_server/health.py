@@ -27,9 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
 from typing import Any, TypeVar
 
-import grpc
 import pyarrow.flight as flight
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from flight_server.errors import Unavailable, make_flight_error
 
@@ -61,6 +59,11 @@ class HealthServer:
     SERVICES = ("", FLIGHT_SERVICE_NAME)
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        # grpcio (~8 MB resident) is loaded only by servers that have a health port
+        import grpc
+        from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+        self._statuses = health_pb2.HealthCheckResponse
         self._servicer = health.HealthServicer()
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         health_pb2_grpc.add_HealthServicer_to_server(self._servicer, self._server)
@@ -70,7 +73,7 @@ class HealthServer:
             raise OSError(f"cannot bind the health port {address}")
         self.host = host
         self._stopped = False
-        self._set(health_pb2.HealthCheckResponse.NOT_SERVING)
+        self._set(self._statuses.NOT_SERVING)
 
     def _set(self, status: int) -> None:
         for name in self.SERVICES:
@@ -81,7 +84,7 @@ class HealthServer:
         return self
 
     def set_serving(self) -> None:
-        self._set(health_pb2.HealthCheckResponse.SERVING)
+        self._set(self._statuses.SERVING)
 
     def set_not_serving(self) -> None:
         """NOT_SERVING for good: later ``set_serving`` calls are ignored."""

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyarrow.acero import Declaration, ProjectNodeOptions, TableSourceNodeOptions
+
+# pyarrow.acero re-exports these but also loads pyarrow.dataset (~10 MB resident)
+from pyarrow._acero import Declaration, ProjectNodeOptions, TableSourceNodeOptions
 from sqlglot import exp
 
 
