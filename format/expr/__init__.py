@@ -25,7 +25,12 @@ from format.expr.bind import Binder
 from format.expr.parse import describe_filter, parse_filter
 from format.expr.plan import Plan, evaluate, evaluate_column, project
 from format.expr.types import TypeRuleError
-from format.expr.values import CompiledExpression, compile_expression, evaluate_expressions
+from format.expr.values import (
+    CompiledExpression,
+    compile_expression,
+    describe_data_error,
+    evaluate_expressions,
+)
 
 __all__ = [
     "CompiledExpression",
@@ -50,6 +55,8 @@ class CompiledFilter:
     sql: str = ""
     # how to evaluate it: `expression` alone, or in stages where a term could fail
     plan: Plan | None = None
+    # operations that fail on an arithmetic overflow, as pylance's do (named when one does)
+    checked: tuple[str, ...] = ()
 
 
 def compile_filter(sql: str, schema: pa.Schema, *, dataset: str | None = None) -> CompiledFilter:
@@ -71,7 +78,13 @@ def compile_filter(sql: str, schema: pa.Schema, *, dataset: str | None = None) -
             f"{describe_filter(sql, dataset)}: unsupported construct ({type(e).__name__}: {e})"
         ) from None
     columns = [name for name in schema.names if name in binder.columns]
-    return CompiledFilter(expression=bound.expression(), columns=columns, sql=sql, plan=bound.plan)
+    return CompiledFilter(
+        expression=bound.expression(),
+        columns=columns,
+        sql=sql,
+        plan=bound.plan,
+        checked=tuple(dict.fromkeys(binder.checked_ops)),
+    )
 
 
 def apply_filter(data: _Data, compiled: CompiledFilter) -> _Data:
@@ -84,7 +97,8 @@ def apply_filter(data: _Data, compiled: CompiledFilter) -> _Data:
         return data.filter(evaluate_filter(data, compiled))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
         raise InvalidInputError(
-            f"{describe_filter(compiled.sql, None)} failed on the data: {e}"
+            f"{describe_filter(compiled.sql, None)} failed on the data: "
+            f"{describe_data_error(e, compiled.checked)}"
         ) from None
 
 

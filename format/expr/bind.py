@@ -60,6 +60,9 @@ class Binder(FunctionCalls):
         # filters: a row an out-of-range CAST or a zero divisor would fail is NULL instead
         # (see `_divisor`); value expressions fail on it, as pylance's add_columns does
         self.null_on_row_errors = True
+        # operations evaluated with Arrow's checked kernels, where pylance fails on an
+        # integer overflow (`MIN / -1`, `abs(MIN)`); named when a row overflows
+        self.checked_ops: list[str] = []
 
     # ------------------------------------------------------------------ errors
 
@@ -285,8 +288,9 @@ class Binder(FunctionCalls):
         expr = fn(*[a.expression() for a in args], **kwargs)
         return Typed(type=out_type, expr=expr, sql=sql)
 
-    def _cast(self, x: Typed, target: pa.DataType) -> Typed:
-        """Cast a bound value to `target` (at compile time for constants)."""
+    def _cast(self, x: Typed, target: pa.DataType, *, explicit: bool = False) -> Typed:
+        """Cast a bound value to `target` (at compile time for constants); an `explicit`
+        SQL CAST rounds decimals, as arrow-rs does, where implicit casts truncate."""
         if x.type == target:
             return x
         if T.is_date(x.type) and T.is_integer(target):
@@ -311,7 +315,13 @@ class Binder(FunctionCalls):
                 f"cannot cast {x.sql or 'a value'} ({x.type}) to {target}"
             ) from None
         neg_nan = x.neg_nan if T.is_float(x.type) and T.is_float(target) else None
-        expr = T.cast_expression(x.expr, x.type, target, null_out_of_range=self.null_on_row_errors)
+        expr = T.cast_expression(
+            x.expr,
+            x.type,
+            target,
+            null_out_of_range=self.null_on_row_errors,
+            round_decimals=explicit,
+        )
         return Typed(type=target, expr=expr, sql=x.sql, neg_nan=neg_nan)
 
     def _as_bool(self, x: Typed, what: str) -> Typed:
@@ -516,6 +526,14 @@ class Binder(FunctionCalls):
         a = self._cast(a, T.as_decimal_type(a.type))
         b = self._cast(b, T.as_decimal_type(b.type))
         target = T.decimal_arith_type(ARITH_SYMBOLS[kind], a.type, b.type)
+        self.checked_ops.append(text)
+        if kind is exp.Div and not a.const and pa.types.is_decimal128(target):
+            # arrow-rs scales the dividend up by 4 + the divisor's scale digits in 128 bits
+            # and fails when that overflows (even where the quotient would fit): so here
+            up_scale = a.type.scale + 4 + b.type.scale
+            if up_scale <= 38:
+                checked = T.decimal_rescale(a.expr, a.type, pa.decimal128(38, up_scale))
+                a = Typed(type=pa.decimal128(38, up_scale), expr=checked, sql=a.sql)
         if kind is exp.Div:
             # arrow-rs truncates the exact quotient at the target scale: scale the dividend up
             # so that Arrow's quotient has at least that many decimals (the cast truncates)
@@ -529,7 +547,12 @@ class Binder(FunctionCalls):
             wide = [pa.decimal256(x.type.precision, x.type.scale) for x in (a, b)]
             a, b = self._cast(a, wide[0]), self._cast(b, wide[1])
         result = self._call(fn, [a, self._divisor(kind, a, b)], sql=text)
-        return self._cast(result, target)
+        if result.const:
+            return self._cast(result, target)
+        # exact to the target's scale, and an overflow of its precision fails as in pylance
+        # (arrow-rs fails past 128 bits; past 38 digits is close) instead of wrapping around
+        expr = T.decimal_rescale(result.expr, result.type, target)
+        return Typed(type=target, expr=expr, sql=text)
 
     def _divisor(self, kind: type, a: Typed, b: Typed) -> Typed:
         """The divisor of an integer or decimal `/` or `%`, NULL where it is zero.
@@ -553,7 +576,14 @@ class Binder(FunctionCalls):
     def _float_arith(self, kind: type, a: Typed, b: Typed, text: str) -> Typed:
         """Arithmetic; for floats also track where the result is a negative NaN."""
         if not T.is_float(a.type):
-            return self._call(ARITH_NODES[kind], [a, self._divisor(kind, a, b)], sql=text)
+            fn = ARITH_NODES[kind]
+            if kind is exp.Div and pa.types.is_signed_integer(a.type):
+                # pylance wraps +, - and * around but fails on MIN / -1; Arrow's unchecked
+                # division would give 0 there (its checked one also fails on a zero divisor,
+                # which `_divisor` makes NULL in filters, as before)
+                fn = pc.divide_checked
+                self.checked_ops.append(text)
+            return self._call(fn, [a, self._divisor(kind, a, b)], sql=text)
         result = self._call(ARITH_NODES[kind], [a, b], sql=text)
         if result.const or not T.is_float(result.type) or a.is_null_const or b.is_null_const:
             return result
@@ -693,7 +723,7 @@ class Binder(FunctionCalls):
                 return const(pa.scalar(None, target), self._text(node))
         if T.is_null_type(operand.type):
             return const(pa.scalar(None, target), self._text(node))
-        result = self._cast(operand, target)
+        result = self._cast(operand, target, explicit=True)
         uncast = None if operand.const else replace(operand, uncast=None)
         return replace(result, literal=False, path=None, sql=self._text(node), uncast=uncast)
 

@@ -115,7 +115,12 @@ class FunctionCalls(ScalarFunctions, ArrayFunctions):
             x = self.bind(node.this)
             if not T.is_numeric(x.type):
                 raise self.bind_error(f"abs needs a number, got {x.type}")
-            return self._call(pc.abs, [x], x.type, sql="abs")
+            # pylance fails on abs of a signed integer's minimum (no positive counterpart)
+            checked = pa.types.is_signed_integer(x.type)
+            if checked:
+                self.checked_ops.append(self._text(node))
+            fn = pc.abs_checked if checked else pc.abs
+            return self._call(fn, [x], x.type, sql="abs")
         if isinstance(node, exp.Coalesce):
             return self._coalesce([node.this, *node.expressions])
         if isinstance(node, (exp.StartsWith, exp.EndsWith, exp.Contains)):

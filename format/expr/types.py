@@ -219,7 +219,7 @@ def _half_literal(py: float) -> pa.Scalar | None:
 # ---------------------------------------------------------------------------- coercion
 
 
-def _int_common(a: pa.DataType, b: pa.DataType, *, for_compare: bool) -> pa.DataType:
+def _int_common(a: pa.DataType, b: pa.DataType) -> pa.DataType:
     """DataFusion's integer coercion: the narrowest type holding both ranges."""
     if a == b:
         return a
@@ -230,7 +230,9 @@ def _int_common(a: pa.DataType, b: pa.DataType, *, for_compare: bool) -> pa.Data
     if unsigned.bit_width < signed.bit_width:
         return signed
     if unsigned.bit_width == 64:
-        return pa.decimal128(20, 0) if for_compare else pa.int64()
+        # no integer type holds both: DataFusion (pylance 14) compares and computes in
+        # decimal, so `u64 + i64` is decimal128(21, 0) and never wraps
+        return pa.decimal128(20, 0)
     return {8: pa.int16(), 16: pa.int32(), 32: pa.int64()}[unsigned.bit_width]
 
 
@@ -291,7 +293,7 @@ def numeric_common(a: pa.DataType, b: pa.DataType, *, for_compare: bool = True) 
         return pa.float64()
     if is_float(a) or is_float(b):
         return pa.float32()
-    return _int_common(a, b, for_compare=for_compare)
+    return _int_common(a, b)
 
 
 def _string_common(a: pa.DataType, b: pa.DataType) -> pa.DataType:
@@ -535,6 +537,46 @@ def cast_options(target: pa.DataType, source: pa.DataType | None = None) -> pc.C
     )
 
 
+# Arrow C++ (pyarrow 26) drops some numbers of decimal digits wrongly in a truncating cast
+# (by 14, 15, 17 to 20 or 24 digits: 9223372036854775807.5 at scale 21 -> scale 4 gives
+# 9223372036854156837.4803); a drop of at most 13 digits is exact, so longer ones go in steps
+_EXACT_DECIMAL_DROP = 13
+
+
+def decimal_rescale(
+    expr: pc.Expression,
+    source: pa.DataType,
+    target: pa.DataType,
+    *,
+    round_half: bool = False,
+    check: bool = True,
+) -> pc.Expression:
+    """A decimal runtime value as decimal `target`: the digits past its scale dropped
+    (toward zero, or rounded half away from zero as arrow-rs' CAST does), then, with
+    `check`, its precision checked, so that an overflow fails as in pylance rather than
+    wrapping around."""
+    wide = pa.types.is_decimal256(source) or pa.types.is_decimal256(target)
+    make = pa.decimal256 if wide else pa.decimal128
+    precision, scale = source.precision, source.scale
+    if target.scale < scale:
+        if round_half:
+            # one more digit, so that adding the half never overflows
+            precision = min(precision + 1, 76)
+            make = pa.decimal256 if wide or precision > 38 else pa.decimal128
+            expr = expr.cast(options=cast_options(make(precision, scale)))
+            half = pc.scalar(
+                pa.scalar(decimal.Decimal(5).scaleb(-(target.scale + 1)), make(precision, scale))
+            )
+            negative = pc.less(expr, pc.scalar(pa.scalar(0, make(precision, scale))))
+            expr = pc.if_else(negative, pc.subtract(expr, half), pc.add(expr, half))
+        while scale > target.scale:
+            scale = max(target.scale, scale - _EXACT_DECIMAL_DROP)
+            expr = expr.cast(options=cast_options(make(precision, scale)))
+    options = cast_options(target)
+    options.allow_decimal_truncate = not check
+    return expr.cast(options=options)
+
+
 def _arrow_cast(value: pa.Scalar, target: pa.DataType) -> pa.Scalar:
     if _formats_like_arrow_rs(value.type, target):
         return to_string_like_arrow_rs(pa.array([value], value.type))[0]
@@ -550,12 +592,18 @@ def cast_expression(
     target: pa.DataType,
     *,
     null_out_of_range: bool = True,
+    round_decimals: bool = False,
 ) -> pc.Expression:
     """Cast a runtime expression, treating naive -> zoned timestamps as local wall time;
     numbers out of an integer target's range become NULL or (if not `null_out_of_range`)
-    fail the evaluation."""
+    fail the evaluation, as do (then) decimals out of a decimal target's precision. A
+    decimal loses its extra digits toward zero, or rounded (`round_decimals`: a SQL CAST)."""
     if source == target:
         return expr
+    if is_decimal(source) and is_decimal(target):
+        return decimal_rescale(
+            expr, source, target, round_half=round_decimals, check=not null_out_of_range
+        )
     if pa.types.is_dictionary(target):
         target = target.value_type
     if _formats_like_arrow_rs(source, target):

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-import pyarrow.acero as acero
+import pyarrow._acero as acero  # pyarrow.acero also loads pyarrow.dataset: ~10 MB more
 import pyarrow.compute as pc
 from sqlglot import exp
 
@@ -44,6 +44,8 @@ class CompiledExpression:
     nullable: bool
     columns: list[str] = field(default_factory=list)
     sql: str = ""
+    # operations that fail on an arithmetic overflow, as pylance's do (named when one does)
+    checked: tuple[str, ...] = ()
 
     def to_field(self, name: str) -> pa.Field:
         """The Arrow field of a column holding this expression's values."""
@@ -94,6 +96,7 @@ def compile_expression(
         nullable=nullable,
         columns=columns,
         sql=sql,
+        checked=tuple(dict.fromkeys(binder.checked_ops)),
     )
 
 
@@ -132,6 +135,19 @@ def _column_nullable(node: exp.Expression, binder: Binder) -> bool:
     return False
 
 
+_OVERFLOW_MESSAGES = ("overflow", "does not fit in precision", "rescaling decimal value would")
+
+
+def describe_data_error(error: Exception, checked: Sequence[str]) -> str:
+    """Arrow's message for an evaluation failure; an arithmetic overflow (which pylance
+    refuses too) names the operations that can overflow."""
+    message = str(error)
+    if checked and any(m in message.lower() for m in _OVERFLOW_MESSAGES):
+        ops = ", ".join(repr(op) for op in checked)
+        return f"arithmetic overflow in {ops} ({message})"
+    return message
+
+
 def evaluate_expressions(
     data: pa.RecordBatch | pa.Table, expressions: Sequence[tuple[str, CompiledExpression]]
 ) -> pa.RecordBatch:
@@ -161,7 +177,10 @@ def evaluate_expressions(
         result = plan.to_table(use_threads=False)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
         sqls = ", ".join(repr(x.sql) for _, x in expressions)
-        raise InvalidInputError(f"expression(s) {sqls} failed on the data: {e}") from None
+        checked = tuple(dict.fromkeys(op for _, x in expressions for op in x.checked))
+        raise InvalidInputError(
+            f"expression(s) {sqls} failed on the data: {describe_data_error(e, checked)}"
+        ) from None
     arrays = []
     for (_name, compiled), column in zip(expressions, result.columns, strict=True):
         array = column.combine_chunks()
