@@ -559,16 +559,17 @@ def decimal_rescale(
     make = pa.decimal256 if wide else pa.decimal128
     precision, scale = source.precision, source.scale
     if target.scale < scale:
-        if round_half:
-            # one more digit, so that adding the half never overflows
-            precision = min(precision + 1, 76)
-            make = pa.decimal256 if wide or precision > 38 else pa.decimal128
-            expr = expr.cast(options=cast_options(make(precision, scale)))
+        if round_half and precision < 76:
+            # Arrow gives the sum one more digit: in decimal256 when that passes 38
+            if not wide and precision + 1 > 38:
+                make = pa.decimal256
+                expr = expr.cast(options=cast_options(make(precision, scale)))
             half = pc.scalar(
                 pa.scalar(decimal.Decimal(5).scaleb(-(target.scale + 1)), make(precision, scale))
             )
             negative = pc.less(expr, pc.scalar(pa.scalar(0, make(precision, scale))))
             expr = pc.if_else(negative, pc.subtract(expr, half), pc.add(expr, half))
+            precision += 1
         while scale > target.scale:
             scale = max(target.scale, scale - _EXACT_DECIMAL_DROP)
             expr = expr.cast(options=cast_options(make(precision, scale)))

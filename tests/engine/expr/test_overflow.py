@@ -52,6 +52,9 @@ def _table() -> pa.Table:
                 [D("1.5"), D("12345678901234567890123456.125"), D("-2.25"), D(3), None],
                 pa.decimal128(38, 10),
             ),
+            "d37": pa.array(
+                [D("1.25555"), D("-2.5"), D("-0.005"), D("0.00499"), None], pa.decimal128(37, 5)
+            ),
             "s": pa.array(
                 [D("1.25"), D("99999.99"), D("-0.05"), D("3.5"), None], pa.decimal128(7, 2)
             ),
@@ -125,6 +128,8 @@ ANSWERED = [
     "CAST(d10 AS DECIMAL(38, 2))",
     "CAST(d10 AS DECIMAL(38, 1))",
     "CAST(s AS DECIMAL(7, 1))",
+    "CAST(d37 AS DECIMAL(10, 2))",
+    "CAST(d37 AS DECIMAL(38, 0))",
     "CAST(u64 AS DECIMAL(38, 2)) / 7",
 ]
 
