@@ -63,7 +63,7 @@ def _demo(args: argparse.Namespace) -> int:
     from flight_server.demo import ensure_demo
 
     config = ServerConfig.from_namespace(args)
-    created = ensure_demo(config.root)
+    created = ensure_demo(config.root, config.storage_options)
     if created:
         print(f"quiver: created the demo dataset {created!r} under {config.root}", file=sys.stderr)
     return 0

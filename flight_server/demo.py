@@ -4,6 +4,7 @@ and `orders` (20,000 orders of those items in 4 fragments), enough for a join.""
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -107,18 +108,23 @@ _DEMOS = {
 }
 
 
-def ensure_demo(root: str) -> list[str]:
+def ensure_demo(root: str, storage_options: dict[str, Any] | None = None) -> list[str]:
     """Create the demo datasets missing from a root that holds no other dataset (an older
-    demo root gains `orders`); returns the names created."""
+    demo root gains `orders`); returns the names created. `storage_options` reach the store
+    as they do when serving (an S3 endpoint, credentials)."""
     root = normalize_root(root)
-    present = {found.name for found in discover(root)}
+    present = {found.name for found in discover(root, storage_options)}
     if present - set(_DEMOS):
         return []  # the user's own data: leave it alone
     created = []
     for name, (make, per_fragment) in _DEMOS.items():
         if name not in present:
             write_dataset(
-                make(), dataset_uri(root, name), mode="create", max_rows_per_file=per_fragment
+                make(),
+                dataset_uri(root, name),
+                mode="create",
+                max_rows_per_file=per_fragment,
+                storage_options=storage_options,
             )
             created.append(name)
     return created

@@ -347,3 +347,14 @@ def test_config_s3_endpoint(monkeypatch):
     }
     config = ServerConfig.from_args(["--s3-endpoint-url", "http://h:1"], env=env)
     assert config.storage_options["client_kwargs"]["endpoint_url"] == "http://h:1"
+
+
+def test_demo_on_s3_root_uses_the_storage_options(s3):
+    from flight_server.demo import DEMO_NAME, ORDERS_NAME, demo_table, ensure_demo, orders_table
+
+    root = f"s3://bucket/demo-{uuid.uuid4().hex[:8]}"
+    assert sorted(ensure_demo(root, s3)) == sorted([DEMO_NAME, ORDERS_NAME])
+    assert ensure_demo(root, s3) == []  # already there
+    for name, make in ((DEMO_NAME, demo_table), (ORDERS_NAME, orders_table)):
+        got = dataset(f"{root}/{name}.lance", storage_options=s3).to_table()
+        assert got.equals(make())
