@@ -13,8 +13,10 @@ pylance with 1 M-row fragments), three servers each in its own process:
 - `quiver`: `quiver serve`.
 A client pulls every endpoint of one GetFlightInfo with 4 threads. Rounds interleave the
 servers; each figure is the median over rounds, each ratio the median of per-round ratios.
-Every server's peak RSS (VmHWM, reset before each case) is printed. Then DoPut + commit of
-the table into a new Quiver dataset vs pylance `write_dataset` (unless `--no-write`).
+Every server's peak RSS (VmHWM, reset before each case) is printed. Then the latency of
+small reads on one kept connection (a GetFlightInfo; a one-row read `id = N`: GetFlightInfo
+and each endpoint's DoGet in turn), and DoPut + commit of the table into a new Quiver
+dataset vs pylance `write_dataset` (unless `--no-write`).
 
 Memory mode: 4 client processes each stream every endpoint of the dataset at once (full scan,
 then the 1 % filter), discarding what they receive; prints each server's peak RSS.
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import socket
 import statistics
@@ -47,6 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CLIENT_THREADS = 4
 FILTER = "value < 0.01"  # 1 % of the rows: `value` is uniform in [0, 1)
 PROJECTION = ["id", "value"]
+CALLS = 20  # small reads per server per round
 
 _MEMORY_SERVER = textwrap.dedent(
     """
@@ -270,6 +274,50 @@ def _measure(servers: dict[str, Server], name: str, rounds: int, version: str) -
     return out
 
 
+def _small_read(client: flight.FlightClient, name: str, rows: int | None, rng: random.Random):
+    """A GetFlightInfo of the whole dataset (`rows` None), or a one-row read: GetFlightInfo
+    with `id = N`, then each endpoint's DoGet in turn."""
+    if rows is None:
+        client.get_flight_info(flight.FlightDescriptor.for_command(_command(name, None, None)))
+        return
+    filt = f"id = {rng.randrange(rows)}"
+    info = client.get_flight_info(flight.FlightDescriptor.for_command(_command(name, None, filt)))
+    got = sum(client.do_get(e.ticket).read_all().num_rows for e in info.endpoints)
+    if got != 1:
+        raise AssertionError(f"{filt} returned {got} rows")
+
+
+def _latency(
+    servers: dict[str, Server], name: str, rows: int, rounds: int, version: str
+) -> list[str]:
+    """Small reads on one kept connection, as a latency-bound client makes them; median
+    seconds per call over `CALLS` calls per round, rounds interleaving the servers."""
+    who = [w for w in ("pylance", "quiver") if w in servers]
+    clients = {w: flight.connect(f"grpc://127.0.0.1:{servers[w].port}") for w in who}
+    rng = random.Random(7)
+    out = []
+    for label, n_rows in (("GetFlightInfo", None), ("one-row read `id = N`", rows)):
+        times: dict[str, list[float]] = {w: [] for w in who}
+        for w in who:  # warm-up
+            _small_read(clients[w], name, n_rows, rng)
+        for _ in range(rounds):
+            for w in who:
+                t0 = time.perf_counter()
+                for _ in range(CALLS):
+                    _small_read(clients[w], name, n_rows, rng)
+                times[w].append((time.perf_counter() - t0) / CALLS)
+        for w in who:
+            ratio = ""
+            if w == "quiver" and "pylance" in times:
+                per_round = [a / b for a, b in zip(times["pylance"], times[w], strict=True)]
+                ratio = f"{statistics.median(per_round):.2f}× pylance"
+            t = statistics.median(times[w])
+            out.append(f"| {version} | {label}, per call | {w} | {t:.4f} | | | {ratio} |")
+    for c in clients.values():
+        c.close()
+    return out
+
+
 def _write_rows(servers: dict[str, Server], uri: Path, serve_root: Path, version: str) -> list:
     table = lance.dataset(str(uri)).to_table()
     client = flight.connect(f"grpc://127.0.0.1:{servers['quiver'].port}")
@@ -323,6 +371,8 @@ def throughput(args: argparse.Namespace) -> None:
             servers = _start_servers(root, uri, True, args.quiver_arg)
             try:
                 for row in _measure(servers, name, args.rounds, version):
+                    print(row, flush=True)
+                for row in _latency(servers, name, args.rows, args.rounds, version):
                     print(row, flush=True)
                 if args.write and version == "2.2":
                     for row in _write_rows(servers, uri, root, version):
