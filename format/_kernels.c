@@ -1,6 +1,8 @@
 /* Compiled loops of the 2.1/2.2 codecs: range gathers, FastLanes unpacking, RLE expansion,
  * byte-stream-split joins, FSST decoding and the Variable / Flat(1) chunk kernels; the range
  * gather also serves the store's scattered reads (format.io.store.FileReader.read_spans).
+ * One more serves vector search: `ivf_topk` scores IVF partitions and keeps each query's
+ * nearest rows (format.index.vector.search).
  *
  * The Python modules of format/file/v21 (gather, bitpacking, rle, byte_stream_split, fsst,
  * compression) and the store validate arguments, allocate outputs with numpy and call these functions; they
@@ -26,6 +28,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <math.h>
 
 enum {
     OK,
@@ -1246,6 +1249,326 @@ static PyObject *word_layout(PyObject *self, PyObject *args)
     return res;
 }
 
+/* -- IVF vector search ---------------------------------------------------------------------- */
+
+/* The storage kinds and metrics of `ivf_topk` (format.index.vector.search passes them). */
+enum { IVF_PQ, IVF_SQ, IVF_FLAT };
+enum { METRIC_L2, METRIC_COSINE, METRIC_DOT };
+
+#define IVF_BLOCK 256 /* rows scored at once before they go through the heap */
+
+/* Whether (da, ia) sorts before (db, ib): by distance, NaN last, then row id. */
+static inline int ivf_before(float da, uint64_t ia, float db, uint64_t ib)
+{
+    int na = da != da, nb = db != db;
+    if (na | nb)
+        return na == nb ? ia < ib : nb;
+    return da < db || (da == db && ia < ib);
+}
+
+/* A max-heap of at most `cap` (distance, row id) entries: the worst kept sits at 0. */
+typedef struct {
+    float *d;
+    uint64_t *id;
+    int64_t n, cap;
+} IvfHeap;
+
+static void ivf_sift_down(IvfHeap *h, int64_t i)
+{
+    float d = h->d[i];
+    uint64_t id = h->id[i];
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= h->n)
+            break;
+        if (c + 1 < h->n && ivf_before(h->d[c], h->id[c], h->d[c + 1], h->id[c + 1]))
+            c++;
+        if (!ivf_before(d, id, h->d[c], h->id[c]))
+            break;
+        h->d[i] = h->d[c], h->id[i] = h->id[c];
+        i = c;
+    }
+    h->d[i] = d, h->id[i] = id;
+}
+
+static inline void ivf_push(IvfHeap *h, float d, uint64_t id)
+{
+    if (h->n == h->cap) {
+        if (d > h->d[0] || !ivf_before(d, id, h->d[0], h->id[0]))
+            return;
+        h->d[0] = d, h->id[0] = id;
+        ivf_sift_down(h, 0);
+        return;
+    }
+    int64_t i = h->n++;
+    while (i > 0) {
+        int64_t p = (i - 1) / 2;
+        if (!ivf_before(h->d[p], h->id[p], d, id))
+            break;
+        h->d[i] = h->d[p], h->id[i] = h->id[p];
+        i = p;
+    }
+    h->d[i] = d, h->id[i] = id;
+}
+
+/* How one (query, partition) pair's rows are scored. */
+typedef struct {
+    int kind, metric;
+    Py_ssize_t width; /* PQ: m * 256 table entries; SQ, FLAT: the dimension */
+    double scale, start, step; /* SQ: l2 scale, dot value = start + code * step */
+} IvfParams;
+
+/* PQ: a row's distance is base + bias[row] + sum_j table[j][code j]; clamped at 0 but for
+ * dot. Rows go 4 at a time over the transposed codes (m runs of n), sums held in registers. */
+static void ivf_score_pq(const IvfParams *p, const double *t, double base, const uint8_t *codes,
+                         const double *bias, Py_ssize_t n, Py_ssize_t r0, Py_ssize_t count,
+                         float *out)
+{
+    const Py_ssize_t m = p->width / 256;
+    const int clamp = p->metric != METRIC_DOT;
+    Py_ssize_t b = 0;
+    for (; b + 4 <= count; b += 4) {
+        const Py_ssize_t r = r0 + b;
+        double s0 = base, s1 = base, s2 = base, s3 = base;
+        if (bias)
+            s0 += bias[r], s1 += bias[r + 1], s2 += bias[r + 2], s3 += bias[r + 3];
+        for (Py_ssize_t j = 0; j < m; j++) {
+            const uint8_t *c = codes + j * n + r;
+            const double *tj = t + j * 256;
+            s0 += tj[c[0]], s1 += tj[c[1]], s2 += tj[c[2]], s3 += tj[c[3]];
+        }
+        if (clamp) {
+            s0 = s0 > 0.0 ? s0 : 0.0, s1 = s1 > 0.0 ? s1 : 0.0;
+            s2 = s2 > 0.0 ? s2 : 0.0, s3 = s3 > 0.0 ? s3 : 0.0;
+        }
+        out[b] = (float)s0, out[b + 1] = (float)s1, out[b + 2] = (float)s2, out[b + 3] = (float)s3;
+    }
+    for (; b < count; b++) {
+        const Py_ssize_t r = r0 + b;
+        double s = base + (bias ? bias[r] : 0.0);
+        for (Py_ssize_t j = 0; j < m; j++)
+            s += t[j * 256 + codes[j * n + r]];
+        out[b] = (float)(clamp && s < 0.0 ? 0.0 : s);
+    }
+}
+
+/* Sums over a row's `w` values in four interleaved float64 partial sums (independent
+ * additions: the loop runs at the processor's width, not its addition latency). */
+#define SUM4(EXPR)                                                                             \
+    double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;                                           \
+    Py_ssize_t i = 0;                                                                          \
+    for (; i + 4 <= w; i += 4) {                                                               \
+        a0 += EXPR(i), a1 += EXPR(i + 1), a2 += EXPR(i + 2), a3 += EXPR(i + 3);                \
+    }                                                                                          \
+    for (; i < w; i++)                                                                         \
+        a0 += EXPR(i);
+
+/* SQ codes (rows of `w` bytes) or FLAT vectors (rows of `w` float32) against a query. */
+static void ivf_score_dense(const IvfParams *p, const double *q, const void *data,
+                            Py_ssize_t r0, Py_ssize_t count, float *out)
+{
+    const Py_ssize_t w = p->width;
+    if (p->kind == IVF_SQ) {
+        for (Py_ssize_t b = 0; b < count; b++) {
+            const uint8_t *c = (const uint8_t *)data + (r0 + b) * w;
+            if (p->metric == METRIC_DOT) {
+#define SQ_DOT(k) (q[k] * (p->start + c[k] * p->step))
+                SUM4(SQ_DOT)
+                out[b] = (float)(1.0 - ((a0 + a1) + (a2 + a3)));
+            } else {
+                /* quantized query and codes are integers: the sum is exact */
+#define SQ_L2(k) ((q[k] - c[k]) * (q[k] - c[k]))
+                SUM4(SQ_L2)
+                out[b] = (float)((a0 + a1) + (a2 + a3)) * (float)p->scale; /* a float32 product */
+            }
+        }
+        return;
+    }
+    double qq = 0.0;
+    if (p->metric == METRIC_COSINE) {
+#define QQ(k) (q[k] * q[k])
+        SUM4(QQ)
+        qq = (a0 + a1) + (a2 + a3);
+    }
+    for (Py_ssize_t b = 0; b < count; b++) {
+        const float *v = (const float *)data + (r0 + b) * w;
+        if (p->metric == METRIC_L2) {
+#define L2(k) (((double)v[k] - q[k]) * ((double)v[k] - q[k]))
+            SUM4(L2)
+            out[b] = (float)((a0 + a1) + (a2 + a3));
+            continue;
+        }
+#define DOT(k) ((double)v[k] * q[k])
+        double dot;
+        {
+            SUM4(DOT)
+            dot = (a0 + a1) + (a2 + a3);
+        }
+        if (p->metric == METRIC_DOT) {
+            out[b] = (float)(1.0 - dot);
+            continue;
+        }
+#define XX(k) ((double)v[k] * v[k])
+        SUM4(XX)
+        out[b] = (float)(1.0 - dot / sqrt(qq * ((a0 + a1) + (a2 + a3))));
+    }
+}
+#undef SUM4
+#undef SQ_DOT
+#undef SQ_L2
+#undef QQ
+#undef L2
+#undef DOT
+#undef XX
+
+/* The buffers of every item of a tuple (NULL items allowed where `optional`): 0, or -1 with
+ * an exception set and none of them held. */
+static int tuple_buffers(PyObject *tuple, Py_buffer *out, int optional, const char *what)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(tuple);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyTuple_GET_ITEM(tuple, i);
+        if (optional && item == Py_None) {
+            out[i].obj = NULL, out[i].buf = NULL, out[i].len = 0;
+            continue;
+        }
+        if (PyObject_GetBuffer(item, &out[i], PyBUF_C_CONTIGUOUS) < 0) {
+            for (Py_ssize_t k = 0; k < i; k++)
+                if (out[k].obj)
+                    PyBuffer_Release(&out[k]);
+            PyErr_Format(PyExc_ValueError, "ivf_topk: %s %zd is not a contiguous buffer", what, i);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(
+    ivf_topk_doc,
+    "ivf_topk(kind, metric, queries, width, scale, start, step, pair_query, pair_slot, "
+    "pair_base, data, ids, bias, fetch, out_ids, out_dist, out_count): score the rows of "
+    "each (query, partition) pair and keep, per query, the `fetch` best by (distance, row "
+    "id), NaN last. data[slot] holds a partition's PQ codes (m, n) uint8 (transposed), SQ "
+    "codes (n, dim) uint8 or vectors (n, dim) float32, ids[slot] its row ids (uint64), "
+    "bias[slot] its per-row PQ terms (float64) or bias is None; queries holds `width` float64 "
+    "values a query (PQ: its m x 256 table). out_ids / out_dist (queries x fetch) and "
+    "out_count hold the heaps: they start from the entries already there and are left "
+    "unordered.");
+
+static PyObject *ivf_topk(PyObject *self, PyObject *args)
+{
+    int kind, metric;
+    Py_ssize_t width, fetch;
+    double scale, start, step;
+    Py_buffer qs, pq, ps, pb, oi, od, oc;
+    PyObject *data, *ids, *bias;
+    if (!PyArg_ParseTuple(args, "iiy*ndddy*y*y*O!O!Onw*w*w*", &kind, &metric, &qs, &width,
+                          &scale, &start, &step, &pq, &ps, &pb, &PyTuple_Type, &data,
+                          &PyTuple_Type, &ids, &bias, &fetch, &oi, &od, &oc))
+        return NULL;
+    Py_buffer *all[] = {&qs, &pq, &ps, &pb, &oi, &od, &oc};
+    PyObject *res = NULL;
+    const Py_ssize_t parts = PyTuple_GET_SIZE(data);
+    Py_buffer *bd = NULL, *bi = NULL, *bb = NULL;
+    const Py_ssize_t npairs = len64(&pq);
+    const Py_ssize_t nq = width > 0 ? (Py_ssize_t)(qs.len / 8 / width) : 0;
+    if (kind < IVF_PQ || kind > IVF_FLAT || metric < METRIC_L2 || metric > METRIC_DOT ||
+        width < 1 || fetch < 1 || (kind == IVF_PQ && width % 256)) {
+        PyErr_SetString(PyExc_ValueError, "ivf_topk: bad kind, metric, width or fetch");
+        goto done;
+    }
+    if (bias != Py_None && (!PyTuple_Check(bias) || PyTuple_GET_SIZE(bias) != parts)) {
+        PyErr_SetString(PyExc_ValueError, "ivf_topk: bias must be None or one item a partition");
+        goto done;
+    }
+    if (PyTuple_GET_SIZE(ids) != parts || same_lengths("ivf_topk", npairs, 3, all + 1) ||
+        qs.len != (Py_ssize_t)(nq * width * 8) || oc.len != nq * 8 ||
+        oi.len != nq * fetch * 8 || od.len != nq * fetch * 4) {
+        PyErr_SetString(PyExc_ValueError, "ivf_topk: arrays of inconsistent sizes");
+        goto done;
+    }
+    if (!aligned(qs.buf, 8) || !aligned(pb.buf, 8) || !aligned(oi.buf, 8) ||
+        !aligned(od.buf, 4) || !aligned(oc.buf, 8)) {
+        PyErr_SetString(PyExc_ValueError, "ivf_topk: misaligned arrays");
+        goto done;
+    }
+    bd = PyMem_Calloc(3 * (parts ? parts : 1), sizeof(Py_buffer));
+    if (bd == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    bi = bd + parts, bb = bi + parts;
+    if (tuple_buffers(data, bd, 0, "data") < 0)
+        goto free;
+    if (tuple_buffers(ids, bi, 0, "ids") < 0)
+        goto release_data;
+    if (bias != Py_None && tuple_buffers(bias, bb, 1, "bias") < 0)
+        goto release_ids;
+    /* every partition's buffers agree with its row count */
+    const Py_ssize_t item = kind == IVF_PQ ? width / 256 : kind == IVF_SQ ? width : width * 4;
+    int bad = 0;
+    for (Py_ssize_t s = 0; s < parts && !bad; s++) {
+        Py_ssize_t n = bi[s].len / 8;
+        bad = bi[s].len % 8 || bd[s].len != n * item || !aligned(bi[s].buf, 8) ||
+              (kind == IVF_FLAT && !aligned(bd[s].buf, 4)) ||
+              (bb[s].obj && (bb[s].len != n * 8 || !aligned(bb[s].buf, 8)));
+    }
+    const int64_t *pair_q = pq.buf, *pair_s = ps.buf;
+    for (Py_ssize_t i = 0; i < npairs && !bad; i++)
+        bad = pair_q[i] < 0 || pair_q[i] >= nq || pair_s[i] < 0 || pair_s[i] >= parts;
+    int64_t *count = oc.buf;
+    for (Py_ssize_t i = 0; i < nq && !bad; i++)
+        bad = count[i] < 0 || count[i] > fetch;
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "ivf_topk: partition or pair out of range");
+        goto release_bias;
+    }
+    const IvfParams p = {kind, metric, width, scale, start, step};
+    const double *queries = qs.buf, *base = pb.buf;
+    float *out_d = od.buf;
+    uint64_t *out_i = oi.buf;
+    Py_ssize_t work = 0;
+    for (Py_ssize_t i = 0; i < npairs; i++)
+        work += (bi[pair_s[i]].len / 8) * item;
+    BEGIN_NOGIL(work)
+    float dist[IVF_BLOCK];
+    for (Py_ssize_t i = 0; i < npairs; i++) {
+        const int64_t q = pair_q[i], s = pair_s[i];
+        const Py_ssize_t n = bi[s].len / 8;
+        const uint64_t *row = bi[s].buf;
+        IvfHeap h = {out_d + q * fetch, out_i + q * fetch, count[q], fetch};
+        for (Py_ssize_t r0 = 0; r0 < n; r0 += IVF_BLOCK) {
+            Py_ssize_t m = n - r0 < IVF_BLOCK ? n - r0 : IVF_BLOCK;
+            if (kind == IVF_PQ)
+                ivf_score_pq(&p, queries + q * width, base[i], bd[s].buf, bb[s].buf, n, r0, m,
+                             dist);
+            else
+                ivf_score_dense(&p, queries + q * width, bd[s].buf, r0, m, dist);
+            for (Py_ssize_t b = 0; b < m; b++)
+                ivf_push(&h, dist[b], row[r0 + b]);
+        }
+        count[q] = h.n;
+    }
+    END_NOGIL
+    res = Py_NewRef(Py_None);
+release_bias:
+    if (bias != Py_None)
+        for (Py_ssize_t s = 0; s < parts; s++)
+            if (bb[s].obj)
+                PyBuffer_Release(&bb[s]);
+release_ids:
+    for (Py_ssize_t s = 0; s < parts; s++)
+        PyBuffer_Release(&bi[s]);
+release_data:
+    for (Py_ssize_t s = 0; s < parts; s++)
+        PyBuffer_Release(&bd[s]);
+free:
+    PyMem_Free(bd);
+done:
+    release(7, all);
+    return res;
+}
+
 /* -- module --------------------------------------------------------------------------------- */
 
 #define METHOD(name) {#name, name, METH_VARARGS, name##_doc}
@@ -1269,13 +1592,15 @@ static PyMethodDef methods[] = {
     METHOD(variable_check),
     METHOD(variable_gather),
     METHOD(word_layout),
+    METHOD(ivf_topk),
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     "_kernels",
-    "Compiled loops of the Lance 2.1/2.2 codecs (see the C source for the conventions).",
+    "Compiled loops of the Lance 2.1/2.2 codecs and of IVF vector search (see the C source "
+    "for the conventions).",
     -1,
     methods,
     NULL,
@@ -1308,6 +1633,12 @@ PyMODINIT_FUNC PyInit__kernels(void)
         {"FULL", FULL},
         {"BLOCK", BLOCK},
         {"FSST_SLACK", FSST_SLACK},
+        {"IVF_PQ", IVF_PQ},
+        {"IVF_SQ", IVF_SQ},
+        {"IVF_FLAT", IVF_FLAT},
+        {"METRIC_L2", METRIC_L2},
+        {"METRIC_COSINE", METRIC_COSINE},
+        {"METRIC_DOT", METRIC_DOT},
     };
     for (size_t i = 0; i < sizeof constants / sizeof constants[0]; i++) {
         if (PyModule_AddIntConstant(m, constants[i].name, constants[i].value) < 0) {

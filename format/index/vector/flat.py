@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from format import _kernels
 from format.errors import CorruptFileError
 from format.index.vector.distance import matrix, smallest, top_k_per_query
 
@@ -32,13 +33,22 @@ class FlatStorage:
             )
         return vector_matrix(vectors)
 
-    def prepare(self, queries: np.ndarray, centroids: np.ndarray) -> np.ndarray:
-        """The queries (raw vectors are compared as they are)."""
-        return queries
+    def row_bias(self, vectors: np.ndarray, centroid: np.ndarray) -> None:
+        """No per-row term: vectors are compared with the query as they are."""
+        return None
 
-    def score(self, queries: np.ndarray, vectors: np.ndarray) -> np.ndarray:
-        """(queries, rows) distances."""
-        return matrix(self.metric, vectors, queries).astype(np.float32)
+    def prepare(self, queries: np.ndarray) -> np.ndarray:
+        """The queries as float64 (raw vectors are compared as they are)."""
+        return queries.astype(np.float64)
+
+    def base(self, queries: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+        """No per-pair term."""
+        return np.zeros(len(queries))
+
+    @property
+    def kernel_params(self) -> tuple[int, float, float, float]:
+        """The storage kind and constants `_kernels.ivf_topk` takes."""
+        return _kernels.IVF_FLAT, 0.0, 0.0, 0.0
 
 
 def vector_matrix(vectors: pa.Array) -> np.ndarray:

@@ -3,7 +3,8 @@
 `index.idx` says what the index is (`lance:index`: type and metric) and holds the centroids;
 `auxiliary.idx` holds the rows, partition after partition: `_rowid` and the partition's
 storage (raw vectors, PQ codes or SQ codes) described by its `storage_metadata`. Indices are
-opened once per process (`open_vector_index`) and partitions are read on first use and kept
+opened once per process (`open_vector_index`: centroids and codebooks parsed once) and
+partitions are read on first use, decoded (with the per-row terms of PQ distances), and kept
 in a cache bounded by bytes, shared by every index.
 """
 
@@ -42,14 +43,17 @@ Storage = FlatStorage | ProductQuantizer | ScalarQuantizer
 
 @dataclass(frozen=True)
 class Partition:
-    """One partition's row ids and storage (vectors or codes), in file order."""
+    """One partition's row ids, storage (vectors or codes) and per-row distance terms (PQ
+    residuals: see `ProductQuantizer.row_bias`), in file order."""
 
     row_ids: np.ndarray
     data: np.ndarray
+    bias: np.ndarray | None = None
 
     @property
     def nbytes(self) -> int:
-        return int(self.row_ids.nbytes + self.data.nbytes)
+        extra = 0 if self.bias is None else self.bias.nbytes
+        return int(self.row_ids.nbytes + self.data.nbytes + extra)
 
 
 class _PartitionCache:
@@ -132,6 +136,20 @@ class VectorIndex:
     def dimension(self) -> int:
         return self.ivf.dimension
 
+    @property
+    def query_width(self) -> int:
+        """Values of a prepared query: PQ table entries (m * 256), else the dimension."""
+        if isinstance(self.storage, ProductQuantizer):
+            return self.storage.num_sub_vectors * 256
+        return self.dimension
+
+    @property
+    def row_cost(self) -> int:
+        """Kernel steps to score one row: PQ table lookups (m), else the dimension."""
+        if isinstance(self.storage, ProductQuantizer):
+            return self.storage.num_sub_vectors
+        return self.dimension
+
     def partition(self, p: int) -> Partition:
         """Partition `p`'s row ids and storage, from the cache or the file."""
         key = (self.key, p)
@@ -147,27 +165,30 @@ class VectorIndex:
         codes = table.column(self.storage.column).combine_chunks()
         if ids.null_count or codes.null_count:
             raise CorruptFileError(f.path, f"partition {p} has null row ids or codes")
+        data = np.require(self.storage.load(codes, f.path), requirements="CA")
         part = Partition(
-            ids.to_numpy().astype(np.uint64, copy=False), self.storage.load(codes, f.path)
+            np.require(ids.to_numpy().astype(np.uint64, copy=False), requirements="CA"),
+            data,
+            self.storage.row_bias(data, self.ivf.centroids[p]),
         )
         PARTITIONS.put(key, part)
         return part
 
-    def prepare(self, queries: np.ndarray, partitions: np.ndarray) -> np.ndarray:
-        """What the storage compares rows with, for (query, partition) pairs: queries
-        (normalised for cosine) against their partitions' centroids."""
-        return self.storage.prepare(queries, self.ivf.centroids[partitions])
+    def prepare(self, queries: np.ndarray) -> np.ndarray:
+        """What the storage compares rows with, per query (normalised for cosine): (n, width)
+        float64, `_kernels.ivf_topk`'s `queries`."""
+        return self.storage.prepare(queries)
 
-    def score(self, prepared: np.ndarray, data: np.ndarray) -> np.ndarray:
-        """(pairs, rows) distances of prepared pairs to some rows of one partition (`data`:
-        a selection of the partition's storage)."""
-        return self.storage.score(prepared, data)
+    def base(self, queries: np.ndarray, partitions: np.ndarray) -> np.ndarray:
+        """Per (query vector, partition) pair, the distance term shared by the partition's
+        rows (float64)."""
+        return self.storage.base(queries, self.ivf.centroids64[partitions])
 
-    def select(self, part: Partition, keep: np.ndarray) -> np.ndarray:
-        """The storage of the rows `keep` (a boolean mask) of a partition."""
-        if self.kind == "IVF_PQ":
-            return part.data[:, keep]
-        return part.data[keep]
+    def select(self, part: Partition, keep: np.ndarray) -> Partition:
+        """The rows `keep` (a boolean mask) of a partition."""
+        data = part.data[:, keep] if self.kind == "IVF_PQ" else part.data[keep]
+        bias = None if part.bias is None else part.bias[keep]
+        return Partition(part.row_ids[keep], np.ascontiguousarray(data), bias)
 
     def close(self) -> None:
         self._storage_file.close()

@@ -9,13 +9,13 @@ compare normalised vectors by l2).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from google.protobuf.message import DecodeError
 
 from format.errors import CorruptFileError, UnsupportedFeatureError
 from format.index.files import IndexFile
-from format.index.vector.distance import matrix
 from format.proto import index_pb2
 
 IVF_KEY = "lance:ivf"
@@ -95,9 +95,42 @@ class IvfModel:
     def dimension(self) -> int:
         return int(self.centroids.shape[1])
 
-    def probe_order(self, queries: np.ndarray, metric: str) -> tuple[np.ndarray, np.ndarray]:
-        """For each query, every partition nearest first and its centroid's distance
-        ((queries, partitions) each); cosine indices rank by l2 on normalised vectors."""
-        dist = matrix("l2" if metric == "cosine" else metric, self.centroids, queries)
-        order = np.argsort(dist, axis=1, kind="stable")
-        return order, np.take_along_axis(dist, order, axis=1).astype(np.float32)
+    @cached_property
+    def centroids64(self) -> np.ndarray:
+        """The centroids in float64 (distances to them are computed in float64)."""
+        return self.centroids.astype(np.float64)
+
+    @cached_property
+    def _norms(self) -> np.ndarray:
+        return np.einsum("ij,ij->i", self.centroids64, self.centroids64)
+
+    def distances(self, queries: np.ndarray, metric: str) -> np.ndarray:
+        """(queries, partitions) float64 distances to the centroids; cosine indices rank by
+        l2 on normalised vectors."""
+        q = queries.astype(np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):
+            dots = q @ self.centroids64.T
+            if metric == "dot":
+                return 1.0 - dots
+            qq = np.einsum("ij,ij->i", q, q)[:, None]
+            return np.maximum(qq + self._norms[None, :] - 2.0 * dots, 0.0)
+
+
+def nearest_first(dist: np.ndarray, depth: int) -> np.ndarray:
+    """Per row of `dist` (queries x partitions), the `depth` nearest partitions, nearest
+    first, ties by partition (a stable sort's order, without sorting every partition)."""
+    parts = dist.shape[1]
+    depth = min(depth, parts)
+    if depth * 4 >= parts:
+        return np.argsort(dist, axis=1, kind="stable")[:, :depth]
+    if depth == 0:
+        return np.empty((len(dist), 0), dtype=np.intp)
+    chosen = np.argpartition(dist, depth - 1, axis=1)[:, :depth]
+    d = np.take_along_axis(dist, chosen, axis=1)
+    out = np.take_along_axis(chosen, np.lexsort((chosen, d), axis=1), axis=1)
+    # the cut fell inside a run of equal distances: the stable sort may keep other partitions
+    kth = d.max(axis=1, keepdims=True)
+    tied = (dist == kth).sum(axis=1) != (d == kth).sum(axis=1)
+    if tied.any():
+        out[tied] = np.argsort(dist[tied], axis=1, kind="stable")[:, :depth]
+    return out

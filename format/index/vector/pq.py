@@ -4,9 +4,16 @@ of 256 centroids of its sub-space (the codebook, a tensor in a global buffer of
 
 pylance stores each partition's codes transposed (all rows' first code, then all rows'
 second...) and, for l2 and cosine, quantizes the residual of a vector from its partition's
-centroid (cosine on normalised vectors, by l2). A query's distance to a row is the sum over
-sub-vectors of a table of distances from the query's sub-vector to every centroid; for dot
-the table holds 1 - q.c per sub-vector, so m - 1 is taken off the sum to make it 1 - q.x.
+centroid c (cosine on normalised vectors, by l2). A query's distance to a row x = c + b (b
+the codebook entries its codes name) is then, split so that no table depends on the pair of
+query and partition:
+
+    |q - c - b|^2 = |q - c|^2  +  sum_j (|b_j|^2 + 2 c_j.b_j)  -  2 sum_j q_j.b_j
+                    per pair      per row ("bias", kept with      per query: one table
+                                  the partition's codes)          (m, 256) summed over codes
+
+For dot the table holds -q_j.b_j and the pair's base is 1: 1 - q.x. Tables and biases are
+float64, so the distance is exact to float32, the type of `_distance`.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from functools import cached_property
 import numpy as np
 import pyarrow as pa
 
+from format import _kernels
 from format.errors import CorruptFileError, UnsupportedFeatureError
 from format.index.files import IndexFile
 from format.index.vector.ivf import tensor_array
@@ -62,11 +70,17 @@ class ProductQuantizer:
         return cls(values.reshape(m, 256, dim // m), metric)
 
     @cached_property
-    def _codebook64(self) -> tuple[np.ndarray, np.ndarray]:
-        """The codebook transposed for products, (m, sub, 256), and its centroids' squared
-        norms (m, 256), in float64."""
+    def _codebook64(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The codebook (m, 256, sub), transposed for products (m, sub, 256), and its
+        centroids' squared norms (m, 256), in float64."""
         cb = self.codebook.astype(np.float64)
-        return np.ascontiguousarray(cb.transpose(0, 2, 1)), np.einsum("mcs,mcs->mc", cb, cb)
+        cb_t = np.ascontiguousarray(cb.transpose(0, 2, 1))
+        return cb, cb_t, np.einsum("mcs,mcs->mc", cb, cb)
+
+    @property
+    def kernel_params(self) -> tuple[int, float, float, float]:
+        """The storage kind and constants `_kernels.ivf_topk` takes."""
+        return _kernels.IVF_PQ, 0.0, 0.0, 0.0
 
     @property
     def num_sub_vectors(self) -> int:
@@ -85,26 +99,29 @@ class ProductQuantizer:
         flat = codes.values.to_numpy(zero_copy_only=False)[codes.offset * m :][: len(codes) * m]
         return np.ascontiguousarray(flat.reshape(m, len(codes)))
 
-    def prepare(self, queries: np.ndarray, centroids: np.ndarray) -> np.ndarray:
-        """Distance tables (n, m * 256) of n (query, partition centroid) pairs at once."""
-        m, sub = self.codebook.shape[0], self.codebook.shape[2]
-        q = queries - centroids if self.residual else queries
-        parts = q.reshape(len(q), m, sub).astype(np.float64).transpose(1, 0, 2)  # (m, n, sub)
-        cb_t, cc = self._codebook64
-        dots = np.matmul(parts, cb_t)  # (m, n, 256)
-        if self.metric == "dot":
-            table = 1.0 - dots
-        else:
-            qq = np.einsum("mqs,mqs->mq", parts, parts)[:, :, None]
-            table = np.maximum(qq + cc[:, None, :] - 2.0 * dots, 0.0)
-        return np.ascontiguousarray(table.astype(np.float32).transpose(1, 0, 2)).reshape(len(q), -1)
+    def row_bias(self, codes: np.ndarray, centroid: np.ndarray) -> np.ndarray | None:
+        """Per row of a partition ((m, rows) codes), sum_j |b_j|^2 + 2 c_j.b_j (residual
+        metrics; None for dot)."""
+        if not self.residual:
+            return None
+        cb, _, cc = self._codebook64
+        m, sub = cb.shape[0], cb.shape[2]
+        centre = centroid.astype(np.float64).reshape(m, sub)
+        terms = cc + 2.0 * np.einsum("mcs,ms->mc", cb, centre)  # (m, 256)
+        return terms[np.arange(m)[:, None], codes].sum(axis=0)
 
-    def score(self, tables: np.ndarray, codes: np.ndarray) -> np.ndarray:
-        """(pairs, rows) distances: each pair's table summed over the rows' codes."""
-        m = self.codebook.shape[0]
-        # one gather of every (sub-vector, code) entry, summed over sub-vectors
-        index = codes.astype(np.intp) + (np.arange(m, dtype=np.intp) * 256)[:, None]
-        dist = tables[:, index].sum(axis=1, dtype=np.float32)
-        if self.metric == "dot":
-            dist -= np.float32(m - 1)
-        return dist
+    def prepare(self, queries: np.ndarray) -> np.ndarray:
+        """Each query's table (n, m * 256) float64: -2 q_j.b (residual metrics) or -q_j.b."""
+        m, sub = self.codebook.shape[0], self.codebook.shape[2]
+        parts = queries.astype(np.float64).reshape(len(queries), m, sub).transpose(1, 0, 2)
+        dots = np.matmul(parts, self._codebook64[1])  # (m, n, 256)
+        dots *= -2.0 if self.residual else -1.0
+        return np.ascontiguousarray(dots.transpose(1, 0, 2)).reshape(len(queries), -1)
+
+    def base(self, queries: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+        """Per (query, partition centroid) pair, the term the codes do not give: |q - c|^2
+        (residual metrics) or 1 (dot)."""
+        if not self.residual:
+            return np.ones(len(queries))
+        diff = queries.astype(np.float64) - centroids
+        return np.einsum("ij,ij->i", diff, diff)

@@ -7,19 +7,35 @@ fewer than `maximum` are allowed), then, while fewer than k rows were found (a s
 prefilter), more partitions one at a time up to `maximum`. When the prefilter allows no more
 than k rows and not all were found, the rest are returned with an infinite distance, as
 pylance does. Rows the prefilter refuses (deleted rows always) never take a place.
+
+Each probing step is one call of the compiled `_kernels.ivf_topk` over every (query,
+partition) pair probed: it scores the partitions' cached rows against per-query tables and
+keeps each query's best rows in a heap, so nothing per partition or per row runs in Python.
+Queries go through in chunks (bounding the tables and probe orders held), and a large step
+is split over the decoding pool's threads (the kernel releases the GIL).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from format.index.vector.distance import normalize, smallest, top_k_per_query
-from format.index.vector.index import VectorIndex
+from format import _kernels
+from format.file.parallel import map_parallel
+from format.index.vector.distance import normalize, top_k_per_query
+from format.index.vector.index import Partition, VectorIndex
+from format.index.vector.ivf import nearest_first
 
 RowFilter = Callable[[np.ndarray], np.ndarray]  # row ids -> bool mask of allowed rows
+_METRICS = {"l2": _kernels.METRIC_L2, "cosine": _kernels.METRIC_COSINE, "dot": _kernels.METRIC_DOT}
+# Bytes of per-query tables (and probe orders) held at once: queries go in chunks below it.
+CHUNK_BYTES = 16 << 20
+# Kernel steps (rows x PQ sub-vectors or dimension) worth a thread of their own.
+THREAD_WORK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -53,10 +69,11 @@ class Candidates:
 
 def early_pruning(centroid_dist: np.ndarray, k: int) -> np.ndarray:
     """Per query, how many partitions lie within pylance's factor of the nearest centroid's
-    distance (0.6 for k = 1, 7 up to k = 10, 81 beyond)."""
+    distance (0.6 for k = 1, 7 up to k = 10, 81 beyond), compared in float32 as pylance does."""
     factor = 0.6 if k <= 1 else 7.0 if k <= 10 else 81.0
-    threshold = centroid_dist[:, :1] * np.float32(factor)
-    return (centroid_dist <= threshold).sum(axis=1)
+    dist = centroid_dist.astype(np.float32)
+    threshold = dist.min(axis=1, keepdims=True) * np.float32(factor)
+    return (dist <= threshold).sum(axis=1)
 
 
 class _Search:
@@ -67,38 +84,84 @@ class _Search:
     ):
         self.index, self.fetch, self.allowed = index, fetch, allowed
         self.queries = normalize(queries) if index.metric == "cosine" else queries
-        self.order, self.centroid_dist = index.ivf.probe_order(self.queries, index.metric)
+        self.centroid_dist = index.ivf.distances(self.queries, index.metric)
+        self.row_cost = index.row_cost
+        self.prepared = index.prepare(self.queries)
+        self.kind, *self.constants = index.storage.kernel_params
+        self.metric = _METRICS[index.metric]
+
+    def order(self, q: int) -> np.ndarray:
+        """Every partition, nearest first to query `q` (for probing past the first step)."""
+        return np.argsort(self.centroid_dist[q], kind="stable")
+
+    def _partitions(self, parts: np.ndarray) -> list[Partition]:
+        """The partitions `parts`, without the rows `allowed` refuses."""
+        loaded = [self.index.partition(int(p)) for p in parts]
+        if self.allowed is None:
+            return loaded
+        sizes = np.array([len(p.row_ids) for p in loaded])
+        ids = np.concatenate([p.row_ids for p in loaded])
+        keep = np.asarray(self.allowed(ids), dtype=bool)
+        bounds = np.r_[0, np.cumsum(sizes)]
+        kept = np.add.reduceat(keep, bounds[:-1]) if len(ids) else sizes
+        for i in np.flatnonzero(kept != sizes):
+            loaded[i] = self.index.select(loaded[i], keep[bounds[i] : bounds[i + 1]])
+        return loaded
 
     def probe(self, pairs_query: np.ndarray, pairs_partition: np.ndarray) -> Candidates:
-        """Search the (query, partition) pairs: each query's best `fetch` rows per partition."""
-        out = []
-        prepared = self.index.prepare(self.queries[pairs_query], pairs_partition)
-        order = np.argsort(pairs_partition, kind="stable")
-        parts, starts = np.unique(pairs_partition[order], return_index=True)
-        bounds = np.r_[starts, len(order)]
-        for i, p in enumerate(parts):
-            pairs = order[bounds[i] : bounds[i + 1]]
-            part = self.index.partition(int(p))
-            ids = part.row_ids
-            if not len(ids):
-                continue
-            data = part.data
-            if self.allowed is not None:
-                keep = self.allowed(ids)
-                if not keep.all():
-                    ids, data = ids[keep], self.index.select(part, keep)
-                    if not len(ids):
-                        continue
-            dist = self.index.score(prepared[pairs], data)
-            best = smallest(dist, self.fetch)
-            out.append(
-                Candidates(
-                    np.repeat(pairs_query[pairs], best.shape[1]),
-                    ids[best].ravel(),
-                    np.take_along_axis(dist, best, axis=1).ravel(),
-                )
+        """Search the (query, partition) pairs: each query's best `fetch` rows over all of
+        its pairs."""
+        if not len(pairs_query):
+            return Candidates.empty()
+        by_query = np.argsort(pairs_query, kind="stable")
+        pairs_query = pairs_query[by_query].astype(np.int64, copy=False)
+        pairs_partition = pairs_partition[by_query]
+        parts, slot = np.unique(pairs_partition, return_inverse=True)
+        loaded = self._partitions(parts)
+        data = tuple(p.data for p in loaded)
+        ids = tuple(p.row_ids for p in loaded)
+        bias = tuple(p.bias for p in loaded) if loaded[0].bias is not None else None
+        base = self.index.base(self.queries[pairs_query], pairs_partition)
+        work = np.cumsum(np.array([len(i) for i in ids])[slot]) * self.row_cost
+        threads = _threads(int(work[-1]))
+        cuts = np.searchsorted(work, work[-1] * np.arange(1, threads) / threads)
+        spans = [
+            (a, b) for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(work)], strict=True) if b > a
+        ]
+
+        def run(span: tuple[int, int]) -> Candidates:
+            a, b = span
+            first, last = int(pairs_query[a]), int(pairs_query[b - 1]) + 1
+            out_ids = np.zeros((last - first, self.fetch), np.uint64)
+            out_dist = np.zeros((last - first, self.fetch), np.float32)
+            count = np.zeros(last - first, np.int64)
+            _kernels.ivf_topk(
+                self.kind,
+                self.metric,
+                self.prepared[first:last],
+                self.prepared.shape[1],
+                *self.constants,
+                pairs_query[a:b] - first,
+                slot[a:b],
+                base[a:b],
+                data,
+                ids,
+                bias,
+                self.fetch,
+                out_ids,
+                out_dist,
+                count,
             )
-        return Candidates.concat(out)
+            held = np.arange(self.fetch) < count[:, None]
+            query = np.broadcast_to(np.arange(first, last)[:, None], held.shape)
+            return Candidates(query[held], out_ids[held], out_dist[held])
+
+        return Candidates.concat(map_parallel(run, spans))
+
+
+def _threads(work: int) -> int:
+    """Threads worth starting for `work` kernel steps."""
+    return int(max(1, min(os.cpu_count() or 1, 8, work // THREAD_WORK)))
 
 
 def ivf_search(
@@ -117,6 +180,29 @@ def ivf_search(
     `allowed` tells which row ids may be returned (deleted rows and, with a prefilter, rows
     not matching it are refused); `allowed_ids`, when known (a prefilter), lists them all.
     """
+    # per query: its tables, and its distance, order and rank of every partition
+    held = sum(8 * ix.query_width + 24 * ix.ivf.num_partitions for ix in indices)
+    step = max(1, CHUNK_BYTES // max(held, 1))
+    found = []
+    for start in range(0, len(queries), step):
+        part = _search(
+            indices, queries[start : start + step], k, fetch, minimum, maximum, allowed, allowed_ids
+        )
+        found.append(dataclasses.replace(part, query=part.query + start))
+    return Candidates.concat(found)
+
+
+def _search(
+    indices: Sequence[VectorIndex],
+    queries: np.ndarray,
+    k: int,
+    fetch: int,
+    minimum: int,
+    maximum: int | None,
+    allowed: RowFilter | None,
+    allowed_ids: np.ndarray | None,
+) -> Candidates:
+    """`ivf_search` of a chunk of queries."""
     nq = len(queries)
     searches = [_Search(ix, queries, fetch, allowed) for ix in indices]
     found_parts: list[Candidates] = []
@@ -129,7 +215,8 @@ def ivf_search(
             low = np.minimum(np.maximum(low, early_pruning(s.centroid_dist, k)), high)
         q = np.repeat(np.arange(nq), low)
         rank = np.arange(len(q)) - np.repeat(np.cumsum(low) - low, low)
-        found_parts.append(s.probe(q, s.order[q, rank]))
+        order = nearest_first(s.centroid_dist, int(low.max(initial=0)))
+        found_parts.append(s.probe(q, order[q, rank]))
         plans.append((low, high))
     initial = Candidates.concat(found_parts)
     found = np.minimum(np.bincount(initial.query, minlength=nq), k)
@@ -150,8 +237,9 @@ def ivf_search(
             found[q] = limit
     for s, (low, high) in zip(searches, plans, strict=True):
         for q in np.flatnonzero(found < limit):
+            order = s.order(q)
             for rank in range(int(low[q]), high):
-                got = s.probe(np.array([q]), s.order[q, rank : rank + 1])
+                got = s.probe(np.array([q]), order[rank : rank + 1])
                 late.append(got)
                 found[q] += len(got.query)
                 if found[q] >= limit:

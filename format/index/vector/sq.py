@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from format import _kernels
 from format.errors import CorruptFileError, UnsupportedFeatureError
 
 CODE_COLUMN = "__sq_code"
@@ -58,19 +59,23 @@ class ScalarQuantizer:
         scaled = (queries.astype(np.float64) - self.start) * 255.0 / span
         return np.trunc(np.clip(np.nan_to_num(scaled, nan=0.0), 0.0, 255.0))
 
-    def prepare(self, queries: np.ndarray, centroids: np.ndarray) -> np.ndarray:
-        """The queries as compared with codes: quantized like them (l2, cosine), or as they
-        are (dot)."""
+    def row_bias(self, codes: np.ndarray, centroid: np.ndarray) -> None:
+        """No per-row term: codes are compared with the query as they are."""
+        return None
+
+    def prepare(self, queries: np.ndarray) -> np.ndarray:
+        """The queries (n, dim) float64 as compared with codes: quantized like them (l2,
+        cosine), or as they are (dot)."""
         return queries.astype(np.float64) if self.metric == "dot" else self._quantize(queries)
 
-    def score(self, prepared: np.ndarray, codes: np.ndarray) -> np.ndarray:
-        """(queries, rows) distances from prepared queries to a partition's codes."""
-        x = codes.astype(np.float64)
+    def base(self, queries: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+        """No per-pair term."""
+        return np.zeros(len(queries))
+
+    @property
+    def kernel_params(self) -> tuple[int, float, float, float]:
+        """The kind and constants of `_kernels.ivf_topk`: the float32 scale of a squared code
+        distance (span^2 / 255^2) and, for dot, the value of code c: start + c * span / 255."""
         span = np.float32(self.end - self.start)
-        if self.metric == "dot":
-            values = self.start + x * (float(span) / 255.0)
-            return (1.0 - prepared @ values.T).astype(np.float32)
-        qc = prepared
-        # integers: the float64 products and sums are exact
-        raw = (qc * qc).sum(1)[:, None] + (x * x).sum(1)[None, :] - 2.0 * (qc @ x.T)
-        return raw.astype(np.float32) * (span * span / np.float32(255.0 * 255.0))
+        scale = span * span / np.float32(255.0 * 255.0)
+        return _kernels.IVF_SQ, float(scale), float(self.start), float(span) / 255.0

@@ -14,6 +14,8 @@ from vectors import DIM, KINDS, METRICS, assert_same_neighbours, build, pylance_
 
 from format.dataset import dataset
 from format.errors import ColumnNotFoundError, InvalidInputError, UnsupportedFeatureError
+from format.index.vector import search as ivf
+from format.index.vector.ivf import nearest_first
 
 pytestmark = pytest.mark.compat
 
@@ -117,6 +119,43 @@ def test_batches_of_queries_match_pylance(indexed, kind: str) -> None:
     many = dataset(uri).to_table(nearest={"column": "vec", "q": batch, "k": 6, "nprobes": 2})
     third = many.filter(many.column("query_index").to_numpy() == 2).drop(["query_index"])
     assert third.equals(one)
+
+
+@pytest.mark.parametrize("metric", METRICS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_threads_and_query_chunks_match_pylance(
+    indexed, monkeypatch, kind: str, metric: str
+) -> None:
+    """The kernel's work cut over threads (within a query too) and queries searched a few at
+    a time give pylance's answer."""
+    monkeypatch.setattr(ivf, "THREAD_WORK", 1)
+    monkeypatch.setattr(ivf, "CHUNK_BYTES", 1)
+    uri = indexed[(kind, metric)]
+    batch = np.stack(queries(12, 7))
+    for search_options in ({"nprobes": 3}, {"nprobes": 1, "refine_factor": 4}, {"nprobes": 6}):
+        for options in ({"columns": ["id"]}, {"filter": "id < 60", "prefilter": True}):
+            nearest = {"column": "vec", "q": batch, "k": 8, **search_options}
+            compare(
+                uri,
+                f"threads {kind}/{metric} {search_options} {options}",
+                nearest=nearest,
+                **options,
+            )
+            nearest = {**nearest, "q": batch[3]}
+            compare(
+                uri, f"threads, one query {search_options} {options}", nearest=nearest, **options
+            )
+
+
+def test_nearest_first_is_a_stable_sort() -> None:
+    """The partial sort of centroid distances keeps the full stable sort's order, ties by
+    partition included (integers make many ties, some across the cut)."""
+    rng = np.random.default_rng(13)
+    for high in (3, 40):
+        dist = rng.integers(0, high, (50, 64)).astype(np.float64)
+        for depth in (1, 2, 5, 15, 16, 64):
+            expected = np.argsort(dist, axis=1, kind="stable")[:, :depth]
+            assert np.array_equal(nearest_first(dist, depth), expected), (high, depth)
 
 
 @pytest.mark.parametrize("kind", ["IVF_PQ", "IVF_FLAT"])
