@@ -6,11 +6,13 @@ with Client("grpc://127.0.0.1:8815") as qc:
     qc.nearest_batch("docs", "vec", queries, k=10, nprobes=20)   # (n, dim) -> query_index
 ```
 
-`nearest` sends the query vector (or a few, as a list) inside a CMD descriptor: one
-GetFlightInfo and one DoGet. `nearest_batch` sends any number of query vectors through one
-DoExchange, as record batches of `batch_rows` vectors written by a thread of their own
-while the answers are read, so neither side waits on the other; each answer row carries the
-`query_index` of its query (0-based, in the order given).
+`nearest` sends the query vector (or a few, as a list) inside a CMD descriptor and gets the
+answer in one round trip: a DoExchange to which it writes nothing (the same descriptor also
+plans a GetFlightInfo + DoGet read, for clients that prefer tickets). `nearest_batch` sends
+any number of query vectors through one DoExchange, as record batches of `batch_rows`
+vectors written by a thread of their own while the answers are read, so neither side waits
+on the other; each answer row carries the `query_index` of its query (0-based, in the order
+given).
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from clients.data import conform
 from wire.requests import json_bytes, nearest_object, read_command
 
 # Query vectors per record batch of a DoExchange.
@@ -48,9 +49,16 @@ def search(
     `client` is a `clients.Client`."""
     nearest = nearest_object(column, np.asarray(q, dtype=np.float32), k, **search_options)
     descriptor = flight.FlightDescriptor.for_command(_command(dataset, nearest, read_options))
-    info = client._rpc(lambda c, o: c.get_flight_info(descriptor, o))
-    batches = [conform(b, info.schema) for e in info.endpoints for b in client.endpoint_batches(e)]
-    return pa.Table.from_batches(batches, schema=info.schema)
+
+    def call(c: flight.FlightClient, o: flight.FlightCallOptions) -> pa.Table:
+        writer, reader = c.do_exchange(descriptor, o)
+        try:
+            writer.done_writing()  # the search is in the descriptor: no batches
+            return reader.read_all()
+        finally:
+            writer.close()
+
+    return client._rpc(call)
 
 
 def _query_batches(queries: Any, batch_rows: int) -> tuple[pa.Schema, list[pa.RecordBatch]]:

@@ -9,6 +9,9 @@ for batches of query vectors.
 - DoExchange with such a descriptor but no `q` reads record batches of query vectors (one
   column: fixed-size list or list of numbers) and answers each batch as it arrives with the
   rows of its queries, `query_index` counting the vectors from the start of the stream.
+- DoExchange with a descriptor that carries `q` answers that search at once, as DoGet would
+  answer its ticket (one round trip instead of GetFlightInfo + DoGet; the latest version
+  unless the descriptor names one); the client sends no batches and none are read.
 """
 
 from __future__ import annotations
@@ -70,11 +73,8 @@ def nearest_options(value: dict[str, Any], *, need_q: bool) -> dict[str, Any]:
 
 
 def _numbers(v: Any) -> bool:
-    return (
-        isinstance(v, list)
-        and bool(v)
-        and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
-    )
+    """Whether `v` is a non-empty JSON list of numbers (bools are not numbers here)."""
+    return isinstance(v, list) and bool(v) and set(map(type, v)) <= {int, float}
 
 
 def _check_request(request: ReadRequest) -> None:
@@ -235,14 +235,20 @@ def exchange_request(descriptor: flight.FlightDescriptor) -> ReadRequest:
     if descriptor.descriptor_type != flight.DescriptorType.CMD:
         raise Unimplemented(_EXCHANGE_HINT)
     try:
-        doc = parse_object(descriptor.command, "DoExchange command")
+        request = read_request_from_command(descriptor.command)
     except InvalidArgument:
-        raise Unimplemented(_EXCHANGE_HINT) from None
-    if "nearest" not in doc:
+        # parsed a second time only to tell a bad search from a command that is none
+        try:
+            doc = parse_object(descriptor.command, "DoExchange command")
+        except InvalidArgument:
+            raise Unimplemented(_EXCHANGE_HINT) from None
+        if "nearest" not in doc:
+            raise Unimplemented(_EXCHANGE_HINT) from None
+        raise
+    if request.nearest is None:
         raise Unimplemented(_EXCHANGE_HINT)
-    request = read_request_from_command(descriptor.command)
     _check_request(request)
-    if request.limit is not None:
+    if request.limit is not None and "q" not in request.nearest:
         raise InvalidArgument("DoExchange: 'limit' does not apply to batched searches (use k)")
     return request
 
@@ -303,6 +309,15 @@ def exchange(
     ds = service.reads.open(request)
     call.version = ds.version
     assert request.nearest is not None
+    if "q" in request.nearest:
+        search = search_of(ds, request, nearest_options(request.nearest, need_q=True))
+        table = search.to_table()
+        if request.limit is not None:
+            table = table.slice(0, request.limit)
+        writer.begin(search.schema)
+        writer.write_table(table)
+        call.rows = table.num_rows
+        return
     options = nearest_options(request.nearest, need_q=False)
     dim = ds.schema.field(options["column"]).type.list_size if _vector(ds, options) else 0
     search = search_of(ds, request, {**options, "q": np.zeros((1, dim), np.float32)})

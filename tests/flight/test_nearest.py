@@ -1,6 +1,7 @@
 """Nearest-neighbour search through a real server: a CMD descriptor's `nearest` object
-(GetFlightInfo + DoGet), DoExchange with batches of query vectors, and the Python client's
-`nearest` / `nearest_batch`; every answer compared whole with pylance's on the dataset."""
+(GetFlightInfo + DoGet, or one DoExchange that carries `q`), DoExchange with batches of
+query vectors, and the Python client's `nearest` / `nearest_batch`; every answer compared
+whole with pylance's on the dataset."""
 
 from __future__ import annotations
 
@@ -72,6 +73,50 @@ def test_descriptor_search_matches_pylance(served: Served, datasets, name: str) 
         assert_same_neighbours(got, expected, f"{name} {case}")
         schema = served.client.get_schema(fl.FlightDescriptor.for_command(json.dumps(cmd)))
         assert schema.schema.equals(expected.schema)
+
+
+def exchange(served: Served, cmd: dict) -> pa.Table:
+    """The answer of a DoExchange whose descriptor carries the search (no batches sent)."""
+    writer, reader = served.client.do_exchange(fl.FlightDescriptor.for_command(json.dumps(cmd)))
+    writer.done_writing()
+    table = reader.read_all()
+    writer.close()
+    return table
+
+
+@pytest.mark.parametrize("name", ["pq", "flat_cos", "sq_dot", "plain"])
+def test_do_exchange_with_q_answers_in_one_call(served: Served, datasets, name: str) -> None:
+    """The descriptor's search answered at once: what GetFlightInfo + DoGet return."""
+    q = queries(7, 3)
+    for case in [*CASES, {"limit": 4}, {"columns": ["id"], "limit": 1}]:
+        for vectors in (q[0], q):
+            cmd = command(name, vectors, **json.loads(json.dumps(case)))
+            got = exchange(served, cmd)
+            nearest = {**cmd["nearest"], "q": vectors}
+            options = {k: v for k, v in cmd.items() if k not in ("dataset", "nearest")}
+            expected = pylance_nearest(datasets[name], nearest=nearest, **options)
+            assert_same_neighbours(got, expected, f"DoExchange with q: {name} {case}")
+            assert got.equals(served.read(cmd))
+
+
+def test_do_exchange_with_q_reads_the_version_asked(served: Served, datasets) -> None:
+    import lance
+
+    uri = build(served.root / "versioned.lance", "IVF_PQ", "l2")
+    version = lance.dataset(uri).version
+    q = queries(8, 1)[0]
+    near = vector_table(2, 200_000, 9)
+    near = near.set_column(
+        2, "vec", pa.FixedSizeListArray.from_arrays(pa.array(np.tile(q, 2)), DIM)
+    )
+    lance.write_dataset(near, uri, mode="append")
+    old = exchange(served, command("versioned", q, columns=["id"], version=version))
+    assert not set(old.column("id").to_pylist()) & {200_000, 200_001}
+    new = exchange(served, command("versioned", q, columns=["id"]))
+    assert set(new.column("id").to_pylist()[:2]) == {200_000, 200_001}
+    with pytest.raises(fl.FlightError) as e:
+        exchange(served, command("versioned", q, nearest={"k": 0}))
+    assert "k" in assert_clean_error(e.value, "invalid_argument", served.root)
 
 
 def test_list_of_vectors_in_a_descriptor(served: Served, datasets) -> None:
