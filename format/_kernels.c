@@ -1319,23 +1319,22 @@ typedef struct {
 } IvfParams;
 
 /* PQ: a row's distance is base + bias[row] + sum_j table[j][code j]; clamped at 0 but for
- * dot. Rows go 4 at a time over the transposed codes (m runs of n), sums held in registers. */
+ * dot. Codes are row-major (n, m): rows go 4 at a time, their sums held in registers. */
 static void ivf_score_pq(const IvfParams *p, const double *t, double base, const uint8_t *codes,
-                         const double *bias, Py_ssize_t n, Py_ssize_t r0, Py_ssize_t count,
-                         float *out)
+                         const double *bias, Py_ssize_t r0, Py_ssize_t count, float *out)
 {
     const Py_ssize_t m = p->width / 256;
     const int clamp = p->metric != METRIC_DOT;
     Py_ssize_t b = 0;
     for (; b + 4 <= count; b += 4) {
         const Py_ssize_t r = r0 + b;
+        const uint8_t *c0 = codes + r * m, *c1 = c0 + m, *c2 = c1 + m, *c3 = c2 + m;
         double s0 = base, s1 = base, s2 = base, s3 = base;
         if (bias)
             s0 += bias[r], s1 += bias[r + 1], s2 += bias[r + 2], s3 += bias[r + 3];
         for (Py_ssize_t j = 0; j < m; j++) {
-            const uint8_t *c = codes + j * n + r;
             const double *tj = t + j * 256;
-            s0 += tj[c[0]], s1 += tj[c[1]], s2 += tj[c[2]], s3 += tj[c[3]];
+            s0 += tj[c0[j]], s1 += tj[c1[j]], s2 += tj[c2[j]], s3 += tj[c3[j]];
         }
         if (clamp) {
             s0 = s0 > 0.0 ? s0 : 0.0, s1 = s1 > 0.0 ? s1 : 0.0;
@@ -1345,9 +1344,10 @@ static void ivf_score_pq(const IvfParams *p, const double *t, double base, const
     }
     for (; b < count; b++) {
         const Py_ssize_t r = r0 + b;
+        const uint8_t *c = codes + r * m;
         double s = base + (bias ? bias[r] : 0.0);
         for (Py_ssize_t j = 0; j < m; j++)
-            s += t[j * 256 + codes[j * n + r]];
+            s += t[j * 256 + c[j]];
         out[b] = (float)(clamp && s < 0.0 ? 0.0 : s);
     }
 }
@@ -1448,7 +1448,7 @@ PyDoc_STRVAR(
     "ivf_topk(kind, metric, queries, width, scale, start, step, pair_query, pair_slot, "
     "pair_base, data, ids, bias, fetch, out_ids, out_dist, out_count): score the rows of "
     "each (query, partition) pair and keep, per query, the `fetch` best by (distance, row "
-    "id), NaN last. data[slot] holds a partition's PQ codes (m, n) uint8 (transposed), SQ "
+    "id), NaN last. data[slot] holds a partition's PQ codes (n, m) uint8, SQ "
     "codes (n, dim) uint8 or vectors (n, dim) float32, ids[slot] its row ids (uint64), "
     "bias[slot] its per-row PQ terms (float64) or bias is None; queries holds `width` float64 "
     "values a query (PQ: its m x 256 table). out_ids / out_dist (queries x fetch) and "
@@ -1540,12 +1540,12 @@ static PyObject *ivf_topk(PyObject *self, PyObject *args)
         for (Py_ssize_t r0 = 0; r0 < n; r0 += IVF_BLOCK) {
             Py_ssize_t m = n - r0 < IVF_BLOCK ? n - r0 : IVF_BLOCK;
             if (kind == IVF_PQ)
-                ivf_score_pq(&p, queries + q * width, base[i], bd[s].buf, bb[s].buf, n, r0, m,
-                             dist);
+                ivf_score_pq(&p, queries + q * width, base[i], bd[s].buf, bb[s].buf, r0, m, dist);
             else
                 ivf_score_dense(&p, queries + q * width, bd[s].buf, r0, m, dist);
             for (Py_ssize_t b = 0; b < m; b++)
-                ivf_push(&h, dist[b], row[r0 + b]);
+                if (h.n < h.cap || !(dist[b] > h.d[0])) /* row ids read only for contenders */
+                    ivf_push(&h, dist[b], row[r0 + b]);
         }
         count[q] = h.n;
     }

@@ -186,9 +186,8 @@ class VectorIndex:
 
     def select(self, part: Partition, keep: np.ndarray) -> Partition:
         """The rows `keep` (a boolean mask) of a partition."""
-        data = part.data[:, keep] if self.kind == "IVF_PQ" else part.data[keep]
         bias = None if part.bias is None else part.bias[keep]
-        return Partition(part.row_ids[keep], np.ascontiguousarray(data), bias)
+        return Partition(part.row_ids[keep], part.data[keep], bias)
 
     def close(self) -> None:
         self._storage_file.close()

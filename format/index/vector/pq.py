@@ -3,8 +3,9 @@ of 256 centroids of its sub-space (the codebook, a tensor in a global buffer of
 `auxiliary.idx`).
 
 pylance stores each partition's codes transposed (all rows' first code, then all rows'
-second...) and, for l2 and cosine, quantizes the residual of a vector from its partition's
-centroid c (cosine on normalised vectors, by l2). A query's distance to a row x = c + b (b
+second...; they are kept row by row here: the search kernel streams one run of codes) and,
+for l2 and cosine, quantizes the residual of a vector from its partition's centroid c
+(cosine on normalised vectors, by l2). A query's distance to a row x = c + b (b
 the codebook entries its codes name) is then, split so that no table depends on the pair of
 query and partition:
 
@@ -92,15 +93,15 @@ class ProductQuantizer:
         return self.metric in ("l2", "cosine")
 
     def load(self, codes: pa.FixedSizeListArray, where: str) -> np.ndarray:
-        """A partition's codes as (m, rows) uint8."""
+        """A partition's codes as (rows, m) uint8, from the file's transposed layout."""
         m = self.num_sub_vectors
         if codes.type.list_size != m:
             raise CorruptFileError(where, f"PQ codes of {codes.type.list_size} bytes, not {m}")
         flat = codes.values.to_numpy(zero_copy_only=False)[codes.offset * m :][: len(codes) * m]
-        return np.ascontiguousarray(flat.reshape(m, len(codes)))
+        return np.ascontiguousarray(flat.reshape(m, len(codes)).T)
 
     def row_bias(self, codes: np.ndarray, centroid: np.ndarray) -> np.ndarray | None:
-        """Per row of a partition ((m, rows) codes), sum_j |b_j|^2 + 2 c_j.b_j (residual
+        """Per row of a partition ((rows, m) codes), sum_j |b_j|^2 + 2 c_j.b_j (residual
         metrics; None for dot)."""
         if not self.residual:
             return None
@@ -108,7 +109,7 @@ class ProductQuantizer:
         m, sub = cb.shape[0], cb.shape[2]
         centre = centroid.astype(np.float64).reshape(m, sub)
         terms = cc + 2.0 * np.einsum("mcs,ms->mc", cb, centre)  # (m, 256)
-        return terms[np.arange(m)[:, None], codes].sum(axis=0)
+        return terms[np.arange(m), codes].sum(axis=1)
 
     def prepare(self, queries: np.ndarray) -> np.ndarray:
         """Each query's table (n, m * 256) float64: -2 q_j.b (residual metrics) or -q_j.b."""
