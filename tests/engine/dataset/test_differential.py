@@ -173,10 +173,6 @@ class _Sequence:
             )
         )
         what, run = self.rng.choice(ops)
-        if what.startswith("compact_files"):
-            # pylance 14 commits ReserveFragments then Rewrite (and remaps indices), we commit
-            # one Rewrite: the twins' versions would differ, so one engine compacts both
-            other = name
         self.log.append(f"{k}: {what} ({name} here, {other} on the twin)")
         run(ENGINES[name], self.uri)
         run(ENGINES[other], self.twin)
@@ -239,8 +235,11 @@ class _Sequence:
         strings = [f.name for f in schema if pa.types.is_string(f.type)]
         if self.storage_version == "legacy":
             # pylance's filters read some NULL strings of legacy files as values (its own
-            # to_table shows them NULL): string filters are compared on v2 files only
+            # to_table shows them NULL) and NULL floats as other numbers than the 0.0 its
+            # to_table shows (test_pylance_legacy_null_float_filter): string and float
+            # filters are compared on v2 files only
             strings = []
+            floats = []
         # one system column per filter: pylance fails on some mixes (_rowid with versions)
         system = rng.choice(
             [
@@ -355,3 +354,20 @@ def test_random_operation_sequences_agree(tmp_path: Path, seed: int, stable: boo
             seq.compare()
         except Exception as e:
             raise AssertionError(f"seed {seed}, after:\n" + "\n".join(seq.log)) from e
+
+
+@pytest.mark.compat
+@pytest.mark.xfail(
+    strict=True,
+    reason="pylance 14 bug: a legacy (0.1) file's NULL float reads as 0.0 in to_table but its "
+    "filters see another number (here a positive one): `f = 0` misses the row, `f > 0` finds it",
+)
+def test_pylance_legacy_null_float_filter(tmp_path: Path) -> None:
+    uri = str(tmp_path / "legacy")
+    table = pa.table({"id": [0, 1], "f": pa.array([None, 1.0], pa.float32())})
+    lance.write_dataset(table, uri, data_storage_version="legacy")
+    assert lance.dataset(uri).to_table()["f"].to_pylist() == [0.0, 1.0]
+    # Quiver's filters see the value its scans (and pylance's to_table) show
+    assert dataset(uri).to_table(filter="f = 0")["id"].to_pylist() == [0]
+    assert dataset(uri).to_table(filter="f > 0")["id"].to_pylist() == [1]
+    assert lance.dataset(uri).to_table(filter="f > 0")["id"].to_pylist() == [1]
