@@ -22,8 +22,9 @@ from format.expr import (
     compile_filter,
     evaluate_expressions,
     expression_to_sql,
+    matching_rows,
 )
-from format.file.base import DEFAULT_BATCH_SIZE
+from format.file.base import DEFAULT_BATCH_SIZE, split_ranges
 from format.file.types import fixed_bits
 from format.index.pruning import IndexPruning, prune
 from format.table.schema import LanceSchema
@@ -298,16 +299,13 @@ class Scanner:
 
     def _filter_step(self, first: LanceSchema) -> int:
         """Rows per step of a late-materialising scan's filter columns. Only the matches of
-        the other columns are decoded, in batches of at most `batch_size` rows, so when
-        batches are sized by bytes the filter columns step by their own width: a selective
-        filter then plans a few large takes instead of one small one per batch."""
+        the other columns are decoded, in takes spanning at most FILTER_STEP_BATCHES batches,
+        so when batches are sized by bytes the filter columns step by their own width: a
+        narrow filter column is evaluated in a few large steps, not one per batch."""
         if self._batch_bytes is None:
             return self._batch_size
         rows = int(self._batch_bytes // self._row_bytes(first))
-        # A take may fetch and decode every chunk of the step's other columns (a match in
-        # each): at most FILTER_STEP_BATCHES batches' worth, which memory_estimate counts.
-        cap = FILTER_STEP_BATCHES * self._batch_size
-        return max(self._batch_size, min(TABLE_STEP, rows, cap))
+        return max(self._batch_size, min(TABLE_STEP, rows))
 
     def _late_materialize(
         self, frag: LanceFragment, ranges: list[tuple[int, int]]
@@ -316,47 +314,48 @@ class Scanner:
         the matching rows of the other columns (the chunks, rows or bytes that hold them, as
         each encoding allows), in batches of at most `batch_size` rows."""
         assert self._filter is not None
-        data, row_id, _ = self._filter_columns()
+        data, row_id, addr = self._filter_columns()
         late = self._late_columns()
         schema = self._dataset.lance_schema
         first = schema.project(data)
         rest = schema.project(late)
-        extra = [ROW_ID_FIELD] * (row_id or self._with_row_id) + [ROW_ADDRESS_FIELD]
+        row_id = row_id or self._with_row_id
+        extra = [ROW_ID_FIELD] * row_id + [ROW_ADDRESS_FIELD] * addr
         first_base = first.to_arrow(blob_descriptions=True)
         first_schema = pa.schema(list(first_base) + extra, metadata=first_base.metadata)
         rest_schema = rest.to_arrow(blob_descriptions=True)
         names = self._schema.names
         step = self._filter_step(first)
+        deleted = frag.live_mask
         with frag.reader(first) as head, frag.reader(rest) as tail:
-            for batch in head.read(
-                first_schema,
-                ranges,
-                step,
-                with_row_id=row_id or self._with_row_id,
-                with_row_address=True,
-            ):
+            batches = head.read(
+                first_schema, ranges, step, with_row_id=row_id, with_row_address=addr
+            )
+            for batch, (s, e) in zip(batches, split_ranges(ranges, step), strict=True):
                 if not batch.num_rows:
                     continue
-                matched = apply_filter(self._filterable(batch), self._filter)
-                if not matched.num_rows:
+                matched, positions = matching_rows(self._filterable(batch), self._filter)
+                if not len(positions):
                     continue
-                live = batch.column(ROW_ADDRESS_FIELD.name).to_numpy() & 0xFFFFFFFF
-                offsets = matched.column(ROW_ADDRESS_FIELD.name).to_numpy() & 0xFFFFFFFF
-                for lo, hi, dense in _output_batches(live, offsets, self._batch_size):
-                    rows = offsets[lo:hi]
+                live = _StepRows(s, e, None if deleted is None else deleted[s:e])
+                cuts = _output_batches(positions, live.count, self._batch_size, FILTER_STEP_BATCHES)
+                for lo, hi, dense in cuts:
+                    rows = live.at(positions[lo:hi])
                     if dense:
                         # most rows of this stretch match: decoding it whole beats finding
                         # each row
                         a, b = int(rows[0]), int(rows[-1]) + 1
                         (whole,) = tail.read(rest_schema, [(a, b)], b - a)
-                        first_live = int(np.searchsorted(live, a))
-                        pos = np.searchsorted(live, rows) - first_live
-                        others = whole.take(pa.array(pos))
+                        others = whole.take(pa.array(positions[lo:hi] - positions[lo]))
                     else:
                         others = tail.take(rest_schema, rows)
                     part = matched.slice(lo, hi - lo)
                     columns = {f.name: part.column(f.name) for f in first_schema}
                     columns.update({f.name: others.column(f.name) for f in rest_schema})
+                    if self._with_row_address and not addr:  # the matches' addresses only
+                        (columns[ROW_ADDRESS_FIELD.name],) = frag._extra_columns(
+                            rows, False, True
+                        )
                     yield pa.RecordBatch.from_arrays(
                         [columns[n] for n in names], schema=self._schema
                     )
@@ -429,6 +428,16 @@ class Scanner:
         left to them."""
         if read is None:
             read, _, _, _ = self._read_schema()
+        var_each = self._variable_value_bytes
+        per_row = 0.0
+        for f in read.to_arrow(blob_descriptions=True):
+            w = _row_width(f.type)
+            per_row += var_each if w is None else w
+        return per_row + 16  # validity, offsets, row ids
+
+    @cached_property
+    def _variable_value_bytes(self) -> float:
+        """Bytes per row of each variable-width column, guessed from the data files' size."""
         full = self._dataset.lance_schema.to_arrow(blob_descriptions=True)
         widths = [_row_width(f.type) for f in full]
         all_fixed = sum(w for w in widths if w is not None)
@@ -439,12 +448,7 @@ class Scanner:
             if rows:
                 size = sum(int(f.file_size_bytes) for f in frag.metadata.files)
                 stored = max(stored, size / rows)
-        var_each = max(16.0, (stored - all_fixed) / max(n_var, 1))
-        per_row = 0.0
-        for f in read.to_arrow(blob_descriptions=True):
-            w = _row_width(f.type)
-            per_row += var_each if w is None else w
-        return per_row + 16  # validity, offsets, row ids
+        return max(16.0, (stored - all_fixed) / max(n_var, 1))
 
     def memory_estimate(self) -> int:
         """Bytes one stream of this scan holds at most, roughly: the raw and decoded step
@@ -459,8 +463,9 @@ class Scanner:
         batch = min(self._batch_size, most)
         step = batch * per_row
         if self._filter is not None and self._late_columns():
-            # the filter's columns step further; the takes of the others fetch and decode
-            # chunks, about a batch's worth (all of the step's for a filter of a few %)
+            # the filter's columns step further (by their own bytes); a take of the others
+            # fetches the chunks of the FILTER_STEP_BATCHES batches it spans (all of them
+            # for a filter of a few %), compressed, about a batch's decoded worth
             first = self._dataset.lance_schema.project(self._filter_columns()[0])
             rows = min(max(batch, self._filter_step(first)), most)
             step += rows * self._row_bytes(first)
@@ -555,35 +560,56 @@ def _path_field(schema: pa.Schema, name: str, parts: list[str]) -> pa.Field:
     return pa.field(name, dtype)
 
 
+class _StepRows:
+    """The live physical rows of one step [start, stop): all of them, or those a deletion
+    mask `keep` leaves (held as an array only then)."""
+
+    __slots__ = ("_rows", "count", "start")
+
+    def __init__(self, start: int, stop: int, keep: np.ndarray | None) -> None:
+        self.start = start
+        self._rows = None
+        if keep is not None and not keep.all():
+            self._rows = np.flatnonzero(keep).astype(np.uint64) + np.uint64(start)
+        self.count = stop - start if self._rows is None else len(self._rows)
+
+    def at(self, positions: np.ndarray) -> np.ndarray:
+        """The physical offsets (uint64) of the live rows at `positions` in the step."""
+        if self._rows is None:
+            return positions.astype(np.uint64) + np.uint64(self.start)
+        return self._rows[positions]
+
+
 def _output_batches(
-    live: np.ndarray, matched: np.ndarray, batch_rows: int
+    matched: np.ndarray, n_live: int, batch_rows: int, span: int
 ) -> Iterator[tuple[int, int, bool]]:
-    """Cut a step's matching rows (`matched`, sorted physical offsets, a subset of the live
-    ones `live`) into output batches of at most `batch_rows`: yields (lo, hi, dense) slices
-    of `matched`. A stretch of `batch_rows` live rows where more than DENSE_STEP of them
-    match is its own dense batch (read whole, then taken); the sparse matches between dense
-    stretches are gathered into batches of up to `batch_rows` (one take each)."""
-    n_live = len(live)
+    """Cut a step's matching rows (`matched`, sorted positions among its `n_live` live
+    rows) into output batches of at most `batch_rows`: yields (lo, hi, dense) slices of
+    `matched`. A stretch of `batch_rows` live rows where more than DENSE_STEP of them match
+    is its own dense batch (read whole, then taken); the sparse matches between dense
+    stretches are gathered into batches of up to `batch_rows` (one take each) that span at
+    most `span` stretches, since a take fetches and decodes the chunks of all it spans."""
     bounds = np.unique(np.minimum(np.arange(0, n_live + batch_rows, batch_rows), n_live))
     # matches per stretch of `batch_rows` live rows
-    cut = np.searchsorted(matched, live[bounds[1:-1]])
-    edges = np.concatenate(([0], cut, [len(matched)])).astype(np.int64)
-    counts = np.diff(edges)
-    dense = counts > DENSE_STEP * np.diff(bounds)
+    cut = np.searchsorted(matched, bounds[1:-1])
+    edges = np.concatenate(([0], cut, [len(matched)])).astype(np.int64).tolist()
+    dense = (np.diff(edges) > DENSE_STEP * np.diff(bounds)).tolist()
     pending = None  # start of the sparse matches not yet yielded
-    for k in range(len(counts)):
-        lo, hi = int(edges[k]), int(edges[k + 1])
-        if dense[k]:
-            if pending is not None and pending < lo:
+    since = 0  # the stretch they start in
+    for k, is_dense in enumerate(dense):
+        lo, hi = edges[k], edges[k + 1]
+        if pending is not None and (is_dense or k - since >= span):
+            if pending < lo:
                 yield pending, lo, False
             pending = None
+        if is_dense:
             yield lo, hi, True
             continue
         if pending is None:
-            pending = lo
+            pending, since = lo, k
         while hi - pending >= batch_rows:
             yield pending, pending + batch_rows, False
-            pending += batch_rows
+            pending, since = pending + batch_rows, k
     if pending is not None and pending < len(matched):
         yield pending, len(matched), False
 

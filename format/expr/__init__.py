@@ -14,8 +14,10 @@ integer CAST in a row, a filter sees NULL instead; a value expression fails, as 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TypeVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -41,6 +43,7 @@ __all__ = [
     "evaluate_expressions",
     "evaluate_filter",
     "expression_to_sql",
+    "matching_rows",
 ]
 
 _Data = TypeVar("_Data", pa.Table, pa.RecordBatch)
@@ -59,8 +62,24 @@ class CompiledFilter:
     checked: tuple[str, ...] = ()
 
 
+# Filters up to this long are compiled once per (filter, schema, dataset): a server plans
+# and streams each endpoint of a read with the same filter, and compiling costs ~0.7 ms.
+_CACHED_FILTER_CHARS = 4096
+
+
 def compile_filter(sql: str, schema: pa.Schema, *, dataset: str | None = None) -> CompiledFilter:
     """Compile a pylance SQL filter against `schema`; raises FilterSyntaxError/FilterBindError."""
+    if isinstance(sql, str) and len(sql) <= _CACHED_FILTER_CHARS:
+        return _compile_cached(sql, schema, dataset)
+    return _compile(sql, schema, dataset)
+
+
+@lru_cache(maxsize=256)
+def _compile_cached(sql: str, schema: pa.Schema, dataset: str | None) -> CompiledFilter:
+    return _compile(sql, schema, dataset)
+
+
+def _compile(sql: str, schema: pa.Schema, dataset: str | None) -> CompiledFilter:
     node = parse_filter(sql, dataset=dataset)
     binder = Binder(sql, schema, dataset)
     try:
@@ -96,10 +115,25 @@ def apply_filter(data: _Data, compiled: CompiledFilter) -> _Data:
     try:
         return data.filter(evaluate_filter(data, compiled))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-        raise InvalidInputError(
-            f"{describe_filter(compiled.sql, None)} failed on the data: "
-            f"{describe_data_error(e, compiled.checked)}"
-        ) from None
+        raise _failed(compiled, e) from None
+
+
+def matching_rows(data: _Data, compiled: CompiledFilter) -> tuple[_Data, np.ndarray]:
+    """`apply_filter`, and the positions in `data` of the rows it keeps (int64), for
+    callers that locate the matches elsewhere (a late-materialising scan)."""
+    try:
+        mask = evaluate_filter(data, compiled)
+        positions = pc.indices_nonzero(mask).to_numpy().astype(np.int64, copy=False)
+        return data.filter(mask), positions
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+        raise _failed(compiled, e) from None
+
+
+def _failed(compiled: CompiledFilter, e: pa.ArrowException) -> InvalidInputError:
+    return InvalidInputError(
+        f"{describe_filter(compiled.sql, None)} failed on the data: "
+        f"{describe_data_error(e, compiled.checked)}"
+    )
 
 
 def evaluate_filter(data: pa.Table | pa.RecordBatch, compiled: CompiledFilter) -> pa.Array:
