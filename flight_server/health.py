@@ -101,7 +101,7 @@ class _DrainMiddleware(flight.ServerMiddleware):
         self._drain = drain
 
     def call_completed(self, exception: BaseException | None) -> None:
-        self._drain._call_done()
+        self._drain.call_done()
 
 
 class DrainMiddlewareFactory(flight.ServerMiddlewareFactory):
@@ -111,7 +111,7 @@ class DrainMiddlewareFactory(flight.ServerMiddlewareFactory):
         self._drain = drain
 
     def start_call(self, info: flight.CallInfo, headers: Any) -> _DrainMiddleware:
-        self._drain._call_started()
+        self._drain.call_started()
         return _DrainMiddleware(self._drain)
 
 
@@ -120,7 +120,9 @@ class Drain:
 
     Install ``drain.middleware()`` under :data:`DRAIN_MIDDLEWARE_KEY` as the *last* entry of
     the server's middleware dict (an earlier factory that raises would otherwise leave a
-    call counted that never completes).
+    call counted that never completes), or hand it to ``metrics.instrument``, whose one
+    middleware per call then counts it too (each middleware costs the call a few crossings
+    from gRPC's threads into Python).
     """
 
     def __init__(self) -> None:
@@ -133,13 +135,15 @@ class Drain:
     def middleware(self) -> DrainMiddlewareFactory:
         return DrainMiddlewareFactory(self)
 
-    def _call_started(self) -> None:
+    def call_started(self) -> None:
+        """Count a call as running; raises UNAVAILABLE once draining (for a middleware)."""
         with self._cond:
             if self._draining:
                 raise _unavailable("the server is shutting down; retry on another replica")
             self._active += 1
 
-    def _call_done(self) -> None:
+    def call_done(self) -> None:
+        """A call counted by `call_started` ended."""
         with self._cond:
             self._active -= 1
             if self._active <= 0:

@@ -11,8 +11,9 @@ the server spent more time in the kernel than decoding). The trim threshold is 3
 the next batch faulted the same pages in again (a 2.2 projection: ~5,000 page faults and
 16 % more server CPU per pull; the 4-client memory benchmark peaks within ±30 MB either
 way). Every stream decodes in threads of its own, and glibc gives threads arenas of their
-own (up to eight per core) that each keep what was freed in them: two arenas stop that creep. Arrow's own allocations go through the
-same system allocator (mimalloc, Arrow's default, keeps freed segments resident for reuse).
+own (up to eight per core) that each keep what was freed in them: two arenas stop that
+creep. Arrow's own allocations go through the same system allocator (mimalloc, Arrow's
+default, keeps freed segments resident for reuse).
 """
 
 from __future__ import annotations

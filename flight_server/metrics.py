@@ -35,7 +35,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow.flight as flight
 from prometheus_client import (
@@ -190,6 +190,14 @@ def error_code(exc: BaseException | None) -> str:
     return code if code in _KNOWN_CODES else "internal"
 
 
+class CallHooks(Protocol):
+    """What a call's start and end also tell (the server's drain state, `health.Drain`)."""
+
+    def call_started(self) -> None: ...
+
+    def call_done(self) -> None: ...
+
+
 class _MetricsMiddleware(flight.ServerMiddleware):
     """One call: its start time; the handler may name its action and final code."""
 
@@ -202,22 +210,35 @@ class _MetricsMiddleware(flight.ServerMiddleware):
         IN_FLIGHT.labels(method).inc()
 
     def call_completed(self, exception: BaseException | None) -> None:
-        IN_FLIGHT.labels(self.method).dec()
-        code = self.code if self.code is not None else error_code(exception)
-        if exception is not None and code == "ok":
-            code = error_code(exception)
-        REQUESTS.labels(self.rpc, code).inc()
-        DURATION.labels(self.rpc).observe(time.perf_counter() - self.started)
+        try:
+            IN_FLIGHT.labels(self.method).dec()
+            code = self.code if self.code is not None else error_code(exception)
+            if exception is not None and code == "ok":
+                code = error_code(exception)
+            REQUESTS.labels(self.rpc, code).inc()
+            DURATION.labels(self.rpc).observe(time.perf_counter() - self.started)
+        finally:
+            if self.factory.hooks is not None:
+                self.factory.hooks.call_done()
 
 
 class MetricsMiddlewareFactory(flight.ServerMiddlewareFactory):
-    """Times and counts every call that reaches the handlers (register it last)."""
+    """Times and counts every call that reaches the handlers (register it last); with
+    `hooks`, also tells them each call's start (which may refuse it) and end."""
 
-    def __init__(self, actions: Iterable[str] = ()) -> None:
+    def __init__(self, actions: Iterable[str] = (), hooks: CallHooks | None = None) -> None:
         self.actions = frozenset(actions)
+        self.hooks = hooks
 
     def start_call(self, info: flight.CallInfo, headers: Any) -> _MetricsMiddleware:
-        return _MetricsMiddleware(self, method_name(info))
+        method = method_name(info)
+        if self.hooks is not None:
+            try:
+                self.hooks.call_started()
+            except BaseException as e:
+                REQUESTS.labels(method, error_code(e)).inc()
+                raise
+        return _MetricsMiddleware(self, method)
 
     def rpc_label(self, method: str) -> str:
         """The ``rpc`` label for the server's method name (``DoAction:commit``...)."""
@@ -245,15 +266,18 @@ class _CountRefusals(flight.ServerMiddlewareFactory):
 
 
 def instrument(
-    middleware: Mapping[str, flight.ServerMiddlewareFactory], actions: Iterable[str] = ()
+    middleware: Mapping[str, flight.ServerMiddlewareFactory],
+    actions: Iterable[str] = (),
+    hooks: CallHooks | None = None,
 ) -> dict[str, flight.ServerMiddlewareFactory]:
     """The server's middleware with metrics: each factory's refusals counted, and
     `MetricsMiddlewareFactory` last (a call refused earlier never starts it, so nothing
-    is left counted as running). `actions` are the action names used as labels."""
+    is left counted as running), telling `hooks` of each call it starts and ends.
+    `actions` are the action names used as labels."""
     wrapped: dict[str, flight.ServerMiddlewareFactory] = {
         key: _CountRefusals(factory) for key, factory in middleware.items()
     }
-    wrapped[METRICS_MIDDLEWARE_KEY] = MetricsMiddlewareFactory(actions)
+    wrapped[METRICS_MIDDLEWARE_KEY] = MetricsMiddlewareFactory(actions, hooks)
     return wrapped
 
 

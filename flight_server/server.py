@@ -41,7 +41,7 @@ from flight_server.errors import (
     stream_error,
     to_flight_error,
 )
-from flight_server.health import DRAIN_MIDDLEWARE_KEY, Drain
+from flight_server.health import Drain
 from flight_server.memory import tune_allocator
 from flight_server.metrics import counting_sweep, instrument, record_call, watch_budget
 from flight_server.nearest import exchange as exchange_nearest
@@ -442,11 +442,10 @@ def build_server(
     tls = load_tls(config)
     auth = load_auth(config, service)
     drain = Drain()
-    # The drain middleware goes last: a factory before it that refuses a call (auth) must not
-    # leave that call counted as running.
-    middleware = {**auth.pop("middleware", {}), DRAIN_MIDDLEWARE_KEY: drain.middleware()}
-    # Metrics: every factory's refusals counted, the metrics middleware after the drain's.
-    middleware = instrument(middleware, ACTIONS)
+    # Metrics: every factory's refusals counted; the metrics middleware goes last and also
+    # counts running calls for the drain (one Python middleware per call, not two), so a
+    # call a factory before it refuses (auth) is never left counted as running.
+    middleware = instrument(auth.pop("middleware", {}), ACTIONS, hooks=drain)
     server = QuiverFlightServer(config, service, **tls, **auth, middleware=middleware, drain=drain)
     watch_budget(server.budget)
     logging.getLogger("quiver").info(

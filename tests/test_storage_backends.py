@@ -98,3 +98,28 @@ def test_read_spans_concatenate_exactly_the_spans(tmp_path_factory, spans, where
         reader.read_spans(np.array([0, len(data) - 5]), np.array([10, len(data) + 5]))
     with pytest.raises(ValueError, match="sorted"):
         reader.read_spans(np.array([10, 0]), np.array([20, 5]))
+
+
+def test_local_listing_matches_fsspecs(tmp_path: Path):
+    """A local store lists a directory itself (every request lists _versions): the same
+    names, sizes and times as fsspec's listing, sub-directories and dangling links left
+    out, and nothing (not an error) for a directory that does not exist."""
+    (tmp_path / "a.manifest").write_bytes(b"x" * 10)
+    (tmp_path / "b.manifest").write_bytes(b"")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "gone").symlink_to(tmp_path / "missing")
+    (tmp_path / "alias").symlink_to(tmp_path / "a.manifest")
+    store = open_store(str(tmp_path))
+    got = sorted(store.list_dir("."))
+    expected = sorted(
+        (Path(e["name"]).name, int(e["size"]), e["mtime"])
+        for e in fsspec.filesystem("file").ls(str(tmp_path), detail=True)
+        if e["type"] != "directory"
+    )
+    assert [g[:2] for g in got] == [("a.manifest", 10), ("alias", 10), ("b.manifest", 0)]
+    assert got == [e for e in expected if e[0] != "gone"]
+    assert store.list_dir("nowhere") == []
+    assert store.list_dir("a.manifest") == []
+    assert store.read_all("a.manifest") == b"x" * 10
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        store.read_all("nowhere")

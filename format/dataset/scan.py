@@ -353,9 +353,7 @@ class Scanner:
                     columns = {f.name: part.column(f.name) for f in first_schema}
                     columns.update({f.name: others.column(f.name) for f in rest_schema})
                     if self._with_row_address and not addr:  # the matches' addresses only
-                        (columns[ROW_ADDRESS_FIELD.name],) = frag._extra_columns(
-                            rows, False, True
-                        )
+                        (columns[ROW_ADDRESS_FIELD.name],) = frag._extra_columns(rows, False, True)
                     yield pa.RecordBatch.from_arrays(
                         [columns[n] for n in names], schema=self._schema
                     )

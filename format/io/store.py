@@ -433,6 +433,9 @@ class ObjectStore:
     def read_all(self, path: str) -> bytes:
         """Read a whole (small) file."""
         try:
+            if self.is_local:  # as fsspec's, without its per-call path handling
+                with open(self.full_path(path), "rb") as f:
+                    return f.read()
             return self.fs.cat_file(self.full_path(path))
         except FileNotFoundError:
             raise FileNotFoundError(f"{self.uri_of(path)} does not exist") from None
@@ -451,6 +454,22 @@ class ObjectStore:
     def list_dir(self, path: str) -> list[tuple[str, int, float | None]]:
         """(name, size, mtime seconds or None) of the files directly under `path`; [] if absent."""
         full = self.full_path(path)
+        if self.is_local:  # every request lists _versions: fsspec's ls stats each entry thrice
+            try:
+                it = os.scandir(full)
+            except (FileNotFoundError, NotADirectoryError):
+                return []
+            found = []
+            with it:
+                for e in it:
+                    try:
+                        if e.is_dir():
+                            continue
+                        st = e.stat()
+                    except OSError:  # removed meanwhile, or a dangling link
+                        continue
+                    found.append((e.name, st.st_size, st.st_mtime))
+            return found
         with contextlib.suppress(Exception):
             self.fs.invalidate_cache(full)  # a cached listing would hide new versions
         try:
