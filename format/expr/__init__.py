@@ -70,6 +70,10 @@ _CACHED_FILTER_CHARS = 4096
 def compile_filter(sql: str, schema: pa.Schema, *, dataset: str | None = None) -> CompiledFilter:
     """Compile a pylance SQL filter against `schema`; raises FilterSyntaxError/FilterBindError."""
     if isinstance(sql, str) and len(sql) <= _CACHED_FILTER_CHARS:
+        try:
+            hash(schema)
+        except TypeError:  # an extension type (a blob column) need not be hashable
+            return _compile(sql, schema, dataset)
         return _compile_cached(sql, schema, dataset)
     return _compile(sql, schema, dataset)
 

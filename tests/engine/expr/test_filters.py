@@ -649,3 +649,22 @@ def test_float16_compares_with_number_literals_like_pylance(tmp_path) -> None:
             ds.to_table(filter=sql)
         with pytest.raises(FilterBindError, match="'h' of type halffloat"):
             compile_filter(sql, table.schema)
+
+
+def test_compiled_filters_are_reused_and_unhashable_schemas_still_compile():
+    """A filter is compiled once per (filter, schema, dataset) and then reused (a server
+    compiles the same filter for every endpoint); a schema with an extension type Arrow
+    cannot hash (pylance's blob column) is compiled each time instead of failing."""
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("s", pa.string())])
+    first = compile_filter("id > 1 AND s = 'a'", schema)
+    assert compile_filter("id > 1 AND s = 'a'", schema) is first
+    assert compile_filter("id > 1 AND s = 'a'", schema, dataset="other") is not first
+    wider = pa.schema([*schema, pa.field("x", pa.float64())])
+    assert compile_filter("id > 1 AND s = 'a'", wider) is not first
+    with_blob = pa.schema([*schema, lance.blob_field("b")])
+    compiled = compile_filter("id > 1", with_blob)
+    assert compiled.columns == ["id"]
+    table = pa.table({"id": [0, 2, 3], "s": ["a", "a", "b"]})
+    assert apply_filter(table, compiled).column("id").to_pylist() == [2, 3]
+    with pytest.raises(FilterBindError):
+        compile_filter("b > 1 AND nope = 2", with_blob)
