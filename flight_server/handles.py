@@ -1,8 +1,10 @@
 """`DatasetHandles`: the datasets under one storage root, by name.
 
 Every name is validated (and, on a local root, its directory checked to stay inside the root)
-before storage is touched; read-only handles on pinned versions are cached, fresh handles on
-the latest version are not (callers mutate those).
+before storage is touched. Read-only handles are cached per version: a read of the latest
+version lists `_versions` and reuses the handle while the newest manifest file is the one it
+was read from. Fresh handles on the latest version (`open_latest`) are not cached: callers
+mutate those.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from flight_server.confine import check_dataset_dir
 from flight_server.corruption import data_corrupt
 from flight_server.errors import InvalidArgument, NotFound, Scrubber, Unimplemented
 from flight_server.names import dataset_uri, normalize_root
-from format.dataset import LanceDataset, dataset
+from format.dataset import DatasetCore, LanceDataset, dataset
 from format.errors import CorruptFileError, DatasetNotFoundError
 from format.io.store import ObjectStore, open_store
 from format.proto import table_pb2
+from format.table.versions import ManifestEntry, latest_entry, load_manifest
 
 _CACHE_SIZE = 64
 
@@ -32,7 +35,11 @@ class DatasetHandles:
         self.root = normalize_root(root)
         self.storage_options = dict(storage_options or {})
         self.scrub = Scrubber([(self.root, "<root>"), (f"file://{self.root}", "<root>")])
-        self._cache: OrderedDict[tuple[str, int], LanceDataset] = OrderedDict()
+        # (uri, version) -> (read-only handle, the listed manifest it was read from or None)
+        self._cache: OrderedDict[tuple[str, int], tuple[LanceDataset, ManifestEntry | None]] = (
+            OrderedDict()
+        )
+        self._stores: dict[str, ObjectStore] = {}
         self._lock = threading.Lock()
         if "://" not in self.root:
             with contextlib.suppress(OSError):
@@ -49,7 +56,18 @@ class DatasetHandles:
 
     def store(self, name: str) -> ObjectStore:
         """The object store of dataset `name` (which need not exist yet)."""
-        return open_store(self.uri(name), self.storage_options)
+        return self._store_at(self.uri(name))
+
+    def _store_at(self, uri: str) -> ObjectStore:
+        """The (stateless, so shared) object store at a dataset URI."""
+        store = self._stores.get(uri)
+        if store is None:
+            store = open_store(uri, self.storage_options)
+            with self._lock:
+                if len(self._stores) >= _CACHE_SIZE * 4:
+                    self._stores.clear()
+                self._stores[uri] = store
+        return store
 
     def scrubber_for(self, name: str | None) -> Scrubber:
         """A scrubber that also turns this dataset's URI into its name."""
@@ -106,19 +124,45 @@ class DatasetHandles:
         uri = self.uri(name)
         key = (uri, version)
         with self._lock:
-            ds = self._cache.get(key)
-            if ds is not None:
+            hit = self._cache.get(key)
+            if hit is not None:
                 self._cache.move_to_end(key)
-                return ds
+                return hit[0]
         try:
             ds = dataset(uri, version=version, storage_options=self.storage_options)
         except DatasetNotFoundError:
             raise NotFound(f"dataset {name!r} does not exist") from None
+        self._remember(key, ds, None)
+        return ds
+
+    def open_current(self, name: str) -> LanceDataset:
+        """A cached, read-only handle on the latest version (never mutate it): `_versions`
+        is listed every call, the manifest read again only when the newest one changed
+        (a new commit, or a dataset dropped and created again)."""
+        uri = self.uri(name)
+        store = self._store_at(uri)
+        try:
+            entry = latest_entry(store)
+        except DatasetNotFoundError:
+            raise NotFound(f"dataset {name!r} does not exist") from None
+        key = (uri, entry.version)
         with self._lock:
-            self._cache[key] = ds
+            hit = self._cache.get(key)
+            if hit is not None and hit[1] == entry:
+                self._cache.move_to_end(key)
+                return hit[0]
+        ds = LanceDataset(DatasetCore(store, load_manifest(store, entry), self.storage_options))
+        self._remember(key, ds, entry)
+        return ds
+
+    def _remember(
+        self, key: tuple[str, int], ds: LanceDataset, entry: ManifestEntry | None
+    ) -> None:
+        with self._lock:
+            self._cache[key] = (ds, entry)
+            self._cache.move_to_end(key)
             while len(self._cache) > _CACHE_SIZE:
                 self._cache.popitem(last=False)
-        return ds
 
     def forget(self, name: str) -> None:
         """Drop the cached handles of dataset `name` (it was dropped, replaced or cleaned)."""
@@ -134,7 +178,7 @@ class DatasetHandles:
         if version is not None:
             return self.open_version(name, version)
         if tag is None and as_of is None:
-            return self.open_latest(name)
+            return self.open_current(name)
         uri = self.uri(name)
         try:
             ds = dataset(uri, version=tag, asof=as_of, storage_options=self.storage_options)

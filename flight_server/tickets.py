@@ -25,6 +25,7 @@ import binascii
 import hashlib
 import hmac
 import json
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -43,12 +44,14 @@ def _b64(data: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
-    if not text or any(c not in _B64_CHARS for c in text):
+    if _B64_TEXT.fullmatch(text) is None:
         raise ValueError("not base64url")
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-_B64_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+_B64_TEXT = re.compile(r"[A-Za-z0-9_-]+")
+# one encoder for every token: json.dumps builds a new one per call when given options
+_canonical_json = json.JSONEncoder(separators=(",", ":"), sort_keys=True).encode
 
 
 class Signer:
@@ -70,7 +73,7 @@ class Signer:
     def sign(self, kind: str, payload: dict[str, Any], what: str = "ticket") -> str:
         """The token for a JSON-serializable payload; InvalidArgument if it would exceed
         the size tokens are accepted at."""
-        body = _b64(json.dumps(payload, separators=(",", ":"), sort_keys=True).encode())
+        body = _b64(_canonical_json(payload).encode())
         token = f"{kind}.{body}.{_b64(self._mac(kind, body))}"
         if len(token) > MAX_TOKEN_BYTES:
             raise _too_big(what, len(token))

@@ -38,6 +38,7 @@ class DatasetCore:
         self.manifest = manifest
         self.storage_options = storage_options
         self._base_stores: dict[int, tuple[ObjectStore, bool]] = {}
+        self._projected_arrow: dict[tuple[str, ...], pa.Schema] = {}
 
     @classmethod
     def open(
@@ -72,6 +73,17 @@ class DatasetCore:
     def schema(self) -> pa.Schema:
         """The Arrow schema of this version."""
         return self.manifest.schema.to_arrow()
+
+    def projected_arrow(self, names: tuple[str, ...]) -> pa.Schema:
+        """The Arrow schema of top-level columns `names`, blob columns as their descriptions
+        (what a scan yields), cached: every scan of this version builds one."""
+        out = self._projected_arrow.get(names)
+        if out is None:
+            projection = self.manifest.schema.project(list(names), dataset=self.uri)
+            out = projection.to_arrow(blob_descriptions=True)
+            if len(self._projected_arrow) < 64:
+                self._projected_arrow[names] = out
+        return out
 
     @property
     def data_storage_version(self) -> str:

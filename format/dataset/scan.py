@@ -97,7 +97,7 @@ class Scanner:
         if isinstance(columns, dict):  # SQL projections: {"x2": "x * 2"}
             self._transforms = _compile_projections(columns, schema, row_fields, name)
             used = {c for _, e in self._transforms for c in e.columns}
-            columns = [f.name for f in (*schema.to_arrow(), *row_fields) if f.name in used]
+            columns = [f.name for f in (*dataset.schema, *row_fields) if f.name in used]
         if columns is not None and (isinstance(columns, str) or not isinstance(columns, Sequence)):
             raise InvalidInputError(f"columns must be a list of column names, not {columns!r}")
         names = list(columns) if columns is not None else schema.names
@@ -118,7 +118,7 @@ class Scanner:
         )
         # a nested field named by path ("st.a") is read with its top-level column and comes
         # out as a column of its own, as in pylance
-        self._paths = _nested_paths(schema.to_arrow(), names, row_columns, name)
+        self._paths = _nested_paths(dataset.schema, names, row_columns, name)
         top = [c for c in names if c not in row_columns and c not in self._paths]
         top += [h for h in dict.fromkeys(p[0] for p in self._paths.values()) if h not in top]
         self._projection = schema.project(top, dataset=name)
@@ -134,7 +134,7 @@ class Scanner:
                 )
             # like pylance, filters may use the row id columns whether or not they are output
             filter_schema = pa.schema(
-                list(schema.to_arrow()) + [f for f in row_fields if f.name not in NOT_FILTERABLE]
+                list(dataset.schema) + [f for f in row_fields if f.name not in NOT_FILTERABLE]
             )
             self._filter = compile_filter(filter, filter_schema, dataset=name)
         self._limit = _check_count("limit", limit)
@@ -152,7 +152,7 @@ class Scanner:
             extra.append(ROW_ID_FIELD)
         if self._with_row_address:
             extra.append(ROW_ADDRESS_FIELD)
-        base = self._projection.to_arrow(blob_descriptions=True)
+        base = dataset.projected_arrow(tuple(top))
         self._schema = pa.schema(list(base) + extra, metadata=base.metadata)
         self._out_schema = self._schema
         if self._output_order is not None:  # row id columns placed where the user named them

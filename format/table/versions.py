@@ -34,6 +34,7 @@ class ManifestEntry:
     name: str
     size: int
     v2: bool
+    mtime: float | None = None  # as listed (None when found by name)
 
     @property
     def path(self) -> str:
@@ -45,13 +46,13 @@ def list_manifests(store: ObjectStore) -> dict[int, ManifestEntry]:
     """Every committed manifest of the dataset, by version."""
     out: dict[int, ManifestEntry] = {}
     schemes: set[bool] = set()
-    for name, size, _ in store.list_dir(VERSIONS_DIR):
+    for name, size, mtime in store.list_dir(VERSIONS_DIR):
         parsed = parse_manifest_name(name)
         if parsed is None:
             continue
         version, v2 = parsed
         schemes.add(v2)
-        out[version] = ManifestEntry(version, name, size, v2)
+        out[version] = ManifestEntry(version, name, size, v2, mtime)
     if len(schemes) > 1:
         raise CorruptFileError(
             store.uri_of(VERSIONS_DIR), "found both V1 and V2 manifest naming schemes"

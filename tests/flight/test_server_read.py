@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import shutil
 import time
 
 import flight_helpers
@@ -166,6 +167,30 @@ def test_endpoints_stay_on_their_version_while_writers_commit(served: Served, na
     served.put({"dataset": name, "mode": "overwrite"}, table(5))
     assert served.client.do_get(tickets[2]).read_all().equals(rest[1])
     assert served.read(name).equals(oracle(uri))
+
+
+def test_latest_reads_see_changes_made_outside_the_server(served: Served, name: str) -> None:
+    """The server keeps the latest version's handle between reads; a commit by another
+    process, or the dataset deleted and written again at the same version number with other
+    rows (same manifest size even), is what the very next read sees."""
+    uri = make(served, name, n=200, per_file=100)
+    assert served.read(name).equals(oracle(uri))
+    assert served.read(name).equals(oracle(uri))  # the kept handle
+    lance.write_dataset(table(30, start=5_000), uri, mode="append")
+    assert served.read(name).equals(oracle(uri))
+    assert served.read(name).num_rows == 230
+    for start_id in (70_000, 90_000):  # the same shape each time: only the values differ
+        shutil.rmtree(uri)
+        write_dataset(table(200, start=start_id), uri, mode="create", max_rows_per_file=100)
+        got = served.read(name)
+        assert got.equals(oracle(uri)), start_id
+        assert got["id"][0].as_py() == start_id
+    info = served.info(name)
+    assert json.loads(info.app_metadata)["version"] == 1
+    shutil.rmtree(uri)
+    with pytest.raises(fl.FlightError) as e:
+        served.info(name)
+    assert flight_helpers.error_info(e.value)["code"] == "not_found"
 
 
 def test_tickets_work_on_a_replica_with_the_same_key(served: Served, name: str) -> None:
