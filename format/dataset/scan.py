@@ -325,7 +325,7 @@ class Scanner:
         first_schema = pa.schema(list(first_base) + extra, metadata=first_base.metadata)
         rest_schema = rest.to_arrow(blob_descriptions=True)
         names = self._schema.names
-        step = self._filter_step(first)
+        step = _even_step(sum(e - s for s, e in ranges), self._filter_step(first))
         deleted = frag.live_mask
         with frag.reader(first) as head, frag.reader(rest) as tail:
             batches = head.read(
@@ -465,7 +465,7 @@ class Scanner:
             # fetches the chunks of the FILTER_STEP_BATCHES batches it spans (all of them
             # for a filter of a few %), compressed, about a batch's decoded worth
             first = self._dataset.lance_schema.project(self._filter_columns()[0])
-            rows = min(max(batch, self._filter_step(first)), most)
+            rows = min(max(batch, self._filter_step(first) * 9 // 8), most)  # `_even_step`
             step += rows * self._row_bytes(first)
         producers = max(1, min(self._fragment_readahead, len(self._fragments)))
         # per producer: the step it decodes (raw and decoded) and the batch it hands on;
@@ -484,6 +484,15 @@ class Scanner:
             total = max(0, total - self._offset)
             return total if self._limit is None else min(total, self._limit)
         return sum(b.num_rows for b in self.to_batches())
+
+
+def _even_step(total: int, step: int) -> int:
+    """Rows per step over `total` rows: steps of about `step` rows (up to an eighth more)
+    and of equal size, not a full step or two and a sliver."""
+    if total <= 0:
+        return step
+    count = -(-total // (step + step // 8))
+    return -(-total // count)
 
 
 def _compile_projections(

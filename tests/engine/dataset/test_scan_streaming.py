@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from format.dataset import dataset
 from format.dataset.fragment import FragmentReader
 from format.dataset.readahead import ordered_readahead
-from format.dataset.scan import FILTER_STEP_BATCHES, _output_batches
+from format.dataset.scan import FILTER_STEP_BATCHES, _even_step, _output_batches
 from format.errors import InvalidInputError
 from format.io.store import FileReader
 
@@ -309,6 +309,22 @@ def test_output_batches_cover_the_matches_in_order(n_live, data, batch_rows, spa
             assert first == last
         else:  # a take touches at most `span` stretches
             assert last - first < span
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 5_000_000), st.integers(1, 2_000_000))
+def test_filter_steps_are_even_and_never_leave_a_sliver(total, step):
+    """A fragment's filter steps: at most an eighth over `step` rows, no more of them than
+    that size needs, and the last short of the others by fewer rows than there are steps
+    (1 M + 1 rows in steps of 349,525 is 3 steps, not 3 and one of a row)."""
+    even = _even_step(total, step)
+    assert 0 < even <= step + step // 8
+    if total == 0:
+        return
+    count = -(-total // even)
+    last = total - (count - 1) * even
+    assert count <= -(-total // (step + step // 8))
+    assert 0 < last and even - last < count
 
 
 def test_sparse_takes_decode_only_the_wanted_fsst_strings(uri: str, monkeypatch):
