@@ -18,13 +18,14 @@ R = TypeVar("R")
 
 _pool: ThreadPoolExecutor | None = None
 _lock = threading.Lock()
+_CPUS = os.cpu_count() or 1  # asked once: every step of every scan asks
 
 
 def _executor() -> ThreadPoolExecutor:
     global _pool
     with _lock:
         if _pool is None:
-            workers = max(1, min(8, os.cpu_count() or 1))
+            workers = max(1, min(8, _CPUS))
             _pool = ThreadPoolExecutor(workers, thread_name_prefix="quiver-decode")
         return _pool
 
@@ -32,7 +33,7 @@ def _executor() -> ThreadPoolExecutor:
 def map_parallel(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
     """`[fn(x) for x in items]`, spread over the pool when there is more than one item; the
     first exception raised (in item order) propagates."""
-    if len(items) < 2 or (os.cpu_count() or 1) < 2:
+    if len(items) < 2 or _CPUS < 2:
         return [fn(x) for x in items]
     return list(_executor().map(fn, items))
 
