@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from functools import cached_property, partial
 from typing import TYPE_CHECKING
 
@@ -203,13 +203,17 @@ class Scanner:
 
     def _read_schema(self) -> tuple[LanceSchema, pa.Schema, bool, bool]:
         """What to read: the projection plus whatever the filter needs, row id flags included."""
+        return self._reading
+
+    @cached_property
+    def _reading(self) -> tuple[LanceSchema, pa.Schema, bool, bool]:
         data, row_id, row_addr = self._filter_columns()
         row_id |= self._with_row_id
         row_addr |= self._with_row_address
         names = list(self._projection.names)
         names += [c for c in data if c not in names]
         read = self._dataset.lance_schema.project(names)
-        base = read.to_arrow(blob_descriptions=True)
+        base = self._dataset.projected_arrow(tuple(names))  # read's, built once per version
         extra = [ROW_ID_FIELD] * row_id + [ROW_ADDRESS_FIELD] * row_addr
         return read, pa.schema(list(base) + extra, metadata=base.metadata), row_id, row_addr
 
@@ -425,10 +429,18 @@ class Scanner:
         fixed-width columns exactly, variable-width ones by the data files' bytes per row
         left to them."""
         if read is None:
-            read, _, _, _ = self._read_schema()
+            return self._read_row_bytes
+        return self._bytes_per_row(read.to_arrow(blob_descriptions=True))
+
+    @cached_property
+    def _read_row_bytes(self) -> float:
+        _, schema, row_id, row_addr = self._read_schema()
+        return self._bytes_per_row(list(schema)[: len(schema) - row_id - row_addr])
+
+    def _bytes_per_row(self, fields: Iterable[pa.Field]) -> float:
         var_each = self._variable_value_bytes
         per_row = 0.0
-        for f in read.to_arrow(blob_descriptions=True):
+        for f in fields:
             w = _row_width(f.type)
             per_row += var_each if w is None else w
         return per_row + 16  # validity, offsets, row ids
@@ -436,7 +448,7 @@ class Scanner:
     @cached_property
     def _variable_value_bytes(self) -> float:
         """Bytes per row of each variable-width column, guessed from the data files' size."""
-        full = self._dataset.lance_schema.to_arrow(blob_descriptions=True)
+        full = self._dataset.projected_arrow(tuple(self._dataset.lance_schema.names))
         widths = [_row_width(f.type) for f in full]
         all_fixed = sum(w for w in widths if w is not None)
         n_var = sum(w is None for w in widths)
