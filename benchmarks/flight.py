@@ -11,6 +11,8 @@ pylance with 1 M-row fragments), three servers each in its own process:
 - `pylance`: a minimal Flight server over pylance (one endpoint per fragment, DoGet streams
   `fragment.to_batches(columns=, filter=)`): what a user would otherwise write;
 - `quiver`: `quiver serve`.
+Before the servers start, every data file is dropped from the page cache and read back
+sequentially (`benchmarks.scan.warm_page_cache`), so each run starts from the same warm cache.
 A client pulls every endpoint of one GetFlightInfo with 4 threads. Rounds interleave the
 servers; each figure is the median over rounds, each ratio the median of per-round ratios.
 Every server's peak RSS (VmHWM, reset before each case) is printed. Then the latency of
@@ -44,7 +46,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from benchmarks.data import ROWS
-from benchmarks.scan import ensure_dataset
+from benchmarks.scan import ensure_dataset, warm_page_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIENT_THREADS = 4
@@ -365,6 +367,7 @@ def throughput(args: argparse.Namespace) -> None:
     print("|---|---|---|---|---|---|---|")
     for version in args.storage_versions.split(","):
         uri = Path(ensure_dataset(args.rows, version))
+        warm_page_cache(str(uri))
         name = uri.name[: -len(".lance")]
         with tempfile.TemporaryDirectory(dir=uri.parent) as tmp:
             root = _linked_root(Path(tmp), uri)
@@ -386,6 +389,7 @@ def memory(args: argparse.Namespace) -> None:
     """Peak RSS of each server while `--clients` processes stream the dataset at once."""
     version = args.storage_versions.split(",")[-1]
     uri = Path(ensure_dataset(args.rows, version))
+    warm_page_cache(str(uri))
     name = uri.name[: -len(".lance")]
     size = sum(p.stat().st_size for p in uri.rglob("*") if p.is_file())
     print(f"dataset: {args.rows} rows, {size / 1e9:.1f} GB on disk ({version}), "
