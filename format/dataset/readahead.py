@@ -5,17 +5,14 @@ Arrow compute), so reading the next fragments in background threads while the
 consumer works on the current one uses every core. Memory stays bounded in bytes:
 items waiting in the queues hold at most `max_bytes` together (each producer may
 always queue one item, so the one the consumer waits for is never blocked), and
-closing the generator stops the producers. A lone producer (a DoGet's one fragment) makes
-its first item in the consumer's thread and moves to a thread only when a second is wanted:
-a stream of one batch (a selective filter, a small fragment) pays for no thread start and
-no hand-off.
+closing the generator stops the producers.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -93,7 +90,7 @@ class _Failure:
 
 
 def ordered_readahead(
-    producers: Sequence[Callable[[], Iterable[T]]],
+    producers: Iterable[Callable[[], Iterable[T]]],
     *,
     readahead: int = 2,
     queue_size: int = 4,
@@ -101,35 +98,11 @@ def ordered_readahead(
 ) -> Iterator[T]:
     """Yield every item of each producer's iterable, in order, running up to `readahead`
     producers concurrently, with at most `max_bytes` of items (by their `nbytes`) queued
-    beyond one per producer. With readahead <= 1 everything runs in the caller's thread;
-    a lone producer's first item is made there too."""
+    beyond one per producer. With readahead <= 1 everything runs in the caller's thread."""
     if readahead <= 1:
         for make in producers:
             yield from make()
         return
-    if len(producers) == 1:
-        items = iter(producers[0]())
-        handed = False
-        try:
-            first = next(items, _DONE)
-            if first is _DONE:
-                return
-            yield first
-            handed = True  # a second item is wanted: a thread makes the rest, one ahead
-        finally:
-            if not handed and hasattr(items, "close"):
-                items.close()
-        yield from _threaded([lambda: items], readahead, queue_size, max_bytes)
-        return
-    yield from _threaded(producers, readahead, queue_size, max_bytes)
-
-
-def _threaded(
-    producers: Sequence[Callable[[], Iterable[T]]],
-    readahead: int,
-    queue_size: int,
-    max_bytes: int | None,
-) -> Iterator[T]:
     stop = threading.Event()
     budget = _Bytes(max_bytes)
     pending = iter(producers)

@@ -233,50 +233,6 @@ def test_readahead_holds_at_most_its_bytes():
     assert state["peak"] <= 5000 + 2 * 3 * 1000, state["peak"]
 
 
-def test_a_lone_producer_starts_its_thread_only_for_a_second_item():
-    """A DoGet's one fragment: its first item is made in the consumer's thread (a one-batch
-    stream starts no thread); the rest come from a thread, in order; closing after the
-    first item closes the producer."""
-    made_in: list[int] = []
-    closed = []
-
-    def make():
-        try:
-            for i in range(5):
-                made_in.append(threading.get_ident())
-                yield i
-        finally:
-            closed.append(True)
-
-    here = threading.get_ident()
-    assert list(ordered_readahead([make], readahead=2)) == [0, 1, 2, 3, 4]
-    assert made_in[0] == here and set(made_in[1:]) == {made_in[1]} != {here}
-    assert closed == [True]
-
-    made_in.clear()
-    closed.clear()
-    before = threading.active_count()
-    stream = ordered_readahead([make], readahead=2)
-    assert next(stream) == 0
-    assert threading.active_count() == before
-    stream.close()
-    assert made_in == [here] and closed == [True]
-
-    def empty():
-        return iter(())
-
-    assert list(ordered_readahead([empty], readahead=2)) == []
-
-    def failing():
-        raise_now = True
-        if raise_now:
-            raise ValueError("bad page")
-        yield 1
-
-    with pytest.raises(ValueError, match="bad page"):
-        list(ordered_readahead([failing], readahead=2))
-
-
 def test_batches_sized_by_bytes_hold_fewer_wide_rows(uri: str):
     """`batch_bytes` caps batches near that size (never under 1024 rows) without changing
     the rows; narrow projections keep the row limit."""
