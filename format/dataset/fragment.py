@@ -15,7 +15,12 @@ from format.dataset.core import DatasetCore
 from format.dataset.scan import Scanner
 from format.dataset.take import take_from_fragment
 from format.errors import CorruptFileError
-from format.file.base import DEFAULT_BATCH_SIZE, DataFileReader, split_ranges
+from format.file.base import (
+    DEFAULT_BATCH_SIZE,
+    DataFileReader,
+    page_aligned_ranges,
+    split_ranges,
+)
 from format.file.open import open_data_file
 from format.proto import table_pb2
 from format.table.deletion import deletion_file_path, live_mask, read_deletion_file
@@ -337,6 +342,17 @@ class FragmentReader:
         for p in self._plans:
             p.reader.close()
         self._plans = []
+
+    def page_aligned(
+        self, ranges: Sequence[tuple[int, int]], batch_size: int
+    ) -> list[tuple[int, int]]:
+        """`ranges` cut into steps of up to `batch_size` rows that end at page starts of the
+        heaviest columns where one is near, so few steps stitch pages together (a copy):
+        pass them to `read` with the same `batch_size`."""
+        if all(b - a <= batch_size for a, b in ranges):  # one step each: nothing to choose
+            return list(ranges)
+        breaks = [b for p in self._plans for b in p.reader.page_breaks(p.fields)]
+        return page_aligned_ranges(ranges, batch_size, breaks)
 
     def read(
         self,

@@ -280,6 +280,8 @@ class Scanner:
             yield from self._late_materialize(frag, ranges)
             return
         with frag.reader(read) as reader:
+            if frag.live_mask is None:  # (with deletions, batches are cut again below)
+                ranges = reader.page_aligned(ranges, self._batch_size)
             batches = reader.read(
                 read_schema,
                 ranges,

@@ -28,6 +28,60 @@ def split_ranges(ranges: Sequence[tuple[int, int]], batch_size: int) -> Iterator
             yield s, min(s + batch_size, stop)
 
 
+@dataclass(frozen=True)
+class PageBreaks:
+    """Where one column's pages start, in rows (plus its end), and how many stored bytes a
+    row of it takes: a read step that crosses one of those starts stitches the column's
+    pieces together, a copy of the step's whole column."""
+
+    starts: np.ndarray
+    row_bytes: float
+
+
+def page_aligned_ranges(
+    ranges: Sequence[tuple[int, int]], batch_size: int, breaks: Sequence[PageBreaks]
+) -> list[tuple[int, int]]:
+    """`ranges` cut into steps of `batch_size // 2` to `batch_size` rows (the last of a range
+    may be shorter) that end at page starts, so that few steps stitch pages.
+
+    Each next end is chosen among the page starts up to two steps ahead (reached in one step
+    or two equal ones), the end of the range and a plain full step: the one whose steps
+    stitch the fewest stored bytes per row, counting a page start left less than half a step
+    after it (the next step cannot stop there, so it stitches), then the farthest. Each step
+    is one range of the result: `split_ranges(result, batch_size)` yields exactly them."""
+    kept = [b for b in breaks if b.row_bytes > 0 and len(b.starts) > 2]  # 1 page: no stitch
+    half = batch_size // 2
+    if not kept or half < 1:
+        return list(split_ranges(ranges, batch_size))
+    starts = [np.asarray(b.starts, dtype=np.int64) for b in kept]
+    weights = np.array([b.row_bytes for b in kept])
+    candidates = np.unique(np.concatenate(starts))
+    out: list[tuple[int, int]] = []
+    for first, stop in ranges:
+        cur, stop = int(first), int(stop)
+        while cur < stop:
+            reach = min(cur + 2 * batch_size, stop)
+            lo, up = np.searchsorted(candidates, [cur + half, reach])
+            ends = np.unique(np.r_[candidates[lo:up], min(cur + batch_size, stop), reach])
+            # per column and end x: the first page start after `cur` and the first after x
+            nxt = np.array([s[min(np.searchsorted(s, cur, "right"), len(s) - 1)] for s in starts])
+            after = np.stack(
+                [s[np.minimum(np.searchsorted(s, ends, "right"), len(s) - 1)] for s in starts],
+                axis=1,
+            )
+            crossed = nxt[None, :] < ends[:, None]
+            stranded = (after < ends[:, None] + half) & (after < stop) & (ends[:, None] < stop)
+            cost = ((crossed | stranded) * weights[None, :]).sum(axis=1)
+            x = int(ends[np.lexsort((-ends, cost))[0]])  # cheapest, then farthest
+            if x - cur > batch_size:  # two equal steps
+                mid = cur + (x - cur + 1) // 2
+                out.append((cur, mid))
+                cur = mid
+            out.append((cur, x))
+            cur = x
+    return out
+
+
 def check_read_args(
     path: str, ranges: Sequence[tuple[int, int]], batch_size: int, num_rows: int
 ) -> None:
@@ -108,6 +162,11 @@ class DataFileReader(ABC):
     @abstractmethod
     def take(self, fields: Sequence[LanceField], indices: np.ndarray) -> list[pa.Array]:
         """The rows at sorted, unique physical offsets `indices` (uint64), one array per field."""
+
+    def page_breaks(self, fields: Sequence[LanceField]) -> list[PageBreaks]:
+        """The page starts of the row-aligned columns `fields` read, for `page_aligned_ranges`
+        (none where the format has no such pages or they are not known cheaply)."""
+        return []
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release any open handle."""

@@ -35,6 +35,7 @@ from format.errors import CorruptFileError, LanceError, UnsupportedFeatureError
 from format.file.base import (
     DEFAULT_BATCH_SIZE,
     DataFileReader,
+    PageBreaks,
     check_read_args,
     checked_take_indices,
     column_map,
@@ -278,6 +279,22 @@ class V2FileReader(DataFileReader):
             return self._materialize([(n, rng) for n in nodes], partial=True)
         finally:
             self._release(nodes)
+
+    def page_breaks(self, fields: Sequence[LanceField]) -> list[PageBreaks]:
+        """Page starts of the columns `fields` read that hold one value per row (a list's
+        items do not)."""
+        out: list[PageBreaks] = []
+        nodes = self._plan(fields)
+        while nodes:
+            node = nodes.pop()
+            if node.kind == STRUCT:
+                nodes.extend(node.children)
+                continue
+            col = node.column
+            if col is not None and col.num_rows == self.num_rows and self.num_rows:
+                stored = sum(n for p in col.info.pages for _, n in p.buffers)
+                out.append(PageBreaks(col.info.page_starts, stored / self.num_rows))
+        return out
 
     def close(self) -> None:
         """Drop cached pages and release the file handle."""
