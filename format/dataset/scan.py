@@ -441,11 +441,11 @@ class Scanner:
 
     def _bytes_per_row(self, fields: Iterable[pa.Field]) -> float:
         var_each = self._variable_value_bytes
-        per_row = 0.0
+        per_row = 1.0  # validity bits
         for f in fields:
             w = _row_width(f.type)
-            per_row += var_each if w is None else w
-        return per_row + 16  # validity, offsets, row ids
+            per_row += var_each + 8 if w is None else w  # (with its offset)
+        return per_row
 
     @cached_property
     def _variable_value_bytes(self) -> float:
