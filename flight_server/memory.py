@@ -12,8 +12,9 @@ the next batch faulted the same pages in again (a 2.2 projection: ~5,000 page fa
 16 % more server CPU per pull; the 4-client memory benchmark peaks within ±30 MB either
 way). Every stream decodes in threads of its own, and glibc gives threads arenas of their
 own (up to eight per core) that each keep what was freed in them: two arenas stop that
-creep. Arrow's own allocations go through the same system allocator (mimalloc, Arrow's
-default, keeps freed segments resident for reuse).
+creep. Arrow's allocations go through the same system allocator: pyarrow's (set here) and
+those of Arrow's C++ code, such as Flight's IPC writer (`flight_server.cli` asks for it
+before pyarrow loads). mimalloc, Arrow's default, keeps freed segments resident for reuse.
 """
 
 from __future__ import annotations

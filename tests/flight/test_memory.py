@@ -3,6 +3,9 @@ streams share its memory budget (they wait, never fail)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -78,6 +81,18 @@ def test_server_rss_stays_within_its_budget_while_clients_stream(tmp_path: Path)
     limit = baseline + BUDGET_MB * 1.048576 + ALLOWANCE_MB
     assert peak < limit, f"server peak RSS {peak:.0f} MB, warm {baseline:.0f} MB"
     print(f"server warm RSS {baseline:.0f} MB, peak {peak:.0f} MB (limit {limit:.0f})")
+
+
+def test_the_command_line_gives_arrows_cpp_code_the_system_allocator():
+    """`quiver` picks Arrow's default pool before pyarrow loads: Flight's IPC writer allocates
+    from it for every sliced batch it sends, and mimalloc (the default) kept tens of MB of
+    that resident. The pool choice is made once, so an import of pyarrow ahead of it in
+    `flight_server.cli` would silently undo it."""
+    probe = "import flight_server.cli, pyarrow as pa; print(pa.default_memory_pool().backend_name)"
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    argv = [sys.executable, "-c", probe]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.strip() == "system"
 
 
 BUDGET_ROWS = 300_000
