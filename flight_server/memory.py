@@ -3,14 +3,15 @@
 Data pages arrive as multi-megabyte buffers that live for one batch each. glibc raises its
 mmap threshold after the first such buffer is freed (up to 32 MiB) and serves the next ones
 from the heap, which then fragments and is not given back: a streaming server's RSS creeps
-up to several times its live memory. A fixed threshold of 4 MiB keeps the biggest buffers on
-mmap, so freeing one returns it to the system at once, while the many smaller ones of a
-batch reuse heap memory (a fresh mapping for each costs page faults and zeroing: at 256 KiB
-the server spent more time in the kernel than decoding). The trim threshold is 32 MiB: at
-16 MiB, freeing one batch's buffers often left enough at the top of a heap to give back, and
-the next batch faulted the same pages in again (a 2.2 projection: ~5,000 page faults and
-16 % more server CPU per pull; the 4-client memory benchmark peaks within ±30 MB either
-way). Every stream decodes in threads of its own, and glibc gives threads arenas of their
+up to several times its live memory. A fixed threshold of 16 MiB (twice a DoGet batch) keeps
+a batch's buffers in the heap, where the next batch reuses them, and only outsized ones on
+mmap, returned to the system when freed. Each fresh mapping costs page faults and zeroing:
+at 256 KiB the server spent more time in the kernel than decoding, and at 4 MiB a 2.2 full
+scan took 5 % more server CPU and twice the page faults, for a memory benchmark peak 20 MB
+lower (231 against 252 MB). The trim threshold is 32 MiB: at 16 MiB, freeing one batch's
+buffers often left enough at the top of a heap to give back, and the next batch faulted the
+same pages in again (a 2.2 projection: ~5,000 page faults and 16 % more server CPU per
+pull). Every stream decodes in threads of its own, and glibc gives threads arenas of their
 own (up to eight per core) that each keep what was freed in them: two arenas stop that
 creep. Arrow's allocations go through the same system allocator: pyarrow's (set here) and
 those of Arrow's C++ code, such as Flight's IPC writer (`flight_server.cli` asks for it
@@ -26,7 +27,7 @@ import logging
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
-MMAP_THRESHOLD = 4 << 20
+MMAP_THRESHOLD = 16 << 20
 TRIM_THRESHOLD = 32 << 20
 ARENA_MAX = 2
 
