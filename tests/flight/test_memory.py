@@ -24,8 +24,9 @@ from format.dataset import write_dataset
 pytestmark = pytest.mark.slow
 ROWS = 8_000_000  # about 1.7 GB in Arrow, 4 fragments of 2 M rows
 BUDGET_MB = 32
-# Beyond the budget: batches in gRPC's hands, allocator slack, thread stacks.
-ALLOWANCE_MB = 96
+# Beyond the budget: batches in gRPC's hands, allocator slack, thread stacks. The peak is
+# 40-45 MB above the warm RSS (it was ~80 MB while Arrow's C++ code allocated from mimalloc).
+ALLOWANCE_MB = 48
 CLIENTS = 4
 
 
