@@ -864,6 +864,83 @@ static PyObject *bss_join(PyObject *self, PyObject *args)
     return res;
 }
 
+PyDoc_STRVAR(take_items_doc,
+             "take_items(offsets, data, idx, width, base, out_offsets) -> bytes: the "
+             "variable-width dictionary items idx - base (`width`-byte unsigned indices; below "
+             "`base`: an empty row) back to back, with 16 bytes to spare, their ends into the "
+             "int32 `out_offsets` (n + 1, from 0). `offsets` are the items' int64 bounds in "
+             "`data`, which has 16 bytes to spare after the last item.");
+
+static PyObject *take_items(PyObject *self, PyObject *args)
+{
+    Py_buffer offs, data, idx, oo;
+    int width;
+    long long base;
+    if (!PyArg_ParseTuple(args, "y*y*y*iLw*", &offs, &data, &idx, &width, &base, &oo))
+        return NULL;
+    Py_buffer *all[] = {&offs, &data, &idx, &oo};
+    PyObject *res = NULL;
+    const Py_ssize_t m = len64(&offs), n = width > 0 ? idx.len / width : 0;
+    if ((width != 1 && width != 2 && width != 4 && width != 8) || idx.len % width || m < 1 ||
+        offs.len % 8 || oo.len != 4 * (n + 1) || !aligned(oo.buf, 4) || base < 0 || base > 1)
+        PyErr_SetString(PyExc_ValueError, "take_items: bad widths, offsets or base");
+    else {
+        const char *bounds = offs.buf;
+        const uint8_t *ix = idx.buf;
+        int32_t *ends = oo.buf;
+        const uint64_t items = (uint64_t)m - 1, dlen = data.len;
+        uint64_t o = 0;
+        int bad = 0;
+        BEGIN_NOGIL(n + m)
+        /* Items inside the data with 16 bytes to spare, in order. */
+        for (Py_ssize_t k = 0; k < m && !bad; k++) {
+            const int64_t e = ld64(bounds, k);
+            if (e < 0 || (uint64_t)e + 16 > dlen || (k && e < ld64(bounds, k - 1)))
+                bad = 1;
+        }
+        ends[0] = 0;
+        for (Py_ssize_t i = 0; i < n && !bad; i++) {
+            const uint64_t v = load_le(ix + i * width, width), k = v - base;
+            if (v >= (uint64_t)base) {
+                if (k >= items) {
+                    bad = 1;
+                    break;
+                }
+                o += ld64(bounds, k + 1) - ld64(bounds, k);
+                if (o > INT32_MAX) {
+                    bad = 1;
+                    break;
+                }
+            }
+            ends[i + 1] = (int32_t)o;
+        }
+        END_NOGIL
+        if (bad)
+            guard_error("take_items");
+        else if ((res = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)o + 16)) != NULL) {
+            const uint8_t *src = data.buf;
+            uint8_t *dst = (uint8_t *)PyBytes_AS_STRING(res);
+            BEGIN_NOGIL(n)
+            for (Py_ssize_t i = 0; i < n; i++) {
+                const uint64_t v = load_le(ix + i * width, width), k = v - base;
+                const int32_t at = ends[i], len = ends[i + 1] - at;
+                if (len == 0)
+                    continue;
+                if (v < (uint64_t)base || k >= items || at < 0 || len < 0 || (uint64_t)at + len > o)
+                    break; /* the inputs changed under us: stop rather than overrun */
+                const uint64_t s = ld64(bounds, k);
+                if (len <= 16) /* one store; the bytes past `len` are overwritten next */
+                    memcpy(dst + at, src + s, 16);
+                else
+                    memcpy(dst + at, src + s, len);
+            }
+            END_NOGIL
+        }
+    }
+    release(4, all);
+    return res;
+}
+
 /* -- FSST ----------------------------------------------------------------------------------- */
 
 /* Decode the strings first + 1 ..= count of the Variable chunk at `base` (offsets of `width`
@@ -1593,6 +1670,7 @@ static PyMethodDef methods[] = {
     METHOD(variable_gather),
     METHOD(word_layout),
     METHOD(ivf_topk),
+    METHOD(take_items),
     {NULL, NULL, 0, NULL},
 };
 

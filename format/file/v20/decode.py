@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from format.errors import CorruptFileError, UnsupportedFeatureError
+from format.file.items import take_items
 from format.file.types import fixed_bits
 from format.proto import encodings_v2_0_pb2 as pb
 
@@ -358,11 +359,9 @@ def dictionary_values(
     # Automatic string dictionaries: 0 = null, k = item k - 1.
     if n and int(idx.max()) > num_items:
         raise ctx.corrupt(f"dictionary index {int(idx.max())} > {num_items} items")
-    null = idx == 0
     if idx_valid is not None:
-        null |= ~idx_valid
-    take = pa.array(idx.astype(np.int64) - 1, pa.int64(), mask=null if null.any() else None)
-    return items.take(take)
+        idx = np.where(idx_valid, idx, 0).astype(idx.dtype, copy=False)
+    return take_items(items, idx, base=1)
 
 
 def _packed_struct(enc: pb.ArrayEncoding, n: int, t: pa.DataType, ctx: PageContext) -> pa.Array:

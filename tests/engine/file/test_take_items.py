@@ -1,0 +1,87 @@
+"""`take_items`: dictionary items gathered per row by the compiled loop, compared whole with
+Arrow's `take` over hostile items (empty, unicode, longer than the loop's 16-byte store,
+sliced arrays) and every index width."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from format import _kernels
+from format.file.items import take_items
+
+_TEXT = st.text(st.characters(codec="utf-8"), max_size=40)
+
+
+def _reference(items: pa.Array, idx: np.ndarray, base: int) -> pa.Array:
+    null = idx.astype(np.int64) < base
+    at = pa.array(idx.astype(np.int64) - base, pa.int64(), mask=null if null.any() else None)
+    return items.take(at)
+
+
+@st.composite
+def _case(draw: st.DrawFn) -> tuple[pa.Array, np.ndarray, int]:
+    binary = draw(st.booleans())
+    values = draw(st.lists(st.binary(max_size=40) if binary else _TEXT, min_size=1, max_size=300))
+    items = pa.array(values, pa.binary() if binary else pa.string())
+    cut = draw(st.integers(0, len(items) - 1))
+    items = items.slice(cut)  # offsets that do not start at the buffer's start
+    base = draw(st.integers(0, 1))
+    dtype = draw(st.sampled_from([np.uint8, np.uint16, np.uint32, np.uint64]))
+    top = min(len(items) + base - 1, np.iinfo(dtype).max)
+    idx = np.array(draw(st.lists(st.integers(0, top), max_size=2000)), dtype=dtype)
+    return items, idx, base
+
+
+@settings(max_examples=300, deadline=None)
+@given(_case())
+def test_take_items_matches_arrows_take(case: tuple[pa.Array, np.ndarray, int]) -> None:
+    items, idx, base = case
+    got = take_items(items, idx, base=base)
+    got.validate(full=True)
+    assert got.type == items.type
+    assert got.equals(_reference(items, idx, base))
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        pa.array(["a", None, "ccc"]),  # null items: Arrow's take
+        pa.array(["a", "bb", "ccc"], pa.large_string()),  # 64-bit offsets: Arrow's take
+        pa.array([1, 2, 3], pa.int32()),
+    ],
+)
+def test_other_items_take_arrows_path(items: pa.Array) -> None:
+    idx = np.array([3, 0, 1, 2, 2, 1], dtype=np.uint8)
+    assert take_items(items, idx, base=1).equals(_reference(items, idx, 1))
+
+
+def test_long_items_and_no_rows() -> None:
+    items = pa.array(["x" * 1000, "", "é" * 9, "y"])
+    idx = np.array([0, 1, 2, 3, 0, 3, 2, 1] * 50, dtype=np.uint32)
+    assert take_items(items, idx).equals(_reference(items, idx, 0))
+    empty = take_items(items, np.zeros(0, dtype=np.uint8))
+    assert empty.type == pa.string() and len(empty) == 0
+
+
+def test_the_kernel_refuses_what_it_was_not_given() -> None:
+    """An index past the items, items outside the data or data without the 16 spare bytes
+    raise ValueError: the loop never reads or writes outside its buffers."""
+    bounds = np.array([0, 3, 5], dtype=np.int64)
+    data = np.zeros(5 + 16, dtype=np.uint8)
+    ends = np.empty(3, dtype=np.int32)
+    ok = np.array([1, 0], dtype=np.uint8)
+    assert len(_kernels.take_items(bounds, data, ok, 1, 0, ends)) == 5 + 16
+    with pytest.raises(ValueError):
+        _kernels.take_items(bounds, data, np.array([2, 0], np.uint8), 1, 0, ends)
+    with pytest.raises(ValueError):
+        _kernels.take_items(bounds, data, np.array([3, 0], np.uint8), 1, 1, ends)
+    with pytest.raises(ValueError):
+        _kernels.take_items(bounds, data[:20], ok, 1, 0, ends)
+    with pytest.raises(ValueError):
+        _kernels.take_items(np.array([0, 6, 5], np.int64), data, ok, 1, 0, ends)
+    with pytest.raises(ValueError):
+        _kernels.take_items(bounds, data, ok, 3, 0, ends)
