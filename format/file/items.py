@@ -1,7 +1,7 @@
-"""Dictionary items gathered row by row, for the 2.0 and the 2.1+ readers.
+"""Dictionary items gathered row by row (the 2.0 reader's dictionary pages).
 
 Dictionary pages store each row as an index into a page's items. Arrow's `take` rebuilds
-string rows at ~5 ns each (the benchmark's low-cardinality column: a fifth of a 2.0 full
+string rows at ~5 ns each (the benchmark's low-cardinality column: a quarter of a 2.0 full
 scan's decoding); `_kernels.take_items` copies each short item with one 16-byte store.
 """
 
@@ -22,7 +22,7 @@ def take_items(items: pa.Array, idx: np.ndarray, *, base: int = 0) -> pa.Array:
     `idx` holds unsigned integers below `len(items) + base` (callers check that first: an
     index beyond them is corruption, named by the caller)."""
     t = items.type
-    fast = (pa.types.is_string(t) or pa.types.is_binary(t)) and not items.null_count
+    fast = (pa.types.is_string(t) or pa.types.is_binary(t)) and len(items) and not items.null_count
     if not fast or idx.dtype.kind != "u":
         return _arrow_take(items, idx, base)
     idx = np.ascontiguousarray(idx)
@@ -30,6 +30,8 @@ def take_items(items: pa.Array, idx: np.ndarray, *, base: int = 0) -> pa.Array:
         items.buffers()[1], dtype=np.int32, count=len(items) + 1, offset=4 * items.offset
     )
     bounds = bounds.astype(np.int64)
+    if len(idx) * int(np.diff(bounds).max()) > _INT32_END:  # may overflow: Arrow's error
+        return _arrow_take(items, idx, base)
     # the items' bytes with 16 to spare, so that every item is copied by one 16-byte store
     data = np.zeros(int(bounds[-1]) + 16, dtype=np.uint8)
     raw = items.buffers()[2]

@@ -65,6 +65,9 @@ def test_long_items_and_no_rows() -> None:
     assert take_items(items, idx).equals(_reference(items, idx, 0))
     empty = take_items(items, np.zeros(0, dtype=np.uint8))
     assert empty.type == pa.string() and len(empty) == 0
+    none = pa.array([], pa.string())  # a dictionary of no items: every row null
+    idx = np.zeros(3, dtype=np.uint8)
+    assert take_items(none, idx, base=1).equals(pa.nulls(3, pa.string()))
 
 
 def test_the_kernel_refuses_what_it_was_not_given() -> None:
