@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from format.errors import CorruptFileError, UnsupportedFeatureError
+from format.file.items import take_items
 from format.file.v21.layers import Layer, def_levels_owned, is_list, max_rep
 from format.file.v21.page import DecodedPage, PageWhere
 from format.table.schema import LanceField
@@ -102,7 +103,11 @@ def to_logical(
                 raise where.corrupt("dictionary indices into an empty dictionary")
             phys = pa.nulls(n)
         else:
-            phys = dictionary.take(_dictionary_indices(phys, valid, len(dictionary), where))
+            idx = _dictionary_indices(phys, valid, len(dictionary), where)
+            rows = _gathered_strings(dictionary, idx, t, valid)
+            if rows is not None:
+                return rows
+            phys = dictionary.take(idx)
         return to_logical(phys, t, valid, None, where)
     if pa.types.is_null(t):
         return pa.nulls(n)
@@ -169,6 +174,29 @@ def to_logical(
     return pa.Array.from_buffers(
         t, n, [bitmap(valid, phys.offset), phys.buffers()[1]], offset=phys.offset
     )
+
+
+def _gathered_strings(
+    items: pa.Array, idx: pa.Array, t: pa.DataType, valid: np.ndarray | None
+) -> pa.Array | None:
+    """Rows `items[idx]` of a string or binary column, gathered by the compiled kernel
+    (`format.file.items`) straight into int32 offsets; None where Arrow's take must do
+    it (large types, null items, or rows that could overflow int32 offsets)."""
+    if not (pa.types.is_string(t) or pa.types.is_binary(t)):
+        return None
+    if not pa.types.is_large_binary(items.type) or items.null_count or idx.null_count:
+        return None
+    offs, data = _normalised_binary(items)
+    if len(idx) * int(np.diff(offs).max()) > _INT32_MAX:
+        return None
+    at = idx.to_numpy(zero_copy_only=False)
+    if at.dtype.kind == "i":  # checked to lie in [0, len(items)) already
+        at = at.view(at.dtype.str.replace("i", "u"))
+    items32 = pa.Array.from_buffers(
+        pa.binary(), len(items), [None, pa.py_buffer(offs.astype(np.int32)), data]
+    )
+    rows = take_items(items32, at)
+    return pa.Array.from_buffers(t, len(idx), [bitmap(valid), *rows.buffers()[1:]])
 
 
 def _dictionary_indices(

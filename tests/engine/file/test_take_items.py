@@ -1,17 +1,21 @@
-"""`take_items`: dictionary items gathered per row by the compiled loop, compared whole with
-Arrow's `take` over hostile items (empty, unicode, longer than the loop's 16-byte store,
-sliced arrays) and every index width."""
+"""`take_items`: dictionary items gathered per row by the compiled loop (2.0 dictionary pages
+directly, 2.1+ ones through `to_logical`), compared whole with Arrow's
+`take` over hostile items (empty, unicode, longer than the loop's 16-byte store, sliced
+arrays) and every index width."""
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from format import _kernels
 from format.file.items import take_items
+from format.file.v21.page import PageWhere
+from format.file.v21.unravel import to_logical
 
 _TEXT = st.text(st.characters(codec="utf-8"), max_size=40)
 
@@ -88,3 +92,48 @@ def test_the_kernel_refuses_what_it_was_not_given() -> None:
         _kernels.take_items(np.array([0, 6, 5], np.int64), data, ok, 1, 0, ends)
     with pytest.raises(ValueError):
         _kernels.take_items(bounds, data, ok, 3, 0, ends)
+
+
+@st.composite
+def _page(draw: st.DrawFn) -> tuple[pa.Array, pa.Array, np.ndarray | None, pa.DataType]:
+    """A 2.1+ dictionary page as the reader holds it: large_binary items, integer indices
+    of any width or sign, and row validity (null rows may hold any index in range)."""
+    t = draw(st.sampled_from([pa.string(), pa.binary()]))
+    values = draw(st.lists(_TEXT, min_size=1, max_size=50))
+    items = pa.array([v.encode() for v in values], pa.large_binary())
+    items = items.slice(draw(st.integers(0, len(items) - 1)))
+    dtype = draw(st.sampled_from(["uint8", "uint16", "uint32", "int32", "int64"]))
+    top = min(len(items) - 1, 127)
+    idx = pa.array(draw(st.lists(st.integers(0, top), max_size=1000)), pa.from_numpy_dtype(dtype))
+    valid = None
+    if draw(st.booleans()):
+        valid = np.array(
+            draw(st.lists(st.booleans(), min_size=len(idx), max_size=len(idx))), dtype=bool
+        )
+    return items, idx, valid, t
+
+
+@settings(max_examples=200, deadline=None)
+@given(_page())
+def test_v21_dictionary_pages_gather_as_arrows_take(
+    page: tuple[pa.Array, pa.Array, np.ndarray | None, pa.DataType],
+) -> None:
+    items, idx, valid, t = page
+    where = PageWhere("f.lance", "column 0 page 0")
+    got = to_logical(idx, t, valid, items, where)
+    got.validate(full=True)
+    mask = None if valid is None else pa.array(~valid)
+    want = items.take(idx).cast(pa.large_binary()).cast(t)
+    if mask is not None:
+        want = pc.if_else(mask, pa.scalar(None, t), want)
+    assert got.type == t
+    assert got.equals(want)
+
+
+def test_v21_dictionary_rows_that_could_overflow_int32_take_arrows_path() -> None:
+    """Rows that might pass int32 offsets (rows x longest item) are left to Arrow's take,
+    which copes with what they actually hold."""
+    items = pa.array([b"", b"x" * (1 << 20)], pa.large_binary())
+    idx = pa.array(np.r_[np.zeros(3000, dtype=np.uint16), 1].astype(np.uint16))
+    got = to_logical(idx, pa.binary(), None, items, PageWhere("f.lance", "column 0 page 0"))
+    assert got.equals(items.take(idx).cast(pa.binary()))
