@@ -181,13 +181,15 @@ def _gathered_strings(
 ) -> pa.Array | None:
     """Rows `items[idx]` of a string or binary column, gathered by the compiled kernel
     (`format.file.items`) straight into int32 offsets; None where Arrow's take must do
-    it (large types, null items, or rows that could overflow int32 offsets)."""
+    it (large types, null items, items or rows that could overflow int32 offsets)."""
     if not (pa.types.is_string(t) or pa.types.is_binary(t)):
         return None
     if not pa.types.is_large_binary(items.type) or items.null_count or idx.null_count:
         return None
+    if valid is not None and len(valid) != len(idx):
+        return None  # the general path names the corruption
     offs, data = _normalised_binary(items)
-    if len(idx) * int(np.diff(offs).max()) > _INT32_MAX:
+    if int(offs[-1]) > _INT32_MAX or len(idx) * int(np.diff(offs).max()) > _INT32_MAX:
         return None
     at = idx.to_numpy(zero_copy_only=False)
     if at.dtype.kind == "i":  # checked to lie in [0, len(items)) already

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from format import _kernels
+from format.errors import CorruptFileError
 from format.file.items import take_items
 from format.file.v21.page import PageWhere
 from format.file.v21.unravel import to_logical
@@ -137,3 +138,10 @@ def test_v21_dictionary_rows_that_could_overflow_int32_take_arrows_path() -> Non
     idx = pa.array(np.r_[np.zeros(3000, dtype=np.uint16), 1].astype(np.uint16))
     got = to_logical(idx, pa.binary(), None, items, PageWhere("f.lance", "column 0 page 0"))
     assert got.equals(items.take(idx).cast(pa.binary()))
+
+
+def test_v21_dictionary_validity_of_the_wrong_length_is_corruption() -> None:
+    items = pa.array([b"a", b"b"], pa.large_binary())
+    idx = pa.array([0, 1, 1], pa.uint8())
+    with pytest.raises(CorruptFileError, match="2 validity entries for 3 values"):
+        to_logical(idx, pa.string(), np.ones(2, bool), items, PageWhere("f", "column 0 page 0"))
