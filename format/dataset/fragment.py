@@ -210,6 +210,28 @@ class LanceFragment:
                 pieces[t].append((f, a))
         return [_merge_field(f, pieces[t], n) for t, f in enumerate(projection.fields)]
 
+    @staticmethod
+    def _whole_fields(
+        projection: LanceSchema, plans: list[_FilePlan]
+    ) -> list[tuple[int, int]] | None:
+        """(file plan, array) of every projected field when each comes whole from one file
+        as it is read (no blob descriptions to make, no struct to stitch): a scan's steps
+        then need no `_assemble`. None otherwise."""
+        found: dict[int, list[tuple[int, int, LanceField]]] = {}
+        for p, plan in enumerate(plans):
+            for i, (f, t) in enumerate(zip(plan.fields, plan.targets, strict=True)):
+                found.setdefault(t, []).append((p, i, f))
+        routes = []
+        for t, f in enumerate(projection.fields):
+            got = found.get(t, [])
+            if len(got) != 1 or f.is_blob or any(x.is_blob for x in f.walk()):
+                return None
+            p, i, pf = got[0]
+            if _leaf_ids(pf) != _leaf_ids(f):
+                return None
+            routes.append((p, i))
+        return routes
+
     def _extra_columns(
         self, offsets: np.ndarray, with_row_id: bool, with_row_address: bool
     ) -> list[pa.Array]:
@@ -368,10 +390,14 @@ class FragmentReader:
         frag, plans = self.fragment, self._plans
         streams = [p.reader.read(p.fields, ranges, batch_size) for p in plans]
         mask = frag.live_mask
+        routes = frag._whole_fields(self.projection, plans)
         try:
             for s, e in split_ranges(ranges, batch_size):
                 parts = [next(st) for st in streams]
-                arrays = frag._assemble(self.projection, plans, parts, e - s)
+                if routes is not None:
+                    arrays = [parts[p][i] for p, i in routes]
+                else:
+                    arrays = frag._assemble(self.projection, plans, parts, e - s)
                 keep = None if mask is None else mask[s:e]
                 n = e - s
                 if keep is not None and not keep.all():

@@ -48,6 +48,8 @@ from format.file.container import (
 from format.file.parallel import run_plans
 from format.file.v20 import decode as v20
 from format.file.v20 import random_access as ra
+from format.file.v20.step_rows import StepRows
+from format.file.v20.step_rows import prepare as prepare_steps
 from format.io.store import FileReader
 from format.proto import encodings_v2_0_pb2 as pb
 from format.table.schema import LanceField
@@ -121,6 +123,8 @@ class _Column:
     where: str
     item_bases: np.ndarray | None = None  # list columns: first item of each page
     cache: dict[int, object] = field(default_factory=dict)
+    # pages' prepared readers of runs of rows (None: not preparable), kept like `cache`
+    steps: dict[int, StepRows | None] = field(default_factory=dict)
 
     @property
     def num_rows(self) -> int:
@@ -300,6 +304,7 @@ class V2FileReader(DataFileReader):
         """Drop cached pages and release the file handle."""
         for col in self._columns.values():
             col.cache.clear()
+            col.steps.clear()
         self._file.close()
 
     # -- planning -----------------------------------------------------------------------
@@ -470,6 +475,8 @@ class V2FileReader(DataFileReader):
             needed = {k for k, _, _ in split}
             for k in [k for k in col.cache if k not in needed]:
                 del col.cache[k]  # reads move forward: a page not needed now is done
+            for k in [k for k in col.steps if k not in needed]:
+                del col.steps[k]
             for k, s, e in split:
                 plans.append(self._take_plan(node, k, s, e))
                 owners.append(i)
@@ -483,6 +490,12 @@ class V2FileReader(DataFileReader):
     def _take_plan(self, node: _Node, k: int, s: np.ndarray, e: np.ndarray) -> ra.Plan:
         """A plan for local rows [s, e) of page k: random access, or the whole page."""
         col = node.column
+        if len(s) == 1:  # one run of rows (a scan's step): the page's prepared reader
+            steps = col.steps.get(k, False)
+            if steps is False:
+                steps = col.steps[k] = self._prepare_steps(node, k)
+            if steps is not None:
+                return steps.plan(int(s[0]), int(e[0]))
         page = col.info.pages[k]
         where = f"{col.where} page {k}"
         with self._guard(where):
@@ -494,6 +507,16 @@ class V2FileReader(DataFileReader):
         if plan is None:
             plan = self._whole_page(node, k, s, e)
         return self._guarded(plan, where)
+
+    def _prepare_steps(self, node: _Node, k: int) -> StepRows | None:
+        """Page k's reader of runs of rows, or None when its encoding has none."""
+        col = node.column
+        page = col.info.pages[k]
+        where = f"{col.where} page {k}"
+        with self._guard(where):
+            enc = self._page_encoding(col, k)
+            ctx = v20.PageContext(self.path, where, [], None)
+            return prepare_steps(enc, page.length, node.arrow_type, page.buffers, ctx)
 
     def _whole_page(self, node: _Node, k: int, s: np.ndarray, e: np.ndarray) -> ra.Plan:
         """Rows of a page without random access: decoded whole once, kept while it is read."""
@@ -518,6 +541,7 @@ class V2FileReader(DataFileReader):
         for node in nodes:
             if node.column is not None:
                 node.column.cache.clear()
+                node.column.steps.clear()
             self._release(node.children)
 
     # -- gathering ----------------------------------------------------------------------

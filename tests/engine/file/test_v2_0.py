@@ -329,6 +329,37 @@ def test_read_everything(types_ds: Files, batch_size: int) -> None:
             assert_same(_concat_steps(steps, j, f.arrow_type), exp[f.name], f)
 
 
+def test_prepared_steps_match_random_access(
+    types_ds: Files, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs of rows read through their pages' prepared readers (`step_rows`) equal those
+    read through the general random-access plans, value for value and null for null, and
+    the common encodings (fixed width, fixed-size lists, strings, dictionaries) have one."""
+    import format.file.v20.reader as reader_module
+
+    prepared: set[str] = set()
+    real = reader_module.prepare_steps
+
+    def counting(enc, n, t, locations, ctx):  # noqa: ANN001, ANN202 - the wrapped signature
+        out = real(enc, n, t, locations, ctx)
+        if out is not None:
+            prepared.add(ctx.where.split("'")[1])  # "column 3 (field 'x', id 3) page 0"
+        return out
+
+    ranges = [(0, 1), (3, 250), (251, 900), (901, 1200)]
+    for _fr, df in types_ds.entries():
+        fields = types_ds.fields(df)
+        monkeypatch.setattr(reader_module, "prepare_steps", counting)
+        fast = list(types_ds.reader(df).read(fields, ranges, 97))
+        monkeypatch.setattr(reader_module, "prepare_steps", lambda *a: None)
+        general = list(types_ds.reader(df).read(fields, ranges, 97))
+        assert len(fast) == len(general)
+        for a_step, b_step in zip(fast, general, strict=True):
+            for f, a, b in zip(fields, a_step, b_step, strict=True):
+                assert_same(a, b, f)
+    assert {"i64", "s", "s_nn", "lowcard", "fsl"} <= prepared
+
+
 def test_read_ranges_and_steps(types_ds: Files) -> None:
     fr, df = types_ds.entries()[0]
     r = types_ds.reader(df)
