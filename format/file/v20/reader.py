@@ -17,7 +17,8 @@ page of every (value) column is a zero-copy slice of it.
 `take` does not decode whole pages of value columns when their encoding allows random
 access (Flat, Nullable, FixedSizeList, Binary, dictionary indices; see `random_access`):
 it reads only the bytes of the wanted rows. Other encodings and list offsets still read
-whole pages.
+whole pages. A scan's steps, one run of rows per page, go through a reader each page builds
+on its first step (`step_rows`) rather than planning from the encoding every time.
 """
 
 from __future__ import annotations
