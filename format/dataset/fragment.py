@@ -224,7 +224,7 @@ class LanceFragment:
         routes = []
         for t, f in enumerate(projection.fields):
             got = found.get(t, [])
-            if len(got) != 1 or f.is_blob or any(x.is_blob for x in f.walk()):
+            if len(got) != 1 or any(x.is_blob for x in f.walk()):
                 return None
             p, i, pf = got[0]
             if _leaf_ids(pf) != _leaf_ids(f):
