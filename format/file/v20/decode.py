@@ -73,6 +73,13 @@ def variant(enc: pb.ArrayEncoding) -> str:
     return enc.WhichOneof("array_encoding") or ""
 
 
+def without_no_nulls(enc: pb.ArrayEncoding) -> pb.ArrayEncoding:
+    """`enc` without its `Nullable{NoNull}` wrappers."""
+    while variant(enc) == "nullable" and enc.nullable.WhichOneof("nullability") == "no_nulls":
+        enc = enc.nullable.no_nulls.values
+    return enc
+
+
 def is_all_null(enc: pb.ArrayEncoding) -> bool:
     """Whether a page is `Nullable{AllNull}` (no buffers, every row null)."""
     return variant(enc) == "nullable" and enc.nullable.WhichOneof("nullability") == "all_nulls"
@@ -371,11 +378,7 @@ def _packed_struct(enc: pb.ArrayEncoding, n: int, t: pa.DataType, ctx: PageConte
         raise ctx.corrupt(f"PackedStruct of {len(ps.inner)} children cannot be read as {t}")
     widths = []
     for child in ps.inner:
-        inner = child
-        while (
-            variant(inner) == "nullable" and inner.nullable.WhichOneof("nullability") == "no_nulls"
-        ):
-            inner = inner.nullable.no_nulls.values
+        inner = without_no_nulls(child)
         if variant(inner) != "flat" or inner.flat.bits_per_value % 8:
             raise ctx.unsupported(f"PackedStruct child encoded as {variant(inner)}")
         widths.append(int(inner.flat.bits_per_value) // 8)

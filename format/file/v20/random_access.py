@@ -24,7 +24,7 @@ from collections.abc import Generator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from format.file.types import fixed_bits
+from format.file.types import fixed_bits, is_var_binary
 from format.file.v20 import decode as v20
 from format.io.store import Spans
 from format.proto import encodings_v2_0_pb2 as pb
@@ -107,17 +107,29 @@ def _uncompressed(flat: pb.Flat) -> bool:
     return not flat.HasField("compression") or flat.compression.scheme.lower() in ("", "none")
 
 
+def flat_position(flat: pb.Flat, n: int, locations: Sequence[tuple[int, int]]) -> int | None:
+    """The file position of an uncompressed page buffer holding `n` values of `flat`, or
+    None (another buffer kind, compression, or too short: the whole-page decoder reports
+    that)."""
+    loc = _page_buffer(flat.buffer, locations)
+    if loc is None or not _uncompressed(flat):
+        return None
+    pos, size = loc
+    if size < (n * int(flat.bits_per_value) + 7) // 8:
+        return None
+    return pos
+
+
 def _fixed_bytes(
     flat: pb.Flat, n: int, starts: np.ndarray, stops: np.ndarray, locations: Sequence
 ) -> Plan | None:
     """Rows [starts, stops) of an uncompressed byte-aligned or 1-bit Flat buffer of n rows."""
     bits = int(flat.bits_per_value)
-    loc = _page_buffer(flat.buffer, locations)
-    if loc is None or not _uncompressed(flat) or (bits % 8 and bits != 1) or bits == 0:
+    if (bits % 8 and bits != 1) or bits == 0:
         return None
-    pos, size = loc
-    if size < (n * bits + 7) // 8:
-        return None  # the whole-page decoder reports the corruption
+    pos = flat_position(flat, n, locations)
+    if pos is None:
+        return None
     if bits == 1:
         return fetch_bits(pos, starts, stops)
     w = bits // 8
@@ -209,28 +221,35 @@ def _plan_binary(
     locations: Sequence[tuple[int, int]],
     ctx: v20.PageContext,
 ) -> Plan | None:
-    if not (
-        pa.types.is_string(t)
-        or pa.types.is_binary(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_large_binary(t)
-    ):
+    layout = binary_layout(b, n, t, locations)
+    if layout is None:
+        return None
+    idx, data_loc = layout
+    # End offsets of the rows and of the row before each range.
+    ostarts = np.maximum(starts - 1, 0)
+    need_starts, need_stops = _merge(ostarts, stops)
+    offsets = _fixed_bytes(idx, n, need_starts, need_stops, locations)
+    assert offsets is not None  # binary_layout checked the offsets' buffer
+    return _binary(b, idx, offsets, need_starts, need_stops, starts, stops, data_loc, t, ctx)
+
+
+def binary_layout(
+    b: pb.Binary, n: int, t: pa.DataType, locations: Sequence[tuple[int, int]]
+) -> tuple[pb.Flat, tuple[int, int]] | None:
+    """The end offsets' Flat and the value bytes' (position, size) of a `Binary` page of `n`
+    rows read as `t`, when both are plain page buffers (rows can be read on their own);
+    None otherwise."""
+    if not is_var_binary(t):
         return None
     idx = _uint_flat(b.indices)
-    if idx is None:
+    if idx is None or flat_position(idx, n, locations) is None:
         return None
     if v20.variant(b.bytes) != "flat" or int(b.bytes.flat.bits_per_value) != 8:
         return None
     data_loc = _page_buffer(b.bytes.flat.buffer, locations)
     if data_loc is None or not _uncompressed(b.bytes.flat):
         return None
-    # End offsets of the rows and of the row before each range.
-    ostarts = np.maximum(starts - 1, 0)
-    need_starts, need_stops = _merge(ostarts, stops)
-    offsets = _fixed_bytes(idx, n, need_starts, need_stops, locations)
-    if offsets is None:
-        return None
-    return _binary(b, idx, offsets, need_starts, need_stops, starts, stops, data_loc, t, ctx)
+    return idx, data_loc
 
 
 def _merge(starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -326,8 +345,7 @@ def _contiguous_binary(
 
 def _uint_flat(enc: pb.ArrayEncoding) -> pb.Flat | None:
     """The Flat of unsigned offsets/indices (through Nullable NoNull), if that is all it is."""
-    while v20.variant(enc) == "nullable" and enc.nullable.WhichOneof("nullability") == "no_nulls":
-        enc = enc.nullable.no_nulls.values
+    enc = v20.without_no_nulls(enc)
     if v20.variant(enc) != "flat" or int(enc.flat.bits_per_value) not in (8, 16, 32, 64):
         return None
     return enc.flat
@@ -356,16 +374,31 @@ def _plan_dictionary(
     ctx: v20.PageContext,
 ) -> Plan | None:
     """Only the wanted indices; the (small) items are decoded whole."""
-    num_items = int(d.num_dictionary_items)
-    flat = _uint_flat(d.indices)
-    if flat is None or num_items > (1 << 32):
+    layout = dictionary_layout(d, n, locations)
+    if layout is None:
         return None
+    flat, used = layout
     indices = _fixed_bytes(flat, n, starts, stops, locations)
-    used = sorted({int(b.buffer_index) for b in _buffers_of(d.items, [])})
-    bufs = _buffers_of(d.items, [])
-    if indices is None or any(_page_buffer(b, locations) is None for b in bufs):
-        return None
+    assert indices is not None  # dictionary_layout checked the indices' buffer
+    num_items = int(d.num_dictionary_items)
     return _dictionary(d, flat, indices, used, locations, num_items, t, ctx)
+
+
+def dictionary_layout(
+    d: pb.Dictionary, n: int, locations: Sequence[tuple[int, int]]
+) -> tuple[pb.Flat, list[int]] | None:
+    """The indices' Flat and the page buffers the items use, of a `Dictionary` page of `n`
+    rows whose indices are a plain page buffer and whose items lie in page buffers; None
+    otherwise."""
+    flat = _uint_flat(d.indices)
+    if flat is None or int(d.num_dictionary_items) > (1 << 32):
+        return None
+    if flat_position(flat, n, locations) is None:
+        return None
+    bufs = _buffers_of(d.items, [])
+    if any(_page_buffer(b, locations) is None for b in bufs):
+        return None
+    return flat, sorted({int(b.buffer_index) for b in bufs})
 
 
 def _fetch(ranges: Request) -> Plan:

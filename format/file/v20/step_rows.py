@@ -15,6 +15,7 @@ Any other page (nulls, compression, booleans) returns None and keeps `plan_rows`
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 import numpy as np
@@ -30,7 +31,7 @@ from format.proto import encodings_v2_0_pb2 as pb
 _DECODE_ERRORS = (pa.ArrowException, ValueError, TypeError, IndexError, OverflowError)
 
 
-class StepRows:
+class StepRows(ABC):
     """Rows [start, stop) of one page as a plan (`random_access.Plan`)."""
 
     ctx: v20.PageContext
@@ -44,8 +45,9 @@ class StepRows:
         except _DECODE_ERRORS as e:
             raise self.ctx.corrupt(str(e)) from None
 
+    @abstractmethod
     def _rows(self, start: int, stop: int) -> ra.Plan:
-        raise NotImplementedError
+        """The plan itself, for the encoding at hand (errors are named by `plan`)."""
 
 
 class _Fixed(StepRows):
@@ -73,15 +75,14 @@ class _Binary(StepRows):
         self,
         b: pb.Binary,
         flat: pb.Flat,
+        data_loc: tuple[int, int],
         locations: Sequence[tuple[int, int]],
         t: pa.DataType,
         ctx: v20.PageContext,
     ) -> None:
-        self.b, self.flat, self.locations, self.t, self.ctx = b, flat, locations, t, ctx
-        self.off_pos = locations[int(flat.buffer.buffer_index)][0]
-        self.off_width = int(flat.bits_per_value) // 8
-        self.off_dtype = np.dtype(f"<u{self.off_width}")
-        self.data_loc = locations[int(b.bytes.flat.buffer.buffer_index)]
+        self.b, self.flat, self.t, self.ctx = b, flat, t, ctx
+        self.off_pos, self.off_width, self.off_dtype = _uints(flat, locations)
+        self.data_loc = data_loc
         self.adjustment = int(b.null_adjustment)
 
     def _rows(self, start: int, stop: int) -> ra.Plan:
@@ -131,9 +132,7 @@ class _Dictionary(StepRows):
         ctx: v20.PageContext,
     ) -> None:
         self.d, self.used, self.locations, self.t, self.ctx = d, used, locations, t, ctx
-        self.idx_pos = locations[int(flat.buffer.buffer_index)][0]
-        self.idx_width = int(flat.bits_per_value) // 8
-        self.idx_dtype = np.dtype(f"<u{self.idx_width}")
+        self.idx_pos, self.idx_width, self.idx_dtype = _uints(flat, locations)
         self.items: pa.Array | None = None
 
     def _rows(self, start: int, stop: int) -> ra.Plan:
@@ -165,95 +164,39 @@ def prepare(
 ) -> StepRows | None:
     """A reader of runs of rows of a page of `n` rows read as `t`, or None when the page's
     encoding is not one prepared here (`random_access.plan_rows` then reads it)."""
-    enc = _no_nulls(enc)
+    enc = v20.without_no_nulls(enc)
     kind = v20.variant(enc)
     if kind == "dictionary":
-        return _prepare_dictionary(enc.dictionary, n, t, locations, ctx)
+        layout = ra.dictionary_layout(enc.dictionary, n, locations)
+        return None if layout is None else _Dictionary(enc.dictionary, *layout, locations, t, ctx)
     if pa.types.is_dictionary(t) or pa.types.is_null(t):
         return None
     if kind == "flat":
         bits = fixed_bits(t)
         if bits is None or bits % 8 or bits != int(enc.flat.bits_per_value):
             return None
-        pos = _whole_buffer(enc.flat, n, locations)
+        pos = ra.flat_position(enc.flat, n, locations)
         return None if pos is None else _Fixed(pos, bits // 8, t, ctx)
     if kind == "fixed_size_list":
         fsl = enc.fixed_size_list
         dim = int(fsl.dimension)
         if fsl.has_validity or not pa.types.is_fixed_size_list(t) or t.list_size != dim:
             return None
-        items = _no_nulls(fsl.items)
+        items = v20.without_no_nulls(fsl.items)
         bits = fixed_bits(t.value_type)
         if v20.variant(items) != "flat" or bits is None or bits % 8 or dim <= 0:
             return None
         if bits != int(items.flat.bits_per_value):
             return None
-        pos = _whole_buffer(items.flat, n * dim, locations)
+        pos = ra.flat_position(items.flat, n * dim, locations)
         return None if pos is None else _Fixed(pos, bits // 8 * dim, t, ctx)
     if kind == "binary":
-        return _prepare_binary(enc.binary, n, t, locations, ctx)
+        layout = ra.binary_layout(enc.binary, n, t, locations)
+        return None if layout is None else _Binary(enc.binary, *layout, locations, t, ctx)
     return None
 
 
-def _no_nulls(enc: pb.ArrayEncoding) -> pb.ArrayEncoding:
-    """`enc` without its `Nullable{NoNull}` wrappers."""
-    while v20.variant(enc) == "nullable" and enc.nullable.WhichOneof("nullability") == "no_nulls":
-        enc = enc.nullable.no_nulls.values
-    return enc
-
-
-def _whole_buffer(flat: pb.Flat, n: int, locations: Sequence[tuple[int, int]]) -> int | None:
-    """The file position of an uncompressed page buffer holding `n` values of `flat`, or
-    None (another buffer kind, compression, or too short: the page decoder names that)."""
-    loc = ra._page_buffer(flat.buffer, locations)
-    if loc is None or not ra._uncompressed(flat):
-        return None
-    pos, size = loc
-    if size < (n * int(flat.bits_per_value) + 7) // 8:
-        return None
-    return pos
-
-
-def _prepare_binary(
-    b: pb.Binary,
-    n: int,
-    t: pa.DataType,
-    locations: Sequence[tuple[int, int]],
-    ctx: v20.PageContext,
-) -> StepRows | None:
-    if not (
-        pa.types.is_string(t)
-        or pa.types.is_binary(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_large_binary(t)
-    ):
-        return None
-    flat = ra._uint_flat(b.indices)
-    if flat is None or _whole_buffer(flat, n, locations) is None:
-        return None
-    if v20.variant(b.bytes) != "flat" or int(b.bytes.flat.bits_per_value) != 8:
-        return None
-    if ra._page_buffer(b.bytes.flat.buffer, locations) is None:
-        return None
-    if not ra._uncompressed(b.bytes.flat):
-        return None
-    return _Binary(b, flat, locations, t, ctx)
-
-
-def _prepare_dictionary(
-    d: pb.Dictionary,
-    n: int,
-    t: pa.DataType,
-    locations: Sequence[tuple[int, int]],
-    ctx: v20.PageContext,
-) -> StepRows | None:
-    flat = ra._uint_flat(d.indices)
-    if flat is None or int(d.num_dictionary_items) > (1 << 32):
-        return None
-    if _whole_buffer(flat, n, locations) is None:
-        return None
-    bufs = ra._buffers_of(d.items, [])
-    if any(ra._page_buffer(b, locations) is None for b in bufs):
-        return None
-    used = sorted({int(b.buffer_index) for b in bufs})
-    return _Dictionary(d, flat, used, locations, t, ctx)
+def _uints(flat: pb.Flat, locations: Sequence[tuple[int, int]]) -> tuple[int, int, np.dtype]:
+    """(file position, bytes per value, numpy dtype) of a page buffer of unsigned integers."""
+    width = int(flat.bits_per_value) // 8
+    return locations[int(flat.buffer.buffer_index)][0], width, np.dtype(f"<u{width}")
