@@ -17,7 +17,7 @@ A flag wins over its environment variable, which wins over the default:
 | --drain-seconds SECONDS     | QUIVER_DRAIN_SECONDS           | 30            |
 | --max-rows-per-endpoint N   | QUIVER_MAX_ROWS_PER_ENDPOINT   | none (1 endpoint per fragment) |
 | --batch-size N              | QUIVER_BATCH_SIZE              | 1048576 (and ~8 MiB) |
-| --memory-budget SIZE        | QUIVER_MEMORY_BUDGET           | 96MiB (0: unlimited) |
+| --memory-budget SIZE        | QUIVER_MEMORY_BUDGET           | 104MiB (0: unlimited) |
 | --ticket-ttl SECONDS        | QUIVER_TICKET_TTL              | 86400 (0: never expire) |
 | --staged-ttl SECONDS        | QUIVER_STAGED_TTL              | 86400 (min 60) |
 | --sweep-interval SECONDS    | QUIVER_SWEEP_INTERVAL          | 600 (0: no sweep) |
@@ -66,13 +66,14 @@ DEFAULT_DRAIN_SECONDS = 30.0
 # Spark task's per-batch handling) small for them too.
 DEFAULT_BATCH_SIZE = 1 << 20
 # What all DoGet streams together may hold (as the scanners estimate it). A stream of 8 MiB
-# batches holds up to three (one being sent, one queued, one being decoded): 96 MiB admits
-# four at once, enough to keep two cores busy (at 64 MiB the fourth of a client's four
-# streams waited for another to finish, and a 2.0 full scan took 10-20 % longer). The server
-# idles at about 135 MB once warm (Python, pyarrow, gRPC, the C kernels); with 96 MiB of
-# streams on top, 20 M rows streamed to four clients peak at ~280 MB (gRPC buffers and the
-# allocator's slack come on top of the estimate), so a 512 MB container has room to spare.
-DEFAULT_MEMORY_BUDGET = 96 * 1024 * 1024
+# batches is accounted 25 MiB: three batches (one being sent, one queued, one being decoded)
+# and 1 MiB of reading. 104 MiB admits four at once, enough to keep two cores busy (at 64 MiB
+# the fourth of a client's four streams waited for another to finish, and a 2.0 full scan
+# took 10-20 % longer), and not a fifth. The server idles at about 135 MB once warm (Python,
+# pyarrow, gRPC, the C kernels); with four streams on top, 20 M rows streamed to four clients
+# peak at ~290 MB (gRPC buffers, mapped file pages being sent and the allocator's slack come
+# on top of the estimate), so a 512 MB container has room to spare.
+DEFAULT_MEMORY_BUDGET = 104 * 1024 * 1024
 DEFAULT_STAGED_TTL = 24 * 3600
 DEFAULT_SWEEP_INTERVAL = 600
 MIN_STAGED_TTL = 60
@@ -399,7 +400,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SIZE",
         help="bytes all running DoGet streams may hold together; streams beyond it wait "
         "their turn. Bytes or e.g. 96MiB, 512MB, 1G (K/M/G binary, KB/MB/GB decimal) "
-        "(env QUIVER_MEMORY_BUDGET, default 96MiB; 0: unlimited)",
+        "(env QUIVER_MEMORY_BUDGET, default 104MiB; 0: unlimited)",
     )
     a(
         "--ticket-ttl",

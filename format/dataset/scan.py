@@ -483,12 +483,12 @@ class Scanner:
             step += rows * self._row_bytes(first)
         producers = max(1, min(self._fragment_readahead, len(self._fragments)))
         # per producer: the step it decodes (raw and decoded) and the batch it hands on;
-        # beyond that, the batches the readahead may queue
-        queued = (
-            min(self._readahead_bytes, producers * batch * per_row)
-            if self._fragment_readahead > 1
-            else 0
-        )
+        # beyond that, the batches the readahead may queue: up to its byte ceiling, and
+        # one per producer past it (`ordered_readahead` always lets a producer queue one)
+        queued = 0
+        if self._fragment_readahead > 1:
+            queued = min(self._readahead_bytes, producers * batch * per_row)
+            queued += producers * batch * per_row
         return int(2 * step * producers + queued) + (1 << 20)
 
     def count_rows(self) -> int:

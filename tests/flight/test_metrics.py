@@ -35,7 +35,7 @@ def test_counters_match_the_traffic_sent(tmp_path):
     port = free_port()
     with quiver_serve(tmp_path, "--metrics-port", str(port)) as (uri, _pid), Client(uri) as q:
         before = scrape(port)
-        assert before["quiver_stream_memory_limit_bytes"] == 96 * 1024 * 1024
+        assert before["quiver_stream_memory_limit_bytes"] == 104 * 1024 * 1024
         assert before["quiver_streamed_rows_total"] == 0
         sizes = [1000, 2000, 500]
         for i, n in enumerate(sizes):

@@ -171,7 +171,7 @@ def test_config_memory_budget_sizes(text: str, nbytes: int) -> None:
 
 
 def test_config_memory_budget_default_and_precedence() -> None:
-    assert ServerConfig.from_args([], env={}).memory_budget == DEFAULT_MEMORY_BUDGET == 96 * 2**20
+    assert ServerConfig.from_args([], env={}).memory_budget == DEFAULT_MEMORY_BUDGET == 104 * 2**20
     env = {"QUIVER_MEMORY_BUDGET": "1G"}
     assert ServerConfig.from_args(["--memory-budget", "32MiB"], env=env).memory_budget == 2**25
     with pytest.raises(ConfigError, match="--memory-budget must be >= 0"):

@@ -196,6 +196,19 @@ def test_memory_estimates_follow_columns_batches_fragments_and_ranges(uri: str):
     assert 2 * batch.nbytes < wide
 
 
+def test_a_readahead_producer_is_accounted_the_batch_it_may_always_queue(uri: str):
+    # ordered_readahead lets each producer queue one batch past its byte ceiling: a server
+    # stream with a 1-byte ceiling (flight_server.reads) holds a batch being sent, one queued
+    # and one being decoded, and the budget must count all three when admitting it
+    ds = dataset(uri)
+    frag = ds.get_fragments()[0]
+    inline = ds.scanner(fragments=[frag], batch_size=4096, fragment_readahead=1)
+    ahead = ds.scanner(fragments=[frag], batch_size=4096, fragment_readahead=2, readahead_bytes=1)
+    batch = next(inline.to_batches())
+    assert ahead.memory_estimate() - inline.memory_estimate() >= batch.nbytes
+    assert ahead.memory_estimate() >= 3 * batch.nbytes
+
+
 class _Sized:
     def __init__(self, nbytes: int) -> None:
         self.nbytes = nbytes
