@@ -6,7 +6,7 @@ submit to the pool themselves, so callers on any thread (e.g. scan readahead) ca
 While other callers are mapping (a server streaming to several clients at once: half the
 cores' worth of them), a caller works in its own thread: the cores are busy already, and
 handing tasks to the pool would only add thread switches (a 2.2 full scan served to four
-streams on two cores: 9 % less server CPU).
+streams on two cores: 3-9 % less server CPU).
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ def _executor() -> ThreadPoolExecutor:
 
 
 def map_parallel(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
-    """`[fn(x) for x in items]`, spread over the pool when there is more than one item; the
-    first exception raised (in item order) propagates."""
+    """`[fn(x) for x in items]`, spread over the pool when there is more than one item and
+    fewer than half the cores' worth of other callers are mapping; the first exception
+    raised (in item order) propagates."""
     global _mapping
     if len(items) < 2:
         return [fn(x) for x in items]
