@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import uuid
 from pathlib import Path
 
@@ -98,6 +99,49 @@ def test_read_spans_concatenate_exactly_the_spans(tmp_path_factory, spans, where
         reader.read_spans(np.array([0, len(data) - 5]), np.array([10, len(data) + 5]))
     with pytest.raises(ValueError, match="sorted"):
         reader.read_spans(np.array([10, 0]), np.array([20, 5]))
+
+
+def _mapped(path: str) -> tuple[int, int]:
+    """(mappings of `path` in this process, KiB of them resident), from Linux's smaps."""
+    count, total, current = 0, 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            parts = line.split()
+            if "-" in parts[0] and len(parts) >= 5 and ":" in parts[3]:
+                current = len(parts) > 5 and parts[5] == path
+                count += current
+            elif current and parts[0] == "Rss:":
+                total += int(parts[1])
+    return count, total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux smaps")
+def test_mapped_reads_share_one_mapping_and_leave_rss_when_released(tmp_path: Path):
+    """Large local reads are views of one mapping of the file: their bytes are the file's,
+    they outlive the reader's close, and once the last view of a read is gone its pages
+    leave the process's resident set (the page cache keeps them)."""
+    data = np.random.default_rng(7).integers(0, 256, 24 << 20, dtype=np.uint8).tobytes()
+    store = open_store(str(tmp_path))
+    store.put("blob.bin", data)
+    reader = store.open("blob.bin")
+    path = str(tmp_path / "blob.bin")
+    first = reader.read(4096 + 3, 9 << 20)  # not page-aligned
+    second = reader.read(12 << 20, 10 << 20)
+    arrays = [np.frombuffer(first, np.uint8), np.frombuffer(second, np.uint8)[5:]]
+    assert bytes(first) == data[4099 : 4099 + (9 << 20)]
+    assert int(arrays[1].sum()) == int(
+        np.frombuffer(data, np.uint8)[(12 << 20) + 5 : 22 << 20].sum()
+    )
+    count, kib = _mapped(path)
+    assert count == 1 and kib >= 18 << 10  # one mapping; both reads touched and resident
+    reader.close()
+    assert bytes(second[:100]) == data[12 << 20 : (12 << 20) + 100]  # valid after close
+    del first, arrays[0]
+    gc.collect()
+    assert _mapped(path)[1] <= 13 << 10  # the first read's pages left (the second's stay)
+    del second, arrays
+    gc.collect()
+    assert _mapped(path)[1] == 0
 
 
 def test_local_listing_matches_fsspecs(tmp_path: Path):
