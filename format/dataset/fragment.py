@@ -410,6 +410,7 @@ class FragmentReader:
                         offsets = offsets[keep]
                     arrays += frag._extra_columns(offsets, with_row_id, with_row_address)
                 yield _make_batch(arrays, out_schema, n)
+                del parts, arrays  # not held while the next step decodes
         finally:
             for st in streams:
                 st.close()

@@ -132,6 +132,7 @@ def ordered_readahead(
             if n:
                 budget.give_back(n)
             yield item
+            del item  # not held while waiting for the next one
     finally:
         stop.set()
         for p in running:

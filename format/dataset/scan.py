@@ -297,6 +297,7 @@ class Scanner:
                     batch = batch.select(self._schema.names)
                 if batch.num_rows:
                     yield batch
+                del batch  # not held while the next step decodes (see `to_batches`)
 
     def _late_columns(self) -> list[str]:
         """Projected columns the filter does not read: decoded only for matching rows."""
@@ -387,6 +388,7 @@ class Scanner:
                     for c in self._output_order
                 ]
                 yield pa.RecordBatch.from_arrays(arrays, schema=self._out_schema)
+            del batch  # a generator's locals outlive its `yield`: the consumer's drop frees it
 
     def _limited_batches(self) -> Iterator[pa.RecordBatch]:
         skip = self._offset if self._filter is not None else 0
@@ -406,6 +408,7 @@ class Scanner:
                     return
                 remaining -= batch.num_rows
             yield batch
+            del batch  # (see `to_batches`)
 
     def to_reader(self) -> pa.RecordBatchReader:
         """The result as a `pyarrow.RecordBatchReader`.

@@ -146,16 +146,28 @@ class StructuralFileReader(DataFileReader):
                         a, b = max(start, lo) - lo, min(stop, s[k + 1]) - lo
                         owners.append(i)
                         plans.append(self._range_plan(col, k, a, b))
-                results = run_plans(plans, self._container.read_ranges)
-                pieces: list[list[pa.Array]] = [[] for _ in cols]
-                for i, arr in zip(owners, results, strict=True):
-                    pieces[i].append(arr)
-                yield self._merge(plan, [_concat(p, c) for p, c in zip(pieces, cols, strict=True)])
+                yield self._step(plan, cols, owners, plans)
         finally:
             # pages already passed go now; indexes of the page it stopped in stay for a
             # following read of the same reader (a scan's next step), until `close`
             for col in cols:
                 col.forget_except(col.pages_for(end - 1, end) if end else ())
+
+    def _step(
+        self,
+        plan: list[tuple[LanceField, list[_Column]]],
+        cols: list[_Column],
+        owners: list[int],
+        plans: list[ra.Plan],
+    ) -> list[pa.Array]:
+        """One step's arrays, from the plans of its columns' pages (owners[i]: the column
+        of plans[i]). Its own frame, so the pages' pieces are gone before the next step is
+        read: a generator's locals live across its `yield`."""
+        results = run_plans(plans, self._container.read_ranges)
+        pieces: list[list[pa.Array]] = [[] for _ in cols]
+        for i, arr in zip(owners, results, strict=True):
+            pieces[i].append(arr)
+        return self._merge(plan, [_concat(p, c) for p, c in zip(pieces, cols, strict=True)])
 
     def take(self, fields: Sequence[LanceField], indices: np.ndarray) -> list[pa.Array]:
         """The rows at sorted, unique physical offsets `indices` (uint64), one array per field."""
