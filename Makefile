@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 .PHONY: test lint protos serve bench bench-write bench-flight bench-memory bench-spark bench-vector spark-example clean
 
 # setup.py builds the C kernels: an edited kernel is recompiled by the next `make test`.
-$(STAMP): pyproject.toml setup.py format/_kernels.c
+$(STAMP): pyproject.toml setup.py format/_kernels.c flight_server/_threadstate.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'

@@ -10,6 +10,8 @@ setup(
             # -O3 vectorises the unpacking and copy loops; no -march: wheels run on any x86_64
             # or aarch64.
             extra_compile_args=["-O3"],
-        )
+        ),
+        # keeps gRPC threads' Python thread states across Flight calls (flight_server.threads)
+        Extension("flight_server._threadstate", ["flight_server/_threadstate.c"]),
     ]
 )

@@ -49,6 +49,8 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from flight_server._threadstate import pin as pin_thread_state
+
 __all__ = [
     "METRICS_MIDDLEWARE_KEY",
     "REGISTRY",
@@ -231,6 +233,9 @@ class MetricsMiddlewareFactory(flight.ServerMiddlewareFactory):
         self.hooks = hooks
 
     def start_call(self, info: flight.CallInfo, headers: Any) -> _MetricsMiddleware:
+        # Every call passes here on one of gRPC's threads: from now on that thread keeps its
+        # Python thread state instead of making one per callback (flight_server/_threadstate.c)
+        pin_thread_state()
         method = method_name(info)
         if self.hooks is not None:
             try:

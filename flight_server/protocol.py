@@ -47,6 +47,14 @@ def _finite(text: str) -> float:
     return value
 
 
+# One decoder and encoder for every request (json.loads and json.dumps build new ones per
+# call when given options).
+_decode = json.JSONDecoder(
+    object_pairs_hook=_no_duplicates, parse_constant=_no_constants, parse_float=_finite
+).decode
+_encode_unicode = json.JSONEncoder(ensure_ascii=False).encode
+
+
 def parse_object(data: bytes | str | None, what: str, *, empty_ok: bool = False) -> dict[str, Any]:
     """Decode one JSON object; an empty body is `{}` only when `empty_ok`."""
     if data is None or (isinstance(data, (bytes, str)) and not data.strip()):
@@ -61,12 +69,7 @@ def parse_object(data: bytes | str | None, what: str, *, empty_ok: bool = False)
         except UnicodeDecodeError:
             raise InvalidArgument(f"{what}: body is not UTF-8") from None
     try:
-        doc = json.loads(
-            data,
-            object_pairs_hook=_no_duplicates,
-            parse_constant=_no_constants,
-            parse_float=_finite,
-        )
+        doc = _decode(data)
     except InvalidArgument as e:
         raise InvalidArgument(f"{what}: {e}") from None
     except (ValueError, RecursionError) as e:
@@ -75,7 +78,7 @@ def parse_object(data: bytes | str | None, what: str, *, empty_ok: bool = False)
     if not isinstance(doc, dict):
         raise InvalidArgument(f"{what}: expected a JSON object, got {type(doc).__name__}")
     try:
-        json.dumps(doc, ensure_ascii=False).encode("utf-8")
+        _encode_unicode(doc).encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidArgument(
             f"{what}: a string holds a lone UTF-16 surrogate (\\ud800...)"

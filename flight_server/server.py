@@ -13,7 +13,6 @@ SIGTERM handling live in `quiver serve` (`flight_server.cli`).
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
 import time
@@ -57,6 +56,9 @@ from flight_server.tls import TlsConfigError
 from flight_server.tls import load_tls as _read_tls_files
 
 access_log = logging.getLogger("quiver.access")
+_NANOSECONDS = pa.timestamp("ns")
+# one encoder for every call (json.dumps builds a new one per call when given options)
+_compact_json = json.JSONEncoder(separators=(",", ":")).encode
 
 
 class _Call:
@@ -114,7 +116,7 @@ class _Call:
         }
         if self.identity is not None:
             record["identity"] = str(getattr(self.identity, "user", self.identity))
-        access_log.info(json.dumps(record, separators=(",", ":")))
+        access_log.info(_compact_json(record))
         record_call(self.context, self.method, self.status, self.rows, self.bytes)
 
 
@@ -127,7 +129,7 @@ def _peer(context: flight.ServerCallContext) -> str | None:
 
 
 def _json(doc: Any) -> bytes:
-    return json.dumps(doc, separators=(",", ":")).encode("utf-8")
+    return _compact_json(doc).encode("utf-8")
 
 
 class QuiverFlightServer(flight.FlightServerBase):
@@ -199,11 +201,14 @@ class QuiverFlightServer(flight.FlightServerBase):
             return read_request_from_command(descriptor.command)
         raise InvalidArgument("descriptor must be PATH or CMD")
 
-    def _expiration(self, expires: int | None) -> pa.TimestampScalar | None:
+    @staticmethod
+    def _expiration(expires: int | None) -> pa.TimestampScalar | None:
+        """Unix seconds as the scalar FlightEndpoint takes: already nanoseconds without a
+        time zone, which FlightEndpoint converts to without a compute call (any other
+        timestamp type costs a cast, ~40 µs per endpoint)."""
         if expires is None:
             return None
-        when = dt.datetime.fromtimestamp(expires, dt.timezone.utc)
-        return pa.scalar(when, type=pa.timestamp("us", tz="UTC"))
+        return pa.scalar(expires * 1_000_000_000, type=_NANOSECONDS)
 
     # -- RPCs ---------------------------------------------------------------------------
     def list_flights(

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import hmac
 import json
 import re
@@ -68,7 +67,7 @@ class Signer:
         return "Signer(<key hidden>)"
 
     def _mac(self, kind: str, body: str) -> bytes:
-        return hmac.new(self._key, f"{kind}.{body}".encode("ascii"), hashlib.sha256).digest()
+        return hmac.digest(self._key, f"{kind}.{body}".encode("ascii"), "sha256")
 
     def sign(self, kind: str, payload: dict[str, Any], what: str = "ticket") -> str:
         """The token for a JSON-serializable payload; InvalidArgument if it would exceed
