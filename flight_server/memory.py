@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+from collections.abc import Callable
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -32,14 +33,19 @@ TRIM_THRESHOLD = 32 << 20
 ARENA_MAX = 2
 
 
+_malloc_trim: Callable[[int], int] | None = None
+
+
 def tune_allocator() -> bool:
     """Fix glibc's mmap and trim thresholds; returns False where there is no glibc."""
+    global _malloc_trim
     name = ctypes.util.find_library("c")
     if not name:
         return False
     try:
         libc = ctypes.CDLL(name)
         mallopt = libc.mallopt
+        _malloc_trim = libc.malloc_trim
     except (OSError, AttributeError):
         return False
     ok = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
@@ -51,3 +57,17 @@ def tune_allocator() -> bool:
         pa.set_memory_pool(pa.system_memory_pool())
     logging.getLogger("quiver").debug("allocator thresholds fixed: %s", ok)
     return ok
+
+
+def release_free_memory() -> None:
+    """Give the pages the allocator holds free back to the system (glibc's `malloc_trim`,
+    which also empties the middle of its heaps, past what the trim threshold keeps at their
+    tops); nothing where `tune_allocator` found no glibc.
+
+    Called when a stream ends: what it decoded was freed into heaps the other streams had
+    fragmented, where it stayed resident. 20 M rows to 4 clients at once peaked at 318-320
+    MB with it and 343-352 MB without, and the server fell back to ~180 MB between reads
+    instead of ~290 MB; no server CPU measurable in full scans. The call releases the GIL
+    (ctypes) while it walks the heaps."""
+    if _malloc_trim is not None:
+        _malloc_trim(0)

@@ -41,7 +41,7 @@ from flight_server.errors import (
     to_flight_error,
 )
 from flight_server.health import Drain
-from flight_server.memory import tune_allocator
+from flight_server.memory import release_free_memory, tune_allocator
 from flight_server.metrics import counting_sweep, instrument, record_call, watch_budget
 from flight_server.nearest import exchange as exchange_nearest
 from flight_server.protocol import (
@@ -326,6 +326,7 @@ class QuiverFlightServer(flight.FlightServerBase):
                 stream.close()  # stop any readahead before its bytes leave the budget
                 if lease is not None:
                     lease.release()
+                release_free_memory()  # what the stream decoded, back to the system
                 if call.status == "ok" and not finished:
                     call.status = "cancelled"
                 if call.status in ("ok", "cancelled"):
