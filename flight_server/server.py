@@ -326,11 +326,11 @@ class QuiverFlightServer(flight.FlightServerBase):
                 stream.close()  # stop any readahead before its bytes leave the budget
                 if lease is not None:
                     lease.release()
-                release_free_memory()  # what the stream decoded, back to the system
                 if call.status == "ok" and not finished:
                     call.status = "cancelled"
                 if call.status in ("ok", "cancelled"):
                     call.log()
+                release_free_memory()  # what the stream decoded, back to the system
 
         # A RecordBatchStream (not a GeneratorStream) writes dictionary batches, so columns
         # of dictionary type stream too (apache/arrow#38480).

@@ -24,9 +24,12 @@ from format.dataset import write_dataset
 pytestmark = pytest.mark.slow
 ROWS = 8_000_000  # about 1.7 GB in Arrow, 4 fragments of 2 M rows
 BUDGET_MB = 32
-# Beyond the budget: batches in gRPC's hands, allocator slack, thread stacks. The peak is
-# 40-45 MB above the warm RSS (it was ~80 MB while Arrow's C++ code allocated from mimalloc).
-ALLOWANCE_MB = 48
+# Beyond the budget: batches in gRPC's hands, allocator slack, thread stacks. Ended streams
+# give their memory back (`release_free_memory`), so the warm RSS no longer includes the
+# ~25 MB the warm-up reads left in the allocator, and the slack shows here instead: the peak
+# is 70-76 MB above the warm RSS (233-238 MB), where it was 45-56 MB above a warm RSS of
+# 187-192 MB (236-245 MB) before; ~80 MB while Arrow's C++ code allocated from mimalloc.
+ALLOWANCE_MB = 64
 CLIENTS = 4
 RETURNED_MB = 24  # what an idle server may keep beyond its warm RSS once streams end
 
