@@ -23,6 +23,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import threading
+import time
 from collections.abc import Callable
 
 _M_TRIM_THRESHOLD = -1
@@ -64,10 +66,40 @@ def release_free_memory() -> None:
     which also empties the middle of its heaps, past what the trim threshold keeps at their
     tops); nothing where `tune_allocator` found no glibc.
 
-    Called when a stream ends: what it decoded was freed into heaps the other streams had
-    fragmented, where it stayed resident. 20 M rows to 4 clients at once peaked at 318-320
-    MB with it and 343-352 MB without, and the server fell back to ~180 MB between reads
-    instead of ~290 MB; no server CPU measurable in full scans. The call releases the GIL
-    (ctypes) while it walks the heaps."""
+    Called when a stream ends while others run, and once the server has been idle a moment
+    (`IdleTrim`). The call releases the GIL (ctypes) while it walks the heaps."""
     if _malloc_trim is not None:
         _malloc_trim(0)
+
+
+class IdleTrim:
+    """Gives free memory back once no stream has started for `delay` seconds after the last
+    one ended: a burst's memory leaves an idle server, while reads in quick succession (a
+    one-row read's four DoGets) do not pay for faulting their buffers in again."""
+
+    def __init__(self, idle: Callable[[], bool], delay: float = 1.0) -> None:
+        self._idle = idle
+        self._delay = delay
+        self._due: float | None = None
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def stream_ended(self) -> None:
+        """A stream ended with none running: give memory back `delay` seconds from now
+        unless another stream runs then."""
+        with self._changed:
+            self._due = time.monotonic() + self._delay
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="quiver-trim", daemon=True)
+                self._thread.start()
+            self._changed.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while self._due is None or time.monotonic() < self._due:
+                    left = None if self._due is None else self._due - time.monotonic()
+                    self._changed.wait(left)
+                self._due = None
+            if self._idle():
+                release_free_memory()

@@ -41,7 +41,7 @@ from flight_server.errors import (
     to_flight_error,
 )
 from flight_server.health import Drain
-from flight_server.memory import release_free_memory, tune_allocator
+from flight_server.memory import IdleTrim, release_free_memory, tune_allocator
 from flight_server.metrics import counting_sweep, instrument, record_call, watch_budget
 from flight_server.nearest import exchange as exchange_nearest
 from flight_server.protocol import (
@@ -151,6 +151,7 @@ class QuiverFlightServer(flight.FlightServerBase):
         self.drain = drain or Drain()  # draining state; its middleware counts running calls
         # what all DoGet streams together may hold (--memory-budget; 0: unlimited)
         self.budget = budget or MemoryBudget(config.memory_budget)
+        self._idle_trim = IdleTrim(lambda: self.budget.active == 0 and self.budget.waiting == 0)
         super().__init__(
             config.bind_location(),
             auth_handler=auth_handler,
@@ -330,11 +331,24 @@ class QuiverFlightServer(flight.FlightServerBase):
                     call.status = "cancelled"
                 if call.status in ("ok", "cancelled"):
                     call.log()
-                release_free_memory()  # what the stream decoded, back to the system
+                self._give_back_memory()
 
         # A RecordBatchStream (not a GeneratorStream) writes dictionary batches, so columns
         # of dictionary type stream too (apache/arrow#38480).
         return flight.RecordBatchStream(pa.RecordBatchReader.from_batches(stream.schema, batches()))
+
+    def _give_back_memory(self) -> None:
+        """After a stream ends: return what the allocator holds free to the system now while
+        other streams run, else once the server stays idle a moment. The memory a stream
+        freed otherwise stays resident in heaps the others fragment (20 M rows to 4 clients:
+        peak 330-337 MB without, 303-329 with; filtered 307-315 against 221-257 MB; an idle
+        server ~290 MB against ~150-180). A stream running alone does not trim at once:
+        after each of a one-row read's four DoGets, the next one faulted its buffers in
+        again (+5 ms of server CPU per read, 10 %)."""
+        if self.budget.active > 0:
+            release_free_memory()
+        else:
+            self._idle_trim.stream_ended()
 
     def do_put(
         self,
