@@ -80,7 +80,7 @@ class IdleTrim:
     def __init__(self, idle: Callable[[], bool], delay: float = 1.0) -> None:
         self._idle = idle
         self._delay = delay
-        self._due: float | None = None
+        self._due = 0.0
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
 
@@ -89,17 +89,15 @@ class IdleTrim:
         unless another stream runs then."""
         with self._changed:
             self._due = time.monotonic() + self._delay
-            if self._thread is None:
+            if self._thread is None:  # one short-lived thread per idle moment, none between
                 self._thread = threading.Thread(target=self._run, name="quiver-trim", daemon=True)
                 self._thread.start()
             self._changed.notify()
 
     def _run(self) -> None:
-        while True:
-            with self._changed:
-                while self._due is None or time.monotonic() < self._due:
-                    left = None if self._due is None else self._due - time.monotonic()
-                    self._changed.wait(left)
-                self._due = None
-            if self._idle():
-                release_free_memory()
+        with self._changed:
+            while (left := self._due - time.monotonic()) > 0:
+                self._changed.wait(left)
+            self._thread = None
+        if self._idle():
+            release_free_memory()
