@@ -11,7 +11,7 @@ setup(
             # or aarch64.
             extra_compile_args=["-O3"],
         ),
-        # keeps gRPC threads' Python thread states across Flight calls (flight_server.threads)
+        # keeps gRPC threads' Python thread states across Flight calls (flight_server.metrics pins)
         Extension("flight_server._threadstate", ["flight_server/_threadstate.c"]),
     ]
 )
