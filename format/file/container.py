@@ -10,9 +10,10 @@ Column metadata is parsed lazily, per requested column.
 from __future__ import annotations
 
 import struct
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from typing import TypeVar
 
 import numpy as np
@@ -121,6 +122,77 @@ class ColumnInfo:
         return int(self.page_starts[-1])
 
 
+class _FileMeta:
+    """What a data file's footer, offset tables and column metadata parse to: the same for
+    every reader of the file, so it is parsed once and shared (`_MetaCache`)."""
+
+    def __init__(
+        self, key: tuple, footer: Footer, column_table: np.ndarray, global_buffers: list
+    ) -> None:
+        self.key = key
+        self.footer = footer
+        self.column_table = column_table
+        self.global_buffers: list[tuple[int, int]] = global_buffers
+        self.descriptor: file_pb2.FileDescriptor | None = None
+        self.columns: dict[int, ColumnInfo] = {}
+        self.deferred: dict[tuple[int, int], EncodingRef] = {}
+        self.messages: dict[tuple[str, bytes], Message] = {}
+        self.weight = 1  # pages and columns parsed, roughly what the parsed objects hold
+
+
+class _MetaCache:
+    """Parsed metadata of the data files read lately, least recently used dropped first.
+
+    Lance data files are written once under unique names, so a file's parsed metadata holds
+    as long as the file is the same: entries are keyed by its address, size and (for local
+    files) inode and modification time, so a file replaced in place is parsed anew. Bounded
+    by the pages and columns parsed (a few hundred bytes of Python objects each)."""
+
+    def __init__(self, max_weight: int) -> None:
+        self.max_weight = max_weight
+        self._entries: OrderedDict[tuple, _FileMeta] = OrderedDict()
+        self._weight = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple) -> _FileMeta | None:
+        with self._lock:
+            meta = self._entries.get(key)
+            if meta is not None:
+                self._entries.move_to_end(key)
+            return meta
+
+    def put(self, key: tuple, meta: _FileMeta) -> None:
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._weight -= old.weight
+            self._entries[key] = meta
+            self._weight += meta.weight
+            self._evict()
+
+    def charge(self, meta: _FileMeta, weight: int) -> None:
+        """`meta` parsed `weight` more (pages and columns): count it, evict if over."""
+        with self._lock:
+            meta.weight += weight
+            if self._entries.get(meta.key) is meta:
+                self._weight += weight
+                self._evict()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._weight = 0
+
+    def _evict(self) -> None:
+        while self._weight > self.max_weight and len(self._entries) > 1:
+            _, gone = self._entries.popitem(last=False)
+            self._weight -= gone.weight
+
+
+# About 40,000 pages and columns of parsed metadata, ~10-20 MB of Python objects.
+METADATA_CACHE = _MetaCache(40_000)
+
+
 class V2Container:
     """Random access to the structure of one v2 data file."""
 
@@ -128,21 +200,35 @@ class V2Container:
         self.file = file
         self.path = path_for_errors
         self.size = int(file.size)
-        self._columns: dict[int, ColumnInfo] = {}
-        self._deferred: dict[tuple[int, int], EncodingRef] = {}
-        self._messages: dict[tuple[str, bytes], Message] = {}
         self._tail_start = 0
         self._tail = b""
-        self.footer = self._read_footer()
-        self._column_table = self._read_table(
-            self.footer.cmo_table_pos, self.footer.num_columns, "column metadata offset table"
-        )
-        self.global_buffers = [
-            (int(p), int(s))
-            for p, s in self._read_table(
-                self.footer.gbo_table_pos, self.footer.num_global_buffers, "global buffer table"
+        key = (file.store.uri_of(file.path), self.size, file.identity)
+        meta = METADATA_CACHE.get(key)
+        if meta is not None and file.identity is not None and self.size >= FOOTER_SIZE:
+            # local files are cheap to check: a file rewritten within the clock's tick (same
+            # size and time) still has other footer offsets
+            if bytes(file.read(self.size - FOOTER_SIZE, FOOTER_SIZE)) != meta.footer.pack():
+                meta = None
+        if meta is None:
+            footer = self._read_footer()
+            column_table = self._read_table(
+                footer.cmo_table_pos, footer.num_columns, "column metadata offset table"
             )
-        ]
+            global_buffers = [
+                (int(p), int(s))
+                for p, s in self._read_table(
+                    footer.gbo_table_pos, footer.num_global_buffers, "global buffer table"
+                )
+            ]
+            meta = _FileMeta(key, footer, column_table, global_buffers)
+            METADATA_CACHE.put(key, meta)
+        self._meta = meta
+        self.footer = meta.footer
+        self._column_table = meta.column_table
+        self.global_buffers = meta.global_buffers
+        self._columns = meta.columns
+        self._deferred = meta.deferred
+        self._messages = meta.messages
 
     # -- errors and raw reads -----------------------------------------------------------
     def corrupt(self, reason: str) -> CorruptFileError:
@@ -237,16 +323,19 @@ class V2Container:
         return self.footer.num_columns
 
     # -- global buffers -----------------------------------------------------------------
-    @cached_property
+    @property
     def descriptor(self) -> file_pb2.FileDescriptor:
         """Global buffer 0: the file's schema and row count."""
+        if self._meta.descriptor is not None:
+            return self._meta.descriptor
         if not self.global_buffers:
             raise self.corrupt("no global buffers (the FileDescriptor is missing)")
         (raw,) = self.read_ranges([self.global_buffers[0]])
         try:
-            return file_pb2.FileDescriptor.FromString(bytes(raw))
+            self._meta.descriptor = file_pb2.FileDescriptor.FromString(bytes(raw))
         except DecodeError as e:
             raise self.corrupt(f"bad FileDescriptor: {e}") from None
+        return self._meta.descriptor
 
     @property
     def num_rows(self) -> int:
@@ -262,8 +351,12 @@ class V2Container:
                 raise self.corrupt(f"column {i} does not exist (file has {self.num_columns})")
         if todo:
             ranges = [(int(self._column_table[i, 0]), int(self._column_table[i, 1])) for i in todo]
-            for i, raw in zip(todo, self.read_ranges(ranges), strict=True):
-                self._columns[i] = self._parse_column(i, raw)
+            parsed = {
+                i: self._parse_column(i, raw)
+                for i, raw in zip(todo, self.read_ranges(ranges), strict=True)
+            }
+            self._columns.update(parsed)
+            METADATA_CACHE.charge(self._meta, sum(1 + len(c.pages) for c in parsed.values()))
         return [self._columns[i] for i in indices]
 
     def column(self, index: int) -> ColumnInfo:
@@ -299,6 +392,7 @@ class V2Container:
         if len(self._deferred) > 4096:
             self._deferred.clear()
         self._deferred[ref.deferred] = out = EncodingRef(msg.type_url, msg.value)
+        METADATA_CACHE.charge(self._meta, 1)
         return out
 
     def page_message(self, page: Page, message: type[M], where: str, reader: str) -> M:
@@ -321,6 +415,7 @@ class V2Container:
             if len(self._messages) > 4096:
                 self._messages.clear()
             self._messages[key] = parsed
+            METADATA_CACHE.charge(self._meta, 1)
         return parsed  # type: ignore[return-value]
 
     def _parse_column(self, index: int, raw: bytes) -> ColumnInfo:

@@ -139,10 +139,14 @@ class FileReader:
                 self._fd = os.open(self.full_path, os.O_RDONLY)
             except FileNotFoundError:
                 raise FileNotFoundError(f"{store.uri_of(path)} does not exist") from None
-            self._file_size = os.fstat(self._fd).st_size
+            st = os.fstat(self._fd)
+            self._file_size = st.st_size
             self.size = self._file_size if size is None else size
+            # which file this is, beyond its address: a file replaced in place differs
+            self.identity: tuple | None = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
         else:
             self.size = store.size(path) if size is None else size
+            self.identity = None  # objects are not replaced under Lance's unique file names
         self._map: mmap.mmap | None = None  # the whole local file, mapped on first use
         self._map_lock = threading.Lock()
 
