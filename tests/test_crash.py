@@ -30,6 +30,7 @@ _WRITER = textwrap.dedent(
     from format.dataset import dataset, write_dataset
     uri = sys.argv[1]
     print("ready", flush=True)
+    sys.stdin.readline()  # started ahead of its turn: writes once told to
     while True:
         ds = dataset(uri)
         n = ds.count_rows()
@@ -48,14 +49,30 @@ def test_sigkill_at_random_points_never_corrupts(tmp_path: Path):
         data_storage_version="2.0",
     )
     rng = random.Random(1234)
-    for trial in range(TRIALS):
-        proc = subprocess.Popen(
-            [sys.executable, "-c", _WRITER, uri], cwd=ROOT, stdout=subprocess.PIPE, text=True
+
+    def writer() -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-c", _WRITER, uri],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
+
+    following = writer()
+    for trial in range(TRIALS):
+        proc = following
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        # the next writer starts Python while this one writes and its result is checked
+        following = writer() if trial + 1 < TRIALS else None
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
         time.sleep(rng.uniform(0.0, 0.25))
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
+        proc.stdin.close()
+        proc.stdout.close()
         ref = lance.dataset(uri)
         latest = ref.to_table().column("seq").to_pylist()
         # every commit appended 2000 consecutive rows on top of the previous version

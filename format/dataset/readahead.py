@@ -62,12 +62,12 @@ class _Producer(threading.Thread):
         self.budget = budget
 
     def _put(self, item: object) -> bool:
-        n = _size(item)
+        n = _size(item)  # (queued with the item: a batch's nbytes walks all its buffers)
         if n and not self.budget.wait_room(n, self.items.empty, self.stop):
             return False
         while not self.stop.is_set():
             try:
-                self.items.put(item, timeout=0.05)
+                self.items.put((item, n), timeout=0.05)
                 return True
             except queue.Full:
                 continue
@@ -121,14 +121,13 @@ def ordered_readahead(
         start_more()
         while running:
             head = running[0]
-            item = head.items.get()
+            item, n = head.items.get()
             if item is _DONE:
                 running.pop(0)
                 start_more()
                 continue
             if isinstance(item, _Failure):
                 raise item.error
-            n = _size(item)
             if n:
                 budget.give_back(n)
             yield item
