@@ -23,20 +23,29 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 TRIALS = 50
 
-_WRITER = textwrap.dedent(
+# Imports once, then forks one writer per trial: each child appends until it is killed, and
+# the parent reaps it. (A fresh interpreter per trial spent a second of CPU importing.)
+_WRITERS = textwrap.dedent(
     """
-    import sys
+    import os, sys
     import pyarrow as pa
     from format.dataset import dataset, write_dataset
     uri = sys.argv[1]
     print("ready", flush=True)
-    sys.stdin.readline()  # started ahead of its turn: writes once told to
-    while True:
-        ds = dataset(uri)
-        n = ds.count_rows()
-        big = pa.table({"seq": pa.array(range(n, n + 2000), pa.int64()),
-                        "pad": pa.array(["x" * 50] * 2000)})
-        write_dataset(big, uri, mode="append", max_rows_per_file=700)
+    for _ in sys.stdin:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                while True:
+                    n = dataset(uri).count_rows()
+                    big = pa.table({"seq": pa.array(range(n, n + 2000), pa.int64()),
+                                    "pad": pa.array(["x" * 50] * 2000)})
+                    write_dataset(big, uri, mode="append", max_rows_per_file=700)
+            finally:
+                os._exit(1)
+        print(pid, flush=True)
+        _, status = os.waitpid(pid, 0)
+        print("killed" if os.WIFSIGNALED(status) else f"exited {status}", flush=True)
     """
 )
 
@@ -49,36 +58,28 @@ def test_sigkill_at_random_points_never_corrupts(tmp_path: Path):
         data_storage_version="2.0",
     )
     rng = random.Random(1234)
-
-    def writer() -> subprocess.Popen:
-        return subprocess.Popen(
-            [sys.executable, "-c", _WRITER, uri],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-
-    following = writer()
-    for trial in range(TRIALS):
-        proc = following
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        # the next writer starts Python while this one writes and its result is checked
-        following = writer() if trial + 1 < TRIALS else None
-        assert proc.stdin is not None
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
-        time.sleep(rng.uniform(0.0, 0.25))
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-        proc.stdin.close()
-        proc.stdout.close()
-        ref = lance.dataset(uri)
-        latest = ref.to_table().column("seq").to_pylist()
-        # every commit appended 2000 consecutive rows on top of the previous version
-        assert latest == list(range(len(latest))), f"trial {trial}: rows lost or duplicated"
-        assert len(latest) == 2000 * (ref.version - 1), f"trial {trial}"
-        assert dataset(uri).count_rows() == len(latest)
+    writers = subprocess.Popen(
+        [sys.executable, "-c", _WRITERS, uri],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert writers.stdin is not None and writers.stdout is not None
+    assert writers.stdout.readline().strip() == "ready"
+    try:
+        for trial in range(TRIALS):
+            writers.stdin.write("go\n")
+            writers.stdin.flush()
+            pid = int(writers.stdout.readline())
+            time.sleep(rng.uniform(0.0, 0.25))
+            os.kill(pid, signal.SIGKILL)
+            assert writers.stdout.readline().strip() == "killed", f"trial {trial}"
+            _check_after_kill(uri, trial)
+    finally:
+        writers.kill()
+        writers.wait(timeout=30)
+    assert lance.dataset(uri).version > TRIALS // 4  # the writers did commit, killed or not
     for v in range(1, lance.dataset(uri).version + 1):
         n = 2000 * (v - 1)
         assert dataset(uri, version=v).count_rows() == n
@@ -90,3 +91,12 @@ def test_sigkill_at_random_points_never_corrupts(tmp_path: Path):
     referenced = {df.path for f in dataset(uri).get_fragments() for df in f.data_files()}
     assert {p.name for p in (Path(uri) / "data").iterdir()} == referenced
     assert lance.dataset(uri).to_table() == rows
+
+
+def _check_after_kill(uri: str, trial: int) -> None:
+    ref = lance.dataset(uri)
+    latest = ref.to_table().column("seq").to_pylist()
+    # every commit appended 2000 consecutive rows on top of the previous version
+    assert latest == list(range(len(latest))), f"trial {trial}: rows lost or duplicated"
+    assert len(latest) == 2000 * (ref.version - 1), f"trial {trial}"
+    assert dataset(uri).count_rows() == len(latest)
