@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import uuid
 from pathlib import Path
 
@@ -146,22 +147,27 @@ def test_mapped_reads_share_one_mapping_and_leave_rss_when_released(tmp_path: Pa
 
 def test_local_listing_matches_fsspecs(tmp_path: Path):
     """A local store lists a directory itself (every request lists _versions): the same
-    names, sizes and times as fsspec's listing, sub-directories and dangling links left
-    out, and nothing (not an error) for a directory that does not exist."""
+    names and sizes as fsspec's listing, sub-directories and dangling links left out, and
+    nothing (not an error) for a directory that does not exist. A link's time is its
+    target's, as its size is (fsspec's listing gives the link's own time, which differs
+    when the two were made in different ticks of the clock)."""
     (tmp_path / "a.manifest").write_bytes(b"x" * 10)
     (tmp_path / "b.manifest").write_bytes(b"")
     (tmp_path / "sub").mkdir()
     (tmp_path / "gone").symlink_to(tmp_path / "missing")
     (tmp_path / "alias").symlink_to(tmp_path / "a.manifest")
+    os.utime(tmp_path / "alias", ns=(10**9, 10**9), follow_symlinks=False)  # the link's own
     store = open_store(str(tmp_path))
     got = sorted(store.list_dir("."))
-    expected = sorted(
-        (Path(e["name"]).name, int(e["size"]), e["mtime"])
+    names = [
+        (Path(e["name"]).name, int(e["size"]))
         for e in fsspec.filesystem("file").ls(str(tmp_path), detail=True)
         if e["type"] != "directory"
-    )
+    ]
+    expected = sorted((n, size, (tmp_path / n).stat().st_mtime) for n, size in names if n != "gone")
     assert [g[:2] for g in got] == [("a.manifest", 10), ("alias", 10), ("b.manifest", 0)]
-    assert got == [e for e in expected if e[0] != "gone"]
+    assert got == expected
+    assert got[1][2] == got[0][2]  # the link's time is its target's
     assert store.list_dir("nowhere") == []
     assert store.list_dir("a.manifest") == []
     assert store.read_all("a.manifest") == b"x" * 10
