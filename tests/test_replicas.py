@@ -30,6 +30,7 @@ pytest.importorskip("s3fs")
 moto_server = pytest.importorskip("moto.server")
 
 import pyarrow.flight as fl  # noqa: E402
+from moto_atomic import make_object_puts_atomic  # noqa: E402
 
 from clients import Client  # noqa: E402
 from clients.errors import CommitConflict  # noqa: E402
@@ -49,6 +50,7 @@ def s3_endpoint() -> Iterator[str]:
     """A moto S3 server on a free loopback port with the bucket `replicas`."""
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     port = _free_port()
+    make_object_puts_atomic()  # as S3 is: one conditional create of a key wins
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"

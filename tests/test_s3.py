@@ -19,6 +19,7 @@ moto_server = pytest.importorskip("moto.server")
 
 import lance  # noqa: E402
 import pyarrow.flight as fl  # noqa: E402
+from moto_atomic import make_object_puts_atomic  # noqa: E402
 
 from format.dataset import dataset, write_dataset  # noqa: E402
 from format.errors import UnsupportedFeatureError  # noqa: E402
@@ -36,6 +37,7 @@ def s3() -> Iterator[dict[str, Any]]:
     """A moto S3 server on a free loopback port; yields storage options for it."""
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     port = _free_port()
+    make_object_puts_atomic()  # as S3 is: one conditional create of a key wins
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"
