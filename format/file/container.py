@@ -178,11 +178,6 @@ class _MetaCache:
                 self._weight += weight
                 self._evict()
 
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._weight = 0
-
     def _evict(self) -> None:
         while self._weight > self.max_weight and len(self._entries) > 1:
             _, gone = self._entries.popitem(last=False)
