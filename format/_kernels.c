@@ -49,7 +49,7 @@ enum {
 
 #define BLOCK 1024 /* values per FastLanes block */
 #define FSST_ESCAPE 255
-#define FSST_SLACK 8 /* a symbol is stored as 8 bytes whatever its length */
+#define FSST_SLACK 512 /* symbols are stored as 8 bytes; poisoned codes run further (FSST) */
 
 /* Releasing the GIL costs little, but a thread that re-acquires it while another runs Python
  * may wait out the interpreter's switch interval (5 ms): tiny loops keep the GIL (as numpy
@@ -954,14 +954,55 @@ static PyObject *take_items(PyObject *self, PyObject *args)
 
 /* -- FSST ----------------------------------------------------------------------------------- */
 
+/* FSST_POISON: the length given the escape and unused codes in the decoder's own table, so
+ * that eight codes decoded at once without looking at them (at most 8 x 8 = 64 bytes when all
+ * are symbols) reveal any such code by advancing further; the block is then decoded again a
+ * code at a time. Writes may then run 7 x FSST_POISON + 8 bytes past a block's 64, which
+ * FSST_SLACK covers. */
+#define FSST_POISON 64
+#define HAS_FF_BYTE(w) ((~(w) - 0x0101010101010101ull) & (w) & 0x8080808080808080ull)
+
+/* One code at a time with every check, up to `k` codes or the string's end; returns the
+ * position after them, or NULL with *status set. */
+static const uint8_t *fsst_codes(const uint8_t *p, const uint8_t *e, int k, const uint64_t *sym,
+                                 const uint8_t *len, uint8_t **q_io, int *status,
+                                 int64_t *detail)
+{
+    uint8_t *q = *q_io;
+    const uint8_t *stop = e - p > k ? p + k : e;
+    while (p < stop) {
+        const unsigned c = *p;
+        if (len[c] != FSST_POISON) {
+            memcpy(q, &sym[c], 8);
+            q += len[c];
+            p += 1;
+        } else if (c == FSST_ESCAPE) {
+            if (p + 1 >= e) {
+                *status = TRAILING_ESCAPE;
+                return NULL;
+            }
+            *q++ = p[1];
+            p += 2;
+        } else {
+            *status = BAD_CODE, *detail = c;
+            return NULL;
+        }
+    }
+    *q_io = q;
+    return p;
+}
+
 /* Decode the strings first + 1 ..= count of the Variable chunk at `base` (offsets of `width`
- * bytes relative to it) into out[*o:], string s's end going to ends[s]. The table holds 16
- * bytes per code: its symbol's 8 bytes (stored at once, whatever its length), then the length
- * (0 for the escape and unused codes). Stops with FULL before a string whose worst case (8
- * bytes per code) may not fit in `room` bytes, *s_at then being the last string done. */
+ * bytes relative to it) into out[*o:], string s's end going to ends[s]. Symbols are stored as
+ * 8 bytes whatever their length. Eight codes at a time where none of them is an escape (one
+ * word test) and all are symbols (the poisoned lengths), else a code at a time: 0.9 against
+ * 1.9 ns per code on random text, and no slower with escapes. Stops with FULL before a string
+ * whose worst case (8 bytes per code) may not fit in `room` bytes, *s_at then being the last
+ * string done. */
 static int fsst_chunk(const uint8_t *data, uint64_t n_data, uint64_t base, int width,
-                      int64_t first, int64_t count, const uint8_t *table, int64_t *ends,
-                      uint8_t *out, uint64_t room, uint64_t *o_io, int64_t *s_at, int64_t *detail)
+                      int64_t first, int64_t count, const uint64_t *sym, const uint8_t *len,
+                      int64_t *ends, uint8_t *out, uint64_t room, uint64_t *o_io, int64_t *s_at,
+                      int64_t *detail)
 {
     uint64_t o = *o_io;
     uint64_t j = base + load_le(data + base + first * width, width);
@@ -977,28 +1018,33 @@ static int fsst_chunk(const uint8_t *data, uint64_t n_data, uint64_t base, int w
             status = FULL, *detail = (int64_t)((end - j) * 8);
             break;
         }
-        while (j < end) {
-            const unsigned c = data[j];
-            const uint8_t *sym = table + 16 * c;
-            const unsigned n = sym[8];
-            if (n) {
-                memcpy(out + o, sym, 8);
-                o += n;
-                j += 1;
-            } else if (c == FSST_ESCAPE) {
-                if (j + 1 >= end) {
-                    status = TRAILING_ESCAPE;
-                    break;
+        const uint8_t *p = data + j, *e = data + end;
+        uint8_t *q = out + o;
+        while (p && e - p >= 8) {
+            uint64_t w;
+            memcpy(&w, p, 8);
+            w = LE64(w);
+            if (!HAS_FF_BYTE(w)) {
+                uint8_t *q0 = q;
+                for (int b = 0; b < 8; b++) {
+                    const unsigned c = (unsigned)(w >> (8 * b)) & 0xFF;
+                    memcpy(q, &sym[c], 8);
+                    q += len[c];
                 }
-                out[o++] = data[j + 1];
-                j += 2;
-            } else {
-                status = BAD_CODE, *detail = c;
-                break;
+                if (q - q0 <= 64) {
+                    p += 8;
+                    continue;
+                }
+                q = q0; /* an unused code among them: again, one at a time */
             }
+            p = fsst_codes(p, e, 8, sym, len, &q, &status, detail);
         }
+        if (p && p < e)
+            p = fsst_codes(p, e, 8, sym, len, &q, &status, detail);
         if (status != OK)
             break;
+        o = (uint64_t)(q - out);
+        j = end;
         ends[s] = (int64_t)o;
     }
     *o_io = o;
@@ -1034,6 +1080,15 @@ static PyObject *fsst_expand(PyObject *self, PyObject *args)
         int status = OK;
         if (!aligned(offs.buf, 8) || o > room || k < 0 || first < 0)
             status = GUARD;
+        /* The table's 16 bytes per code (symbol, then its length: 0 for the escape and unused
+         * codes) as the symbols and their lengths apart, those codes' lengths poisoned. */
+        uint64_t sym[256];
+        uint8_t len[256];
+        for (int c = 0; c < 256; c++) {
+            const uint8_t *entry = (const uint8_t *)table.buf + 16 * c;
+            memcpy(&sym[c], entry, 8);
+            len[c] = entry[8] >= 1 && entry[8] <= 8 ? entry[8] : FSST_POISON;
+        }
         BEGIN_NOGIL(data.len)
         for (Py_ssize_t i = at64(&state, 0); i < m && status == OK; i++) {
             uint64_t base = at64(&st, i);
@@ -1044,7 +1099,7 @@ static PyObject *fsst_expand(PyObject *self, PyObject *args)
                 status = GUARD;
                 break;
             }
-            status = fsst_chunk(data.buf, data.len, base, width, first, c, table.buf, ends + k,
+            status = fsst_chunk(data.buf, data.len, base, width, first, c, sym, len, ends + k,
                                 out.buf, room, &o, &s, &detail);
             if (status == FULL) {
                 put64(&state, 0, i), put64(&state, 1, s), put64(&state, 2, k);

@@ -35,9 +35,9 @@ class SymbolTable:
 
     @cached_property
     def decoding(self) -> np.ndarray:
-        """The decoder's one lookup table, uint8 (256 * 16,): per code byte its symbol's 8
-        bytes (stored at once whatever the length), then its length at byte 8, 0 for the
-        escape and unused codes (one table rather than two: one cache line per code)."""
+        """The table `_kernels.fsst_expand` takes, uint8 (256 * 16,): per code byte its
+        symbol's 8 bytes (stored at once whatever the length), then its length at byte 8, 0
+        for the escape and unused codes (the kernel splits it into symbols and lengths)."""
         out = np.zeros((256, 16), dtype=np.uint8)
         out[:, :8] = self.symbols
         out[: self.n_symbols, 8] = self.lengths[: self.n_symbols]

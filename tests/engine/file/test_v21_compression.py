@@ -707,6 +707,62 @@ def test_fsst_decode_round_trip(symbols, strings):
     assert got.to_pylist() == strings
 
 
+_CODE = st.one_of(st.integers(0, 254), st.tuples(st.just(255), st.integers(0, 255)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.binary(min_size=1, max_size=8), min_size=1, max_size=255),
+    st.lists(st.lists(_CODE, max_size=40), min_size=1, max_size=12),
+    st.sampled_from(["valid", "unused code", "trailing escape"]),
+    st.integers(0, 1 << 16),
+)
+def test_fsst_code_runs_with_escapes_and_corruption(symbols, strings, damage, at):
+    """Codes are decoded eight at a time where none is an escape or unused: any code sequence
+    (symbols, escapes of any byte, 0xff literals) decodes as the code-by-code reference, and an
+    unused code or a string's last byte escaping nothing is refused wherever it falls."""
+    n = len(symbols)
+    coded = [
+        [c % n if isinstance(c, int) else c for c in codes] if n < 255 else codes
+        for codes in strings
+    ]
+    if damage == "unused code" and n < 255:
+        codes = coded[at % len(coded)]
+        codes += [0] * 16  # long enough for the bad code to fall in a run of eight
+        codes.insert(at % (len(codes) + 1), n + at % (255 - n))
+    elif damage == "trailing escape":
+        coded[at % len(coded)].append(255)
+    else:
+        damage = "valid"
+    raw = [
+        b"".join(bytes(c) if isinstance(c, tuple) else bytes([c]) for c in codes) for codes in coded
+    ]
+    col = pa.array(raw, pa.large_binary())
+    offsets = np.frombuffer(col.buffers()[1], np.int64)[: len(col) + 1]
+    data = np.frombuffer(col.buffers()[2] or b"", np.uint8)
+    enc = pb.CompressiveEncoding(
+        fsst=pb.Fsst(
+            symbol_table=fsst_table(symbols),
+            values=pb.CompressiveEncoding(variable=pb.Variable(offsets=flat(32))),
+        )
+    )
+    out, sizes = encode_variable_chunks(offsets, data, np.array([len(raw)]), 32)
+    chunks = [chunks_of(out, sizes, [len(raw)])]
+    if damage == "valid":
+        want = [
+            b"".join(bytes([c[1]]) if isinstance(c, tuple) else symbols[c] for c in codes)
+            for codes in coded
+        ]
+        assert decode_chunks(enc, chunks, "mb").to_pylist() == want
+        assert decode_fullzip_variable(enc, offsets, data, "fz").to_pylist() == want
+    else:
+        match = "ends with an escape" if damage == "trailing escape" else "FSST code"
+        with pytest.raises(CorruptFileError, match=match):
+            decode_chunks(enc, chunks, "mb")
+        with pytest.raises(CorruptFileError, match=match):
+            decode_fullzip_variable(enc, offsets, data, "fz")
+
+
 # -- corrupt and unsupported input -----------------------------------------------------------
 def inline(bits: int) -> pb.CompressiveEncoding:
     return pb.CompressiveEncoding(
