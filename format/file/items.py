@@ -7,6 +7,8 @@ scan's decoding); `_kernels.take_items` copies each short item with one 16-byte 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 
@@ -16,35 +18,56 @@ from format import _kernels
 _INT32_END = (1 << 31) - 1
 
 
-def take_items(items: pa.Array, idx: np.ndarray, *, base: int = 0) -> pa.Array:
-    """Rows `items[idx - base]` (null where `idx < base`), of the items' type.
+@dataclass(frozen=True)
+class ItemTable:
+    """A dictionary's string items laid out for `_kernels.take_items`, once per page: their
+    int64 bounds, and their bytes with 16 to spare (every item is copied by one 16-byte
+    store)."""
 
-    `idx` holds unsigned integers below `len(items) + base` (callers check that first: an
-    index beyond them is corruption, named by the caller)."""
+    type: pa.DataType
+    count: int
+    bounds: np.ndarray
+    data: np.ndarray
+    widest: int
+
+
+def item_table(items: pa.Array) -> ItemTable | None:
+    """The items' table, or None where the compiled loop does not apply (nulls among the
+    items, 64-bit offsets, non-string types, no items): Arrow's `take` then gathers."""
     t = items.type
-    fast = (pa.types.is_string(t) or pa.types.is_binary(t)) and len(items) and not items.null_count
-    if not fast or idx.dtype.kind != "u":
-        return _arrow_take(items, idx, base)
-    idx = np.ascontiguousarray(idx)
+    if not (pa.types.is_string(t) or pa.types.is_binary(t)) or not len(items) or items.null_count:
+        return None
     bounds = np.frombuffer(
         items.buffers()[1], dtype=np.int32, count=len(items) + 1, offset=4 * items.offset
-    )
-    bounds = bounds.astype(np.int64)
-    if len(idx) * int(np.diff(bounds).max()) > _INT32_END:  # may overflow: Arrow's error
-        return _arrow_take(items, idx, base)
-    # the items' bytes with 16 to spare, so that every item is copied by one 16-byte store
+    ).astype(np.int64)
     data = np.zeros(int(bounds[-1]) + 16, dtype=np.uint8)
     raw = items.buffers()[2]
     if raw is not None:
         data[: int(bounds[-1])] = np.frombuffer(raw, dtype=np.uint8, count=int(bounds[-1]))
+    return ItemTable(t, len(items), bounds, data, int(np.diff(bounds).max()))
+
+
+def take_items(
+    items: pa.Array, idx: np.ndarray, *, base: int = 0, table: ItemTable | None = None
+) -> pa.Array:
+    """Rows `items[idx - base]` (null where `idx < base`), of the items' type; `table` is
+    `item_table(items)` when the caller keeps it across calls.
+
+    `idx` holds unsigned integers below `len(items) + base` (callers check that first: an
+    index beyond them is corruption, named by the caller)."""
+    if table is None:
+        table = item_table(items)
+    if table is None or idx.dtype.kind != "u" or len(idx) * table.widest > _INT32_END:
+        return _arrow_take(items, idx, base)  # (past int32 offsets: Arrow's error)
+    idx = np.ascontiguousarray(idx)
     ends = np.empty(len(idx) + 1, dtype=np.int32)
-    out = _kernels.take_items(bounds, data, idx, idx.itemsize, base, ends)
+    out, nulls = _kernels.take_items(table.bounds, table.data, idx, idx.itemsize, base, ends)
     validity = None
-    if base:
-        null = idx < base
-        if null.any():
-            validity = pa.py_buffer(np.packbits(~null, bitorder="little"))
-    return pa.Array.from_buffers(t, len(idx), [validity, pa.py_buffer(ends), pa.py_buffer(out)])
+    if nulls:
+        validity = pa.py_buffer(np.packbits(idx >= base, bitorder="little"))
+    return pa.Array.from_buffers(
+        table.type, len(idx), [validity, pa.py_buffer(ends), pa.py_buffer(out)], null_count=nulls
+    )
 
 
 def _arrow_take(items: pa.Array, idx: np.ndarray, base: int) -> pa.Array:

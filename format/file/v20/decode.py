@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from format.errors import CorruptFileError, UnsupportedFeatureError
-from format.file.items import take_items
+from format.file.items import ItemTable, take_items
 from format.file.types import fixed_bits
 from format.proto import encodings_v2_0_pb2 as pb
 
@@ -347,9 +347,15 @@ def _dictionary(enc: pb.ArrayEncoding, n: int, t: pa.DataType, ctx: PageContext)
 
 
 def dictionary_values(
-    idx: np.ndarray, idx_valid: np.ndarray | None, items: pa.Array, t: pa.DataType, ctx: PageContext
+    idx: np.ndarray,
+    idx_valid: np.ndarray | None,
+    items: pa.Array,
+    t: pa.DataType,
+    ctx: PageContext,
+    table: ItemTable | None = None,
 ) -> pa.Array:
-    """Rows of a `Dictionary` page from their indices and the page's decoded items."""
+    """Rows of a `Dictionary` page from their indices and the page's decoded items (`table`:
+    their `item_table`, when the caller keeps it for the page's next rows)."""
     n = len(idx)
     num_items = len(items)
     as_dict = pa.types.is_dictionary(t)
@@ -368,7 +374,7 @@ def dictionary_values(
         raise ctx.corrupt(f"dictionary index {int(idx.max())} > {num_items} items")
     if idx_valid is not None:
         idx = np.where(idx_valid, idx, 0).astype(idx.dtype, copy=False)
-    return take_items(items, idx, base=1)
+    return take_items(items, idx, base=1, table=table)
 
 
 def _packed_struct(enc: pb.ArrayEncoding, n: int, t: pa.DataType, ctx: PageContext) -> pa.Array:

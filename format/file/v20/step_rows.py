@@ -21,7 +21,9 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
+from format import _kernels
 from format.errors import LanceError
+from format.file.items import ItemTable, item_table
 from format.file.types import fixed_bits
 from format.file.v20 import decode as v20
 from format.file.v20 import random_access as ra
@@ -84,13 +86,17 @@ class _Binary(StepRows):
         self.off_pos, self.off_width, self.off_dtype = _uints(flat, locations)
         self.data_loc = data_loc
         self.adjustment = int(b.null_adjustment)
+        large = pa.types.is_large_string(t) or pa.types.is_large_binary(t)
+        self.offset_dtype = np.dtype(np.int64 if large else np.int32)
 
     def _rows(self, start: int, stop: int) -> ra.Plan:
         first = start - 1 if start else 0  # the end of the row before, unless it is row 0
         w = self.off_width
         (raw_bytes,) = yield [(self.off_pos + first * w, (stop - first) * w)]
-        raw = np.frombuffer(raw_bytes, dtype=self.off_dtype)
-        if self.adjustment and int(raw.max()) >= self.adjustment:  # nulls: the general path
+        # Arrow's offsets straight from the stored ends, checked in the same pass
+        offsets = np.empty(stop - start + 1, dtype=self.offset_dtype)
+        status, prev, last = _kernels.rebase_ends(raw_bytes, w, start > 0, self.adjustment, offsets)
+        if status == _kernels.NULL_ENDS:  # nulls: the general path
             have = np.array([first], np.int64)
             return (
                 yield from ra._binary(
@@ -106,17 +112,16 @@ class _Binary(StepRows):
                     self.ctx,
                 )
             )
-        prev = int(raw[0]) if start else 0
-        ends = raw[1:] if start else raw
-        if int(ends[0]) < prev:  # the rest is checked by _var_array
+        if status == _kernels.DECREASING:
             raise self.ctx.corrupt("string offsets decrease")
-        last = int(ends.max())
+        if status == _kernels.TOO_WIDE:
+            raise self.ctx.unsupported(f"{last} bytes of {self.t} in one page (use a large_ type)")
         pos, size = self.data_loc
         if last > size:
             raise self.ctx.corrupt(f"string offsets reach {last} but only {size} bytes exist")
         (data,) = yield [(pos + prev, last - prev)]
-        rebased = (ends - ends.dtype.type(prev)).astype(np.int64, copy=False)
-        return v20._var_array(self.t, rebased, data, None, self.ctx)
+        buffers = [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+        return pa.Array.from_buffers(self.t, stop - start, buffers, null_count=0)
 
 
 class _Dictionary(StepRows):
@@ -134,6 +139,7 @@ class _Dictionary(StepRows):
         self.d, self.used, self.locations, self.t, self.ctx = d, used, locations, t, ctx
         self.idx_pos, self.idx_width, self.idx_dtype = _uints(flat, locations)
         self.items: pa.Array | None = None
+        self.table: ItemTable | None = None  # the items laid out for gathering, once
 
     def _rows(self, start: int, stop: int) -> ra.Plan:
         w = self.idx_width
@@ -148,11 +154,13 @@ class _Dictionary(StepRows):
             self.items = v20.decode_array(
                 self.d.items, int(self.d.num_dictionary_items), t, items_ctx
             )
+            if not pa.types.is_dictionary(self.t):
+                self.table = item_table(self.items)
             raw = blobs[0]
         else:
             (raw,) = yield want
         idx = np.frombuffer(raw, dtype=self.idx_dtype)
-        return v20.dictionary_values(idx, None, self.items, self.t, self.ctx)
+        return v20.dictionary_values(idx, None, self.items, self.t, self.ctx, self.table)
 
 
 def prepare(

@@ -82,7 +82,10 @@ def test_the_kernel_refuses_what_it_was_not_given() -> None:
     data = np.zeros(5 + 16, dtype=np.uint8)
     ends = np.empty(3, dtype=np.int32)
     ok = np.array([1, 0], dtype=np.uint8)
-    assert len(_kernels.take_items(bounds, data, ok, 1, 0, ends)) == 5 + 16
+    out, nulls = _kernels.take_items(bounds, data, ok, 1, 0, ends)
+    assert len(out) == 5 + 16 and nulls == 0
+    out, nulls = _kernels.take_items(bounds, data, ok, 1, 1, ends)  # index 0: a null row
+    assert nulls == 1 and ends.tolist() == [0, 3, 3]
     with pytest.raises(ValueError):
         _kernels.take_items(bounds, data, np.array([2, 0], np.uint8), 1, 0, ends)
     with pytest.raises(ValueError):
