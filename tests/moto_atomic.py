@@ -1,4 +1,4 @@
-"""moto's S3 server with S3's atomic conditional writes.
+"""moto's S3 server on loopback, with S3's atomic conditional writes (`moto_s3`).
 
 moto answers `PUT` with `If-None-Match: *` by looking the key up and then storing the
 object, two steps that two requests racing on one key in its threaded server can
@@ -9,11 +9,16 @@ moto's handling of object PUTs.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
+import socket
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from moto.s3.responses import S3Response
+from moto.server import ThreadedMotoServer
 
 _PUTS = threading.Lock()
 
@@ -31,3 +36,30 @@ def make_object_puts_atomic() -> None:
 
     put_object.quiver_atomic = True  # type: ignore[attr-defined]
     S3Response.put_object = put_object  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def moto_s3(bucket: str) -> Iterator[str]:
+    """A moto S3 server on a free loopback port, its object PUTs atomic, holding the empty
+    bucket `bucket`; yields its endpoint URL and stops the server on exit."""
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    make_object_puts_atomic()  # as S3 is: one conditional create of a key wins
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        import boto3
+
+        boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        ).create_bucket(Bucket=bucket)
+        yield endpoint
+    finally:
+        server.stop()

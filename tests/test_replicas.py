@@ -8,7 +8,6 @@ replica goes away in the middle of a stream reads the rest of the ticket from th
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import socket
@@ -27,10 +26,10 @@ import pyarrow.compute as pc
 import pytest
 
 pytest.importorskip("s3fs")
-moto_server = pytest.importorskip("moto.server")
+pytest.importorskip("moto.server")
 
 import pyarrow.flight as fl  # noqa: E402
-from moto_atomic import make_object_puts_atomic  # noqa: E402
+from moto_atomic import moto_s3  # noqa: E402
 
 from clients import Client  # noqa: E402
 from clients.errors import CommitConflict  # noqa: E402
@@ -47,24 +46,9 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[str]:
-    """A moto S3 server on a free loopback port with the bucket `replicas`."""
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    port = _free_port()
-    make_object_puts_atomic()  # as S3 is: one conditional create of a key wins
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    import boto3
-
-    boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        region_name="us-east-1",
-    ).create_bucket(Bucket="replicas")
-    yield endpoint
-    server.stop()
+    """A moto S3 server with the bucket `replicas`."""
+    with moto_s3("replicas") as endpoint:
+        yield endpoint
 
 
 class Replica:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
-import socket
 import threading
 import uuid
 from collections.abc import Iterator
@@ -15,48 +13,26 @@ import pyarrow.compute as pc
 import pytest
 
 pytest.importorskip("s3fs")
-moto_server = pytest.importorskip("moto.server")
+pytest.importorskip("moto.server")
 
 import lance  # noqa: E402
 import pyarrow.flight as fl  # noqa: E402
-from moto_atomic import make_object_puts_atomic  # noqa: E402
+from moto_atomic import moto_s3  # noqa: E402
 
 from format.dataset import dataset, write_dataset  # noqa: E402
 from format.errors import UnsupportedFeatureError  # noqa: E402
 from format.io.store import ObjectStore, _RemoteUpload, open_store  # noqa: E402
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def s3() -> Iterator[dict[str, Any]]:
-    """A moto S3 server on a free loopback port; yields storage options for it."""
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    port = _free_port()
-    make_object_puts_atomic()  # as S3 is: one conditional create of a key wins
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    import boto3
-
-    client = boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        region_name="us-east-1",
-    )
-    client.create_bucket(Bucket="bucket")
-    yield {
-        "key": "testing",
-        "secret": "testing",
-        "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
-    }
-    server.stop()
+    """A moto S3 server with the bucket `bucket`; yields storage options for it."""
+    with moto_s3("bucket") as endpoint:
+        yield {
+            "key": "testing",
+            "secret": "testing",
+            "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
+        }
 
 
 def _uri(name: str) -> str:
