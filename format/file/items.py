@@ -25,7 +25,6 @@ class ItemTable:
     store)."""
 
     type: pa.DataType
-    count: int
     bounds: np.ndarray
     data: np.ndarray
     widest: int
@@ -44,7 +43,7 @@ def item_table(items: pa.Array) -> ItemTable | None:
     raw = items.buffers()[2]
     if raw is not None:
         data[: int(bounds[-1])] = np.frombuffer(raw, dtype=np.uint8, count=int(bounds[-1]))
-    return ItemTable(t, len(items), bounds, data, int(np.diff(bounds).max()))
+    return ItemTable(t, bounds, data, int(np.diff(bounds).max()))
 
 
 def take_items(

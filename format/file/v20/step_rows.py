@@ -83,7 +83,7 @@ class _Binary(StepRows):
         ctx: v20.PageContext,
     ) -> None:
         self.b, self.flat, self.t, self.ctx = b, flat, t, ctx
-        self.off_pos, self.off_width, self.off_dtype = _uints(flat, locations)
+        self.off_pos, self.off_width, _ = _uints(flat, locations)
         self.data_loc = data_loc
         self.adjustment = int(b.null_adjustment)
         large = pa.types.is_large_string(t) or pa.types.is_large_binary(t)
