@@ -171,7 +171,8 @@ class _MetaCache:
             self._evict()
 
     def charge(self, meta: _FileMeta, weight: int) -> None:
-        """`meta` parsed `weight` more (pages and columns): count it, evict if over."""
+        """`meta` parsed `weight` more (pages and columns; negative when it dropped some):
+        count it, evict if over."""
         with self._lock:
             meta.weight += weight
             if self._entries.get(meta.key) is meta:
@@ -384,10 +385,8 @@ class V2Container:
             msg = any_pb2.Any.FromString(bytes(raw))
         except DecodeError as e:
             raise self.corrupt(f"{what}: bad deferred encoding: {e}") from None
-        if len(self._deferred) > 4096:
-            self._deferred.clear()
-        self._deferred[ref.deferred] = out = EncodingRef(msg.type_url, msg.value)
-        METADATA_CACHE.charge(self._meta, 1)
+        out = EncodingRef(msg.type_url, msg.value)
+        self._remember(self._deferred, ref.deferred, out)
         return out
 
     def page_message(self, page: Page, message: type[M], where: str, reader: str) -> M:
@@ -407,11 +406,17 @@ class V2Container:
                 parsed = message.FromString(raw)
             except DecodeError as e:
                 raise self.corrupt(f"{where}: bad {message.DESCRIPTOR.name}: {e}") from None
-            if len(self._messages) > 4096:
-                self._messages.clear()
-            self._messages[key] = parsed
-            METADATA_CACHE.charge(self._meta, 1)
+            self._remember(self._messages, key, parsed)
         return parsed  # type: ignore[return-value]
+
+    def _remember(self, parsed: dict, key: object, value: object) -> None:
+        """Keep one more parsed message in the file's shared metadata, starting that table
+        afresh past 4096 entries; the cache counts what the tables hold."""
+        if len(parsed) > 4096:
+            METADATA_CACHE.charge(self._meta, -len(parsed))
+            parsed.clear()
+        parsed[key] = value
+        METADATA_CACHE.charge(self._meta, 1)
 
     def _parse_column(self, index: int, raw: bytes) -> ColumnInfo:
         what = f"column {index}"

@@ -89,3 +89,17 @@ def test_the_process_cache_stays_within_its_weight(tmp_path: Path):
         dataset(str(tmp_path / f"d{i}")).to_table()
     assert 0 < cache._weight <= cache.max_weight
     assert cache._weight == sum(m.weight for m in cache._entries.values())
+
+
+def test_a_message_table_started_afresh_gives_its_weight_back(data_file: Path):
+    """Past 4096 parsed messages a file's table starts afresh: the cache's count of what the
+    file holds drops with it, rather than counting the dropped messages for ever."""
+    reader = _container(data_file)
+    meta = reader._meta
+    before = meta.weight - len(reader._messages)
+    for i in range(5000):
+        reader._remember(reader._messages, ("test", i), object())
+    assert len(reader._messages) == 5000 - 4097
+    assert meta.weight == before + len(reader._messages)
+    cache = container.METADATA_CACHE
+    assert cache._weight == sum(m.weight for m in cache._entries.values())
