@@ -1,4 +1,4 @@
-"""Dictionary items gathered row by row (the 2.0 reader's dictionary pages).
+"""Dictionary items gathered row by row (string dictionary pages of 2.0 and 2.1+ files).
 
 Dictionary pages store each row as an index into a page's items. Arrow's `take` rebuilds
 string rows at ~5 ns each (the benchmark's low-cardinality column: a quarter of a 2.0 full
@@ -30,15 +30,26 @@ class ItemTable:
     widest: int
 
 
-def item_table(items: pa.Array) -> ItemTable | None:
-    """The items' table, or None where the compiled loop does not apply (nulls among the
-    items, 64-bit offsets, non-string types, no items): Arrow's `take` then gathers."""
-    t = items.type
-    if not (pa.types.is_string(t) or pa.types.is_binary(t)) or not len(items) or items.null_count:
+def item_table(items: pa.Array, as_type: pa.DataType | None = None) -> ItemTable | None:
+    """The items' table, gathering rows of `as_type` (the items' own type by default; a
+    string or binary type with 32-bit offsets), or None where the compiled loop does not
+    apply (nulls among the items, 64-bit row offsets, non-string types, no items): Arrow's
+    `take` then gathers."""
+    t = items.type if as_type is None else as_type
+    large = pa.types.is_large_string(items.type) or pa.types.is_large_binary(items.type)
+    narrow = pa.types.is_string(items.type) or pa.types.is_binary(items.type)
+    if not (pa.types.is_string(t) or pa.types.is_binary(t)) or not (large or narrow):
+        return None
+    if not len(items) or items.null_count:
         return None
     bounds = np.frombuffer(
-        items.buffers()[1], dtype=np.int32, count=len(items) + 1, offset=4 * items.offset
+        items.buffers()[1],
+        dtype=np.int64 if large else np.int32,
+        count=len(items) + 1,
+        offset=(8 if large else 4) * items.offset,
     ).astype(np.int64)
+    if int(bounds[-1]) > _INT32_END:
+        return None
     data = np.zeros(int(bounds[-1]) + 16, dtype=np.uint8)
     raw = items.buffers()[2]
     if raw is not None:
@@ -49,8 +60,9 @@ def item_table(items: pa.Array) -> ItemTable | None:
 def take_items(
     items: pa.Array, idx: np.ndarray, *, base: int = 0, table: ItemTable | None = None
 ) -> pa.Array:
-    """Rows `items[idx - base]` (null where `idx < base`), of the items' type; `table` is
-    `item_table(items)` when the caller keeps it across calls.
+    """Rows `items[idx - base]` (null where `idx < base`), of the items' type (or the type
+    `table` was made for); `table` is `item_table(items)` when the caller keeps it across
+    calls.
 
     `idx` holds unsigned integers below `len(items) + base` (callers check that first: an
     index beyond them is corruption, named by the caller)."""

@@ -44,6 +44,8 @@ from format.file.v21.constant import decode_constant
 from format.file.v21.fullzip import decode_fullzip
 from format.file.v21.miniblock import decode_miniblock
 from format.file.v21.page import DecodedPage, PageWhere
+from format.file.v21.steps import MiniBlockSteps
+from format.file.v21.steps import prepare as prepare_steps
 from format.file.v21.take import (
     MiniBlockIndex,
     miniblock_index,
@@ -67,6 +69,8 @@ class _Column:
     leaf_type: pa.DataType
     cache: dict[int, pa.Array] = field(default_factory=dict)  # small pages decoded whole
     indexes: dict[int, MiniBlockIndex] = field(default_factory=dict)  # mini-block pages
+    # mini-block pages' prepared readers of runs of rows (None: not preparable)
+    steps: dict[int, MiniBlockSteps | None] = field(default_factory=dict)
 
     @cached_property
     def starts(self) -> list[int]:
@@ -75,7 +79,7 @@ class _Column:
 
     def forget_except(self, pages: Sequence[int]) -> None:
         """Drop the decoded pages and page indexes of every page but `pages`."""
-        for held in (self.cache, self.indexes):
+        for held in (self.cache, self.indexes, self.steps):
             for k in [k for k in held if k not in pages]:
                 del held[k]
 
@@ -319,8 +323,27 @@ class StructuralFileReader(DataFileReader):
         return index
 
     def _range_plan(self, col: _Column, k: int, lo: int, hi: int) -> ra.Plan:
-        """Local rows [lo, hi) of page k as a path array, fetching only what they need."""
-        return self._page_plan(col, k, (lo, hi))
+        """Local rows [lo, hi) of page k as a path array, fetching only what they need: by
+        the page's prepared reader of runs of rows where it has one (`steps`)."""
+        steps = col.steps.get(k)
+        if steps is None and k not in col.steps:
+            steps = yield from self._prepare_steps(col, k)
+            col.steps[k] = steps
+        if steps is not None:
+            return (yield from steps.plan(lo, hi))
+        return (yield from self._page_plan(col, k, (lo, hi)))
+
+    def _prepare_steps(self, col: _Column, k: int) -> ra.Plan:
+        """Page k's prepared reader of runs of rows (its index fetched first), or None."""
+        where = PageWhere(self.path, f"{col.where} page {k}")
+        with self._guard(where.page):
+            layout = self._layout(col, k)
+            if layout.WhichOneof("layout") != "mini_block_layout":
+                return None
+            ml = layout.mini_block_layout
+            self._check_chunk_grammar(ml, where)
+            index = yield from self._page_index(col, k, ml, where)
+            return prepare_steps(ml, index, col.path, col.leaf_type, where)
 
     def _take_plan(self, col: _Column, k: int, rows: np.ndarray) -> ra.Plan:
         """Rows `rows` (local, sorted) of page k as a path array."""

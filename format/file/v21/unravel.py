@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from format.errors import CorruptFileError, UnsupportedFeatureError
-from format.file.items import take_items
+from format.file.items import ItemTable, item_table, take_items
 from format.file.v21.layers import Layer, def_levels_owned, is_list, max_rep
 from format.file.v21.page import DecodedPage, PageWhere
 from format.table.schema import LanceField
@@ -81,8 +81,10 @@ def to_logical(
     valid: np.ndarray | None,
     dictionary: pa.Array | None,
     where: PageWhere,
+    table: ItemTable | None = None,
 ) -> pa.Array:
-    """Reinterpret physical visible values as type `t`, with validity `valid`."""
+    """Reinterpret physical visible values as type `t`, with validity `valid`; `table` is
+    the string dictionary's `item_table` when the caller keeps it for the page's next rows."""
     n = len(phys)
     if pa.types.is_dictionary(t):
         if dictionary is not None:
@@ -104,7 +106,7 @@ def to_logical(
             phys = pa.nulls(n)
         else:
             idx = _dictionary_indices(phys, valid, len(dictionary), where)
-            rows = _gathered_strings(dictionary, idx, t, valid)
+            rows = _gathered_strings(dictionary, idx, t, valid, table)
             if rows is not None:
                 return rows
             phys = dictionary.take(idx)
@@ -177,27 +179,29 @@ def to_logical(
 
 
 def _gathered_strings(
-    items: pa.Array, idx: pa.Array, t: pa.DataType, valid: np.ndarray | None
+    items: pa.Array,
+    idx: pa.Array,
+    t: pa.DataType,
+    valid: np.ndarray | None,
+    table: ItemTable | None,
 ) -> pa.Array | None:
     """Rows `items[idx]` of a string or binary column, gathered by the compiled kernel
     (`format.file.items`) straight into int32 offsets; None where Arrow's take must do
     it (large types, null items, items or rows that could overflow int32 offsets)."""
-    if not (pa.types.is_string(t) or pa.types.is_binary(t)):
-        return None
-    if not pa.types.is_large_binary(items.type) or items.null_count or idx.null_count:
+    if not (pa.types.is_string(t) or pa.types.is_binary(t)) or idx.null_count:
         return None
     if valid is not None and len(valid) != len(idx):
         return None  # the general path names the corruption
-    offs, data = _normalised_binary(items)
-    if int(offs[-1]) > _INT32_MAX or len(idx) * int(np.diff(offs).max()) > _INT32_MAX:
+    if table is None:
+        table = item_table(items, t)
+    if table is None or table.type != t or len(idx) * table.widest > _INT32_MAX:
         return None
     at = idx.to_numpy(zero_copy_only=False)
     if at.dtype.kind == "i":  # checked to lie in [0, len(items)) already
         at = at.view(at.dtype.str.replace("i", "u"))
-    items32 = pa.Array.from_buffers(
-        pa.binary(), len(items), [None, pa.py_buffer(offs.astype(np.int32)), data]
-    )
-    rows = take_items(items32, at)
+    rows = take_items(items, at, table=table)
+    if valid is None:
+        return rows
     return pa.Array.from_buffers(t, len(idx), [bitmap(valid), *rows.buffers()[1:]])
 
 
@@ -211,10 +215,9 @@ def _dictionary_indices(
         raise where.corrupt(f"dictionary indices of type {phys.type}")
     if not len(phys):
         return phys
-    lo, hi = pc.min_max(phys).values()
-    if lo.as_py() >= 0 and hi.as_py() < size:
-        return phys  # the common case: no copy, and take() accepts any integer width
     idx = phys.to_numpy(zero_copy_only=False)
+    if int(idx.min()) >= 0 and int(idx.max()) < size:
+        return phys  # the common case: no copy, and take() accepts any integer width
     bad = (idx < 0) | (idx >= size)
     if valid is not None:
         bad &= valid

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from format import _kernels
 from format.errors import CorruptFileError
-from format.file.items import take_items
+from format.file.items import item_table, take_items
 from format.file.v21.page import PageWhere
 from format.file.v21.unravel import to_logical
 
@@ -132,6 +132,9 @@ def test_v21_dictionary_pages_gather_as_arrows_take(
         want = pc.if_else(mask, pa.scalar(None, t), want)
     assert got.type == t
     assert got.equals(want)
+    # the same rows from a table kept for the page (a prepared step reader's)
+    kept = to_logical(idx, t, valid, items, where, item_table(items, t))
+    assert kept.type == t and kept.equals(want)
 
 
 def test_v21_dictionary_rows_that_could_overflow_int32_take_arrows_path() -> None:

@@ -675,12 +675,12 @@ def test_scan_keeps_only_the_pages_of_the_current_step(tmp_path, version):
     for arrays in reader.read(schema.fields, ranges, batch_size=128):
         cols = list(reader._columns.values())
         # a step spans at most two pages: decoded small pages plus mini-block page indexes
-        assert all(len(c.cache) + len(c.indexes) <= 2 for c in cols)
+        assert all(len(c.cache) + len(c.indexes) <= 2 and len(c.steps) <= 2 for c in cols)
         assert max(len(c.info.pages) for c in cols) >= 5
         pieces.append(arrays)
         steps += 1
     # only the page the read ended in stays (for a following step) until close
-    assert all(len(c.cache) + len(c.indexes) <= 1 for c in cols)
+    assert all(len(c.cache) + len(c.indexes) <= 1 and len(c.steps) <= 1 for c in cols)
     assert steps == len(list(split_ranges(ranges, 128)))
     ours = pa.Table.from_arrays(
         [pa.concat_arrays([p[i] for p in pieces]) for i in range(len(schema.fields))],
@@ -690,7 +690,7 @@ def test_scan_keeps_only_the_pages_of_the_current_step(tmp_path, version):
     expected = pa.concat_tables([full.slice(s, e - s) for s, e in ranges])
     assert_same_table(ours, expected, f"ranges {version}")
     reader.close()
-    assert all(not c.cache and not c.indexes for c in cols)
+    assert all(not c.cache and not c.indexes and not c.steps for c in cols)
 
 
 # -- hypothesis: random nested tables written by pylance -------------------------------------

@@ -1,0 +1,190 @@
+"""Prepared readers of runs of rows of 2.1+ mini-block pages (`format.file.v21.steps`): used
+for every mini-block page without lists, they read exactly what the general plan reads, and
+a scan through them reads what pylance reads."""
+
+from __future__ import annotations
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pytest
+from compare import assert_same_table
+
+from format.dataset import dataset
+from format.errors import CorruptFileError
+from format.file.parallel import run_plans
+from format.file.v21.reader import StructuralFileReader
+from format.file.v21.steps import MiniBlockSteps
+from format.io.store import open_store
+
+VERSIONS = ("2.1", "2.2")
+N = 6000
+
+
+def _table(n: int) -> pa.Table:
+    rng = np.random.default_rng(11)
+    words = ["", "a", "zürich", "日本語", "emoji 🎉", "x" * 40, "nul\x00byte"]
+    null = rng.random(n) < 0.2
+    short = [f"{words[i % 7]}{int(rng.integers(0, 10**6))}" for i in range(n)]
+    category = [words[i % 5] for i in range(n)]
+    return pa.table(
+        {
+            "id": pa.array(np.arange(n, dtype=np.int64)),
+            "nullable": pa.array(rng.integers(-(2**40), 2**40, n), mask=null),
+            "flag": pa.array(rng.random(n) < 0.5, mask=rng.random(n) < 0.1),
+            "x": pa.array(rng.standard_normal(n)),
+            "category": pa.array(category),
+            "category_nulls": pa.array(category, mask=null),
+            "text": pa.array(short, mask=rng.random(n) < 0.05),
+            "as_dict": pa.array(category).dictionary_encode(),
+            "vec": pa.FixedSizeListArray.from_arrays(
+                pa.array(rng.standard_normal(n * 8).astype(np.float32)), 8
+            ),
+            "point": pa.StructArray.from_arrays(
+                [
+                    pa.array(rng.integers(0, 100, n).astype(np.int32), mask=null[::-1].copy()),
+                    pa.array(short),
+                ],
+                names=["a", "b"],
+                mask=pa.array(rng.random(n) < 0.1),
+            ),
+            "tags": pa.array(
+                [[i, i + 1][: i % 3] if i % 11 else None for i in range(n)], pa.list_(pa.int32())
+            ),
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, bool], str]:
+    """The table written by pylance per version, in large pages and in many small ones."""
+    root = tmp_path_factory.mktemp("v21_steps")
+    out = {}
+    table = _table(N)
+    for version in VERSIONS:
+        for small in (False, True):
+            uri = str(root / f"{version}-{small}")
+            kw = {"max_page_bytes": 8192, "data_cache_bytes": 8192} if small else {}
+            lance.write_dataset(table, uri, data_storage_version=version, **kw)
+            out[version, small] = uri
+    return out
+
+
+def _reader(uri: str) -> tuple[StructuralFileReader, str]:
+    frag = lance.dataset(uri).get_fragments()[0]
+    (df,) = frag.data_files()
+    path = f"{uri}/data/{df.path}"
+    folder, name = path.rsplit("/", 1)
+    reader = StructuralFileReader(
+        open_store(folder).open(name),
+        list(df.fields),
+        list(df.column_indices),
+        path_for_errors=path,
+    )
+    return reader, path
+
+
+def _run(reader: StructuralFileReader, plan: object) -> object:
+    return run_plans([plan], reader._container.read_ranges, parallel=False)[0]
+
+
+def _ranges(rows: int, rng: np.random.Generator) -> list[tuple[int, int]]:
+    """Row ranges of a page: its ends, single rows, whole, and random spans."""
+    out = {(0, 1), (rows - 1, rows), (0, rows), (rows // 2, rows)}
+    for _ in range(40):
+        lo = int(rng.integers(0, rows))
+        out.add((lo, int(rng.integers(lo + 1, rows + 1))))
+        out.add((lo, min(rows, lo + int(rng.integers(1, 40)))))
+    return sorted(out)
+
+
+@pytest.mark.parametrize("small", [False, True], ids=["large-pages", "small-pages"])
+@pytest.mark.parametrize("version", VERSIONS)
+def test_prepared_steps_read_what_the_general_plan_reads(written, version, small):
+    uri = written[version, small]
+    reader, _ = _reader(uri)
+    schema = dataset(uri).lance_schema
+    rng = np.random.default_rng(5)
+    prepared = {}
+    for f, cols in reader._plan(schema.fields):
+        for col in cols:
+            for k, page in enumerate(col.info.pages):
+                kind = reader._layout(col, k).WhichOneof("layout")
+                steps = _run(reader, reader._prepare_steps(col, k))
+                lists = f.name == "tags"
+                # every mini-block page without lists is prepared, no other page is
+                assert (steps is not None) == (kind == "mini_block_layout" and not lists)
+                prepared[f.name] = prepared.get(f.name, False) or steps is not None
+                if steps is None:
+                    continue
+                assert isinstance(steps, MiniBlockSteps)
+                for lo, hi in _ranges(page.length, rng):
+                    got = _run(reader, steps.plan(lo, hi))
+                    want = _run(reader, reader._page_plan(col, k, (lo, hi)))
+                    assert got.type == want.type and len(got) == hi - lo
+                    assert got.equals(want), (f.name, k, lo, hi)
+    # the table reaches the prepared path with nulls, structs, dictionaries, strings, FSLs
+    assert {n for n, p in prepared.items() if p} >= {
+        "id",
+        "nullable",
+        "category",
+        "category_nulls",
+        "text",
+        "vec",
+        "point",
+    }
+    reader.close()
+
+
+@pytest.mark.parametrize("small", [False, True], ids=["large-pages", "small-pages"])
+@pytest.mark.parametrize("version", VERSIONS)
+def test_scans_in_steps_read_like_pylance(written, version, small):
+    uri = written[version, small]
+    ref = lance.dataset(uri).to_table()
+    for size in (13, 2048):
+        batches = list(dataset(uri).scanner(batch_size=size).to_batches())
+        assert all(b.num_rows <= size for b in batches)
+        assert_same_table(pa.Table.from_batches(batches), ref, f"{version} batch_size={size}")
+    projected = dataset(uri).to_table(columns=["point", "category"], filter="id % 3 = 1")
+    assert_same_table(
+        projected,
+        lance.dataset(uri).to_table(columns=["point", "category"], filter="id % 3 = 1"),
+        "projected and filtered",
+    )
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_chunk_header_past_its_chunk_is_corrupt_naming_the_page(tmp_path, version):
+    uri = str(tmp_path / "c")
+    lance.write_dataset(
+        pa.table({"a": pa.array(np.arange(50_000) * 7919 % 100_003)}),
+        uri,
+        data_storage_version=version,
+    )
+    reader, path = _reader(uri)
+    (col,) = reader._plan(dataset(uri).lance_schema.fields)[0][1]
+    data_pos, _ = col.info.pages[0].buffers[1]
+    reader.close()
+    width = 4 if version == "2.2" else 2
+    with open(path, "r+b") as fh:  # chunk 0: u16 levels, then its value buffer's size
+        fh.seek(data_pos + 2)
+        fh.write(b"\xff" * width)
+    with pytest.raises(CorruptFileError) as err:
+        dataset(uri).to_table(batch_size=1000)
+    msg = str(err.value)
+    assert "chunk 0: its buffers need" in msg
+    assert "column 0 (field 'a', id 0) page 0" in msg and path.rsplit("/", 1)[1] in msg
+
+
+def test_a_scan_holds_the_steps_of_its_current_pages_only(tmp_path):
+    uri = str(tmp_path / "k")
+    lance.write_dataset(_table(3000), uri, max_page_bytes=4096, data_cache_bytes=4096)
+    reader, _ = _reader(uri)
+    fields = dataset(uri).lance_schema.fields
+    for _ in reader.read(fields, [(0, 3000)], batch_size=256):
+        cols = list(reader._columns.values())
+        # a step holds the prepared readers of the pages it overlaps, no others
+        assert all(len(c.steps) <= 2 for c in cols)
+        assert any(c.steps for c in cols)
+    reader.close()
+    assert all(not c.steps and not c.indexes for c in cols)
