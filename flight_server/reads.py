@@ -307,6 +307,7 @@ class Reads:
             with_row_id=t.with_row_id,
             fragments=fragments,
             # a background thread decodes the next batch while this one is sent, one ahead
+            # (unless other streams keep the cores busy already: `readahead`)
             fragment_readahead=2,
             readahead_bytes=1,
             batch_bytes=BATCH_BYTES,

@@ -6,10 +6,16 @@ consumer works on the current one uses every core. Memory stays bounded in bytes
 items waiting in the queues hold at most `max_bytes` together (each producer may
 always queue one item, so the one the consumer waits for is never blocked), and
 closing the generator stops the producers.
+
+A scan that starts while other scans of the process already keep half the cores busy (a
+server streaming to several clients) reads in the caller's thread instead: its threads would
+only add GIL hand-offs. Four 2.0 full-scan streams on two cores: server CPU per pull 0.55 to
+0.51 s (11 interleaved rounds).
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -17,6 +23,9 @@ from typing import TypeVar
 
 T = TypeVar("T")
 _DONE = object()
+_CPUS = os.cpu_count() or 1
+_lock = threading.Lock()
+_running = 0  # ordered readaheads iterating now, process-wide (threaded or not)
 
 
 class _Bytes:
@@ -99,10 +108,29 @@ def ordered_readahead(
     """Yield every item of each producer's iterable, in order, running up to `readahead`
     producers concurrently, with at most `max_bytes` of items (by their `nbytes`) queued
     beyond one per producer. With readahead <= 1 everything runs in the caller's thread."""
-    if readahead <= 1:
-        for make in producers:
-            yield from make()
-        return
+    global _running
+    with _lock:
+        # Other scans already keep half the cores busy (a server streaming to several
+        # clients): threads would only add GIL hand-offs, so this one reads in the caller's.
+        crowded = _running >= max(1, _CPUS // 2)
+        _running += 1
+    try:
+        if readahead <= 1 or crowded:
+            for make in producers:
+                yield from make()
+        else:
+            yield from _threaded(producers, readahead, queue_size, max_bytes)
+    finally:
+        with _lock:
+            _running -= 1
+
+
+def _threaded(
+    producers: Iterable[Callable[[], Iterable[T]]],
+    readahead: int,
+    queue_size: int,
+    max_bytes: int | None,
+) -> Iterator[T]:
     stop = threading.Event()
     budget = _Bytes(max_bytes)
     pending = iter(producers)

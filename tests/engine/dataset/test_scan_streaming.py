@@ -19,7 +19,7 @@ from compare import assert_same_table
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from format.dataset import dataset
+from format.dataset import dataset, readahead
 from format.dataset.fragment import FragmentReader
 from format.dataset.readahead import ordered_readahead
 from format.dataset.scan import FILTER_STEP_BATCHES, _even_step, _output_batches
@@ -278,6 +278,33 @@ def test_readahead_holds_at_most_its_bytes():
     # produced-but-not-consumed items: the budget plus one item per running producer, plus the
     # one each producer has in hand while it waits for room
     assert state["peak"] <= 5000 + 2 * 3 * 1000, state["peak"]
+
+
+def test_a_readahead_runs_in_the_callers_thread_while_others_keep_the_cores_busy(monkeypatch):
+    """On two cores, a scan starting while another reads ahead runs its producers in the
+    caller's thread (more threads would only trade the GIL); once the others have ended,
+    scans read ahead in threads again."""
+    monkeypatch.setattr(readahead, "_CPUS", 2)
+    here = threading.current_thread()
+    seen: dict[str, set[threading.Thread]] = {}
+
+    def producer(tag: str):
+        def make():
+            for i in range(3):
+                seen.setdefault(tag, set()).add(threading.current_thread())
+                yield i
+
+        return make
+
+    first = ordered_readahead([producer("a"), producer("a")], readahead=2)
+    assert next(first) == 0
+    assert list(ordered_readahead([producer("b"), producer("b")], readahead=2)) == [0, 1, 2] * 2
+    assert seen["b"] == {here}
+    assert here not in seen["a"]
+    assert list(first) == [1, 2, 0, 1, 2]
+    assert list(ordered_readahead([producer("c")], readahead=2)) == [0, 1, 2]
+    assert here not in seen["c"]
+    assert readahead._running == 0
 
 
 def test_batches_sized_by_bytes_hold_fewer_wide_rows(uri: str):
