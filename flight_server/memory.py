@@ -3,12 +3,14 @@
 Data pages arrive as multi-megabyte buffers that live for one batch each. glibc raises its
 mmap threshold after the first such buffer is freed (up to 32 MiB) and serves the next ones
 from the heap, which then fragments and is not given back: a streaming server's RSS creeps
-up to several times its live memory. A fixed threshold of 16 MiB (twice a DoGet batch) keeps
-a batch's buffers in the heap, where the next batch reuses them, and only outsized ones on
-mmap, returned to the system when freed. Each fresh mapping costs page faults and zeroing:
-at 256 KiB the server spent more time in the kernel than decoding, and at 4 MiB a 2.2 full
-scan took 5 % more server CPU and twice the page faults, for a memory benchmark peak 20 MB
-lower (231 against 252 MB). The trim threshold is 32 MiB: at 16 MiB, freeing one batch's
+up to several times its live memory. A fixed threshold of 4 MiB keeps a step's smaller
+buffers (a column's few megabytes of a DoGet batch) in the heap, where the next step reuses
+them, and the larger ones on mmap, returned to the system when freed. Each fresh mapping
+costs page faults and zeroing: at 256 KiB the server spent more time in the kernel than
+decoding. At 16 MiB the heap also took the 2.2 vector column's 5 MB step buffers and
+fragmented around them: the memory benchmark peaked at 288-301 MB against 258-269 MB at
+4 MiB (three alternated runs each), for 13 % more server CPU per 2.2 full-scan pull (1.30
+to 1.47 s; still 1.25 of the pylance server) and none at 2.0. The trim threshold is 32 MiB: at 16 MiB, freeing one batch's
 buffers often left enough at the top of a heap to give back, and the next batch faulted the
 same pages in again (a 2.2 projection: ~5,000 page faults and 16 % more server CPU per
 pull). Every stream decodes in threads of its own, and glibc gives threads arenas of their
@@ -30,7 +32,7 @@ from collections.abc import Callable
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
-MMAP_THRESHOLD = 16 << 20
+MMAP_THRESHOLD = 4 << 20
 TRIM_THRESHOLD = 32 << 20
 ARENA_MAX = 2
 
