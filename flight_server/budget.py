@@ -61,10 +61,11 @@ class Lease:
 class MemoryBudget:
     """At most `limit` bytes held by admitted leases (None or 0: unlimited), FIFO admission."""
 
-    def __init__(self, limit: int | None) -> None:
+    def __init__(self, limit: int | None, on_active: Callable[[int], None] | None = None) -> None:
         if limit is not None and limit < 0:
             raise ValueError(f"a memory budget must be >= 0 bytes, not {limit}")
         self.limit = limit or None
+        self._on_active = on_active  # told the count of leases held, under the lock
         self._cond = threading.Condition()
         self._queue: deque[object] = deque()  # one token per waiting admit(), oldest first
         self._in_use = 0
@@ -144,6 +145,8 @@ class MemoryBudget:
         self._active += 1
         self._admitted_total += 1
         self._peak = max(self._peak, self._in_use)
+        if self._on_active is not None:
+            self._on_active(self._active)
         return Lease(self, nbytes)
 
     def _grow(self, lease: Lease, nbytes: int) -> None:
@@ -161,4 +164,6 @@ class MemoryBudget:
             lease._released = True
             self._in_use -= lease._nbytes
             self._active -= 1
+            if self._on_active is not None:
+                self._on_active(self._active)
             self._cond.notify_all()

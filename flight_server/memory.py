@@ -3,16 +3,18 @@
 Data pages arrive as multi-megabyte buffers that live for one batch each. glibc raises its
 mmap threshold after the first such buffer is freed (up to 32 MiB) and serves the next ones
 from the heap, which then fragments and is not given back: a streaming server's RSS creeps
-up to several times its live memory. A fixed threshold of 4 MiB keeps a step's smaller
-buffers (a column's few megabytes of a DoGet batch) in the heap, where the next step reuses
-them, and the larger ones on mmap, returned to the system when freed. Each fresh mapping
-costs page faults and zeroing: at 256 KiB the server spent more time in the kernel than
-decoding. At 16 MiB the heap also took the 2.2 vector column's 5 MB step buffers and
-fragmented around them: the memory benchmark peaked at 288-301 MB against 258-269 MB at
-4 MiB (three alternated runs each), for 13 % more server CPU per 2.2 full-scan pull (1.30
-to 1.47 s; still 1.25 of the pylance server) and none at 2.0. The trim threshold is 32 MiB: at 16 MiB, freeing one batch's
-buffers often left enough at the top of a heap to give back, and the next batch faulted the
-same pages in again (a 2.2 projection: ~5,000 page faults and 16 % more server CPU per
+up to several times its live memory. A threshold of our own keeps a step's buffers in the heap,
+where the next step reuses them, and outsized ones on mmap, returned to the system when
+freed. Each fresh mapping costs page faults and zeroing (at 256 KiB the server spent more
+time in the kernel than decoding), so the threshold follows the streams running
+(`streams_running`): 16 MiB (twice a DoGet batch) for a stream alone, 4 MiB while two or
+more run. A lone stream then reuses even a filter step's 8 MB column buffers (a 2.2
+one-row read: 48 against 62 ms of server CPU at 4 MiB). In a crowd, 16 MiB let the heaps
+take the 2.2 vector column's 5 MB step buffers and fragment around them: the memory
+benchmark peaked at 288-301 MB against 258-269 MB at 4 MiB (three alternated runs each),
+for 13 % less server CPU per 2.2 full-scan pull (1.30 against 1.47 s) and none at 2.0.
+The trim threshold is 32 MiB: at 16 MiB, freeing one batch's buffers often left enough at
+the top of a heap to give back, and the next batch faulted the same pages in again (a 2.2 projection: ~5,000 page faults and 16 % more server CPU per
 pull). Every stream decodes in threads of its own, and glibc gives threads arenas of their
 own (up to eight per core) that each keep what was freed in them: two arenas stop that
 creep. Arrow's allocations go through the same system allocator: pyarrow's (set here) and
@@ -32,17 +34,20 @@ from collections.abc import Callable
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
-MMAP_THRESHOLD = 4 << 20
+MMAP_THRESHOLD = 16 << 20  # a stream alone
+CROWD_MMAP_THRESHOLD = 4 << 20  # two or more streams at once
 TRIM_THRESHOLD = 32 << 20
 ARENA_MAX = 2
 
 
 _malloc_trim: Callable[[int], int] | None = None
+_mallopt: Callable[[int, int], int] | None = None
+_threshold = 0  # the mmap threshold set last
 
 
 def tune_allocator() -> bool:
     """Fix glibc's mmap and trim thresholds; returns False where there is no glibc."""
-    global _malloc_trim
+    global _malloc_trim, _mallopt, _threshold
     name = ctypes.util.find_library("c")
     if not name:
         return False
@@ -53,6 +58,7 @@ def tune_allocator() -> bool:
     except (OSError, AttributeError):
         return False
     ok = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+    _mallopt, _threshold = mallopt, MMAP_THRESHOLD
     ok &= bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
     ok &= bool(mallopt(_M_ARENA_MAX, ARENA_MAX))
     if ok:
@@ -61,6 +67,23 @@ def tune_allocator() -> bool:
         pa.set_memory_pool(pa.system_memory_pool())
     logging.getLogger("quiver").debug("allocator thresholds fixed: %s", ok)
     return ok
+
+
+def streams_running(active: int) -> None:
+    """Set glibc's mmap threshold for `active` running streams (see the module doc); the
+    caller serialises calls (the memory budget's lock), so the last count wins."""
+    global _threshold
+    if _mallopt is None:
+        return
+    threshold = CROWD_MMAP_THRESHOLD if active >= 2 else MMAP_THRESHOLD
+    if threshold != _threshold:
+        _mallopt(_M_MMAP_THRESHOLD, threshold)
+        _threshold = threshold
+
+
+def mmap_threshold() -> int:
+    """The mmap threshold set last (0 where `tune_allocator` found no glibc)."""
+    return _threshold
 
 
 def release_free_memory() -> None:

@@ -41,7 +41,7 @@ from flight_server.errors import (
     to_flight_error,
 )
 from flight_server.health import Drain
-from flight_server.memory import IdleTrim, release_free_memory, tune_allocator
+from flight_server.memory import IdleTrim, release_free_memory, streams_running, tune_allocator
 from flight_server.metrics import counting_sweep, instrument, record_call, watch_budget
 from flight_server.nearest import exchange as exchange_nearest
 from flight_server.protocol import (
@@ -150,7 +150,7 @@ class QuiverFlightServer(flight.FlightServerBase):
     ) -> None:
         self.drain = drain or Drain()  # draining state; its middleware counts running calls
         # what all DoGet streams together may hold (--memory-budget; 0: unlimited)
-        self.budget = budget or MemoryBudget(config.memory_budget)
+        self.budget = budget or MemoryBudget(config.memory_budget, streams_running)
         self._idle_trim = IdleTrim(lambda: self.budget.active == 0 and self.budget.waiting == 0)
         super().__init__(
             config.bind_location(),

@@ -17,6 +17,7 @@ import pyarrow.flight as fl
 import pytest
 from flight_helpers import AccessLog, assert_clean_error, start
 
+from flight_server import memory
 from flight_server.budget import Lease, MemoryBudget
 from flight_server.errors import Cancelled, Unavailable
 from flight_server.server import QuiverFlightServer
@@ -67,6 +68,37 @@ def test_admits_within_the_limit_at_once_and_counts() -> None:
     with b:
         pass
     assert (budget.in_use, budget.active, budget.peak) == (0, 0, 100)
+
+
+def test_the_budget_tells_each_change_of_running_streams() -> None:
+    seen: list[int] = []
+    budget = MemoryBudget(100, seen.append)
+    a = budget.admit(40)
+    b = budget.admit(40)
+    a.release()
+    a.release()  # a second release changes nothing, so tells nothing
+    b.grow_to(60)
+    b.release()
+    assert seen == [1, 2, 1, 0]
+
+
+def test_the_allocator_maps_big_buffers_while_streams_crowd() -> None:
+    """glibc's mmap threshold: 16 MiB for a stream alone (its buffers are reused from the
+    heap), 4 MiB while two or more run (big ones are given back when freed)."""
+    if not memory.tune_allocator():
+        pytest.skip("no glibc")
+    try:
+        budget = MemoryBudget(None, memory.streams_running)
+        first = budget.admit(1)
+        assert memory.mmap_threshold() == memory.MMAP_THRESHOLD == 16 << 20
+        second = budget.admit(1)
+        assert memory.mmap_threshold() == memory.CROWD_MMAP_THRESHOLD == 4 << 20
+        first.release()
+        assert memory.mmap_threshold() == 16 << 20
+        second.release()
+        assert memory.mmap_threshold() == 16 << 20
+    finally:
+        memory.streams_running(0)
 
 
 def test_unlimited_budget_never_waits() -> None:
