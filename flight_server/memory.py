@@ -3,23 +3,24 @@
 Data pages arrive as multi-megabyte buffers that live for one batch each. glibc raises its
 mmap threshold after the first such buffer is freed (up to 32 MiB) and serves the next ones
 from the heap, which then fragments and is not given back: a streaming server's RSS creeps
-up to several times its live memory. A threshold of our own keeps a step's buffers in the heap,
-where the next step reuses them, and outsized ones on mmap, returned to the system when
-freed. Each fresh mapping costs page faults and zeroing (at 256 KiB the server spent more
-time in the kernel than decoding), so the threshold follows the streams running
+up to several times its live memory. A threshold of our own keeps a step's buffers in the
+heap, where the next step reuses them, and outsized ones on mmap, returned to the system
+when freed. Each fresh mapping costs page faults and zeroing (at 256 KiB the server spent
+more time in the kernel than decoding), so the threshold follows the streams running
 (`streams_running`): 16 MiB (twice a DoGet batch) for a stream alone, 4 MiB while two or
-more run. A lone stream then reuses even a filter step's 8 MB column buffers (a 2.2
-one-row read: 48 against 62 ms of server CPU at 4 MiB). In a crowd, 16 MiB let the heaps
-take the 2.2 vector column's 5 MB step buffers and fragment around them: the memory
-benchmark peaked at 288-301 MB against 258-269 MB at 4 MiB (three alternated runs each),
-for 13 % less server CPU per 2.2 full-scan pull (1.30 against 1.47 s) and none at 2.0.
-The trim threshold is 32 MiB: at 16 MiB, freeing one batch's buffers often left enough at
-the top of a heap to give back, and the next batch faulted the same pages in again (a 2.2 projection: ~5,000 page faults and 16 % more server CPU per
-pull). Every stream decodes in threads of its own, and glibc gives threads arenas of their
-own (up to eight per core) that each keep what was freed in them: two arenas stop that
-creep. Arrow's allocations go through the same system allocator: pyarrow's (set here) and
-those of Arrow's C++ code, such as Flight's IPC writer (`flight_server.cli` asks for it
-before pyarrow loads). mimalloc, Arrow's default, keeps freed segments resident for reuse.
+more run. A lone stream then reuses even a filter step's 8 MB column buffers (a 2.2 one-row
+read: 48 against 62 ms of server CPU at 4 MiB). In a crowd, 16 MiB let the heaps take the
+2.2 vector column's 5 MB step buffers and fragment around them: the memory benchmark peaked
+at 288-301 MB against 258-269 MB at 4 MiB (three alternated runs each), for 13 % less server
+CPU per 2.2 full-scan pull (1.30 against 1.47 s) and none at 2.0. The trim threshold is 32
+MiB: at 16 MiB, freeing one batch's buffers often left enough at the top of a heap to give
+back, and the next batch faulted the same pages in again (a 2.2 projection: ~5,000 page
+faults and 16 % more server CPU per pull). Every stream decodes in threads of its own, and
+glibc gives threads arenas of their own (up to eight per core) that each keep what was freed
+in them: two arenas stop that creep. Arrow's allocations go through the same system
+allocator: pyarrow's (set here) and those of Arrow's C++ code, such as Flight's IPC writer
+(`flight_server.cli` asks for it before pyarrow loads). mimalloc, Arrow's default, keeps
+freed segments resident for reuse.
 """
 
 from __future__ import annotations
