@@ -19,6 +19,9 @@ from format.errors import CorruptFileError, InvalidInputError
 from format.table.schema import LanceField
 
 DEFAULT_BATCH_SIZE = 8192
+# What an unexpected Arrow / numpy failure on hostile bytes looks like: readers name it as
+# corruption of the file and page at fault.
+DECODE_ERRORS = (pa.ArrowException, ValueError, TypeError, IndexError, OverflowError)
 TOMBSTONE = -2  # a DataFile field id whose column was dropped
 
 

@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from format.errors import CorruptFileError, LanceError, UnsupportedFeatureError
 from format.file.base import (
+    DECODE_ERRORS,
     DEFAULT_BATCH_SIZE,
     DataFileReader,
     PageBreaks,
@@ -438,7 +439,7 @@ class V2FileReader(DataFileReader):
             yield
         except LanceError:
             raise
-        except (pa.ArrowException, ValueError, TypeError, IndexError, OverflowError) as e:
+        except DECODE_ERRORS as e:
             raise CorruptFileError(self.path, f"{where}: {e}") from None
 
     def _load(self, reqs: list[tuple[_Node, Ranges]]) -> list[list[_Split]]:

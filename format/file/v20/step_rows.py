@@ -23,14 +23,12 @@ import pyarrow as pa
 
 from format import _kernels
 from format.errors import LanceError
+from format.file.base import DECODE_ERRORS
 from format.file.items import ItemTable, item_table
 from format.file.types import fixed_bits
 from format.file.v20 import decode as v20
 from format.file.v20 import random_access as ra
 from format.proto import encodings_v2_0_pb2 as pb
-
-# What an unexpected Arrow / numpy failure on hostile bytes looks like (named as corruption).
-_DECODE_ERRORS = (pa.ArrowException, ValueError, TypeError, IndexError, OverflowError)
 
 
 class StepRows(ABC):
@@ -44,7 +42,7 @@ class StepRows(ABC):
             return (yield from self._rows(start, stop))
         except LanceError:
             raise
-        except _DECODE_ERRORS as e:
+        except DECODE_ERRORS as e:
             raise self.ctx.corrupt(str(e)) from None
 
     @abstractmethod

@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from format.errors import CorruptFileError, LanceError, UnsupportedFeatureError
 from format.file.base import (
+    DECODE_ERRORS,
     DEFAULT_BATCH_SIZE,
     DataFileReader,
     check_read_args,
@@ -309,7 +310,7 @@ class StructuralFileReader(DataFileReader):
             yield
         except LanceError:
             raise
-        except (pa.ArrowException, ValueError, TypeError, IndexError, OverflowError) as e:
+        except DECODE_ERRORS as e:
             raise CorruptFileError(self.path, f"{where}: {e}") from None
 
     def _page_index(self, col: _Column, k: int, ml: pb.MiniBlockLayout, where: PageWhere):

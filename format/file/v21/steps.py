@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from format.errors import LanceError
+from format.file.base import DECODE_ERRORS
 from format.file.items import ItemTable, item_table
 from format.file.v20 import random_access as ra
 from format.file.v21 import compression as cz
@@ -29,9 +30,6 @@ from format.file.v21.page import DecodedPage, PageWhere, levels_array
 from format.file.v21.take import MiniBlockIndex
 from format.proto import encodings_v2_1_pb2 as pb
 from format.table.schema import LanceField
-
-# What an unexpected Arrow / numpy failure on hostile bytes looks like (named as corruption).
-_DECODE_ERRORS = (pa.ArrowException, ValueError, TypeError, IndexError, OverflowError)
 
 
 class MiniBlockSteps:
@@ -71,7 +69,7 @@ class MiniBlockSteps:
             return (yield from self._rows(lo, hi))
         except LanceError:
             raise
-        except _DECODE_ERRORS as e:
+        except DECODE_ERRORS as e:
             raise self.where.corrupt(str(e)) from None
 
     def _rows(self, lo: int, hi: int) -> ra.Plan:
