@@ -22,13 +22,13 @@ from compare import assert_same_table
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import arrow_types, random_array
+from v21_files import one_file, open_reader
 
 from format.dataset import dataset
 from format.errors import CorruptFileError, LanceError, UnsupportedFeatureError
 from format.file.base import split_ranges
 from format.file.container import V2Container
 from format.file.v21.page import PageWhere
-from format.file.v21.reader import StructuralFileReader
 from format.io.store import Spans, open_store
 from format.proto import encodings_v2_1_pb2 as pb
 
@@ -494,19 +494,13 @@ def test_many_pages(tmp_path, version, name):
     _check(uri, f"{name} {version} many pages")
 
 
-def _one_file(uri: str) -> tuple[str, lance.fragment.DataFile]:
-    frag = lance.dataset(uri).get_fragments()[0]
-    (df,) = frag.data_files()
-    return f"{uri}/data/{df.path}", df
-
-
 def test_corrupt_chunk_metadata_names_file_column_and_page(tmp_path):
     uri = _write(
         str(tmp_path / "c"),
         pa.table({"a": pa.array(np.arange(5000)), "b": pa.array(np.arange(5000) * 3)}),
         "2.2",
     )
-    path, df = _one_file(uri)
+    path, df = one_file(uri)
     store = open_store(str(tmp_path / "c" / "data"))
     name = path.rsplit("/", 1)[1]
     with store.open(name) as f:
@@ -523,14 +517,8 @@ def test_corrupt_chunk_metadata_names_file_column_and_page(tmp_path):
 
 def test_unknown_page_layout_is_unsupported(tmp_path):
     uri = _write(str(tmp_path / "u"), pa.table({"a": pa.array(np.arange(10))}), "2.1")
-    path, df = _one_file(uri)
-    store = open_store(str(tmp_path / "u" / "data"))
-    reader = StructuralFileReader(
-        store.open(path.rsplit("/", 1)[1]),
-        list(df.fields),
-        list(df.column_indices),
-        path_for_errors=path,
-    )
+    path, df = one_file(uri)
+    reader = open_reader(path, df)
     where = PageWhere(path, "column 0 (field 'a', id 0) page 0")
     with pytest.raises(UnsupportedFeatureError, match="page layout"):
         reader._decode_layout(pb.PageLayout(), [], 10, where)
@@ -567,7 +555,7 @@ def test_take_reads_only_the_chunks_it_needs(tmp_path, monkeypatch):
         ours = dataset(uri).take(idx)
         monkeypatch.setattr(V2Container, "read_ranges", original)
         assert_same_table(ours, lance.dataset(uri).take(idx), f"take {version}")
-        path, _ = _one_file(uri)
+        path, _ = one_file(uri)
         data_bytes = sum(
             size
             for col in range(3)
@@ -598,7 +586,7 @@ def test_corrupt_pages_raise_corrupt_file_errors(tmp_path, version):
         }
     )
     uri = _write(str(tmp_path / "src"), table, version)
-    path, _ = _one_file(uri)
+    path, _ = one_file(uri)
     original = open(path, "rb").read()
     c = _container(path)
     spots = []
@@ -628,14 +616,9 @@ def test_corrupt_pages_raise_corrupt_file_errors(tmp_path, version):
 
 def test_unknown_compression_is_unsupported_naming_file_column_and_encoding(tmp_path):
     uri = _write(str(tmp_path / "u"), pa.table({"a": pa.array(np.arange(100))}), "2.2")
-    path, df = _one_file(uri)
-    folder, name = path.rsplit("/", 1)
-    reader = StructuralFileReader(
-        open_store(folder).open(name),
-        list(df.fields),
-        list(df.column_indices),
-        path_for_errors=path,
-    )
+    path, df = one_file(uri)
+    name = path.rsplit("/", 1)[1]
+    reader = open_reader(path, df)
     c = _container(path)
     page = c.column(0).pages[0]
     layout = pb.PageLayout.FromString(c.resolve(page.encoding, "t").value)
@@ -659,15 +642,9 @@ def test_scan_keeps_only_the_pages_of_the_current_step(tmp_path, version):
     """Streaming a many-page file holds at most the pages the current step overlaps, and
     sparse ranges skip the pages between them."""
     uri = _write(str(tmp_path / "m"), table_lists(N), version, batch_rows=300)
-    path, df = _one_file(uri)
-    folder, name = path.rsplit("/", 1)
+    path, df = one_file(uri)
     schema = dataset(uri).lance_schema
-    reader = StructuralFileReader(
-        open_store(folder).open(name),
-        list(df.fields),
-        list(df.column_indices),
-        path_for_errors=path,
-    )
+    reader = open_reader(path, df)
     cols = None
     steps = 0
     ranges = [(0, 700), (1500, 1510), (2900, N)]
@@ -792,7 +769,7 @@ def test_fsl_with_only_null_items(tmp_path, version):
         }
     )
     uri = _write(str(tmp_path / "f"), table, version)
-    c = _container(_one_file(uri)[0])
+    c = _container(one_file(uri)[0])
     layouts = {
         str(pb.PageLayout.FromString(c.resolve(p.encoding, "t").value).full_zip_layout)
         for col in range(c.num_columns)
@@ -874,16 +851,9 @@ def test_blob_v2_bytes_and_corrupt_descriptions(tmp_path):
         data_storage_version="2.2",
         allow_external_blob_outside_bases=True,
     )
-    path, df = _one_file(uri)
-    folder, name = path.rsplit("/", 1)
+    path, df = one_file(uri)
     fields = dataset(uri).lance_schema.fields
-    reader = StructuralFileReader(
-        open_store(folder).open(name),
-        list(df.fields),
-        list(df.column_indices),
-        path_for_errors=path,
-        blob_descriptions=False,
-    )
+    reader = open_reader(path, df, blob_descriptions=False)
     with pytest.raises(UnsupportedFeatureError, match="field 'blob': reading blob v2 bytes"):
         reader.take(fields[1:2], np.arange(3))
     c = _container(path)
@@ -957,7 +927,7 @@ def test_packed_struct_with_variable_width_children(tmp_path, batch_rows):
     table = table_packed_variable(1200)
     uri = _write(str(tmp_path / "p"), table, "2.2", batch_rows=batch_rows)
     used: set[str] = set()
-    c = _container(_one_file(uri)[0])
+    c = _container(one_file(uri)[0])
     pages = [len(c.column(col).pages) for col in range(c.num_columns)]
     assert min(pages) == 1 if batch_rows is None else min(pages) > 1, pages
     for col in range(c.num_columns):
@@ -982,17 +952,11 @@ def test_variable_packed_struct_is_refused_in_a_2_1_file(tmp_path):
     2.2 file relabelled 2.1 in its footer) is corrupt."""
     table = table_packed_variable(40).select(["short"])
     uri = _write(str(tmp_path / "p"), table, "2.2")
-    path, df = _one_file(uri)
+    path, df = one_file(uri)
     with open(path, "r+b") as fh:  # footer: ... u16 major, u16 minor, "LANC"
         fh.seek(-6, 2)
         fh.write((1).to_bytes(2, "little"))
-    folder, name = path.rsplit("/", 1)
-    reader = StructuralFileReader(
-        open_store(folder).open(name),
-        list(df.fields),
-        list(df.column_indices),
-        path_for_errors=path,
-    )
+    reader = open_reader(path, df)
     assert reader.version == "2.1"
     fields = dataset(uri).lance_schema.fields
     with pytest.raises(CorruptFileError, match="VariablePackedStruct is not part of the Lance 2.1"):

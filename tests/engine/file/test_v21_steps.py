@@ -9,13 +9,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from compare import assert_same_table
+from v21_files import one_file, open_reader
 
 from format.dataset import dataset
 from format.errors import CorruptFileError
 from format.file.parallel import run_plans
 from format.file.v21.reader import StructuralFileReader
 from format.file.v21.steps import MiniBlockSteps
-from format.io.store import open_store
 
 VERSIONS = ("2.1", "2.2")
 N = 6000
@@ -71,17 +71,8 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, bool], 
 
 
 def _reader(uri: str) -> tuple[StructuralFileReader, str]:
-    frag = lance.dataset(uri).get_fragments()[0]
-    (df,) = frag.data_files()
-    path = f"{uri}/data/{df.path}"
-    folder, name = path.rsplit("/", 1)
-    reader = StructuralFileReader(
-        open_store(folder).open(name),
-        list(df.fields),
-        list(df.column_indices),
-        path_for_errors=path,
-    )
-    return reader, path
+    path, df = one_file(uri)
+    return open_reader(path, df), path
 
 
 def _run(reader: StructuralFileReader, plan: object) -> object:
