@@ -18,16 +18,18 @@ import pyarrow.compute as pc
 
 from format.dataset import cleanup, compaction, evolution
 from format.dataset import take as _take
+from format.dataset import update as _update
 from format.dataset import write as _write
 from format.dataset.cleanup import CleanupStats
 from format.dataset.compaction import CompactionMetrics
 from format.dataset.core import DatasetCore
 from format.dataset.fragment import LanceFragment, fragment_of, fragments_of
+from format.dataset.merge_insert import MergeInsertBuilder
 from format.dataset.nearest import NearestSearch, nearest_table
+from format.dataset.row_changes import DEFAULT_CONFLICT_RETRIES, DEFAULT_RETRY_TIMEOUT
 from format.dataset.scan import Scanner
 from format.errors import (
     DatasetAlreadyExistsError,
-    InvalidInputError,
     UnsupportedFeatureError,
 )
 from format.index.scalar import catalog as _catalog
@@ -35,7 +37,6 @@ from format.io.store import ObjectStore, open_store
 from format.proto import table_pb2, transaction_pb2
 from format.table import versions as _versions
 from format.table.commit import commit_clone
-from format.table.deletion import write_deletion_file
 from format.table.manifest import Manifest
 from format.table.schema import LanceSchema
 from format.table.transaction import new_transaction
@@ -434,46 +435,51 @@ class LanceDataset:
         return max(max((f.id for f in self.lance_schema.walk()), default=-1), *in_files, -1)
 
     # -- mutations ----------------------------------------------------------------------
-    def delete(self, predicate: str) -> None:
-        """Delete the rows matching a SQL predicate, as one new version.
+    def delete(
+        self,
+        predicate: str | pc.Expression,
+        *,
+        conflict_retries: int = DEFAULT_CONFLICT_RETRIES,
+        retry_timeout: dt.timedelta = DEFAULT_RETRY_TIMEOUT,
+    ) -> dict[str, int]:
+        """Delete the rows matching a SQL predicate (or Expression), as one new version;
+        returns `{"num_deleted_rows": n}`, the rows this call deleted.
 
         Each touched fragment gets a deletion file holding its old and new deleted rows;
-        fragments left with no live row are dropped.
+        fragments left with no live row are dropped. A version is committed even when no
+        row matches, as pylance does.
         """
-        if not isinstance(predicate, str) or not predicate.strip():
-            raise InvalidInputError("delete needs a SQL predicate string")
-        updated, removed = [], []
-        scanner = self.scanner(columns=[], filter=predicate, with_row_address=True)
-        by_fragment: dict[int, list[np.ndarray]] = {}
-        for batch in scanner.to_batches():
-            addr = batch.column("_rowaddr").to_numpy()
-            for fid in np.unique(addr >> 32):
-                sel = addr[(addr >> 32) == fid] & 0xFFFFFFFF
-                by_fragment.setdefault(int(fid), []).append(sel)
-        for frag in self.get_fragments():
-            new = by_fragment.get(frag.fragment_id)
-            if not new:
-                continue
-            deleted = np.union1d(frag.deleted_offsets, np.concatenate(new))
-            if len(deleted) >= frag.physical_rows:
-                removed.append(frag.fragment_id)
-                continue
-            info = write_deletion_file(self._core.store, frag.fragment_id, self.version, deleted)
-            pb = table_pb2.DataFragment()
-            pb.CopyFrom(frag.metadata)
-            pb.deletion_file.CopyFrom(
-                table_pb2.DeletionFile(
-                    file_type=info.file_type,
-                    read_version=self.version,
-                    id=info.file_id,
-                    num_deleted_rows=info.num_deleted_rows,
-                )
-            )
-            updated.append(pb)
-        body = transaction_pb2.Transaction.Delete(
-            updated_fragments=updated, deleted_fragment_ids=removed, predicate=predicate
+        core, stats = _update.delete(
+            self._core, predicate, conflict_retries=conflict_retries, retry_timeout=retry_timeout
         )
-        self._advance(self._core.commit(new_transaction(self.version, "delete", body)))
+        self._advance(core)
+        return stats
+
+    def update(
+        self,
+        updates: dict[str, str],
+        where: str | pc.Expression | None = None,
+        *,
+        conflict_retries: int = DEFAULT_CONFLICT_RETRIES,
+        retry_timeout: dt.timedelta = DEFAULT_RETRY_TIMEOUT,
+    ) -> dict[str, int]:
+        """Set columns to SQL expressions on the rows matching `where` (all rows when
+        None), as one new version; returns `{"num_rows_updated": n}` (pylance's
+        `update`). The rows are rewritten into new fragments and their old copies deleted."""
+        core, stats = _update.update(
+            self._core,
+            updates,
+            where,
+            conflict_retries=conflict_retries,
+            retry_timeout=retry_timeout,
+        )
+        self._advance(core)
+        return stats
+
+    def merge_insert(self, on: str | Sequence[str] | None = None) -> MergeInsertBuilder:
+        """Start a merge of source rows into this dataset, matched on the `on` columns
+        (default: the unenforced primary key); see `MergeInsertBuilder`."""
+        return MergeInsertBuilder(self, on)
 
     def add_columns(
         self,

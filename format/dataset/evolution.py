@@ -42,6 +42,7 @@ from format.dataset.rows import RowSource
 from format.dataset.scan import Scanner
 from format.dataset.write import (
     DEFAULT_MAX_ROWS_PER_GROUP,
+    conform_batch,
     data_file_name,
     normalize_storage_version,
     open_writer,
@@ -51,7 +52,6 @@ from format.errors import (
     ColumnNotFoundError,
     CommitConflictError,
     InvalidInputError,
-    SchemaMismatchError,
     UnsupportedFeatureError,
 )
 from format.expr import compile_expression, evaluate_expressions
@@ -172,21 +172,6 @@ def _to_physical(
     return pa.concat_batches([batch, filler]).take(pa.array(index))
 
 
-def _conform(batch: pa.RecordBatch, schema: pa.Schema, where: str) -> pa.RecordBatch:
-    """`batch` with exactly the names and types of `schema` (casting when they differ)."""
-    if batch.schema.equals(schema, check_metadata=False):
-        return pa.RecordBatch.from_arrays(batch.columns, schema=schema)
-    if batch.num_columns != len(schema):
-        raise SchemaMismatchError(f"{where}: batch columns {batch.schema.names} != {schema.names}")
-    arrays = []
-    for col, f in zip(batch.columns, schema, strict=True):
-        try:
-            arrays.append(col if col.type.equals(f.type) else col.cast(f.type))
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-            raise SchemaMismatchError(f"{where}: column {f.name!r}: {e}") from None
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-
 def _live_steps(
     frag: LanceFragment, batch_size: int
 ) -> Iterator[tuple[int, int, np.ndarray | None]]:
@@ -237,7 +222,7 @@ class _FileSet:
             )
             for batch in batches:
                 if batch.num_rows:
-                    writer.write(_conform(batch, self.arrow, store.uri_of(path)))
+                    writer.write(conform_batch(batch, self.arrow, store.uri_of(path)))
             info = writer.finish()
         except BaseException:
             abort = getattr(sink, "abort", None)
@@ -379,7 +364,7 @@ def _add_sql(ds: DatasetCore, transforms: Mapping[str, str], batch_size: int) ->
             except InvalidInputError as e:
                 names = ", ".join(repr(name) for name, _ in compiled)
                 raise InvalidInputError(f"{ds.uri}: cannot add column(s) {names}: {e}") from None
-            yield _to_physical(_conform(values, filler.schema, ds.uri), keep, filler)
+            yield _to_physical(conform_batch(values, filler.schema, ds.uri), keep, filler)
 
     return _write_new_columns(ds, new, per_fragment)
 
@@ -401,7 +386,7 @@ def _add_stream(
     def per_fragment(frag: LanceFragment) -> Iterator[pa.RecordBatch]:
         for s, e, keep in _live_steps(frag, batch_size):
             live = e - s if keep is None else int(keep.sum())
-            pieces = [_conform(b, target, ds.uri) for b in list(source.take(live))]
+            pieces = [conform_batch(b, target, ds.uri) for b in list(source.take(live))]
             if pieces:
                 batch = pa.concat_batches(pieces)
             else:

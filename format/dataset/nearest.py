@@ -358,14 +358,22 @@ class NearestSearch:
         """Which row ids an index search may return (None: all it holds), and all of them
         when a prefilter makes that a known list."""
         locator = self.locator
+        covered = self._covered()
         if not (self.prefilter and self.filter is not None):
+            # the index may hold rows of fragments its bitmap no longer names (rewritten
+            # in place, or removed): only rows of covered, existing fragments are answers
+            inside = np.array(sorted(covered), dtype=np.uint64)
             if not self.core.manifest.uses_stable_row_ids:
                 frags = {f.fragment_id: f for f in self._fragments}
-                covered = self._covered()
                 if all(i in frags and not frags[i].num_deletions for i in covered):
-                    return None, None  # every row the index holds is a live row address
-            return locator.live, None
-        covered = self._covered()
+                    # row ids are addresses, and every covered row is live
+                    return (lambda ids: np.isin(ids >> np.uint64(32), inside)), None
+
+            def live_and_covered(row_ids: np.ndarray) -> np.ndarray:
+                addr, live = locator.addresses(row_ids)
+                return live & np.isin(addr >> np.uint64(32), inside)
+
+            return live_and_covered, None
         ids = [
             b.column(ROW_ID_FIELD.name).to_numpy()
             for b in self._scan([f for f in self._fragments if f.fragment_id in covered], [], True)

@@ -92,6 +92,21 @@ def to_reader(data: Any, schema: pa.Schema | None = None) -> pa.RecordBatchReade
     )
 
 
+def conform_batch(batch: pa.RecordBatch, schema: pa.Schema, where: str) -> pa.RecordBatch:
+    """`batch` with exactly the names and types of `schema` (casting when they differ)."""
+    if batch.schema.equals(schema, check_metadata=False):
+        return pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+    if batch.num_columns != len(schema):
+        raise SchemaMismatchError(f"{where}: batch columns {batch.schema.names} != {schema.names}")
+    arrays = []
+    for col, f in zip(batch.columns, schema, strict=True):
+        try:
+            arrays.append(col if col.type.equals(f.type) else col.cast(f.type))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise SchemaMismatchError(f"{where}: column {f.name!r}: {e}") from None
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
 def open_writer(
     sink: Any, schema: LanceSchema, storage_version: str, *, max_rows_per_group: int, path: str
 ) -> DataFileWriter:

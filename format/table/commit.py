@@ -13,6 +13,7 @@ import json
 import random
 import struct
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +24,7 @@ from format.proto import table_pb2, transaction_pb2
 from format.table import versions as _versions
 from format.table.conflicts import Resolution, check
 from format.table.deletion import read_deletion_file, write_deletion_file
+from format.table.indices import SYSTEM_INDICES
 from format.table.manifest import (
     FLAG_STABLE_ROW_IDS,
     Manifest,
@@ -32,6 +34,7 @@ from format.table.manifest import (
     manifest_name,
     read_section,
 )
+from format.table.rowids import row_id_count
 from format.table.transaction import (
     IDEMPOTENCY_KEY,
     ManifestContext,
@@ -124,12 +127,16 @@ def _prune_indices(
     txn: transaction_pb2.Transaction,
     field_ids: set[int],
     stable: bool = False,
+    fragments: Sequence[table_pb2.DataFragment] = (),
 ) -> bytes | None:
-    """Carry indices over, minus what the commit invalidates: every index on an overwrite,
-    indices on fields no longer in the schema, removed fragments in bitmaps; a rewrite
-    moves its indices to their remapped files (see `_rewrite_indices`)."""
-    from pyroaring import BitMap
-
+    """Carry indices over as pylance 14 does: none after an overwrite; a rewrite moves its
+    indices to their remapped files (see `_rewrite_indices`); an update drops the
+    fragments whose indexed columns it rewrote in place (`fields_modified`) and, with
+    stable row ids, adds the fragments of rows it moved unchanged (see `_update_indices`).
+    Fragment bitmaps otherwise stay as they are, also when a delete or update removes a
+    fragment (a bitmap names the fragments whose rows the index holds; readers intersect
+    it with the fragments that exist). Deletes, updates, merges and projections then keep
+    only the relevant indices (`_retain_relevant`)."""
     if section is None:
         return None
     op = operation_of(txn)
@@ -142,22 +149,94 @@ def _prune_indices(
         del pb.indices[:]
         pb.indices.extend(kept)
         section = pb.SerializeToString()
-    removed: set[int] = set()
     if op == "rewrite":
         return _rewrite_indices(section, txn.rewrite, stable)
-    if op == "delete":
-        removed = set(txn.delete.deleted_fragment_ids)
-    elif op == "update":
-        removed = set(txn.update.removed_fragment_ids)
-    if not removed:
+    if op not in ("delete", "update", "merge", "project"):
         return section
-    pb = table_pb2.IndexSection()
-    pb.ParseFromString(section)
-    for index in pb.indices:
-        bitmap = BitMap.deserialize(index.fragment_bitmap) if index.fragment_bitmap else BitMap()
-        bitmap -= BitMap(removed)
-        index.fragment_bitmap = bitmap.serialize()
+    if op == "update":
+        _update_indices(pb, txn.update, stable, fragments)
+    _retain_relevant(pb, {int(f.id) for f in fragments})
     return pb.SerializeToString()
+
+
+def _bitmap(index: table_pb2.IndexMetadata):  # noqa: ANN202 - pyroaring is imported late
+    from pyroaring import BitMap
+
+    return BitMap.deserialize(index.fragment_bitmap) if index.fragment_bitmap else None
+
+
+def _update_indices(
+    pb: table_pb2.IndexSection,
+    body: transaction_pb2.Transaction.Update,
+    stable: bool,
+    fragments: Sequence[table_pb2.DataFragment],
+) -> None:
+    """An update's effect on index coverage (pylance 14's `build_manifest`):
+    - an index over a field in `fields_modified` stops covering the `updated_fragments`
+      (their values of that field were rewritten in place);
+    - with stable row ids and rows rewritten (update mode REWRITE_ROWS), a new fragment
+      holding only moved rows (a row id for every row) joins every index that covers none
+      of `fields_for_preserving_frag_bitmap` and covered every fragment the rows came from:
+      the index still holds those rows' ids with their unchanged values."""
+    modified = set(body.fields_modified)
+    updated = [int(f.id) for f in body.updated_fragments]
+    moved_from = list(body.removed_fragment_ids) + updated
+    pure: list[int] = []
+    if stable and body.update_mode == transaction_pb2.Transaction.REWRITE_ROWS:
+        # the committed copies have fresh ids: find them by their (unique) data files
+        carried = {
+            tuple(df.path for df in f.files)
+            for f in body.new_fragments
+            if f.HasField("inline_row_ids")
+            and row_id_count(f.inline_row_ids) == int(f.physical_rows)
+        }
+        pure = [int(f.id) for f in fragments if tuple(df.path for df in f.files) in carried]
+    preserving = set(body.fields_for_preserving_frag_bitmap)
+    for index in pb.indices:
+        bitmap = _bitmap(index)
+        if bitmap is None:
+            continue
+        if modified & set(index.fields):
+            for fid in updated:
+                bitmap.discard(fid)
+        if pure and not preserving & set(index.fields) and all(f in bitmap for f in moved_from):
+            bitmap.update(pure)
+        index.fragment_bitmap = bitmap.serialize()
+
+
+def _retain_relevant(pb: table_pb2.IndexSection, existing: set[int]) -> None:
+    """pylance 14's retention of indices after deletes, updates, merges and projections,
+    judged by each index's effective coverage (its bitmap among the fragments that exist):
+    of several segments of one name, those covering nothing are dropped while another
+    covers something, else all but the oldest (all, for a vector index); a lone vector
+    index covering nothing is dropped. System indices always stay."""
+
+    def empty(index: table_pb2.IndexMetadata) -> bool:
+        bitmap = _bitmap(index)
+        return bitmap is None or not any(f in existing for f in bitmap)
+
+    def vector(index: table_pb2.IndexMetadata) -> bool:
+        return _kind(index) == "VectorIndexDetails"
+
+    by_name: dict[str, list[table_pb2.IndexMetadata]] = {}
+    for index in pb.indices:
+        if index.name not in SYSTEM_INDICES:
+            by_name.setdefault(index.name, []).append(index)
+    keep: set[bytes] = set()
+    for same in by_name.values():
+        live = [i for i in same if not empty(i)]
+        if live:
+            keep.update(bytes(i.uuid.uuid) for i in live)
+        elif len(same) > 1:
+            oldest = min(same, key=lambda i: int(i.dataset_version))
+            if not vector(oldest):
+                keep.add(bytes(oldest.uuid.uuid))
+        elif not vector(same[0]):
+            keep.add(bytes(same[0].uuid.uuid))
+    retained = [i for i in pb.indices if i.name in SYSTEM_INDICES or bytes(i.uuid.uuid) in keep]
+    if len(retained) != len(pb.indices):
+        del pb.indices[:]
+        pb.indices.extend(retained)
 
 
 def stores_row_ids(index: table_pb2.IndexMetadata) -> bool:
@@ -234,32 +313,66 @@ def _rewrite_indices(
     return pb.SerializeToString()
 
 
-def _rebase_delete(
+def _rebase(
     store: ObjectStore,
     mine: transaction_pb2.Transaction,
     theirs: transaction_pb2.Transaction,
     latest: Manifest,
+    affected: dict[int, np.ndarray] | None,
 ) -> transaction_pb2.Transaction:
-    """Merge my deletion vectors with those a concurrent delete/update wrote."""
+    """My delete or update on top of a concurrent delete or update of the same fragments
+    that only changed their deletion files: my deletion vectors merged with theirs.
+
+    With my `affected` rows (the rows my transaction deletes, kept in memory by the
+    committer), a row both deleted is a retryable conflict for an update (its new copy
+    would revive a deleted row, or an updated row twice), as for pylance; a plain delete
+    merges them. Without them an update cannot be rebased."""
     rebased = copy.deepcopy(mine)
-    body = rebased.delete
+    mine_op = operation_of(mine)
+    body = rebased.delete if mine_op == "delete" else rebased.update
+    mine_removed = body.deleted_fragment_ids if mine_op == "delete" else body.removed_fragment_ids
     op = operation_of(theirs)
     other = theirs.delete if op == "delete" else theirs.update
     gone = set(other.deleted_fragment_ids if op == "delete" else other.removed_fragment_ids)
     their_frags = {int(f.id): f for f in other.updated_fragments}
     current = {int(f.id): f for f in latest.pb.fragments}
+    strict = mine_op == "update"
+
+    def lost(fid: int) -> CommitConflictError:
+        return CommitConflictError(
+            f"{store.uri}: {mine_op} on version {mine.read_version} changes rows of fragment "
+            f"{fid} that the {op} committed as version {latest.version} also deleted; "
+            "retry on the new version",
+            version=latest.version,
+            retryable=True,
+        )
+
+    def overlaps(fid: int) -> bool:
+        if not strict:
+            return False
+        if affected is None or fid not in affected:
+            return True
+        if fid in gone or fid not in current:
+            return True
+        theirs_deleted = _deleted(store, their_frags[fid])
+        return bool(np.intersect1d(affected[fid], theirs_deleted, assume_unique=True).size)
+
     keep = []
     for frag in body.updated_fragments:
         fid = int(frag.id)
         if fid in gone or fid not in current:
+            if strict:
+                raise lost(fid)
             continue  # their commit removed the fragment; our deletions are moot
         if fid not in their_frags or not their_frags[fid].HasField("deletion_file"):
             keep.append(frag)
             continue
+        if overlaps(fid):
+            raise lost(fid)
         ours = _deleted(store, frag)
         union = np.union1d(ours, _deleted(store, their_frags[fid]))
         if len(union) >= frag.physical_rows:
-            body.deleted_fragment_ids.append(fid)
+            mine_removed.append(fid)
             continue
         info = write_deletion_file(store, fid, latest.version, union)
         merged = copy.deepcopy(frag)
@@ -272,11 +385,14 @@ def _rebase_delete(
             )
         )
         keep.append(merged)
+    for fid in list(mine_removed):
+        if strict and (fid in gone or fid in their_frags) and overlaps(fid):
+            raise lost(fid)
     del body.updated_fragments[:]
     body.updated_fragments.extend(keep)
-    ids = sorted(set(body.deleted_fragment_ids) - gone)
-    del body.deleted_fragment_ids[:]
-    body.deleted_fragment_ids.extend(ids)
+    ids = sorted(set(mine_removed) - gone)
+    del mine_removed[:]
+    mine_removed.extend(ids)
     return rebased
 
 
@@ -329,14 +445,19 @@ def commit_transaction(
     *,
     ctx: ManifestContext | None = None,
     max_retries: int = DEFAULT_MAX_RETRIES,
+    affected: dict[int, np.ndarray] | None = None,
 ) -> CommitResult:
-    """Commit `txn` (built on `txn.read_version`; 0 creates the dataset) as the next version."""
+    """Commit `txn` (built on `txn.read_version`; 0 creates the dataset) as the next version.
+
+    `affected` (fragment id -> physical offsets) names the rows a delete or update
+    deletes, so that it can be rebased over concurrent deletes and updates of other rows
+    of the same fragments (see `_rebase`)."""
     ctx = ctx or ManifestContext()
     txn_name = transaction_file_name(txn)
     store.put(f"{TRANSACTIONS_DIR}/{txn_name}", txn.SerializeToString())
     landed = False
     try:
-        result = _commit_attempts(store, txn, txn_name, ctx, max_retries)
+        result = _commit_attempts(store, txn, txn_name, ctx, max_retries, affected)
         landed = not result.duplicate
         return result
     finally:
@@ -351,6 +472,7 @@ def _commit_attempts(
     txn_name: str,
     ctx: ManifestContext,
     max_retries: int,
+    affected: dict[int, np.ndarray] | None = None,
 ) -> CommitResult:
     """Write the next manifest, checking and rebasing over concurrent commits."""
     key = txn.transaction_properties.get(IDEMPOTENCY_KEY)
@@ -372,7 +494,7 @@ def _commit_attempts(
                 return CommitResult(theirs_manifest, duplicate=True)
             resolution = check(txn, theirs)
             if resolution is Resolution.REBASE:
-                txn = _rebase_delete(store, txn, theirs, theirs_manifest)
+                txn = _rebase(store, txn, theirs, theirs_manifest, affected)
                 store.put(f"{TRANSACTIONS_DIR}/{txn_name}", txn.SerializeToString())
             elif resolution is not Resolution.OK:
                 raise CommitConflictError(
@@ -403,6 +525,7 @@ def _commit_attempts(
                 txn,
                 {f.id for f in pb.fields},
                 stable=bool(pb.reader_feature_flags & FLAG_STABLE_ROW_IDS),
+                fragments=pb.fragments,
             ),
             prefix=_dictionary_prefix(pb, base, ctx),
         )

@@ -100,8 +100,11 @@ def check(mine: Transaction, theirs: Transaction | None) -> Resolution:
         rewrites_columns = (
             other == "update" and theirs.update.update_mode == Transaction.REWRITE_COLUMNS
         )
-        if other in ("delete", "update") and me == "delete" and not rewrites_columns:
-            return Resolution.REBASE
+        mine_rewrites_columns = (
+            me == "update" and mine.update.update_mode == Transaction.REWRITE_COLUMNS
+        )
+        if other in ("delete", "update") and not (rewrites_columns or mine_rewrites_columns):
+            return Resolution.REBASE  # deletion vectors merged, unless the rows overlap
         return Resolution.RETRY
     if me in ("rewrite", "data_replacement"):
         if other in ("append",):

@@ -31,7 +31,13 @@ from format.table.manifest import (
     READABLE_FLAGS,
     Manifest,
 )
-from format.table.rowids import encode_row_ids, encode_row_versions
+from format.table.rowids import (
+    decode_row_ids,
+    decode_row_versions,
+    encode_row_ids,
+    encode_row_versions,
+    row_id_count,
+)
 
 LIBRARY = "quiver"
 LIBRARY_VERSION = "0.1.0"
@@ -83,15 +89,55 @@ def _assign_row_ids(frags: Iterable[Fragment], manifest: table_pb2.Manifest, ver
     """Give fragments without row ids fresh stable ids and version sequences."""
     for frag in frags:
         n = int(frag.physical_rows)
-        if frag.WhichOneof("row_id_sequence") is None:
+        kind = frag.WhichOneof("row_id_sequence")
+        carried = row_id_count(frag.inline_row_ids) if kind == "inline_row_ids" else n
+        if kind is None or carried < n:
+            # rows without an id (a merge's inserted rows follow the ids its updated
+            # rows carry) get the next ones
             start = manifest.next_row_id
-            frag.inline_row_ids = encode_row_ids(np.arange(start, start + n, dtype=np.uint64))
-            manifest.next_row_id = start + n
+            fresh = np.arange(start, start + n - (carried if kind else 0), dtype=np.uint64)
+            if kind:
+                fresh = np.concatenate([decode_row_ids(frag.inline_row_ids), fresh])
+            frag.inline_row_ids = encode_row_ids(fresh)
+            manifest.next_row_id = start + n - (carried if kind else 0)
         versions = np.full(n, version, dtype=np.uint64)
         if frag.WhichOneof("created_at_version_sequence") is None:
             frag.inline_created_at_versions = encode_row_versions(versions)
         if frag.WhichOneof("last_updated_at_version_sequence") is None:
             frag.inline_last_updated_at_versions = encode_row_versions(versions)
+
+
+def _carry_created_at(new: list[Fragment], sources: list[Fragment], version: int) -> list[Fragment]:
+    """Copies of an update's new fragments whose rewritten rows (those carrying their old
+    row ids) keep the version that created them, as pylance records it; their other rows
+    (inserted) and every row's last update are `version`."""
+    all_ids, all_versions = [], []
+    for frag in sources:
+        if frag.WhichOneof("row_id_sequence") != "inline_row_ids":
+            continue
+        ids = decode_row_ids(frag.inline_row_ids)
+        if frag.WhichOneof("created_at_version_sequence") == "inline_created_at_versions":
+            versions = decode_row_versions(frag.inline_created_at_versions)
+        else:
+            versions = np.ones(len(ids), dtype=np.uint64)
+        all_ids.append(ids)
+        all_versions.append(versions)
+    known = np.concatenate(all_ids) if all_ids else np.empty(0, np.uint64)
+    order = np.argsort(known, kind="stable")
+    known = known[order]
+    known_versions = np.concatenate(all_versions)[order] if all_ids else known
+    out = []
+    for f in new:
+        g = copy.deepcopy(f)
+        if g.WhichOneof("row_id_sequence") == "inline_row_ids" and len(known):
+            ids = decode_row_ids(g.inline_row_ids)
+            versions = np.full(int(g.physical_rows), version, dtype=np.uint64)
+            at = np.minimum(np.searchsorted(known, ids), len(known) - 1)
+            found = known[at] == ids
+            versions[: len(ids)][found] = known_versions[at[found]]
+            g.inline_created_at_versions = encode_row_versions(versions)
+        out.append(g)
+    return out
 
 
 def _mark_rewritten_rows(
@@ -230,9 +276,13 @@ def build_manifest(
         gone = set(body.removed_fragment_ids)
         updated = _by_id(body.updated_fragments)
         frags = [updated.get(int(f.id), f) for f in m.fragments if f.id not in gone]
+        new = list(body.new_fragments)
+        if stable:
+            sources = [f for f in prev_pb.fragments if f.id in gone or int(f.id) in updated]
+            new = _carry_created_at(new, sources, version)
         del m.fragments[:]
         m.fragments.extend(frags)
-        _add_fragments(m, body.new_fragments, version, stable)
+        _add_fragments(m, new, version, stable)
     elif op == "rewrite":
         _apply_rewrite(m, txn.rewrite, version, stable)
     elif op == "merge":

@@ -72,14 +72,18 @@ def test_appends_deletes_and_compaction(indexed: str) -> None:
     ours.delete("id % 7 = 3 OR id BETWEEN 590 AND 905 OR id = 17")
     _check(indexed, "delete")
     indexed_before = set(ours.list_indices()[0]["fragment_ids"])
+    # a fragment the delete emptied stays in the bitmaps, as pylance 14 leaves it
+    present = {f.fragment_id for f in ours.get_fragments()}
+    assert indexed_before - present
     metrics = ours.optimize.compact_files(
         target_rows_per_fragment=1000, materialize_deletions_threshold=0.05
     )
     # indexed fragments were rewritten: the indices must stop claiming their rows
     left = {f.fragment_id for f in ours.get_fragments()}
-    assert metrics.fragments_removed and not indexed_before <= left
+    compacted = present - left
+    assert metrics.fragments_removed and compacted & indexed_before
     for index in ours.list_indices():
-        assert index["fragment_ids"] <= left
+        assert not index["fragment_ids"] & compacted
     _check(indexed, "compact")
     write_dataset(_rows(1400, 50), indexed, mode="append")
     ours = dataset(indexed)
