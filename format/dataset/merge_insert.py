@@ -281,12 +281,24 @@ def _conditioned(
 
 def plan_merge(core: DatasetCore, params: MergeParams, source: pa.Table) -> RowChange:
     """The change a merge makes to `core` (see the module's description)."""
+    if params.when_matched in ("nothing", "fail") and not (
+        params.insert or params.delete_by_source
+    ):
+        raise InvalidInputError(
+            f"{core.uri}: the merge_insert is not configured to change the data in any "
+            "way: add when_matched_update_all, when_matched_delete, "
+            "when_not_matched_insert_all or when_not_matched_by_source_delete"
+        )
     _check_clauses(core, params, source)
     schema = core.schema
     stable = core.manifest.uses_stable_row_ids
     addr, src, by_source = _join(core, params, source)
     change = RowChange(core)
-    change.preserving = core.lance_schema.field_ids()
+    # pylance's delete-only merge names the top-level fields, its other merges all fields
+    delete_only = params.when_matched == "delete" and not params.insert
+    delete_only = delete_only and not params.delete_by_source
+    schema_ids = core.lance_schema
+    change.preserving = [f.id for f in schema_ids.fields] if delete_only else schema_ids.field_ids()
     updated = deleted = 0
     carried: list[np.ndarray] = []
     pieces: list[pa.Table] = []

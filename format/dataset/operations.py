@@ -20,6 +20,7 @@ import pyarrow as pa
 from format.dataset import write as _write
 from format.dataset.core import DatasetCore
 from format.dataset.dataset import LanceDataset
+from format.dataset.merge_insert import Transaction
 from format.errors import InvalidInputError
 from format.io.store import open_store
 from format.proto import table_pb2, transaction_pb2
@@ -218,15 +219,23 @@ def commit(
     commit_message: str | None = None,
     data_storage_version: str | None = None,
 ) -> LanceDataset:
-    """Commit one operation as the next version (pylance's `LanceDataset.commit`).
+    """Commit one operation (or a `Transaction` from `execute_uncommitted`, whose own
+    read version counts) as the next version (pylance's `LanceDataset.commit`).
 
     `read_version` is the version the operation was planned on (default: the latest, or
     0 to create); concurrent commits since then are checked for conflicts. With an
     `idempotency_key`, a commit that already landed is returned instead of repeated.
     """
+    store = open_store(str(uri), storage_options)
+    if isinstance(operation, Transaction):  # planned by merge_insert's execute_uncommitted
+        txn = transaction_pb2.Transaction()
+        txn.CopyFrom(operation.operation)
+        if commit_message:
+            txn.transaction_properties["__lance_commit_message"] = commit_message
+        result = commit_transaction(store, txn, max_retries=max_retries)
+        return LanceDataset(DatasetCore(store, result.manifest, storage_options))
     if not hasattr(operation, "_body"):
         raise InvalidInputError(f"not a LanceOperation: {operation!r}")
-    store = open_store(str(uri), storage_options)
     entries = _versions.list_manifests(store)
     latest = _versions.load_manifest(store, entries[max(entries)]) if entries else None
     newest = latest.version if latest is not None else 0
