@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from clients import nearest as _nearest
+from clients.changes import RowChanges
 from clients.data import DataLike, conform, to_batches
 from clients.errors import (
     InvalidArgument,
@@ -121,7 +122,7 @@ def _translated() -> Iterator[None]:
 # The client
 
 
-class Client:
+class Client(RowChanges):
     """A connection to a Quiver Flight server.
 
     `uri` is `grpc://host:port` or `grpc+tls://host:port` (a bare `host:port` means

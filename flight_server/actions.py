@@ -152,10 +152,23 @@ def _delete(ctx: ActionContext, f: Fields) -> dict[str, Any]:
     name = f.dataset()
     predicate = f.str("predicate", required=True)
     ds = ctx.handles.open_latest(name)
-    before = ds.count_rows()
-    ds.delete(predicate)
+    stats = ds.delete(predicate)
     metrics.committed("delete")
-    return {"version": ds.version, "deleted_rows": before - ds.count_rows()}
+    return {"version": ds.version, "deleted_rows": stats["num_deleted_rows"]}
+
+
+def _update(ctx: ActionContext, f: Fields) -> dict[str, Any]:
+    name = f.dataset()
+    updates = f.obj("updates", required=True)
+    if not updates or not all(
+        isinstance(k, str) and k and isinstance(v, str) and v.strip() for k, v in updates.items()
+    ):
+        raise InvalidArgument("update body: 'updates' must map column names to SQL expressions")
+    where = f.str("where")
+    ds = ctx.handles.open_latest(name)
+    stats = ds.update(dict(updates), where)
+    metrics.committed("update")
+    return {"version": ds.version, "updated_rows": stats["num_rows_updated"]}
 
 
 def _restore(ctx: ActionContext, f: Fields) -> dict[str, Any]:
@@ -321,6 +334,7 @@ _HANDLERS: dict[str, Handler] = {
     "describe": _describe,
     "list_versions": _list_versions,
     "delete": _delete,
+    "update": _update,
     "restore": _restore,
     "create_tag": _create_tag,
     "delete_tag": _delete_tag,

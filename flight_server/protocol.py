@@ -18,7 +18,7 @@ from typing import Any
 from flight_server.errors import InvalidArgument
 from flight_server.names import name_from_path, validate_name
 from flight_server.staging import valid_job
-from wire.requests import MODES, PUT_KEYS, READ_KEYS
+from wire.requests import MERGE_KEYS, MODES, PUT_KEYS, READ_KEYS, WHEN_MATCHED
 
 MAX_JSON_BYTES = 256 << 20
 MAX_INT = (1 << 63) - 1
@@ -285,6 +285,51 @@ class PutRequest:
     mode: str = "append"
     commit: bool = True
     job: str | None = None  # staging only: groups the puts one commit or abort settles
+    merge: MergeRequest | None = None  # a merge of the rows into the dataset
+
+
+@dataclass(frozen=True)
+class MergeRequest:
+    """A merge DoPut's clauses (`wire.requests.merge_command`), checked."""
+
+    on: tuple[str, ...] | None
+    when_matched: str = "update_all"
+    matched_condition: str | None = None
+    insert: bool = True
+    delete_by_source: bool = False
+    by_source_filter: str | None = None
+    conflict_retries: int = 10
+
+
+def _merge_request(doc: Any) -> MergeRequest:
+    what = "DoPut command: 'merge'"
+    if not isinstance(doc, dict):
+        raise InvalidArgument(f"{what} must be an object")
+    f = Fields(doc, what, MERGE_KEYS)
+    on = doc.get("on")
+    if on is not None and (
+        not isinstance(on, list) or not on or not all(isinstance(k, str) and k for k in on)
+    ):
+        raise InvalidArgument(f"{what}: 'on' must be a non-empty list of column names")
+    when_matched = f.str("when_matched") or "update_all"
+    if when_matched not in WHEN_MATCHED:
+        raise InvalidArgument(f"{what}: 'when_matched' must be one of {', '.join(WHEN_MATCHED)}")
+    insert = doc.get("when_not_matched", "insert_all")  # upsert unless told otherwise
+    if insert not in (None, "insert_all"):
+        raise InvalidArgument(f"{what}: 'when_not_matched' must be 'insert_all' or null")
+    by_source = doc.get("when_not_matched_by_source")
+    if by_source not in (None, "delete"):
+        raise InvalidArgument(f"{what}: 'when_not_matched_by_source' must be 'delete' or absent")
+    retries = f.int("conflict_retries", minimum=0)
+    return MergeRequest(
+        on=tuple(on) if on else None,
+        when_matched=when_matched,
+        matched_condition=f.str("matched_condition"),
+        insert=insert == "insert_all",
+        delete_by_source=by_source == "delete",
+        by_source_filter=f.str("by_source_filter"),
+        conflict_retries=10 if retries is None else retries,
+    )
 
 
 def job_field(f: Fields) -> str | None:
@@ -300,9 +345,15 @@ def job_field(f: Fields) -> str | None:
 
 def put_request_from_command(cmd: bytes) -> PutRequest:
     """Parse a DoPut CMD: {"dataset", "mode": append|create|overwrite, "commit"?: bool,
-    "job"?: str}."""
+    "job"?: str}, or {"dataset", "merge": {...}} (see `wire.requests.merge_command`)."""
     f = Fields(parse_object(cmd, "DoPut command"), "DoPut command", PUT_KEYS)
     name = f.dataset()
+    if "merge" in f.doc:
+        if "mode" in f.doc or "job" in f.doc or not f.bool("commit", default=True):
+            raise InvalidArgument(
+                "DoPut command: a merge commits at once; it takes no 'mode', 'commit' or 'job'"
+            )
+        return PutRequest(name, "merge", True, None, _merge_request(f.doc["merge"]))
     mode = f.str("mode") or "append"
     if mode not in MODES:
         raise InvalidArgument(f"DoPut command: 'mode' must be one of {', '.join(MODES)}")

@@ -25,7 +25,7 @@ from flight_server import metrics
 from flight_server.errors import AlreadyExists, Cancelled, InvalidArgument, Unimplemented
 from flight_server.handles import DatasetHandles
 from flight_server.names import discover
-from flight_server.protocol import PutRequest
+from flight_server.protocol import MergeRequest, PutRequest
 from flight_server.staging import AUTO_JOB_PREFIX, STAGING_DIR, StagingLedger, new_job
 from flight_server.tickets import FRAGMENT_KIND, Signer
 from format.dataset import LanceDataset, LanceOperation, commit, write_fragments
@@ -164,6 +164,8 @@ class Writes:
         name, mode = request.dataset, request.mode
         uri = self.handles.uri(name)
         check_new_schema(schema, name)  # reserved, duplicate names; empty fixed-size lists
+        if request.merge is not None:
+            return self._merge(name, request.merge, schema, batches, cancelled)
         existing = self.handles.try_latest(name)
         if mode == "create" and existing is not None:
             raise AlreadyExists(f"dataset {name!r} already exists (use mode append or overwrite)")
@@ -234,6 +236,47 @@ class Writes:
             read_version = existing.version if existing is not None and mode == "overwrite" else 0
         new = self._commit(name, operation, read_version, written, None, mode, clean=True)
         return {"version": new.version, "rows": rows}
+
+    def _merge(
+        self,
+        name: str,
+        spec: MergeRequest,
+        schema: pa.Schema,
+        batches: Iterable[pa.RecordBatch],
+        cancelled: Callable[[], bool],
+    ) -> dict[str, Any]:
+        """Merge the uploaded rows into the dataset (pylance's merge_insert) and commit one
+        version: the stream is read whole first (a retry merges it again on the newest
+        version), and a cancelled or broken upload commits nothing."""
+        ds = self.handles.open_latest(name)
+        try:
+            rows = list(_checked_stream(schema, batches, cancelled))
+        except _StreamBroken:
+            raise Cancelled("the upload was cut off before its end; nothing was merged") from None
+        if cancelled():
+            raise Cancelled("the upload was cancelled; nothing was merged")
+        source = pa.Table.from_batches(rows, schema=schema)
+        builder = ds.merge_insert(list(spec.on) if spec.on else None)
+        if spec.when_matched == "update_all":
+            builder.when_matched_update_all(spec.matched_condition)
+        elif spec.when_matched == "delete":
+            builder.when_matched_delete()
+        elif spec.when_matched == "fail":
+            builder.when_matched_fail()
+        if spec.insert:
+            builder.when_not_matched_insert_all()
+        if spec.delete_by_source:
+            builder.when_not_matched_by_source_delete(spec.by_source_filter)
+        builder.conflict_retries(spec.conflict_retries)
+        stats = builder.execute(source)
+        metrics.committed("merge")
+        return {
+            "version": ds.version,
+            "rows": source.num_rows,
+            "inserted_rows": stats["num_inserted_rows"],
+            "updated_rows": stats["num_updated_rows"],
+            "deleted_rows": stats["num_deleted_rows"],
+        }
 
     def _commit(
         self,

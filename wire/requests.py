@@ -43,7 +43,18 @@ NEAREST_KEYS: tuple[str, ...] = (
     "refine_factor",
     "use_index",
 )
-PUT_KEYS: tuple[str, ...] = ("dataset", "mode", "commit", "job")
+PUT_KEYS: tuple[str, ...] = ("dataset", "mode", "commit", "job", "merge")
+# A merge DoPut's "merge" object: pylance's merge_insert clauses (see `merge_command`)
+MERGE_KEYS: tuple[str, ...] = (
+    "on",
+    "when_matched",
+    "matched_condition",
+    "when_not_matched",
+    "when_not_matched_by_source",
+    "by_source_filter",
+    "conflict_retries",
+)
+WHEN_MATCHED: tuple[str, ...] = ("update_all", "delete", "fail", "nothing")
 # DoPut modes, which are also the operations of the commit action
 MODES: tuple[str, ...] = ("append", "create", "overwrite")
 
@@ -93,6 +104,13 @@ ACTION_SHAPES: tuple[ActionShape, ...] = (
         "delete",
         "Delete the rows matching a SQL predicate: {dataset, predicate} -> {version, deleted_rows}",
         ("dataset", "predicate"),
+        WRITE,
+    ),
+    ActionShape(
+        "update",
+        "Set columns to SQL expressions on the rows matching a filter: {dataset, updates: "
+        "{column: expr}, where?} -> {version, updated_rows}",
+        ("dataset", "updates", "where"),
         WRITE,
     ),
     ActionShape(
@@ -280,6 +298,46 @@ def put_command(
     if job is not None:
         cmd["job"] = job
     return cmd
+
+
+def merge_command(
+    dataset: str,
+    on: str | list[str] | None = None,
+    *,
+    when_matched: str = "update_all",
+    matched_condition: str | None = None,
+    when_not_matched: str | None = "insert_all",
+    when_not_matched_by_source: str | None = None,
+    by_source_filter: str | None = None,
+    conflict_retries: int | None = None,
+) -> dict[str, Any]:
+    """The JSON object of a merge DoPut's CMD: the uploaded rows merged into `dataset` on
+    the `on` columns (default: its primary key) and committed as one version.
+
+    `when_matched` is "update_all" (only where `matched_condition`, SQL over `source.` and
+    `target.` columns, holds), "delete", "fail" or "nothing"; `when_not_matched`
+    "insert_all" or None; `when_not_matched_by_source` "delete" (only target rows
+    matching `by_source_filter`, when given) or None."""
+    if not isinstance(dataset, str) or not dataset:
+        raise TypeError("dataset must be a non-empty string")
+    if when_matched not in WHEN_MATCHED:
+        raise InvalidArgument(f"when_matched must be one of {', '.join(WHEN_MATCHED)}")
+    if when_not_matched not in (None, "insert_all"):
+        raise InvalidArgument("when_not_matched must be 'insert_all' or None")
+    if when_not_matched_by_source not in (None, "delete"):
+        raise InvalidArgument("when_not_matched_by_source must be 'delete' or None")
+    # when_not_matched is always sent: absent, the server inserts (an upsert)
+    merge: dict[str, Any] = {"when_matched": when_matched, "when_not_matched": when_not_matched}
+    for key, value in (
+        ("on", [on] if isinstance(on, str) else on),
+        ("matched_condition", matched_condition),
+        ("when_not_matched_by_source", when_not_matched_by_source),
+        ("by_source_filter", by_source_filter),
+        ("conflict_retries", conflict_retries),
+    ):
+        if value is not None:
+            merge[key] = list(value) if key == "on" else value
+    return {"dataset": dataset, "merge": merge}
 
 
 def json_bytes(value: Any) -> bytes:

@@ -183,7 +183,10 @@ def _join(
     """Matched (target address, source row) pairs sorted by address, and the addresses
     of target rows no source row matches (when the merge deletes by source)."""
     keys = list(params.on)
-    right = source.select(keys).append_column(_SRC, pa.array(np.arange(source.num_rows)))
+    # the source's own buffers (from a Flight upload, say) may be unaligned for Acero
+    everything = pa.array(np.arange(source.num_rows))
+    right = pa.table({k: source.column(k).take(everything) for k in keys})
+    right = right.append_column(_SRC, everything)
     by_source = None
     columns = list(keys)
     if params.delete_by_source and params.by_source_filter is not None:

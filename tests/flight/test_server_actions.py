@@ -28,6 +28,7 @@ ALL_ACTIONS = {
     "describe",
     "list_versions",
     "delete",
+    "update",
     "restore",
     "create_tag",
     "delete_tag",

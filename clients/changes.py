@@ -1,0 +1,62 @@
+"""Row-level changes through a Quiver server: `update` (an action) and `merge` (a merge
+DoPut of the source rows: upserts, insert-if-not-exists, matched deletes, replace-range
+merges), each committed as one new version. A mixin of `clients.Client`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from wire.requests import merge_command
+
+
+class RowChanges:
+    """`Client` methods that change rows in place (they call its `action` and `_put`)."""
+
+    def update(
+        self, dataset: str, updates: Mapping[str, str], where: str | None = None
+    ) -> dict[str, Any]:
+        """Set columns to SQL expressions (`{"score": "score * 2"}`) on the rows matching
+        `where` (every row when None), in one new version (pylance's `update`).
+
+        Returns `{"version": N, "updated_rows": R}`.
+        """
+        body: dict[str, Any] = {"dataset": dataset, "updates": dict(updates)}
+        if where is not None:
+            body["where"] = where
+        return self.action("update", body)
+
+    def merge(
+        self,
+        dataset: str,
+        data: Any,
+        on: str | Sequence[str] | None = None,
+        *,
+        when_matched: str = "update_all",
+        matched_condition: str | None = None,
+        when_not_matched: str | None = "insert_all",
+        when_not_matched_by_source: str | None = None,
+        by_source_filter: str | None = None,
+        conflict_retries: int | None = None,
+    ) -> dict[str, Any]:
+        """Merge `data` into `dataset` on the `on` columns (default: its unenforced primary
+        key), in one new version, as pylance's `merge_insert` does. The defaults upsert.
+
+        `when_matched`: "update_all" (only where `matched_condition`, SQL over `source.`
+        and `target.` columns, holds), "delete", "fail" or "nothing"; `when_not_matched`:
+        "insert_all" or None; `when_not_matched_by_source`: "delete" (only target rows
+        matching `by_source_filter`, when given) or None.
+
+        Returns `{"version", "rows", "inserted_rows", "updated_rows", "deleted_rows"}`.
+        """
+        command = merge_command(
+            dataset,
+            list(on) if on is not None and not isinstance(on, str) else on,
+            when_matched=when_matched,
+            matched_condition=matched_condition,
+            when_not_matched=when_not_matched,
+            when_not_matched_by_source=when_not_matched_by_source,
+            by_source_filter=by_source_filter,
+            conflict_retries=conflict_retries,
+        )
+        return self._put(command, data)
