@@ -51,6 +51,7 @@ from format.errors import (
     UnsupportedFeatureError,
 )
 from format.expr import compile_filter, evaluate_filter
+from format.table.key_filter import inserted_keys_filter, key_hashes
 from format.table.schema import LanceSchema
 
 __all__ = ["MergeInsertBuilder", "MergeParams", "plan_merge", "primary_key"]
@@ -97,6 +98,16 @@ def primary_key(schema: LanceSchema) -> tuple[str, ...]:
     return tuple(path(f) for f in fields)
 
 
+def _field_id(schema: LanceSchema, path: str) -> int:
+    fields = schema.fields
+    found = None
+    for part in path.split("."):
+        found = next(f for f in fields if f.name == part)
+        fields = found.children
+    assert found is not None
+    return found.id
+
+
 def _keys(core: DatasetCore, on: str | Sequence[str] | None) -> tuple[str, ...]:
     if on is None:
         keys = primary_key(core.lance_schema)
@@ -105,12 +116,18 @@ def _keys(core: DatasetCore, on: str | Sequence[str] | None) -> tuple[str, ...]:
                 f"{core.uri}: merge_insert needs join keys: pass `on`, or declare an "
                 "unenforced primary key on the dataset"
             )
-        return keys
-    keys = (on,) if isinstance(on, str) else tuple(on)
+    else:
+        keys = (on,) if isinstance(on, str) else tuple(on)
     if not keys or not all(isinstance(k, str) and k for k in keys):
         raise InvalidInputError(f"{core.uri}: merge_insert's `on` must name columns, not {on!r}")
     if len(set(keys)) != len(keys):
         raise InvalidInputError(f"{core.uri}: merge_insert's `on` names a column twice: {on!r}")
+    nested = [k for k in keys if "." in k and k not in core.schema.names]
+    if nested:
+        raise UnsupportedFeatureError(
+            f"{core.uri}: merge_insert on a key nested in a struct ({nested[0]!r}) is not "
+            "supported yet"
+        )
     for k in keys:
         if k not in core.schema.names:
             raise ColumnNotFoundError(
@@ -347,6 +364,11 @@ def plan_merge(core: DatasetCore, params: MergeParams, source: pa.Table) -> RowC
         fresh = source.filter(pa.array(~matched))
         pieces.append(_in_schema(fresh, schema))
         inserted = fresh.num_rows
+        keys = primary_key(core.lance_schema)
+        if keys and set(keys) == set(params.on):
+            # a merge on the primary key records the keys it inserted (as pylance does)
+            ids = [_field_id(core.lance_schema, k) for k in keys]
+            change.inserted_rows = inserted_keys_filter(ids, key_hashes(fresh.select(keys)))
     if len(by_source):
         change.delete_addresses(by_source)
         deleted += len(by_source)

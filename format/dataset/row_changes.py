@@ -54,6 +54,8 @@ class RowChange:
     properties: dict[str, str] = field(default_factory=dict)
     # a delete commits a `Delete` transaction with this predicate instead of an `Update`
     delete_predicate: str | None = None
+    # a merge on the primary key: the keys it inserted (see format.table.key_filter)
+    inserted_rows: transaction_pb2.Transaction.KeyExistenceFilter | None = None
 
     def delete_addresses(self, addresses: np.ndarray) -> None:
         """Add row addresses (fragment << 32 | offset) to the rows this change deletes."""
@@ -165,26 +167,23 @@ def change_transaction(
     updated, removed, paths = _deletion_updates(change)
     T = transaction_pb2.Transaction
     if change.delete_predicate is not None:
-        op, body = (
-            "delete",
-            T.Delete(
-                updated_fragments=updated,
-                deleted_fragment_ids=removed,
-                predicate=change.delete_predicate,
-            ),
+        body = T.Delete(
+            updated_fragments=updated,
+            deleted_fragment_ids=removed,
+            predicate=change.delete_predicate,
         )
-    else:
-        op, body = (
-            "update",
-            T.Update(
-                removed_fragment_ids=removed,
-                updated_fragments=updated,
-                new_fragments=change.new_fragments,
-                fields_for_preserving_frag_bitmap=change.preserving,
-                update_mode=T.REWRITE_ROWS,
-            ),
-        )
-    txn = new_transaction(change.core.version, op, body, properties=change.properties)
+        txn = new_transaction(change.core.version, "delete", body, properties=change.properties)
+        return txn, paths
+    body = T.Update(
+        removed_fragment_ids=removed,
+        updated_fragments=updated,
+        new_fragments=change.new_fragments,
+        fields_for_preserving_frag_bitmap=change.preserving,
+        update_mode=T.REWRITE_ROWS,
+    )
+    if change.inserted_rows is not None:
+        body.inserted_rows.CopyFrom(change.inserted_rows)
+    txn = new_transaction(change.core.version, "update", body, properties=change.properties)
     return txn, paths
 
 

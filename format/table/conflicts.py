@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 
 from format.proto import transaction_pb2
+from format.table.key_filter import may_share_a_key
 from format.table.transaction import operation_of
 
 Transaction = transaction_pb2.Transaction
@@ -82,6 +83,17 @@ def check(mine: Transaction, theirs: Transaction | None) -> Resolution:
         return Resolution.OK
     if other in ("update_config", "create_index", "reserve_fragments"):
         return Resolution.OK
+    if me == "update" and mine.update.HasField("inserted_rows"):
+        # a merge on the primary key: any commit that may have added one of its keys
+        # since (an append, an update recording no keys, a merge whose keys may meet
+        # ours) makes it retry, so that a key is never inserted twice
+        if other == "append":
+            return Resolution.RETRY
+        if other == "update" and (
+            not theirs.update.HasField("inserted_rows")
+            or may_share_a_key(mine.update.inserted_rows, theirs.update.inserted_rows)
+        ):
+            return Resolution.RETRY
     if me in ("append", "reserve_fragments", "create_index"):
         # new fragments don't touch old ones; a schema change invalidates the data we wrote
         return Resolution.RETRY if other in ("merge", "project") else Resolution.OK

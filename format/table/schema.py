@@ -179,6 +179,38 @@ def check_new_schema(schema: pa.Schema, where: str) -> None:
             )
         seen.add(f.name)
         _check_list_sizes(f.type, f"{where}: column {f.name!r}")
+        _check_primary_key(f, where, nullable=False, in_list=False)
+
+
+def is_primary_key(f: pa.Field) -> bool:
+    """Whether an Arrow field declares itself part of the unenforced primary key."""
+    value = (f.metadata or {}).get(PRIMARY_KEY_METADATA.encode(), b"")
+    return value.lower() in (b"true", b"1", b"yes")
+
+
+def _check_primary_key(f: pa.Field, where: str, *, nullable: bool, in_list: bool) -> None:
+    """pylance's rules for an unenforced primary key column: a leaf, neither it nor any
+    field above it nullable, not inside a list."""
+    nullable = nullable or f.nullable
+    t = f.type
+    if is_primary_key(f):
+        if t.num_fields:
+            raise InvalidInputError(
+                f"{where}: primary key column {f.name!r} must be a leaf, not a {t}"
+            )
+        if nullable:
+            raise InvalidInputError(
+                f"{where}: primary key column {f.name!r} and all the fields above it must "
+                "not be nullable"
+            )
+        if in_list:
+            raise InvalidInputError(
+                f"{where}: primary key column {f.name!r} must not be inside a list"
+            )
+    listy = in_list or pa.types.is_list(t) or pa.types.is_large_list(t)
+    listy = listy or pa.types.is_fixed_size_list(t) or pa.types.is_map(t)
+    for i in range(t.num_fields):
+        _check_primary_key(t.field(i), where, nullable=nullable, in_list=listy)
 
 
 def _check_list_sizes(dtype: pa.DataType, where: str) -> None:
@@ -413,7 +445,9 @@ class LanceSchema:
                 (k.decode() if isinstance(k, bytes) else k): v
                 for k, v in (f.metadata or {}).items()
             }
-            pk = meta.get(PRIMARY_KEY_METADATA, b"").lower() in (b"true", b"1", b"yes")
+            pk = is_primary_key(f)
+            position = meta.get(PRIMARY_KEY_METADATA + ":position", b"")
+            position = int(position) if pk and position.isdigit() else 0
             lf = LanceField(
                 id=next_id[0],
                 name=f.name,
@@ -423,6 +457,7 @@ class LanceSchema:
                 metadata=meta,
                 encoding=_encoding_hint(f.type),
                 unenforced_primary_key=pk,
+                unenforced_primary_key_position=position,
             )
             next_id[0] += 1
             t = f.type

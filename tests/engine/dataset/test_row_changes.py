@@ -417,3 +417,99 @@ def test_commit_transaction_without_affected_rows_cannot_rebase(tmp_path) -> Non
     lance.dataset(uri).delete("id = 5")
     with pytest.raises(CommitConflictError):
         commit_transaction(dataset(uri).core.store, txn)
+
+
+PK = {"lance-schema:unenforced-primary-key": "true"}
+
+
+def _pk_schema() -> pa.Schema:
+    return pa.schema([pa.field("id", pa.int64(), False, PK), pa.field("who", pa.string())])
+
+
+def test_primary_key_rules_are_pylances(tmp_path) -> None:
+    from format.dataset import write_dataset
+
+    bad = {
+        "nullable": pa.schema([pa.field("id", pa.int64(), True, PK)]),
+        "not a leaf": pa.schema(
+            [pa.field("s", pa.struct([pa.field("a", pa.int64(), False)]), False, PK)]
+        ),
+        "in a list": pa.schema(
+            [pa.field("l", pa.list_(pa.field("item", pa.int64(), False, PK)), False)]
+        ),
+        "under a nullable struct": pa.schema(
+            [pa.field("s", pa.struct([pa.field("a", pa.int64(), False, PK)]), True)]
+        ),
+    }
+    for what, schema in bad.items():
+        with pytest.raises(Exception) as ref_err:
+            lance.write_dataset(schema.empty_table(), str(tmp_path / f"ref{len(what)}"))
+        with pytest.raises(InvalidInputError, match="primary key"):
+            write_dataset(schema.empty_table(), str(tmp_path / f"ours{len(what)}"))
+        assert "Primary key" in str(ref_err.value), what
+    positioned = pa.schema(
+        [
+            pa.field("a", pa.string(), False, {**PK, PK_POSITION: "2"}),
+            pa.field("b", pa.int32(), False, {**PK, PK_POSITION: "1"}),
+        ]
+    )
+    uri = str(tmp_path / "pos")
+    write_dataset(positioned.empty_table(), uri)
+    from format.dataset.merge_insert import primary_key
+
+    assert primary_key(dataset(uri).lance_schema) == ("b", "a")
+    assert lance.dataset(uri).schema.field("a").metadata == positioned.field("a").metadata
+
+
+PK_POSITION = "lance-schema:unenforced-primary-key:position"
+
+
+def test_primary_key_merges_record_the_keys_they_insert_as_pylance(tmp_path) -> None:
+    uris = [str(tmp_path / n) for n in ("ours", "ref")]
+    base = pa.table({"id": [1, 2, 3], "who": ["a", "b", "c"]}, schema=_pk_schema())
+    source = pa.table({"id": [3, 4, 5], "who": ["x", "y", "z"]}, schema=_pk_schema())
+    for uri in uris:
+        lance.write_dataset(base, uri)
+    dataset(uris[0]).merge_insert().when_matched_update_all().when_not_matched_insert_all().execute(
+        source
+    )
+    lance.dataset(
+        uris[1]
+    ).merge_insert().when_matched_update_all().when_not_matched_insert_all().execute(source)
+    from format.table.commit import read_transaction
+
+    filters = [read_transaction(dataset(u).core.store, dataset(u).manifest) for u in uris]
+    assert filters[0].update.inserted_rows == filters[1].update.inserted_rows
+    assert filters[0].update.inserted_rows.bloom.num_bits == 262_144
+
+
+def test_racing_primary_key_upserts_never_insert_a_key_twice(tmp_path) -> None:
+    """Two Quiver writers and a pylance writer upsert overlapping new keys at once: every
+    key ends up once, holding one writer's row."""
+    uri = str(tmp_path / "t.lance")
+    lance.write_dataset(pa.table({"id": [0], "who": ["seed"]}, schema=_pk_schema()), uri)
+    errors: list[BaseException] = []
+
+    def writer(who: str, engine) -> None:
+        try:
+            for round_ in range(6):
+                keys = list(range(1 + round_ * 3, 7 + round_ * 3))  # overlaps the next round
+                src = pa.table({"id": keys, "who": [who] * len(keys)}, schema=_pk_schema())
+                b = engine(uri).merge_insert("id").conflict_retries(50)
+                b.when_matched_update_all().when_not_matched_insert_all().execute(src)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [
+        threading.Thread(target=writer, args=("q1", dataset)),
+        threading.Thread(target=writer, args=("q2", dataset)),
+        threading.Thread(target=writer, args=("py", lance.dataset)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    ids = lance.dataset(uri).to_table().column("id").to_pylist()
+    assert sorted(ids) == list(range(22)), "a key was inserted twice or lost"
+    assert dataset(uri).count_rows() == 22
