@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint protos serve bench bench-write bench-flight bench-memory bench-spark bench-vector spark-example clean
+.PHONY: test lint protos serve bench bench-write bench-flight bench-memory bench-spark bench-vector bench-changes spark-example clean
 
 # setup.py builds the C kernels: an edited kernel is recompiled by the next `make test`.
 $(STAMP): pyproject.toml setup.py format/_kernels.c flight_server/_threadstate.c
@@ -58,6 +58,11 @@ bench-spark: $(STAMP)
 # batches, on 1 M vectors of 128 (IVF_PQ, nprobes 20); the indexed dataset is cached in benchmarks/.data.
 bench-vector: $(STAMP)
 	$(PY) -m benchmarks.vector
+
+# Upsert (merge_insert) and update of 1 % of 4 M rows: Quiver's engine, pylance and Quiver over
+# Flight, each round on a fresh copy of the dataset cached in benchmarks/.data.
+bench-changes: $(STAMP)
+	$(PY) -m benchmarks.row_changes
 
 # The Spark pipeline example: its own server on a temporary demo root, or a running one
 # with `make spark-example URI=grpc://127.0.0.1:8815` (after `make serve`).

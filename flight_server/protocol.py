@@ -321,6 +321,12 @@ def _merge_request(doc: Any) -> MergeRequest:
     if by_source not in (None, "delete"):
         raise InvalidArgument(f"{what}: 'when_not_matched_by_source' must be 'delete' or absent")
     retries = f.int("conflict_retries", minimum=0)
+    if doc.get("matched_condition") is not None and when_matched != "update_all":
+        raise InvalidArgument(f"{what}: 'matched_condition' is for when_matched 'update_all'")
+    if doc.get("by_source_filter") is not None and by_source != "delete":
+        raise InvalidArgument(
+            f"{what}: 'by_source_filter' is for when_not_matched_by_source 'delete'"
+        )
     return MergeRequest(
         on=tuple(on) if on else None,
         when_matched=when_matched,

@@ -326,6 +326,10 @@ def merge_command(
         raise InvalidArgument("when_not_matched must be 'insert_all' or None")
     if when_not_matched_by_source not in (None, "delete"):
         raise InvalidArgument("when_not_matched_by_source must be 'delete' or None")
+    if matched_condition is not None and when_matched != "update_all":
+        raise InvalidArgument("matched_condition is for when_matched 'update_all'")
+    if by_source_filter is not None and when_not_matched_by_source != "delete":
+        raise InvalidArgument("by_source_filter is for when_not_matched_by_source 'delete'")
     # when_not_matched is always sent: absent, the server inserts (an upsert)
     merge: dict[str, Any] = {"when_matched": when_matched, "when_not_matched": when_not_matched}
     for key, value in (

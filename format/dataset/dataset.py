@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from format.dataset import cleanup, compaction, evolution
+from format.dataset import backfill, cleanup, compaction, evolution
 from format.dataset import take as _take
 from format.dataset import update as _update
 from format.dataset import write as _write
@@ -30,8 +30,9 @@ from format.dataset.row_changes import DEFAULT_CONFLICT_RETRIES, DEFAULT_RETRY_T
 from format.dataset.scan import Scanner
 from format.errors import (
     DatasetAlreadyExistsError,
-    UnsupportedFeatureError,
+    InvalidInputError,
 )
+from format.file.base import DEFAULT_BATCH_SIZE
 from format.index.scalar import catalog as _catalog
 from format.io.store import ObjectStore, open_store
 from format.proto import table_pb2, transaction_pb2
@@ -488,14 +489,45 @@ class LanceDataset:
         reader_schema: pa.Schema | None = None,
         batch_size: int | None = None,
     ) -> None:
-        """Add columns from SQL expressions, all-null fields or row-aligned Arrow data."""
-        if read_columns is not None:
-            raise UnsupportedFeatureError("read_columns is only for UDFs, which are not supported")
-        self._advance(
-            evolution.add_columns(
+        """Add columns from SQL expressions, all-null fields, Arrow data (aligned with the
+        rows, or naming each row's `_rowaddr`) or a function of each batch."""
+        udf = callable(transforms) and not hasattr(transforms, "__arrow_c_stream__")
+        if read_columns is not None and not udf:
+            raise InvalidInputError("read_columns is only for a function computing the columns")
+        if udf:
+            core = backfill.add_columns_udf(
+                self._core, transforms, read_columns, batch_size or DEFAULT_BATCH_SIZE
+            )
+        elif backfill.names_rows(transforms):
+            core = backfill.add_columns_by_address(self._core, transforms, schema=reader_schema)
+        else:
+            core = evolution.add_columns(
                 self._core, transforms, reader_schema=reader_schema, batch_size=batch_size
             )
+        self._advance(core)
+
+    def merge(
+        self,
+        data_obj: Any,
+        left_on: str,
+        right_on: str | None = None,
+        schema: pa.Schema | None = None,
+    ) -> None:
+        """Add the columns of `data_obj` joined on `left_on` = `right_on` (pylance's
+        `merge`): each row takes the last matching source row's values, NULL when none.
+        No existing data file is rewritten."""
+        self._advance(
+            backfill.merge_columns(self._core, data_obj, left_on, right_on, schema=schema)
         )
+
+    def update_columns(self, data: Any, schema: pa.Schema | None = None) -> dict[str, int]:
+        """Rewrite existing columns in place from rows naming their `_rowaddr` (a
+        backfill of corrected values; the other rows keep theirs): one new data file per
+        touched fragment, committed as an `Update` rewriting columns. Returns
+        `{"num_rows_updated": n}`."""
+        core, stats = backfill.update_columns_by_address(self._core, data, schema=schema)
+        self._advance(core)
+        return stats
 
     def drop_columns(self, columns: Sequence[str]) -> None:
         """Remove columns from the schema (data files are left as they are)."""

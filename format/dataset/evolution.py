@@ -152,13 +152,13 @@ def _zero_array(t: pa.DataType) -> pa.Array:
         return pa.nulls(1, t)
 
 
-def _filler_row(schema: pa.Schema) -> pa.RecordBatch:
+def filler_row(schema: pa.Schema) -> pa.RecordBatch:
     """The row written in place of deleted rows: NULL, or zero where NULL is not allowed."""
     arrays = [pa.nulls(1, f.type) if _all_nullable(f) else _zero_array(f.type) for f in schema]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def _to_physical(
+def to_physical(
     batch: pa.RecordBatch, keep: np.ndarray | None, filler: pa.RecordBatch
 ) -> pa.RecordBatch:
     """Spread the live rows of one step over its physical rows, filling the deleted ones."""
@@ -181,7 +181,7 @@ def _live_steps(
         yield s, e, None if mask is None else mask[s:e]
 
 
-def _read_live(
+def read_live(
     frag: LanceFragment, projection: LanceSchema, batch_size: int
 ) -> Iterator[tuple[np.ndarray | None, pa.RecordBatch]]:
     """The live rows of `projection` step by step, each with its step's live mask."""
@@ -195,7 +195,7 @@ def _read_live(
         yield keep, batch
 
 
-class _FileSet:
+class FileSet:
     """The data files one operation writes; removed again if it fails."""
 
     def __init__(self, ds: DatasetCore, schema: LanceSchema) -> None:
@@ -274,11 +274,11 @@ class _FileSet:
                 self.ds.store.delete(path)
 
 
-def _commit(
+def commit_body(
     ds: DatasetCore,
     operation: str,
     body: object,
-    files: _FileSet | None = None,
+    files: FileSet | None = None,
 ) -> DatasetCore:
     """Commit on top of `ds`'s version; the new version."""
     try:
@@ -289,7 +289,7 @@ def _commit(
         raise
 
 
-def _merge_body(
+def merge_body(
     fragments: Iterable[table_pb2.DataFragment], schema: LanceSchema
 ) -> transaction_pb2.Transaction.Merge:
     body = transaction_pb2.Transaction.Merge(fragments=fragments, schema=schema.to_protos())
@@ -301,7 +301,7 @@ def _merge_body(
 # ---------------------------------------------------------------------------- add
 
 
-def _new_fields(ds: DatasetCore, arrow: pa.Schema) -> LanceSchema:
+def new_fields(ds: DatasetCore, arrow: pa.Schema) -> LanceSchema:
     """Lance fields for new columns, ids after every id in use; refuses name clashes."""
     existing = set(ds.lance_schema.names)
     seen: set[str] = set()
@@ -318,14 +318,14 @@ def _new_fields(ds: DatasetCore, arrow: pa.Schema) -> LanceSchema:
     return LanceSchema.from_arrow(pa.schema(list(arrow)), first_id=max_field_id(ds.manifest) + 1)
 
 
-def _write_new_columns(
+def write_new_columns(
     ds: DatasetCore,
     new: LanceSchema,
     per_fragment: Callable[[LanceFragment], Iterable[pa.RecordBatch]],
     finish: Callable[[], None] | None = None,
 ) -> DatasetCore:
     """Write one file of the new columns per fragment, then commit the Merge."""
-    files = _FileSet(ds, new)
+    files = FileSet(ds, new)
     fragments = []
     try:
         for frag in fragments_of(ds):
@@ -339,7 +339,7 @@ def _write_new_columns(
         files.remove()
         raise
     schema = LanceSchema(ds.lance_schema.fields + new.fields, ds.lance_schema.metadata)
-    return _commit(ds, "merge", _merge_body(fragments, schema), files)
+    return commit_body(ds, "merge", merge_body(fragments, schema), files)
 
 
 def _add_sql(ds: DatasetCore, transforms: Mapping[str, str], batch_size: int) -> DatasetCore:
@@ -352,30 +352,30 @@ def _add_sql(ds: DatasetCore, transforms: Mapping[str, str], batch_size: int) ->
                 f"{name!r}: {sql!r}"
             )
         compiled.append((name, compile_expression(sql, arrow, dataset=ds.uri)))
-    new = _new_fields(ds, pa.schema([c.to_field(name) for name, c in compiled]))
+    new = new_fields(ds, pa.schema([c.to_field(name) for name, c in compiled]))
     used = {c for _, e in compiled for c in e.columns}
     projection = ds.lance_schema.project([n for n in arrow.names if n in used])
-    filler = _filler_row(new.to_arrow())
+    filler = filler_row(new.to_arrow())
 
     def per_fragment(frag: LanceFragment) -> Iterator[pa.RecordBatch]:
-        for keep, batch in _read_live(frag, projection, batch_size):
+        for keep, batch in read_live(frag, projection, batch_size):
             try:
                 values = evaluate_expressions(batch, compiled)
             except InvalidInputError as e:
                 names = ", ".join(repr(name) for name, _ in compiled)
                 raise InvalidInputError(f"{ds.uri}: cannot add column(s) {names}: {e}") from None
-            yield _to_physical(conform_batch(values, filler.schema, ds.uri), keep, filler)
+            yield to_physical(conform_batch(values, filler.schema, ds.uri), keep, filler)
 
-    return _write_new_columns(ds, new, per_fragment)
+    return write_new_columns(ds, new, per_fragment)
 
 
 def _add_stream(
     ds: DatasetCore, data: Any, reader_schema: pa.Schema | None, batch_size: int
 ) -> DatasetCore:
     reader = to_reader(data, reader_schema)
-    new = _new_fields(ds, reader.schema)
+    new = new_fields(ds, reader.schema)
     target = new.to_arrow()
-    filler = _filler_row(target)
+    filler = filler_row(target)
     source = RowSource(
         iter(reader),
         short="the new column data ended before producing values for all rows in the dataset",
@@ -393,9 +393,9 @@ def _add_stream(
                 batch = pa.RecordBatch.from_arrays(
                     [pa.array([], f.type) for f in target], schema=target
                 )
-            yield _to_physical(batch, keep, filler)
+            yield to_physical(batch, keep, filler)
 
-    return _write_new_columns(ds, new, per_fragment, finish=source.check_exhausted)
+    return write_new_columns(ds, new, per_fragment, finish=source.check_exhausted)
 
 
 def _add_all_null(ds: DatasetCore, fields: Sequence[pa.Field]) -> DatasetCore:
@@ -406,9 +406,9 @@ def _add_all_null(ds: DatasetCore, fields: Sequence[pa.Field]) -> DatasetCore:
             )
     if ds.data_storage_version == "0.1":
         raise UnsupportedFeatureError("Cannot add all-null columns to legacy dataset version.")
-    new = _new_fields(ds, pa.schema(list(fields)))
+    new = new_fields(ds, pa.schema(list(fields)))
     schema = LanceSchema(ds.lance_schema.fields + new.fields, ds.lance_schema.metadata)
-    return _commit(ds, "merge", _merge_body(ds.manifest.pb.fragments, schema))
+    return commit_body(ds, "merge", merge_body(ds.manifest.pb.fragments, schema))
 
 
 def add_columns(
@@ -427,6 +427,8 @@ def add_columns(
       metadata-only change (not on legacy datasets, like pylance);
     - Arrow data (table, record batch, RecordBatchReader, or batches with `reader_schema`)
       whose rows line up with the dataset's live rows in scan order.
+    Functions of each batch and data naming each row's `_rowaddr` are backfills
+    (`format.dataset.backfill`), which `LanceDataset.add_columns` also takes.
     """
     if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
         raise InvalidInputError(f"batch_size must be a positive integer, not {batch_size!r}")
@@ -446,9 +448,11 @@ def add_columns(
     ):
         return _add_all_null(ds, transforms)
     elif callable(transforms) and not hasattr(transforms, "__arrow_c_stream__"):
-        raise UnsupportedFeatureError("add_columns does not support Python UDFs")
-    else:
-        return _add_stream(ds, transforms, reader_schema, batch_size)
+        raise UnsupportedFeatureError(
+            "add_columns computes columns with a function through "
+            "format.dataset.backfill.add_columns_udf"
+        )
+    return _add_stream(ds, transforms, reader_schema, batch_size)
 
 
 # ---------------------------------------------------------------------------- drop
@@ -486,7 +490,7 @@ def drop_columns(ds: DatasetCore, columns: Sequence[str] | str) -> DatasetCore:
     if not remaining:
         raise InvalidInputError("Cannot drop all columns from a dataset")
     new = LanceSchema(remaining, schema.metadata)
-    return _commit(ds, "project", transaction_pb2.Transaction.Project(schema=new.to_protos()))
+    return commit_body(ds, "project", transaction_pb2.Transaction.Project(schema=new.to_protos()))
 
 
 # ---------------------------------------------------------------------------- alter
@@ -617,7 +621,7 @@ def alter_columns(ds: DatasetCore, *alterations: Mapping[str, Any]) -> DatasetCo
     new_schema = LanceSchema(fields, old.metadata)
     if not casts:
         project = transaction_pb2.Transaction.Project(schema=new_schema.to_protos())
-        return _commit(ds, "project", project)
+        return commit_body(ds, "project", project)
     _check_not_indexed(ds, [src for src, _ in casts])
     return _rewrite_cast_columns(ds, new_schema, sorted(casts, key=lambda c: c[1]))
 
@@ -640,12 +644,12 @@ def _rewrite_cast_columns(
     sources = LanceSchema([src for src, _ in casts], ds.lance_schema.metadata)
     targets = LanceSchema([new_schema.fields[i] for _, i in casts], new_schema.metadata)
     target_arrow = targets.to_arrow()
-    filler = _filler_row(target_arrow)
+    filler = filler_row(target_arrow)
     old_ids = {g.id for src, _ in casts for g in src.walk()}
     schema_ids = set(new_schema.field_ids())
 
     def per_fragment(frag: LanceFragment) -> Iterator[pa.RecordBatch]:
-        for keep, batch in _read_live(frag, sources, DEFAULT_BATCH_SIZE):
+        for keep, batch in read_live(frag, sources, DEFAULT_BATCH_SIZE):
             arrays = []
             for col, f in zip(batch.columns, target_arrow, strict=True):
                 try:
@@ -657,9 +661,9 @@ def _rewrite_cast_columns(
                         f"{ds.uri}: cannot cast column {f.name!r} to {f.type}: {e}"
                     ) from None
             cast = pa.RecordBatch.from_arrays(arrays, schema=target_arrow)
-            yield _to_physical(cast, keep, filler)
+            yield to_physical(cast, keep, filler)
 
-    files = _FileSet(ds, targets)
+    files = FileSet(ds, targets)
     fragments = []
     try:
         for frag in fragments_of(ds):
@@ -677,4 +681,4 @@ def _rewrite_cast_columns(
     except BaseException:
         files.remove()
         raise
-    return _commit(ds, "merge", _merge_body(fragments, new_schema), files)
+    return commit_body(ds, "merge", merge_body(fragments, new_schema), files)

@@ -31,11 +31,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from format.dataset.backfill import ROW_ADDRESS, AddressedRows, ColumnChange, plan_column_update
 from format.dataset.core import DatasetCore
 from format.dataset.fragment import fragments_of
 from format.dataset.row_changes import (
     DEFAULT_CONFLICT_RETRIES,
     DEFAULT_RETRY_TIMEOUT,
+    PlannedChange,
     RowChange,
     change_transaction,
     check_retry_options,
@@ -51,6 +53,7 @@ from format.errors import (
     UnsupportedFeatureError,
 )
 from format.expr import compile_filter, evaluate_filter
+from format.table.indices import indices_of
 from format.table.key_filter import inserted_keys_filter, key_hashes
 from format.table.schema import LanceSchema
 
@@ -383,6 +386,66 @@ def plan_merge(core: DatasetCore, params: MergeParams, source: pa.Table) -> RowC
     return change
 
 
+def _rewrites_columns(core: DatasetCore, params: MergeParams, source: pa.Table, mode: str) -> bool:
+    """Whether a merge rewrites columns in place (see `MergeInsertBuilder.write_mode`);
+    refuses "rewrite_columns" for a merge it cannot express, with pylance's reasons."""
+    if mode == "rewrite_rows":
+        return False
+    names = set(core.schema.names)
+    why = None
+    if params.insert:
+        why = "inserting unmatched source rows adds rows, which patching cannot do"
+    elif params.delete_by_source:
+        why = "deleting target rows no source row matches removes rows, which patching cannot do"
+    elif params.when_matched != "update":
+        why = "when_matched must update rather than delete or do nothing"
+    elif set(source.column_names) >= names:
+        why = "the source covers every dataset column, so there is nothing to skip"
+    elif not set(source.column_names) - set(params.on):
+        why = "the source carries no column besides the join key"
+    if mode == "rewrite_columns":
+        if why is not None:
+            raise InvalidInputError(
+                f"{core.uri}: write_mode rewrite_columns cannot express this merge_insert: "
+                f"{why}; use auto or rewrite_rows"
+            )
+        return True
+    if why is not None:
+        return False
+    keys = {core.lance_schema.field(k).id for k in params.on if k in names}
+    return any(
+        set(i.field_ids) & keys and not i.details_type.endswith("VectorIndexDetails")
+        for i in indices_of(core.manifest)
+    )
+
+
+def plan_column_merge(core: DatasetCore, params: MergeParams, source: pa.Table) -> ColumnChange:
+    """An update-only merge of a partial source as an in-place rewrite of its columns."""
+    addr, src, _ = _join(core, params, source)
+    rows = source.take(pa.array(src))
+    if params.matched_condition is not None and len(addr):
+        target = _target_rows(core, addr, with_row_id=False).select(core.schema.names)
+        keep = _conditioned(core, params.matched_condition, target, rows)
+        rows, addr = rows.filter(pa.array(keep)), addr[keep]
+    values = rows.drop_columns(list(params.on))
+    values = values.append_column(ROW_ADDRESS, pa.array(addr, pa.uint64()))
+    change = plan_column_update(core, AddressedRows(core, values, None, "merge_insert"))
+    change.stats = {
+        "num_inserted_rows": 0,
+        "num_updated_rows": len(addr),
+        "num_deleted_rows": 0,
+    }
+    return change
+
+
+def plan_any(core: DatasetCore, params: MergeParams, source: pa.Table, mode: str) -> PlannedChange:
+    """The merge planned in the write mode it takes on `core`."""
+    _check_clauses(core, params, source)
+    if _rewrites_columns(core, params, source, mode):
+        return plan_column_merge(core, params, source)
+    return plan_merge(core, params, source)
+
+
 @dataclass
 class Transaction:
     """A merge planned and written but not committed (pylance's `Transaction`): commit it
@@ -457,11 +520,6 @@ class MergeInsertBuilder:
         fragments); "rewrite_columns" is not supported yet."""
         if mode not in WRITE_MODES:
             raise InvalidInputError(f"write_mode must be one of {', '.join(WRITE_MODES)}: {mode!r}")
-        if mode == "rewrite_columns":
-            raise UnsupportedFeatureError(
-                "merge_insert write_mode 'rewrite_columns' is not supported yet; use "
-                "'auto' or 'rewrite_rows'"
-            )
         self._write_mode = mode
         return self
 
@@ -470,10 +528,10 @@ class MergeInsertBuilder:
         (`num_inserted_rows`, `num_updated_rows`, `num_deleted_rows`)."""
         ds = self._dataset
         source = _source_table(ds.core, data, schema)
-        params = self._params
+        params, mode = self._params, self._write_mode
         core, stats = run_with_retries(
             ds.core,
-            lambda c: plan_merge(c, params, source),
+            lambda c: plan_any(c, params, source, mode),
             self._retries,
             self._timeout.total_seconds(),
         )
@@ -487,6 +545,10 @@ class MergeInsertBuilder:
         `format.dataset.commit`) and counts. Its deletion files are written too."""
         ds = self._dataset
         source = _source_table(ds.core, data, schema)
+        if _rewrites_columns(ds.core, self._params, source, self._write_mode):
+            raise UnsupportedFeatureError(
+                "execute_uncommitted rewrites whole rows only: use write_mode('rewrite_rows')"
+            )
         change = plan_merge(ds.core, self._params, source)
         txn, _ = change_transaction(change)
         return Transaction(int(txn.read_version), txn, txn.uuid), change.stats

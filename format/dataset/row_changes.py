@@ -19,7 +19,7 @@ import datetime as dt
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -82,6 +82,20 @@ class RowChange:
         for path in self.written_files:
             with contextlib.suppress(Exception):
                 self.core.store.delete(path)
+
+    def commit(self) -> DatasetCore:
+        """Commit this change as the next version (see `commit_change`)."""
+        return commit_change(self)
+
+
+class PlannedChange(Protocol):
+    """A change planned on one version and written, not yet committed."""
+
+    stats: dict[str, int]
+
+    def commit(self) -> DatasetCore: ...
+
+    def discard(self) -> None: ...
 
 
 def write_rows(
@@ -227,7 +241,7 @@ def check_retry_options(conflict_retries: Any, retry_timeout: Any) -> tuple[int,
 
 def run_with_retries(
     core: DatasetCore,
-    plan: Callable[[DatasetCore], RowChange | None],
+    plan: Callable[[DatasetCore], PlannedChange | None],
     conflict_retries: int,
     retry_timeout: float,
 ) -> tuple[DatasetCore, dict[str, int]]:
@@ -241,7 +255,7 @@ def run_with_retries(
         if change is None:
             return core, {}
         try:
-            return commit_change(change), change.stats
+            return change.commit(), change.stats
         except CommitConflictError as e:
             attempt += 1
             if not e.retryable or attempt > conflict_retries or time.monotonic() > deadline:

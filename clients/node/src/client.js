@@ -6,7 +6,8 @@
 //   version) and fetch its endpoints with bounded concurrency, keeping their order; each
 //   endpoint's locations are tried in turn while they answer UNAVAILABLE;
 // - writes are one DoPut with a CMD descriptor {"dataset", "mode"} (the server commits), or
-//   staged puts ({"commit": false}) settled by the `commit` / `abort` actions;
+//   staged puts ({"commit": false}) settled by the `commit` / `abort` actions; a merge is
+//   one DoPut with {"dataset", "merge": {...}} (the server merges and commits);
 // - username and password are exchanged once per server for a bearer token (a Handshake
 //   carrying `authorization: Basic ...`, answered with `authorization: Bearer ...`), sent with
 //   every call and renewed once when a call is refused as unauthenticated;
@@ -18,7 +19,7 @@ const { RecordBatch, RecordBatchReader, RecordBatchStreamWriter, Table, makeData
 
 const errors = require('./errors');
 const ipc = require('./ipc');
-const { readCommand, putCommand, commitBody, jsonBytes } = require('./commands');
+const { readCommand, putCommand, commitBody, updateBody, mergeCommand, jsonBytes } = require('./commands');
 const { flightServiceClient } = require('./proto');
 
 const { QuiverError, Unauthenticated, Unavailable, InvalidArgument } = errors;
@@ -702,6 +703,27 @@ class Client {
   /** Delete the rows matching a SQL predicate: `{version, deleted_rows}`. */
   async delete(dataset, predicate) {
     return this.action('delete', { dataset, predicate });
+  }
+
+  /**
+   * Set columns to SQL expressions (`{score: 'score * 2'}`) on the rows matching the SQL
+   * `where` (every row when absent), in one new version: `{version, updated_rows}`.
+   */
+  async update(dataset, updates, where) {
+    return this.action('update', updateBody(dataset, updates, where));
+  }
+
+  /**
+   * Merge the rows of `data` (as `write` takes it) into `dataset` on the `on` columns (a name
+   * or an array; null or absent: the dataset's unenforced primary key), in one new version,
+   * as pylance's `merge_insert`. The defaults upsert. Options: `whenMatched` ('update_all',
+   * only where `matchedCondition`, SQL over `source.` and `target.` columns, holds; 'delete',
+   * 'fail' or 'nothing'), `whenNotMatched` ('insert_all' or null), `whenNotMatchedBySource`
+   * ('delete', only the target rows matching `bySourceFilter` when given; or null),
+   * `conflictRetries`. Returns `{version, rows, inserted_rows, updated_rows, deleted_rows}`.
+   */
+  async merge(dataset, data, on, options = {}) {
+    return this._put(mergeCommand(dataset, on, options), data);
   }
 
   /** Every version, oldest first. */

@@ -5,6 +5,7 @@ const { InvalidArgument } = require('./errors');
 
 const PUT_MODES = ['append', 'create', 'overwrite'];
 const COMMIT_OPERATIONS = ['append', 'overwrite', 'create'];
+const WHEN_MATCHED = ['update_all', 'delete', 'fail', 'nothing'];
 
 function isInteger(v) {
   return (typeof v === 'number' && Number.isSafeInteger(v)) || typeof v === 'bigint';
@@ -93,9 +94,118 @@ function commitBody(dataset, fragments, { operation = 'append', readVersion, ide
   return body;
 }
 
+/**
+ * The body of the `update` action: `updates` maps column names to SQL expressions (an
+ * object or a Map), set on the rows matching the SQL `where` (every row when absent).
+ */
+function updateBody(dataset, updates, where) {
+  checkDataset(dataset);
+  if (updates == null || typeof updates !== 'object' || Array.isArray(updates)) {
+    throw new TypeError('updates must be an object (or a Map) of column name -> SQL expression');
+  }
+  const entries = updates instanceof Map ? Array.from(updates) : Object.entries(updates);
+  if (entries.length === 0) throw new InvalidArgument('updates must name at least one column');
+  for (const [column, expression] of entries) {
+    if (typeof column !== 'string' || column === '') throw new TypeError('updates must be keyed by column names');
+    if (typeof expression !== 'string') {
+      throw new TypeError(`updates[${JSON.stringify(column)}] must be a SQL expression (a string), not ${typeof expression}`);
+    }
+    if (expression.trim() === '') throw new InvalidArgument(`updates[${JSON.stringify(column)}] is an empty SQL expression`);
+  }
+  const body = { dataset, updates: Object.fromEntries(entries) };
+  if (where != null) {
+    if (typeof where !== 'string') throw new TypeError(`where must be a SQL filter (a string), not ${typeof where}`);
+    body.where = where;
+  }
+  return body;
+}
+
+const MERGE_OPTIONS = new Set([
+  'whenMatched', 'matchedCondition', 'whenNotMatched', 'whenNotMatchedBySource', 'bySourceFilter', 'conflictRetries',
+]);
+
+function optionalSql(name, v) {
+  if (v == null) return null;
+  if (typeof v !== 'string') throw new TypeError(`${name} must be a SQL filter (a string), not ${typeof v}`);
+  return v;
+}
+
+/**
+ * The JSON object of a merge DoPut's CMD descriptor (as `merge_command` of wire/requests.py):
+ * the uploaded rows merged into `dataset` on the `on` columns (default: its unenforced
+ * primary key), committed as one version. The defaults upsert.
+ * @param {string} dataset
+ * @param {string|string[]|null} [on]
+ * @param {object} [options] whenMatched ('update_all' | 'delete' | 'fail' | 'nothing'),
+ *   matchedCondition, whenNotMatched ('insert_all' | null), whenNotMatchedBySource
+ *   ('delete' | null), bySourceFilter, conflictRetries
+ */
+function mergeCommand(dataset, on, options = {}) {
+  checkDataset(dataset);
+  if (options === null || typeof options !== 'object') throw new TypeError('merge options must be an object');
+  const unknown = Object.keys(options).filter((k) => !MERGE_OPTIONS.has(k) && options[k] !== undefined);
+  if (unknown.length) throw new TypeError(`unknown merge option(s): ${unknown.join(', ')}`);
+  const {
+    whenMatched = 'update_all',
+    matchedCondition,
+    whenNotMatched = 'insert_all',
+    whenNotMatchedBySource = null,
+    bySourceFilter,
+    conflictRetries,
+  } = options;
+  if (!WHEN_MATCHED.includes(whenMatched)) {
+    throw new InvalidArgument(`whenMatched must be one of ${WHEN_MATCHED.join(', ')}, not ${JSON.stringify(whenMatched)}`);
+  }
+  if (whenNotMatched !== null && whenNotMatched !== 'insert_all') {
+    throw new InvalidArgument(`whenNotMatched must be 'insert_all' or null, not ${JSON.stringify(whenNotMatched)}`);
+  }
+  if (whenNotMatchedBySource !== null && whenNotMatchedBySource !== 'delete') {
+    throw new InvalidArgument(`whenNotMatchedBySource must be 'delete' or null, not ${JSON.stringify(whenNotMatchedBySource)}`);
+  }
+  const condition = optionalSql('matchedCondition', matchedCondition);
+  if (condition !== null && whenMatched !== 'update_all') {
+    throw new InvalidArgument(`matchedCondition goes with whenMatched 'update_all', not ${JSON.stringify(whenMatched)}`);
+  }
+  const sourceFilter = optionalSql('bySourceFilter', bySourceFilter);
+  if (sourceFilter !== null && whenNotMatchedBySource !== 'delete') {
+    throw new InvalidArgument("bySourceFilter goes with whenNotMatchedBySource 'delete'");
+  }
+  // when_not_matched is always sent: absent, the server inserts (an upsert)
+  const merge = { when_matched: whenMatched, when_not_matched: whenNotMatched };
+  if (on != null) {
+    let keys;
+    if (typeof on === 'string') keys = [on];
+    else if (typeof on[Symbol.iterator] === 'function') keys = Array.from(on);
+    else throw new TypeError('on must be a column name or an array of column names');
+    if (keys.length === 0) throw new InvalidArgument('on must name at least one column (or be omitted for the primary key)');
+    if (!keys.every((k) => typeof k === 'string' && k !== '')) throw new TypeError('on must hold column names (non-empty strings)');
+    merge.on = keys;
+  }
+  if (condition !== null) merge.matched_condition = condition;
+  if (whenNotMatchedBySource !== null) merge.when_not_matched_by_source = whenNotMatchedBySource;
+  if (sourceFilter !== null) merge.by_source_filter = sourceFilter;
+  if (conflictRetries != null) {
+    const retries = integer('conflictRetries', conflictRetries);
+    if (retries < 0) throw new InvalidArgument(`conflictRetries must be >= 0, not ${retries}`);
+    merge.conflict_retries = retries;
+  }
+  return { dataset, merge };
+}
+
 /** UTF-8 JSON bytes, compact as the Python client writes them. */
 function jsonBytes(value) {
   return Buffer.from(JSON.stringify(value), 'utf8');
 }
 
-module.exports = { PUT_MODES, COMMIT_OPERATIONS, readCommand, putCommand, commitBody, asOfText, jsonBytes };
+module.exports = {
+  PUT_MODES,
+  COMMIT_OPERATIONS,
+  WHEN_MATCHED,
+  readCommand,
+  putCommand,
+  commitBody,
+  updateBody,
+  mergeCommand,
+  asOfText,
+  jsonBytes,
+};

@@ -4,7 +4,7 @@
 const arrow = require('apache-arrow');
 const errors = require('./errors');
 const { Client } = require('./client');
-const { readCommand, putCommand, commitBody } = require('./commands');
+const { readCommand, putCommand, commitBody, updateBody, mergeCommand } = require('./commands');
 
 module.exports = {
   Client,
@@ -12,6 +12,8 @@ module.exports = {
   readCommand,
   putCommand,
   commitBody,
+  updateBody,
+  mergeCommand,
   /** The apache-arrow module the client decodes into and encodes from. */
   arrow,
 };

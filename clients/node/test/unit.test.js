@@ -123,6 +123,65 @@ test('put commands and commit bodies', () => {
   assert.throws(() => quiver.commitBody('s', [], { operation: 'merge' }), quiver.InvalidArgument);
 });
 
+test('update bodies: column -> SQL expression, where only when given', () => {
+  assert.deepEqual(quiver.updateBody('s', { x: 'x * 2', s: "'new'" }, 'id < 4'), {
+    dataset: 's', updates: { x: 'x * 2', s: "'new'" }, where: 'id < 4',
+  });
+  assert.deepEqual(quiver.updateBody('s', new Map([['x', '-x']])), { dataset: 's', updates: { x: '-x' } });
+  assert.deepEqual(quiver.updateBody('s', { x: '1' }, null), { dataset: 's', updates: { x: '1' } });
+  assert.throws(() => quiver.updateBody('s', {}), quiver.InvalidArgument);
+  assert.throws(() => quiver.updateBody('s', { x: '  ' }), quiver.InvalidArgument);
+  assert.throws(() => quiver.updateBody('s', { x: 2 }), TypeError);
+  assert.throws(() => quiver.updateBody('s', ['x']), TypeError);
+  assert.throws(() => quiver.updateBody('s', null), TypeError);
+  assert.throws(() => quiver.updateBody('s', { x: '1' }, 5), TypeError);
+  assert.throws(() => quiver.updateBody('', { x: '1' }), TypeError);
+});
+
+test('merge commands: the clauses in the server\'s names, when_not_matched always sent', () => {
+  // the defaults upsert on the primary key; when_not_matched is sent even then
+  assert.deepEqual(quiver.mergeCommand('s'), {
+    dataset: 's', merge: { when_matched: 'update_all', when_not_matched: 'insert_all' },
+  });
+  assert.deepEqual(quiver.mergeCommand('s', 'id', { whenNotMatched: null }), {
+    dataset: 's', merge: { when_matched: 'update_all', when_not_matched: null, on: ['id'] },
+  });
+  assert.deepEqual(JSON.parse(JSON.stringify(quiver.mergeCommand('s', ['a', 'b'], { whenMatched: 'delete', whenNotMatched: null }))), {
+    dataset: 's', merge: { when_matched: 'delete', when_not_matched: null, on: ['a', 'b'] },
+  });
+  assert.deepEqual(
+    quiver.mergeCommand('s', new Set(['id']), {
+      matchedCondition: 'source.x > target.x', whenNotMatchedBySource: 'delete', bySourceFilter: 'id < 10',
+      conflictRetries: 3n,
+    }),
+    { dataset: 's', merge: {
+      when_matched: 'update_all', when_not_matched: 'insert_all', on: ['id'], matched_condition: 'source.x > target.x',
+      when_not_matched_by_source: 'delete', by_source_filter: 'id < 10', conflict_retries: 3,
+    } },
+  );
+  assert.deepEqual(quiver.mergeCommand('s', null, { whenMatched: 'nothing', conflictRetries: 0 }).merge, {
+    when_matched: 'nothing', when_not_matched: 'insert_all', conflict_retries: 0,
+  });
+  for (const [on, options] of [
+    [undefined, { whenMatched: 'explode' }],
+    [undefined, { whenMatched: null }],
+    [undefined, { whenNotMatched: 'insert' }],
+    [undefined, { whenNotMatchedBySource: 'insert_all' }],
+    [[], {}],
+    ['id', { whenMatched: 'delete', matchedCondition: 'target.x > 1' }],
+    ['id', { bySourceFilter: 'id < 3' }],
+    ['id', { conflictRetries: -1 }],
+  ]) {
+    assert.throws(() => quiver.mergeCommand('s', on, options), quiver.InvalidArgument, JSON.stringify([on, options]));
+  }
+  assert.throws(() => quiver.mergeCommand('s', 'id', { when_matched: 'delete' }), /unknown merge option\(s\): when_matched/);
+  assert.throws(() => quiver.mergeCommand('s', 5), TypeError);
+  assert.throws(() => quiver.mergeCommand('s', ['id', '']), TypeError);
+  assert.throws(() => quiver.mergeCommand('s', 'id', { conflictRetries: 1.5 }), TypeError);
+  assert.throws(() => quiver.mergeCommand('s', 'id', { matchedCondition: 1 }), TypeError);
+  assert.throws(() => quiver.mergeCommand('', 'id'), TypeError);
+});
+
 test('Flight location URIs', () => {
   assert.deepEqual(parseUri('grpc://127.0.0.1:8815'), { target: '127.0.0.1:8815', tls: false });
   assert.deepEqual(parseUri('grpc+tcp://h:1'), { target: 'h:1', tls: false });

@@ -77,6 +77,31 @@ export interface CommitOptions {
   job?: string;
 }
 
+export type WhenMatched = 'update_all' | 'delete' | 'fail' | 'nothing';
+
+export interface MergeOptions {
+  /** What matched target rows become (default `'update_all'`). */
+  whenMatched?: WhenMatched;
+  /** With `'update_all'`: update only where this SQL over `source.` and `target.` columns holds. */
+  matchedCondition?: string;
+  /** `'insert_all'` (the default) inserts source rows that match nothing; `null` does not. */
+  whenNotMatched?: 'insert_all' | null;
+  /** `'delete'` removes target rows no source row matches (those matching `bySourceFilter`). */
+  whenNotMatchedBySource?: 'delete' | null;
+  bySourceFilter?: string;
+  /** Times the merge is planned again on a newer version after losing to a concurrent commit. */
+  conflictRetries?: number;
+}
+
+export interface MergeResult {
+  version: number;
+  /** Source rows uploaded. */
+  rows: number;
+  inserted_rows: number;
+  updated_rows: number;
+  deleted_rows: number;
+}
+
 export interface Describe {
   dataset: string;
   version: number;
@@ -123,6 +148,10 @@ export class Client {
   listActions(): Promise<Record<string, string>>;
   healthcheck(): Promise<{ status: string }>;
   delete(dataset: string, predicate: string): Promise<{ version: number; deleted_rows: number }>;
+  /** Set columns to SQL expressions on the rows matching `where` (every row without it). */
+  update(dataset: string, updates: Record<string, string> | Map<string, string>, where?: string | null): Promise<{ version: number; updated_rows: number }>;
+  /** Merge `data` on the `on` columns (null/absent: the primary key); the defaults upsert. */
+  merge(dataset: string, data: WriteData, on?: string | string[] | null, options?: MergeOptions): Promise<MergeResult>;
   versions(dataset: string): Promise<{ version: number; timestamp: string; rows: number; fragments: number }[]>;
   tags(dataset: string): Promise<Record<string, { version: number; created_at: string; updated_at: string }>>;
   createTag(dataset: string, tag: string, version?: number): Promise<{ tag: string; version: number }>;
@@ -175,3 +204,5 @@ export function serverMessage(err: unknown): string;
 export function readCommand(dataset: string, options?: ReadOptions): Record<string, unknown>;
 export function putCommand(dataset: string, options?: { mode?: WriteMode; commit?: boolean; job?: string }): Record<string, unknown>;
 export function commitBody(dataset: string, fragments: Iterable<string>, options?: CommitOptions): Record<string, unknown>;
+export function updateBody(dataset: string, updates: Record<string, string> | Map<string, string>, where?: string | null): Record<string, unknown>;
+export function mergeCommand(dataset: string, on?: string | string[] | null, options?: MergeOptions): Record<string, unknown>;

@@ -1,6 +1,6 @@
 // Compiled (never run) by test/types.test.js: the declarations in types/ must describe the API
 // as the README and the example use it.
-import { Client, CommitConflict, NotFound, QuiverError, arrow, readCommand } from 'quiver-client';
+import { Client, CommitConflict, MergeResult, NotFound, QuiverError, arrow, mergeCommand, readCommand } from 'quiver-client';
 
 async function usage(): Promise<void> {
   const client: Client = await Client.connect('grpc://127.0.0.1:8815', {
@@ -21,6 +21,11 @@ async function usage(): Promise<void> {
   const fragments: string[] = await client.stage('sales', table.batches);
   await client.commit('sales', fragments, { readVersion: put.version, idempotencyKey: 'job-1' });
   await client.action('create_tag', { dataset: 'sales', tag: 'q3' });
+  const updated: { version: number; updated_rows: number } = await client.update('sales', { x: 'x * 2' }, 'id < 10');
+  const merged: MergeResult = await client.merge('sales', table, 'id', { whenNotMatched: null });
+  await client.merge('sales', table.batches, ['id'], { whenMatched: 'delete', whenNotMatchedBySource: 'delete', bySourceFilter: 'id < 5' });
+  await client.merge('sales', table, null, { matchedCondition: 'source.x > target.x', conflictRetries: 3 });
+  console.log(updated.updated_rows, merged.inserted_rows, mergeCommand('sales', 'id'));
   const names: string[] = await client.datasets();
   try {
     await client.read('missing');
