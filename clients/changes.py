@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from wire.requests import merge_command
+from clients.errors import QuiverError
+from wire.requests import merge_command, put_command
 
 
 class RowChanges:
@@ -60,3 +61,38 @@ class RowChanges:
             conflict_retries=conflict_retries,
         )
         return self._put(command, data)
+
+    def stage_source(self, dataset: str, data: Any, *, job: str | None = None) -> list[str]:
+        """Stage rows as the source of a change to come (a share of an upsert or a
+        backfill, `_rowaddr` included): the fragment strings to `apply_staged`."""
+        answer = self._put(put_command(dataset, mode="source", commit=False, job=job), data)
+        fragments = answer.get("fragments") if isinstance(answer, dict) else None
+        if not isinstance(fragments, list):
+            raise QuiverError("the server answered a staged DoPut without fragments")
+        return [str(f) for f in fragments]
+
+    def apply_staged(
+        self,
+        dataset: str,
+        fragments: Sequence[str],
+        *,
+        merge: Mapping[str, Any] | None = None,
+        backfill: str | None = None,
+        job: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
+        """Apply staged sources (of many writers) as one change, committed once: a merge
+        (`merge` is `merge_command(...)["merge"]`) or a backfill by row address
+        (`backfill`: "add_columns" or "update_columns"). With `job`, the job's other
+        attempts' files go too; with `idempotency_key`, a repeated call answers the version
+        the first made (`"duplicate": true`) instead of applying the rows again."""
+        body: dict[str, Any] = {"dataset": dataset, "fragments": list(fragments)}
+        if merge is not None:
+            body["merge"] = dict(merge)
+        if backfill is not None:
+            body["backfill"] = backfill
+        if job is not None:
+            body["job"] = job
+        if idempotency_key is not None:
+            body["idempotency_key"] = idempotency_key
+        return self.action("apply_staged", body)

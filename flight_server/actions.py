@@ -17,17 +17,17 @@ from typing import Any, Protocol
 import pyarrow as pa
 from fsspec.implementations.local import LocalFileSystem
 
-from flight_server import metrics
+from flight_server import changes, metrics
 from flight_server.errors import InvalidArgument, NotFound, Unavailable, Unimplemented
 from flight_server.handles import DatasetHandles, live_rows
-from flight_server.protocol import Fields, job_field, parse_object, version_ref
+from flight_server.protocol import Fields, job_field, merge_request, parse_object, version_ref
 from flight_server.writes import Writes
 from format.dataset import dataset
 from format.errors import DatasetNotFoundError
 from format.io.store import filesystem
 from format.table import versions as _versions
 from format.table.schema import RESERVED_COLUMNS
-from wire.requests import ACTION_SHAPES, MODES
+from wire.requests import ACTION_SHAPES, BACKFILLS, MODES
 
 MAX_AGE_SECONDS = 3_155_760_000  # 100 years: cleanup's older_than_seconds
 
@@ -318,6 +318,28 @@ def _commit(ctx: ActionContext, f: Fields) -> dict[str, Any]:
     )
 
 
+def _apply_staged(ctx: ActionContext, f: Fields) -> dict[str, Any]:
+    name = f.dataset()
+    job = job_field(f)
+    key = f.str("idempotency_key")
+    merge = f.doc.get("merge")
+    backfill = f.str("backfill")
+    if backfill is not None and backfill not in BACKFILLS:
+        raise InvalidArgument(
+            f"apply_staged body: 'backfill' must be one of {', '.join(BACKFILLS)}"
+        )
+    staged = ctx.writes.staged(name, f.list("fragments", required=True) or [])
+    return changes.apply_staged(
+        ctx.writes,
+        name,
+        staged,
+        merge=merge_request(merge, "apply_staged body: 'merge'") if merge is not None else None,
+        backfill=backfill,
+        job=job,
+        idempotency_key=key,
+    )
+
+
 def _abort(ctx: ActionContext, f: Fields) -> dict[str, Any]:
     name = f.dataset()
     job = job_field(f)
@@ -331,6 +353,7 @@ def _abort(ctx: ActionContext, f: Fields) -> dict[str, Any]:
 _HANDLERS: dict[str, Handler] = {
     "commit": _commit,
     "abort": _abort,
+    "apply_staged": _apply_staged,
     "describe": _describe,
     "list_versions": _list_versions,
     "delete": _delete,

@@ -18,7 +18,7 @@ from typing import Any
 from flight_server.errors import InvalidArgument
 from flight_server.names import name_from_path, validate_name
 from flight_server.staging import valid_job
-from wire.requests import MERGE_KEYS, MODES, PUT_KEYS, READ_KEYS, WHEN_MATCHED
+from wire.requests import MERGE_KEYS, PUT_KEYS, PUT_MODES, READ_KEYS, WHEN_MATCHED
 
 MAX_JSON_BYTES = 256 << 20
 MAX_INT = (1 << 63) - 1
@@ -301,8 +301,8 @@ class MergeRequest:
     conflict_retries: int = 10
 
 
-def _merge_request(doc: Any) -> MergeRequest:
-    what = "DoPut command: 'merge'"
+def merge_request(doc: Any, what: str = "DoPut command: 'merge'") -> MergeRequest:
+    """A merge's clauses (a merge DoPut's or an apply_staged body's 'merge'), checked."""
     if not isinstance(doc, dict):
         raise InvalidArgument(f"{what} must be an object")
     f = Fields(doc, what, MERGE_KEYS)
@@ -359,11 +359,15 @@ def put_request_from_command(cmd: bytes) -> PutRequest:
             raise InvalidArgument(
                 "DoPut command: a merge commits at once; it takes no 'mode', 'commit' or 'job'"
             )
-        return PutRequest(name, "merge", True, None, _merge_request(f.doc["merge"]))
+        return PutRequest(name, "merge", True, None, merge_request(f.doc["merge"]))
     mode = f.str("mode") or "append"
-    if mode not in MODES:
-        raise InvalidArgument(f"DoPut command: 'mode' must be one of {', '.join(MODES)}")
+    if mode not in PUT_MODES:
+        raise InvalidArgument(f"DoPut command: 'mode' must be one of {', '.join(PUT_MODES)}")
     commit = f.bool("commit", default=True)
+    if mode == "source" and commit:
+        raise InvalidArgument(
+            "DoPut command: mode 'source' stages the rows of a change ('commit': false)"
+        )
     job = job_field(f)
     if job is not None and commit:
         raise InvalidArgument("DoPut command: 'job' is for staging puts ('commit': false)")

@@ -11,23 +11,23 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
-import itertools
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
-from flight_server import metrics
+from flight_server import changes, metrics
 from flight_server.errors import AlreadyExists, Cancelled, InvalidArgument, Unimplemented
 from flight_server.handles import DatasetHandles
 from flight_server.names import discover
-from flight_server.protocol import MergeRequest, PutRequest
+from flight_server.protocol import PutRequest
 from flight_server.staging import AUTO_JOB_PREFIX, STAGING_DIR, StagingLedger, new_job
 from flight_server.tickets import FRAGMENT_KIND, Signer
+from flight_server.uploads import StreamBroken, checked_stream
 from format.dataset import LanceDataset, LanceOperation, commit, write_fragments
 from format.errors import (
     CommitConflictError,
@@ -59,6 +59,7 @@ class StagedFragment:
     signature: str  # digest of the Lance schema (ids, names, types) it was written with
     job: str | None = None  # the staging job and ledger record the put left
     record: str | None = None
+    source: bool = False  # staged with mode "source": the rows of a change (apply_staged)
 
 
 def schema_signature(schema: LanceSchema) -> str:
@@ -77,9 +78,17 @@ class Writes:
 
     # -- staged fragment strings ----------------------------------------------------------
     def _stage_token(
-        self, name: str, frag: Any, schema: pa.Schema | None, sig: str, job: str, record: str
+        self,
+        name: str,
+        frag: Any,
+        schema: pa.Schema | None,
+        sig: str,
+        job: str,
+        record: str,
+        *,
+        source: bool = False,
     ) -> str:
-        payload = {
+        payload: dict[str, Any] = {
             "d": name,
             "f": _b64(frag.SerializeToString()),
             "s": _b64(schema.serialize().to_pybytes()) if schema is not None else None,
@@ -88,6 +97,8 @@ class Writes:
             "r": record,
             "e": int(time.time()) + self.staged_ttl,
         }
+        if source:
+            payload["u"] = "source"  # the rows of a change, never the dataset's own
         return self.signer.sign(FRAGMENT_KIND, payload, "staged fragment")
 
     def verify_fragment(self, name: str, token: Any) -> StagedFragment:
@@ -118,7 +129,7 @@ class Writes:
                 f"a staged fragment of dataset {name!r} expired (staged fragments can be "
                 f"committed for {self.staged_ttl} s); stage the data again"
             )
-        return StagedFragment(token, frag, schema, sig, job, record)
+        return StagedFragment(token, frag, schema, sig, job, record, p.get("u") == "source")
 
     def staged(self, name: str, tokens: list[Any]) -> list[StagedFragment]:
         """Verify a commit's or abort's fragment strings; each fragment listed once."""
@@ -163,9 +174,11 @@ class Writes:
         """
         name, mode = request.dataset, request.mode
         uri = self.handles.uri(name)
+        if mode == "source":
+            return changes.stage_source(self, request, schema, batches, cancelled)
         check_new_schema(schema, name)  # reserved, duplicate names; empty fixed-size lists
         if request.merge is not None:
-            return self._merge(name, request.merge, schema, batches, cancelled)
+            return changes.merge_put(self, name, request.merge, schema, batches, cancelled)
         existing = self.handles.try_latest(name)
         if mode == "create" and existing is not None:
             raise AlreadyExists(f"dataset {name!r} already exists (use mode append or overwrite)")
@@ -185,7 +198,7 @@ class Writes:
         written: list[table_pb2.DataFragment] = []
         try:
             written = write_fragments(
-                _checked_stream(schema, batches, cancelled),
+                checked_stream(schema, batches, cancelled),
                 uri,
                 mode="append" if appending else "overwrite",
                 storage_options=self.handles.storage_options,
@@ -196,7 +209,7 @@ class Writes:
             # the engine removed what it wrote; a new dataset's empty directories go too
             if existing is None:
                 self._remove_files(name, [])
-            if isinstance(e, _StreamBroken):
+            if isinstance(e, StreamBroken):
                 raise Cancelled("the upload was cut off before its end; nothing was kept") from None
             raise
         if cancelled():
@@ -211,20 +224,7 @@ class Writes:
             fresh = schema
             sig = schema_signature(LanceSchema.from_arrow(schema))
         if not request.commit:
-            job = request.job or new_job()
-            ledger = StagingLedger(self.handles.store(name))
-            record = ledger.record(job, _paths(written))
-            if request.job is not None and ledger.finished(job):
-                # the job was committed or aborted while this put ran: nothing may join it
-                self._remove_files(name, _paths(written))
-                ledger.drop(job, record)
-                raise InvalidArgument(
-                    f"staging job {job!r} of dataset {name!r} has already been committed or "
-                    "aborted; stage under a new job"
-                )
-            tokens = [self._stage_token(name, f, fresh, sig, job, record) for f in written]
-            metrics.staged(len(tokens))
-            return {"fragments": tokens, "rows": rows}
+            return self.stage_written(name, written, fresh, sig, request.job)
         if appending:
             assert existing is not None
             if not written:
@@ -237,46 +237,44 @@ class Writes:
         new = self._commit(name, operation, read_version, written, None, mode, clean=True)
         return {"version": new.version, "rows": rows}
 
-    def _merge(
+    def stage_written(
         self,
         name: str,
-        spec: MergeRequest,
-        schema: pa.Schema,
-        batches: Iterable[pa.RecordBatch],
-        cancelled: Callable[[], bool],
+        written: list[table_pb2.DataFragment],
+        fresh: pa.Schema | None,
+        sig: str | None,
+        job: str | None,
+        *,
+        source: bool = False,
     ) -> dict[str, Any]:
-        """Merge the uploaded rows into the dataset (pylance's merge_insert) and commit one
-        version: the stream is read whole first (a retry merges it again on the newest
-        version), and a cancelled or broken upload commits nothing."""
-        ds = self.handles.open_latest(name)
-        try:
-            rows = list(_checked_stream(schema, batches, cancelled))
-        except _StreamBroken:
-            raise Cancelled("the upload was cut off before its end; nothing was merged") from None
-        if cancelled():
-            raise Cancelled("the upload was cancelled; nothing was merged")
-        source = pa.Table.from_batches(rows, schema=schema)
-        builder = ds.merge_insert(list(spec.on) if spec.on else None)
-        if spec.when_matched == "update_all":
-            builder.when_matched_update_all(spec.matched_condition)
-        elif spec.when_matched == "delete":
-            builder.when_matched_delete()
-        elif spec.when_matched == "fail":
-            builder.when_matched_fail()
-        if spec.insert:
-            builder.when_not_matched_insert_all()
-        if spec.delete_by_source:
-            builder.when_not_matched_by_source_delete(spec.by_source_filter)
-        builder.conflict_retries(spec.conflict_retries)
-        stats = builder.execute(source)
-        metrics.committed("merge")
-        return {
-            "version": ds.version,
-            "rows": source.num_rows,
-            "inserted_rows": stats["num_inserted_rows"],
-            "updated_rows": stats["num_updated_rows"],
-            "deleted_rows": stats["num_deleted_rows"],
-        }
+        """Record a staging put's files under its job (a new one when None) and answer
+        its fragment strings; `sig` None is that of `fresh`; `source` marks rows staged
+        as a change's source."""
+        if sig is None:
+            assert fresh is not None
+            sig = schema_signature(LanceSchema.from_arrow(fresh))
+        rows = sum(int(f.physical_rows) for f in written)
+        named = job
+        job = job or new_job()
+        ledger = StagingLedger(self.handles.store(name))
+        record = ledger.record(job, _paths(written))
+        if named is not None and ledger.finished(job):
+            # the job was committed or aborted while this put ran: nothing may join it
+            self._remove_files(name, _paths(written))
+            ledger.drop(job, record)
+            raise InvalidArgument(
+                f"staging job {job!r} of dataset {name!r} has already been committed or "
+                "aborted; stage under a new job"
+            )
+        tokens = [
+            self._stage_token(name, f, fresh, sig, job, record, source=source) for f in written
+        ]
+        metrics.staged(len(tokens))
+        return {"fragments": tokens, "rows": rows}
+
+    def discard_written(self, name: str, written: list[table_pb2.DataFragment]) -> None:
+        """Remove the files of a put that will not be staged or committed."""
+        self._remove_files(name, _paths(written))
 
     def _commit(
         self,
@@ -324,6 +322,11 @@ class Writes:
     ) -> dict[str, Any]:
         """Make staged fragments visible in one new version (`op`: append, overwrite or
         create); a repeated idempotency key answers the version its first commit made."""
+        if any(s.source for s in staged):
+            raise InvalidArgument(
+                "fragments staged with mode 'source' are the rows of a change: apply them "
+                "with apply_staged"
+            )
         store = self.handles.store(name)
         frags = [s.fragment for s in staged]
         rows = sum(int(fr.physical_rows) for fr in frags)
@@ -520,40 +523,6 @@ def _b64(data: bytes) -> str:
 
 def _paths(frags: Iterable[table_pb2.DataFragment]) -> list[str]:
     return [f.path for fr in frags for f in fr.files]
-
-
-class _StreamBroken(Exception):
-    """The client's stream ended in an error."""
-
-
-def _checked_stream(
-    schema: pa.Schema, batches: Iterable[pa.RecordBatch], cancelled: Callable[[], bool]
-) -> pa.RecordBatchReader:
-    """The batches as a reader that fails (so written files are removed) on a cut stream
-    or on a batch that is not valid Arrow data (before any native code walks it)."""
-
-    def checked() -> Iterator[pa.RecordBatch]:
-        it = iter(batches)
-        for number in itertools.count(1):
-            if cancelled():
-                raise _StreamBroken
-            try:
-                batch = next(it)
-            except StopIteration:
-                break
-            except Exception:  # noqa: BLE001 - any failure to read means a broken upload
-                raise _StreamBroken from None
-            try:
-                batch.validate(full=True)
-            except pa.ArrowException as e:
-                raise InvalidArgument(
-                    f"uploaded batch {number} is not valid Arrow data: {e}"
-                ) from None
-            yield batch
-        if cancelled():
-            raise _StreamBroken
-
-    return pa.RecordBatchReader.from_batches(schema, checked())
 
 
 def _has_dictionary(t: pa.DataType) -> bool:

@@ -57,6 +57,10 @@ MERGE_KEYS: tuple[str, ...] = (
 WHEN_MATCHED: tuple[str, ...] = ("update_all", "delete", "fail", "nothing")
 # DoPut modes, which are also the operations of the commit action
 MODES: tuple[str, ...] = ("append", "create", "overwrite")
+# ... and a staging-only one: rows staged as the source of a change (`apply_staged`)
+PUT_MODES: tuple[str, ...] = (*MODES, "source")
+# The backfills `apply_staged` runs on rows naming their `_rowaddr`
+BACKFILLS: tuple[str, ...] = ("add_columns", "update_columns")
 
 READ, WRITE = "read", "write"
 
@@ -78,6 +82,14 @@ ACTION_SHAPES: tuple[ActionShape, ...] = (
         "Make staged fragments visible in one new version: {dataset, operation: "
         "append|overwrite|create, fragments, read_version?, idempotency_key?} -> {version, rows}",
         ("dataset", "operation", "fragments", "read_version", "idempotency_key", "job"),
+        WRITE,
+    ),
+    ActionShape(
+        "apply_staged",
+        "Apply rows staged with mode 'source' as one change, once: {dataset, fragments, "
+        "job?, idempotency_key?, merge: {...} | backfill: add_columns|update_columns} -> "
+        "{version, rows, ...counts}",
+        ("dataset", "fragments", "job", "idempotency_key", "merge", "backfill"),
         WRITE,
     ),
     ActionShape(
@@ -290,8 +302,10 @@ def put_command(
     """The JSON object of a DoPut CMD descriptor."""
     if not isinstance(dataset, str) or not dataset:
         raise TypeError("dataset must be a non-empty string")
-    if mode not in MODES:
-        raise InvalidArgument(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+    if mode not in PUT_MODES:
+        raise InvalidArgument(f"mode must be one of {', '.join(PUT_MODES)}, not {mode!r}")
+    if mode == "source" and commit:
+        raise InvalidArgument("mode 'source' stages the rows of a change: commit must be False")
     cmd: dict[str, Any] = {"dataset": dataset, "mode": mode}
     if not commit:
         cmd["commit"] = False

@@ -289,9 +289,14 @@ def _physical(
 
 
 def add_columns_by_address(
-    core: DatasetCore, data: Any, *, schema: pa.Schema | None = None
+    core: DatasetCore,
+    data: Any,
+    *,
+    schema: pa.Schema | None = None,
+    properties: dict[str, str] | None = None,
 ) -> DatasetCore:
-    """New columns valued per row address; rows the source does not name are NULL."""
+    """New columns valued per row address; rows the source does not name are NULL.
+    `properties` go into the transaction (an idempotency key, say)."""
     rows = AddressedRows(core, data, schema, "add_columns by row address")
     new = new_fields(core, rows.values.schema)
     arrow = new.to_arrow()
@@ -312,7 +317,7 @@ def add_columns_by_address(
             raise SchemaMismatchError(f"{core.uri}: the new columns' values: {e}") from None
         return _physical(frag.physical_rows, offsets, values, arrow, core.uri)
 
-    return write_new_columns(core, new, per_fragment)
+    return write_new_columns(core, new, per_fragment, properties=properties)
 
 
 def update_columns_by_address(
@@ -322,6 +327,7 @@ def update_columns_by_address(
     schema: pa.Schema | None = None,
     conflict_retries: int = DEFAULT_CONFLICT_RETRIES,
     retry_timeout: float = DEFAULT_RETRY_TIMEOUT.total_seconds(),
+    properties: dict[str, str] | None = None,
 ) -> tuple[DatasetCore, dict[str, int]]:
     """New values of existing columns per row address (see the module's description);
     returns the new version and `{"num_rows_updated": n}`. A concurrent commit that makes
@@ -330,7 +336,9 @@ def update_columns_by_address(
     table = to_reader(data, schema).read_all()
     return run_with_retries(
         core,
-        lambda c: plan_column_update(c, AddressedRows(c, table, None, "update_columns")),
+        lambda c: plan_column_update(
+            c, AddressedRows(c, table, None, "update_columns"), properties
+        ),
         conflict_retries,
         retry_timeout,
     )
@@ -345,12 +353,14 @@ class ColumnChange:
         body: transaction_pb2.Transaction.Update,
         files: FileSet,
         stats: dict[str, int],
+        properties: dict[str, str] | None = None,
     ) -> None:
         self.core, self.body, self.files, self.stats = core, body, files, stats
+        self.properties = properties
 
     def commit(self) -> DatasetCore:
         try:
-            return commit_body(self.core, "update", self.body, self.files)
+            return commit_body(self.core, "update", self.body, self.files, self.properties)
         except BaseException:
             self.files.remove()
             raise
@@ -359,7 +369,9 @@ class ColumnChange:
         self.files.remove()
 
 
-def plan_column_update(core: DatasetCore, rows: AddressedRows) -> ColumnChange:
+def plan_column_update(
+    core: DatasetCore, rows: AddressedRows, properties: dict[str, str] | None = None
+) -> ColumnChange:
     """Write the new column files of an in-place column update (`rows`' columns at their
     addresses); commit the change it returns."""
     where = f"{core.uri}: update_columns"
@@ -418,4 +430,5 @@ def plan_column_update(core: DatasetCore, rows: AddressedRows) -> ColumnChange:
         fields_modified=modified,
         update_mode=transaction_pb2.Transaction.REWRITE_COLUMNS,
     )
-    return ColumnChange(core, body, files, {"num_rows_updated": len(rows.addresses)})
+    stats = {"num_rows_updated": len(rows.addresses)}
+    return ColumnChange(core, body, files, stats, properties)

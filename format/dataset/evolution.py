@@ -279,10 +279,11 @@ def commit_body(
     operation: str,
     body: object,
     files: FileSet | None = None,
+    properties: dict[str, str] | None = None,
 ) -> DatasetCore:
-    """Commit on top of `ds`'s version; the new version."""
+    """Commit on top of `ds`'s version (with transaction `properties`); the new version."""
     try:
-        return ds.commit(new_transaction(ds.version, operation, body))
+        return ds.commit(new_transaction(ds.version, operation, body, properties=properties))
     except CommitConflictError:
         if files is not None:
             files.remove()  # no manifest references them
@@ -323,6 +324,7 @@ def write_new_columns(
     new: LanceSchema,
     per_fragment: Callable[[LanceFragment], Iterable[pa.RecordBatch]],
     finish: Callable[[], None] | None = None,
+    properties: dict[str, str] | None = None,
 ) -> DatasetCore:
     """Write one file of the new columns per fragment, then commit the Merge."""
     files = FileSet(ds, new)
@@ -339,7 +341,7 @@ def write_new_columns(
         files.remove()
         raise
     schema = LanceSchema(ds.lance_schema.fields + new.fields, ds.lance_schema.metadata)
-    return commit_body(ds, "merge", merge_body(fragments, schema), files)
+    return commit_body(ds, "merge", merge_body(fragments, schema), files, properties)
 
 
 def _add_sql(ds: DatasetCore, transforms: Mapping[str, str], batch_size: int) -> DatasetCore:

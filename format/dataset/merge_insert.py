@@ -438,12 +438,22 @@ def plan_column_merge(core: DatasetCore, params: MergeParams, source: pa.Table) 
     return change
 
 
-def plan_any(core: DatasetCore, params: MergeParams, source: pa.Table, mode: str) -> PlannedChange:
-    """The merge planned in the write mode it takes on `core`."""
+def plan_any(
+    core: DatasetCore,
+    params: MergeParams,
+    source: pa.Table,
+    mode: str,
+    properties: dict[str, str] | None = None,
+) -> PlannedChange:
+    """The merge planned in the write mode it takes on `core`, its transaction carrying
+    `properties`."""
     _check_clauses(core, params, source)
     if _rewrites_columns(core, params, source, mode):
-        return plan_column_merge(core, params, source)
-    return plan_merge(core, params, source)
+        change: Any = plan_column_merge(core, params, source)
+    else:
+        change = plan_merge(core, params, source)
+    change.properties = dict(properties or {})
+    return change
 
 
 @dataclass
@@ -466,6 +476,7 @@ class MergeInsertBuilder:
         self._timeout: dt.timedelta = DEFAULT_RETRY_TIMEOUT
         self._use_index = True
         self._write_mode = "auto"
+        self._properties: dict[str, str] = {}
 
     def _set(self, **changes: Any) -> MergeInsertBuilder:
         self._params = replace(self._params, **changes)
@@ -523,15 +534,21 @@ class MergeInsertBuilder:
         self._write_mode = mode
         return self
 
+    def transaction_properties(self, properties: dict[str, str]) -> MergeInsertBuilder:
+        """Properties recorded in the merge's transaction (Quiver's; a server records a
+        job's idempotency key so that a retried commit never merges twice)."""
+        self._properties = {str(k): str(v) for k, v in properties.items()}
+        return self
+
     def execute(self, data: Any, *, schema: pa.Schema | None = None) -> dict[str, int]:
         """Run the merge and commit it as one new version; returns pylance's counts
         (`num_inserted_rows`, `num_updated_rows`, `num_deleted_rows`)."""
         ds = self._dataset
         source = _source_table(ds.core, data, schema)
-        params, mode = self._params, self._write_mode
+        params, mode, props = self._params, self._write_mode, self._properties
         core, stats = run_with_retries(
             ds.core,
-            lambda c: plan_any(c, params, source, mode),
+            lambda c: plan_any(c, params, source, mode, props),
             self._retries,
             self._timeout.total_seconds(),
         )

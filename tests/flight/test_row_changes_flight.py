@@ -16,6 +16,7 @@ from clients import Client
 from clients.errors import InvalidArgument as ClientInvalidArgument
 from format.dataset import write_dataset
 from tests.compare import assert_same_table
+from wire.requests import merge_command
 
 served = flight_helpers.served
 name = flight_helpers.name
@@ -169,3 +170,80 @@ def test_bad_updates_commit_nothing(served: Served, name: str, body, message, co
     assert_clean_error(err.value, code)
     assert message in str(err.value)
     assert files_under(uri) == before
+
+
+def _staging_files(uri: str) -> list[str]:
+    return [p for p in files_under(uri) if p.startswith("data/")]
+
+
+def test_staged_merges_of_many_writers_commit_once(served: Served, name: str, tmp_path) -> None:
+    """Three writers stage shares of an upsert under one job (one of them twice, as a
+    retried task would); applying the listed fragments commits one Update, a repeated
+    apply with the same key answers the same version, and no staged file is left."""
+    ours, ref = _twins(served, name, tmp_path)
+    qc = Client(served.uri)
+    before = _staging_files(ours)
+    shares = [table(10, 0), table(10, 55), table(5, 100)]
+    job, fragments = "upsert-job-1", []
+    for share in shares:
+        fragments += qc.stage_source(name, share, job=job)
+    qc.stage_source(name, shares[0], job=job)  # a failed attempt's copy: never listed
+    spec = merge_command(name, "id")["merge"]
+    got = qc.apply_staged(name, fragments, merge=spec, job=job, idempotency_key="k1")
+    source = pa.concat_tables(shares)
+    want = (
+        lance.dataset(ref)
+        .merge_insert("id")
+        .when_matched_update_all()
+        .when_not_matched_insert_all()
+        .execute(source)
+    )
+    assert (got["inserted_rows"], got["updated_rows"], got["version"]) == (
+        want["num_inserted_rows"],
+        want["num_updated_rows"],
+        2,
+    )
+    _same(ours, ref, "staged upsert")
+    assert set(before) <= set(_staging_files(ours))
+    again = qc.apply_staged(name, fragments, merge=spec, job=job, idempotency_key="k1")
+    assert again["version"] == 2 and again.get("duplicate")
+    assert lance.dataset(ours).version == 2
+    # only the data files the versions reference are left: the sources and the failed
+    # attempt's copy are gone
+    referenced = {
+        f"data/{df.path}"
+        for v in lance.dataset(ours).versions()
+        for frag in lance.dataset(ours, version=v["version"]).get_fragments()
+        for df in frag.data_files()
+    }
+    assert set(_staging_files(ours)) == referenced
+    with pytest.raises(ClientInvalidArgument, match="apply_staged"):
+        qc.commit(name, qc.stage_source(name, shares[1]))
+    qc.close()
+
+
+def test_staged_backfills_by_row_address(served: Served, name: str, tmp_path) -> None:
+    ours, _ = _twins(served, name, tmp_path)
+    qc = Client(served.uri)
+    rows = qc.read(name, columns=["id", "x", "_rowaddr"])
+    score = pa.compute.multiply(rows["x"], 2.0)
+    halves = [rows.slice(0, 30), rows.slice(30)]
+    fragments = []
+    for half, values in zip(halves, [score.slice(0, 30), score.slice(30)], strict=True):
+        src = pa.table({"_rowaddr": half["_rowaddr"], "score": values})
+        fragments += qc.stage_source(name, src, job="bf")
+    added = qc.apply_staged(name, fragments, backfill="add_columns", job="bf")
+    assert added == {"version": 2, "rows": 60}
+    got = lance.dataset(ours).to_table(columns=["id", "x", "score"]).sort_by("id")
+    assert got.column("score").to_pylist() == [x * 2 for x in got.column("x").to_pylist()]
+    fix = pa.table({"_rowaddr": rows["_rowaddr"].slice(0, 5), "x": pa.array([-1.0] * 5)})
+    updated = qc.apply_staged(name, qc.stage_source(name, fix), backfill="update_columns")
+    assert updated["updated_rows"] == 5 and updated["version"] == 3
+    ids = set(rows["id"].slice(0, 5).to_pylist())
+    for row in lance.dataset(ours).to_table(columns=["id", "x"]).to_pylist():
+        assert (row["x"] == -1.0) == (row["id"] in ids)
+    bad = pa.table({"_rowaddr": pa.array([999 << 32], pa.uint64()), "zz": [1]})
+    with pytest.raises(ClientInvalidArgument, match="not a live row"):
+        qc.apply_staged(name, qc.stage_source(name, bad), backfill="add_columns")
+    assert lance.dataset(ours).version == 3
+    qc.close()

@@ -25,6 +25,7 @@ name = flight_helpers.name
 ALL_ACTIONS = {
     "commit",
     "abort",
+    "apply_staged",
     "describe",
     "list_versions",
     "delete",

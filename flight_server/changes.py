@@ -1,0 +1,209 @@
+"""Row changes over Flight: merges put at once, and changes applied from staged rows.
+
+- `merge_put`: a DoPut whose descriptor holds a merge (`wire.requests.merge_command`);
+  the uploaded rows are merged into the dataset (pylance's merge_insert) in one version.
+- `stage_source`: a staging DoPut with mode "source": the rows of a change to come (a
+  Spark task's share of an upsert or a backfill), written under the dataset's `data/`,
+  recorded in the staging ledger under the put's job, and answered as fragment strings
+  marked as a source (the commit action refuses them). A `_rowaddr` column, which a
+  dataset cannot hold, is stored under a private name and given back when applied.
+- `apply_staged`: the `apply_staged` action: the staged sources of many writers read back
+  and applied as one change (a merge, or a backfill by row address), committed once:
+  with an idempotency key, a retried call answers the version the first one made. The
+  source files and the job's other attempts' files are removed afterwards, whether the
+  change committed or failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from flight_server import metrics
+from flight_server.errors import Cancelled, InvalidArgument
+from flight_server.protocol import MergeRequest, PutRequest
+from flight_server.uploads import StreamBroken, checked_stream
+from format.dataset import LanceDataset, write_fragments
+from format.dataset.backfill import ROW_ADDRESS, add_columns_by_address, update_columns_by_address
+from format.file.open import open_data_file
+from format.io.store import ObjectStore
+from format.table.commit import find_idempotent_commit
+from format.table.schema import LanceSchema, check_new_schema
+from format.table.transaction import IDEMPOTENCY_KEY
+
+if TYPE_CHECKING:
+    from flight_server.writes import StagedFragment, Writes
+
+# where a staged source keeps its `_rowaddr` column (a reserved name in a dataset)
+STAGED_ROW_ADDRESS = "__quiver_rowaddr"
+
+
+def _merge(ds: LanceDataset, spec: MergeRequest, source: pa.Table, key: str | None) -> dict:
+    builder = ds.merge_insert(list(spec.on) if spec.on else None)
+    if spec.when_matched == "update_all":
+        builder.when_matched_update_all(spec.matched_condition)
+    elif spec.when_matched == "delete":
+        builder.when_matched_delete()
+    elif spec.when_matched == "fail":
+        builder.when_matched_fail()
+    if spec.insert:
+        builder.when_not_matched_insert_all()
+    if spec.delete_by_source:
+        builder.when_not_matched_by_source_delete(spec.by_source_filter)
+    builder.conflict_retries(spec.conflict_retries)
+    if key is not None:
+        builder.transaction_properties({IDEMPOTENCY_KEY: key})
+    stats = builder.execute(source)
+    metrics.committed("merge")
+    return {
+        "version": ds.version,
+        "rows": source.num_rows,
+        "inserted_rows": stats["num_inserted_rows"],
+        "updated_rows": stats["num_updated_rows"],
+        "deleted_rows": stats["num_deleted_rows"],
+    }
+
+
+def merge_put(
+    writes: Writes,
+    name: str,
+    spec: MergeRequest,
+    schema: pa.Schema,
+    batches: Iterable[pa.RecordBatch],
+    cancelled: Callable[[], bool],
+) -> dict[str, Any]:
+    """Merge the uploaded rows into the dataset and commit one version: the stream is
+    read whole first (a retry merges it again on the newest version), and a cancelled or
+    broken upload commits nothing."""
+    ds = writes.handles.open_latest(name)
+    try:
+        rows = list(checked_stream(schema, batches, cancelled))
+    except StreamBroken:
+        raise Cancelled("the upload was cut off before its end; nothing was merged") from None
+    if cancelled():
+        raise Cancelled("the upload was cancelled; nothing was merged")
+    return _merge(ds, spec, pa.Table.from_batches(rows, schema=schema), None)
+
+
+def _stored_name(name: str) -> str:
+    return STAGED_ROW_ADDRESS if name == ROW_ADDRESS else name
+
+
+def stage_source(
+    writes: Writes,
+    request: PutRequest,
+    schema: pa.Schema,
+    batches: Iterable[pa.RecordBatch],
+    cancelled: Callable[[], bool],
+) -> dict[str, Any]:
+    """Stage uploaded rows as the source of a change (see the module's description)."""
+    name = request.dataset
+    existing = writes.handles.open_latest(name)  # a change needs its dataset
+    stored = pa.schema([f.with_name(_stored_name(f.name)) for f in schema])
+    if STAGED_ROW_ADDRESS in schema.names:
+        raise InvalidArgument(f"a staged source cannot name a column {STAGED_ROW_ADDRESS!r}")
+    check_new_schema(stored, name)
+
+    def renamed() -> Iterator[pa.RecordBatch]:
+        for batch in checked_stream(schema, batches, cancelled):
+            yield pa.RecordBatch.from_arrays(batch.columns, schema=stored)
+
+    try:
+        written = write_fragments(
+            pa.RecordBatchReader.from_batches(stored, renamed()),
+            writes.handles.uri(name),
+            mode="overwrite",  # the source's own schema, at the dataset's storage version
+            storage_options=writes.handles.storage_options,
+            data_storage_version=existing.data_storage_version,
+        )
+    except StreamBroken:
+        raise Cancelled("the upload was cut off before its end; nothing was staged") from None
+    if cancelled():
+        writes.discard_written(name, written)
+        raise Cancelled("the upload was cancelled; nothing was staged")
+    return writes.stage_written(name, written, stored, None, request.job, source=True)
+
+
+def _read_source(store: ObjectStore, staged: list[StagedFragment]) -> pa.Table:
+    """The rows of staged sources, `_rowaddr` under its own name again."""
+    tables = []
+    for s in staged:
+        if s.schema is None:
+            raise InvalidArgument("a staged fragment without its schema is not a source")
+        schema = LanceSchema.from_arrow(s.schema)
+        arrow = schema.to_arrow()
+        pieces = []
+        for df in s.fragment.files:
+            reader = open_data_file(store, f"data/{df.path}", df)
+            try:
+                fields = [f for f in (g.project_ids(set(df.fields)) for g in schema.fields) if f]
+                part = pa.schema([arrow.field(f.name) for f in fields])
+                steps = reader.read(fields, [(0, int(s.fragment.physical_rows))])
+                pieces.append(
+                    pa.Table.from_batches(
+                        [pa.RecordBatch.from_arrays(a, schema=part) for a in steps], schema=part
+                    )
+                )
+            finally:
+                reader.close()
+        table = pieces[0]
+        for more in pieces[1:]:
+            for col, f in zip(more.columns, more.schema, strict=True):
+                table = table.append_column(f, col)
+        tables.append(table.select(arrow.names))
+    names = [ROW_ADDRESS if n == STAGED_ROW_ADDRESS else n for n in tables[0].column_names]
+    try:
+        source = pa.concat_tables(tables)
+    except pa.ArrowInvalid:
+        raise InvalidArgument("the staged sources of one change must share one schema") from None
+    return source.rename_columns(names)
+
+
+def apply_staged(
+    writes: Writes,
+    name: str,
+    staged: list[StagedFragment],
+    *,
+    merge: MergeRequest | None,
+    backfill: str | None,
+    job: str | None,
+    idempotency_key: str | None,
+) -> dict[str, Any]:
+    """Apply staged sources as one change (see the module's description)."""
+    if (merge is None) == (backfill is None):
+        raise InvalidArgument("apply_staged body: give exactly one of 'merge' and 'backfill'")
+    if any(not s.source for s in staged):
+        raise InvalidArgument("apply_staged takes fragments staged with mode 'source' only")
+    store = writes.handles.store(name)
+    ds = writes.handles.open_latest(name)
+    rows = sum(int(s.fragment.physical_rows) for s in staged)
+    if not staged:  # every task of the job staged nothing: no change, no version
+        writes.abort(name, staged, job)
+        return {"version": ds.version, "rows": 0}
+    try:
+        if idempotency_key is not None:
+            found = find_idempotent_commit(store, idempotency_key, None)
+            if found is not None:
+                return {"version": found, "rows": rows, "duplicate": True}
+        for s in staged:
+            for df in s.fragment.files:
+                if not store.exists(f"data/{df.path}"):
+                    raise InvalidArgument(
+                        "a staged source's data file is gone (applied, aborted or cleaned "
+                        "up); stage the rows again"
+                    )
+        source = _read_source(store, staged)
+        props = {IDEMPOTENCY_KEY: idempotency_key} if idempotency_key else None
+        if merge is not None:
+            return _merge(ds, merge, source, idempotency_key)
+        if backfill == "add_columns":
+            core = add_columns_by_address(ds.core, source, properties=props)
+            metrics.committed("add_columns")
+            return {"version": core.version, "rows": source.num_rows}
+        core, stats = update_columns_by_address(ds.core, source, properties=props)
+        metrics.committed("update_columns")
+        return {"version": core.version, "rows": rows, "updated_rows": stats["num_rows_updated"]}
+    finally:
+        writes.abort(name, staged, job)  # the sources' files go, committed or not
