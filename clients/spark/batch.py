@@ -32,9 +32,11 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from clients.spark.convert import arrow_schema, conform, to_dataset
+from clients.spark.convert import QuiverWriteError, arrow_schema, conform, to_dataset
 from clients.spark.options import Conn
 from clients.spark.pushdown import PushFilters, filter_sql
+
+ROW_ADDRESS = "_rowaddr"  # what a backfill's DataFrame names its rows by
 
 __all__ = [
     "QuiverCommitMessage",
@@ -236,9 +238,13 @@ class QuiverWriter(DataSourceArrowWriter):
         overwrite: bool,
         target: bytes | None,
         vectors: Mapping[str, int] | None = None,
+        change: Mapping[str, Any] | None = None,
     ) -> None:
         self.conn = conn
         self.overwrite = overwrite
+        # a row change (options.change_option): tasks stage its source, the driver applies
+        # it in one apply_staged; None appends or overwrites
+        self.change = dict(change) if change is not None else None
         # made once on the driver: a retried job commit never commits twice, and the job's
         # commit or abort also removes what failed or speculative task attempts staged
         self.idempotency_key = f"spark-{uuid.uuid4()}"
@@ -262,6 +268,8 @@ class QuiverWriter(DataSourceArrowWriter):
         first = next(iterator, None)
         if first is None:
             return []
+        if self.change is not None:
+            return self._stage_source(first, iterator, target, job)
 
         def batches() -> Iterator[pa.RecordBatch]:
             row = 0
@@ -274,8 +282,44 @@ class QuiverWriter(DataSourceArrowWriter):
         with self.conn.client() as client:
             return client.stage(self.conn.dataset, batches(), mode=self.mode, job=job)
 
+    def _stage_source(
+        self,
+        first: pa.RecordBatch,
+        rest: Iterator[pa.RecordBatch],
+        target: pa.Schema | None,
+        job: str | None,
+    ) -> list[str]:
+        """Stage a task's rows as the source of the job's change: the dataset's columns in
+        its types, `_rowaddr` (read as decimal(20, 0)) as row addresses again."""
+        if target is None:
+            raise QuiverWriteError(
+                f"dataset {self.conn.dataset!r} does not exist: nothing to change"
+            )
+        addressed = target.append(pa.field(ROW_ADDRESS, pa.uint64()))
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            row = 0
+            for batch in _chain(first, rest):
+                yield to_dataset(batch, addressed, self.vectors, first_row=row)
+                row += batch.num_rows
+
+        with self.conn.client() as client:
+            return client.stage_source(self.conn.dataset, batches(), job=job)
+
     def commit(self, messages: Sequence[QuiverCommitMessage | None]) -> None:
-        """The job's commit: every task's fragments in one version, once."""
+        """The job's commit: every task's fragments in one version, once (for a row
+        change, every task's source applied as one change)."""
+        if self.change is not None:
+            fragments = [f for m in messages if m is not None for f in m.fragments]
+            with self.conn.client() as client:
+                client.apply_staged(
+                    self.conn.dataset,
+                    fragments,
+                    job=self.job,
+                    idempotency_key=self.idempotency_key,
+                    **self.change,
+                )
+            return
         self.commit_staged(messages, self.idempotency_key, self.job)
 
     def commit_staged(

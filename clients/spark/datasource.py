@@ -47,6 +47,8 @@ from clients.spark.convert import spark_schema
 from clients.spark.nearest import QuiverNearestReader, nearest_schema
 from clients.spark.options import (
     Conn,
+    QuiverOptionError,
+    change_option,
     check_options,
     positive_option,
     pushdown_enabled,
@@ -91,12 +93,17 @@ class QuiverDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> QuiverWriter:
         check_options(self.options, "write")
-        return self._writer(overwrite)
+        change = change_option(self.options)
+        if change is not None and overwrite:
+            raise QuiverOptionError(
+                "the 'operation' option changes rows: write with mode('append'), not overwrite"
+            )
+        return self._writer(overwrite, change)
 
-    def _writer(self, overwrite: bool) -> QuiverWriter:
+    def _writer(self, overwrite: bool, change: dict | None = None) -> QuiverWriter:
         conn = Conn.from_options(self.options)
         vectors = vector_columns(self.options)
-        return QuiverWriter(conn, overwrite, dataset_schema(conn), vectors)
+        return QuiverWriter(conn, overwrite, dataset_schema(conn), vectors, change)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> QuiverStreamWriter:  # noqa: N802
         """`writeStream.format("quiver")`: exactly-once micro-batches (`streaming.py`)."""

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "CHANGE_OPTIONS",
     "Conn",
+    "change_option",
     "QuiverOptionError",
     "check_options",
     "nearest_option",
@@ -45,9 +47,35 @@ _CONNECTION = (
     "timeout",
 )
 _READ = ("version", "tag", "as_of", "filter", "columns", "max_rows_per_endpoint")
+# A batch write that changes rows instead of appending them (see `change_option`)
+CHANGE_OPTIONS = (
+    "operation",
+    "on",
+    "when_matched",
+    "matched_condition",
+    "when_not_matched",
+    "when_not_matched_by_source",
+    "by_source_filter",
+    "conflict_retries",
+)
+OPERATIONS = (
+    "append",
+    "upsert",
+    "insert_new",
+    "delete_matching",
+    "merge",
+    "add_columns",
+    "update_columns",
+)
+# the clauses each merging operation implies: when_matched, when_not_matched
+_SHORTHANDS = {
+    "upsert": ("update_all", "insert_all"),
+    "insert_new": ("nothing", "insert_all"),
+    "delete_matching": ("delete", None),
+}
 KNOWN: dict[str, tuple[str, ...]] = {
     "read": (*_CONNECTION, *_READ, "max_partitions", "pushdown", "nearest", "prefilter"),
-    "write": (*_CONNECTION, "vector_columns"),
+    "write": (*_CONNECTION, "vector_columns", *CHANGE_OPTIONS),
     "stream read": (
         *_CONNECTION,
         "filter",
@@ -293,3 +321,75 @@ def vector_columns(options: Any) -> dict[str, int]:
     if not out:
         raise QuiverOptionError("the 'vector_columns' option names no column")
     return out
+
+
+def change_option(options: Any) -> dict[str, Any] | None:
+    """The row change a batch write makes (None: an append), as `apply_staged` takes it:
+    `{"merge": {...}}` or `{"backfill": "add_columns" | "update_columns"}`.
+
+    `operation`: "append" (the default); "upsert", "insert_new" and "delete_matching"
+    (merges on the `on` columns, comma-separated, default the dataset's primary key);
+    "merge" with the clause options `when_matched` (update_all, delete, fail, nothing),
+    `matched_condition`, `when_not_matched` (insert_all, none),
+    `when_not_matched_by_source` (delete, none) and `by_source_filter`; "add_columns" and
+    "update_columns" (backfills: the DataFrame holds `_rowaddr`, read with the `columns`
+    option, and the new or corrected columns)."""
+    from wire.errors import InvalidArgument
+    from wire.requests import merge_command
+
+    operation = str(options.get("operation") or "append").strip().lower()
+    if operation not in OPERATIONS:
+        raise QuiverOptionError(
+            f"the 'operation' option must be one of {', '.join(OPERATIONS)}, not {operation!r}"
+        )
+    clauses = [k for k in CHANGE_OPTIONS[2:] if options.get(k) is not None]
+    if operation != "merge" and [k for k in clauses if k != "conflict_retries"]:
+        raise QuiverOptionError(
+            f"option {clauses[0]!r} is for operation 'merge', not {operation!r}"
+        )
+    if operation in ("append", "add_columns", "update_columns"):
+        if options.get("on") is not None or options.get("conflict_retries") is not None:
+            raise QuiverOptionError(f"operation {operation!r} takes no 'on' or 'conflict_retries'")
+        return None if operation == "append" else {"backfill": operation}
+    on_text = options.get("on")
+    on = [k.strip() for k in str(on_text).split(",")] if on_text is not None else None
+    if on is not None and not all(on):
+        raise QuiverOptionError(f"the 'on' option must name columns, comma-separated: {on_text!r}")
+    raw = options.get("conflict_retries")
+    retries = None
+    if raw is not None:
+        if not str(raw).strip().isdigit():
+            raise QuiverOptionError(
+                f"the 'conflict_retries' option must be a whole number >= 0, not {raw!r}"
+            )
+        retries = int(str(raw).strip())
+
+    def none_or(name: str) -> str | None:
+        value = options.get(name)
+        return None if value is None or str(value).lower() == "none" else str(value)
+
+    if operation in _SHORTHANDS:
+        when_matched, when_not_matched = _SHORTHANDS[operation]
+        by_source, by_source_filter, condition = None, None, None
+    else:
+        when_matched = none_or("when_matched") or "update_all"
+        when_not_matched = (
+            none_or("when_not_matched") if options.get("when_not_matched") else "insert_all"
+        )
+        by_source = none_or("when_not_matched_by_source")
+        by_source_filter = none_or("by_source_filter")
+        condition = none_or("matched_condition")
+    try:
+        command = merge_command(
+            "-",
+            on,
+            when_matched=when_matched,
+            matched_condition=condition,
+            when_not_matched=when_not_matched,
+            when_not_matched_by_source=by_source,
+            by_source_filter=by_source_filter,
+            conflict_retries=retries,
+        )
+    except InvalidArgument as e:
+        raise QuiverOptionError(f"the merge options: {e}") from None
+    return {"merge": command["merge"]}
