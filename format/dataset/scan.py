@@ -430,13 +430,21 @@ class Scanner:
     def to_table(self) -> pa.Table:
         """The whole result as one table (read in steps of up to `TABLE_STEP` rows and
         `TABLE_STEP_BYTES` unless a batch size was asked for)."""
+        return pa.Table.from_batches(list(self.to_step_batches()), schema=self._out_schema)
+
+    def to_step_batches(self) -> Iterator[pa.RecordBatch]:
+        """The result streamed in the scan's own steps: up to `TABLE_STEP` rows and
+        `TABLE_STEP_BYTES` each (unless a batch size was asked for), filtered batches
+        left as the steps give them rather than joined to a fixed size. For consumers that
+        take batches of any size (a table, a data file writer): a filtered scan in large
+        steps costs a fraction of one in batch-sized steps."""
         scan = copy.copy(self)
-        scan._rebatch_filtered = False  # its batches are never seen: no need to join them
+        scan._rebatch_filtered = False
         if not self._batch_size_given:
             step = min(TABLE_STEP, int(TABLE_STEP_BYTES // self._row_bytes()))
             if step > self._batch_size:
                 scan._batch_size = step
-        return pa.Table.from_batches(list(scan.to_batches()), schema=self._out_schema)
+        return scan.to_batches()
 
     def _row_bytes(self, read: LanceSchema | None = None) -> float:
         """Bytes a decoded row of what the scan reads (or of `read`) takes, roughly:
