@@ -144,9 +144,7 @@ def update(
 def _plan_delete(core: DatasetCore, predicate: str | pc.Expression) -> RowChange:
     """The rows `predicate` matches at `core`."""
     scanner = Scanner(core, fragments_of(core), columns=[], filter=predicate, with_row_address=True)
-    addresses = [
-        b.column("_rowaddr").to_numpy() for b in scanner.to_step_batches() if b.num_rows
-    ]
+    addresses = [b.column("_rowaddr").to_numpy() for b in scanner.to_step_batches() if b.num_rows]
     rows = int(sum(len(a) for a in addresses))
     text = predicate if isinstance(predicate, str) else str(predicate)
     change = RowChange(core, delete_predicate=text)
