@@ -150,13 +150,15 @@ def _remote(client: Client, op: str, source: pa.Table) -> Callable[[str], dict]:
     return run
 
 
-def _copy(pristine: Path, target: Path) -> Path:
+def fresh_copy(pristine: Path, target: Path) -> Path:
+    """A copy of the pristine dataset at `target`, on disk before any timing starts."""
     shutil.copytree(pristine, target)
     os.sync()  # the copy's dirty pages are written back before the timing, not during it
     return target
 
 
-def _drop(path: Path) -> None:
+def drop_copy(path: Path) -> None:
+    """Delete a copy, its pages written back before the next timing."""
     shutil.rmtree(path)
     os.sync()
 
@@ -174,13 +176,13 @@ class Ways:
         """Run the operation each way, in turn; way -> (seconds, counts, result copy)."""
         out = {}
         for way, open_ in (("quiver", dataset), ("pylance", lance.dataset)):
-            uri = _copy(pristine, self.root / f"{op}-{way}-{tag}.lance")
+            uri = fresh_copy(pristine, self.root / f"{op}-{way}-{tag}.lance")
             call = _local(open_, op, source)
             t0 = time.perf_counter()
             stats = call(uri)
             out[way] = (time.perf_counter() - t0, _counts(stats), uri)
         name = f"{op}-flight-{tag}"
-        uri = _copy(pristine, self.root / f"{name}.lance")
+        uri = fresh_copy(pristine, self.root / f"{name}.lance")
         call = _remote(self.client, op, source)
         self.server.reset_peak()
         t0 = time.perf_counter()
@@ -195,7 +197,7 @@ class Ways:
                 self.client.drop_dataset(uri.name[: -len(".lance")])
                 os.sync()
             else:
-                _drop(uri)
+                drop_copy(uri)
 
 
 def _verify(op: str, rows: int, results: dict) -> None:

@@ -432,16 +432,17 @@ class Scanner:
         `TABLE_STEP_BYTES` unless a batch size was asked for)."""
         return pa.Table.from_batches(list(self.to_step_batches()), schema=self._out_schema)
 
-    def to_step_batches(self) -> Iterator[pa.RecordBatch]:
+    def to_step_batches(self, step_bytes: int = TABLE_STEP_BYTES) -> Iterator[pa.RecordBatch]:
         """The result streamed in the scan's own steps: up to `TABLE_STEP` rows and
         `TABLE_STEP_BYTES` each (unless a batch size was asked for), filtered batches
         left as the steps give them rather than joined to a fixed size. For consumers that
         take batches of any size (a table, a data file writer): a filtered scan in large
-        steps costs a fraction of one in batch-sized steps."""
+        steps costs a fraction of one in batch-sized steps. `step_bytes` bounds the
+        decoded bytes of a step's rows (of every column read)."""
         scan = copy.copy(self)
         scan._rebatch_filtered = False
         if not self._batch_size_given:
-            step = min(TABLE_STEP, int(TABLE_STEP_BYTES // self._row_bytes()))
+            step = min(TABLE_STEP, int(step_bytes // self._row_bytes()))
             if step > self._batch_size:
                 scan._batch_size = step
         return scan.to_batches()

@@ -34,6 +34,10 @@ from format.expr import CompiledExpression, compile_expression, evaluate_express
 
 __all__ = ["cast_values", "delete", "update"]
 
+# Decoded bytes of one step of the scan that finds the rows: 16 MiB steps scan as fast as
+# 128 MiB ones (a 1 % update of 4 M rows) while holding 50 MB less at the peak
+STEP_BYTES = 16 << 20
+
 
 def cast_values(values: pa.Array, field: pa.Field, where: str) -> pa.Array:
     """Values computed for a column, in the column's type (cast as pylance casts an
@@ -92,7 +96,7 @@ def _plan(core: DatasetCore, updates: Mapping[str, str], where: str | None) -> R
     where_text = f"{core.uri}: update"
 
     def rewritten() -> Iterator[pa.RecordBatch]:
-        for batch in scanner.to_step_batches():
+        for batch in scanner.to_step_batches(STEP_BYTES):
             if not batch.num_rows:
                 continue
             addresses.append(batch.column("_rowaddr").to_numpy())
@@ -144,7 +148,9 @@ def update(
 def _plan_delete(core: DatasetCore, predicate: str | pc.Expression) -> RowChange:
     """The rows `predicate` matches at `core`."""
     scanner = Scanner(core, fragments_of(core), columns=[], filter=predicate, with_row_address=True)
-    addresses = [b.column("_rowaddr").to_numpy() for b in scanner.to_step_batches() if b.num_rows]
+    addresses = [
+        b.column("_rowaddr").to_numpy() for b in scanner.to_step_batches(STEP_BYTES) if b.num_rows
+    ]
     rows = int(sum(len(a) for a in addresses))
     text = predicate if isinstance(predicate, str) else str(predicate)
     change = RowChange(core, delete_predicate=text)
