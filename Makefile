@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint protos serve bench bench-write bench-flight bench-memory bench-spark bench-vector bench-changes spark-example clean
+.PHONY: test lint protos serve bench bench-write bench-flight bench-memory bench-spark bench-vector bench-changes bench-backfill spark-example clean
 
 # setup.py builds the C kernels: an edited kernel is recompiled by the next `make test`.
 $(STAMP): pyproject.toml setup.py format/_kernels.c flight_server/_threadstate.c
@@ -63,6 +63,12 @@ bench-vector: $(STAMP)
 # Flight, each round on a fresh copy of the dataset cached in benchmarks/.data.
 bench-changes: $(STAMP)
 	$(PY) -m benchmarks.row_changes
+
+# Backfill of one float64 column over 4 M rows: Quiver's add_columns by _rowaddr against pylance's
+# add_columns of an aligned table, in process and as a Spark local[2] job (changes.add_columns
+# against toArrow() + pylance on the driver), each round on a fresh copy of the cached dataset.
+bench-backfill: $(STAMP)
+	$(PY) -m benchmarks.backfill
 
 # The Spark pipeline example: its own server on a temporary demo root, or a running one
 # with `make spark-example URI=grpc://127.0.0.1:8815` (after `make serve`).

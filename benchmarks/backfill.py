@@ -32,6 +32,7 @@ Spark run) is the maximum over rounds.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -163,6 +164,7 @@ class Bench:
             self.client.drop_dataset(uri.name[: -len(".lance")])
             if uri.exists():
                 drop_copy(uri)
+            os.sync()
 
     def rounds(
         self,
@@ -217,11 +219,11 @@ def main() -> None:
         "Spark rows (local[2], quiver serve in its own process): both timings include the "
         "same Spark read of `_rowaddr, value` through Quiver"
     )
-    lines = [
+    print(
         "| backfill | Quiver way | Quiver s | reference | reference s | ratio "
-        "| server peak RSS MB (Quiver / reference) |",
-        "|---|---|---|---|---|---|---|",
-    ]
+        "| server peak RSS MB (Quiver / reference) |"
+    )
+    print("|---|---|---|---|---|---|---|", flush=True)
     with tempfile.TemporaryDirectory(dir=DATA) as tmp:
         root = Path(tmp)
         server = Server("quiver", [sys.executable, "-m", "flight_server", "serve", "--root", tmp])
@@ -231,18 +233,17 @@ def main() -> None:
             with Client(url) as client:
                 bench = Bench(root, server, client)
                 label = f"add 1 float64 column, {args.rows:,} rows"
-                times, _ = bench.rounds(
-                    "engine", engine_ways(pristine), engine_ways(small), pristine, small,
-                    args.rounds,
-                )  # fmt: skip
-                lines.append(
+                engine = engine_ways(pristine), engine_ways(small)
+                times, _ = bench.rounds("engine", *engine, pristine, small, args.rounds)
+                print(
                     _row(
                         label,
                         "engine `add_columns(table with _rowaddr)`, in process",
                         "pylance `add_columns(aligned table)`, in process",
                         times,
                         "",
-                    )
+                    ),
+                    flush=True,
                 )
                 spark = session()
                 try:
@@ -250,19 +251,18 @@ def main() -> None:
                     times, peaks = bench.rounds("spark", ways, ways, pristine, small, args.rounds)
                 finally:
                     spark.stop()
-                lines.append(
+                print(
                     _row(
                         label,
                         "Spark: read via Quiver, `changes.add_columns`",
-                        "Spark: read via Quiver, `toArrow()`, pylance `add_columns` on the "
-                        "driver",
+                        "Spark: read via Quiver, `toArrow()`, pylance `add_columns` on the driver",
                         times,
                         f"{peaks['quiver']:,.0f} / {peaks['reference']:,.0f}",
-                    )
+                    ),
+                    flush=True,
                 )
         finally:
             server.stop()
-    print("\n".join(lines), flush=True)
 
 
 if __name__ == "__main__":

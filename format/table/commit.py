@@ -175,8 +175,9 @@ def _update_indices(
     - an index over a field in `fields_modified` stops covering the `updated_fragments`
       (their values of that field were rewritten in place);
     - with stable row ids and rows rewritten (update mode REWRITE_ROWS), a new fragment
-      holding only moved rows (a row id for every row) joins every index that covers none
-      of `fields_for_preserving_frag_bitmap` and covered every fragment the rows came from:
+      holding only moved rows (a row id for every row) joins every index that holds row
+      ids (not addresses: a BTREE of index version 1 does not), covers none of
+      `fields_for_preserving_frag_bitmap` and covered every fragment the rows came from:
       the index still holds those rows' ids with their unchanged values."""
     modified = set(body.fields_modified)
     updated = [int(f.id) for f in body.updated_fragments]
@@ -199,7 +200,12 @@ def _update_indices(
         if modified & set(index.fields):
             for fid in updated:
                 bitmap.discard(fid)
-        if pure and not preserving & set(index.fields) and all(f in bitmap for f in moved_from):
+        if (
+            pure
+            and stores_row_ids(index)
+            and not preserving & set(index.fields)
+            and all(f in bitmap for f in moved_from)
+        ):
             bitmap.update(pure)
         index.fragment_bitmap = bitmap.serialize()
 

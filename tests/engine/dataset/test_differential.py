@@ -57,6 +57,9 @@ class _Sequence:
         self.next_id = 0
         self.names = 0
         self.log: list[str] = []
+        # after a merge the twins may hold the same rows in another order (pylance writes
+        # updated rows in its hash join's order): compared by id, row addresses left out
+        self.reordered = False
 
     # -- data --------------------------------------------------------------------------
     def rows(self, schema: pa.Schema, n: int) -> pa.Table:
@@ -146,6 +149,7 @@ class _Sequence:
                         lambda e, u: e.dataset(u).alter_columns({"path": col, "data_type": wider}),
                     )
                 )
+        self.row_changes(ops, schema, others)
         target = self.rng.choice([5, 20, 1000])
         ops.append(
             (
@@ -173,9 +177,58 @@ class _Sequence:
             )
         )
         what, run = self.rng.choice(ops)
+        self.reordered |= what.startswith("merge_insert")
         self.log.append(f"{k}: {what} ({name} here, {other} on the twin)")
         run(ENGINES[name], self.uri)
         run(ENGINES[other], self.twin)
+
+    def row_changes(self, ops: list, schema: pa.Schema, others: list[str]) -> None:
+        """A random merge_insert (source: some existing ids and new ones) and update."""
+        ids = lance.dataset(self.uri).to_table(columns=["id"]).column("id").to_pylist()
+        known = self.rng.sample(ids, min(len(ids), self.rng.randint(0, 6)))
+        fresh = self.rows(schema, self.rng.randint(0, 6))
+        source = pa.concat_tables([self.rows(schema, len(known)), fresh])
+        source = source.set_column(
+            0, "id", pa.array(known + fresh.column("id").to_pylist(), schema.field("id").type)
+        )
+        clauses = self.rng.choice(
+            [
+                ("upsert", lambda b: b.when_matched_update_all().when_not_matched_insert_all()),
+                ("insert new", lambda b: b.when_not_matched_insert_all()),
+                ("update matched", lambda b: b.when_matched_update_all()),
+                ("delete matched", lambda b: b.when_matched_delete()),
+                (
+                    "replace id < 20",
+                    lambda b: (
+                        b.when_matched_update_all()
+                        .when_not_matched_insert_all()
+                        .when_not_matched_by_source_delete("id < 20")
+                    ),
+                ),
+            ]
+        )
+        label, build = clauses
+        ops.append(
+            (
+                f"merge_insert {label} of {source.column('id').to_pylist()}",
+                lambda e, u: build(e.dataset(u).merge_insert("id")).execute(source),
+            )
+        )
+        numeric = [
+            c
+            for c in others
+            if pa.types.is_integer(schema.field(c).type)
+            or pa.types.is_floating(schema.field(c).type)
+        ]
+        if numeric:
+            col = self.rng.choice(numeric)
+            where = self.rng.choice([f"id % 3 = {self.rng.randint(0, 2)}", "id > 10", None])
+            ops.append(
+                (
+                    f"update {col} = {col} + 1 where {where}",
+                    lambda e, u: e.dataset(u).update({col: f"{col} + 1"}, where),
+                )
+            )
 
     # -- comparison ----------------------------------------------------------------------
     def compare(self) -> None:
@@ -183,7 +236,12 @@ class _Sequence:
         here, twin = lance.dataset(self.uri), lance.dataset(self.twin)
         assert [v["version"] for v in here.versions()] == [v["version"] for v in twin.versions()]
         assert here.data_storage_version == twin.data_storage_version
-        assert_same_table(twin.to_table(), here.to_table(), "the twin")
+
+        def rows_of(ds: Any, columns: list[str] | None = None) -> pa.Table:
+            table = ds.to_table(columns=columns)
+            return table.sort_by("id") if self.reordered else table
+
+        assert_same_table(rows_of(twin), rows_of(here), "the twin")
         rows = [
             "id",
             "_rowid",
@@ -192,7 +250,9 @@ class _Sequence:
             "_row_last_updated_at_version",
         ]
         rows = rows if self.stable else rows[:3]
-        assert_same_table(twin.to_table(columns=rows), here.to_table(columns=rows), "twin row ids")
+        if self.reordered:  # addresses (and row ids, when they are addresses) may differ
+            rows = [r for r in rows if r != "_rowaddr" and (self.stable or r != "_rowid")]
+        assert_same_table(rows_of(twin, rows), rows_of(here, rows), "twin row ids")
         assert [i.name for i in twin.describe_indices()] == [
             i.name for i in here.describe_indices()
         ]

@@ -513,3 +513,18 @@ def test_racing_primary_key_upserts_never_insert_a_key_twice(tmp_path) -> None:
     ids = lance.dataset(uri).to_table().column("id").to_pylist()
     assert sorted(ids) == list(range(22)), "a key was inserted twice or lost"
     assert dataset(uri).count_rows() == 22
+
+
+@pytest.mark.parametrize("kind", ["BITMAP", "BTREE"])
+def test_rows_moved_by_an_update_stay_indexed_as_pylance_keeps_them(tmp_path, kind) -> None:
+    """With stable row ids, rows an update moves unchanged stay covered by an index that
+    holds row ids (BITMAP), not by one holding addresses (BTREE v1), as in pylance 14."""
+    uris = [str(tmp_path / n) for n in ("ours", "ref")]
+    table = pa.table({"id": list(range(20)), "k": [i % 3 for i in range(20)], "c": [0] * 20})
+    for uri, engine in zip(uris, (dataset, lance.dataset), strict=True):
+        ds = lance.write_dataset(table, uri, max_rows_per_file=5, enable_stable_row_ids=True)
+        ds.create_scalar_index("k", kind)
+        engine(uri).update({"c": "c + 1"}, "id < 7")
+    assert _coverage(lance.dataset(uris[0])) == _coverage(lance.dataset(uris[1]))
+    for uri in uris:
+        assert lance.dataset(uri).count_rows("k = 1") == dataset(uri).count_rows("k = 1") == 7
