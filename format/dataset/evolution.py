@@ -60,7 +60,7 @@ from format.file.open import open_data_file
 from format.proto import table_pb2, transaction_pb2
 from format.table.indices import indices_of
 from format.table.manifest import Manifest
-from format.table.schema import LanceField, LanceSchema
+from format.table.schema import LanceField, LanceSchema, check_primary_key_nullability
 from format.table.transaction import new_transaction
 
 TOMBSTONE = -2
@@ -613,14 +613,14 @@ def alter_columns(ds: DatasetCore, *alterations: Mapping[str, Any]) -> DatasetCo
             if any(o.id == src.id for o, _ in casts):
                 raise InvalidInputError(f"column {path!r} is cast twice")
             position = next(i for i, f in enumerate(fields) if f.id == src.id)
-            cast = LanceSchema.from_arrow(
-                pa.schema([pa.field(dest.name, data_type, dest.nullable)]), first_id=next_id
-            ).fields[0]
+            kept = pa.field(dest.name, data_type, dest.nullable, metadata=src.metadata or None)
+            cast = LanceSchema.from_arrow(pa.schema([kept]), first_id=next_id).fields[0]
             next_id = max(f.id for f in cast.walk()) + 1
             fields[position] = cast
             casts.append((src, position))
     _check_unique_names(fields)
     new_schema = LanceSchema(fields, old.metadata)
+    check_primary_key_nullability(new_schema, ds.uri)
     if not casts:
         project = transaction_pb2.Transaction.Project(schema=new_schema.to_protos())
         return commit_body(ds, "project", project)

@@ -182,6 +182,24 @@ def check_new_schema(schema: pa.Schema, where: str) -> None:
         _check_primary_key(f, where, nullable=False, in_list=False)
 
 
+def check_primary_key_nullability(schema: LanceSchema, where: str) -> None:
+    """Refuse a schema change leaving a primary-key column, or a field above one, nullable
+    (pylance refuses it: a primary key's fields are fixed once set)."""
+
+    def walk(f: LanceField, nullable_above: bool) -> None:
+        nullable = nullable_above or f.nullable
+        if f.unenforced_primary_key and nullable:
+            raise InvalidInputError(
+                f"{where}: primary key column {f.name!r} and all the fields above it must "
+                "not be nullable"
+            )
+        for child in f.children:
+            walk(child, nullable)
+
+    for top in schema.fields:
+        walk(top, False)
+
+
 def is_primary_key(f: pa.Field) -> bool:
     """Whether an Arrow field declares itself part of the unenforced primary key."""
     value = (f.metadata or {}).get(PRIMARY_KEY_METADATA.encode(), b"")

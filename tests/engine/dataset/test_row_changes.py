@@ -528,3 +528,19 @@ def test_rows_moved_by_an_update_stay_indexed_as_pylance_keeps_them(tmp_path, ki
     assert _coverage(lance.dataset(uris[0])) == _coverage(lance.dataset(uris[1]))
     for uri in uris:
         assert lance.dataset(uri).count_rows("k = 1") == dataset(uri).count_rows("k = 1") == 7
+
+
+def test_primary_key_stays_non_nullable_and_declared(tmp_path) -> None:
+    uri = str(tmp_path / "pk")
+    lance.write_dataset(pa.table({"id": [1, 2], "who": ["a", "b"]}, schema=_pk_schema()), uri)
+    ds = dataset(uri)
+    with pytest.raises(Exception) as ref:
+        lance.dataset(uri).alter_columns({"path": "id", "nullable": True})
+    with pytest.raises(InvalidInputError, match="primary key"):
+        ds.alter_columns({"path": "id", "nullable": True})
+    assert "Primary key" in str(ref.value)
+    ds.alter_columns({"path": "id", "data_type": pa.int32()})  # a cast keeps the key
+    from format.dataset.merge_insert import primary_key
+
+    assert primary_key(dataset(uri).lance_schema) == ("id",)
+    assert lance.dataset(uri).schema.field("id").metadata == _pk_schema().field("id").metadata
