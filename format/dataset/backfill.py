@@ -227,12 +227,18 @@ class AddressedRows:
             raise InvalidInputError(
                 f"{where}: {ROW_ADDRESS} must hold row addresses (integers), not {addr_col.type}"
             ) from None
-        order = np.argsort(addr, kind="stable")
-        addr = addr[order]
-        twice = np.flatnonzero(addr[1:] == addr[:-1])
-        if len(twice):
-            raise InvalidInputError(f"{where}: {ROW_ADDRESS} {int(addr[twice[0]])} appears twice")
-        self.values = table.drop_columns([ROW_ADDRESS]).take(pa.array(order)).combine_chunks()
+        values = table.drop_columns([ROW_ADDRESS])
+        # sources often come sorted (a task's rows in scan order): then one pass checks both
+        if len(addr) > 1 and not bool(np.all(addr[1:] > addr[:-1])):
+            order = np.argsort(addr, kind="stable")
+            addr = addr[order]
+            values = values.take(pa.array(order))
+            twice = np.flatnonzero(addr[1:] == addr[:-1])
+            if len(twice):
+                raise InvalidInputError(
+                    f"{where}: {ROW_ADDRESS} {int(addr[twice[0]])} appears twice"
+                )
+        self.values = values.combine_chunks()
         self.addresses = addr
         self.frags = {f.fragment_id: f for f in fragments_of(core)}
         frag_ids = addr >> np.uint64(32)
@@ -246,12 +252,12 @@ class AddressedRows:
             bad = None
             if frag is None:
                 bad = addr[a]
-            else:
-                past = offsets >= np.uint64(frag.physical_rows)
-                gone = np.isin(offsets, frag.deleted_offsets.astype(np.uint64))
-                wrong = np.flatnonzero(past | gone)
-                if len(wrong):
-                    bad = addr[a + wrong[0]]
+            elif offsets[-1] >= np.uint64(frag.physical_rows):  # sorted: the last is largest
+                bad = addr[a + int(np.argmax(offsets >= np.uint64(frag.physical_rows)))]
+            elif frag.num_deletions:
+                gone = np.flatnonzero(np.isin(offsets, frag.deleted_offsets.astype(np.uint64)))
+                if len(gone):
+                    bad = addr[a + gone[0]]
             if bad is not None:
                 raise InvalidInputError(
                     f"{where}: {ROW_ADDRESS} {int(bad)} is not a live row of version "
@@ -276,12 +282,17 @@ def _physical(
     """`n` physical rows of `arrow`'s columns, in steps of the default batch size: `rows`
     at `offsets`, `base`'s rows at its offsets (the live rows' current values), the filler
     row (NULL, or zero where NULL is not allowed) everywhere else."""
+    rows = rows.select(arrow.names).cast(arrow)
+    if base is None and len(offsets) == n:  # every physical row named (sorted, unique)
+        for batch in rows.to_batches(max_chunksize=DEFAULT_BATCH_SIZE):
+            yield conform_batch(batch, arrow, uri)
+        return
     filler = pa.Table.from_batches([filler_row(arrow)])
     kept_at, kept = base if base is not None else (np.empty(0, np.int64), filler.slice(0, 0))
     pick = np.full(n, kept.num_rows, dtype=np.int64)  # the filler, after the kept rows
     pick[kept_at] = np.arange(kept.num_rows)
     pick[offsets] = kept.num_rows + 1 + np.arange(len(offsets))
-    both = pa.concat_tables([kept, filler, rows.select(arrow.names).cast(arrow)]).combine_chunks()
+    both = pa.concat_tables([kept, filler, rows]).combine_chunks()
     for s in range(0, n, DEFAULT_BATCH_SIZE):
         piece = both.take(pa.array(pick[s : s + DEFAULT_BATCH_SIZE]))
         for batch in piece.to_batches():
