@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from clients.errors import QuiverError
-from wire.requests import merge_command, put_command
+from wire.requests import backfill_command, merge_command, put_command
 
 
 class RowChanges:
@@ -61,6 +61,15 @@ class RowChanges:
             conflict_retries=conflict_retries,
         )
         return self._put(command, data)
+
+    def backfill(self, dataset: str, data: Any, mode: str = "add_columns") -> dict[str, Any]:
+        """Apply rows naming their `_rowaddr` (read with `columns=[..., "_rowaddr"]`) in one
+        version: new columns (`mode` "add_columns"; rows not named get NULL, no data file is
+        rewritten) or new values of existing columns ("update_columns").
+
+        Returns `{"version", "rows"}` (and `"updated_rows"` for update_columns).
+        """
+        return self._put(backfill_command(dataset, mode), data)
 
     def stage_source(self, dataset: str, data: Any, *, job: str | None = None) -> list[str]:
         """Stage rows as the source of a change to come (a share of an upsert or a

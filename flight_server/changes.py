@@ -2,6 +2,8 @@
 
 - `merge_put`: a DoPut whose descriptor holds a merge (`wire.requests.merge_command`);
   the uploaded rows are merged into the dataset (pylance's merge_insert) in one version.
+- `backfill_put`: a DoPut whose descriptor holds a backfill; its rows, naming their
+  `_rowaddr`, add columns or rewrite existing ones in place, in one version.
 - `stage_source`: a staging DoPut with mode "source": the rows of a change to come (a
   Spark task's share of an upsert or a backfill), written under the dataset's `data/`,
   recorded in the staging ledger under the put's job, and answered as fragment strings
@@ -78,13 +80,48 @@ def merge_put(
     read whole first (a retry merges it again on the newest version), and a cancelled or
     broken upload commits nothing."""
     ds = writes.handles.open_latest(name)
+    return _merge(ds, spec, _uploaded(schema, batches, cancelled), None)
+
+
+def _uploaded(
+    schema: pa.Schema, batches: Iterable[pa.RecordBatch], cancelled: Callable[[], bool]
+) -> pa.Table:
+    """A whole upload (the source of a change), or Cancelled when it was cut off."""
     try:
         rows = list(checked_stream(schema, batches, cancelled))
     except StreamBroken:
-        raise Cancelled("the upload was cut off before its end; nothing was merged") from None
+        raise Cancelled("the upload was cut off before its end; nothing was changed") from None
     if cancelled():
-        raise Cancelled("the upload was cancelled; nothing was merged")
-    return _merge(ds, spec, pa.Table.from_batches(rows, schema=schema), None)
+        raise Cancelled("the upload was cancelled; nothing was changed")
+    return pa.Table.from_batches(rows, schema=schema)
+
+
+def _backfill(ds: LanceDataset, backfill: str, source: pa.Table, key: str | None) -> dict:
+    props = {IDEMPOTENCY_KEY: key} if key else None
+    if backfill == "add_columns":
+        core = add_columns_by_address(ds.core, source, properties=props)
+        metrics.committed("add_columns")
+        return {"version": core.version, "rows": source.num_rows}
+    core, stats = update_columns_by_address(ds.core, source, properties=props)
+    metrics.committed("update_columns")
+    return {
+        "version": core.version,
+        "rows": source.num_rows,
+        "updated_rows": stats["num_rows_updated"],
+    }
+
+
+def backfill_put(
+    writes: Writes,
+    name: str,
+    backfill: str,
+    schema: pa.Schema,
+    batches: Iterable[pa.RecordBatch],
+    cancelled: Callable[[], bool],
+) -> dict[str, Any]:
+    """Apply uploaded `_rowaddr`-keyed rows as a backfill and commit one version."""
+    ds = writes.handles.open_latest(name)
+    return _backfill(ds, backfill, _uploaded(schema, batches, cancelled), None)
 
 
 def _stored_name(name: str) -> str:
@@ -195,15 +232,9 @@ def apply_staged(
                         "up); stage the rows again"
                     )
         source = _read_source(store, staged)
-        props = {IDEMPOTENCY_KEY: idempotency_key} if idempotency_key else None
         if merge is not None:
             return _merge(ds, merge, source, idempotency_key)
-        if backfill == "add_columns":
-            core = add_columns_by_address(ds.core, source, properties=props)
-            metrics.committed("add_columns")
-            return {"version": core.version, "rows": source.num_rows}
-        core, stats = update_columns_by_address(ds.core, source, properties=props)
-        metrics.committed("update_columns")
-        return {"version": core.version, "rows": rows, "updated_rows": stats["num_rows_updated"]}
+        assert backfill is not None
+        return _backfill(ds, backfill, source, idempotency_key)
     finally:
         writes.abort(name, staged, job)  # the sources' files go, committed or not

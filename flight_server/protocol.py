@@ -18,7 +18,7 @@ from typing import Any
 from flight_server.errors import InvalidArgument
 from flight_server.names import name_from_path, validate_name
 from flight_server.staging import valid_job
-from wire.requests import MERGE_KEYS, PUT_KEYS, PUT_MODES, READ_KEYS, WHEN_MATCHED
+from wire.requests import BACKFILLS, MERGE_KEYS, PUT_KEYS, PUT_MODES, READ_KEYS, WHEN_MATCHED
 
 MAX_JSON_BYTES = 256 << 20
 MAX_INT = (1 << 63) - 1
@@ -286,6 +286,7 @@ class PutRequest:
     commit: bool = True
     job: str | None = None  # staging only: groups the puts one commit or abort settles
     merge: MergeRequest | None = None  # a merge of the rows into the dataset
+    backfill: str | None = None  # add_columns / update_columns by the rows' _rowaddr
 
 
 @dataclass(frozen=True)
@@ -354,6 +355,17 @@ def put_request_from_command(cmd: bytes) -> PutRequest:
     "job"?: str}, or {"dataset", "merge": {...}} (see `wire.requests.merge_command`)."""
     f = Fields(parse_object(cmd, "DoPut command"), "DoPut command", PUT_KEYS)
     name = f.dataset()
+    if "backfill" in f.doc:
+        backfill = f.str("backfill", required=True)
+        if backfill not in BACKFILLS:
+            raise InvalidArgument(
+                f"DoPut command: 'backfill' must be one of {', '.join(BACKFILLS)}"
+            )
+        if set(f.doc) != {"dataset", "backfill"}:
+            raise InvalidArgument(
+                "DoPut command: a backfill commits at once; it takes only 'dataset' and 'backfill'"
+            )
+        return PutRequest(name, "backfill", True, None, None, backfill)
     if "merge" in f.doc:
         if "mode" in f.doc or "job" in f.doc or not f.bool("commit", default=True):
             raise InvalidArgument(

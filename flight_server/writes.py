@@ -176,6 +176,8 @@ class Writes:
         uri = self.handles.uri(name)
         if mode == "source":
             return changes.stage_source(self, request, schema, batches, cancelled)
+        if request.backfill is not None:
+            return changes.backfill_put(self, name, request.backfill, schema, batches, cancelled)
         check_new_schema(schema, name)  # reserved, duplicate names; empty fixed-size lists
         if request.merge is not None:
             return changes.merge_put(self, name, request.merge, schema, batches, cancelled)

@@ -3,7 +3,16 @@
 A read is a CMD descriptor holding a JSON object with `READ_KEYS` (or a PATH descriptor
 naming the dataset); a DoPut's CMD holds `PUT_KEYS`; each DoAction has a JSON body whose
 keys `ACTION_SHAPES` lists. The server validates against these (`flight_server.protocol`,
-`flight_server.actions`), the clients build them (`read_command`, `put_command`).
+`flight_server.actions`), the clients build them (`read_command`, `put_command`,
+`merge_command`).
+
+Row changes: a DoPut whose CMD is `{"dataset", "merge": {MERGE_KEYS...}}` merges its rows
+into the dataset (pylance's merge_insert) and commits once; `{"dataset", "mode": "source",
+"commit": false, "job"?}` stages rows as the source of a change (a `_rowaddr` column
+allowed), which the `apply_staged` action applies, from any number of such puts, as one
+merge or backfill (`BACKFILLS`); a DoPut whose CMD is `{"dataset", "backfill":
+"add_columns" | "update_columns"}` applies its `_rowaddr`-keyed rows at once; the `update`
+action sets columns to SQL expressions.
 """
 
 from __future__ import annotations
@@ -43,7 +52,7 @@ NEAREST_KEYS: tuple[str, ...] = (
     "refine_factor",
     "use_index",
 )
-PUT_KEYS: tuple[str, ...] = ("dataset", "mode", "commit", "job", "merge")
+PUT_KEYS: tuple[str, ...] = ("dataset", "mode", "commit", "job", "merge", "backfill")
 # A merge DoPut's "merge" object: pylance's merge_insert clauses (see `merge_command`)
 MERGE_KEYS: tuple[str, ...] = (
     "on",
@@ -356,6 +365,17 @@ def merge_command(
         if value is not None:
             merge[key] = list(value) if key == "on" else value
     return {"dataset": dataset, "merge": merge}
+
+
+def backfill_command(dataset: str, backfill: str = "add_columns") -> dict[str, Any]:
+    """The JSON object of a backfill DoPut's CMD: rows naming their `_rowaddr` that add
+    columns ("add_columns") or correct existing ones in place ("update_columns"), applied
+    and committed at once."""
+    if not isinstance(dataset, str) or not dataset:
+        raise TypeError("dataset must be a non-empty string")
+    if backfill not in BACKFILLS:
+        raise InvalidArgument(f"backfill must be one of {', '.join(BACKFILLS)}, not {backfill!r}")
+    return {"dataset": dataset, "backfill": backfill}
 
 
 def json_bytes(value: Any) -> bytes:

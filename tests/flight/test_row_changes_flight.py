@@ -247,3 +247,28 @@ def test_staged_backfills_by_row_address(served: Served, name: str, tmp_path) ->
         qc.apply_staged(name, qc.stage_source(name, bad), backfill="add_columns")
     assert lance.dataset(ours).version == 3
     qc.close()
+
+
+def test_backfill_puts(served: Served, name: str, tmp_path) -> None:
+    ours, ref = _twins(served, name, tmp_path)
+    qc = Client(served.uri)
+    rows = qc.read(name, columns=["id", "x", "_rowaddr"])
+    source = pa.table({"_rowaddr": rows["_rowaddr"], "half": pa.compute.divide(rows["x"], 2.0)})
+    assert qc.backfill(name, source) == {"version": 2, "rows": 60}
+    lance.dataset(ref).add_columns({"half": "x / 2.0"})
+    _same(ours, ref, "backfill put")
+    fix = pa.table({"_rowaddr": rows["_rowaddr"], "half": pa.compute.negate(source["half"])})
+    assert qc.backfill(name, fix, "update_columns")["updated_rows"] == 60
+    lance.dataset(ref).update({"half": "-half"})
+    _same(ours, ref, "update_columns put")
+    before = files_under(ours)
+    for cmd, message in [
+        ({"backfill": "explode"}, "backfill"),
+        ({"backfill": "add_columns", "mode": "append"}, "only 'dataset' and 'backfill'"),
+    ]:
+        with pytest.raises(fl.FlightError, match=message):
+            _merge_put(served, {"dataset": name, **cmd}, source)
+    with pytest.raises(ClientInvalidArgument, match="already exists"):
+        qc.backfill(name, source)
+    assert files_under(ours) == before
+    qc.close()
