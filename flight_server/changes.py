@@ -5,10 +5,10 @@
 - `backfill_put`: a DoPut whose descriptor holds a backfill; its rows, naming their
   `_rowaddr`, add columns or rewrite existing ones in place, in one version.
 - `stage_source`: a staging DoPut with mode "source": the rows of a change to come (a
-  Spark task's share of an upsert or a backfill), written under the dataset's `data/`,
-  recorded in the staging ledger under the put's job, and answered as fragment strings
-  marked as a source (the commit action refuses them). A `_rowaddr` column, which a
-  dataset cannot hold, is stored under a private name and given back when applied.
+  Spark task's share of an upsert or a backfill, a `_rowaddr` column included), written
+  as an Arrow IPC file under the dataset's `data/` (Lance ignores it), recorded in the
+  staging ledger under the put's job, and answered as fragment strings marked as a source
+  (the commit action refuses them).
 - `apply_staged`: the `apply_staged` action: the staged sources of many writers read back
   and applied as one change (a merge, or a backfill by row address), committed once:
   with an idempotency key, a retried call answers the version the first one made. The
@@ -18,7 +18,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+import contextlib
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -27,19 +28,20 @@ from flight_server import metrics
 from flight_server.errors import Cancelled, InvalidArgument
 from flight_server.protocol import MergeRequest, PutRequest
 from flight_server.uploads import StreamBroken, checked_stream
-from format.dataset import LanceDataset, write_fragments
-from format.dataset.backfill import ROW_ADDRESS, add_columns_by_address, update_columns_by_address
-from format.file.open import open_data_file
+from format.dataset import LanceDataset
+from format.dataset.backfill import add_columns_by_address, update_columns_by_address
+from format.dataset.write import data_file_name
 from format.io.store import ObjectStore
+from format.proto import table_pb2
 from format.table.commit import find_idempotent_commit
-from format.table.schema import LanceSchema, check_new_schema
+from format.table.schema import LanceSchema
 from format.table.transaction import IDEMPOTENCY_KEY
 
 if TYPE_CHECKING:
     from flight_server.writes import StagedFragment, Writes
 
-# where a staged source keeps its `_rowaddr` column (a reserved name in a dataset)
-STAGED_ROW_ADDRESS = "__quiver_rowaddr"
+# the extension of a staged source's file (Arrow IPC) under the dataset's `data/`
+SOURCE_SUFFIX = ".source.arrow"
 
 
 def _merge(ds: LanceDataset, spec: MergeRequest, source: pa.Table, key: str | None) -> dict:
@@ -124,10 +126,6 @@ def backfill_put(
     return _backfill(ds, backfill, _uploaded(schema, batches, cancelled), None)
 
 
-def _stored_name(name: str) -> str:
-    return STAGED_ROW_ADDRESS if name == ROW_ADDRESS else name
-
-
 def stage_source(
     writes: Writes,
     request: PutRequest,
@@ -135,67 +133,64 @@ def stage_source(
     batches: Iterable[pa.RecordBatch],
     cancelled: Callable[[], bool],
 ) -> dict[str, Any]:
-    """Stage uploaded rows as the source of a change (see the module's description)."""
+    """Stage uploaded rows as the source of a change (see the module's description): one
+    Arrow IPC file under the dataset's `data/`, written as the rows arrive (a source is
+    read back once, whole, by `apply_staged`: encoding it as a Lance file would only cost
+    an encode and a decode)."""
     name = request.dataset
-    existing = writes.handles.open_latest(name)  # a change needs its dataset
-    stored = pa.schema([f.with_name(_stored_name(f.name)) for f in schema])
-    if STAGED_ROW_ADDRESS in schema.names:
-        raise InvalidArgument(f"a staged source cannot name a column {STAGED_ROW_ADDRESS!r}")
-    check_new_schema(stored, name)
-
-    def renamed() -> Iterator[pa.RecordBatch]:
-        for batch in checked_stream(schema, batches, cancelled):
-            yield pa.RecordBatch.from_arrays(batch.columns, schema=stored)
-
+    writes.handles.open_latest(name)  # a change needs its dataset
+    if len(set(schema.names)) != len(schema.names):
+        raise InvalidArgument("a staged source names a column twice")
+    LanceSchema.from_arrow(schema)  # a type Lance cannot store fails here, not when applied
+    store = writes.handles.store(name)
+    file = data_file_name().removesuffix(".lance") + SOURCE_SUFFIX
+    sink = store.open_write(f"data/{file}")
+    rows = 0
     try:
-        written = write_fragments(
-            pa.RecordBatchReader.from_batches(stored, renamed()),
-            writes.handles.uri(name),
-            mode="overwrite",  # the source's own schema, at the dataset's storage version
-            storage_options=writes.handles.storage_options,
-            data_storage_version=existing.data_storage_version,
-        )
-    except StreamBroken:
-        raise Cancelled("the upload was cut off before its end; nothing was staged") from None
-    if cancelled():
-        writes.discard_written(name, written)
-        raise Cancelled("the upload was cancelled; nothing was staged")
-    return writes.stage_written(name, written, stored, None, request.job, source=True)
+        with pa.ipc.new_file(sink, schema) as out:
+            for batch in checked_stream(schema, batches, cancelled):
+                out.write_batch(batch)
+                rows += batch.num_rows
+        sink.close()
+    except BaseException as e:
+        abort = getattr(sink, "abort", None)
+        with contextlib.suppress(Exception):
+            abort() if abort else sink.close()
+        with contextlib.suppress(Exception):
+            store.delete(f"data/{file}")
+        if isinstance(e, StreamBroken):
+            raise Cancelled("the upload was cut off before its end; nothing was staged") from None
+        raise
+    staged = table_pb2.DataFragment(files=[table_pb2.DataFile(path=file)], physical_rows=rows)
+    if cancelled() or not rows:
+        writes.discard_written(name, [staged])
+        if cancelled():
+            raise Cancelled("the upload was cancelled; nothing was staged")
+        return {"fragments": [], "rows": 0}
+    return writes.stage_written(name, [staged], schema, None, request.job, source=True)
 
 
 def _read_source(store: ObjectStore, staged: list[StagedFragment]) -> pa.Table:
-    """The rows of staged sources, `_rowaddr` under its own name again."""
+    """The rows of staged sources, as one table."""
     tables = []
     for s in staged:
-        if s.schema is None:
-            raise InvalidArgument("a staged fragment without its schema is not a source")
-        schema = LanceSchema.from_arrow(s.schema)
-        arrow = schema.to_arrow()
-        pieces = []
         for df in s.fragment.files:
-            reader = open_data_file(store, f"data/{df.path}", df)
+            if not df.path.endswith(SOURCE_SUFFIX):
+                raise InvalidArgument("a staged fragment that is not a source's file")
+            path = f"data/{df.path}"
+            data = (
+                pa.memory_map(store.full_path(path))
+                if store.is_local
+                else pa.py_buffer(store.read_all(path))
+            )
             try:
-                fields = [f for f in (g.project_ids(set(df.fields)) for g in schema.fields) if f]
-                part = pa.schema([arrow.field(f.name) for f in fields])
-                steps = reader.read(fields, [(0, int(s.fragment.physical_rows))])
-                pieces.append(
-                    pa.Table.from_batches(
-                        [pa.RecordBatch.from_arrays(a, schema=part) for a in steps], schema=part
-                    )
-                )
-            finally:
-                reader.close()
-        table = pieces[0]
-        for more in pieces[1:]:
-            for col, f in zip(more.columns, more.schema, strict=True):
-                table = table.append_column(f, col)
-        tables.append(table.select(arrow.names))
-    names = [ROW_ADDRESS if n == STAGED_ROW_ADDRESS else n for n in tables[0].column_names]
+                tables.append(pa.ipc.open_file(data).read_all())
+            except pa.ArrowInvalid:
+                raise InvalidArgument("a staged source's file is damaged; stage it again") from None
     try:
-        source = pa.concat_tables(tables)
+        return pa.concat_tables(tables)
     except pa.ArrowInvalid:
         raise InvalidArgument("the staged sources of one change must share one schema") from None
-    return source.rename_columns(names)
 
 
 def apply_staged(
