@@ -10,9 +10,9 @@ lifetime, so renewal is exercised) and one that asks for client certificates (mu
 For every read case the Python client (`clients.Client`) reads first and its table is
 written as an Arrow IPC stream; Node's test runner (`node --test clients/node/test/`) then
 compares what the Node client reads with it (schema, types, values, nulls). The Node tests
-write datasets of their own (and change their rows with `update` and `merge`) and leave the
-tables they expect as IPC streams; pylance reads those datasets back here and they must be
-equal.
+write datasets of their own (and change their rows with `update`, `merge` and `backfill`) and
+leave the tables they expect as IPC streams; pylance reads those datasets back here and they
+must be equal.
 """
 
 from __future__ import annotations
@@ -84,9 +84,9 @@ EXACT_COLUMNS = {
     "sales_full": ["id", "big", "ubig", "cat"],
 }
 
-# Datasets Node changed with `update` / `merge`, which rewrite the rows they change into new
-# fragments: the row order is the engine's, so they are compared in `id` order.
-ID_ORDERED = {"node_updated", "node_merged", "node_merge_pk"}
+# Datasets Node changed with `update` / `merge` (which rewrite the rows they change into new
+# fragments: the row order is the engine's) or `backfill`: they are compared in `id` order.
+ID_ORDERED = {"node_updated", "node_merged", "node_merge_pk", "node_backfilled"}
 
 PY_OPTION = {
     "asOf": "as_of",

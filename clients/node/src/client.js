@@ -7,7 +7,8 @@
 //   endpoint's locations are tried in turn while they answer UNAVAILABLE;
 // - writes are one DoPut with a CMD descriptor {"dataset", "mode"} (the server commits), or
 //   staged puts ({"commit": false}) settled by the `commit` / `abort` actions; a merge is
-//   one DoPut with {"dataset", "merge": {...}} (the server merges and commits);
+//   one DoPut with {"dataset", "merge": {...}} (the server merges and commits), a backfill
+//   one DoPut with {"dataset", "backfill": "add_columns" | "update_columns"};
 // - username and password are exchanged once per server for a bearer token (a Handshake
 //   carrying `authorization: Basic ...`, answered with `authorization: Bearer ...`), sent with
 //   every call and renewed once when a call is refused as unauthenticated;
@@ -19,7 +20,7 @@ const { RecordBatch, RecordBatchReader, RecordBatchStreamWriter, Table, makeData
 
 const errors = require('./errors');
 const ipc = require('./ipc');
-const { readCommand, putCommand, commitBody, updateBody, mergeCommand, jsonBytes } = require('./commands');
+const { readCommand, putCommand, commitBody, updateBody, mergeCommand, backfillCommand, jsonBytes } = require('./commands');
 const { flightServiceClient } = require('./proto');
 
 const { QuiverError, Unauthenticated, Unavailable, InvalidArgument } = errors;
@@ -724,6 +725,18 @@ class Client {
    */
   async merge(dataset, data, on, options = {}) {
     return this._put(mergeCommand(dataset, on, options), data);
+  }
+
+  /**
+   * Apply rows naming their `_rowaddr` (a uint64 column, as a read with `columns:
+   * ['_rowaddr', ...]` returns it) in one new version: new columns (`mode` 'add_columns', the
+   * default; rows not named get NULL, no data file is rewritten) or new values of existing
+   * columns ('update_columns'). `data` as `write` takes it. Returns `{version, rows}` (and
+   * `updated_rows` for 'update_columns'); an address that is not a live row is refused by
+   * the server (`InvalidArgument`) and commits nothing.
+   */
+  async backfill(dataset, data, mode = 'add_columns') {
+    return this._put(backfillCommand(dataset, mode), data);
   }
 
   /** Every version, oldest first. */

@@ -6,6 +6,7 @@ const { InvalidArgument } = require('./errors');
 const PUT_MODES = ['append', 'create', 'overwrite'];
 const COMMIT_OPERATIONS = ['append', 'overwrite', 'create'];
 const WHEN_MATCHED = ['update_all', 'delete', 'fail', 'nothing'];
+const BACKFILL_MODES = ['add_columns', 'update_columns'];
 
 function isInteger(v) {
   return (typeof v === 'number' && Number.isSafeInteger(v)) || typeof v === 'bigint';
@@ -192,6 +193,24 @@ function mergeCommand(dataset, on, options = {}) {
   return { dataset, merge };
 }
 
+/**
+ * The JSON object of a backfill DoPut's CMD descriptor (as `backfill_command` of
+ * wire/requests.py): the uploaded rows name their `_rowaddr` and carry new columns
+ * ('add_columns'; rows not named get NULL) or new values of existing columns
+ * ('update_columns'), applied and committed as one version. The server takes exactly these
+ * two keys.
+ * @param {string} dataset
+ * @param {'add_columns'|'update_columns'} [mode]
+ */
+function backfillCommand(dataset, mode = 'add_columns') {
+  checkDataset(dataset);
+  if (typeof mode !== 'string') throw new TypeError(`mode must be a string, not ${mode === null ? 'null' : typeof mode}`);
+  if (!BACKFILL_MODES.includes(mode)) {
+    throw new InvalidArgument(`mode must be one of ${BACKFILL_MODES.join(', ')}, not ${JSON.stringify(mode)}`);
+  }
+  return { dataset, backfill: mode };
+}
+
 /** UTF-8 JSON bytes, compact as the Python client writes them. */
 function jsonBytes(value) {
   return Buffer.from(JSON.stringify(value), 'utf8');
@@ -201,11 +220,13 @@ module.exports = {
   PUT_MODES,
   COMMIT_OPERATIONS,
   WHEN_MATCHED,
+  BACKFILL_MODES,
   readCommand,
   putCommand,
   commitBody,
   updateBody,
   mergeCommand,
+  backfillCommand,
   asOfText,
   jsonBytes,
 };

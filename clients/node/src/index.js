@@ -4,7 +4,7 @@
 const arrow = require('apache-arrow');
 const errors = require('./errors');
 const { Client } = require('./client');
-const { readCommand, putCommand, commitBody, updateBody, mergeCommand } = require('./commands');
+const { readCommand, putCommand, commitBody, updateBody, mergeCommand, backfillCommand } = require('./commands');
 
 module.exports = {
   Client,
@@ -14,6 +14,7 @@ module.exports = {
   commitBody,
   updateBody,
   mergeCommand,
+  backfillCommand,
   /** The apache-arrow module the client decodes into and encodes from. */
   arrow,
 };

@@ -1,10 +1,12 @@
 'use strict';
-// Row changes through the plain server of tests/node: `update` (an action) and `merge` (a
+// Row changes through the plain server of tests/node: `update` (an action), `merge` (a
 // merge DoPut): upserts, partial-schema updates, conditional updates, matched deletes,
-// replace-range merges, the primary key as default keys, and refusals (an ambiguous source,
-// `fail` on a match, unknown columns) that commit nothing. After every step the whole table
-// is compared with the rows expected (in `id` order: an update or a merge rewrites the rows
-// it changes into new fragments); the final tables are left in `writtenDir` for pylance.
+// replace-range merges, the primary key as default keys, and `backfill` (a DoPut of rows
+// naming their `_rowaddr`): a computed column added, values corrected in place; and
+// refusals (an ambiguous source, `fail` on a match, unknown columns, addresses of no live
+// row) that commit nothing. After every step the whole table is compared with the rows
+// expected (in `id` order: an update or a merge rewrites the rows it changes into new
+// fragments); the final tables are left in `writtenDir` for pylance.
 
 const { describe, test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
@@ -31,6 +33,9 @@ const TYPES = {
   point: new arrow.Struct([new arrow.Field('a', new arrow.Int32(), true), new arrow.Field('b', new arrow.Utf8(), true)]),
   vec: new arrow.FixedSizeList(4, new arrow.Field('item', new arrow.Float32(), true)),
 };
+const COLUMNS = Object.keys(TYPES); // a dataset's columns as `row` gives them
+TYPES.score = new arrow.Float64(); // the column a backfill adds
+TYPES._rowaddr = new arrow.Uint64();
 const WORDS = ['alpha', 'beta', 'gamma', 'delta'];
 
 /** Row `i` of variant `v` (0: as created; others: the values a change brings), with nulls. */
@@ -57,8 +62,8 @@ function range(start, end) {
   return Array.from({ length: end - start }, (_, k) => start + k);
 }
 
-/** An Arrow table of plain rows, in the columns `names` (default: every column). */
-function build(rows, names = Object.keys(TYPES)) {
+/** An Arrow table of plain rows, in the columns `names` (default: those of `row`). */
+function build(rows, names = COLUMNS) {
   return new arrow.Table(Object.fromEntries(names.map((k) => [k, arrow.vectorFromArray(rows.map((r) => r[k]), TYPES[k])])));
 }
 
@@ -76,10 +81,13 @@ function sortedRows(table) {
   return out.map((x) => x.row);
 }
 
-/** The dataset as the server reads it is `expected` (plain rows): schema, then row by row. */
-async function assertRows(client, dataset, expected, label) {
+/**
+ * The dataset as the server reads it is `expected` (plain rows, in the columns `names`):
+ * schema, then row by row.
+ */
+async function assertRows(client, dataset, expected, label, names = COLUMNS) {
   const got = await client.read(dataset);
-  const want = build([...expected].sort(byId));
+  const want = build([...expected].sort(byId), names);
   const fields = (t) => t.schema.fields.map((f) => `${f.name}: ${f.type} ${f.nullable ? 'null' : 'not null'}`);
   assert.deepEqual(fields(got), fields(want), `${label}: schema`);
   const a = sortedRows(got);
@@ -94,7 +102,7 @@ function leave(name, table) {
 }
 
 /** A refusal of the server (not of the client's own checks) that commits nothing. */
-async function assertRefused(client, dataset, call, pattern, expected) {
+async function assertRefused(client, dataset, call, pattern, expected, names = COLUMNS) {
   const before = (await client.describe(dataset)).version;
   const err = await call().then(
     () => assert.fail('the server should have refused'),
@@ -106,7 +114,7 @@ async function assertRefused(client, dataset, call, pattern, expected) {
   assert.notEqual(err.grpcCode, null, 'a server error, not a client-side check');
   assert.match(err.message, pattern);
   assert.equal((await client.describe(dataset)).version, before, 'nothing committed');
-  await assertRows(client, dataset, expected, `after the refused ${pattern}`);
+  await assertRows(client, dataset, expected, `after the refused ${pattern}`, names);
 }
 
 describe('row changes', { skip: !config && SKIP }, () => {
@@ -223,5 +231,74 @@ describe('row changes', { skip: !config && SKIP }, () => {
     assert.deepEqual(sortedRows(got), sortedRows(build(expected)));
     assert.equal(got.schema.fields[0].nullable, false);
     leave(ds, build(expected));
+  });
+
+  test('backfill by _rowaddr: a computed column added, values corrected in place, bad addresses refused', async () => {
+    const ds = 'node_backfilled';
+    const WITH_SCORE = [...COLUMNS, 'score'];
+    await client.write(ds, build(range(0, 20).map((i) => row(i))), { mode: 'create' });
+    await client.write(ds, build(range(20, 35).map((i) => row(i)))); // a second fragment
+    const addressOf = async () => {
+      const t = await client.read(ds, { columns: ['_rowaddr', 'id'] });
+      assert.equal(String(t.schema.fields[0].type), 'Uint64');
+      return new Map(Array.from({ length: t.numRows }, (_, j) => [Number(t.getChild('id').get(j)), t.getChild('_rowaddr').get(j)]));
+    };
+    const first = await addressOf();
+    // fragment id in the high 32 bits, row offset in the low 32
+    for (const i of range(0, 35)) assert.equal(first.get(i), i < 20 ? BigInt(i) : (1n << 32n) + BigInt(i - 20), `_rowaddr of ${i}`);
+    assert.deepEqual(await client.delete(ds, 'id = 7 OR id = 30'), { version: 3, deleted_rows: 2 });
+    const expected = new Map(range(0, 35).filter((i) => i !== 7 && i !== 30).map((i) => [i, row(i)]));
+    const rows = () => [...expected.values()];
+
+    // read _rowaddr and n, compute score; rows with id % 5 = 4 are not named and get NULL
+    const read = await client.read(ds, { columns: ['_rowaddr', 'n', 'id'] });
+    assert.deepEqual(read.schema.fields.map((f) => f.name), ['_rowaddr', 'n', 'id']);
+    assert.equal(read.numRows, 33);
+    const scoreOf = (n, id) => (n === null ? null : n / 8 + Number(id));
+    const named = [];
+    for (let j = 0; j < read.numRows; j++) {
+      const id = Number(read.getChild('id').get(j));
+      assert.equal(read.getChild('_rowaddr').get(j), first.get(id), `_rowaddr of ${id} after the delete`);
+      if (id % 5 !== 4) named.push({ _rowaddr: read.getChild('_rowaddr').get(j), score: scoreOf(read.getChild('n').get(j), id), id });
+    }
+    named.reverse(); // the server sorts the addresses itself
+    const source = build(named, ['_rowaddr', 'score']);
+    const half = Math.floor(named.length / 2);
+    const batches = [...build(named.slice(0, half), ['_rowaddr', 'score']).batches, ...build(named.slice(half), ['_rowaddr', 'score']).batches];
+    assert.deepEqual(await client.backfill(ds, batches), { version: 4, rows: named.length });
+    for (const [i, r] of expected) expected.set(i, { ...r, score: i % 5 === 4 ? null : scoreOf(r.n, i) });
+    assert.ok(rows().some((r) => r.score === null) && rows().some((r) => r.score !== null));
+    await assertRows(client, ds, rows(), 'add_columns', WITH_SCORE);
+
+    // correct score (NULLs included) and s on the rows with id % 3 = 0, in place
+    const fixes = rows().filter((r) => r.id % 3n === 0n).map((r) => ({
+      _rowaddr: first.get(Number(r.id)),
+      score: -Number(r.id),
+      s: r.id % 2n ? null : `fixed ${r.id}`,
+    }));
+    assert.ok(fixes.some((f) => expected.get(Math.abs(f.score)).score === null), 'a NULL corrected');
+    const answer = await client.backfill(ds, build(fixes, ['_rowaddr', 's', 'score']), 'update_columns');
+    assert.deepEqual(answer, { version: 5, rows: fixes.length, updated_rows: fixes.length });
+    for (const f of fixes) {
+      const i = -f.score;
+      expected.set(i, { ...expected.get(i), score: f.score, s: f.s });
+    }
+    await assertRows(client, ds, rows(), 'update_columns', WITH_SCORE);
+    const after = await addressOf();
+    for (const i of expected.keys()) assert.equal(after.get(i), first.get(i), `_rowaddr of ${i} kept`);
+
+    // refusals of the server commit nothing
+    const nowhere = build([{ _rowaddr: 999n << 32n, score: 1 }], ['_rowaddr', 'score']);
+    const zz = new arrow.Table({ _rowaddr: arrow.vectorFromArray([999n << 32n], new arrow.Uint64()), zz: arrow.vectorFromArray([1], new arrow.Int32()) });
+    await assertRefused(client, ds, () => client.backfill(ds, zz), /not a live row/, rows(), WITH_SCORE);
+    await assertRefused(client, ds, () => client.backfill(ds, nowhere, 'update_columns'), /not a live row/, rows(), WITH_SCORE);
+    const deleted = build([{ _rowaddr: first.get(7), score: 7 }, { _rowaddr: first.get(8), score: 8 }], ['_rowaddr', 'score']);
+    await assertRefused(client, ds, () => client.backfill(ds, deleted, 'update_columns'), /not a live row/, rows(), WITH_SCORE);
+    await assertRefused(client, ds, () => client.backfill(ds, source), /already exists/, rows(), WITH_SCORE);
+    // refused before any call
+    await assert.rejects(client.backfill(ds, source, 'explode'), (e) => e instanceof InvalidArgument && e.grpcCode === null);
+    await assert.rejects(client.backfill(ds, source, null), TypeError);
+    assert.equal((await client.describe(ds)).version, 5);
+    leave(ds, build(rows().sort(byId), WITH_SCORE));
   });
 });

@@ -182,6 +182,25 @@ test('merge commands: the clauses in the server\'s names, when_not_matched alway
   assert.throws(() => quiver.mergeCommand('', 'id'), TypeError);
 });
 
+test('backfill commands: exactly dataset and backfill, add_columns by default', () => {
+  assert.deepEqual(quiver.backfillCommand('s'), { dataset: 's', backfill: 'add_columns' });
+  assert.deepEqual(quiver.backfillCommand('s', undefined), { dataset: 's', backfill: 'add_columns' });
+  const update = quiver.backfillCommand('s', 'update_columns');
+  assert.deepEqual(update, { dataset: 's', backfill: 'update_columns' });
+  // the descriptor's bytes: the server refuses any other key
+  assert.equal(JSON.stringify(update), '{"dataset":"s","backfill":"update_columns"}');
+  for (const mode of ['explode', 'add_column', 'ADD_COLUMNS', '', 'append', 'merge']) {
+    assert.throws(() => quiver.backfillCommand('s', mode), (e) => e instanceof quiver.InvalidArgument && e.grpcCode === null
+      && /add_columns, update_columns/.test(e.message), mode);
+  }
+  for (const mode of [null, 5, true, ['add_columns'], { backfill: 'add_columns' }]) {
+    assert.throws(() => quiver.backfillCommand('s', mode), TypeError, JSON.stringify(mode));
+  }
+  assert.throws(() => quiver.backfillCommand('', 'add_columns'), TypeError);
+  assert.throws(() => quiver.backfillCommand(5), TypeError);
+  assert.throws(() => quiver.backfillCommand(), TypeError);
+});
+
 test('Flight location URIs', () => {
   assert.deepEqual(parseUri('grpc://127.0.0.1:8815'), { target: '127.0.0.1:8815', tls: false });
   assert.deepEqual(parseUri('grpc+tcp://h:1'), { target: 'h:1', tls: false });

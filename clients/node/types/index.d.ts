@@ -102,6 +102,17 @@ export interface MergeResult {
   deleted_rows: number;
 }
 
+/** 'add_columns': new columns (rows not named get NULL); 'update_columns': new values of existing ones. */
+export type BackfillMode = 'add_columns' | 'update_columns';
+
+export interface BackfillResult {
+  version: number;
+  /** Source rows uploaded. */
+  rows: number;
+  /** With 'update_columns': the rows given new values. */
+  updated_rows?: number;
+}
+
 export interface Describe {
   dataset: string;
   version: number;
@@ -152,6 +163,8 @@ export class Client {
   update(dataset: string, updates: Record<string, string> | Map<string, string>, where?: string | null): Promise<{ version: number; updated_rows: number }>;
   /** Merge `data` on the `on` columns (null/absent: the primary key); the defaults upsert. */
   merge(dataset: string, data: WriteData, on?: string | string[] | null, options?: MergeOptions): Promise<MergeResult>;
+  /** Apply rows naming their `_rowaddr` (uint64, as a read of `_rowaddr` gives it): new columns or new values. */
+  backfill(dataset: string, data: WriteData, mode?: BackfillMode): Promise<BackfillResult>;
   versions(dataset: string): Promise<{ version: number; timestamp: string; rows: number; fragments: number }[]>;
   tags(dataset: string): Promise<Record<string, { version: number; created_at: string; updated_at: string }>>;
   createTag(dataset: string, tag: string, version?: number): Promise<{ tag: string; version: number }>;
@@ -206,3 +219,4 @@ export function putCommand(dataset: string, options?: { mode?: WriteMode; commit
 export function commitBody(dataset: string, fragments: Iterable<string>, options?: CommitOptions): Record<string, unknown>;
 export function updateBody(dataset: string, updates: Record<string, string> | Map<string, string>, where?: string | null): Record<string, unknown>;
 export function mergeCommand(dataset: string, on?: string | string[] | null, options?: MergeOptions): Record<string, unknown>;
+export function backfillCommand(dataset: string, mode?: BackfillMode): { dataset: string; backfill: BackfillMode };

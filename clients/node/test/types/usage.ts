@@ -1,6 +1,8 @@
 // Compiled (never run) by test/types.test.js: the declarations in types/ must describe the API
 // as the README and the example use it.
-import { Client, CommitConflict, MergeResult, NotFound, QuiverError, arrow, mergeCommand, readCommand } from 'quiver-client';
+import {
+  BackfillResult, Client, CommitConflict, MergeResult, NotFound, QuiverError, arrow, backfillCommand, mergeCommand, readCommand,
+} from 'quiver-client';
 
 async function usage(): Promise<void> {
   const client: Client = await Client.connect('grpc://127.0.0.1:8815', {
@@ -26,6 +28,10 @@ async function usage(): Promise<void> {
   await client.merge('sales', table.batches, ['id'], { whenMatched: 'delete', whenNotMatchedBySource: 'delete', bySourceFilter: 'id < 5' });
   await client.merge('sales', table, null, { matchedCondition: 'source.x > target.x', conflictRetries: 3 });
   console.log(updated.updated_rows, merged.inserted_rows, mergeCommand('sales', 'id'));
+  const addresses: arrow.Table = await client.read('sales', { columns: ['_rowaddr', 'x'] });
+  const added: BackfillResult = await client.backfill('sales', addresses);
+  const corrected: BackfillResult = await client.backfill('sales', addresses.batches, 'update_columns');
+  console.log(added.version, corrected.updated_rows ?? 0, backfillCommand('sales', 'update_columns').backfill);
   const names: string[] = await client.datasets();
   try {
     await client.read('missing');
