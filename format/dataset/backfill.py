@@ -238,7 +238,7 @@ class AddressedRows:
                 raise InvalidInputError(
                     f"{where}: {ROW_ADDRESS} {int(addr[twice[0]])} appears twice"
                 )
-        self.values = values.combine_chunks()
+        self.values = values  # sliced per fragment: no need to join its chunks
         self.addresses = addr
         self.frags = {f.fragment_id: f for f in fragments_of(core)}
         frag_ids = addr >> np.uint64(32)
