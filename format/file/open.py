@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from format.errors import CorruptFileError, UnsupportedFeatureError
 from format.file.base import DataFileReader
-from format.io.store import ObjectStore
+from format.io.store import NotARegularFile, ObjectStore
 from format.proto import table_pb2
 from format.table.manifest import storage_version_of_file
 
@@ -16,6 +16,10 @@ def open_data_file(store: ObjectStore, path: str, data_file: table_pb2.DataFile)
     where = store.uri_of(path)
     try:
         file = store.open(path, size)
+    except NotARegularFile:
+        raise CorruptFileError(
+            where, "data file listed in the manifest is a directory, not a file"
+        ) from None
     except FileNotFoundError:
         raise CorruptFileError(where, "data file listed in the manifest is missing") from None
     try:

@@ -14,6 +14,7 @@ import io
 import mmap
 import os
 import posixpath
+import stat
 import tempfile
 import threading
 import uuid
@@ -126,6 +127,11 @@ class Spans:
     stops: np.ndarray
 
 
+class NotARegularFile(FileNotFoundError):
+    """A directory (or other non-file) stands where a file should be: for its readers, the
+    file is missing (a damaged dataset), not an I/O failure."""
+
+
 class FileReader:
     """Random access to one stored file: sized, ranged and batched reads."""
 
@@ -140,6 +146,10 @@ class FileReader:
             except FileNotFoundError:
                 raise FileNotFoundError(f"{store.uri_of(path)} does not exist") from None
             st = os.fstat(self._fd)
+            if not stat.S_ISREG(st.st_mode):  # Linux opens a directory read-only
+                os.close(self._fd)
+                self._fd = None
+                raise NotARegularFile(f"{store.uri_of(path)} is not a regular file")
             self._file_size = st.st_size
             self.size = self._file_size if size is None else size
             # which file this is, beyond its address: a file replaced in place differs
@@ -501,6 +511,8 @@ class ObjectStore:
                 with open(self.full_path(path), "rb") as f:
                     return f.read()
             return self.fs.cat_file(self.full_path(path))
+        except (IsADirectoryError, NotADirectoryError):
+            raise NotARegularFile(f"{self.uri_of(path)} is not a regular file") from None
         except FileNotFoundError:
             raise FileNotFoundError(f"{self.uri_of(path)} does not exist") from None
 

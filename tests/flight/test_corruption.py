@@ -26,7 +26,7 @@ from format.table.deletion import deletion_file_path
 from format.table.manifest import manifest_name
 
 STORAGE_VERSIONS = ("legacy", "2.0", "2.1", "2.2")
-DAMAGES = ("truncated", "garbage", "empty", "missing", "flipped")
+DAMAGES = ("truncated", "garbage", "empty", "missing", "flipped", "directory")
 # which file of the latest version (3) is damaged, and the versions that do not use it
 TARGETS = {"data": (1, 2), "deletion": (1,), "manifest": (1, 2)}
 
@@ -56,6 +56,9 @@ def damage(path: Path, how: str) -> None:
     size = path.stat().st_size
     if how == "missing":
         path.unlink()
+    elif how == "directory":  # a directory where the file was
+        path.unlink()
+        path.mkdir()
     elif how == "empty":
         path.write_bytes(b"")
     elif how == "truncated":
@@ -130,8 +133,9 @@ def test_damaged_files_answer_data_corrupt(
             "filtered read": cmd({"dataset": case.name, "filter": "id >= 0", "limit": 1000}),
             "read of version 3": cmd({"dataset": case.name, "version": 3, "columns": ["id"]}),
         }
-        if case.target == "manifest" and case.damage == "missing":
-            # a version whose manifest is gone does not exist: the dataset ends at version 2
+        if case.target == "manifest" and case.damage in ("missing", "directory"):
+            # a version whose manifest is gone (or a directory) does not exist: the dataset
+            # ends at version 2
             for what, d in reads.items():
                 if what != "read of version 3":
                     got = c.send(f"{what} {case.name}", lambda d=d: c.read(d), set(), ok=True)
@@ -180,7 +184,9 @@ def test_damage_stays_with_its_dataset(corrupted: tuple[Campaign, list[Damaged]]
             assert got.sort_by("id").equals(oracle(c.root, name, v))
     listed = {i.descriptor.path[0].decode() for i in c.client.list_flights()}
     manifests = {d.name: d.damage for d in cases if d.target == "manifest"}
-    unreadable = {n for n, how in manifests.items() if how not in ("missing", "flipped")}
+    unreadable = {
+        n for n, how in manifests.items() if how not in ("missing", "directory", "flipped")
+    }
     maybe = {n for n, how in manifests.items() if how == "flipped"}  # may still decode
     every = {d.name for d in cases} | {f"pristine_{s.replace('.', '')}" for s in STORAGE_VERSIONS}
     assert listed - maybe == every - unreadable - maybe
