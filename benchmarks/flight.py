@@ -197,7 +197,8 @@ def _start_servers(
     serve_root: Path, uri: Path, with_memory: bool, quiver_args: list[str]
 ) -> dict[str, Server]:
     py = sys.executable
-    quiver = [py, "-m", "flight_server", "serve", "--root", str(serve_root), *quiver_args]
+    quiver = [py, "-m", "flight_server", "serve", "--root", str(serve_root), "--exit-with-parent"]
+    quiver += list(quiver_args)
     servers = {
         "quiver": Server("quiver", quiver),
         "pylance": Server("pylance", [py, "-c", _PYLANCE_SERVER, str(serve_root)]),

@@ -253,7 +253,8 @@ def main() -> None:
         py = sys.executable
         server = Server(
             "quiver",
-            [py, "-m", "flight_server", "serve", "--root", str(root), *args.quiver_arg],
+            [py, "-m", "flight_server", "serve", "--root", str(root), "--exit-with-parent"]
+            + list(args.quiver_arg),
         )
         try:
             server.ready()

@@ -153,6 +153,7 @@ def _free_port() -> int:
 
 def _serve(root: Path, port: int, extra: list[str]) -> subprocess.Popen:
     args = ["serve", "--root", str(root), "--host", "127.0.0.1", "--port", str(port), *extra]
+    args.append("--exit-with-parent")  # an interrupted benchmark leaves no server behind
     proc = subprocess.Popen(
         [sys.executable, "-m", "flight_server", *args, "--log-level", "WARNING"], cwd=ROOT
     )

@@ -157,7 +157,17 @@ def _free_port() -> int:
 def _serve(root: str) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flight_server", "serve", "--root", root, "--port", str(port)],
+        [
+            sys.executable,
+            "-m",
+            "flight_server",
+            "serve",
+            "--root",
+            root,
+            "--port",
+            str(port),
+            "--exit-with-parent",
+        ],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -128,7 +128,10 @@ def _serve(args: argparse.Namespace) -> int:
         sys.stderr.flush()
 
     # SIGTERM/SIGINT: health NOT_SERVING, new calls UNAVAILABLE, running calls finish (up to
-    # --drain-seconds), then shutdown and exit 0.
+    # --drain-seconds), then shutdown and exit 0. With --exit-with-parent, the same once the
+    # process that started the server is gone (this process is then adopted by another).
+    parent = os.getppid()
+    still_wanted = (lambda: os.getppid() == parent) if args.exit_with_parent else None
     try:
         return serve_until_signalled(
             server,
@@ -137,6 +140,7 @@ def _serve(args: argparse.Namespace) -> int:
             drain_seconds=config.drain_seconds,
             on_ready=ready,
             on_drain=lambda: server.service.set_serving(False),
+            still_wanted=still_wanted,
         )
     finally:
         if metrics is not None:
@@ -155,6 +159,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("serve", help="run the Arrow Flight server")
     add_serve_arguments(p)
+    p.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help="drain and stop when the process that started the server exits (for scripts "
+        "and tests that start their own server)",
+    )
     p.set_defaults(func=_serve)
     p = sub.add_parser("inspect", help="describe a Lance dataset (versions, schema, fragments)")
     p.add_argument("uri", help="dataset path or URI (file://, memory://, s3://)")

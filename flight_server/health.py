@@ -201,8 +201,10 @@ def serve_until_signalled(
     signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT),
     on_ready: Callable[[], None] | None = None,
     on_drain: Callable[[], None] | None = None,
+    still_wanted: Callable[[], bool] | None = None,
 ) -> int:
-    """Serve until SIGTERM/SIGINT, drain, shut ``server`` down; the process exit code (0).
+    """Serve until SIGTERM/SIGINT (or until ``still_wanted()``, asked twice a second,
+    turns false), drain, shut ``server`` down; the process exit code (0).
 
     Must run on the main thread (signal handlers). ``server`` is a started
     ``FlightServerBase``; pyarrow servers listen from construction, ``serve()`` is not used.
@@ -222,7 +224,9 @@ def serve_until_signalled(
         if on_ready is not None:
             on_ready()
         while not stop.wait(0.5):
-            pass
+            if still_wanted is not None and not still_wanted():
+                log.info("the process that started the server is gone")
+                break
         log.info("shutdown requested: draining (up to %.1f s)", drain_seconds)
         if health_server is not None:
             health_server.set_not_serving()

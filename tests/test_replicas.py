@@ -105,7 +105,7 @@ def replicas(
             log = tmp_path / f"replica-{i}.log"
             out = stack.enter_context(open(log, "wb"))
             args = [sys.executable, "-m", "flight_server", "serve", "--root", root,
-                    "--port", str(port), "--metrics-port", str(metrics_port),
+                    "--port", str(port), "--metrics-port", str(metrics_port), "--exit-with-parent",
                     *[a for u in uris for a in ("--advertise", u)], *extra]  # fmt: skip
             proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=out)
             replica = Replica(uris[i], metrics_port, proc, log)

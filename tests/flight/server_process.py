@@ -27,7 +27,7 @@ def quiver_serve(root: Path, *args: str, timeout: float = 60) -> Iterator[tuple[
     log = open(root / "server.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
         [sys.executable, "-m", "flight_server", "serve", "--root", str(root), "--port", str(port),
-         *args],
+         "--exit-with-parent", *args],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=log,

@@ -157,7 +157,7 @@ def _serve(root: Path, log: Path, port: int, *args: str) -> Iterator[None]:
     with open(log, "wb") as err:
         proc = subprocess.Popen(
             [sys.executable, "-m", "flight_server", "serve", "--root", str(root), "--port",
-             str(port), *args],
+             str(port), "--exit-with-parent", *args],
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
             stderr=err,

@@ -174,7 +174,9 @@ def temporary_server(root: Path) -> Iterator[str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    # --exit-with-parent: killed, the example takes its server with it
     args = ["serve", "--root", str(root), "--host", "127.0.0.1", "--port", str(port)]
+    args.append("--exit-with-parent")
     args += ["--log-level", "WARNING"]
     server = subprocess.Popen([*quiver, *args], cwd=REPO)
     uri = f"grpc://127.0.0.1:{port}"
