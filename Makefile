@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint protos serve bench bench-write bench-flight bench-memory bench-spark bench-vector bench-changes bench-backfill spark-example clean
+.PHONY: test lint docs protos serve bench bench-write bench-flight bench-memory bench-spark bench-vector bench-changes bench-backfill spark-example clean
 
 # setup.py builds the C kernels: an edited kernel is recompiled by the next `make test`.
 $(STAMP): pyproject.toml setup.py format/_kernels.c flight_server/_threadstate.c
@@ -27,7 +27,12 @@ test: $(STAMP) $(NODE_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) scripts/gen_protos.py --check
+	$(VENV)/bin/mkdocs build --strict --quiet --site-dir $$(mktemp -d)
 	$(PY) -m pytest -n 2 -q
+
+# The documentation site (docs/, mkdocs.yml) into site/; `make test` builds it strictly too.
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check --fix .

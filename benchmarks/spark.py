@@ -169,7 +169,7 @@ def _serve(root: Path, port: int, extra: list[str]) -> subprocess.Popen:
 
 
 def session() -> Any:
-    """The Spark session both sources share (the settings the README recommends)."""
+    """The Spark session both sources share (the settings docs/spark.md recommends)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # Python workers import this module (FloorSource); `benchmarks` is not an installed package

@@ -137,7 +137,7 @@ class Campaign:
 
 
 def is_valid_name(name: object) -> bool:
-    """The README's dataset name rules, written out independently of the server's code."""
+    """The dataset name rules of docs/server.md, written out independently of the server's code."""
     if not isinstance(name, str) or not 0 < len(name) <= 1024:
         return False
     segments = name.split("/")

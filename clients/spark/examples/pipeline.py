@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def session(app: str = "quiver-pipeline") -> Any:
-    """A local Spark session set up for the `quiver` data source (see the README)."""
+    """A local Spark session set up for the `quiver` data source (see docs/spark.md)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers: this interpreter
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
