@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 # Arrow's C++ code allocates from its default pool, which pyarrow picks once, when it loads:
 # mimalloc unless this says otherwise. Flight's IPC writer takes fresh offsets and bitmaps
@@ -154,9 +155,16 @@ def _hash_password(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The `quiver` argument parser."""
+    """The server's argument parser (`python -m flight_server`; the `quiver` command adds
+    commands for people to it: `quiver.cli`)."""
     parser = argparse.ArgumentParser(prog="quiver", description="Serve Lance datasets over Flight.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    add_commands(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
+def add_commands(sub: Any) -> None:
+    """Add the server's commands (serve, inspect, demo, hash-password) to `sub`, the
+    subparsers of a parser."""
     p = sub.add_parser("serve", help="run the Arrow Flight server")
     add_serve_arguments(p)
     p.add_argument(
@@ -180,15 +188,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--pbkdf2", action="store_true", help="pbkdf2_sha256 instead of scrypt")
     p.set_defaults(func=_hash_password)
-    return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the process exit code."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
-        argv.insert(0, "serve")
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """Run parsed arguments of a server command; the process exit code."""
     try:
         return int(args.func(args))
     except ConfigError as e:
@@ -197,6 +200,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LanceError as e:
         print(f"quiver: {e}", file=sys.stderr)
         return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the process exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
+        argv.insert(0, "serve")
+    return run(build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from wire import errors as wire_errors
 from wire.requests import ACTION_SHAPES
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("wire", "format", "flight_server", "clients")
+PACKAGES = ("wire", "format", "flight_server", "clients", "quiver")
 MAX_LINES = 800
 # Which top-level packages each may import (besides itself).
 ALLOWED = {
@@ -25,6 +25,8 @@ ALLOWED = {
     "format": set(),
     "flight_server": {"format", "wire"},
     "clients": {"wire"},
+    # the public API and the command for people, over everything else
+    "quiver": {"format", "flight_server", "clients", "wire"},
 }
 # Inside the engine, each layer imports only the ones before it.
 ENGINE_LAYERS = (

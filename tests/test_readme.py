@@ -50,7 +50,7 @@ def _run(code: str, uri: str, root: Path) -> dict[str, Any]:
 
 
 def test_every_python_block_is_a_quickstart_tested_here() -> None:
-    markers = ["pyarrow.flight", "from clients import Client", "register(spark)", "format.dataset"]
+    markers = ["pyarrow.flight", "quiver.connect", "register_spark(spark)", "quiver.dataset"]
     assert len(python_blocks()) == len(markers)
     for marker in markers:
         _block(marker)
@@ -64,7 +64,7 @@ def test_flight_quickstart(served: tuple[str, Path]) -> None:
 
 
 def test_python_client_quickstart(served: tuple[str, Path]) -> None:
-    ns = _run(_block("from clients import Client"), *served)
+    ns = _run(_block("quiver.connect"), *served)
     assert ns["orders"].num_rows > 0
     from clients import Client
 
@@ -78,14 +78,14 @@ def test_python_client_quickstart(served: tuple[str, Path]) -> None:
 
 
 def test_engine_quickstart(served: tuple[str, Path]) -> None:
-    _run(_block("format.dataset"), *served)
+    _run(_block("quiver.dataset"), *served)
 
 
 @pytest.mark.spark
 @pytest.mark.timeout(600)
 def test_spark_quickstart(served: tuple[str, Path]) -> None:
     pytest.importorskip("pyspark")
-    code = _block("register(spark)").replace(
+    code = _block("register_spark(spark)").replace(
         "SparkSession.builder.getOrCreate()",
         'SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()',
     )

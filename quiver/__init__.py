@@ -1,0 +1,65 @@
+"""Quiver: Lance datasets over Apache Arrow Flight. The names users import.
+
+    import quiver
+
+    with quiver.connect("grpc://127.0.0.1:8815") as qc:   # the Flight client
+        table = qc.read("sales", filter="x > 5")
+    ds = quiver.dataset("data/sales.lance")              # the engine, pylance's API
+    quiver.register_spark(spark)                          # the Spark data source `quiver`
+
+Errors of the client are `quiver.QuiverError` subclasses (`NotFound`, `InvalidArgument`,
+`CommitConflict`, ...); the engine's are `quiver.LanceError` subclasses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from clients import Client
+from clients.errors import (
+    AlreadyExists,
+    CommitConflict,
+    DataCorrupt,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    QuiverError,
+    Unauthenticated,
+    Unavailable,
+)
+from format.dataset import LanceDataset, dataset, write_dataset
+from format.errors import LanceError
+
+__all__ = [
+    "AlreadyExists",
+    "Client",
+    "CommitConflict",
+    "DataCorrupt",
+    "FailedPrecondition",
+    "InvalidArgument",
+    "LanceDataset",
+    "LanceError",
+    "NotFound",
+    "PermissionDenied",
+    "QuiverError",
+    "Unauthenticated",
+    "Unavailable",
+    "connect",
+    "dataset",
+    "register_spark",
+    "write_dataset",
+]
+
+
+def connect(uri: str, **options: Any) -> Client:
+    """A client of the Quiver server at `uri` (`grpc://host:port` or `grpc+tls://...`);
+    `options` are `Client`'s: `token`, `username` / `password`, TLS files, `timeout`."""
+    return Client(uri, **options)
+
+
+def register_spark(spark: Any) -> None:
+    """Register the `quiver` data source with a SparkSession (PySpark 4.1 or later)."""
+    from clients.spark import register
+
+    register(spark)
