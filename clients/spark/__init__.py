@@ -1,4 +1,4 @@
-"""The `quiver` PySpark data source (PySpark >= 4.1; `pip install quiver[spark]`).
+"""The `quiver` PySpark data source (PySpark >= 4.1; `pip install "quiver-lance[spark]"`).
 
 ```python
 from clients.spark import register

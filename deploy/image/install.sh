@@ -6,4 +6,4 @@ set -eu
 wheels="$1"
 venv="$2"
 "${PYTHON:-python3}" -m venv "$venv"
-"$venv/bin/python" -m pip install --no-cache-dir --no-input --only-binary=:all: "$wheels"/quiver-*.whl
+"$venv/bin/python" -m pip install --no-cache-dir --no-input --only-binary=:all: "$wheels"/quiver_lance-*.whl

@@ -103,7 +103,7 @@ def test_dockerignore_leaves_out_environments_caches_and_secrets():
         "format/__pycache__/x.pyc",
         "data/x.lance",
         "format/_kernels.cpython-311-x86_64-linux-gnu.so",
-        "quiver.egg-info/PKG-INFO",
+        "quiver_lance.egg-info/PKG-INFO",
         "deploy/compose/secrets/ticket-key",
         "clients/node/node_modules/x.js",
     ]

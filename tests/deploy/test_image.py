@@ -62,7 +62,7 @@ def installed(tmp_path_factory) -> Path:
         timeout=600,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    built = list(wheels.glob("quiver-*.whl"))
+    built = list(wheels.glob("quiver_lance-*.whl"))
     assert len(built) == 1 and "linux" in built[0].name  # with the compiled kernels
     run = subprocess.run(
         ["sh", str(DEPLOY / "image/install.sh"), str(wheels), str(venv)],
