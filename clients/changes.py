@@ -7,8 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from clients.errors import QuiverError
-from wire.requests import backfill_command, merge_command, put_command
+from wire.requests import backfill_command, merge_command
 
 
 class RowChanges:
@@ -74,11 +73,7 @@ class RowChanges:
     def stage_source(self, dataset: str, data: Any, *, job: str | None = None) -> list[str]:
         """Stage rows as the source of a change to come (a share of an upsert or a
         backfill, `_rowaddr` included): the fragment strings to `apply_staged`."""
-        answer = self._put(put_command(dataset, mode="source", commit=False, job=job), data)
-        fragments = answer.get("fragments") if isinstance(answer, dict) else None
-        if not isinstance(fragments, list):
-            raise QuiverError("the server answered a staged DoPut without fragments")
-        return [str(f) for f in fragments]
+        return self.stage(dataset, data, mode="source", job=job)
 
     def apply_staged(
         self,

@@ -13,6 +13,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from wire.errors import InvalidArgument
+from wire.requests import MERGE_KEYS, merge_command
+
 __all__ = [
     "CHANGE_OPTIONS",
     "Conn",
@@ -48,16 +51,7 @@ _CONNECTION = (
 )
 _READ = ("version", "tag", "as_of", "filter", "columns", "max_rows_per_endpoint")
 # A batch write that changes rows instead of appending them (see `change_option`)
-CHANGE_OPTIONS = (
-    "operation",
-    "on",
-    "when_matched",
-    "matched_condition",
-    "when_not_matched",
-    "when_not_matched_by_source",
-    "by_source_filter",
-    "conflict_retries",
-)
+CHANGE_OPTIONS = ("operation", *MERGE_KEYS)  # the merge's keys are the wire contract's
 OPERATIONS = (
     "append",
     "upsert",
@@ -334,9 +328,6 @@ def change_option(options: Any) -> dict[str, Any] | None:
     `when_not_matched_by_source` (delete, none) and `by_source_filter`; "add_columns" and
     "update_columns" (backfills: the DataFrame holds `_rowaddr`, read with the `columns`
     option, and the new or corrected columns)."""
-    from wire.errors import InvalidArgument
-    from wire.requests import merge_command
-
     operation = str(options.get("operation") or "append").strip().lower()
     if operation not in OPERATIONS:
         raise QuiverOptionError(

@@ -30,7 +30,7 @@ from format.dataset.write import DEFAULT_MAX_ROWS_PER_FILE, write_fragment_files
 from format.errors import CommitConflictError, InvalidInputError
 from format.proto import table_pb2, transaction_pb2
 from format.table.commit import commit_transaction
-from format.table.deletion import deletion_file_path, write_deletion_file
+from format.table.deletion import with_deletion_file
 from format.table.rowids import encode_row_ids
 from format.table.transaction import ManifestContext, new_transaction
 
@@ -153,22 +153,8 @@ def _deletion_updates(
         if len(deleted) >= frag.physical_rows:
             removed.append(fid)
             continue
-        info = write_deletion_file(core.store, fid, core.version, deleted)
-        paths.append(
-            deletion_file_path(
-                fid, core.version, info.file_id, info.file_type == table_pb2.DeletionFile.BITMAP
-            )
-        )
-        pb = Fragment()
-        pb.CopyFrom(frag.metadata)
-        pb.deletion_file.CopyFrom(
-            table_pb2.DeletionFile(
-                file_type=info.file_type,
-                read_version=core.version,
-                id=info.file_id,
-                num_deleted_rows=info.num_deleted_rows,
-            )
-        )
+        pb, path = with_deletion_file(core.store, frag.metadata, core.version, deleted)
+        paths.append(path)
         updated.append(pb)
     return updated, removed, paths
 

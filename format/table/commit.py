@@ -23,7 +23,7 @@ from format.io.store import ObjectStore
 from format.proto import table_pb2, transaction_pb2
 from format.table import versions as _versions
 from format.table.conflicts import Resolution, check
-from format.table.deletion import read_deletion_file, write_deletion_file
+from format.table.deletion import read_deletion_file, with_deletion_file
 from format.table.indices import SYSTEM_INDICES
 from format.table.manifest import (
     FLAG_STABLE_ROW_IDS,
@@ -380,16 +380,7 @@ def _rebase(
         if len(union) >= frag.physical_rows:
             mine_removed.append(fid)
             continue
-        info = write_deletion_file(store, fid, latest.version, union)
-        merged = copy.deepcopy(frag)
-        merged.deletion_file.CopyFrom(
-            table_pb2.DeletionFile(
-                file_type=info.file_type,
-                read_version=latest.version,
-                id=info.file_id,
-                num_deleted_rows=info.num_deleted_rows,
-            )
-        )
+        merged, _ = with_deletion_file(store, frag, latest.version, union)
         keep.append(merged)
     for fid in list(mine_removed):
         if strict and (fid in gone or fid in their_frags) and overlaps(fid):

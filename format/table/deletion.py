@@ -40,6 +40,7 @@ __all__ = [
     "parse_deletion_file",
     "read_deletion_file",
     "read_fragment_deletions",
+    "with_deletion_file",
     "write_deletion_file",
 ]
 
@@ -214,6 +215,25 @@ def write_deletion_file(
     path = deletion_file_path(fragment_id, read_version, file_id, bitmap)
     store.put(path, encode_deletion_file(values, bitmap))
     return DeletionFileInfo(path, BITMAP if bitmap else ARROW_ARRAY, file_id, int(values.size))
+
+
+def with_deletion_file(
+    store: ObjectStore, fragment: table_pb2.DataFragment, read_version: int, offsets: np.ndarray
+) -> tuple[table_pb2.DataFragment, str]:
+    """A copy of `fragment` whose deletion file holds `offsets` (all its deleted rows),
+    written now as of `read_version`, and the new file's path."""
+    info = write_deletion_file(store, int(fragment.id), read_version, offsets)
+    out = table_pb2.DataFragment()
+    out.CopyFrom(fragment)
+    out.deletion_file.CopyFrom(
+        table_pb2.DeletionFile(
+            file_type=info.file_type,
+            read_version=read_version,
+            id=info.file_id,
+            num_deleted_rows=info.num_deleted_rows,
+        )
+    )
+    return out, info.path
 
 
 def live_mask(physical_rows: int, deleted: np.ndarray) -> np.ndarray:
