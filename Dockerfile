@@ -13,11 +13,12 @@
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
-# ---- build: compile format/_kernels.c into a wheel (gcc + libc headers; the image has Python's)
+# ---- build: compile the C and C++ helpers into a wheel (gcc, g++ and libc headers; the image
+# has Python's)
 FROM ${PYTHON_IMAGE} AS build
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && apt-get install -y --no-install-recommends gcc g++ libc6-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .

@@ -7,7 +7,8 @@ STAMP := $(VENV)/.installed
 .PHONY: test lint docs protos serve bench bench-write bench-flight bench-memory bench-spark bench-vector bench-changes bench-backfill spark-example clean
 
 # setup.py builds the C kernels: an edited kernel is recompiled by the next `make test`.
-$(STAMP): pyproject.toml setup.py format/_kernels.c flight_server/_threadstate.c
+$(STAMP): pyproject.toml setup.py format/_kernels.c flight_server/_threadstate.c \
+		flight_server/_grpcstatus.cc
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'

@@ -13,5 +13,14 @@ setup(
         ),
         # keeps gRPC threads' Python thread states across Flight calls (flight_server.metrics pins)
         Extension("flight_server._threadstate", ["flight_server/_threadstate.c"]),
+        # sends handler errors with their own gRPC status (flight_server.grpc_status); needs no
+        # Arrow header or library at build time
+        Extension(
+            "flight_server._grpcstatus",
+            ["flight_server/_grpcstatus.cc"],
+            language="c++",
+            extra_compile_args=["-std=c++17", "-O2"],
+            libraries=["dl"],
+        ),
     ]
 )

@@ -1,12 +1,13 @@
 """The exceptions of the Quiver client, built from the server's machine-readable error codes.
 
-The server puts a JSON object in the `extra_info` of every Flight error it raises, such as
-`{"code": "not_found"}`; the codes and their classes are the wire contract's
-(`wire.errors`), shared with the server. `from_flight_error` turns a
-`pyarrow.flight.FlightError` (or another Arrow error raised by a Flight call) into the
-matching subclass of `QuiverError`, keeping the server's one-line message and the whole
-JSON object in `details`. Errors without a known code fall back on the gRPC status the
-pyarrow exception class stands for.
+The server sends every failure with the gRPC status of its code and, in the
+`grpc-status-details-bin` trailer that pyarrow hands over as a Flight error's `extra_info`,
+a `google.rpc.Status` naming the code and its details (`wire.status`); the codes and their
+classes are the wire contract's (`wire.errors`), shared with the server. `from_flight_error`
+turns a `pyarrow.flight.FlightError` (or another Arrow error raised by a Flight call) into
+the matching subclass of `QuiverError`, keeping the server's one-line message and the
+details (code included) in `details`. Errors without a known code fall back on the gRPC
+status the pyarrow exception class stands for.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from wire import status as wire_status
 from wire.errors import (
     ERROR_CLASSES,
     AlreadyExists,
@@ -67,6 +69,18 @@ _BY_CLASS: tuple[tuple[type[BaseException], type[QuiverError]], ...] = (
     (pa.ArrowNotImplementedError, Unimplemented),
 )
 
+# GetSchema's errors of a Flight status: an ArrowIOError whose text ends ". Detail: <code>"
+_FLIGHT_DETAIL = re.compile(
+    r"\. Detail: (Unauthenticated|Unauthorized|Unavailable|Cancelled|Internal)\b"
+)
+_BY_FLIGHT_DETAIL: dict[str, type[QuiverError]] = {
+    "Unauthenticated": Unauthenticated,
+    "Unauthorized": PermissionDenied,
+    "Unavailable": Unavailable,
+    "Cancelled": Cancelled,
+    "Internal": Internal,
+}
+
 # Fallback codes for the pyarrow classes that have no Quiver subclass.
 _CLASS_CODES: tuple[tuple[type[BaseException], str], ...] = (
     (flight.FlightTimedOutError, "deadline_exceeded"),
@@ -94,20 +108,17 @@ def server_message(text: str) -> str:
     return line.strip() or "the server reported an error without a message"
 
 
-# GetSchema errors reach pyarrow clients without `extra_info` (apache/arrow#43556); the
-# Quiver server then names the exception class after the JSON code, which pyarrow shows as
-# `Detail: Python exception: {"code":"not_found"}`.
+# GetSchema errors reach pyarrow clients without `extra_info` (apache/arrow#43556): their
+# gRPC status says the code. A server that cannot set statuses itself names the exception
+# class after the code, which pyarrow shows as `Detail: Python exception: {"code":...}`.
 _CODE_IN_TEXT = re.compile(r"Detail: Python exception: (\{[^{}\n]*\})")
 
 
 def _details(exc: BaseException) -> dict[str, Any]:
     raw = getattr(exc, "extra_info", None)
     if raw:
-        try:
-            value = json.loads(bytes(raw).decode("utf-8"))
-        except (ValueError, UnicodeDecodeError):
-            return {}
-        return value if isinstance(value, dict) else {}
+        found = wire_status.decode(bytes(raw))
+        return dict(found.details) if found else {}
     found = _CODE_IN_TEXT.search(str(exc))
     if found:
         try:
@@ -122,8 +133,8 @@ def _details(exc: BaseException) -> dict[str, Any]:
 def from_flight_error(exc: BaseException) -> QuiverError:
     """The `QuiverError` that a failed Flight call's exception stands for.
 
-    The JSON `code` in `extra_info` decides the class; without a known one, the pyarrow
-    exception class does (unauthenticated, unauthorized, unavailable, not found, invalid).
+    The code in the error's details (`extra_info`, `wire.status`) decides the class; without
+    a known one, the pyarrow exception class does (the gRPC status it stands for).
     An exception that is already a `QuiverError` is returned unchanged.
     """
     if isinstance(exc, QuiverError):
@@ -137,6 +148,10 @@ def from_flight_error(exc: BaseException) -> QuiverError:
             if isinstance(exc, base):
                 cls = candidate
                 break
+    if cls is None and isinstance(exc, pa.ArrowIOError):
+        # GetSchema raises a Flight status as an IOError naming the Flight code
+        found = _FLIGHT_DETAIL.search(str(exc))
+        cls = _BY_FLIGHT_DETAIL.get(found.group(1)) if found else None
     if cls is not None:
         return cls(message, details=details)
     if not isinstance(code, str):

@@ -2,10 +2,11 @@
 
 Every RPC handler catches every exception and raises what `to_flight_error` returns: a
 `pyarrow.flight` error whose message is one line naming what was wrong, with no server
-path, traceback or secret, and whose `extra_info` is JSON such as
-``{"code": "not_found"}`` or ``{"code": "commit_conflict", "retryable": true,
-"version": 7}``. (pyarrow sends the traceback of any non-Flight exception to the client,
-so nothing else may escape a handler.)
+path, traceback or secret, sent with the gRPC status of its code and, in the
+`grpc-status-details-bin` trailer (a Flight error's `extra_info`), the code and details
+(`wire.status`: ``NOT_FOUND``, or ``COMMIT_CONFLICT`` with ``retryable`` and ``version``).
+(pyarrow sends the traceback of any other exception to the client, so nothing else may
+escape a handler; `grpc_status` explains how the statuses are sent.)
 
 The codes and their exception classes are the wire contract's (`wire.errors`, shared with
 the clients); service code raises those classes, re-exported here.
@@ -22,6 +23,7 @@ from collections.abc import Iterable
 import pyarrow.flight as flight
 import pyarrow.lib as pa_lib
 
+from flight_server import grpc_status
 from format.errors import (
     CleanupError,
     CommitConflictError,
@@ -150,28 +152,24 @@ def classify(exc: BaseException) -> tuple[str, dict[str, object]]:
     return "internal", {}
 
 
-def make_flight_error(code: str, message: str, **details: object) -> flight.FlightError:
-    """A Flight error with a one-line message and JSON `extra_info` {"code": ..., ...}."""
-    if code == "commit_conflict":
-        cls = (
-            flight.FlightUnavailableError if details.get("retryable") else flight.FlightServerError
-        )
-    else:
-        cls = _FLIGHT_CLASS.get(code, flight.FlightServerError)
-    info = json.dumps({"code": code, **details}, separators=(",", ":")).encode()
-    return cls(one_line(message), extra_info=info)
+def make_flight_error(code: str, message: str, **details: object) -> Exception:
+    """The exception a handler raises for a failed call: the gRPC status of `code`
+    (`wire.status`), the one-line message, the details in `grpc-status-details-bin`."""
+    error = grpc_status.error(code, one_line(message), details)
+    error.code = code  # type: ignore[attr-defined]
+    return error
 
 
 def to_flight_error(
     exc: BaseException, scrub: Scrubber | None = None, *, context: str = ""
-) -> flight.FlightError:
+) -> Exception:
     """Translate any exception into the Flight error a client may see.
 
     Unexpected exceptions are logged here with their traceback under an id that the
     client's message quotes; the client learns nothing else about them.
     """
-    if isinstance(exc, flight.FlightError) and getattr(exc, "_quiver", False):
-        return exc  # already translated
+    if getattr(exc, "_quiver", False):
+        return exc  # type: ignore[return-value]  # already translated
     code, details = classify(exc)
     if code == "internal" and not isinstance(exc, QuiverError):
         ref = uuid.uuid4().hex[:12]
@@ -187,15 +185,17 @@ def to_flight_error(
     return error
 
 
-# -- GetSchema ------------------------------------------------------------------------------
-# pyarrow's GetSchema server callback has no FlightError path (unlike every other RPC): it
-# sends any exception as a generic error with the formatted Python traceback, and pyarrow
-# clients read GetSchema errors without `extra_info` (apache/arrow#43556). So GetSchema
-# errors use the classes below: the gRPC status follows the code (NOT_FOUND,
-# INVALID_ARGUMENT, UNIMPLEMENTED, else UNKNOWN), the message stays one line, the
-# traceback is suppressed, and the JSON code travels as the exception's name (pyarrow shows
-# it as `Detail: Python exception: {"code":"not_found"}`) and in the
-# `grpc-status-details-bin` trailer where other Flight clients read `extra_info`.
+# -- GetSchema and DoGet streams -------------------------------------------------------------
+# pyarrow's GetSchema callback and DoGet's batch generators have no FlightError path (unlike
+# the other RPCs): pyarrow sends any exception from them as a generic error with the formatted
+# Python traceback, and pyarrow clients read GetSchema errors without `extra_info`
+# (apache/arrow#43556). With `grpc_status` installed, GetSchema raises its StatusError like
+# every other RPC. DoGet's batches are pulled by pyarrow's record batch reader, whose
+# conversion of exceptions the helper cannot reach, so a stream's errors (and GetSchema's
+# without the helper) raise the classes below: the gRPC status follows the code (NOT_FOUND,
+# INVALID_ARGUMENT, UNIMPLEMENTED, else UNKNOWN), the traceback is suppressed, the code
+# travels as the exception's name (pyarrow shows it as `Detail: Python exception:
+# {"code":"not_found"}`) and the details in the `grpc-status-details-bin` trailer.
 
 _SCHEMA_BASES: dict[str, type[Exception]] = {
     "not_found": pa_lib.ArrowKeyError,
@@ -219,33 +219,22 @@ def _traceback_free(base: type[Exception], name: str) -> type[Exception]:
     return type(name, (base,), {"__cause__": property(cause), "__str__": text})
 
 
-def schema_error(error: flight.FlightError, context: flight.ServerCallContext) -> Exception:
-    """What get_schema raises for a translated Flight error (see above)."""
-    try:
-        info = json.loads(error.extra_info or b"{}")
-    except ValueError:
-        info = {}
-    code = str(info.get("code", "internal"))
+def schema_error(error: Exception, context: flight.ServerCallContext) -> Exception:
+    """What get_schema raises for a translated error (see above)."""
+    if isinstance(error, grpc_status.StatusError):
+        grpc_status.add_details(error, context)
+        return error
+    return stream_error(error, context)
+
+
+def stream_error(error: Exception, context: flight.ServerCallContext) -> Exception:
+    """What a DoGet batch generator raises for a translated error (see above)."""
+    code = str(getattr(error, "code", None) or "internal")
     if code not in _SCHEMA_CLASSES:
         label = json.dumps({"code": code}, separators=(",", ":"))
         _SCHEMA_CLASSES[code] = _traceback_free(
             _SCHEMA_BASES.get(code, pa_lib.ArrowException), label
         )
-    try:
-        context.add_trailer("grpc-status-details-bin", bytes(error.extra_info or b""))
-    except Exception:  # noqa: BLE001 - the trailer is a courtesy
-        pass
+    grpc_status.add_details(error, context, always=True)
     message = str(error.args[0]) if error.args else "error"
     return _SCHEMA_CLASSES[code](message)
-
-
-# -- DoGet streams --------------------------------------------------------------------------
-# DoGet streams through a RecordBatchStream (GeneratorStream cannot send dictionary batches,
-# apache/arrow#38480), and pyarrow sends an exception raised while reading its batches the
-# way it sends GetSchema's: a generic error with the formatted traceback, without
-# `extra_info`. So a stream's errors take the same traceback-free form.
-
-
-def stream_error(error: flight.FlightError, context: flight.ServerCallContext) -> Exception:
-    """What a DoGet batch generator raises for a translated Flight error (see above)."""
-    return schema_error(error, context)

@@ -29,7 +29,6 @@ All metrics live in `REGISTRY` (not prometheus-client's global one), served by `
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 import time
@@ -50,6 +49,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from flight_server._threadstate import pin as pin_thread_state
+from wire import status as wire_status
 
 __all__ = [
     "METRICS_MIDDLEWARE_KEY",
@@ -172,21 +172,19 @@ def method_name(info: flight.CallInfo | Any) -> str:
 
 
 def error_code(exc: BaseException | None) -> str:
-    """The code a client got for `exc` (None: ``ok``): the JSON ``code`` of its
-    ``extra_info`` or message, else what its Flight error class stands for."""
+    """The code a client got for `exc` (None: ``ok``): the error's own ``code``, else the
+    one in its ``extra_info`` (`wire.status`) or message, else what its Flight error class
+    stands for."""
     if exc is None:
         return "ok"
+    code = getattr(exc, "code", None)
     raw = getattr(exc, "extra_info", None)
-    code = None
-    if raw:
-        try:
-            doc = json.loads(bytes(raw))
-            code = doc.get("code") if isinstance(doc, dict) else None
-        except (ValueError, TypeError):
-            code = None
+    if not isinstance(code, str) and raw:
+        found = wire_status.decode(bytes(raw))
+        code = found.code if found else None
     if not isinstance(code, str):
-        found = _CODE_IN_MESSAGE.search(str(exc))
-        code = found.group(1) if found else None
+        match = _CODE_IN_MESSAGE.search(str(exc))
+        code = match.group(1) if match else None
     if not isinstance(code, str):
         code = next((c for cls, c in _CLASS_CODES if isinstance(exc, cls)), "internal")
     return code if code in _KNOWN_CODES else "internal"

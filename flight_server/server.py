@@ -2,8 +2,9 @@
 
 Every handler runs inside `_Call`, which times the call, writes one structured log line
 (logger ``quiver.access``: method, dataset, version, rows, bytes, duration, status) and
-turns every exception into a Flight error through `flight_server.errors` (one-line
-message, JSON `extra_info` code; never a traceback or a server path).
+turns every exception into the error a client sees through `flight_server.errors` (the
+gRPC status of its code, a one-line message, the code and details in
+`grpc-status-details-bin`; never a traceback or a server path).
 
 `build_server(config)` is the one place a server is put together: TLS material
 (`flight_server.tls`), the Basic → Bearer authentication middleware (`flight_server.auth`)
@@ -40,6 +41,7 @@ from flight_server.errors import (
     stream_error,
     to_flight_error,
 )
+from flight_server.grpc_status import add_details
 from flight_server.health import Drain
 from flight_server.memory import IdleTrim, release_free_memory, streams_running, tune_allocator
 from flight_server.metrics import counting_sweep, instrument, record_call, watch_budget
@@ -90,15 +92,14 @@ class _Call:
             return False
         raise self.fail(exc) from None
 
-    def fail(self, exc: BaseException) -> flight.FlightError:
-        """Log the failed call; the Flight error to raise instead of `exc`."""
+    def fail(self, exc: BaseException) -> Exception:
+        """Log the failed call; the error to raise instead of `exc` (its details added to
+        the call's trailers where Arrow will not send them)."""
         service = self.server.service
         exc = service.explain(exc, self.dataset, self.version, self.fragment)
         error = to_flight_error(exc, service.scrubber_for(self.dataset), context=self.method)
-        try:
-            self.status = json.loads(error.extra_info or b"{}").get("code", "internal")
-        except ValueError:
-            self.status = "internal"
+        self.status = str(getattr(error, "code", None) or "internal")
+        add_details(error, self.context)
         self.log()
         return error
 
@@ -275,7 +276,7 @@ class QuiverFlightServer(flight.FlightServerBase):
                 request = self._read_request(descriptor)
                 call.dataset = request.dataset
                 return flight.SchemaResult(self.service.schema(request, call.identity))
-        except flight.FlightError as e:
+        except Exception as e:  # noqa: BLE001 - translated by the call (`_Call.fail`)
             raise schema_error(e, context) from None
 
     def do_get(

@@ -4,7 +4,6 @@ one wire contract that gives every server error code a client exception class.""
 from __future__ import annotations
 
 import ast
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +12,9 @@ import pytest
 
 import flight_server.errors as server_errors
 from clients.errors import from_flight_error
+from flight_server import grpc_status
 from wire import errors as wire_errors
+from wire import status as wire_status
 from wire.requests import ACTION_SHAPES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -254,7 +255,8 @@ def test_server_and_client_raise_the_same_classes() -> None:
     )
     got = from_flight_error(sent)
     assert isinstance(got, wire_errors.CommitConflict) and got.retryable and got.version == 4
-    assert json.loads(sent.extra_info) == {
+    found = wire_status.decode(sent.extra_info)  # type: ignore[attr-defined]
+    assert found is not None and found.details == {
         "code": "commit_conflict",
         "retryable": True,
         "version": 4,
@@ -270,5 +272,7 @@ def test_actions_are_registered_once(shape: object) -> None:
     assert len(ACTION_SHAPES) == len({s.name for s in ACTION_SHAPES}) == len(ACTIONS_BY_NAME)
 
 
-def test_flight_errors_are_flight_errors() -> None:
-    assert isinstance(server_errors.make_flight_error("not_found", "x"), flight.FlightError)
+def test_errors_carry_the_status_of_their_code() -> None:
+    error = server_errors.make_flight_error("not_found", "x")
+    assert error.grpc_code == wire_status.NOT_FOUND  # type: ignore[attr-defined]
+    assert isinstance(error, grpc_status.StatusError) or isinstance(error, flight.FlightError)

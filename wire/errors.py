@@ -1,9 +1,9 @@
 """Error codes and their exception classes, shared by the server and the clients.
 
-Every Flight error the server raises carries JSON `extra_info` such as ``{"code":
-"not_found"}`` or ``{"code": "commit_conflict", "retryable": true, "version": 7}``; the
-class of each code is defined once here. The server raises them; a client rebuilds them
-from `extra_info` (`clients.errors.from_flight_error`).
+Every error the server sends names its code and details (``not_found``, or
+``commit_conflict`` with ``retryable`` and ``version``), with the gRPC status of the code
+(`wire.status`); the class of each code is defined once here. The server raises them; a
+client rebuilds them from the error's details (`clients.errors.from_flight_error`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ class QuiverError(Exception):
 
     `message` is the one-line message, `code` the machine-readable code (`None` on the client
     when the server sent none and the transport status had no match) and `details` the
-    other fields of the `extra_info` object (a client keeps the whole object, code included).
+    other fields the server sent with the code (a client keeps them all, code included).
     """
 
     code: str | None = None

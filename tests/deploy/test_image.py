@@ -104,8 +104,9 @@ def test_installed_wheel_serves_a_read(installed, tmp_path):
     python = str(installed / "bin/python")
     where = subprocess.run(
         [python, "-c", "import format, flight_server, clients, format._kernels as k; "
-         "import flight_server._threadstate as t; "
-         "print(format.__file__); print(k.__file__); print(t.__file__)"],
+         "import flight_server._threadstate as t, flight_server._grpcstatus as g; "
+         "import flight_server.grpc_status as s; assert s.install(); "
+         "print(format.__file__); print(k.__file__); print(t.__file__); print(g.__file__)"],
         cwd=tmp_path, env=_clean_env(), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert where.returncode == 0, where.stderr

@@ -20,9 +20,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
-from flight_helpers import concat, do_put
+from flight_helpers import concat, do_put, error_code
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+
+from clients.errors import from_flight_error
 
 # Markers of a leak: a traceback, a Python file, a path of the server's machine. No input
 # of the campaign contains one, so any found in an answer comes from the server.
@@ -39,14 +41,16 @@ def no_leak_marker(text: str) -> bool:
 
 
 def code_of(exc: BaseException) -> str:
-    """The JSON code of a Quiver error (also from GetSchema and mid-stream errors, which
-    carry it in the message), or TRANSPORT for gRPC's own refusals."""
+    """The code of a Quiver error as the Python client reads it (GetSchema's from its gRPC
+    status: pyarrow reads it without details), or TRANSPORT for gRPC's own refusals (which
+    pyarrow words "gRPC returned ..." or "Flight returned ...", while the server's statuses
+    arrive with the server's own message)."""
     if isinstance(exc, fl.FlightError) and exc.extra_info:
-        return str(json.loads(exc.extra_info)["code"])
-    found = re.search(r"Python exception: (\{[^}]*\})", str(exc))
-    if found:
-        return str(json.loads(found.group(1))["code"])
-    return TRANSPORT
+        return error_code(exc)
+    text = str(exc)
+    if text.startswith(("gRPC returned", "Flight returned")):
+        return TRANSPORT
+    return from_flight_error(exc).code or TRANSPORT
 
 
 @dataclass

@@ -16,8 +16,10 @@ import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
 
+from clients.errors import from_flight_error
 from flight_server.config import ServerConfig
 from flight_server.server import QuiverFlightServer, build_server
+from wire import status as wire_status
 
 TICKET_KEY = b"quiver-tests-shared-ticket-key-0123456789"
 
@@ -150,17 +152,22 @@ def files_under(path: str | Path) -> list[str]:
 
 
 def error_info(exc: BaseException) -> dict[str, Any]:
-    """The JSON extra_info of a Flight error.
-
-    GetSchema errors are not Flight errors in pyarrow (apache/arrow#43556): the server names
-    the code in the message instead, as `Python exception: {"code": ...}`.
-    """
-    if isinstance(exc, fl.FlightError):
-        return json.loads(exc.extra_info)
+    """The code and details of a failed call's pyarrow exception, as the Python client reads
+    them: the `extra_info` (`wire.status`), else (GetSchema's errors, which pyarrow reads
+    without details: apache/arrow#43556) what the gRPC status says, or the code the server
+    names in the message when it cannot set statuses itself."""
     assert isinstance(exc, pa.ArrowException), repr(exc)
-    found = re.search(r"Python exception: (\{[^}]*\})", str(exc))
-    assert found, str(exc)
-    return json.loads(found.group(1))
+    if isinstance(exc, fl.FlightError) and exc.extra_info:
+        found = wire_status.decode(exc.extra_info)
+        assert found is not None and found.code, exc.extra_info
+    error = from_flight_error(exc)
+    assert error.code, repr(exc)
+    return error.details or {"code": error.code}
+
+
+def error_code(exc: BaseException) -> str:
+    """The code of a failed call's pyarrow exception (`error_info`)."""
+    return str(error_info(exc)["code"])
 
 
 def assert_clean_error(exc: BaseException, code: str, root: Path | None = None) -> str:

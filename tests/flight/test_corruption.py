@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
 from campaign import Campaign, base_table
+from flight_helpers import error_info
 from server_process import quiver_serve
 
 from format.dataset import dataset, write_dataset
@@ -162,7 +163,7 @@ def test_damaged_files_answer_data_corrupt(
             if case.fragment is not None:
                 where += f" fragment {case.fragment}"
             assert where in message and case.file in message, message
-            info = json.loads(err.value.extra_info) if isinstance(err.value, fl.FlightError) else {}
+            info = error_info(err.value)
             if info:
                 assert info["file"] == case.file and info["version"] == 3
                 assert info.get("fragment") == case.fragment

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -16,6 +15,7 @@ import grpc
 import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
+from flight_helpers import error_info
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from flight_server.errors import to_flight_error
@@ -100,7 +100,7 @@ def test_drain_lets_running_streams_finish_and_refuses_new_calls() -> None:
         drain.start()
         with pytest.raises(flight.FlightUnavailableError) as info:
             list(client.list_actions())
-        assert json.loads(info.value.extra_info) == {"code": "unavailable"}
+        assert error_info(info.value) == {"code": "unavailable"}
         assert drain.wait_idle(10)
         reader.join(10)
         assert result["table"].num_rows == 6

@@ -14,6 +14,7 @@ from clients import Client
 from clients.errors import NotFound, QuiverError
 from flight_server import metrics
 from flight_server.config import ConfigError, ServerConfig
+from wire import status as wire_status
 
 
 def scrape(port: int) -> dict[str, float]:
@@ -148,6 +149,8 @@ def test_error_codes():
     assert metrics.error_code(None) == "ok"
     err = fl.FlightServerError("x", extra_info=b'{"code":"not_found"}')
     assert metrics.error_code(err) == "not_found"
+    err = fl.FlightInternalError("x", extra_info=wire_status.encode("data_corrupt", "x"))
+    assert metrics.error_code(err) == "data_corrupt"
     assert metrics.error_code(Exception('bad. Detail: {"code":"data_corrupt"}')) == "data_corrupt"
     assert metrics.error_code(fl.FlightCancelledError("gone")) == "cancelled"
     assert metrics.error_code(fl.FlightServerError("x", extra_info=b"not json")) == "internal"

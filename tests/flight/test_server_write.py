@@ -19,6 +19,8 @@ import pytest
 from flight_helpers import (
     Served,
     assert_clean_error,
+    error_code,
+    error_info,
     files_under,
     table,
 )
@@ -231,7 +233,7 @@ def test_commit_conflict_reports_retryable_and_version(served: Served, name: str
             {"dataset": name, "operation": "append", "fragments": staged, "read_version": 1},
         )
     assert_clean_error(e.value, "commit_conflict", served.root)
-    info = json.loads(e.value.extra_info)
+    info = error_info(e.value)
     assert info["retryable"] is False and info["version"] == 2
     # the staged files are kept for the client to retry or abort
     assert served.action("abort", {"dataset": name, "fragments": staged}) == {
@@ -356,7 +358,7 @@ def test_put_of_types_lance_cannot_store_leaves_nothing(served: Served, name: st
         target = f"{name}_{i}"
         with pytest.raises(fl.FlightError) as e:
             served.put(target, data, mode="create")
-        code = json.loads(e.value.extra_info)["code"]
+        code = error_code(e.value)
         assert code in ("unimplemented", "invalid_argument")
         assert_clean_error(e.value, code, served.root)
         assert not (served.root / f"{target}.lance").exists()

@@ -47,7 +47,7 @@ def test_job_commit_removes_other_attempts_and_ends_the_job(served: Served, name
     assert len(after - before) == 1  # the loser's file is gone, the winner's committed
     assert ledger_files(served, name) == [f"{STAGING_DIR}/job-a/_done"]
     # a late attempt cannot join the ended job and leaves nothing behind
-    with pytest.raises(fl.FlightServerError) as exc:
+    with pytest.raises(fl.FlightError) as exc:
         served.put(name, table(5, start=10), commit=False, job="job-a")
     assert "already been committed or aborted" in assert_clean_error(exc.value, "invalid_argument")
     assert set(data_files(served, name)) == after
@@ -81,10 +81,10 @@ def test_commit_without_job_forgets_its_records(served: Served, name: str) -> No
 
 def test_bad_job_names_are_refused(served: Served, name: str) -> None:
     for bad in ["", "../x", "_put-x", "a/b", "x" * 129, 7]:
-        with pytest.raises(fl.FlightServerError) as exc:
+        with pytest.raises(fl.FlightError) as exc:
             served.put(name, table(1), commit=False, job=bad)
         assert_clean_error(exc.value, "invalid_argument")
-    with pytest.raises(fl.FlightServerError) as exc:
+    with pytest.raises(fl.FlightError) as exc:
         served.put(name, table(1), job="committing-put")  # jobs are for staging puts
     assert "'job'" in assert_clean_error(exc.value, "invalid_argument")
     assert files_under(served.path(name)) == []
@@ -105,7 +105,7 @@ def test_sweep_removes_expired_stagings_only(
     assert len(data_files(served, name)) == len(committed) + 3
     monkeypatch.setattr(time, "time", lambda: later)
     # an expired fragment can no longer be committed, and the sweep removes its file
-    with pytest.raises(fl.FlightServerError) as exc:
+    with pytest.raises(fl.FlightError) as exc:
         commit(served, name, expired)
     assert "expired" in assert_clean_error(exc.value, "invalid_argument")
     monkeypatch.undo()
@@ -113,7 +113,7 @@ def test_sweep_removes_expired_stagings_only(
     assert stats["removed_files"] == 3  # the expired, the job's, and (by time) the fresh one
     assert set(data_files(served, name)) == committed
     assert ledger_files(served, name) == []
-    with pytest.raises(fl.FlightServerError):
+    with pytest.raises(fl.FlightError):
         commit(served, name, fresh)  # its file is gone: refused, nothing committed
     assert lance.dataset(served.path(name)).to_table().equals(table(10))
 

@@ -12,7 +12,7 @@
 // - username and password are exchanged once per server for a bearer token (a Handshake
 //   carrying `authorization: Basic ...`, answered with `authorization: Bearer ...`), sent with
 //   every call and renewed once when a call is refused as unauthenticated;
-// - every failure is a QuiverError subclass chosen by the code in the error's `extra_info`.
+// - every failure is a QuiverError subclass chosen by the code in the error's details.
 
 const fs = require('fs');
 const grpc = require('@grpc/grpc-js');

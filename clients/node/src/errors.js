@@ -1,10 +1,10 @@
 'use strict';
 // Errors of the Quiver client, one class per code the server puts in a Flight error.
 //
-// The server sends each failure as a gRPC status whose trailers carry:
-//   grpc-status-details-bin     the Flight error's `extra_info`: JSON {"code": ..., ...}
-//   x-arrow-status-message-bin  the server's one-line message, without what gRPC adds
-//   x-arrow-status-detail-bin   for GetSchema, "Python exception: {"code": ...}"
+// The server sends each failure as a gRPC status (the code's) whose trailers carry:
+//   grpc-status-details-bin     a google.rpc.Status whose google.rpc.ErrorInfo names the code
+//                               (reason NOT_FOUND, domain quiver) and its details (metadata)
+//   x-arrow-status-message-bin  the server's one-line message, without what Arrow adds
 // `fromGrpcError` picks the class by that code, or by the gRPC status when there is none.
 
 const { status: Status } = require('@grpc/grpc-js');
@@ -20,7 +20,7 @@ class QuiverError extends Error {
     const ownCode = new.target.code;
     /** the machine-readable code (`not_found`, ...), or null when nothing said one */
     this.code = options.code ?? ownCode ?? null;
-    /** the whole `extra_info` object the server sent ({} when none) */
+    /** the code and details the server sent ({} when none) */
     this.details = { ...(options.details || {}) };
     /** the gRPC status code of the failed call, when there was one */
     this.grpcCode = options.grpcCode ?? null;
@@ -102,12 +102,88 @@ function parseObject(text) {
   }
 }
 
-/** The `extra_info` JSON object of a failed call ({} when it carried none). */
+// -- google.rpc.Status, decoded by hand (varint and length-delimited fields are all it uses)
+
+const ERROR_INFO_TYPE = 'type.googleapis.com/google.rpc.ErrorInfo';
+
+/** The [field number, value] pairs of a protobuf message (numbers for varints, Buffers else). */
+function protoFields(buf) {
+  const out = [];
+  let i = 0;
+  const varint = () => {
+    let value = 0;
+    let scale = 1;
+    for (;;) {
+      if (i >= buf.length || scale > 2 ** 56) throw new Error('truncated varint');
+      const byte = buf[i++];
+      value += (byte & 0x7f) * scale;
+      scale *= 128;
+      if (!(byte & 0x80)) return value;
+    }
+  };
+  while (i < buf.length) {
+    const key = varint();
+    const number = Math.floor(key / 8);
+    const kind = key % 8;
+    if (kind === 0) out.push([number, varint()]);
+    else if (kind === 2) {
+      const length = varint();
+      if (i + length > buf.length) throw new Error('truncated field');
+      out.push([number, buf.subarray(i, i + length)]);
+      i += length;
+    } else if (kind === 1) i += 8;
+    else if (kind === 5) i += 4;
+    else throw new Error(`unsupported wire type ${kind}`);
+  }
+  if (i !== buf.length) throw new Error('truncated message');
+  return out;
+}
+
+function metadataValue(text) {
+  try {
+    const value = JSON.parse(text);
+    return typeof value === 'string' ? text : value;
+  } catch {
+    return text;
+  }
+}
+
+/** The code and details of a google.rpc.Status with Quiver's ErrorInfo (null when none). */
+function statusDetails(buf) {
+  try {
+    for (const [number, value] of protoFields(buf)) {
+      if (number !== 3 || !Buffer.isBuffer(value)) continue;
+      const any = new Map(protoFields(value));
+      if (String(any.get(1)) !== ERROR_INFO_TYPE || !Buffer.isBuffer(any.get(2))) continue;
+      let reason = '';
+      let domain = '';
+      const fields = {};
+      for (const [n, v] of protoFields(any.get(2))) {
+        if (n === 1) reason = v.toString('utf8');
+        else if (n === 2) domain = v.toString('utf8');
+        else if (n === 3 && Buffer.isBuffer(v)) {
+          const entry = new Map(protoFields(v));
+          fields[String(entry.get(1) || '')] = metadataValue(String(entry.get(2) || ''));
+        }
+      }
+      if (domain === 'quiver' && reason) return { code: reason.toLowerCase(), ...fields };
+    }
+  } catch {
+    return null;
+  }
+  return null;
+}
+
+/** The code and details of a failed call ({} when it carried none). */
 function errorDetails(err) {
   const metadata = err && err.metadata;
-  const info = parseObject(metadataText(metadata, 'grpc-status-details-bin'));
-  if (info) return info;
-  // GetSchema errors and some stream errors name the code only in text
+  const raw = metadata && typeof metadata.get === 'function' ? metadata.get('grpc-status-details-bin') : [];
+  if (raw && raw.length > 0) {
+    const buf = Buffer.isBuffer(raw[0]) ? raw[0] : Buffer.from(String(raw[0]));
+    const info = buf[0] === 0x7b ? parseObject(buf.toString('utf8')) : statusDetails(buf);
+    if (info) return info;
+  }
+  // a server that cannot set statuses itself names GetSchema's code only in text
   for (const text of [metadataText(metadata, 'x-arrow-status-detail-bin'), err && err.details]) {
     const found = text && CODE_IN_TEXT.exec(text);
     const value = found && parseObject(found[1]);
@@ -134,7 +210,7 @@ function serverMessage(err) {
 
 /**
  * The QuiverError a failed gRPC call stands for: the class of the `code` in the server's
- * `extra_info`, else of the gRPC status; the server's message and the whole JSON object kept.
+ * details (grpc-status-details-bin), else of the gRPC status; the message and details kept.
  */
 function fromGrpcError(err) {
   if (err instanceof QuiverError) return err;

@@ -1,6 +1,6 @@
 'use strict';
-// Failures against the plain server of tests/node: each arrives as the class of its Quiver
-// code with the server's one-line message and parsed extra_info.
+// Failures against the plain server of tests/node: each arrives with the gRPC status of its
+// Quiver code, as the class of that code, with the server's one-line message and details.
 
 const { describe, test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
@@ -39,6 +39,14 @@ describe('errors', { skip: !config && SKIP }, () => {
     const known = new Set(quiver.ERROR_CLASSES.map((cls) => cls.code));
     for (const code of config.serverCodes) assert.ok(known.has(code), code);
     assert.ok(config.serverCodes.length >= 12, config.serverCodes.join());
+  });
+
+  test('the gRPC status follows the code', async () => {
+    const { status } = require('@grpc/grpc-js');
+    assert.equal((await failure(client.read('missing_ds'))).grpcCode, status.NOT_FOUND);
+    assert.equal((await failure(client.schema('missing_ds'))).grpcCode, status.NOT_FOUND);
+    assert.equal((await failure(client.read('q_sales', { filter: 'x >' }))).grpcCode, status.INVALID_ARGUMENT);
+    assert.equal((await failure(client.describe('../etc'))).grpcCode, status.INVALID_ARGUMENT);
   });
 
   test('not_found: dataset, version, tag, action target', async () => {

@@ -17,7 +17,7 @@ function grpcError(code, details, trailers = {}) {
   return Object.assign(new Error(`${code} ${details}`), { code, details, metadata });
 }
 
-test('every error class is chosen by the code in extra_info, whatever the gRPC status', () => {
+test('every error class is chosen by the code in the details, whatever the gRPC status', () => {
   for (const cls of quiver.ERROR_CLASSES) {
     const err = quiver.fromGrpcError(
       grpcError(grpc.status.UNKNOWN, 'boom. Detail: Failed', {
@@ -72,6 +72,26 @@ test('GetSchema errors name their code in text only', () => {
     grpcError(grpc.status.UNKNOWN, 'no', { 'x-arrow-status-detail-bin': 'Python exception: {"code":"permission_denied"}' }),
   );
   assert.ok(denied instanceof quiver.PermissionDenied);
+});
+
+test('the details are a google.rpc.Status whose ErrorInfo names the code', () => {
+  // wire.status.encode('commit_conflict', 'lost', {retryable: true, version: 7}) in Python
+  const details = Buffer.from(
+    '080e12046c6f73741a660a28747970652e676f6f676c65617069732e636f6d2f676f6f676c652e7270632e4572726f72496e666f123a0a0f434f4d4d49545f434f4e464c49435412067175697665721a110a09726574727961626c651204747275651a0c0a0776657273696f6e120137',
+    'hex',
+  );
+  const err = quiver.fromGrpcError(grpcError(grpc.status.UNAVAILABLE, 'lost. Detail: Unavailable', {
+    'grpc-status-details-bin': details,
+  }));
+  assert.ok(err instanceof quiver.CommitConflict);
+  assert.deepEqual(err.details, { code: 'commit_conflict', retryable: true, version: 7 });
+  assert.equal(err.message, 'lost');
+  assert.equal(err.grpcCode, grpc.status.UNAVAILABLE);
+  const garbage = quiver.fromGrpcError(grpcError(grpc.status.NOT_FOUND, 'gone', {
+    'grpc-status-details-bin': Buffer.from([0x0a, 0xff]),
+  }));
+  assert.ok(garbage instanceof quiver.NotFound); // unreadable details: the status decides
+  assert.deepEqual(garbage.details, {});
 });
 
 test('a commit conflict carries retryable and the version it lost to', () => {

@@ -179,7 +179,7 @@ export class Client {
   close(): void;
 }
 
-/** Every failed call: the server's one-line message, its code and its whole `extra_info`. */
+/** Every failed call: the server's one-line message, its code and its details. */
 export class QuiverError extends Error {
   constructor(message: string, options?: { code?: string | null; details?: Record<string, unknown>; grpcCode?: number | null; cause?: unknown });
   static readonly code: string | null;
