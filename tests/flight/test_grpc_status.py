@@ -129,6 +129,13 @@ def test_each_code_reaches_a_raw_grpc_client(served: Any, name: str, stubs: Any)
         else:
             assert code == S.INVALID_ARGUMENT and isinstance(found.details["version"], int)
 
+        # a filter that fails on the data ends the stream once it has begun
+        info = served.info({"dataset": name, "filter": "id / 0 > 1"})
+        ticket = pb.Ticket(ticket=info.endpoints[0].ticket.ticket)
+        code, message, found = _refusal(lambda: stub.DoGet(ticket))
+        assert (code, found.code) == (S.INVALID_ARGUMENT, "invalid_argument")
+        assert "id / 0" in message
+
         # the handshake of a server without authentication
         code, _, found = _refusal(lambda: list(stub.Handshake(iter([pb.HandshakeRequest()]))))
         assert code == S.UNIMPLEMENTED
