@@ -87,8 +87,8 @@ ROOT ?= ./data
 HOST ?= 127.0.0.1
 PORT ?= 8815
 serve: $(STAMP)
-	$(PY) -m flight_server demo --root $(ROOT)
-	$(PY) -m flight_server serve --root $(ROOT) --host $(HOST) --port $(PORT)
+	$(PY) -m quiver demo --root $(ROOT)
+	$(PY) -m quiver serve --root $(ROOT) --host $(HOST) --port $(PORT)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache build format/_kernels.*.so

@@ -57,8 +57,8 @@ from benchmarks.row_changes import (
     fresh_copy,
 )
 from benchmarks.spark import session
-from clients import Client
-from format.dataset import dataset
+from quiver.clients import Client
+from quiver.format.dataset import dataset
 
 NEW = "doubled"
 ADDR = "_rowaddr"
@@ -88,7 +88,7 @@ def engine_ways(pristine: Path) -> dict[str, Callable[[Path, str], None]]:
 def spark_ways(spark: Any, url: str) -> dict[str, Callable[[Path, str], None]]:
     """The Spark job through Quiver and the reference pipeline (the same read, the column
     collected on the driver and added by pylance)."""
-    from clients.spark import changes
+    from quiver.clients.spark import changes
 
     def computed(name: str) -> Any:
         reader = spark.read.format("quiver").option("uri", url).option("dataset", name)
@@ -226,7 +226,9 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|", flush=True)
     with tempfile.TemporaryDirectory(dir=DATA) as tmp:
         root = Path(tmp)
-        server = Server("quiver", [sys.executable, "-m", "flight_server", "serve", "--root", tmp])
+        server = Server(
+            "quiver", [sys.executable, "-m", "quiver.flight_server", "serve", "--root", tmp]
+        )
         try:
             server.ready()
             url = f"grpc://127.0.0.1:{server.port}"

@@ -197,7 +197,15 @@ def _start_servers(
     serve_root: Path, uri: Path, with_memory: bool, quiver_args: list[str]
 ) -> dict[str, Server]:
     py = sys.executable
-    quiver = [py, "-m", "flight_server", "serve", "--root", str(serve_root), "--exit-with-parent"]
+    quiver = [
+        py,
+        "-m",
+        "quiver.flight_server",
+        "serve",
+        "--root",
+        str(serve_root),
+        "--exit-with-parent",
+    ]
     quiver += list(quiver_args)
     servers = {
         "quiver": Server("quiver", quiver),

@@ -42,8 +42,8 @@ import pyarrow as pa
 
 from benchmarks.data import ROWS
 from benchmarks.flight import Server
-from clients import Client
-from format.dataset import dataset
+from quiver.clients import Client
+from quiver.format.dataset import dataset
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / ".data"
@@ -253,7 +253,7 @@ def main() -> None:
         py = sys.executable
         server = Server(
             "quiver",
-            [py, "-m", "flight_server", "serve", "--root", str(root), "--exit-with-parent"]
+            [py, "-m", "quiver.flight_server", "serve", "--root", str(root), "--exit-with-parent"]
             + list(args.quiver_arg),
         )
         try:

@@ -21,7 +21,7 @@ import lance
 import pyarrow as pa
 
 from benchmarks.data import ROWS, batches, schema_
-from format.dataset import dataset
+from quiver.format.dataset import dataset
 
 HERE = Path(__file__).resolve().parent
 

@@ -155,7 +155,7 @@ def _serve(root: Path, port: int, extra: list[str]) -> subprocess.Popen:
     args = ["serve", "--root", str(root), "--host", "127.0.0.1", "--port", str(port), *extra]
     args.append("--exit-with-parent")  # an interrupted benchmark leaves no server behind
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flight_server", *args, "--log-level", "WARNING"], cwd=ROOT
+        [sys.executable, "-m", "quiver.flight_server", *args, "--log-level", "WARNING"], cwd=ROOT
     )
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -177,7 +177,7 @@ def session() -> Any:
     os.environ["PYTHONPATH"] = os.pathsep.join(paths)
     from pyspark.sql import SparkSession
 
-    from clients.spark import register
+    from quiver.clients.spark import register
 
     spark = (
         SparkSession.builder.master("local[2]")

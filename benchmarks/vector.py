@@ -60,7 +60,7 @@ import lance
 import numpy as np
 import pyarrow as pa
 
-from clients import Client
+from quiver.clients import Client
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / ".data" / "vector"
@@ -160,7 +160,7 @@ def _serve(root: str) -> tuple[subprocess.Popen, str]:
         [
             sys.executable,
             "-m",
-            "flight_server",
+            "quiver.flight_server",
             "serve",
             "--root",
             root,

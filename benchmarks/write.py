@@ -20,7 +20,7 @@ import lance
 import pyarrow as pa
 
 from benchmarks.data import ROWS, batches, schema_
-from format.dataset import write_dataset
+from quiver.format.dataset import write_dataset
 
 
 def _throughput(table: pa.Table, root: Path, repeat: int, version: str) -> tuple[float, float]:

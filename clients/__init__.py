@@ -4,7 +4,7 @@ The PySpark data source is `clients.spark`; the Node.js client lives in `clients
 The errors are the wire contract's classes (`wire.errors`), one per server error code.
 """
 
-from clients.errors import (
+from quiver.clients.errors import (
     AlreadyExists,
     Cancelled,
     CommitConflict,
@@ -19,7 +19,7 @@ from clients.errors import (
     Unavailable,
     Unimplemented,
 )
-from clients.flight import Client
+from quiver.clients.flight import Client
 
 __all__ = [
     "AlreadyExists",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from wire.requests import backfill_command, merge_command
+from quiver.wire.requests import backfill_command, merge_command
 
 
 class RowChanges:

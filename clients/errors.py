@@ -19,8 +19,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from wire import status as wire_status
-from wire.errors import (
+from quiver.wire import status as wire_status
+from quiver.wire.errors import (
     ERROR_CLASSES,
     AlreadyExists,
     Cancelled,

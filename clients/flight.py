@@ -1,7 +1,7 @@
 """A typed Python client of the Quiver Flight server, a thin layer over `pyarrow.flight`.
 
 ```python
-from clients import Client, CommitConflict
+from quiver.clients import Client, CommitConflict
 
 with Client("grpc://127.0.0.1:8815") as qc:
     qc.datasets()                                   # ["demo", ...]
@@ -32,10 +32,10 @@ from typing import Any, TypeAlias, TypeVar
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from clients import nearest as _nearest
-from clients.changes import RowChanges
-from clients.data import DataLike, conform, to_batches
-from clients.errors import (
+from quiver.clients import nearest as _nearest
+from quiver.clients.changes import RowChanges
+from quiver.clients.data import DataLike, conform, to_batches
+from quiver.clients.errors import (
     InvalidArgument,
     QuiverError,
     Unauthenticated,
@@ -43,9 +43,9 @@ from clients.errors import (
     from_flight_error,
     server_message,
 )
-from clients.progress import Progress
-from wire.requests import MODES, put_command, read_command
-from wire.requests import json_bytes as _json_bytes
+from quiver.clients.progress import Progress
+from quiver.wire.requests import MODES, put_command, read_command
+from quiver.wire.requests import json_bytes as _json_bytes
 
 __all__ = ["Client", "DataLike", "put_command", "read_command", "read_descriptor"]
 

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from wire.requests import json_bytes, nearest_object, read_command
+from quiver.wire.requests import json_bytes, nearest_object, read_command
 
 # Query vectors per record batch of a DoExchange.
 BATCH_ROWS = 1024

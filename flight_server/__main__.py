@@ -1,5 +1,5 @@
 """`python -m flight_server`: the `quiver` command line."""
 
-from flight_server.cli import main
+from quiver.flight_server.cli import main
 
 raise SystemExit(main())

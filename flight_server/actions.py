@@ -17,17 +17,23 @@ from typing import Any, Protocol
 import pyarrow as pa
 from fsspec.implementations.local import LocalFileSystem
 
-from flight_server import changes, metrics
-from flight_server.errors import InvalidArgument, NotFound, Unavailable, Unimplemented
-from flight_server.handles import DatasetHandles, live_rows
-from flight_server.protocol import Fields, job_field, merge_request, parse_object, version_ref
-from flight_server.writes import Writes
-from format.dataset import dataset
-from format.errors import DatasetNotFoundError
-from format.io.store import filesystem
-from format.table import versions as _versions
-from format.table.schema import RESERVED_COLUMNS
-from wire.requests import ACTION_SHAPES, BACKFILLS, MODES
+from quiver.flight_server import changes, metrics
+from quiver.flight_server.errors import InvalidArgument, NotFound, Unavailable, Unimplemented
+from quiver.flight_server.handles import DatasetHandles, live_rows
+from quiver.flight_server.protocol import (
+    Fields,
+    job_field,
+    merge_request,
+    parse_object,
+    version_ref,
+)
+from quiver.flight_server.writes import Writes
+from quiver.format.dataset import dataset
+from quiver.format.errors import DatasetNotFoundError
+from quiver.format.io.store import filesystem
+from quiver.format.table import versions as _versions
+from quiver.format.table.schema import RESERVED_COLUMNS
+from quiver.wire.requests import ACTION_SHAPES, BACKFILLS, MODES
 
 MAX_AGE_SECONDS = 3_155_760_000  # 100 years: cleanup's older_than_seconds
 

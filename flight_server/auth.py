@@ -52,7 +52,7 @@ from typing import Any
 
 import pyarrow.flight as flight
 
-from flight_server.errors import PermissionDenied, make_flight_error
+from quiver.flight_server.errors import PermissionDenied, make_flight_error
 
 __all__ = [
     "AUTH_MIDDLEWARE_KEY",

@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from types import TracebackType
 
-from flight_server.errors import Cancelled
+from quiver.flight_server.errors import Cancelled
 
 log = logging.getLogger("quiver.budget")
 

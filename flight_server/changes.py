@@ -24,21 +24,21 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from flight_server import metrics
-from flight_server.errors import Cancelled, InvalidArgument
-from flight_server.protocol import MergeRequest, PutRequest
-from flight_server.uploads import StreamBroken, checked_stream
-from format.dataset import LanceDataset
-from format.dataset.backfill import add_columns_by_address, update_columns_by_address
-from format.dataset.write import data_file_name
-from format.io.store import ObjectStore
-from format.proto import table_pb2
-from format.table.commit import find_idempotent_commit
-from format.table.schema import LanceSchema
-from format.table.transaction import IDEMPOTENCY_KEY
+from quiver.flight_server import metrics
+from quiver.flight_server.errors import Cancelled, InvalidArgument
+from quiver.flight_server.protocol import MergeRequest, PutRequest
+from quiver.flight_server.uploads import StreamBroken, checked_stream
+from quiver.format.dataset import LanceDataset
+from quiver.format.dataset.backfill import add_columns_by_address, update_columns_by_address
+from quiver.format.dataset.write import data_file_name
+from quiver.format.io.store import ObjectStore
+from quiver.format.proto import table_pb2
+from quiver.format.table.commit import find_idempotent_commit
+from quiver.format.table.schema import LanceSchema
+from quiver.format.table.transaction import IDEMPOTENCY_KEY
 
 if TYPE_CHECKING:
-    from flight_server.writes import StagedFragment, Writes
+    from quiver.flight_server.writes import StagedFragment, Writes
 
 # the extension of a staged source's file (Arrow IPC) under the dataset's `data/`
 SOURCE_SUFFIX = ".source.arrow"

@@ -25,9 +25,9 @@ from typing import Any
 # memory benchmark's full scan: 285 -> 234 MB peak RSS with the system allocator).
 os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
-from flight_server.config import ConfigError, ServerConfig, add_serve_arguments  # noqa: E402
-from format.dataset import dataset  # noqa: E402
-from format.errors import LanceError  # noqa: E402
+from quiver.flight_server.config import ConfigError, ServerConfig, add_serve_arguments  # noqa: E402
+from quiver.format.dataset import dataset  # noqa: E402
+from quiver.format.errors import LanceError  # noqa: E402
 
 COMMANDS = ("serve", "inspect", "demo", "hash-password")
 
@@ -75,7 +75,7 @@ def _setup_logging(level: str) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from flight_server.demo import ensure_demo
+    from quiver.flight_server.demo import ensure_demo
 
     config = ServerConfig.from_namespace(args)
     created = ensure_demo(config.root, config.storage_options)
@@ -85,8 +85,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from flight_server.health import HealthServer, serve_until_signalled
-    from flight_server.server import build_server
+    from quiver.flight_server.health import HealthServer, serve_until_signalled
+    from quiver.flight_server.server import build_server
 
     config = ServerConfig.from_namespace(args)
     _setup_logging(config.log_level)
@@ -107,7 +107,7 @@ def _serve(args: argparse.Namespace) -> int:
             return 1
     metrics = None
     if config.metrics_port is not None:
-        from flight_server.metrics import serve as serve_metrics
+        from quiver.flight_server.metrics import serve as serve_metrics
 
         try:
             metrics = serve_metrics(config.host, config.metrics_port)
@@ -149,7 +149,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _hash_password(args: argparse.Namespace) -> int:
-    from flight_server.auth import main as hash_main
+    from quiver.flight_server.auth import main as hash_main
 
     return hash_main(["--pbkdf2"] if args.pbkdf2 else [])
 

@@ -13,7 +13,7 @@ import functools
 import os
 import stat
 
-from flight_server.errors import PermissionDenied
+from quiver.flight_server.errors import PermissionDenied
 
 
 def _inside(path: str, parent: str) -> bool:

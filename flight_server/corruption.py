@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from flight_server.errors import DataCorrupt
-from format.errors import CorruptFileError
-from format.proto import table_pb2
-from format.table.deletion import deletion_file_path
-from format.table.manifest import parse_manifest_name
+from quiver.flight_server.errors import DataCorrupt
+from quiver.format.errors import CorruptFileError
+from quiver.format.proto import table_pb2
+from quiver.format.table.deletion import deletion_file_path
+from quiver.format.table.manifest import parse_manifest_name
 
 _KINDS = {
     "data": "data file",

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from flight_server.names import dataset_uri, discover, normalize_root
-from format.dataset import write_dataset
+from quiver.flight_server.names import dataset_uri, discover, normalize_root
+from quiver.format.dataset import write_dataset
 
 DEMO_NAME = "demo"
 DEMO_ROWS = 5000

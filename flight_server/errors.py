@@ -23,8 +23,8 @@ from collections.abc import Iterable
 import pyarrow.flight as flight
 import pyarrow.lib as pa_lib
 
-from flight_server import grpc_status
-from format.errors import (
+from quiver.flight_server import grpc_status
+from quiver.format.errors import (
     CleanupError,
     CommitConflictError,
     CorruptFileError,
@@ -36,7 +36,7 @@ from format.errors import (
     UnsupportedFeatureError,
     VersionNotFoundError,
 )
-from wire.errors import (
+from quiver.wire.errors import (
     AlreadyExists,
     Cancelled,
     CommitConflict,

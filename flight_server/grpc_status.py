@@ -26,7 +26,7 @@ import pyarrow
 import pyarrow._flight
 import pyarrow.flight as flight
 
-from wire import status as wire_status
+from quiver.wire import status as wire_status
 
 log = logging.getLogger("quiver.errors")
 
@@ -106,7 +106,7 @@ def install() -> bool:
         if os.environ.get("QUIVER_GRPC_STATUS", "").strip().lower() == "pyarrow":
             return False
         try:
-            from flight_server import _grpcstatus
+            from quiver.flight_server import _grpcstatus
         except ImportError:
             log.warning("gRPC statuses: the C helper is not built; using pyarrow's")
             return False

@@ -15,15 +15,15 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from flight_server.confine import check_dataset_dir
-from flight_server.corruption import data_corrupt
-from flight_server.errors import InvalidArgument, NotFound, Scrubber, Unimplemented
-from flight_server.names import dataset_uri, normalize_root
-from format.dataset import DatasetCore, LanceDataset, dataset
-from format.errors import CorruptFileError, DatasetNotFoundError
-from format.io.store import ObjectStore, open_store
-from format.proto import table_pb2
-from format.table.versions import ManifestEntry, latest_entry, load_manifest
+from quiver.flight_server.confine import check_dataset_dir
+from quiver.flight_server.corruption import data_corrupt
+from quiver.flight_server.errors import InvalidArgument, NotFound, Scrubber, Unimplemented
+from quiver.flight_server.names import dataset_uri, normalize_root
+from quiver.format.dataset import DatasetCore, LanceDataset, dataset
+from quiver.format.errors import CorruptFileError, DatasetNotFoundError
+from quiver.format.io.store import ObjectStore, open_store
+from quiver.format.proto import table_pb2
+from quiver.format.table.versions import ManifestEntry, latest_entry, load_manifest
 
 _CACHE_SIZE = 64
 

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import pyarrow.flight as flight
 
-from flight_server.errors import Unavailable, make_flight_error
+from quiver.flight_server.errors import Unavailable, make_flight_error
 
 __all__ = [
     "DRAIN_MIDDLEWARE_KEY",

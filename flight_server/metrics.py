@@ -48,8 +48,8 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from flight_server._threadstate import pin as pin_thread_state
-from wire import status as wire_status
+from quiver.flight_server._threadstate import pin as pin_thread_state
+from quiver.wire import status as wire_status
 
 __all__ = [
     "METRICS_MIDDLEWARE_KEY",

@@ -20,8 +20,8 @@ from typing import Any
 
 from fsspec.implementations.local import LocalFileSystem
 
-from flight_server.errors import InvalidArgument
-from format.io.store import filesystem
+from quiver.flight_server.errors import InvalidArgument
+from quiver.format.io.store import filesystem
 
 log = logging.getLogger("quiver.names")
 

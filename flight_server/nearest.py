@@ -26,13 +26,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.flight as flight
 
-from flight_server.errors import InvalidArgument, Unimplemented
-from flight_server.handles import stamp
-from flight_server.protocol import Fields, ReadRequest, parse_object, read_request_from_command
-from flight_server.tickets import Signer
-from format.dataset import LanceDataset
-from format.dataset.nearest import NearestSearch
-from wire.requests import NEAREST_KEYS, READ
+from quiver.flight_server.errors import InvalidArgument, Unimplemented
+from quiver.flight_server.handles import stamp
+from quiver.flight_server.protocol import (
+    Fields,
+    ReadRequest,
+    parse_object,
+    read_request_from_command,
+)
+from quiver.flight_server.tickets import Signer
+from quiver.format.dataset import LanceDataset
+from quiver.format.dataset.nearest import NearestSearch
+from quiver.wire.requests import NEAREST_KEYS, READ
 
 NEAREST_KIND = "qn1"
 # Query vectors one DoExchange batch may hold (each is answered with up to k rows).

@@ -15,10 +15,10 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flight_server.errors import InvalidArgument
-from flight_server.names import name_from_path, validate_name
-from flight_server.staging import valid_job
-from wire.requests import BACKFILLS, MERGE_KEYS, PUT_KEYS, PUT_MODES, READ_KEYS, WHEN_MATCHED
+from quiver.flight_server.errors import InvalidArgument
+from quiver.flight_server.names import name_from_path, validate_name
+from quiver.flight_server.staging import valid_job
+from quiver.wire.requests import BACKFILLS, MERGE_KEYS, PUT_KEYS, PUT_MODES, READ_KEYS, WHEN_MATCHED
 
 MAX_JSON_BYTES = 256 << 20
 MAX_INT = (1 << 63) - 1

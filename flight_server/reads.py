@@ -20,15 +20,15 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from flight_server import nearest
-from flight_server.errors import FailedPrecondition, InvalidArgument, NotFound
-from flight_server.handles import DatasetHandles, known_live_rows, live_rows, stamp
-from flight_server.names import discover, validate_name
-from flight_server.protocol import ReadRequest
-from flight_server.tickets import ReadTicket, Signer
-from format.dataset import LanceDataset, dataset
-from format.dataset.changes import appended_between
-from format.errors import NotAppendOnlyError
+from quiver.flight_server import nearest
+from quiver.flight_server.errors import FailedPrecondition, InvalidArgument, NotFound
+from quiver.flight_server.handles import DatasetHandles, known_live_rows, live_rows, stamp
+from quiver.flight_server.names import discover, validate_name
+from quiver.flight_server.protocol import ReadRequest
+from quiver.flight_server.tickets import ReadTicket, Signer
+from quiver.format.dataset import LanceDataset, dataset
+from quiver.format.dataset.changes import appended_between
+from quiver.format.errors import NotAppendOnlyError
 
 log = logging.getLogger("quiver.reads")
 

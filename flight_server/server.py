@@ -23,9 +23,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from flight_server import grpc_status
-from flight_server.actions import ACTIONS
-from flight_server.auth import (
+from quiver.flight_server import grpc_status
+from quiver.flight_server.actions import ACTIONS
+from quiver.flight_server.auth import (
     AUTH_MIDDLEWARE_KEY,
     Authenticator,
     AuthFileError,
@@ -33,30 +33,35 @@ from flight_server.auth import (
     HandshakeAuthHandler,
     NoAuthHandler,
 )
-from flight_server.budget import Lease, MemoryBudget
-from flight_server.config import ConfigError, ServerConfig
-from flight_server.errors import (
+from quiver.flight_server.budget import Lease, MemoryBudget
+from quiver.flight_server.config import ConfigError, ServerConfig
+from quiver.flight_server.errors import (
     InvalidArgument,
     Unavailable,
     schema_error,
     stream_error,
     to_flight_error,
 )
-from flight_server.grpc_status import add_details
-from flight_server.health import Drain
-from flight_server.memory import IdleTrim, release_free_memory, streams_running, tune_allocator
-from flight_server.metrics import counting_sweep, instrument, record_call, watch_budget
-from flight_server.nearest import exchange as exchange_nearest
-from flight_server.protocol import (
+from quiver.flight_server.grpc_status import add_details
+from quiver.flight_server.health import Drain
+from quiver.flight_server.memory import (
+    IdleTrim,
+    release_free_memory,
+    streams_running,
+    tune_allocator,
+)
+from quiver.flight_server.metrics import counting_sweep, instrument, record_call, watch_budget
+from quiver.flight_server.nearest import exchange as exchange_nearest
+from quiver.flight_server.protocol import (
     put_request_from_command,
     put_request_from_path,
     read_request_from_command,
     read_request_from_path,
 )
-from flight_server.service import DatasetService
-from flight_server.staging import Sweeper
-from flight_server.tls import TlsConfigError
-from flight_server.tls import load_tls as _read_tls_files
+from quiver.flight_server.service import DatasetService
+from quiver.flight_server.staging import Sweeper
+from quiver.flight_server.tls import TlsConfigError
+from quiver.flight_server.tls import load_tls as _read_tls_files
 
 access_log = logging.getLogger("quiver.access")
 _NANOSECONDS = pa.timestamp("ns")

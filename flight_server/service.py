@@ -20,17 +20,17 @@ from typing import Any
 
 import pyarrow as pa
 
-from flight_server.actions import find_action, parse_body
-from flight_server.auth import Identity, authorize
-from flight_server.config import DEFAULT_STAGED_TTL, DEFAULT_TICKET_TTL, ServerConfig
-from flight_server.errors import Scrubber
-from flight_server.handles import DatasetHandles
-from flight_server.nearest import NearestTicket, is_nearest_ticket
-from flight_server.protocol import PutRequest, ReadRequest
-from flight_server.reads import DatasetSummary, EndpointStream, Reads, ScanPlan
-from flight_server.tickets import ReadTicket, Signer
-from flight_server.writes import Writes
-from wire.requests import READ, WRITE
+from quiver.flight_server.actions import find_action, parse_body
+from quiver.flight_server.auth import Identity, authorize
+from quiver.flight_server.config import DEFAULT_STAGED_TTL, DEFAULT_TICKET_TTL, ServerConfig
+from quiver.flight_server.errors import Scrubber
+from quiver.flight_server.handles import DatasetHandles
+from quiver.flight_server.nearest import NearestTicket, is_nearest_ticket
+from quiver.flight_server.protocol import PutRequest, ReadRequest
+from quiver.flight_server.reads import DatasetSummary, EndpointStream, Reads, ScanPlan
+from quiver.flight_server.tickets import ReadTicket, Signer
+from quiver.flight_server.writes import Writes
+from quiver.wire.requests import READ, WRITE
 
 
 class DatasetService:

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from format.io.store import ObjectStore
+from quiver.format.io.store import ObjectStore
 
 STAGING_DIR = "_quiver_staging"
 DONE_MARKER = "_done"

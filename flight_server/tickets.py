@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from flight_server.errors import InvalidArgument
+from quiver.flight_server.errors import InvalidArgument
 
 TICKET_KIND = "qt1"
 FRAGMENT_KIND = "qf1"

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import pyarrow as pa
 
-from flight_server.errors import InvalidArgument
+from quiver.flight_server.errors import InvalidArgument
 
 
 class StreamBroken(Exception):

@@ -20,28 +20,28 @@ from typing import Any
 
 import pyarrow as pa
 
-from flight_server import changes, metrics
-from flight_server.errors import AlreadyExists, Cancelled, InvalidArgument, Unimplemented
-from flight_server.handles import DatasetHandles
-from flight_server.names import discover
-from flight_server.protocol import PutRequest
-from flight_server.staging import AUTO_JOB_PREFIX, STAGING_DIR, StagingLedger, new_job
-from flight_server.tickets import FRAGMENT_KIND, Signer
-from flight_server.uploads import StreamBroken, checked_stream
-from format.dataset import LanceDataset, LanceOperation, commit, write_fragments
-from format.errors import (
+from quiver.flight_server import changes, metrics
+from quiver.flight_server.errors import AlreadyExists, Cancelled, InvalidArgument, Unimplemented
+from quiver.flight_server.handles import DatasetHandles
+from quiver.flight_server.names import discover
+from quiver.flight_server.protocol import PutRequest
+from quiver.flight_server.staging import AUTO_JOB_PREFIX, STAGING_DIR, StagingLedger, new_job
+from quiver.flight_server.tickets import FRAGMENT_KIND, Signer
+from quiver.flight_server.uploads import StreamBroken, checked_stream
+from quiver.format.dataset import LanceDataset, LanceOperation, commit, write_fragments
+from quiver.format.errors import (
     CommitConflictError,
     DatasetAlreadyExistsError,
     InvalidInputError,
     SchemaMismatchError,
 )
-from format.io.store import ObjectStore
-from format.proto import table_pb2
-from format.table import versions as _versions
-from format.table.commit import find_idempotent_commit
-from format.table.manifest import storage_version_of_file
-from format.table.schema import LanceSchema, check_new_schema
-from format.table.versions import data_file_paths, referenced_data_files
+from quiver.format.io.store import ObjectStore
+from quiver.format.proto import table_pb2
+from quiver.format.table import versions as _versions
+from quiver.format.table.commit import find_idempotent_commit
+from quiver.format.table.manifest import storage_version_of_file
+from quiver.format.table.schema import LanceSchema, check_new_schema
+from quiver.format.table.versions import data_file_paths, referenced_data_files
 
 log = logging.getLogger("quiver.writes")
 

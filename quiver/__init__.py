@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from clients import Client
-from clients.errors import (
+from quiver.clients import Client
+from quiver.clients.errors import (
     AlreadyExists,
     CommitConflict,
     DataCorrupt,
@@ -28,8 +28,8 @@ from clients.errors import (
     Unauthenticated,
     Unavailable,
 )
-from format.dataset import LanceDataset, dataset, write_dataset
-from format.errors import LanceError
+from quiver.format.dataset import LanceDataset, dataset, write_dataset
+from quiver.format.errors import LanceError
 
 __all__ = [
     "AlreadyExists",
@@ -60,6 +60,6 @@ def connect(uri: str, **options: Any) -> Client:
 
 def register_spark(spark: Any) -> None:
     """Register the `quiver` data source with a SparkSession (PySpark 4.1 or later)."""
-    from clients.spark import register
+    from quiver.clients.spark import register
 
     register(spark)

@@ -29,8 +29,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from flight_server import cli as server_cli
-from wire.errors import QuiverError
+from quiver.flight_server import cli as server_cli
+from quiver.wire.errors import QuiverError
 
 __all__ = ["main"]
 
@@ -49,12 +49,12 @@ class Local:
     """Datasets under a local or object-store root, through the server's own service."""
 
     def __init__(self, root: str) -> None:
-        from flight_server.service import DatasetService
+        from quiver.flight_server.service import DatasetService
 
         self.service = DatasetService(root)
 
     def action(self, name: str, body: dict[str, Any]) -> Any:
-        from wire.requests import json_bytes
+        from quiver.wire.requests import json_bytes
 
         return self.service.action(name, json_bytes(body))
 
@@ -65,7 +65,7 @@ class Local:
         ]
 
     def head(self, name: str, n: int, ref: dict[str, Any], **read: Any) -> pa.Table:
-        from format.dataset import dataset
+        from quiver.format.dataset import dataset
 
         version = ref.get("version", ref.get("tag"))
         ds = dataset(self.service.uri(name), version=version)
@@ -79,7 +79,7 @@ class Remote:
     """Datasets of a Quiver server, through the Python client."""
 
     def __init__(self, uri: str, token: str | None, tls_root_certs: str | None) -> None:
-        from clients import Client
+        from quiver.clients import Client
 
         self.client = Client(uri, token=token, tls_root_certs=tls_root_certs)
 
@@ -357,7 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv or argv[0] not in PEOPLE:
         return server_cli.main(argv)  # serve (the default), inspect, demo, hash-password
     args = build_parser().parse_args(argv)
-    from format.errors import LanceError
+    from quiver.format.errors import LanceError
 
     try:
         return int(args.func(args))

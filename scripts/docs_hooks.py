@@ -19,7 +19,7 @@ QUIVER_HELP = "<!-- generated: quiver-help -->"
 
 
 def _actions(markdown: str) -> str:
-    from wire.requests import ACTION_SHAPES
+    from quiver.wire.requests import ACTION_SHAPES
 
     missing = [a.name for a in ACTION_SHAPES if f"`{a.name}`" not in markdown.split(ACTIONS)[0]]
     if missing:
@@ -42,7 +42,7 @@ def _help(parser: Any, argv: list[str]) -> str:
 
 
 def _serve_help() -> str:
-    from flight_server.cli import build_parser
+    from quiver.flight_server.cli import build_parser
 
     return _help(build_parser(), ["serve", "--help"])
 

@@ -1,7 +1,7 @@
 """Generate the Python protobuf modules of `format/proto/` from `protos/*.proto`.
 
 protoc emits top-level imports (``import file_pb2``); they are rewritten to package
-imports so the generated code lives inside `format.proto`. ``--check`` regenerates into a
+imports so the generated code lives inside `quiver.format.proto`. ``--check`` regenerates into a
 temporary directory and exits non-zero when the committed modules are stale.
 """
 
@@ -34,7 +34,7 @@ def generate(out_dir: Path) -> list[Path]:
     outputs = []
     for proto in protos:
         module = out_dir / f"{proto.stem}_pb2.py"
-        text = _IMPORT.sub(r"from format.proto import \1 as \2", module.read_text())
+        text = _IMPORT.sub(r"from quiver.format.proto import \1 as \2", module.read_text())
         module.write_text(text)
         outputs.append(module)
     return outputs

@@ -10,12 +10,12 @@ from pathlib import Path
 import pyarrow.flight as flight
 import pytest
 
-import flight_server.errors as server_errors
-from clients.errors import from_flight_error
-from flight_server import grpc_status
-from wire import errors as wire_errors
-from wire import status as wire_status
-from wire.requests import ACTION_SHAPES
+import quiver.flight_server.errors as server_errors
+from quiver.clients.errors import from_flight_error
+from quiver.flight_server import grpc_status
+from quiver.wire import errors as wire_errors
+from quiver.wire import status as wire_status
+from quiver.wire.requests import ACTION_SHAPES
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("wire", "format", "flight_server", "clients", "quiver")
@@ -80,8 +80,21 @@ def _imports_of(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
         yield from _imports(node)
 
 
+FOLDERS = ("wire", "format", "flight_server", "clients")
+
+
+def _local(name: str) -> str:
+    """A module's name in the repository (`format.io`) for its installed name
+    (`quiver.format.io`): each folder is a subpackage of `quiver` (setup.py)."""
+    head, _, rest = name.partition(".")
+    if head == "quiver" and rest.partition(".")[0] in FOLDERS:
+        return rest
+    return name
+
+
 def _owner(name: str) -> str | None:
     """The project module `name` is or lives in."""
+    name = _local(name)
     while name and name not in MODULES:
         name = name.rpartition(".")[0]
     return name or None
@@ -98,7 +111,7 @@ def _targets(module: str, node: ast.Import | ast.ImportFrom) -> list[str]:
         base = f"{package}.{base}" if base else package
     out = []
     for a in node.names:
-        full = f"{base}.{a.name}"
+        full = _local(f"{base}.{a.name}")
         target = full if full in MODULES else _owner(base)
         if target:
             out.append(target)
@@ -162,11 +175,27 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_the_checker_sees_lazy_imports_and_cycles() -> None:
-    lazy = ast.parse("def f():\n    from format.dataset import core\n")
+    lazy = ast.parse("def f():\n    from quiver.format.dataset import core\n")
     assert [_targets("format.dataset.scan", n) for n in _imports(lazy)] == [["format.dataset.core"]]
     hidden = ast.parse("if TYPE_CHECKING:\n    import format.dataset.core\n")
     assert list(_imports(hidden)) == []
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_folders_are_imported_as_quiver_subpackages() -> None:
+    """An installed wheel has no top-level `format`, `clients`... (setup.py): code that
+    imported them so would only run from a checkout."""
+    wrong = []
+    for path in ROOT.rglob("*.py"):
+        parts = path.relative_to(ROOT).parts
+        if parts[0] in (".venv", "build", "site") or "node_modules" in parts:
+            continue
+        for node in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            wrong += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in FOLDERS]
+    assert wrong == []
 
 
 def test_no_import_cycles() -> None:
@@ -265,7 +294,7 @@ def test_server_and_client_raise_the_same_classes() -> None:
 
 @pytest.mark.parametrize("shape", ACTION_SHAPES, ids=lambda s: s.name)
 def test_actions_are_registered_once(shape: object) -> None:
-    from flight_server.actions import ACTIONS_BY_NAME
+    from quiver.flight_server.actions import ACTIONS_BY_NAME
 
     action = ACTIONS_BY_NAME[shape.name]  # type: ignore[attr-defined]
     assert action.keys == shape.keys and action.summary == shape.summary  # type: ignore[attr-defined]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from format.dataset import dataset
+from quiver.format.dataset import dataset
 from tests.flight.server_process import quiver_serve
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,7 +17,7 @@ import lance
 import pyarrow as pa
 import pytest
 
-from format.dataset import dataset, write_dataset
+from quiver.format.dataset import dataset, write_dataset
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,7 +31,7 @@ _WORKER = textwrap.dedent(
     while time.time() < float(start):
         time.sleep(0.001)
     if engine == "quiver":
-        from format.dataset import dataset, write_dataset
+        from quiver.format.dataset import dataset, write_dataset
         append = lambda t: write_dataset(t, uri, mode="append")
         delete = lambda p: dataset(uri).delete(p)
     else:

@@ -17,7 +17,7 @@ import lance
 import pyarrow as pa
 import pytest
 
-from format.dataset import dataset, write_dataset
+from quiver.format.dataset import dataset, write_dataset
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,7 +29,7 @@ _WRITERS = textwrap.dedent(
     """
     import os, sys
     import pyarrow as pa
-    from format.dataset import dataset, write_dataset
+    from quiver.format.dataset import dataset, write_dataset
     uri = sys.argv[1]
     print("ready", flush=True)
     for _ in sys.stdin:

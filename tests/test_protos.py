@@ -20,7 +20,7 @@ def test_generated_code_is_fresh():
 
 
 def test_wire_numbers_of_pylance_14_fields():
-    from format.proto import table_pb2
+    from quiver.format.proto import table_pb2
 
     fields = table_pb2.Manifest.DESCRIPTOR.fields_by_name
     assert fields["transaction_section"].number == 23

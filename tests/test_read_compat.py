@@ -12,8 +12,8 @@ import pytest
 from compare import assert_same_table
 from corpus import CorpusDataset, build_corpus
 
-from format.dataset import dataset
-from format.expr import compile_filter
+from quiver.format.dataset import dataset
+from quiver.format.expr import compile_filter
 
 pytestmark = pytest.mark.compat
 

@@ -35,7 +35,7 @@ def _block(marker: str) -> str:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     root = tmp_path_factory.mktemp("readme") / "data"
     root.mkdir()
-    demo = [sys.executable, "-m", "flight_server", "demo", "--root", str(root)]
+    demo = [sys.executable, "-m", "quiver.flight_server", "demo", "--root", str(root)]
     subprocess.run(demo, check=True, cwd=ROOT, capture_output=True)
     with quiver_serve(root) as (uri, _pid):
         yield uri, root
@@ -66,7 +66,7 @@ def test_flight_quickstart(served: tuple[str, Path]) -> None:
 def test_python_client_quickstart(served: tuple[str, Path]) -> None:
     ns = _run(_block("quiver.connect"), *served)
     assert ns["orders"].num_rows > 0
-    from clients import Client
+    from quiver.clients import Client
 
     with Client(served[0]) as qc:
         scores = qc.read("scores").sort_by("id").to_pylist()
@@ -91,7 +91,7 @@ def test_spark_quickstart(served: tuple[str, Path]) -> None:
     )
     ns = _run(code, *served)
     try:
-        from clients import Client
+        from quiver.clients import Client
 
         with Client(served[0]) as qc:
             counts = qc.read("by_category")

@@ -31,8 +31,8 @@ pytest.importorskip("moto.server")
 import pyarrow.flight as fl  # noqa: E402
 from moto_atomic import moto_s3  # noqa: E402
 
-from clients import Client  # noqa: E402
-from clients.errors import CommitConflict  # noqa: E402
+from quiver.clients import Client  # noqa: E402
+from quiver.clients.errors import CommitConflict  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TICKET_KEY = "replicas-share-this-ticket-key-0123456789"
@@ -104,7 +104,7 @@ def replicas(
             metrics_port = _free_port()
             log = tmp_path / f"replica-{i}.log"
             out = stack.enter_context(open(log, "wb"))
-            args = [sys.executable, "-m", "flight_server", "serve", "--root", root,
+            args = [sys.executable, "-m", "quiver.flight_server", "serve", "--root", root,
                     "--port", str(port), "--metrics-port", str(metrics_port), "--exit-with-parent",
                     *[a for u in uris for a in ("--advertise", u)], *extra]  # fmt: skip
             proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=out)

@@ -19,9 +19,9 @@ import lance  # noqa: E402
 import pyarrow.flight as fl  # noqa: E402
 from moto_atomic import moto_s3  # noqa: E402
 
-from format.dataset import dataset, write_dataset  # noqa: E402
-from format.errors import UnsupportedFeatureError  # noqa: E402
-from format.io.store import ObjectStore, _RemoteUpload, open_store  # noqa: E402
+from quiver.format.dataset import dataset, write_dataset  # noqa: E402
+from quiver.format.errors import UnsupportedFeatureError  # noqa: E402
+from quiver.format.io.store import ObjectStore, _RemoteUpload, open_store  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -268,8 +268,8 @@ def test_concurrent_appends_lose_nothing(s3):
 
 
 def test_flight_server_on_s3_root(s3):
-    from flight_server.config import ServerConfig
-    from flight_server.server import build_server
+    from quiver.flight_server.config import ServerConfig
+    from quiver.flight_server.server import build_server
 
     root = f"s3://bucket/root-{uuid.uuid4().hex[:8]}"
     server = build_server(
@@ -310,7 +310,7 @@ def test_flight_server_on_s3_root(s3):
 
 
 def test_config_s3_endpoint(monkeypatch):
-    from flight_server.config import ServerConfig
+    from quiver.flight_server.config import ServerConfig
 
     env = {
         "QUIVER_ROOT": "s3://bucket/root",
@@ -328,7 +328,13 @@ def test_config_s3_endpoint(monkeypatch):
 
 
 def test_demo_on_s3_root_uses_the_storage_options(s3):
-    from flight_server.demo import DEMO_NAME, ORDERS_NAME, demo_table, ensure_demo, orders_table
+    from quiver.flight_server.demo import (
+        DEMO_NAME,
+        ORDERS_NAME,
+        demo_table,
+        ensure_demo,
+        orders_table,
+    )
 
     root = f"s3://bucket/demo-{uuid.uuid4().hex[:8]}"
     assert sorted(ensure_demo(root, s3)) == sorted([DEMO_NAME, ORDERS_NAME])

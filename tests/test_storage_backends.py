@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from format.dataset import dataset
-from format.io.store import open_store
+from quiver.format.dataset import dataset
+from quiver.format.io.store import open_store
 
 
 def _copy_to_memory(local: Path, prefix: str) -> str:

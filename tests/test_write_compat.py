@@ -13,8 +13,8 @@ from corpus import TYPE_COLUMNS, excluded, types_table
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from format.dataset import dataset, write_dataset
-from format.errors import DatasetAlreadyExistsError, SchemaMismatchError
+from quiver.format.dataset import dataset, write_dataset
+from quiver.format.errors import DatasetAlreadyExistsError, SchemaMismatchError
 
 pytestmark = pytest.mark.compat
 VERSIONS = ["legacy", "2.0", "2.1", "2.2", "2.3"]

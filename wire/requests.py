@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from wire.errors import InvalidArgument
+from quiver.wire.errors import InvalidArgument
 
 READ_KEYS: tuple[str, ...] = (
     "dataset",

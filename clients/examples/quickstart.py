@@ -14,7 +14,7 @@ import sys
 
 import pyarrow as pa
 
-from clients import Client, CommitConflict, NotFound
+from quiver.clients import Client, CommitConflict, NotFound
 
 
 def main(uri: str = "grpc://127.0.0.1:8815") -> None:

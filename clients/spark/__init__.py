@@ -1,7 +1,7 @@
 """The `quiver` PySpark data source (PySpark >= 4.1; `pip install "quiver-lance[spark]"`).
 
 ```python
-from clients.spark import register
+from quiver.clients.spark import register
 
 register(spark)
 spark.read.format("quiver").option("uri", "grpc://host:8815").option("dataset", "sales").load()
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from clients.spark.batch import QuiverCommitMessage, QuiverPartition
-from clients.spark.convert import QuiverWriteError, spark_schema
-from clients.spark.datasource import QuiverDataSource
-from clients.spark.options import QuiverOptionError
-from clients.spark.pushdown import filter_sql
+from quiver.clients.spark.batch import QuiverCommitMessage, QuiverPartition
+from quiver.clients.spark.convert import QuiverWriteError, spark_schema
+from quiver.clients.spark.datasource import QuiverDataSource
+from quiver.clients.spark.options import QuiverOptionError
+from quiver.clients.spark.pushdown import filter_sql
 
 __all__ = [
     "QuiverCommitMessage",

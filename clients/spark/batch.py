@@ -32,9 +32,9 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from clients.spark.convert import QuiverWriteError, arrow_schema, conform, to_dataset
-from clients.spark.options import Conn
-from clients.spark.pushdown import PushFilters, filter_sql
+from quiver.clients.spark.convert import QuiverWriteError, arrow_schema, conform, to_dataset
+from quiver.clients.spark.options import Conn
+from quiver.clients.spark.pushdown import PushFilters, filter_sql
 
 ROW_ADDRESS = "_rowaddr"  # what a backfill's DataFrame names its rows by
 
@@ -222,7 +222,7 @@ class QuiverCommitMessage(WriterCommitMessage):
 
 def dataset_schema(conn: Conn) -> bytes | None:
     """The dataset's Arrow schema (IPC bytes, picklable), None when it does not exist."""
-    from clients.errors import NotFound
+    from quiver.clients.errors import NotFound
 
     with conn.client() as client:
         try:

@@ -3,7 +3,7 @@ data source, so they are offered as Hudi and pyiceberg offer them: a write optio
 few helpers.
 
 ```python
-from clients.spark import changes
+from quiver.clients.spark import changes
 
 conn = {"uri": "grpc://host:8815", "dataset": "sales"}
 updates.write.format("quiver").options(**conn).option("operation", "upsert") \\
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from clients.spark.options import Conn
+from quiver.clients.spark.options import Conn
 
 __all__ = ["add_columns", "delete", "merge", "update", "update_columns"]
 

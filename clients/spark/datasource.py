@@ -4,7 +4,7 @@ types both ways), `pushdown.py` (filters), `batch.py` (batch reader and writer),
 `streaming.py` (stream reader and sink); this module is the source Spark registers.
 
 ```python
-from clients.spark import register
+from quiver.clients.spark import register
 
 register(spark)
 df = (spark.read.format("quiver").option("uri", "grpc://host:8815")
@@ -42,10 +42,10 @@ from typing import Any
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
-from clients.spark.batch import QuiverReader, QuiverWriter, dataset_schema
-from clients.spark.convert import spark_schema
-from clients.spark.nearest import QuiverNearestReader, nearest_schema
-from clients.spark.options import (
+from quiver.clients.spark.batch import QuiverReader, QuiverWriter, dataset_schema
+from quiver.clients.spark.convert import spark_schema
+from quiver.clients.spark.nearest import QuiverNearestReader, nearest_schema
+from quiver.clients.spark.options import (
     Conn,
     QuiverOptionError,
     change_option,
@@ -55,7 +55,7 @@ from clients.spark.options import (
     read_options,
     vector_columns,
 )
-from clients.spark.streaming import QuiverStreamReader, QuiverStreamWriter
+from quiver.clients.spark.streaming import QuiverStreamReader, QuiverStreamWriter
 
 __all__ = ["QuiverDataSource"]
 

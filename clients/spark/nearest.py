@@ -20,9 +20,9 @@ from typing import Any
 from pyspark.sql.datasource import Filter
 from pyspark.sql.types import StructType
 
-from clients.spark.batch import QuiverReader
-from clients.spark.convert import spark_schema
-from clients.spark.options import Conn
+from quiver.clients.spark.batch import QuiverReader
+from quiver.clients.spark.convert import spark_schema
+from quiver.clients.spark.options import Conn
 
 QUERY_INDEX = "query_index"
 

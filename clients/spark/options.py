@@ -13,8 +13,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from wire.errors import InvalidArgument
-from wire.requests import MERGE_KEYS, merge_command
+from quiver.wire.errors import InvalidArgument
+from quiver.wire.requests import MERGE_KEYS, merge_command
 
 __all__ = [
     "CHANGE_OPTIONS",
@@ -176,7 +176,7 @@ class Conn:
             return client
 
     def client(self) -> Any:
-        from clients.flight import Client
+        from quiver.clients.flight import Client
 
         return Client(
             self.uri,

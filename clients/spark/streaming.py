@@ -50,14 +50,14 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from clients.spark.batch import (
+from quiver.clients.spark.batch import (
     QuiverCommitMessage,
     QuiverPartition,
     QuiverWriter,
     partitions_of,
     read_partition,
 )
-from clients.spark.options import Conn, QuiverOptionError, positive_option, read_options
+from quiver.clients.spark.options import Conn, QuiverOptionError, positive_option, read_options
 
 __all__ = [
     "QuiverStreamError",
@@ -198,7 +198,7 @@ class QuiverStreamWriter(DataSourceStreamArrowWriter):
         self._abort([f for m in messages if m is not None for f in m.fragments], job)
 
     def _exists(self) -> bool:
-        from clients.errors import NotFound
+        from quiver.clients.errors import NotFound
 
         with self.batch.conn.client() as client:
             try:
@@ -299,7 +299,7 @@ class QuiverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _info(self, client: Any, since: int, until: int) -> Any:
         """The FlightInfo of the rows appended in (since, until]."""
-        from clients.errors import QuiverError
+        from quiver.clients.errors import QuiverError
 
         try:
             return client.flight_info(

@@ -43,8 +43,8 @@ def credentials() -> dict[str, str]:
 
 def with_credentials(creds: dict[str, str]) -> None:
     """Make the example's clients log in: the Python client, and the data source's options."""
-    import clients
-    from clients.flight import Client
+    from quiver import clients
+    from quiver.clients.flight import Client
 
     class LoggedInClient(Client):
         def __init__(self, uri: Any, **kwargs: Any) -> None:
@@ -57,7 +57,7 @@ def with_credentials(creds: dict[str, str]) -> None:
 
 def register_logged_in(spark: Any, creds: dict[str, str]) -> None:
     """Register `quiver` again as the same data source with the credentials as defaults."""
-    from clients.spark import QuiverDataSource
+    from quiver.clients.spark import QuiverDataSource
 
     class LoggedInQuiver(QuiverDataSource):
         def __init__(self, options: Any) -> None:
@@ -71,8 +71,8 @@ def register_logged_in(spark: Any, creds: dict[str, str]) -> None:
 
 def seed(uri: str) -> None:
     """Create the example's datasets through Quiver when they are missing."""
-    import clients
-    from flight_server.demo import DEMO_NAME, ORDERS_NAME, demo_table, orders_table
+    from quiver import clients
+    from quiver.flight_server.demo import DEMO_NAME, ORDERS_NAME, demo_table, orders_table
 
     with clients.Client(uri) as qc:
         present = set(qc.datasets())
@@ -84,7 +84,7 @@ def seed(uri: str) -> None:
 
 def wait_for(uri: str, timeout: float = 120.0) -> None:
     """Until the server answers its healthcheck action."""
-    import clients
+    from quiver import clients
 
     deadline = time.monotonic() + timeout
     while True:

@@ -7,17 +7,17 @@ scans (scan.py), writing data files and datasets (write.py), schema evolution
 `write_fragments` + `commit` (operations.py).
 """
 
-from format.dataset.core import DatasetCore
-from format.dataset.dataset import LanceDataset, Tags, dataset, write_dataset
-from format.dataset.fragment import LanceFragment
-from format.dataset.operations import (
+from quiver.format.dataset.core import DatasetCore
+from quiver.format.dataset.dataset import LanceDataset, Tags, dataset, write_dataset
+from quiver.format.dataset.fragment import LanceFragment
+from quiver.format.dataset.operations import (
     LanceOperation,
     commit,
     fragment_from_json,
     fragment_to_json,
     write_fragments,
 )
-from format.dataset.scan import Scanner
+from quiver.format.dataset.scan import Scanner
 
 __all__ = [
     "DatasetCore",

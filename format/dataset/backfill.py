@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from format.dataset.core import DatasetCore
-from format.dataset.evolution import (
+from quiver.format.dataset.core import DatasetCore
+from quiver.format.dataset.evolution import (
     TOMBSTONE,
     FileSet,
     commit_body,
@@ -40,21 +40,21 @@ from format.dataset.evolution import (
     to_physical,
     write_new_columns,
 )
-from format.dataset.fragment import LanceFragment, fragments_of
-from format.dataset.row_changes import (
+from quiver.format.dataset.fragment import LanceFragment, fragments_of
+from quiver.format.dataset.row_changes import (
     DEFAULT_CONFLICT_RETRIES,
     DEFAULT_RETRY_TIMEOUT,
     run_with_retries,
 )
-from format.dataset.write import conform_batch, to_reader
-from format.errors import (
+from quiver.format.dataset.write import conform_batch, to_reader
+from quiver.format.errors import (
     ColumnNotFoundError,
     InvalidInputError,
     SchemaMismatchError,
     UnsupportedFeatureError,
 )
-from format.file.base import DEFAULT_BATCH_SIZE
-from format.proto import table_pb2, transaction_pb2
+from quiver.format.file.base import DEFAULT_BATCH_SIZE
+from quiver.format.proto import table_pb2, transaction_pb2
 
 __all__ = [
     "ROW_ADDRESS",

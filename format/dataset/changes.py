@@ -22,13 +22,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from format.errors import InvalidInputError, NotAppendOnlyError, VersionNotFoundError
-from format.io.store import ObjectStore
-from format.proto import table_pb2, transaction_pb2
-from format.table import versions as _versions
-from format.table.commit import read_transaction
-from format.table.manifest import Manifest
-from format.table.transaction import operation_of
+from quiver.format.errors import InvalidInputError, NotAppendOnlyError, VersionNotFoundError
+from quiver.format.io.store import ObjectStore
+from quiver.format.proto import table_pb2, transaction_pb2
+from quiver.format.table import versions as _versions
+from quiver.format.table.commit import read_transaction
+from quiver.format.table.manifest import Manifest
+from quiver.format.table.transaction import operation_of
 
 __all__ = ["ADDS_NO_ROWS", "AppendedFragment", "appended_between"]
 

@@ -18,21 +18,21 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from format.dataset.core import DatasetCore
-from format.errors import (
+from quiver.format.dataset.core import DatasetCore
+from quiver.format.errors import (
     CleanupError,
     CorruptFileError,
     InvalidInputError,
     UnsupportedFeatureError,
     VersionNotFoundError,
 )
-from format.io.store import ObjectStore
-from format.proto import table_pb2
-from format.table import versions as _versions
-from format.table.deletion import deletion_file_path
-from format.table.indices import indices_of
-from format.table.manifest import Manifest
-from format.table.transaction import check_writable
+from quiver.format.io.store import ObjectStore
+from quiver.format.proto import table_pb2
+from quiver.format.table import versions as _versions
+from quiver.format.table.deletion import deletion_file_path
+from quiver.format.table.indices import indices_of
+from quiver.format.table.manifest import Manifest
+from quiver.format.table.transaction import check_writable
 
 __all__ = ["CleanupStats", "cleanup_old_versions"]
 

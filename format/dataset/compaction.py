@@ -43,24 +43,24 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from format.dataset.core import DatasetCore
-from format.dataset.fragment import LanceFragment, fragments_of
-from format.dataset.rows import RowSource
-from format.dataset.write import normalize_storage_version, write_fragment_files
-from format.errors import (
+from quiver.format.dataset.core import DatasetCore
+from quiver.format.dataset.fragment import LanceFragment, fragments_of
+from quiver.format.dataset.rows import RowSource
+from quiver.format.dataset.write import normalize_storage_version, write_fragment_files
+from quiver.format.errors import (
     CommitConflictError,
     InvalidInputError,
     LanceError,
     UnsupportedFeatureError,
 )
-from format.index.pruning import scalar_kind
-from format.index.scalar.remap import AddressMap, Moved, RemappedIndex, discard, remap_index
-from format.proto import table_pb2, transaction_pb2
-from format.table import versions as _versions
-from format.table.commit import stores_row_ids
-from format.table.indices import indices_of
-from format.table.rowids import decode_row_versions, encode_row_ids, encode_row_versions
-from format.table.transaction import check_writable, new_transaction
+from quiver.format.index.pruning import scalar_kind
+from quiver.format.index.scalar.remap import AddressMap, Moved, RemappedIndex, discard, remap_index
+from quiver.format.proto import table_pb2, transaction_pb2
+from quiver.format.table import versions as _versions
+from quiver.format.table.commit import stores_row_ids
+from quiver.format.table.indices import indices_of
+from quiver.format.table.rowids import decode_row_versions, encode_row_ids, encode_row_versions
+from quiver.format.table.transaction import check_writable, new_transaction
 
 __all__ = ["CompactionMetrics", "compact_files"]
 

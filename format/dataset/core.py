@@ -14,14 +14,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from format.errors import CorruptFileError
-from format.io.store import ObjectStore, open_store
-from format.proto import transaction_pb2
-from format.table import versions as _versions
-from format.table.commit import commit_transaction
-from format.table.manifest import Manifest
-from format.table.schema import LanceSchema
-from format.table.transaction import ManifestContext
+from quiver.format.errors import CorruptFileError
+from quiver.format.io.store import ObjectStore, open_store
+from quiver.format.proto import transaction_pb2
+from quiver.format.table import versions as _versions
+from quiver.format.table.commit import commit_transaction
+from quiver.format.table.manifest import Manifest
+from quiver.format.table.schema import LanceSchema
+from quiver.format.table.transaction import ManifestContext
 
 
 class DatasetCore:

@@ -16,31 +16,31 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from format.dataset import backfill, cleanup, compaction, evolution
-from format.dataset import take as _take
-from format.dataset import update as _update
-from format.dataset import write as _write
-from format.dataset.cleanup import CleanupStats
-from format.dataset.compaction import CompactionMetrics
-from format.dataset.core import DatasetCore
-from format.dataset.fragment import LanceFragment, fragment_of, fragments_of
-from format.dataset.merge_insert import MergeInsertBuilder
-from format.dataset.nearest import NearestSearch, nearest_table
-from format.dataset.row_changes import DEFAULT_CONFLICT_RETRIES, DEFAULT_RETRY_TIMEOUT
-from format.dataset.scan import Scanner
-from format.errors import (
+from quiver.format.dataset import backfill, cleanup, compaction, evolution
+from quiver.format.dataset import take as _take
+from quiver.format.dataset import update as _update
+from quiver.format.dataset import write as _write
+from quiver.format.dataset.cleanup import CleanupStats
+from quiver.format.dataset.compaction import CompactionMetrics
+from quiver.format.dataset.core import DatasetCore
+from quiver.format.dataset.fragment import LanceFragment, fragment_of, fragments_of
+from quiver.format.dataset.merge_insert import MergeInsertBuilder
+from quiver.format.dataset.nearest import NearestSearch, nearest_table
+from quiver.format.dataset.row_changes import DEFAULT_CONFLICT_RETRIES, DEFAULT_RETRY_TIMEOUT
+from quiver.format.dataset.scan import Scanner
+from quiver.format.errors import (
     DatasetAlreadyExistsError,
     InvalidInputError,
 )
-from format.file.base import DEFAULT_BATCH_SIZE
-from format.index.scalar import catalog as _catalog
-from format.io.store import ObjectStore, open_store
-from format.proto import table_pb2, transaction_pb2
-from format.table import versions as _versions
-from format.table.commit import commit_clone
-from format.table.manifest import Manifest
-from format.table.schema import LanceSchema
-from format.table.transaction import new_transaction
+from quiver.format.file.base import DEFAULT_BATCH_SIZE
+from quiver.format.index.scalar import catalog as _catalog
+from quiver.format.io.store import ObjectStore, open_store
+from quiver.format.proto import table_pb2, transaction_pb2
+from quiver.format.table import versions as _versions
+from quiver.format.table.commit import commit_clone
+from quiver.format.table.manifest import Manifest
+from quiver.format.table.schema import LanceSchema
+from quiver.format.table.transaction import new_transaction
 
 
 def dataset(

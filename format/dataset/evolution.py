@@ -36,11 +36,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from format.dataset.core import DatasetCore
-from format.dataset.fragment import LanceFragment, fragments_of
-from format.dataset.rows import RowSource
-from format.dataset.scan import Scanner
-from format.dataset.write import (
+from quiver.format.dataset.core import DatasetCore
+from quiver.format.dataset.fragment import LanceFragment, fragments_of
+from quiver.format.dataset.rows import RowSource
+from quiver.format.dataset.scan import Scanner
+from quiver.format.dataset.write import (
     DEFAULT_MAX_ROWS_PER_GROUP,
     conform_batch,
     data_file_name,
@@ -48,20 +48,20 @@ from format.dataset.write import (
     open_writer,
     to_reader,
 )
-from format.errors import (
+from quiver.format.errors import (
     ColumnNotFoundError,
     CommitConflictError,
     InvalidInputError,
     UnsupportedFeatureError,
 )
-from format.expr import compile_expression, evaluate_expressions
-from format.file.base import DEFAULT_BATCH_SIZE, split_ranges
-from format.file.open import open_data_file
-from format.proto import table_pb2, transaction_pb2
-from format.table.indices import indices_of
-from format.table.manifest import Manifest
-from format.table.schema import LanceField, LanceSchema, check_primary_key_nullability
-from format.table.transaction import new_transaction
+from quiver.format.expr import compile_expression, evaluate_expressions
+from quiver.format.file.base import DEFAULT_BATCH_SIZE, split_ranges
+from quiver.format.file.open import open_data_file
+from quiver.format.proto import table_pb2, transaction_pb2
+from quiver.format.table.indices import indices_of
+from quiver.format.table.manifest import Manifest
+from quiver.format.table.schema import LanceField, LanceSchema, check_primary_key_nullability
+from quiver.format.table.transaction import new_transaction
 
 TOMBSTONE = -2
 _ALTER_KEYS = {"path", "name", "nullable", "data_type"}
@@ -452,7 +452,7 @@ def add_columns(
     elif callable(transforms) and not hasattr(transforms, "__arrow_c_stream__"):
         raise UnsupportedFeatureError(
             "add_columns computes columns with a function through "
-            "format.dataset.backfill.add_columns_udf"
+            "quiver.format.dataset.backfill.add_columns_udf"
         )
     return _add_stream(ds, transforms, reader_schema, batch_size)
 

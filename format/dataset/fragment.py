@@ -11,21 +11,21 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from format.dataset.core import DatasetCore
-from format.dataset.scan import Scanner
-from format.dataset.take import take_from_fragment
-from format.errors import CorruptFileError
-from format.file.base import (
+from quiver.format.dataset.core import DatasetCore
+from quiver.format.dataset.scan import Scanner
+from quiver.format.dataset.take import take_from_fragment
+from quiver.format.errors import CorruptFileError
+from quiver.format.file.base import (
     DEFAULT_BATCH_SIZE,
     DataFileReader,
     page_aligned_ranges,
     split_ranges,
 )
-from format.file.open import open_data_file
-from format.proto import table_pb2
-from format.table.deletion import deletion_file_path, live_mask, read_deletion_file
-from format.table.rowids import decode_row_ids, decode_row_versions
-from format.table.schema import LanceField, LanceSchema
+from quiver.format.file.open import open_data_file
+from quiver.format.proto import table_pb2
+from quiver.format.table.deletion import deletion_file_path, live_mask, read_deletion_file
+from quiver.format.table.rowids import decode_row_ids, decode_row_versions
+from quiver.format.table.schema import LanceField, LanceSchema
 
 ROW_ID = "_rowid"
 ROW_ADDRESS = "_rowaddr"

@@ -31,10 +31,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from format.dataset.backfill import ROW_ADDRESS, AddressedRows, ColumnChange, plan_column_update
-from format.dataset.core import DatasetCore
-from format.dataset.fragment import fragments_of
-from format.dataset.row_changes import (
+from quiver.format.dataset.backfill import (
+    ROW_ADDRESS,
+    AddressedRows,
+    ColumnChange,
+    plan_column_update,
+)
+from quiver.format.dataset.core import DatasetCore
+from quiver.format.dataset.fragment import fragments_of
+from quiver.format.dataset.row_changes import (
     DEFAULT_CONFLICT_RETRIES,
     DEFAULT_RETRY_TIMEOUT,
     PlannedChange,
@@ -44,18 +49,18 @@ from format.dataset.row_changes import (
     run_with_retries,
     write_rows,
 )
-from format.dataset.scan import Scanner
-from format.dataset.write import to_reader
-from format.errors import (
+from quiver.format.dataset.scan import Scanner
+from quiver.format.dataset.write import to_reader
+from quiver.format.errors import (
     ColumnNotFoundError,
     InvalidInputError,
     SchemaMismatchError,
     UnsupportedFeatureError,
 )
-from format.expr import compile_filter, evaluate_filter
-from format.table.indices import indices_of
-from format.table.key_filter import inserted_keys_filter, key_hashes
-from format.table.schema import LanceSchema
+from quiver.format.expr import compile_filter, evaluate_filter
+from quiver.format.table.indices import indices_of
+from quiver.format.table.key_filter import inserted_keys_filter, key_hashes
+from quiver.format.table.schema import LanceSchema
 
 __all__ = ["MergeInsertBuilder", "MergeParams", "plan_merge", "primary_key"]
 

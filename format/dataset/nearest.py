@@ -22,16 +22,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from format.dataset.core import DatasetCore
-from format.dataset.fragment import LanceFragment, fragments_of
-from format.dataset.scan import ROW_ADDRESS_FIELD, ROW_COLUMNS, ROW_ID_FIELD, Scanner
-from format.errors import ColumnNotFoundError, InvalidInputError, UnsupportedFeatureError
-from format.expr import filter_mask as _filter_mask
-from format.index.vector.distance import metric_name, paired
-from format.index.vector.flat import TopK, vector_matrix
-from format.index.vector.index import VectorIndex, open_vector_index
-from format.index.vector.search import Candidates, RowFilter, ivf_search
-from format.table.indices import IndexEntry, indices_of
+from quiver.format.dataset.core import DatasetCore
+from quiver.format.dataset.fragment import LanceFragment, fragments_of
+from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, ROW_COLUMNS, ROW_ID_FIELD, Scanner
+from quiver.format.errors import ColumnNotFoundError, InvalidInputError, UnsupportedFeatureError
+from quiver.format.expr import filter_mask as _filter_mask
+from quiver.format.index.vector.distance import metric_name, paired
+from quiver.format.index.vector.flat import TopK, vector_matrix
+from quiver.format.index.vector.index import VectorIndex, open_vector_index
+from quiver.format.index.vector.search import Candidates, RowFilter, ivf_search
+from quiver.format.table.indices import IndexEntry, indices_of
 
 DISTANCE = "_distance"
 QUERY_INDEX = "query_index"

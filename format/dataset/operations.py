@@ -17,18 +17,18 @@ from typing import Any
 
 import pyarrow as pa
 
-from format.dataset import write as _write
-from format.dataset.core import DatasetCore
-from format.dataset.dataset import LanceDataset
-from format.dataset.merge_insert import Transaction
-from format.errors import InvalidInputError
-from format.io.store import open_store
-from format.proto import table_pb2, transaction_pb2
-from format.table import versions as _versions
-from format.table.commit import DEFAULT_MAX_RETRIES, commit_transaction
-from format.table.manifest import Manifest, storage_version_of_file
-from format.table.schema import LanceSchema, check_new_schema
-from format.table.transaction import IDEMPOTENCY_KEY, ManifestContext, new_transaction
+from quiver.format.dataset import write as _write
+from quiver.format.dataset.core import DatasetCore
+from quiver.format.dataset.dataset import LanceDataset
+from quiver.format.dataset.merge_insert import Transaction
+from quiver.format.errors import InvalidInputError
+from quiver.format.io.store import open_store
+from quiver.format.proto import table_pb2, transaction_pb2
+from quiver.format.table import versions as _versions
+from quiver.format.table.commit import DEFAULT_MAX_RETRIES, commit_transaction
+from quiver.format.table.manifest import Manifest, storage_version_of_file
+from quiver.format.table.schema import LanceSchema, check_new_schema
+from quiver.format.table.transaction import IDEMPOTENCY_KEY, ManifestContext, new_transaction
 
 Fragment = table_pb2.DataFragment
 T = transaction_pb2.Transaction

@@ -24,15 +24,15 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
-from format.dataset.core import DatasetCore
-from format.dataset.fragment import fragments_of
-from format.dataset.write import DEFAULT_MAX_ROWS_PER_FILE, write_fragment_files
-from format.errors import CommitConflictError, InvalidInputError
-from format.proto import table_pb2, transaction_pb2
-from format.table.commit import commit_transaction
-from format.table.deletion import with_deletion_file
-from format.table.rowids import encode_row_ids
-from format.table.transaction import ManifestContext, new_transaction
+from quiver.format.dataset.core import DatasetCore
+from quiver.format.dataset.fragment import fragments_of
+from quiver.format.dataset.write import DEFAULT_MAX_ROWS_PER_FILE, write_fragment_files
+from quiver.format.errors import CommitConflictError, InvalidInputError
+from quiver.format.proto import table_pb2, transaction_pb2
+from quiver.format.table.commit import commit_transaction
+from quiver.format.table.deletion import with_deletion_file
+from quiver.format.table.rowids import encode_row_ids
+from quiver.format.table.transaction import ManifestContext, new_transaction
 
 Fragment = table_pb2.DataFragment
 DEFAULT_CONFLICT_RETRIES = 10

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from format.errors import LanceError
+from quiver.format.errors import LanceError
 
 
 class RowSource:

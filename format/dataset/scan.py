@@ -11,11 +11,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from format.dataset.core import DatasetCore
-from format.dataset.readahead import ordered_readahead
-from format.dataset.system_columns import FILTERABLE, SYSTEM_FIELDS, SystemColumns
-from format.errors import ColumnNotFoundError, InvalidInputError
-from format.expr import (
+from quiver.format.dataset.core import DatasetCore
+from quiver.format.dataset.readahead import ordered_readahead
+from quiver.format.dataset.system_columns import FILTERABLE, SYSTEM_FIELDS, SystemColumns
+from quiver.format.errors import ColumnNotFoundError, InvalidInputError
+from quiver.format.expr import (
     CompiledExpression,
     apply_filter,
     compile_expression,
@@ -24,13 +24,13 @@ from format.expr import (
     expression_to_sql,
     matching_rows,
 )
-from format.file.base import DEFAULT_BATCH_SIZE, split_ranges
-from format.file.types import fixed_bits
-from format.index.pruning import IndexPruning, prune
-from format.table.schema import LanceSchema
+from quiver.format.file.base import DEFAULT_BATCH_SIZE, split_ranges
+from quiver.format.file.types import fixed_bits
+from quiver.format.index.pruning import IndexPruning, prune
+from quiver.format.table.schema import LanceSchema
 
 if TYPE_CHECKING:  # annotations only: fragments import this module to scan themselves
-    from format.dataset.fragment import LanceFragment
+    from quiver.format.dataset.fragment import LanceFragment
 
 ROW_ID_FIELD = pa.field("_rowid", pa.uint64())
 ROW_ADDRESS_FIELD = pa.field("_rowaddr", pa.uint64())

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from format.dataset.core import DatasetCore
-from format.proto import table_pb2
-from format.table.deletion import deletion_file_path, read_deletion_file
+from quiver.format.dataset.core import DatasetCore
+from quiver.format.proto import table_pb2
+from quiver.format.table.deletion import deletion_file_path, read_deletion_file
 
 if TYPE_CHECKING:  # fragments import the scan, which imports this module
-    from format.dataset.fragment import LanceFragment
+    from quiver.format.dataset.fragment import LanceFragment
 
 ROW_OFFSET = "_rowoffset"
 CREATED_AT = "_row_created_at_version"

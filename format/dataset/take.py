@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from format.dataset.core import DatasetCore
-from format.dataset.scan import ROW_ADDRESS_FIELD, ROW_COLUMNS, Scanner
-from format.dataset.system_columns import ROW_OFFSET, SYSTEM_FIELDS
-from format.errors import InvalidInputError
-from format.expr import evaluate_expressions
-from format.table.schema import LanceSchema
+from quiver.format.dataset.core import DatasetCore
+from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, ROW_COLUMNS, Scanner
+from quiver.format.dataset.system_columns import ROW_OFFSET, SYSTEM_FIELDS
+from quiver.format.errors import InvalidInputError
+from quiver.format.expr import evaluate_expressions
+from quiver.format.table.schema import LanceSchema
 
 if TYPE_CHECKING:  # fragments import this module to take their own rows
-    from format.dataset.fragment import LanceFragment
+    from quiver.format.dataset.fragment import LanceFragment
 
 Columns = Sequence[str] | dict[str, str] | None
 Indices = Sequence[int] | np.ndarray | pa.Array

@@ -18,9 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from format.dataset.core import DatasetCore
-from format.dataset.fragment import fragments_of
-from format.dataset.row_changes import (
+from quiver.format.dataset.core import DatasetCore
+from quiver.format.dataset.fragment import fragments_of
+from quiver.format.dataset.row_changes import (
     DEFAULT_CONFLICT_RETRIES,
     DEFAULT_RETRY_TIMEOUT,
     RowChange,
@@ -28,9 +28,9 @@ from format.dataset.row_changes import (
     run_with_retries,
     write_rows,
 )
-from format.dataset.scan import Scanner
-from format.errors import ColumnNotFoundError, InvalidInputError, SchemaMismatchError
-from format.expr import CompiledExpression, compile_expression, evaluate_expressions
+from quiver.format.dataset.scan import Scanner
+from quiver.format.errors import ColumnNotFoundError, InvalidInputError, SchemaMismatchError
+from quiver.format.expr import CompiledExpression, compile_expression, evaluate_expressions
 
 __all__ = ["cast_values", "delete", "update"]
 

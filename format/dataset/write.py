@@ -16,21 +16,21 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from format.dataset.core import DatasetCore
-from format.errors import (
+from quiver.format.dataset.core import DatasetCore
+from quiver.format.errors import (
     DatasetAlreadyExistsError,
     InvalidInputError,
     SchemaMismatchError,
     UnsupportedFeatureError,
 )
-from format.file.base import DataFileWriter, WrittenFile
-from format.io.store import ObjectStore, open_store
-from format.proto import table_pb2, transaction_pb2
-from format.table import versions as _versions
-from format.table.commit import commit_transaction
-from format.table.manifest import STORAGE_VERSIONS
-from format.table.schema import LanceSchema, check_new_schema
-from format.table.transaction import (
+from quiver.format.file.base import DataFileWriter, WrittenFile
+from quiver.format.io.store import ObjectStore, open_store
+from quiver.format.proto import table_pb2, transaction_pb2
+from quiver.format.table import versions as _versions
+from quiver.format.table.commit import commit_transaction
+from quiver.format.table.manifest import STORAGE_VERSIONS
+from quiver.format.table.schema import LanceSchema, check_new_schema
+from quiver.format.table.transaction import (
     IDEMPOTENCY_KEY,
     ManifestContext,
     check_writable,
@@ -112,16 +112,16 @@ def open_writer(
 ) -> DataFileWriter:
     """A data file writer for one storage version."""
     if storage_version == "0.1":
-        from format.file.legacy_writer import LegacyFileWriter
+        from quiver.format.file.legacy_writer import LegacyFileWriter
 
         return LegacyFileWriter(
             sink, schema, max_rows_per_group=max_rows_per_group, path_for_errors=path
         )
     if storage_version in ("2.1", "2.2", "2.3"):
-        from format.file.v21.writer import StructuralFileWriter
+        from quiver.format.file.v21.writer import StructuralFileWriter
 
         return StructuralFileWriter(sink, schema, version=storage_version, path_for_errors=path)
-    from format.file.v20.writer import V2FileWriter
+    from quiver.format.file.v20.writer import V2FileWriter
 
     return V2FileWriter(sink, schema, version=storage_version, path_for_errors=path)
 
@@ -365,7 +365,7 @@ def write_dataset(
             config=dict(config or {}),
         )
         if dictionaries:
-            from format.file.legacy_writer import encode_dictionaries
+            from quiver.format.file.legacy_writer import encode_dictionaries
 
             ctx.legacy_dictionaries = encode_dictionaries(dictionaries)
     result = commit_transaction(store, txn, ctx=ctx)

@@ -21,13 +21,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from format.errors import FilterBindError, FilterSyntaxError, InvalidInputError
-from format.expr.arrow_expr import expression_to_sql
-from format.expr.bind import Binder
-from format.expr.parse import describe_filter, parse_filter
-from format.expr.plan import Plan, evaluate, evaluate_column, project
-from format.expr.types import TypeRuleError
-from format.expr.values import (
+from quiver.format.errors import FilterBindError, FilterSyntaxError, InvalidInputError
+from quiver.format.expr.arrow_expr import expression_to_sql
+from quiver.format.expr.bind import Binder
+from quiver.format.expr.parse import describe_filter, parse_filter
+from quiver.format.expr.plan import Plan, evaluate, evaluate_column, project
+from quiver.format.expr.types import TypeRuleError
+from quiver.format.expr.values import (
     CompiledExpression,
     compile_expression,
     describe_data_error,

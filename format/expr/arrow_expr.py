@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from format.errors import FilterSyntaxError
+from quiver.format.errors import FilterSyntaxError
 
 _COMPARE = {
     "equal": "=",

@@ -23,13 +23,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from format.errors import FilterBindError, FilterSyntaxError
-from format.expr import floats as F
-from format.expr import plan as P
-from format.expr import types as T
-from format.expr.functions import FunctionCalls
-from format.expr.parse import LanceFilterDialect, describe_filter
-from format.expr.typed import (
+from quiver.format.errors import FilterBindError, FilterSyntaxError
+from quiver.format.expr import floats as F
+from quiver.format.expr import plan as P
+from quiver.format.expr import types as T
+from quiver.format.expr.functions import FunctionCalls
+from quiver.format.expr.parse import LanceFilterDialect, describe_filter
+from quiver.format.expr.typed import (
     ARITH_NODES,
     ARITH_SYMBOLS,
     ARROW_ERRORS,

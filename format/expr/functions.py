@@ -10,10 +10,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from format.expr import types as T
-from format.expr.functions_array import ArrayFunctions
-from format.expr.functions_scalar import ScalarFunctions
-from format.expr.typed import NULL_BOOL, Typed, const
+from quiver.format.expr import types as T
+from quiver.format.expr.functions_array import ArrayFunctions
+from quiver.format.expr.functions_scalar import ScalarFunctions
+from quiver.format.expr.typed import NULL_BOOL, Typed, const
 
 
 class FunctionCalls(ScalarFunctions, ArrayFunctions):

@@ -15,8 +15,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from format.expr import types as T
-from format.expr.typed import Typed, const
+from quiver.format.expr import types as T
+from quiver.format.expr.typed import Typed, const
 
 
 def _register(name: str, fn, in_types: dict[str, pa.DataType], out: pa.DataType) -> str:

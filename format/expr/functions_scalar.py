@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from format.expr import types as T
-from format.expr.typed import Typed, const
+from quiver.format.expr import types as T
+from quiver.format.expr.typed import Typed, const
 
 _TRUNC_UNITS = {
     "year": "year",

@@ -13,7 +13,7 @@ from sqlglot import exp, tokens
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, SqlglotError, TokenError
 
-from format.errors import FilterSyntaxError
+from quiver.format.errors import FilterSyntaxError
 
 _PREFIX = "SELECT 1 FROM t WHERE "
 _MAX_SHOWN = 500  # longer filters are cut in error messages

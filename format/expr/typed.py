@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from format.expr import floats as F
-from format.expr.plan import Plan
+from quiver.format.expr import floats as F
+from quiver.format.expr.plan import Plan
 
 ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
 NULL_BOOL = pa.scalar(None, pa.bool_())

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from format.errors import TypeRuleError
+from quiver.format.errors import TypeRuleError
 
 _DT = exp.DataType.Type
 

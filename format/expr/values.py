@@ -18,10 +18,10 @@ import pyarrow._acero as acero  # pyarrow.acero also loads pyarrow.dataset: ~10 
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from format.errors import FilterBindError, FilterSyntaxError, InvalidInputError
-from format.expr.bind import Binder
-from format.expr.parse import parse_filter
-from format.expr.types import TypeRuleError
+from quiver.format.errors import FilterBindError, FilterSyntaxError, InvalidInputError
+from quiver.format.expr.bind import Binder
+from quiver.format.expr.parse import parse_filter
+from quiver.format.expr.types import TypeRuleError
 
 _ALWAYS_NULLABLE_FUNCTIONS = (
     exp.Anonymous,

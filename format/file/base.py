@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from format.errors import CorruptFileError, InvalidInputError
-from format.table.schema import LanceField
+from quiver.format.errors import CorruptFileError, InvalidInputError
+from quiver.format.table.schema import LanceField
 
 DEFAULT_BATCH_SIZE = 8192
 # What an unexpected Arrow / numpy failure on hostile bytes looks like: readers name it as

@@ -20,9 +20,9 @@ import numpy as np
 from google.protobuf import any_pb2
 from google.protobuf.message import DecodeError, Message
 
-from format.errors import CorruptFileError, UnsupportedFeatureError
-from format.io.store import FileReader, Spans
-from format.proto import encodings_v2_0_pb2, file2_pb2, file_pb2
+from quiver.format.errors import CorruptFileError, UnsupportedFeatureError
+from quiver.format.io.store import FileReader, Spans
+from quiver.format.proto import encodings_v2_0_pb2, file2_pb2, file_pb2
 
 MAGIC = b"LANC"
 FOOTER_SIZE = 40

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from format import _kernels
+from quiver.format import _kernels
 
 # Arrow's int32 offsets: string and binary rows end below this.
 _INT32_END = (1 << 31) - 1

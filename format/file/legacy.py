@@ -27,18 +27,18 @@ import numpy as np
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 
-from format.errors import CorruptFileError, UnsupportedFeatureError
-from format.file.base import (
+from quiver.format.errors import CorruptFileError, UnsupportedFeatureError
+from quiver.format.file.base import (
     DEFAULT_BATCH_SIZE,
     DataFileReader,
     check_read_args,
     checked_take_indices,
     split_ranges,
 )
-from format.file.types import is_var_binary
-from format.io.store import FileReader, ObjectStore
-from format.proto import file_pb2, table_pb2
-from format.table.schema import LanceField, LanceSchema
+from quiver.format.file.types import is_var_binary
+from quiver.format.io.store import FileReader, ObjectStore
+from quiver.format.proto import file_pb2, table_pb2
+from quiver.format.table.schema import LanceField, LanceSchema
 
 MAGIC = b"LANC"
 FOOTER_SIZE = 16

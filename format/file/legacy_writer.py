@@ -48,17 +48,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from format.errors import (
+from quiver.format.errors import (
     CorruptFileError,
     InvalidInputError,
     SchemaMismatchError,
     UnsupportedFeatureError,
 )
-from format.file.base import DataFileWriter, WrittenFile
-from format.file.legacy import FOOTER_SIZE, LEGACY_VERSIONS, MAGIC, _fixed_info
-from format.file.types import is_var_binary
-from format.proto import file_pb2, table_pb2
-from format.table.schema import ENCODING_NONE, LanceField, LanceSchema
+from quiver.format.file.base import DataFileWriter, WrittenFile
+from quiver.format.file.legacy import FOOTER_SIZE, LEGACY_VERSIONS, MAGIC, _fixed_info
+from quiver.format.file.types import is_var_binary
+from quiver.format.proto import file_pb2, table_pb2
+from quiver.format.table.schema import ENCODING_NONE, LanceField, LanceSchema
 
 # What the manifest's DataFile records for files of this writer (pylance: 0.2).
 MAJOR_VERSION, MINOR_VERSION = LEGACY_VERSIONS[-1]

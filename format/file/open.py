@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from format.errors import CorruptFileError, UnsupportedFeatureError
-from format.file.base import DataFileReader
-from format.io.store import NotARegularFile, ObjectStore
-from format.proto import table_pb2
-from format.table.manifest import storage_version_of_file
+from quiver.format.errors import CorruptFileError, UnsupportedFeatureError
+from quiver.format.file.base import DataFileReader
+from quiver.format.io.store import NotARegularFile, ObjectStore
+from quiver.format.proto import table_pb2
+from quiver.format.table.manifest import storage_version_of_file
 
 
 def open_data_file(store: ObjectStore, path: str, data_file: table_pb2.DataFile) -> DataFileReader:
@@ -24,17 +24,17 @@ def open_data_file(store: ObjectStore, path: str, data_file: table_pb2.DataFile)
         raise CorruptFileError(where, "data file listed in the manifest is missing") from None
     try:
         if version == "0.1":
-            from format.file.legacy import LegacyFileReader
+            from quiver.format.file.legacy import LegacyFileReader
 
             return LegacyFileReader(file, path_for_errors=where, field_ids=list(data_file.fields))
         if version in ("2.1", "2.2", "2.3"):
-            from format.file.v21.reader import StructuralFileReader
+            from quiver.format.file.v21.reader import StructuralFileReader
 
             return StructuralFileReader(
                 file, list(data_file.fields), list(data_file.column_indices), path_for_errors=where
             )
         if version == "2.0":
-            from format.file.v20 import V2FileReader
+            from quiver.format.file.v20 import V2FileReader
 
             return V2FileReader(
                 file, list(data_file.fields), list(data_file.column_indices), path_for_errors=where

@@ -16,13 +16,13 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from format.errors import CorruptFileError, LanceError, UnsupportedFeatureError
-from format.file.base import DataFileReader
-from format.file.container import V2Container
-from format.file.v20.writer import V2FileWriter
-from format.file.v21.writer import StructuralFileWriter
-from format.io.store import ObjectStore
-from format.table.schema import LanceField, LanceSchema
+from quiver.format.errors import CorruptFileError, LanceError, UnsupportedFeatureError
+from quiver.format.file.base import DataFileReader
+from quiver.format.file.container import V2Container
+from quiver.format.file.v20.writer import V2FileWriter
+from quiver.format.file.v21.writer import StructuralFileWriter
+from quiver.format.io.store import ObjectStore
+from quiver.format.table.schema import LanceField, LanceSchema
 
 
 def _column_fields(schema: LanceSchema, version: str) -> list[int]:
@@ -60,11 +60,11 @@ class IndexFile:
         version = self._container.version
         ids = _column_fields(self.schema, version)
         if version == "2.0":
-            from format.file.v20 import V2FileReader
+            from quiver.format.file.v20 import V2FileReader
 
             cls: type[DataFileReader] = V2FileReader
         elif version in ("2.1", "2.2", "2.3"):
-            from format.file.v21.reader import StructuralFileReader
+            from quiver.format.file.v21.reader import StructuralFileReader
 
             cls = StructuralFileReader
         else:

@@ -24,17 +24,17 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from format.errors import LanceError
-from format.expr.bind import Binder
-from format.expr.parse import parse_filter
-from format.expr.typed import flatten, unparen
-from format.index.scalar.bitmap import BitmapIndex
-from format.index.scalar.btree import BTreeIndex
-from format.index.scalar.query import Bounds, Leaf
-from format.index.scalar.rows import EMPTY
-from format.io.store import ObjectStore
-from format.table.indices import IndexEntry, indices_of
-from format.table.manifest import Manifest
+from quiver.format.errors import LanceError
+from quiver.format.expr.bind import Binder
+from quiver.format.expr.parse import parse_filter
+from quiver.format.expr.typed import flatten, unparen
+from quiver.format.index.scalar.bitmap import BitmapIndex
+from quiver.format.index.scalar.btree import BTreeIndex
+from quiver.format.index.scalar.query import Bounds, Leaf
+from quiver.format.index.scalar.rows import EMPTY
+from quiver.format.io.store import ObjectStore
+from quiver.format.table.indices import IndexEntry, indices_of
+from quiver.format.table.manifest import Manifest
 
 log = logging.getLogger("quiver.index")
 

@@ -27,8 +27,8 @@ import fsspec
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
-from format._kernels import copy_ranges
-from format.errors import UnsupportedFeatureError
+from quiver.format._kernels import copy_ranges
+from quiver.format.errors import UnsupportedFeatureError
 
 # Local reads at least this large are mapped rather than copied (see `FileReader.read`).
 _MAP_MIN = 1 << 20

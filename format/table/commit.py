@@ -18,14 +18,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from format.errors import CommitConflictError, CorruptFileError, VersionNotFoundError
-from format.io.store import ObjectStore
-from format.proto import table_pb2, transaction_pb2
-from format.table import versions as _versions
-from format.table.conflicts import Resolution, check
-from format.table.deletion import read_deletion_file, with_deletion_file
-from format.table.indices import SYSTEM_INDICES
-from format.table.manifest import (
+from quiver.format.errors import CommitConflictError, CorruptFileError, VersionNotFoundError
+from quiver.format.io.store import ObjectStore
+from quiver.format.proto import table_pb2, transaction_pb2
+from quiver.format.table import versions as _versions
+from quiver.format.table.conflicts import Resolution, check
+from quiver.format.table.deletion import read_deletion_file, with_deletion_file
+from quiver.format.table.indices import SYSTEM_INDICES
+from quiver.format.table.manifest import (
     FLAG_STABLE_ROW_IDS,
     Manifest,
     decode_manifest,
@@ -34,8 +34,8 @@ from format.table.manifest import (
     manifest_name,
     read_section,
 )
-from format.table.rowids import row_id_count
-from format.table.transaction import (
+from quiver.format.table.rowids import row_id_count
+from quiver.format.table.transaction import (
     IDEMPOTENCY_KEY,
     ManifestContext,
     apply_feature_flags,
@@ -394,7 +394,7 @@ def _rebase(
 
 
 def _deleted(store: ObjectStore, frag: table_pb2.DataFragment) -> np.ndarray:
-    from format.table.deletion import deletion_file_path
+    from quiver.format.table.deletion import deletion_file_path
 
     d = frag.deletion_file
     path = deletion_file_path(

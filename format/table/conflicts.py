@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import enum
 
-from format.proto import transaction_pb2
-from format.table.key_filter import may_share_a_key
-from format.table.transaction import operation_of
+from quiver.format.proto import transaction_pb2
+from quiver.format.table.key_filter import may_share_a_key
+from quiver.format.table.transaction import operation_of
 
 Transaction = transaction_pb2.Transaction
 

@@ -23,9 +23,9 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyroaring
 
-from format.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
-from format.io.store import ObjectStore
-from format.proto import table_pb2
+from quiver.format.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
+from quiver.format.io.store import ObjectStore
+from quiver.format.proto import table_pb2
 
 __all__ = [
     "ARROW_ARRAY",

@@ -9,8 +9,8 @@ from __future__ import annotations
 import uuid as _uuid
 from dataclasses import dataclass
 
-from format.proto import table_pb2
-from format.table.manifest import Manifest, read_section
+from quiver.format.proto import table_pb2
+from quiver.format.table.manifest import Manifest, read_section
 
 # Indices pylance keeps for its own bookkeeping, not over user columns.
 SYSTEM_INDICES = frozenset({"__lance_frag_reuse", "__lance_mem_wal"})

@@ -21,8 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from format.errors import UnsupportedFeatureError
-from format.proto import transaction_pb2
+from quiver.format.errors import UnsupportedFeatureError
+from quiver.format.proto import transaction_pb2
 
 KeyExistenceFilter = transaction_pb2.Transaction.KeyExistenceFilter
 NUM_BITS = 262_144  # 32 KiB, what pylance sizes for its default 8192 items

@@ -14,9 +14,9 @@ from functools import cached_property
 
 from google.protobuf.message import DecodeError
 
-from format.errors import CorruptFileError, UnsupportedFeatureError
-from format.proto import table_pb2, transaction_pb2
-from format.table.schema import LanceSchema
+from quiver.format.errors import CorruptFileError, UnsupportedFeatureError
+from quiver.format.proto import table_pb2, transaction_pb2
+from quiver.format.table.schema import LanceSchema
 
 MAGIC = b"LANC"
 FOOTER_SIZE = 16

@@ -22,8 +22,8 @@ from typing import NamedTuple, TypeVar
 import numpy as np
 from google.protobuf.message import DecodeError, Message
 
-from format.errors import CorruptFileError, InvalidInputError
-from format.proto import rowids_pb2
+from quiver.format.errors import CorruptFileError, InvalidInputError
+from quiver.format.proto import rowids_pb2
 
 __all__ = [
     "decode_row_ids",

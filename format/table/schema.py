@@ -13,13 +13,13 @@ from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
-from format.errors import (
+from quiver.format.errors import (
     ColumnNotFoundError,
     CorruptFileError,
     InvalidInputError,
     UnsupportedFeatureError,
 )
-from format.proto import file_pb2
+from quiver.format.proto import file_pb2
 
 # Legacy per-field encoding hints (lance.file.Encoding).
 ENCODING_NONE, ENCODING_PLAIN, ENCODING_VAR_BINARY, ENCODING_DICTIONARY = 0, 1, 2, 3

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from format.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
-from format.proto import table_pb2, transaction_pb2
-from format.table.manifest import (
+from quiver.format.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
+from quiver.format.proto import table_pb2, transaction_pb2
+from quiver.format.table.manifest import (
     FLAG_BASE_PATHS,
     FLAG_COVERED_INDEX_METADATA,
     FLAG_DELETION_FILES,
@@ -31,7 +31,7 @@ from format.table.manifest import (
     READABLE_FLAGS,
     Manifest,
 )
-from format.table.rowids import (
+from quiver.format.table.rowids import (
     decode_row_ids,
     decode_row_versions,
     encode_row_ids,

@@ -12,15 +12,20 @@ import json
 import urllib.parse
 from dataclasses import dataclass
 
-from format.errors import (
+from quiver.format.errors import (
     CorruptFileError,
     DatasetNotFoundError,
     InvalidInputError,
     TagNotFoundError,
     VersionNotFoundError,
 )
-from format.io.store import ObjectStore
-from format.table.manifest import Manifest, decode_manifest, manifest_name, parse_manifest_name
+from quiver.format.io.store import ObjectStore
+from quiver.format.table.manifest import (
+    Manifest,
+    decode_manifest,
+    manifest_name,
+    parse_manifest_name,
+)
 
 VERSIONS_DIR = "_versions"
 TAGS_DIR = "_refs/tags"

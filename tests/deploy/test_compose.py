@@ -12,8 +12,8 @@ import pytest
 import yaml
 from deploy_helpers import DEPLOY, REPO, dockerfile_stages
 
-from flight_server.auth import Authenticator
-from flight_server.config import ServerConfig
+from quiver.flight_server.auth import Authenticator
+from quiver.flight_server.config import ServerConfig
 
 
 def _compose_schema() -> dict:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from deploy_helpers import REPO, dockerfile_stages, dockerignore_patterns, ignored
 
-from flight_server.config import DEFAULT_PORT
+from quiver.flight_server.config import DEFAULT_PORT
 
 
 def _hadolint() -> str:

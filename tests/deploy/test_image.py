@@ -17,6 +17,7 @@ import sys
 import textwrap
 import time
 import urllib.request
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,11 @@ def installed(tmp_path_factory) -> Path:
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     built = list(wheels.glob("quiver_lance-*.whl"))
     assert len(built) == 1 and "linux" in built[0].name  # with the compiled kernels
+    with zipfile.ZipFile(built[0]) as wheel:  # one top-level package: no `format`, `clients`...
+        tops = {
+            n.split("/")[0] for n in wheel.namelist() if not n.split("/")[0].endswith(".dist-info")
+        }
+    assert tops == {"quiver"}, tops
     run = subprocess.run(
         ["sh", str(DEPLOY / "image/install.sh"), str(wheels), str(venv)],
         cwd=work,
@@ -103,10 +109,12 @@ def test_installed_quiver_serve_help(installed, tmp_path):
 def test_installed_wheel_serves_a_read(installed, tmp_path):
     python = str(installed / "bin/python")
     where = subprocess.run(
-        [python, "-c", "import format, flight_server, clients, format._kernels as k; "
-         "import flight_server._threadstate as t, flight_server._grpcstatus as g; "
-         "import flight_server.grpc_status as s; assert s.install(); "
-         "print(format.__file__); print(k.__file__); print(t.__file__); print(g.__file__)"],
+        [python, "-c", "import quiver, quiver.format._kernels as k; "
+         "import quiver.flight_server._threadstate as t, quiver.flight_server._grpcstatus as g; "
+         "import quiver.flight_server.grpc_status as s; assert s.install(); "
+         "import importlib.util as u; assert not any(u.find_spec(n) for n in "
+         "('format', 'flight_server', 'clients', 'wire')); "
+         "print(quiver.__file__); print(k.__file__); print(t.__file__); print(g.__file__)"],
         cwd=tmp_path, env=_clean_env(), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert where.returncode == 0, where.stderr
@@ -139,7 +147,7 @@ def test_installed_wheel_serves_a_read(installed, tmp_path):
         read = textwrap.dedent(
             f"""
             import sys, time
-            from clients import Client
+            from quiver.clients import Client
             deadline = time.monotonic() + 60
             while True:
                 try:

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from deploy_helpers import DEPLOY, dockerfile_stages
 
-from flight_server.config import ServerConfig, parse_size
+from quiver.flight_server.config import ServerConfig, parse_size
 
 K8S = DEPLOY / "kubernetes"
 VERSION = "1.33.0"  # native grpc probes (1.27), sleep preStop hooks (1.30) and later

@@ -19,8 +19,8 @@ def test_the_spark_job_logs_in_seeds_and_runs_the_pipeline(tmp_path):
     sys.path.insert(0, str(REPO / "tests" / "flight"))
     from server_process import quiver_serve
 
-    from clients import Client
-    from clients.errors import Unauthenticated
+    from quiver.clients import Client
+    from quiver.clients.errors import Unauthenticated
 
     compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
     secrets = {name: str(DEPLOY / s["file"]) for name, s in compose["secrets"].items()}

@@ -24,7 +24,7 @@ from flight_helpers import concat, do_put, error_code
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from clients.errors import from_flight_error
+from quiver.clients.errors import from_flight_error
 
 # Markers of a leak: a traceback, a Python file, a path of the server's machine. No input
 # of the campaign contains one, so any found in an answer comes from the server.
@@ -178,7 +178,7 @@ def base_table(n: int = 60) -> pa.Table:
 
 def seed_root(root: Path) -> pa.Table:
     """Write `base` (three fragments, deletions) under `root`; the rows it serves."""
-    from format.dataset import write_dataset
+    from quiver.format.dataset import write_dataset
 
     ds = write_dataset(base_table(), str(root / "base.lance"), max_rows_per_file=25)
     ds.delete("id % 10 = 3")

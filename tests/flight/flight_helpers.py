@@ -16,10 +16,10 @@ import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
 
-from clients.errors import from_flight_error
-from flight_server.config import ServerConfig
-from flight_server.server import QuiverFlightServer, build_server
-from wire import status as wire_status
+from quiver.clients.errors import from_flight_error
+from quiver.flight_server.config import ServerConfig
+from quiver.flight_server.server import QuiverFlightServer, build_server
+from quiver.wire import status as wire_status
 
 TICKET_KEY = b"quiver-tests-shared-ticket-key-0123456789"
 

@@ -26,7 +26,7 @@ def quiver_serve(root: Path, *args: str, timeout: float = 60) -> Iterator[tuple[
     port = free_port()
     log = open(root / "server.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flight_server", "serve", "--root", str(root), "--port", str(port),
+        [sys.executable, "-m", "quiver", "serve", "--root", str(root), "--port", str(port),
          "--exit-with-parent", *args],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,

@@ -13,8 +13,8 @@ import pyarrow.flight as fl
 import pytest
 from flight_helpers import Served, assert_clean_error, table
 
-from clients import Client, QuiverError
-from clients.errors import InvalidArgument
+from quiver.clients import Client, QuiverError
+from quiver.clients.errors import InvalidArgument
 
 served = flight_helpers.served
 name = flight_helpers.name

@@ -24,11 +24,11 @@ from flight_helpers import TICKET_KEY, error_info, table
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tls_certs import TlsMaterial, make_tls_material
 
-from flight_server.auth import hash_password
-from flight_server.cli import main as cli_main
-from flight_server.config import ConfigError, ServerConfig
-from flight_server.server import QuiverFlightServer, build_server
-from format.dataset import write_dataset
+from quiver.flight_server.auth import hash_password
+from quiver.flight_server.cli import main as cli_main
+from quiver.flight_server.config import ConfigError, ServerConfig
+from quiver.flight_server.server import QuiverFlightServer, build_server
+from quiver.format.dataset import write_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORDS = {
@@ -441,7 +441,7 @@ def test_config_flags_and_environment() -> None:
 def test_hash_password_command(monkeypatch, capsys) -> None:
     import io
 
-    from flight_server.auth import verify_password
+    from quiver.flight_server.auth import verify_password
 
     monkeypatch.setattr("sys.stdin", io.StringIO("pw-from-stdin\n"))
     assert cli_main(["hash-password"]) == 0
@@ -562,7 +562,7 @@ def test_sigterm_drains_a_real_server(tmp_path: Path) -> None:
             [
                 sys.executable,
                 "-m",
-                "flight_server",
+                "quiver.flight_server",
                 "serve",
                 "--root",
                 str(root),

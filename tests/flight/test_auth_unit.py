@@ -13,7 +13,7 @@ import pyarrow.flight as flight
 import pytest
 from flight_helpers import error_code
 
-from flight_server.auth import (
+from quiver.flight_server.auth import (
     AUTH_MIDDLEWARE_KEY,
     AuthConfig,
     Authenticator,
@@ -30,9 +30,9 @@ from flight_server.auth import (
     readable,
     verify_password,
 )
-from flight_server.errors import PermissionDenied, to_flight_error
-from flight_server.grpc_status import StatusError
-from wire import status as wire_status
+from quiver.flight_server.errors import PermissionDenied, to_flight_error
+from quiver.flight_server.grpc_status import StatusError
+from quiver.wire import status as wire_status
 
 ALICE_PW = "correct horse battery staple"
 BOB_PW = "s3cret-bob"

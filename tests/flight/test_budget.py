@@ -17,11 +17,11 @@ import pyarrow.flight as fl
 import pytest
 from flight_helpers import AccessLog, assert_clean_error, start
 
-from flight_server import memory
-from flight_server.budget import Lease, MemoryBudget
-from flight_server.errors import Cancelled, Unavailable
-from flight_server.server import QuiverFlightServer
-from format.dataset import write_dataset
+from quiver.flight_server import memory
+from quiver.flight_server.budget import Lease, MemoryBudget
+from quiver.flight_server.errors import Cancelled, Unavailable
+from quiver.flight_server.server import QuiverFlightServer
+from quiver.format.dataset import write_dataset
 
 
 def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.flight as flight
 import pytest
 
-from clients import (
+from quiver.clients import (
     AlreadyExists,
     Client,
     CommitConflict,
@@ -30,10 +30,10 @@ from clients import (
     Unauthenticated,
     Unavailable,
 )
-from flight_server.auth import hash_password
-from flight_server.config import ServerConfig
-from flight_server.server import build_server
-from format.dataset import dataset, write_dataset
+from quiver.flight_server.auth import hash_password
+from quiver.flight_server.config import ServerConfig
+from quiver.flight_server.server import build_server
+from quiver.format.dataset import dataset, write_dataset
 
 ROWS = 1200
 ROWS_PER_FRAGMENT = 100  # 12 fragments, so 12 endpoints
@@ -375,7 +375,7 @@ def test_endpoints_read_the_planned_snapshot(served: _Served, qc: Client) -> Non
 def test_quickstart_example_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import runpy
 
-    from flight_server.demo import ensure_demo
+    from quiver.flight_server.demo import ensure_demo
 
     ensure_demo(str(tmp_path))
     s = _Served(tmp_path)

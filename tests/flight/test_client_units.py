@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
-from clients import (
+from quiver.clients import (
     AlreadyExists,
     Cancelled,
     Client,
@@ -35,9 +35,9 @@ from clients import (
     Unavailable,
     Unimplemented,
 )
-from clients.data import to_batches as _batches
-from clients.errors import from_flight_error, server_message
-from clients.flight import put_command, read_command, read_descriptor
+from quiver.clients.data import to_batches as _batches
+from quiver.clients.errors import from_flight_error, server_message
+from quiver.clients.flight import put_command, read_command, read_descriptor
 
 
 def _info(obj: dict[str, Any]) -> bytes:

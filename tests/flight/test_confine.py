@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from flight_server.confine import _real_path_below, check_dataset_dir
-from flight_server.errors import PermissionDenied
+from quiver.flight_server.confine import _real_path_below, check_dataset_dir
+from quiver.flight_server.errors import PermissionDenied
 
 
 @pytest.fixture

@@ -22,9 +22,9 @@ from campaign import Campaign, base_table
 from flight_helpers import error_info
 from server_process import quiver_serve
 
-from format.dataset import dataset, write_dataset
-from format.table.deletion import deletion_file_path
-from format.table.manifest import manifest_name
+from quiver.format.dataset import dataset, write_dataset
+from quiver.format.table.deletion import deletion_file_path
+from quiver.format.table.manifest import manifest_name
 
 STORAGE_VERSIONS = ("legacy", "2.0", "2.1", "2.2")
 DAMAGES = ("truncated", "garbage", "empty", "missing", "flipped", "directory")

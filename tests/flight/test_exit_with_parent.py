@@ -20,7 +20,7 @@ PARENT = textwrap.dedent(
     """
     import subprocess, sys, time
     server = subprocess.Popen(
-        [sys.executable, "-m", "flight_server", "serve", "--root", sys.argv[1], "--port", "0",
+        [sys.executable, "-m", "quiver", "serve", "--root", sys.argv[1], "--port", "0",
          "--drain-seconds", "1", *sys.argv[2:]],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )

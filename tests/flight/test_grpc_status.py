@@ -17,8 +17,8 @@ import pytest
 from flight_helpers import table
 from server_process import quiver_serve
 
-from flight_server import grpc_status
-from wire import status as wire_status
+from quiver.flight_server import grpc_status
+from quiver.wire import status as wire_status
 
 ROOT = Path(__file__).resolve().parents[2]
 

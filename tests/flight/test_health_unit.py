@@ -18,8 +18,13 @@ import pytest
 from flight_helpers import error_info
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from flight_server.errors import to_flight_error
-from flight_server.health import DRAIN_MIDDLEWARE_KEY, FLIGHT_SERVICE_NAME, Drain, HealthServer
+from quiver.flight_server.errors import to_flight_error
+from quiver.flight_server.health import (
+    DRAIN_MIDDLEWARE_KEY,
+    FLIGHT_SERVICE_NAME,
+    Drain,
+    HealthServer,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -140,7 +145,7 @@ SERVE_SCRIPT = textwrap.dedent(
     """
     import sys, time
     import pyarrow as pa, pyarrow.flight as flight
-    from flight_server.health import Drain, HealthServer, serve_until_signalled
+    from quiver.flight_server.health import Drain, HealthServer, serve_until_signalled
 
     class Server(flight.FlightServerBase):
         def do_get(self, context, ticket):

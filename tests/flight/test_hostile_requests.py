@@ -28,10 +28,10 @@ from campaign import (
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flight_server.actions import ACTIONS
-from flight_server.tickets import TICKET_KIND, ReadTicket, Signer
-from format.dataset import write_dataset
-from wire.requests import READ_KEYS
+from quiver.flight_server.actions import ACTIONS
+from quiver.flight_server.tickets import TICKET_KIND, ReadTicket, Signer
+from quiver.format.dataset import write_dataset
+from quiver.wire.requests import READ_KEYS
 
 served, campaign, sent = hostile.served, hostile.campaign, hostile.sent  # fixtures
 READ_ERRORS = {"invalid_argument", "not_found"}

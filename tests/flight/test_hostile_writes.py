@@ -31,8 +31,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import random_array
 
-from flight_server.tickets import ReadTicket, Signer
-from format.dataset import write_dataset
+from quiver.flight_server.tickets import ReadTicket, Signer
+from quiver.format.dataset import write_dataset
 
 served, campaign, sent = hostile.served, hostile.campaign, hostile.sent  # fixtures
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from flight_server import memory
+from quiver.flight_server import memory
 
 
 @pytest.fixture

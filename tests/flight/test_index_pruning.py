@@ -12,7 +12,7 @@ import pytest
 from compare import assert_same_table
 from flight_helpers import Served
 
-from clients import Client
+from quiver.clients import Client
 
 served = flight_helpers.served
 name = flight_helpers.name

@@ -16,7 +16,7 @@ import pyarrow.flight as fl
 import pytest
 from server_process import quiver_serve
 
-from format.dataset import dataset, write_dataset
+from quiver.format.dataset import dataset, write_dataset
 
 pytestmark = pytest.mark.slow
 READERS, WRITERS, APPENDS = 16, 4, 10

@@ -19,7 +19,7 @@ import pytest
 from server_process import peak_rss_mb, quiver_serve
 
 from benchmarks.data import batches, schema_
-from format.dataset import write_dataset
+from quiver.format.dataset import write_dataset
 
 pytestmark = pytest.mark.slow
 ROWS = 8_000_000  # about 1.7 GB in Arrow, 4 fragments of 2 M rows

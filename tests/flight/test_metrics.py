@@ -10,11 +10,11 @@ import pyarrow.flight as fl
 import pytest
 from server_process import free_port, quiver_serve
 
-from clients import Client
-from clients.errors import NotFound, QuiverError
-from flight_server import metrics
-from flight_server.config import ConfigError, ServerConfig
-from wire import status as wire_status
+from quiver.clients import Client
+from quiver.clients.errors import NotFound, QuiverError
+from quiver.flight_server import metrics
+from quiver.flight_server.config import ConfigError, ServerConfig
+from quiver.wire import status as wire_status
 
 
 def scrape(port: int) -> dict[str, float]:

@@ -15,7 +15,7 @@ import pytest
 from flight_helpers import Served, assert_clean_error
 from vectors import DIM, assert_same_neighbours, build, pylance_nearest, vector_table
 
-from clients import Client, InvalidArgument
+from quiver.clients import Client, InvalidArgument
 
 served = flight_helpers.served
 

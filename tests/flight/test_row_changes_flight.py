@@ -12,11 +12,11 @@ import pyarrow.flight as fl
 import pytest
 from flight_helpers import Served, assert_clean_error, files_under, table
 
-from clients import Client
-from clients.errors import InvalidArgument as ClientInvalidArgument
-from format.dataset import write_dataset
+from quiver.clients import Client
+from quiver.clients.errors import InvalidArgument as ClientInvalidArgument
+from quiver.format.dataset import write_dataset
+from quiver.wire.requests import merge_command
 from tests.compare import assert_same_table
-from wire.requests import merge_command
 
 served = flight_helpers.served
 name = flight_helpers.name

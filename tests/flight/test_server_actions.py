@@ -15,8 +15,8 @@ from flight_helpers import (
     table,
 )
 
-from flight_server.actions import ACTIONS
-from format.dataset import dataset, write_dataset
+from quiver.flight_server.actions import ACTIONS
+from quiver.format.dataset import dataset, write_dataset
 
 served = flight_helpers.served  # fixtures shared by the server test modules
 name = flight_helpers.name

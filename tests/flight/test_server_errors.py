@@ -18,7 +18,7 @@ from flight_helpers import (
     table,
 )
 
-from format.dataset import write_dataset
+from quiver.format.dataset import write_dataset
 
 served = flight_helpers.served  # fixtures shared by the server test modules
 name = flight_helpers.name

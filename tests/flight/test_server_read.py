@@ -24,8 +24,8 @@ from flight_helpers import (
     table,
 )
 
-from flight_server.demo import demo_table
-from format.dataset import dataset, write_dataset
+from quiver.flight_server.demo import demo_table
+from quiver.format.dataset import dataset, write_dataset
 
 served = flight_helpers.served  # fixtures shared by the server test modules
 name = flight_helpers.name

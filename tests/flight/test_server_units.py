@@ -13,13 +13,13 @@ import time
 import pyarrow.flight as fl
 import pytest
 
-from flight_server import grpc_status
-from flight_server.config import DEFAULT_MEMORY_BUDGET, ConfigError, ServerConfig
-from flight_server.errors import InvalidArgument, Scrubber, to_flight_error
-from flight_server.names import dataset_uri, discover, name_from_path, validate_name
-from flight_server.tickets import FRAGMENT_KIND, ReadTicket, Signer
-from format.errors import CommitConflictError, DatasetNotFoundError
-from wire import status as wire_status
+from quiver.flight_server import grpc_status
+from quiver.flight_server.config import DEFAULT_MEMORY_BUDGET, ConfigError, ServerConfig
+from quiver.flight_server.errors import InvalidArgument, Scrubber, to_flight_error
+from quiver.flight_server.names import dataset_uri, discover, name_from_path, validate_name
+from quiver.flight_server.tickets import FRAGMENT_KIND, ReadTicket, Signer
+from quiver.format.errors import CommitConflictError, DatasetNotFoundError
+from quiver.wire import status as wire_status
 
 
 @pytest.mark.parametrize(
@@ -239,7 +239,7 @@ def test_error_translation_table() -> None:
 
 def _serve(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "flight_server", *args],
+        [sys.executable, "-m", "quiver.flight_server", *args],
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, **(env or {})},
@@ -274,7 +274,7 @@ def test_cli_refuses_bad_config_with_one_line(tmp_path) -> None:
 
 
 def test_cli_demo_and_inspect(tmp_path) -> None:
-    run = [sys.executable, "-m", "flight_server"]
+    run = [sys.executable, "-m", "quiver.flight_server"]
     subprocess.run([*run, "demo", "--root", str(tmp_path)], check=True, timeout=60)
     out = subprocess.run(
         [*run, "inspect", str(tmp_path / "demo.lance")],

@@ -25,7 +25,7 @@ from flight_helpers import (
     table,
 )
 
-from format.dataset import dataset, fragment_to_json, write_dataset, write_fragments
+from quiver.format.dataset import dataset, fragment_to_json, write_dataset, write_fragments
 
 served = flight_helpers.served  # fixtures shared by the server test modules
 name = flight_helpers.name

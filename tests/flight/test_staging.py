@@ -14,8 +14,8 @@ import pyarrow.flight as fl
 import pytest
 from flight_helpers import Served, assert_clean_error, files_under, table
 
-from flight_server.staging import STAGING_DIR, StagingLedger
-from format.io.store import open_store
+from quiver.flight_server.staging import STAGING_DIR, StagingLedger
+from quiver.format.io.store import open_store
 
 served = flight_helpers.served
 name = flight_helpers.name
@@ -138,7 +138,7 @@ def test_sweep_removes_a_never_committed_new_dataset(served: Served, name: str) 
 
 
 def test_staging_settings_are_validated() -> None:
-    from flight_server.config import ConfigError, ServerConfig
+    from quiver.flight_server.config import ConfigError, ServerConfig
 
     with pytest.raises(ConfigError, match="--staged-ttl"):
         ServerConfig(staged_ttl=5)

@@ -9,7 +9,8 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow.flight as fl
-from flight_server._threadstate import pin
+
+from quiver.flight_server._threadstate import pin
 
 
 class _Token:

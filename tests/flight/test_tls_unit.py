@@ -7,7 +7,7 @@ import pyarrow.flight as flight
 import pytest
 from tls_certs import TlsMaterial, make_tls_material
 
-from flight_server.tls import TlsConfigError, load_tls
+from quiver.flight_server.tls import TlsConfigError, load_tls
 
 
 @pytest.fixture(scope="module")

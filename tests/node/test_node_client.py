@@ -33,10 +33,10 @@ import lance
 import pyarrow as pa
 import pytest
 
-from clients import Client
-from flight_server.auth import hash_password
-from format.dataset import dataset as quiver_dataset
-from format.dataset import write_dataset
+from quiver.clients import Client
+from quiver.flight_server.auth import hash_password
+from quiver.format.dataset import dataset as quiver_dataset
+from quiver.format.dataset import write_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_DIR = ROOT / "clients" / "node"
@@ -132,7 +132,7 @@ def _build_root(root: Path) -> None:
     """The datasets of the servers' root."""
     root.mkdir(parents=True)
     # the demo datasets `make serve` creates: what the example reads
-    subprocess.run([sys.executable, "-m", "flight_server", "demo", "--root", str(root)], check=True,
+    subprocess.run([sys.executable, "-m", "quiver", "demo", "--root", str(root)], check=True,
                    cwd=ROOT, capture_output=True)  # fmt: skip
     _build_types(root / "pl_types.lance", "2.2")
     _build_types(root / "pl_types_legacy.lance", "legacy")
@@ -156,7 +156,7 @@ def _serve(root: Path, log: Path, port: int, *args: str) -> Iterator[None]:
     """`quiver serve` on `root` at 127.0.0.1:`port` in its own process, SIGTERMed after."""
     with open(log, "wb") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "flight_server", "serve", "--root", str(root), "--port",
+            [sys.executable, "-m", "quiver.flight_server", "serve", "--root", str(root), "--port",
              str(port), "--exit-with-parent", *args],
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
@@ -223,7 +223,7 @@ def _expected(uri: str, out: Path) -> dict:
 
 def _server_codes() -> list[str]:
     """Every error code the server's error classes carry."""
-    from flight_server import errors
+    from quiver.flight_server import errors
 
     codes, todo = {"internal"}, [errors.QuiverError]  # internal: what anything else becomes
     while todo:

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from flight_server.config import ServerConfig
-from flight_server.server import build_server
+from quiver.flight_server.config import ServerConfig
+from quiver.flight_server.server import build_server
 
 PUSHDOWN = "spark.sql.python.filterPushdown.enabled"
 
@@ -25,7 +25,7 @@ def spark() -> Iterator[Any]:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    from clients.spark import register
+    from quiver.clients.spark import register
 
     session = (
         SparkSession.builder.master("local[2]")

@@ -22,15 +22,15 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark")
 
-from clients import Client  # noqa: E402
-from clients.spark import register  # noqa: E402
-from clients.spark.convert import arrow_schema, spark_schema  # noqa: E402
-from flight_server.config import ServerConfig  # noqa: E402
-from flight_server.server import build_server  # noqa: E402
+from quiver.clients import Client  # noqa: E402
+from quiver.clients.spark import register  # noqa: E402
+from quiver.clients.spark.convert import arrow_schema, spark_schema  # noqa: E402
+from quiver.flight_server.config import ServerConfig  # noqa: E402
+from quiver.flight_server.server import build_server  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(420)]
 
-import clients  # noqa: E402
+from quiver import clients  # noqa: E402
 
 # executors import the very `clients` package the driver imported
 CODE_ROOT = Path(clients.__file__).resolve().parents[1]

@@ -18,8 +18,8 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark")
 
-from clients import Client  # noqa: E402
-from clients.spark import changes  # noqa: E402
+from quiver.clients import Client  # noqa: E402
+from quiver.clients.spark import changes  # noqa: E402
 from tests.compare import assert_same_table  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
@@ -32,7 +32,7 @@ def spark() -> Iterator[Any]:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    from clients.spark import register
+    from quiver.clients.spark import register
 
     session = (
         SparkSession.builder.master("local[2, 3]")

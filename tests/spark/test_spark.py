@@ -11,8 +11,8 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark")
 
-from clients import Client  # noqa: E402
-from format.dataset import dataset as open_dataset  # noqa: E402
+from quiver.clients import Client  # noqa: E402
+from quiver.format.dataset import dataset as open_dataset  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -182,7 +182,7 @@ def test_filter_translation() -> None:
     from pyspark.sql.datasource import EqualTo, GreaterThan, In, Not, StringStartsWith
     from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
-    from clients.spark import filter_sql
+    from quiver.clients.spark import filter_sql
 
     schema = StructType(
         [
@@ -219,7 +219,7 @@ def test_write_append_overwrite_and_create(spark, uri, root) -> None:
 
 
 def reader_schema(table: pa.Table):
-    from clients.spark.convert import spark_schema
+    from quiver.clients.spark.convert import spark_schema
 
     return spark_schema(table.schema)
 

@@ -67,7 +67,7 @@ def test_a_list_of_query_vectors_adds_query_index(spark: Any, uri: str, docs: st
 
 
 def test_bad_nearest_options_are_refused(spark: Any, uri: str, docs: str) -> None:
-    from clients.spark.options import QuiverOptionError
+    from quiver.clients.spark.options import QuiverOptionError
 
     def base() -> Any:  # a reader keeps its options: a fresh one per case
         return spark.read.format("quiver").option("uri", uri).option("dataset", "docs")

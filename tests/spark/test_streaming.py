@@ -16,20 +16,20 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark")
 
-from clients import Client  # noqa: E402
-from clients.spark import QuiverDataSource  # noqa: E402
-from clients.spark.convert import spark_schema  # noqa: E402
-from clients.spark.options import QuiverOptionError  # noqa: E402
-from clients.spark.streaming import (  # noqa: E402
+from quiver.clients import Client  # noqa: E402
+from quiver.clients.spark import QuiverDataSource  # noqa: E402
+from quiver.clients.spark.convert import spark_schema  # noqa: E402
+from quiver.clients.spark.options import QuiverOptionError  # noqa: E402
+from quiver.clients.spark.streaming import (  # noqa: E402
     QuiverStreamMessage,
     QuiverStreamReader,
     checkpoint_query_id,
     idempotency_key,
 )
-from format.io.store import open_store  # noqa: E402
-from format.table.commit import read_transaction  # noqa: E402
-from format.table.transaction import IDEMPOTENCY_KEY  # noqa: E402
-from format.table.versions import list_manifests, load_manifest  # noqa: E402
+from quiver.format.io.store import open_store  # noqa: E402
+from quiver.format.table.commit import read_transaction  # noqa: E402
+from quiver.format.table.transaction import IDEMPOTENCY_KEY  # noqa: E402
+from quiver.format.table.versions import list_manifests, load_manifest  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -458,7 +458,7 @@ def test_source_max_fragments_per_trigger(spark, uri, root, tmp_path) -> None:
 
 def test_source_option_errors(uri) -> None:
     schema = spark_schema(rows(0, 1).schema)
-    from clients.spark.options import Conn
+    from quiver.clients.spark.options import Conn
 
     conn = Conn.from_options({"uri": uri, "dataset": "x"})
     for bad in ("0", "-3", "soon", "1.5"):

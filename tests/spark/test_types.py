@@ -16,7 +16,7 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark")
 
-from clients import Client  # noqa: E402
+from quiver.clients import Client  # noqa: E402
 from tests.corpus import TYPE_COLUMNS, excluded, types_table  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
@@ -346,7 +346,7 @@ def test_overflow_names_column_and_value(spark, uri, root) -> None:
 def test_prefetching_reader_thread_raises_and_stops() -> None:
     import threading
 
-    from clients.spark.batch import _prefetched
+    from quiver.clients.spark.batch import _prefetched
 
     def failing():
         yield 1

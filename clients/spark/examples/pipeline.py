@@ -44,7 +44,7 @@ def session(app: str = "quiver-pipeline") -> Any:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from clients.spark import register
+    from quiver.clients.spark import register
 
     spark = (
         SparkSession.builder.master("local[2]")
@@ -104,8 +104,8 @@ def run_streaming(spark: Any, uri: str, checkpoint: str) -> Any:
     between: the second run reads only those. Returns the result as read back."""
     from pyspark.sql import functions as F
 
-    from clients import Client
-    from clients.errors import NotFound
+    from quiver.clients import Client
+    from quiver.clients.errors import NotFound
 
     with Client(uri) as qc:  # a fresh result and checkpoint each run
         with contextlib.suppress(NotFound):
@@ -150,7 +150,7 @@ def new_orders(first_id: int) -> Any:
     """`NEW_ORDERS` more orders, numbered from `first_id`."""
     import pyarrow.compute as pc
 
-    from flight_server.demo import orders_table
+    from quiver.flight_server.demo import orders_table
 
     more = orders_table(NEW_ORDERS, seed=first_id)
     ids = pc.add(more["order_id"], first_id)
@@ -169,7 +169,7 @@ def report(result: Any) -> None:
 @contextlib.contextmanager
 def temporary_server(root: Path) -> Iterator[str]:
     """`quiver serve` on a free loopback port over `root`, with the demo datasets in it."""
-    quiver = [sys.executable, "-m", "flight_server"]
+    quiver = [sys.executable, "-m", "quiver.flight_server"]
     subprocess.run([*quiver, "demo", "--root", str(root)], check=True, cwd=REPO)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -189,7 +189,7 @@ def temporary_server(root: Path) -> Iterator[str]:
 
 
 def _wait_healthy(uri: str, server: subprocess.Popen, timeout: float = 60.0) -> None:
-    from clients import Client
+    from quiver.clients import Client
 
     deadline = time.monotonic() + timeout
     while True:

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from format.errors import CorruptFileError, UnsupportedFeatureError
-from format.file.items import ItemTable, take_items
-from format.file.types import fixed_bits
-from format.proto import encodings_v2_0_pb2 as pb
+from quiver.format.errors import CorruptFileError, UnsupportedFeatureError
+from quiver.format.file.items import ItemTable, take_items
+from quiver.format.file.types import fixed_bits
+from quiver.format.proto import encodings_v2_0_pb2 as pb
 
 BUFFER_PAGE, BUFFER_COLUMN, BUFFER_FILE = 0, 1, 2
 Bytes = bytes | memoryview

@@ -37,10 +37,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from format.errors import UnsupportedFeatureError
-from format.file.types import fixed_bits, is_var_binary
-from format.proto import encodings_v2_0_pb2 as pb
-from format.table.schema import LanceField
+from quiver.format.errors import UnsupportedFeatureError
+from quiver.format.file.types import fixed_bits, is_var_binary
+from quiver.format.proto import encodings_v2_0_pb2 as pb
+from quiver.format.table.schema import LanceField
 
 DEFAULT_PAGE_BYTES = 8 * 1024 * 1024  # buffered per column before a page is written
 MAX_PAGE_BYTES = 32 * 1024 * 1024  # no page grows past this (unless one value is bigger)

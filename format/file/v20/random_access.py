@@ -24,10 +24,10 @@ from collections.abc import Generator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from format.file.types import fixed_bits, is_var_binary
-from format.file.v20 import decode as v20
-from format.io.store import Spans
-from format.proto import encodings_v2_0_pb2 as pb
+from quiver.format.file.types import fixed_bits, is_var_binary
+from quiver.format.file.v20 import decode as v20
+from quiver.format.io.store import Spans
+from quiver.format.proto import encodings_v2_0_pb2 as pb
 
 Bytes = bytes | memoryview
 Request = list  # of (position, size) ranges and `Spans`

@@ -32,8 +32,8 @@ from functools import cached_property
 import numpy as np
 import pyarrow as pa
 
-from format.errors import CorruptFileError, LanceError, UnsupportedFeatureError
-from format.file.base import (
+from quiver.format.errors import CorruptFileError, LanceError, UnsupportedFeatureError
+from quiver.format.file.base import (
     DECODE_ERRORS,
     DEFAULT_BATCH_SIZE,
     DataFileReader,
@@ -43,18 +43,18 @@ from format.file.base import (
     column_map,
     split_ranges,
 )
-from format.file.container import (
+from quiver.format.file.container import (
     ColumnInfo,
     V2Container,
 )
-from format.file.parallel import run_plans
-from format.file.v20 import decode as v20
-from format.file.v20 import random_access as ra
-from format.file.v20.step_rows import StepRows
-from format.file.v20.step_rows import prepare as prepare_steps
-from format.io.store import FileReader
-from format.proto import encodings_v2_0_pb2 as pb
-from format.table.schema import LanceField
+from quiver.format.file.parallel import run_plans
+from quiver.format.file.v20 import decode as v20
+from quiver.format.file.v20 import random_access as ra
+from quiver.format.file.v20.step_rows import StepRows
+from quiver.format.file.v20.step_rows import prepare as prepare_steps
+from quiver.format.io.store import FileReader
+from quiver.format.proto import encodings_v2_0_pb2 as pb
+from quiver.format.table.schema import LanceField
 
 _LIST_TYPES = ("list", "list.struct", "large_list", "large_list.struct")
 _INT32_MAX = (1 << 31) - 1

@@ -21,14 +21,14 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from format import _kernels
-from format.errors import LanceError
-from format.file.base import DECODE_ERRORS
-from format.file.items import ItemTable, item_table
-from format.file.types import fixed_bits
-from format.file.v20 import decode as v20
-from format.file.v20 import random_access as ra
-from format.proto import encodings_v2_0_pb2 as pb
+from quiver.format import _kernels
+from quiver.format.errors import LanceError
+from quiver.format.file.base import DECODE_ERRORS
+from quiver.format.file.items import ItemTable, item_table
+from quiver.format.file.types import fixed_bits
+from quiver.format.file.v20 import decode as v20
+from quiver.format.file.v20 import random_access as ra
+from quiver.format.proto import encodings_v2_0_pb2 as pb
 
 
 class StepRows(ABC):

@@ -18,9 +18,9 @@ from typing import BinaryIO
 
 import pyarrow as pa
 
-from format.errors import InvalidInputError, SchemaMismatchError, UnsupportedFeatureError
-from format.file.base import DataFileWriter, WrittenFile
-from format.file.container import (
+from quiver.format.errors import InvalidInputError, SchemaMismatchError, UnsupportedFeatureError
+from quiver.format.file.base import DataFileWriter, WrittenFile
+from quiver.format.file.container import (
     ALIGNMENT,
     ARRAY_ENCODING_URL,
     COLUMN_ENCODING_URL,
@@ -29,9 +29,9 @@ from format.file.container import (
     Footer,
     any_bytes,
 )
-from format.file.v20 import encode as v20
-from format.proto import encodings_v2_0_pb2, file2_pb2, file_pb2
-from format.table.schema import LanceField, LanceSchema
+from quiver.format.file.v20 import encode as v20
+from quiver.format.proto import encodings_v2_0_pb2, file2_pb2, file_pb2
+from quiver.format.table.schema import LanceField, LanceSchema
 
 # The manifest's DataFile (major, minor) for each written file version.
 MANIFEST_VERSIONS = {"2.0": (2, 0)}

@@ -13,9 +13,9 @@ from functools import cache
 
 import numpy as np
 
-from format import _kernels
-from format.errors import CorruptFileError
-from format.file.v21.gather import as_i64, range_index
+from quiver.format import _kernels
+from quiver.format.errors import CorruptFileError
+from quiver.format.file.v21.gather import as_i64, range_index
 
 BLOCK = 1024
 FL_ORDER = np.array([0, 4, 2, 6, 1, 5, 3, 7])

@@ -13,10 +13,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from format.errors import UnsupportedFeatureError
-from format.file.v21.layers import max_def, max_rep, parse_layers
-from format.file.v21.page import DecodedPage, PageWhere
-from format.proto import encodings_v2_1_pb2 as pb
+from quiver.format.errors import UnsupportedFeatureError
+from quiver.format.file.v21.layers import max_def, max_rep, parse_layers
+from quiver.format.file.v21.page import DecodedPage, PageWhere
+from quiver.format.proto import encodings_v2_1_pb2 as pb
 
 InnerDecoder = Callable[[pb.PageLayout, Sequence[bytes | memoryview], int, PageWhere], DecodedPage]
 

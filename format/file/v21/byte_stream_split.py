@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from format import _kernels
-from format.file.v21.gather import as_i64
+from quiver.format import _kernels
+from quiver.format.file.v21.gather import as_i64
 
 
 def split(values: np.ndarray, width: int) -> bytes:

@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from format.errors import CorruptFileError, UnsupportedFeatureError
-from format.file.v21.gather import I64, as_i64, gather
-from format.proto import encodings_v2_1_pb2 as pb
+from quiver.format.errors import CorruptFileError, UnsupportedFeatureError
+from quiver.format.file.v21.gather import I64, as_i64, gather
+from quiver.format.proto import encodings_v2_1_pb2 as pb
 
 Inner = Callable[[pb.CompressiveEncoding, list, str, bool], pa.Array]
 

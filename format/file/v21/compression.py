@@ -28,12 +28,12 @@ from itertools import accumulate
 import numpy as np
 import pyarrow as pa
 
-from format import _kernels
-from format.errors import CorruptFileError, UnsupportedFeatureError
-from format.file.v21 import bitpacking as bp
-from format.file.v21 import byte_stream_split as bss
-from format.file.v21 import codecs23, fsst, general, rle
-from format.file.v21.gather import (
+from quiver.format import _kernels
+from quiver.format.errors import CorruptFileError, UnsupportedFeatureError
+from quiver.format.file.v21 import bitpacking as bp
+from quiver.format.file.v21 import byte_stream_split as bss
+from quiver.format.file.v21 import codecs23, fsst, general, rle
+from quiver.format.file.v21.gather import (
     I64,
     as_i64,
     check_ranges,
@@ -43,7 +43,7 @@ from format.file.v21.gather import (
     outside,
     read_uint,
 )
-from format.proto import encodings_v2_1_pb2 as pb
+from quiver.format.proto import encodings_v2_1_pb2 as pb
 
 Encoding = pb.CompressiveEncoding
 

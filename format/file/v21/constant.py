@@ -14,10 +14,10 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from format.file.v21 import compression as cz
-from format.file.v21.layers import max_rep, max_visible_def, parse_layers
-from format.file.v21.page import DecodedPage, PageWhere, levels_array, raw_u16
-from format.proto import encodings_v2_1_pb2 as pb
+from quiver.format.file.v21 import compression as cz
+from quiver.format.file.v21.layers import max_rep, max_visible_def, parse_layers
+from quiver.format.file.v21.page import DecodedPage, PageWhere, levels_array, raw_u16
+from quiver.format.proto import encodings_v2_1_pb2 as pb
 
 _UINT = {1: pa.uint8(), 2: pa.uint16(), 4: pa.uint32(), 8: pa.uint64()}
 

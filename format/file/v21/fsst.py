@@ -15,9 +15,9 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 
-from format import _kernels
-from format.errors import CorruptFileError
-from format.file.v21.gather import I64, as_i64
+from quiver.format import _kernels
+from quiver.format.errors import CorruptFileError
+from quiver.format.file.v21.gather import I64, as_i64
 
 TABLE_SIZE = 8 + 256 * 8 + 256
 MAGIC = 0x46535354

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from format.file.v21 import compression as cz
-from format.file.v21.gather import I64, gather, read_uint
-from format.file.v21.layers import max_rep, max_visible_def, parse_layers
-from format.file.v21.page import DecodedPage, PageWhere
-from format.proto import encodings_v2_1_pb2 as pb
+from quiver.format.file.v21 import compression as cz
+from quiver.format.file.v21.gather import I64, gather, read_uint
+from quiver.format.file.v21.layers import max_rep, max_visible_def, parse_layers
+from quiver.format.file.v21.page import DecodedPage, PageWhere
+from quiver.format.proto import encodings_v2_1_pb2 as pb
 
 
 def control_width(layout: pb.FullZipLayout) -> int:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from format import _kernels
-from format.errors import CorruptFileError
+from quiver.format import _kernels
+from quiver.format.errors import CorruptFileError
 
 I64 = np.int64
 

@@ -13,8 +13,8 @@ import threading
 import lz4.block
 import zstandard
 
-from format.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
-from format.proto import encodings_v2_1_pb2 as pb
+from quiver.format.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
+from quiver.format.proto import encodings_v2_1_pb2 as pb
 
 LZ4 = pb.COMPRESSION_ALGORITHM_LZ4
 ZSTD = pb.COMPRESSION_ALGORITHM_ZSTD

@@ -41,7 +41,7 @@ def is_list(layer: Layer) -> bool:
 
 def parse_layers(raw: Sequence[int], where: str) -> list[Layer]:
     """Validated layers from a page's protobuf enum values (0 and unknown values refused)."""
-    from format.errors import CorruptFileError
+    from quiver.format.errors import CorruptFileError
 
     out = []
     for v in raw:

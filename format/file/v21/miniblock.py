@@ -16,11 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from format.file.v21 import compression as cz
-from format.file.v21.gather import I64, read_uint
-from format.file.v21.layers import Layer, parse_layers
-from format.file.v21.page import DecodedPage, PageWhere, levels_array
-from format.proto import encodings_v2_1_pb2 as pb
+from quiver.format.file.v21 import compression as cz
+from quiver.format.file.v21.gather import I64, read_uint
+from quiver.format.file.v21.layers import Layer, parse_layers
+from quiver.format.file.v21.page import DecodedPage, PageWhere, levels_array
+from quiver.format.proto import encodings_v2_1_pb2 as pb
 
 
 def _pad8(x: np.ndarray) -> np.ndarray:
@@ -210,7 +210,7 @@ def check_levels(
     layers: Sequence[Layer], rep: np.ndarray | None, defs: np.ndarray | None, where: PageWhere
 ) -> None:
     """Refuse rep/def buffers the layer stack cannot have (or lacks)."""
-    from format.file.v21.layers import max_rep
+    from quiver.format.file.v21.layers import max_rep
 
     if (rep is not None) != (max_rep(layers) > 0):
         raise where.corrupt(

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from format.errors import CorruptFileError
-from format.file.v21.layers import Layer
+from quiver.format.errors import CorruptFileError
+from quiver.format.file.v21.layers import Layer
 
 
 @dataclass

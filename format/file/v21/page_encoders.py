@@ -28,18 +28,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from format.errors import UnsupportedFeatureError
-from format.file.v21 import bitpacking as bp
-from format.file.v21 import rle
-from format.file.v21.layers import Layer, max_def, max_rep
-from format.file.v21.values import (
+from quiver.format.errors import UnsupportedFeatureError
+from quiver.format.file.v21 import bitpacking as bp
+from quiver.format.file.v21 import rle
+from quiver.format.file.v21.layers import Layer, max_def, max_rep
+from quiver.format.file.v21.values import (
     FixedValues,
     NullValues,
     Physical,
     VariableValues,
     physical,
 )
-from format.proto import encodings_v2_1_pb2 as pb
+from quiver.format.proto import encodings_v2_1_pb2 as pb
 
 FILL = 0xFE  # mini-block header and buffer padding
 VAR_PAD = 0x48  # padding after variable-width chunk data

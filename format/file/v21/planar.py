@@ -23,17 +23,17 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from format.errors import UnsupportedFeatureError
-from format.file.container import V2Container, type_name
-from format.file.v21 import codecs23
-from format.file.v21 import compression as cz
-from format.file.v21 import unravel as uv
-from format.file.v21.layers import Layer, def_levels_owned, is_list, parse_layers
-from format.file.v21.page import PageWhere
-from format.file.v21.page_encoders import EncodedPage, PageInput
-from format.proto import encodings_v2_1_pb2 as pb
-from format.proto import encodings_v2_3_pb2 as p23
-from format.table.schema import LanceField
+from quiver.format.errors import UnsupportedFeatureError
+from quiver.format.file.container import V2Container, type_name
+from quiver.format.file.v21 import codecs23
+from quiver.format.file.v21 import compression as cz
+from quiver.format.file.v21 import unravel as uv
+from quiver.format.file.v21.layers import Layer, def_levels_owned, is_list, parse_layers
+from quiver.format.file.v21.page import PageWhere
+from quiver.format.file.v21.page_encoders import EncodedPage, PageInput
+from quiver.format.proto import encodings_v2_1_pb2 as pb
+from quiver.format.proto import encodings_v2_3_pb2 as p23
+from quiver.format.table.schema import LanceField
 
 PLANAR_LAYOUT_URL = "lance.encodings23.PlanarLayout"
 _NULLS = p23.SparseValiditySet.SPARSE_VALIDITY_NULL_POSITIONS

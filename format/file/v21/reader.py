@@ -25,8 +25,8 @@ from functools import cached_property
 import numpy as np
 import pyarrow as pa
 
-from format.errors import CorruptFileError, LanceError, UnsupportedFeatureError
-from format.file.base import (
+from quiver.format.errors import CorruptFileError, LanceError, UnsupportedFeatureError
+from quiver.format.file.base import (
     DECODE_ERRORS,
     DEFAULT_BATCH_SIZE,
     DataFileReader,
@@ -35,19 +35,19 @@ from format.file.base import (
     column_map,
     split_ranges,
 )
-from format.file.container import ColumnInfo, V2Container
-from format.file.parallel import run_plans
-from format.file.v20 import random_access as ra
-from format.file.v21 import planar
-from format.file.v21 import unravel as uv
-from format.file.v21.blob import decode_blob
-from format.file.v21.constant import decode_constant
-from format.file.v21.fullzip import decode_fullzip
-from format.file.v21.miniblock import decode_miniblock
-from format.file.v21.page import DecodedPage, PageWhere
-from format.file.v21.steps import MiniBlockSteps
-from format.file.v21.steps import prepare as prepare_steps
-from format.file.v21.take import (
+from quiver.format.file.container import ColumnInfo, V2Container
+from quiver.format.file.parallel import run_plans
+from quiver.format.file.v20 import random_access as ra
+from quiver.format.file.v21 import planar
+from quiver.format.file.v21 import unravel as uv
+from quiver.format.file.v21.blob import decode_blob
+from quiver.format.file.v21.constant import decode_constant
+from quiver.format.file.v21.fullzip import decode_fullzip
+from quiver.format.file.v21.miniblock import decode_miniblock
+from quiver.format.file.v21.page import DecodedPage, PageWhere
+from quiver.format.file.v21.steps import MiniBlockSteps
+from quiver.format.file.v21.steps import prepare as prepare_steps
+from quiver.format.file.v21.take import (
     MiniBlockIndex,
     miniblock_index,
     miniblock_small_ranges,
@@ -55,9 +55,9 @@ from format.file.v21.take import (
     plan_fullzip,
     plan_fullzip_range,
 )
-from format.io.store import FileReader
-from format.proto import encodings_v2_1_pb2 as pb
-from format.table.schema import LanceField
+from quiver.format.io.store import FileReader
+from quiver.format.proto import encodings_v2_1_pb2 as pb
+from quiver.format.table.schema import LanceField
 
 
 @dataclass(eq=False)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from format import _kernels
-from format.errors import CorruptFileError
-from format.file.v21.gather import as_i64, range_index
+from quiver.format import _kernels
+from quiver.format.errors import CorruptFileError
+from quiver.format.file.v21.gather import as_i64, range_index
 
 MAX_RUN = 255
 

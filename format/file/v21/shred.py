@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from format.errors import UnsupportedFeatureError
-from format.file.v21.layers import Layer
-from format.table.schema import LanceField
+from quiver.format.errors import UnsupportedFeatureError
+from quiver.format.file.v21.layers import Layer
+from quiver.format.table.schema import LanceField
 
 LIST_TYPES = ("list", "list.struct", "large_list", "large_list.struct", "map")
 

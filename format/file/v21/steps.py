@@ -18,18 +18,18 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from format.errors import LanceError
-from format.file.base import DECODE_ERRORS
-from format.file.items import ItemTable, item_table
-from format.file.v20 import random_access as ra
-from format.file.v21 import compression as cz
-from format.file.v21 import unravel as uv
-from format.file.v21.gather import I64, read_uint
-from format.file.v21.layers import max_rep
-from format.file.v21.page import DecodedPage, PageWhere, levels_array
-from format.file.v21.take import MiniBlockIndex
-from format.proto import encodings_v2_1_pb2 as pb
-from format.table.schema import LanceField
+from quiver.format.errors import LanceError
+from quiver.format.file.base import DECODE_ERRORS
+from quiver.format.file.items import ItemTable, item_table
+from quiver.format.file.v20 import random_access as ra
+from quiver.format.file.v21 import compression as cz
+from quiver.format.file.v21 import unravel as uv
+from quiver.format.file.v21.gather import I64, read_uint
+from quiver.format.file.v21.layers import max_rep
+from quiver.format.file.v21.page import DecodedPage, PageWhere, levels_array
+from quiver.format.file.v21.take import MiniBlockIndex
+from quiver.format.proto import encodings_v2_1_pb2 as pb
+from quiver.format.table.schema import LanceField
 
 
 class MiniBlockSteps:

@@ -22,20 +22,20 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from format.file.v20 import random_access as ra
-from format.file.v21 import compression as cz
-from format.file.v21.fullzip import control_width, decode_rows
-from format.file.v21.gather import I64
-from format.file.v21.layers import max_rep, max_visible_def, parse_layers
-from format.file.v21.miniblock import (
+from quiver.format.file.v20 import random_access as ra
+from quiver.format.file.v21 import compression as cz
+from quiver.format.file.v21.fullzip import control_width, decode_rows
+from quiver.format.file.v21.gather import I64
+from quiver.format.file.v21.layers import max_rep, max_visible_def, parse_layers
+from quiver.format.file.v21.miniblock import (
     check_levels,
     chunk_sizes,
     decode_table,
     dictionary_items,
     parse_headers,
 )
-from format.file.v21.page import DecodedPage, PageWhere
-from format.proto import encodings_v2_1_pb2 as pb
+from quiver.format.file.v21.page import DecodedPage, PageWhere
+from quiver.format.proto import encodings_v2_1_pb2 as pb
 
 Result = tuple[DecodedPage, np.ndarray | None]
 TakePlan = Generator[list[tuple[int, int]], list, Result]

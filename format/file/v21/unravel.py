@@ -17,11 +17,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from format.errors import CorruptFileError, UnsupportedFeatureError
-from format.file.items import ItemTable, item_table, take_items
-from format.file.v21.layers import Layer, def_levels_owned, is_list, max_rep
-from format.file.v21.page import DecodedPage, PageWhere
-from format.table.schema import LanceField
+from quiver.format.errors import CorruptFileError, UnsupportedFeatureError
+from quiver.format.file.items import ItemTable, item_table, take_items
+from quiver.format.file.v21.layers import Layer, def_levels_owned, is_list, max_rep
+from quiver.format.file.v21.page import DecodedPage, PageWhere
+from quiver.format.table.schema import LanceField
 
 _LISTS = ("list", "list.struct", "large_list", "large_list.struct", "map")
 _INT32_MAX = (1 << 31) - 1

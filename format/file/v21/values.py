@@ -16,9 +16,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from format.errors import UnsupportedFeatureError
-from format.file.types import fixed_bits, is_var_binary
-from format.file.v21.shred import valid_mask
+from quiver.format.errors import UnsupportedFeatureError
+from quiver.format.file.types import fixed_bits, is_var_binary
+from quiver.format.file.v21.shred import valid_mask
 
 
 @dataclass

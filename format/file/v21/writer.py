@@ -18,23 +18,23 @@ from typing import BinaryIO
 import numpy as np
 import pyarrow as pa
 
-from format.errors import InvalidInputError, UnsupportedFeatureError
-from format.file.base import DataFileWriter, WrittenFile
-from format.file.container import (
+from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
+from quiver.format.file.base import DataFileWriter, WrittenFile
+from quiver.format.file.container import (
     COLUMN_ENCODING_URL,
     FOOTER_VERSIONS,
     PAGE_LAYOUT_URL,
     Footer,
     any_bytes,
 )
-from format.file.v20.encode import DEFAULT_PAGE_BYTES, MAX_PAGE_BYTES
-from format.file.v20.writer import _Output, check_batch_schema, check_writer_args
-from format.file.v21 import planar
-from format.file.v21 import shred as sh
-from format.file.v21.layers import max_def
-from format.file.v21.page_encoders import EncodedPage, PageInput, TooDense, encode_page
-from format.proto import encodings_v2_0_pb2, file2_pb2, file_pb2
-from format.table.schema import LanceSchema
+from quiver.format.file.v20.encode import DEFAULT_PAGE_BYTES, MAX_PAGE_BYTES
+from quiver.format.file.v20.writer import _Output, check_batch_schema, check_writer_args
+from quiver.format.file.v21 import planar
+from quiver.format.file.v21 import shred as sh
+from quiver.format.file.v21.layers import max_def
+from quiver.format.file.v21.page_encoders import EncodedPage, PageInput, TooDense, encode_page
+from quiver.format.proto import encodings_v2_0_pb2, file2_pb2, file_pb2
+from quiver.format.table.schema import LanceSchema
 
 SUPPORTED_VERSIONS = ("2.1", "2.2", "2.3")
 _PIN_SLACK = 64 * 1024

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from format.index.files import IndexFile
-from format.index.scalar.query import Leaf
-from format.index.scalar.rows import EMPTY, parse_row_id_map, union_all
-from format.io.store import ObjectStore
+from quiver.format.index.files import IndexFile
+from quiver.format.index.scalar.query import Leaf
+from quiver.format.index.scalar.rows import EMPTY, parse_row_id_map, union_all
+from quiver.format.io.store import ObjectStore
 
 LOOKUP_FILE = "bitmap_page_lookup.lance"
 KEYS, BITMAPS = "keys", "bitmaps"

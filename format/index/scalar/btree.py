@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from format.index.files import IndexFile
-from format.index.scalar.query import Bounds, Leaf
-from format.index.scalar.rows import union_all
-from format.io.store import ObjectStore
+from quiver.format.index.files import IndexFile
+from quiver.format.index.scalar.query import Bounds, Leaf
+from quiver.format.index.scalar.rows import union_all
+from quiver.format.io.store import ObjectStore
 
 LOOKUP_FILE = "page_lookup.lance"
 DATA_FILE = "page_data.lance"

@@ -9,12 +9,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from format.errors import IndexNotFoundError
-from format.index.files import IndexFile
-from format.index.pruning import Core, scalar_kind
-from format.index.scalar.bitmap import BitmapIndex
-from format.index.scalar.btree import BTreeIndex
-from format.table.indices import IndexEntry, indices_of
+from quiver.format.errors import IndexNotFoundError
+from quiver.format.index.files import IndexFile
+from quiver.format.index.pruning import Core, scalar_kind
+from quiver.format.index.scalar.bitmap import BitmapIndex
+from quiver.format.index.scalar.btree import BTreeIndex
+from quiver.format.table.indices import IndexEntry, indices_of
 
 # pylance's names of index types, by the message of their details
 _TYPE_NAMES = {

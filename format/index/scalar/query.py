@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from format.expr import filter_mask
+from quiver.format.expr import filter_mask
 
 
 @dataclass(frozen=True)

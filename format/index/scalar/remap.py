@@ -23,12 +23,12 @@ import numpy as np
 import pyarrow as pa
 from pyroaring import BitMap
 
-from format.errors import CorruptFileError, LanceError
-from format.index.files import IndexFile, write_index_file
-from format.index.scalar import bitmap as _bitmap
-from format.index.scalar import btree as _btree
-from format.io.store import ObjectStore
-from format.proto import table_pb2, transaction_pb2
+from quiver.format.errors import CorruptFileError, LanceError
+from quiver.format.index.files import IndexFile, write_index_file
+from quiver.format.index.scalar import bitmap as _bitmap
+from quiver.format.index.scalar import btree as _btree
+from quiver.format.io.store import ObjectStore
+from quiver.format.proto import table_pb2, transaction_pb2
 
 __all__ = ["AddressMap", "Moved", "RemappedIndex", "discard", "remap_index"]
 

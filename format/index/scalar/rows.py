@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from pyroaring import BitMap
 
-from format.errors import CorruptFileError
+from quiver.format.errors import CorruptFileError
 
 EMPTY = np.empty(0, dtype=np.uint64)
 _U32 = struct.Struct("<I")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from format.errors import InvalidInputError, UnsupportedFeatureError
+from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
 
 METRICS = ("l2", "cosine", "dot")
 _ALIASES = {"l2": "l2", "euclidean": "l2", "cosine": "cosine", "dot": "dot"}

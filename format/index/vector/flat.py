@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from format import _kernels
-from format.errors import CorruptFileError
-from format.index.vector.distance import matrix, smallest, top_k_per_query
+from quiver.format import _kernels
+from quiver.format.errors import CorruptFileError
+from quiver.format.index.vector.distance import matrix, smallest, top_k_per_query
 
 FLAT_COLUMN = "flat"
 

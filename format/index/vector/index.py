@@ -18,14 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from format.errors import CorruptFileError, UnsupportedFeatureError
-from format.index.files import IndexFile
-from format.index.vector.distance import metric_name
-from format.index.vector.flat import FlatStorage
-from format.index.vector.ivf import IvfModel
-from format.index.vector.pq import ProductQuantizer
-from format.index.vector.sq import ScalarQuantizer
-from format.io.store import ObjectStore
+from quiver.format.errors import CorruptFileError, UnsupportedFeatureError
+from quiver.format.index.files import IndexFile
+from quiver.format.index.vector.distance import metric_name
+from quiver.format.index.vector.flat import FlatStorage
+from quiver.format.index.vector.ivf import IvfModel
+from quiver.format.index.vector.pq import ProductQuantizer
+from quiver.format.index.vector.sq import ScalarQuantizer
+from quiver.format.io.store import ObjectStore
 
 INDEX_FILE = "index.idx"
 STORAGE_FILE = "auxiliary.idx"

@@ -14,9 +14,9 @@ from functools import cached_property
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from format.errors import CorruptFileError, UnsupportedFeatureError
-from format.index.files import IndexFile
-from format.proto import index_pb2
+from quiver.format.errors import CorruptFileError, UnsupportedFeatureError
+from quiver.format.index.files import IndexFile
+from quiver.format.proto import index_pb2
 
 IVF_KEY = "lance:ivf"
 _DTYPES = {

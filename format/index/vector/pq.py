@@ -26,11 +26,11 @@ from functools import cached_property
 import numpy as np
 import pyarrow as pa
 
-from format import _kernels
-from format.errors import CorruptFileError, UnsupportedFeatureError
-from format.index.files import IndexFile
-from format.index.vector.ivf import tensor_array
-from format.proto import index_pb2
+from quiver.format import _kernels
+from quiver.format.errors import CorruptFileError, UnsupportedFeatureError
+from quiver.format.index.files import IndexFile
+from quiver.format.index.vector.ivf import tensor_array
+from quiver.format.proto import index_pb2
 
 CODE_COLUMN = "__pq_code"
 

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from format import _kernels
-from format.file.parallel import map_parallel
-from format.index.vector.distance import normalize, top_k_per_query
-from format.index.vector.index import Partition, VectorIndex
-from format.index.vector.ivf import nearest_first
+from quiver.format import _kernels
+from quiver.format.file.parallel import map_parallel
+from quiver.format.index.vector.distance import normalize, top_k_per_query
+from quiver.format.index.vector.index import Partition, VectorIndex
+from quiver.format.index.vector.ivf import nearest_first
 
 RowFilter = Callable[[np.ndarray], np.ndarray]  # row ids -> bool mask of allowed rows
 _METRICS = {"l2": _kernels.METRIC_L2, "cosine": _kernels.METRIC_COSINE, "dot": _kernels.METRIC_DOT}

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from format import _kernels
-from format.errors import CorruptFileError, UnsupportedFeatureError
+from quiver.format import _kernels
+from quiver.format.errors import CorruptFileError, UnsupportedFeatureError
 
 CODE_COLUMN = "__sq_code"
 

@@ -12,8 +12,8 @@ import pyarrow.compute as pc
 import pytest
 from compare import assert_same_table
 
-from format.dataset import dataset
-from format.errors import FilterBindError, FilterSyntaxError, InvalidInputError
+from quiver.format.dataset import dataset
+from quiver.format.errors import FilterBindError, FilterSyntaxError, InvalidInputError
 
 pytestmark = pytest.mark.compat
 

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pytest
 from compare import assert_same_table
 
-from format.dataset import dataset
-from format.errors import UnsupportedFeatureError
+from quiver.format.dataset import dataset
+from quiver.format.errors import UnsupportedFeatureError
 
 pytestmark = pytest.mark.compat
 

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from format.dataset import dataset
-from format.errors import ColumnNotFoundError, InvalidInputError, SchemaMismatchError
+from quiver.format.dataset import dataset
+from quiver.format.errors import ColumnNotFoundError, InvalidInputError, SchemaMismatchError
 from tests.compare import assert_same_table
 
 VERSIONS = ["2.0", "2.2"]

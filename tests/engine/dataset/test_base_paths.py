@@ -8,7 +8,7 @@ import lance
 import pyarrow as pa
 import pytest
 
-from format.dataset import dataset
+from quiver.format.dataset import dataset
 
 
 @pytest.mark.parametrize("storage_version", ["legacy", "2.0"])
@@ -31,7 +31,7 @@ def test_shallow_clone_reads_through_base_paths(tmp_path: Path, storage_version:
 
 @pytest.mark.parametrize("storage_version", ["legacy", "2.0"])
 def test_our_shallow_clone_is_read_and_extended_by_pylance(tmp_path: Path, storage_version: str):
-    from format.dataset import write_dataset
+    from quiver.format.dataset import write_dataset
 
     t = pa.table({"a": list(range(10)), "s": [f"v{i}" for i in range(10)]})
     src_uri = str(tmp_path / "src")

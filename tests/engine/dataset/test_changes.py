@@ -10,11 +10,11 @@ import lance
 import pyarrow as pa
 import pytest
 
-import format.dataset.changes as changes
-from format.dataset import dataset, write_dataset
-from format.dataset.changes import AppendedFragment, appended_between
-from format.errors import InvalidInputError, NotAppendOnlyError, VersionNotFoundError
-from format.io.store import open_store
+import quiver.format.dataset.changes as changes
+from quiver.format.dataset import dataset, write_dataset
+from quiver.format.dataset.changes import AppendedFragment, appended_between
+from quiver.format.errors import InvalidInputError, NotAppendOnlyError, VersionNotFoundError
+from quiver.format.io.store import open_store
 
 
 def rows(start: int, n: int) -> pa.Table:

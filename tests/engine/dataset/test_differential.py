@@ -26,8 +26,8 @@ import pyarrow.compute as pc
 import pytest
 from compare import assert_same_table
 
-import format.dataset as ours_engine
-from format.dataset import dataset
+import quiver.format.dataset as ours_engine
+from quiver.format.dataset import dataset
 
 STEPS = 30
 # pylance failures on filters it should answer: system columns beside others in some plans,

@@ -16,8 +16,8 @@ import lance
 import pyarrow as pa
 import pytest
 
-from format.dataset import dataset, write_dataset
-from format.errors import (
+from quiver.format.dataset import dataset, write_dataset
+from quiver.format.errors import (
     ColumnNotFoundError,
     FilterBindError,
     InvalidInputError,
@@ -178,8 +178,8 @@ def test_evolution_matches_pylance(tmp_path: Path, version: str, writer: str):
 
 
 def test_new_files_hold_only_new_fields_and_physical_rows(tmp_path: Path):
-    from format.file.open import open_data_file
-    from format.table.commit import read_transaction
+    from quiver.format.file.open import open_data_file
+    from quiver.format.table.commit import read_transaction
 
     ours, _ref = _make(tmp_path, "2.0", "ours")
     ds = dataset(ours)
@@ -333,7 +333,7 @@ def test_blob_column_added_without_data_reads_as_null_descriptions(tmp_path) -> 
     import lance
     import pyarrow as pa
 
-    from format.dataset import dataset
+    from quiver.format.dataset import dataset
 
     uri = str(tmp_path / "blobs.lance")
     lance.write_dataset(pa.table({"a": [1, 2, 3]}), uri)

@@ -18,23 +18,23 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from format.dataset import dataset as qdataset
-from format.dataset.cleanup import CleanupStats
-from format.dataset.compaction import CompactionMetrics
-from format.dataset.dataset import DatasetOptimizer, LanceDataset
-from format.errors import (
+from quiver.format.dataset import dataset as qdataset
+from quiver.format.dataset.cleanup import CleanupStats
+from quiver.format.dataset.compaction import CompactionMetrics
+from quiver.format.dataset.dataset import DatasetOptimizer, LanceDataset
+from quiver.format.errors import (
     CleanupError,
     CommitConflictError,
     InvalidInputError,
 )
-from format.io.store import open_store
-from format.proto import table_pb2, transaction_pb2
-from format.table import versions as V
-from format.table.commit import read_transaction
-from format.table.indices import indices_of
-from format.table.manifest import Manifest
-from format.table.rowids import decode_row_versions
-from format.table.transaction import ManifestContext, build_manifest, new_transaction
+from quiver.format.io.store import open_store
+from quiver.format.proto import table_pb2, transaction_pb2
+from quiver.format.table import versions as V
+from quiver.format.table.commit import read_transaction
+from quiver.format.table.indices import indices_of
+from quiver.format.table.manifest import Manifest
+from quiver.format.table.rowids import decode_row_versions
+from quiver.format.table.transaction import ManifestContext, build_manifest, new_transaction
 
 
 def compact_files(ds: LanceDataset, **options: Any) -> CompactionMetrics:

@@ -9,7 +9,7 @@ import lance
 import pyarrow as pa
 import pytest
 
-from format.dataset import (
+from quiver.format.dataset import (
     LanceOperation,
     commit,
     dataset,
@@ -18,8 +18,8 @@ from format.dataset import (
     write_dataset,
     write_fragments,
 )
-from format.errors import CommitConflictError, InvalidInputError, UnsupportedFeatureError
-from format.table.manifest import decode_manifest, encode_manifest
+from quiver.format.errors import CommitConflictError, InvalidInputError, UnsupportedFeatureError
+from quiver.format.table.manifest import decode_manifest, encode_manifest
 
 
 def test_stage_then_commit_append_once(tmp_path: Path):

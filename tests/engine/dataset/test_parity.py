@@ -16,8 +16,8 @@ import pyarrow as pa
 import pytest
 from compare import assert_same_table
 
-from format.dataset import dataset, write_dataset
-from format.errors import ColumnNotFoundError, InvalidInputError, SchemaMismatchError
+from quiver.format.dataset import dataset, write_dataset
+from quiver.format.errors import ColumnNotFoundError, InvalidInputError, SchemaMismatchError
 
 
 def test_take_across_fragments_with_different_null_holding_dictionaries(tmp_path: Path):

@@ -13,14 +13,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from format.dataset import commit, dataset
-from format.errors import (
+from quiver.format.dataset import commit, dataset
+from quiver.format.errors import (
     ColumnNotFoundError,
     CommitConflictError,
     InvalidInputError,
     SchemaMismatchError,
 )
-from format.table.commit import commit_transaction
+from quiver.format.table.commit import commit_transaction
 from tests.compare import assert_same_table
 
 VERSIONS = ["2.0", "2.2"]
@@ -346,8 +346,8 @@ def test_search_after_every_kind_of_commit(tmp_path) -> None:
 def test_update_rebases_over_a_concurrent_delete_of_other_rows(tmp_path) -> None:
     uri = str(tmp_path / "t.lance")
     lance.write_dataset(_table(), uri, max_rows_per_file=10)
-    from format.dataset.row_changes import commit_change
-    from format.dataset.update import _plan
+    from quiver.format.dataset.row_changes import commit_change
+    from quiver.format.dataset.update import _plan
 
     planned = _plan(dataset(uri).core, {"score": "-1.0"}, "id IN (1, 2)")
     lance.dataset(uri).delete("id IN (3, 4)")  # same fragment, other rows
@@ -361,8 +361,8 @@ def test_update_rebases_over_a_concurrent_delete_of_other_rows(tmp_path) -> None
 def test_update_conflicting_with_a_concurrent_delete_retries(tmp_path) -> None:
     uri = str(tmp_path / "t.lance")
     lance.write_dataset(_table(), uri, max_rows_per_file=10)
-    from format.dataset.row_changes import commit_change
-    from format.dataset.update import _plan
+    from quiver.format.dataset.row_changes import commit_change
+    from quiver.format.dataset.update import _plan
 
     planned = _plan(dataset(uri).core, {"score": "-1.0"}, "id IN (1, 2)")
     lance.dataset(uri).delete("id = 2")  # one of the rows the update rewrites
@@ -410,8 +410,8 @@ def test_racing_updates_and_pylance_deletes_lose_nothing(tmp_path) -> None:
 def test_commit_transaction_without_affected_rows_cannot_rebase(tmp_path) -> None:
     uri = str(tmp_path / "t.lance")
     lance.write_dataset(_table(), uri, max_rows_per_file=10)
-    from format.dataset.row_changes import change_transaction
-    from format.dataset.update import _plan
+    from quiver.format.dataset.row_changes import change_transaction
+    from quiver.format.dataset.update import _plan
 
     txn, _ = change_transaction(_plan(dataset(uri).core, {"score": "1.0"}, "id = 1"))
     lance.dataset(uri).delete("id = 5")
@@ -427,7 +427,7 @@ def _pk_schema() -> pa.Schema:
 
 
 def test_primary_key_rules_are_pylances(tmp_path) -> None:
-    from format.dataset import write_dataset
+    from quiver.format.dataset import write_dataset
 
     bad = {
         "nullable": pa.schema([pa.field("id", pa.int64(), True, PK)]),
@@ -455,7 +455,7 @@ def test_primary_key_rules_are_pylances(tmp_path) -> None:
     )
     uri = str(tmp_path / "pos")
     write_dataset(positioned.empty_table(), uri)
-    from format.dataset.merge_insert import primary_key
+    from quiver.format.dataset.merge_insert import primary_key
 
     assert primary_key(dataset(uri).lance_schema) == ("b", "a")
     assert lance.dataset(uri).schema.field("a").metadata == positioned.field("a").metadata
@@ -476,7 +476,7 @@ def test_primary_key_merges_record_the_keys_they_insert_as_pylance(tmp_path) -> 
     lance.dataset(
         uris[1]
     ).merge_insert().when_matched_update_all().when_not_matched_insert_all().execute(source)
-    from format.table.commit import read_transaction
+    from quiver.format.table.commit import read_transaction
 
     filters = [read_transaction(dataset(u).core.store, dataset(u).manifest) for u in uris]
     assert filters[0].update.inserted_rows == filters[1].update.inserted_rows
@@ -540,7 +540,7 @@ def test_primary_key_stays_non_nullable_and_declared(tmp_path) -> None:
         ds.alter_columns({"path": "id", "nullable": True})
     assert "Primary key" in str(ref.value)
     ds.alter_columns({"path": "id", "data_type": pa.int32()})  # a cast keeps the key
-    from format.dataset.merge_insert import primary_key
+    from quiver.format.dataset.merge_insert import primary_key
 
     assert primary_key(dataset(uri).lance_schema) == ("id",)
     assert lance.dataset(uri).schema.field("id").metadata == _pk_schema().field("id").metadata

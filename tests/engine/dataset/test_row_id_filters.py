@@ -11,7 +11,7 @@ import pytest
 
 @pytest.mark.parametrize("stable", [False, True])
 def test_row_id_filters_match_pylance(tmp_path: Path, stable: bool):
-    from format.dataset import dataset
+    from quiver.format.dataset import dataset
 
     uri = str(tmp_path / "ds")
     t = pa.table({"a": list(range(50)), "s": [f"x{i}" for i in range(50)]})
@@ -32,7 +32,7 @@ def test_row_id_filters_match_pylance(tmp_path: Path, stable: bool):
 
 
 def test_columns_may_name_row_id_columns(tmp_path: Path):
-    from format.dataset import dataset
+    from quiver.format.dataset import dataset
 
     uri = str(tmp_path / "ds")
     lance.write_dataset(pa.table({"a": list(range(10))}), uri, data_storage_version="2.0")
@@ -41,7 +41,7 @@ def test_columns_may_name_row_id_columns(tmp_path: Path):
 
 
 def test_tags_unicode_and_on_branches(tmp_path: Path):
-    from format.dataset import dataset
+    from quiver.format.dataset import dataset
 
     uri = str(tmp_path / "ds")
     lance.write_dataset(pa.table({"a": [1, 2, 3]}), uri, data_storage_version="2.0")

@@ -19,12 +19,12 @@ from compare import assert_same_table
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from format.dataset import dataset, readahead
-from format.dataset.fragment import FragmentReader
-from format.dataset.readahead import ordered_readahead
-from format.dataset.scan import FILTER_STEP_BATCHES, _even_step, _output_batches
-from format.errors import InvalidInputError
-from format.io.store import FileReader
+from quiver.format.dataset import dataset, readahead
+from quiver.format.dataset.fragment import FragmentReader
+from quiver.format.dataset.readahead import ordered_readahead
+from quiver.format.dataset.scan import FILTER_STEP_BATCHES, _even_step, _output_batches
+from quiver.format.errors import InvalidInputError
+from quiver.format.io.store import FileReader
 
 ROWS = 30_000
 
@@ -404,7 +404,7 @@ def test_filter_steps_are_even_and_never_leave_a_sliver(total, step):
 def test_sparse_takes_decode_only_the_wanted_fsst_strings(uri: str, monkeypatch):
     """FSST strings are compressed one by one: a sparse take decodes the wanted ones, not
     their chunks (2.1+), and returns pylance's rows."""
-    import format.file.v21.compression as cz
+    import quiver.format.file.v21.compression as cz
 
     picked = []
     original = cz._fsst_selected

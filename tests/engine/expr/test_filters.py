@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from format.errors import FilterBindError, FilterSyntaxError, InvalidInputError
-from format.expr import CompiledFilter, apply_filter, compile_filter
+from quiver.format.errors import FilterBindError, FilterSyntaxError, InvalidInputError
+from quiver.format.expr import CompiledFilter, apply_filter, compile_filter
 
 pytestmark = pytest.mark.compat
 

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 from compare import assert_same_table
 
-from format.dataset import dataset
-from format.errors import FilterBindError, FilterSyntaxError
+from quiver.format.dataset import dataset
+from quiver.format.errors import FilterBindError, FilterSyntaxError
 
 pytestmark = pytest.mark.compat
 

@@ -21,8 +21,13 @@ import pyarrow as pa
 import pytest
 from compare import assert_same_table
 
-from format.errors import InvalidInputError
-from format.expr import apply_filter, compile_expression, compile_filter, evaluate_expressions
+from quiver.format.errors import InvalidInputError
+from quiver.format.expr import (
+    apply_filter,
+    compile_expression,
+    compile_filter,
+    evaluate_expressions,
+)
 
 pytestmark = pytest.mark.compat
 
@@ -225,7 +230,7 @@ def test_pylance_guarded_division(uri: str) -> None:
 def test_through_the_dataset_api(tmp_path: Path) -> None:
     """add_columns and scans of both engines agree: wrapped values, decimal widening, and
     the same refusal of an overflowing column."""
-    from format.dataset import dataset  # the engine's dataset facade
+    from quiver.format.dataset import dataset  # the engine's dataset facade
 
     added = {"w": "i * 1000000000000", "x": "u64 + i", "y": "i32 * i32", "z": "-i8"}
     ours, ref = str(tmp_path / "ours"), str(tmp_path / "ref")

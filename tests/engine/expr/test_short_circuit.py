@@ -15,10 +15,10 @@ import pyarrow as pa
 import pytest
 from compare import assert_same_table
 
-from format.dataset import dataset
-from format.errors import InvalidInputError
-from format.expr import compile_filter
-from format.expr.plan import Junction, Leaf, Negation
+from quiver.format.dataset import dataset
+from quiver.format.errors import InvalidInputError
+from quiver.format.expr import compile_filter
+from quiver.format.expr.plan import Junction, Leaf, Negation
 
 pytestmark = pytest.mark.compat
 

@@ -8,7 +8,7 @@ import pyarrow.compute as pc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from format.expr import true_positions
+from quiver.format.expr import true_positions
 
 
 @st.composite

@@ -12,12 +12,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from format.errors import CorruptFileError, InvalidInputError
-from format.file.base import split_ranges
-from format.file.legacy import LegacyFileReader
-from format.io.store import FileReader, ObjectStore, open_store
-from format.proto import table_pb2
-from format.table.schema import LanceField, LanceSchema
+from quiver.format.errors import CorruptFileError, InvalidInputError
+from quiver.format.file.base import split_ranges
+from quiver.format.file.legacy import LegacyFileReader
+from quiver.format.io.store import FileReader, ObjectStore, open_store
+from quiver.format.proto import table_pb2
+from quiver.format.table.schema import LanceField, LanceSchema
 
 pytestmark = pytest.mark.compat
 

@@ -17,14 +17,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from format.errors import InvalidInputError, SchemaMismatchError, UnsupportedFeatureError
-from format.file.base import WrittenFile
-from format.file.legacy import LegacyFileReader
-from format.file.legacy_writer import LegacyFileWriter, encode_dictionaries
-from format.io.store import open_store
-from format.proto import file_pb2, table_pb2
-from format.table.manifest import encode_manifest
-from format.table.schema import LanceSchema
+from quiver.format.errors import InvalidInputError, SchemaMismatchError, UnsupportedFeatureError
+from quiver.format.file.base import WrittenFile
+from quiver.format.file.legacy import LegacyFileReader
+from quiver.format.file.legacy_writer import LegacyFileWriter, encode_dictionaries
+from quiver.format.io.store import open_store
+from quiver.format.proto import file_pb2, table_pb2
+from quiver.format.table.manifest import encode_manifest
+from quiver.format.table.schema import LanceSchema
 
 pytestmark = pytest.mark.compat
 

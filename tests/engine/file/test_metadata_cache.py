@@ -9,11 +9,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from format.dataset import dataset, write_dataset
-from format.errors import CorruptFileError
-from format.file import container
-from format.file.container import FOOTER_SIZE, V2Container, _FileMeta, _MetaCache
-from format.io.store import open_store
+from quiver.format.dataset import dataset, write_dataset
+from quiver.format.errors import CorruptFileError
+from quiver.format.file import container
+from quiver.format.file.container import FOOTER_SIZE, V2Container, _FileMeta, _MetaCache
+from quiver.format.io.store import open_store
 
 
 @pytest.fixture(params=["2.0", "2.2"])

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from format.dataset import dataset
-from format.file.base import PageBreaks, page_aligned_ranges, split_ranges
+from quiver.format.dataset import dataset
+from quiver.format.file.base import PageBreaks, page_aligned_ranges, split_ranges
 
 
 def _starts(sizes: list[int]) -> np.ndarray:

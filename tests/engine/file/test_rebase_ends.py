@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from format import _kernels
+from quiver.format import _kernels
 
 
 def _reference(ends: list[int], has_prev: bool, adjustment: int, most: int):

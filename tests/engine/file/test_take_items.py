@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from format import _kernels
-from format.errors import CorruptFileError
-from format.file.items import item_table, take_items
-from format.file.v21.page import PageWhere
-from format.file.v21.unravel import to_logical
+from quiver.format import _kernels
+from quiver.format.errors import CorruptFileError
+from quiver.format.file.items import item_table, take_items
+from quiver.format.file.v21.page import PageWhere
+from quiver.format.file.v21.unravel import to_logical
 
 _TEXT = st.text(st.characters(codec="utf-8"), max_size=40)
 

@@ -23,12 +23,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from variable_layouts import encode_variable_block, encode_variable_chunks
 
-from format.errors import CorruptFileError, UnsupportedFeatureError
-from format.file.container import Footer, V2Container
-from format.file.v21 import bitpacking as bp
-from format.file.v21 import byte_stream_split as bss
-from format.file.v21 import fsst, general, rle
-from format.file.v21.compression import (
+from quiver.format.errors import CorruptFileError, UnsupportedFeatureError
+from quiver.format.file.container import Footer, V2Container
+from quiver.format.file.v21 import bitpacking as bp
+from quiver.format.file.v21 import byte_stream_split as bss
+from quiver.format.file.v21 import fsst, general, rle
+from quiver.format.file.v21.compression import (
     Chunks,
     binary_array,
     decode_block,
@@ -37,9 +37,9 @@ from format.file.v21.compression import (
     decode_fullzip_variable,
     take_dictionary,
 )
-from format.io.store import open_store
-from format.proto import encodings_v2_1_pb2 as pb
-from format.proto import file2_pb2
+from quiver.format.io.store import open_store
+from quiver.format.proto import encodings_v2_1_pb2 as pb
+from quiver.format.proto import file2_pb2
 
 pytestmark = pytest.mark.compat
 

@@ -17,13 +17,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from variable_layouts import encode_variable_chunks
 
-from format import _kernels
-from format.errors import CorruptFileError
-from format.file.v21 import bitpacking as bp
-from format.file.v21 import byte_stream_split as bss
-from format.file.v21 import compression as cz
-from format.file.v21 import fsst, rle
-from format.file.v21.gather import check_ranges, copy_ranges, gather, read_uint
+from quiver.format import _kernels
+from quiver.format.errors import CorruptFileError
+from quiver.format.file.v21 import bitpacking as bp
+from quiver.format.file.v21 import byte_stream_split as bss
+from quiver.format.file.v21 import compression as cz
+from quiver.format.file.v21 import fsst, rle
+from quiver.format.file.v21.gather import check_ranges, copy_ranges, gather, read_uint
 
 I64 = np.int64
 MAX = 2**63 - 1

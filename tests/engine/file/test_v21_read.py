@@ -24,13 +24,13 @@ from hypothesis import strategies as st
 from strategies import arrow_types, random_array
 from v21_files import one_file, open_reader
 
-from format.dataset import dataset
-from format.errors import CorruptFileError, LanceError, UnsupportedFeatureError
-from format.file.base import split_ranges
-from format.file.container import V2Container
-from format.file.v21.page import PageWhere
-from format.io.store import Spans, open_store
-from format.proto import encodings_v2_1_pb2 as pb
+from quiver.format.dataset import dataset
+from quiver.format.errors import CorruptFileError, LanceError, UnsupportedFeatureError
+from quiver.format.file.base import split_ranges
+from quiver.format.file.container import V2Container
+from quiver.format.file.v21.page import PageWhere
+from quiver.format.io.store import Spans, open_store
+from quiver.format.proto import encodings_v2_1_pb2 as pb
 
 VERSIONS = ("2.1", "2.2")
 N = 3000
@@ -968,8 +968,8 @@ def test_variable_packed_struct_is_refused_in_a_2_1_file(tmp_path):
 def test_dictionary_indices_outside_the_dictionary_are_corrupt_unless_null():
     """A null slot may hold any index; a visible one past the dictionary is corruption
     (it used to read as the dictionary's first item)."""
-    from format.file.v21.page import PageWhere
-    from format.file.v21.unravel import to_logical
+    from quiver.format.file.v21.page import PageWhere
+    from quiver.format.file.v21.unravel import to_logical
 
     where = PageWhere("f.lance", "column 0 page 0")
     items = pa.array([b"a", b"b", b"c"], pa.large_binary())  # physical values

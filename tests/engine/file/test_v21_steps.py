@@ -11,11 +11,11 @@ import pytest
 from compare import assert_same_table
 from v21_files import one_file, open_reader
 
-from format.dataset import dataset
-from format.errors import CorruptFileError
-from format.file.parallel import run_plans
-from format.file.v21.reader import StructuralFileReader
-from format.file.v21.steps import MiniBlockSteps
+from quiver.format.dataset import dataset
+from quiver.format.errors import CorruptFileError
+from quiver.format.file.parallel import run_plans
+from quiver.format.file.v21.reader import StructuralFileReader
+from quiver.format.file.v21.steps import MiniBlockSteps
 
 VERSIONS = ("2.1", "2.2")
 N = 6000

@@ -16,16 +16,16 @@ from hypothesis import strategies as st
 from lance.file import LanceFileReader
 from strategies import random_array
 
-from format.dataset import dataset, write_dataset
-from format.errors import InvalidInputError, SchemaMismatchError, UnsupportedFeatureError
-from format.file.base import WrittenFile
-from format.file.v20 import V2Container
-from format.file.v21.writer import StructuralFileWriter
-from format.io.store import ObjectStore, open_store
-from format.proto import encodings_v2_1_pb2 as pb21
-from format.proto import table_pb2
-from format.table.manifest import encode_manifest
-from format.table.schema import LanceSchema
+from quiver.format.dataset import dataset, write_dataset
+from quiver.format.errors import InvalidInputError, SchemaMismatchError, UnsupportedFeatureError
+from quiver.format.file.base import WrittenFile
+from quiver.format.file.v20 import V2Container
+from quiver.format.file.v21.writer import StructuralFileWriter
+from quiver.format.io.store import ObjectStore, open_store
+from quiver.format.proto import encodings_v2_1_pb2 as pb21
+from quiver.format.proto import table_pb2
+from quiver.format.table.manifest import encode_manifest
+from quiver.format.table.schema import LanceSchema
 
 pytestmark = pytest.mark.compat
 

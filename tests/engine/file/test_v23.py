@@ -9,14 +9,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from format.errors import CorruptFileError, UnsupportedFeatureError
-from format.file.v21 import planar
-from format.file.v21.compression import decode_block
-from format.file.v21.layers import Layer
-from format.file.v21.page import PageWhere
-from format.proto import encodings_v2_1_pb2 as pb
-from format.proto import encodings_v2_3_pb2 as p23
-from format.table.schema import LanceSchema
+from quiver.format.errors import CorruptFileError, UnsupportedFeatureError
+from quiver.format.file.v21 import planar
+from quiver.format.file.v21.compression import decode_block
+from quiver.format.file.v21.layers import Layer
+from quiver.format.file.v21.page import PageWhere
+from quiver.format.proto import encodings_v2_1_pb2 as pb
+from quiver.format.proto import encodings_v2_3_pb2 as p23
+from quiver.format.table.schema import LanceSchema
 
 WHERE = PageWhere("f.lance", "column 0 page 0")
 EMPTY = np.zeros(0, dtype=np.uint8)

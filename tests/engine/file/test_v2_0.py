@@ -19,13 +19,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import arrow_types, random_array
 
-from format.errors import CorruptFileError, InvalidInputError, LanceError, UnsupportedFeatureError
-from format.file.base import split_ranges
-from format.file.v20 import V2Container, V2FileReader
-from format.file.v20 import decode as v20
-from format.io.store import FileReader, ObjectStore, open_store
-from format.proto import encodings_v2_0_pb2, file2_pb2, table_pb2
-from format.table.schema import LanceField, LanceSchema
+from quiver.format.errors import (
+    CorruptFileError,
+    InvalidInputError,
+    LanceError,
+    UnsupportedFeatureError,
+)
+from quiver.format.file.base import split_ranges
+from quiver.format.file.v20 import V2Container, V2FileReader
+from quiver.format.file.v20 import decode as v20
+from quiver.format.io.store import FileReader, ObjectStore, open_store
+from quiver.format.proto import encodings_v2_0_pb2, file2_pb2, table_pb2
+from quiver.format.table.schema import LanceField, LanceSchema
 
 pytestmark = pytest.mark.compat
 
@@ -335,7 +340,7 @@ def test_prepared_steps_match_random_access(
     """Runs of rows read through their pages' prepared readers (`step_rows`) equal those
     read through the general random-access plans, value for value and null for null, and
     the common encodings (fixed width, fixed-size lists, strings, dictionaries) have one."""
-    import format.file.v20.reader as reader_module
+    import quiver.format.file.v20.reader as reader_module
 
     prepared: set[str] = set()
     real = reader_module.prepare_steps
@@ -491,7 +496,7 @@ def test_reads_only_what_is_needed(types_ds: Files) -> None:
 
 def _whole_page_take(r: V2FileReader, fields: list[LanceField], idx: np.ndarray) -> list[pa.Array]:
     """take() as it was: every overlapping page fetched and decoded whole."""
-    from format.file.v20.reader import Ranges
+    from quiver.format.file.v20.reader import Ranges
 
     nodes = r._plan(fields)
     try:

@@ -17,14 +17,14 @@ from hypothesis import strategies as st
 from lance.file import LanceFileReader, LanceFileWriter
 from strategies import arrow_types, random_array
 
-from format.errors import InvalidInputError, SchemaMismatchError, UnsupportedFeatureError
-from format.file.base import WrittenFile
-from format.file.v20 import V2Container, V2FileReader, V2FileWriter
-from format.file.v20 import encode as enc20
-from format.io.store import ObjectStore, open_store
-from format.proto import encodings_v2_0_pb2, table_pb2
-from format.table.manifest import encode_manifest
-from format.table.schema import LanceSchema
+from quiver.format.errors import InvalidInputError, SchemaMismatchError, UnsupportedFeatureError
+from quiver.format.file.base import WrittenFile
+from quiver.format.file.v20 import V2Container, V2FileReader, V2FileWriter
+from quiver.format.file.v20 import encode as enc20
+from quiver.format.io.store import ObjectStore, open_store
+from quiver.format.proto import encodings_v2_0_pb2, table_pb2
+from quiver.format.table.manifest import encode_manifest
+from quiver.format.table.schema import LanceSchema
 
 pytestmark = pytest.mark.compat
 

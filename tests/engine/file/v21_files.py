@@ -6,8 +6,8 @@ from typing import Any
 
 import lance
 
-from format.file.v21.reader import StructuralFileReader
-from format.io.store import open_store
+from quiver.format.file.v21.reader import StructuralFileReader
+from quiver.format.io.store import open_store
 
 
 def one_file(uri: str) -> tuple[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from format.file.v21.gather import I64, range_index
+from quiver.format.file.v21.gather import I64, range_index
 
 _NP_UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 VARIABLE_PAD = 0x48

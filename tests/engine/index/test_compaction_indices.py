@@ -17,11 +17,11 @@ import pyarrow.compute as pc
 import pytest
 from compare import assert_same_table
 
-from format.dataset import dataset, write_dataset
-from format.errors import CommitConflictError
-from format.index.files import IndexFile
-from format.index.pruning import BLOCK_ROWS
-from format.io.store import ObjectStore, filesystem
+from quiver.format.dataset import dataset, write_dataset
+from quiver.format.errors import CommitConflictError
+from quiver.format.index.files import IndexFile
+from quiver.format.index.pruning import BLOCK_ROWS
+from quiver.format.io.store import ObjectStore, filesystem
 
 PER_FRAGMENT = 1500
 FRAGMENTS = 6  # 9000 indexed rows: three BTREE pages of 4096 values
@@ -93,7 +93,7 @@ def _index_rows(uri: str, uuid: str, kind: str) -> pa.Table:
         finally:
             f.close()
         return t.sort_by([("values", "ascending"), ("ids", "ascending")])
-    from format.index.scalar.rows import parse_row_id_map
+    from quiver.format.index.scalar.rows import parse_row_id_map
 
     f = IndexFile(store, f"_indices/{uuid}/bitmap_page_lookup.lance")
     try:

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from compare import assert_same_table
 
-from format.dataset import dataset, write_dataset
+from quiver.format.dataset import dataset, write_dataset
 
 DIM = 8
 FILTERS = [

@@ -13,9 +13,9 @@ import pyarrow as pa
 import pytest
 from compare import assert_same_table
 
-from format.dataset import dataset, write_dataset
-from format.expr import apply_filter, compile_filter
-from format.index.pruning import BLOCK_ROWS
+from quiver.format.dataset import dataset, write_dataset
+from quiver.format.expr import apply_filter, compile_filter
+from quiver.format.index.pruning import BLOCK_ROWS
 
 ROWS = 9000  # three BTREE pages of 4096 values
 PER_FILE = 2000

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from vectors import DIM, KINDS, METRICS, assert_same_neighbours, build, pylance_nearest
 
-from format.dataset import dataset
-from format.errors import ColumnNotFoundError, InvalidInputError, UnsupportedFeatureError
-from format.index.vector import search as ivf
-from format.index.vector.ivf import nearest_first
+from quiver.format.dataset import dataset
+from quiver.format.errors import ColumnNotFoundError, InvalidInputError, UnsupportedFeatureError
+from quiver.format.index.vector import search as ivf
+from quiver.format.index.vector.ivf import nearest_first
 
 pytestmark = pytest.mark.compat
 

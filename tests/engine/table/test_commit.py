@@ -9,13 +9,13 @@ import lance
 import pyarrow as pa
 import pytest
 
-from format.dataset import dataset
-from format.errors import CommitConflictError
-from format.io import open_store
-from format.proto import transaction_pb2
-from format.table.commit import commit_transaction
-from format.table.conflicts import Resolution, check
-from format.table.transaction import IDEMPOTENCY_KEY, new_transaction
+from quiver.format.dataset import dataset
+from quiver.format.errors import CommitConflictError
+from quiver.format.io import open_store
+from quiver.format.proto import transaction_pb2
+from quiver.format.table.commit import commit_transaction
+from quiver.format.table.conflicts import Resolution, check
+from quiver.format.table.transaction import IDEMPOTENCY_KEY, new_transaction
 
 
 @pytest.fixture

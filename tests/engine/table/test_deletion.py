@@ -14,10 +14,10 @@ import pyarrow.ipc as ipc
 import pyroaring
 import pytest
 
-from format.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
-from format.io.store import open_store
-from format.proto import table_pb2
-from format.table.deletion import (
+from quiver.format.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
+from quiver.format.io.store import open_store
+from quiver.format.proto import table_pb2
+from quiver.format.table.deletion import (
     ARROW_ARRAY,
     BITMAP,
     DELETION_SCHEMA,

@@ -13,11 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from format.errors import CorruptFileError, InvalidInputError
-from format.io.store import open_store
-from format.proto import rowids_pb2, table_pb2
-from format.table.deletion import live_offsets, read_fragment_deletions
-from format.table.rowids import (
+from quiver.format.errors import CorruptFileError, InvalidInputError
+from quiver.format.io.store import open_store
+from quiver.format.proto import rowids_pb2, table_pb2
+from quiver.format.table.deletion import live_offsets, read_fragment_deletions
+from quiver.format.table.rowids import (
     decode_row_ids,
     decode_row_versions,
     encode_row_ids,

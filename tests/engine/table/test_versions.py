@@ -13,8 +13,8 @@ import lance
 import pyarrow as pa
 import pytest
 
-from format.dataset import dataset
-from format.errors import (
+from quiver.format.dataset import dataset
+from quiver.format.errors import (
     CorruptFileError,
     DatasetNotFoundError,
     FilterBindError,
@@ -23,7 +23,7 @@ from format.errors import (
     UnsupportedFeatureError,
     VersionNotFoundError,
 )
-from format.table.manifest import (
+from quiver.format.table.manifest import (
     decode_manifest,
     encode_manifest,
     manifest_name,
@@ -149,7 +149,7 @@ def test_v1_manifest_naming_is_read(tmp_path: Path):
 
 
 def test_atomic_write_never_publishes_partial_files(tmp_path: Path):
-    from format.io import open_store
+    from quiver.format.io import open_store
 
     store = open_store(str(tmp_path))
     with pytest.raises(RuntimeError), store.open_write("data/a.lance") as f:
