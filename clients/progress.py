@@ -1,4 +1,5 @@
-"""Progress of a read: a tqdm bar when tqdm is installed, else one stderr line."""
+"""Progress on stderr: of a read (rows and endpoints: a tqdm bar when tqdm is installed, else
+one line), and of work that says nothing until it ends (a server action: the time so far)."""
 
 from __future__ import annotations
 
@@ -71,3 +72,41 @@ class Progress:
                 self._render(force=True)
                 sys.stderr.write("\n")
                 sys.stderr.flush()
+
+
+class Elapsed:
+    """While the block runs, one stderr line `desc... 12.3 s` redrawn every `interval`
+    seconds, erased at the end: for work that reports nothing until it is done."""
+
+    def __init__(self, enabled: bool, desc: str, interval: float = 0.2) -> None:
+        self._enabled = enabled
+        self._desc = desc
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._width = 0
+
+    def __enter__(self) -> Elapsed:
+        if self._enabled:
+            started = time.monotonic()
+            self._thread = threading.Thread(
+                target=self._run, args=(started,), name="quiver-elapsed", daemon=True
+            )
+            self._thread.start()
+        return self
+
+    def _run(self, started: float) -> None:
+        while not self._stop.wait(self._interval):
+            line = f"{self._desc}... {time.monotonic() - started:.1f} s"
+            self._width = max(self._width, len(line))
+            sys.stderr.write(f"\r{line}")
+            sys.stderr.flush()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        if self._width:
+            sys.stderr.write("\r" + " " * self._width + "\r")
+            sys.stderr.flush()

@@ -13,7 +13,9 @@ A TARGET is a dataset: a path or URI ending in `.lance` (local, `s3://`, `memory
 or `grpc://host:port/name` (`grpc+tls://` too) on a server. Local datasets are handled
 by the same service the server runs, so a command answers alike wherever the dataset is.
 `--json` prints the result as JSON for scripts; an error is one line on stderr and exit
-code 1 (2 for a command line that does not parse). `--token` (or `QUIVER_TOKEN`) and
+code 1 (2 for a command line that does not parse). On a terminal, stderr shows the progress
+of a read from a server (rows, endpoints) and the time so far of a delete, compact or cleanup
+(`--no-progress` turns it off). `--token` (or `QUIVER_TOKEN`) and
 `--tls-root-certs` reach a server that asks for them.
 """
 
@@ -29,6 +31,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from quiver.clients.progress import Elapsed
 from quiver.flight_server import cli as server_cli
 from quiver.wire.errors import QuiverError
 
@@ -66,6 +69,8 @@ class Local:
 
     def head(self, name: str, n: int, ref: dict[str, Any], **read: Any) -> pa.Table:
         from quiver.format.dataset import dataset
+
+        read.pop("progress", None)  # a local read of `n` rows has nothing to show
 
         version = ref.get("version", ref.get("tag"))
         ds = dataset(self.service.uri(name), version=version)
@@ -164,6 +169,21 @@ def table_text(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
     return "\n".join([line.rstrip(), rule, *(b.rstrip() for b in body)])
 
 
+def _show_progress(args: argparse.Namespace) -> bool:
+    """Progress goes to stderr when a person watches it: a terminal, no --json, no
+    --no-progress."""
+    return not args.json and not args.no_progress and sys.stderr.isatty()
+
+
+def _run(args: argparse.Namespace, where: Local | Remote, name: str, body: dict[str, Any]) -> Any:
+    """One action on the dataset, the time so far on stderr while it runs; closes `where`."""
+    try:
+        with Elapsed(_show_progress(args), f"{name} {body['dataset']}"):
+            return where.action(name, body)
+    finally:
+        where.close()
+
+
 def _print(args: argparse.Namespace, result: Any, text: str) -> None:
     print(json.dumps(result, default=str, indent=2) if args.json else text)
 
@@ -239,7 +259,14 @@ def _head(args: argparse.Namespace) -> int:
     columns = [c.strip() for c in args.columns.split(",")] if args.columns else None
     where, name = open_dataset(args.target, args)
     try:
-        table = where.head(name, args.n, _ref(args), columns=columns, filter=args.filter)
+        table = where.head(
+            name,
+            args.n,
+            _ref(args),
+            columns=columns,
+            filter=args.filter,
+            progress=_show_progress(args),
+        )
     finally:
         where.close()
     rows = table.to_pylist()
@@ -250,10 +277,7 @@ def _head(args: argparse.Namespace) -> int:
 
 def _delete(args: argparse.Namespace) -> int:
     where, name = open_dataset(args.target, args)
-    try:
-        done = where.action("delete", {"dataset": name, "predicate": args.where})
-    finally:
-        where.close()
+    done = _run(args, where, "delete", {"dataset": name, "predicate": args.where})
     _print(args, done, f"deleted {done['deleted_rows']:,} row(s): version {done['version']}")
     return 0
 
@@ -263,10 +287,7 @@ def _compact(args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"dataset": name}
     if args.target_rows is not None:
         body["target_rows_per_fragment"] = args.target_rows
-    try:
-        done = where.action("compact", body)
-    finally:
-        where.close()
+    done = _run(args, where, "compact", body)
     text = f"{done['fragments_removed']} fragment(s) rewritten into {done['fragments_added']}" + (
         f": version {done['version']}" if done.get("version") is not None else ""
     )
@@ -289,10 +310,7 @@ def _cleanup(args: argparse.Namespace) -> int:
         body["older_than_seconds"] = duration_seconds(args.older_than)
     if args.retain is not None:
         body["retain_versions"] = args.retain
-    try:
-        done = where.action("cleanup", body)
-    finally:
-        where.close()
+    done = _run(args, where, "cleanup", body)
     text = (
         f"removed {done['old_versions']} old version(s), {done['data_files_removed']} data "
         f"file(s), {done['bytes_removed']:,} bytes"
@@ -311,6 +329,11 @@ def build_parser() -> argparse.ArgumentParser:
     server_cli.add_commands(sub)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="print the result as JSON")
+    common.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress on stderr (shown on a terminal while reads and actions run)",
+    )
     common.add_argument("--token", help="bearer token for a server (env QUIVER_TOKEN)")
     common.add_argument("--tls-root-certs", help="PEM file of the server's CA (grpc+tls://)")
     ref = argparse.ArgumentParser(add_help=False)

@@ -125,3 +125,63 @@ def test_every_command_has_help() -> None:
 
     for command in PEOPLE:
         assert "usage: quiver " + command in ok(command, "--help")
+
+
+def _with_terminal_stderr(*args: str) -> tuple[int, str, str]:
+    """Run `quiver` with stderr on a pseudo-terminal, as a person at a terminal sees it."""
+    import os
+    import pty
+
+    main, replica = pty.openpty()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "quiver", *args],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=replica,
+            text=True,
+            timeout=120,
+        )
+        os.close(replica)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # EIO: the writing side is closed and everything was read
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(main)
+    return done.returncode, done.stdout, b"".join(chunks).decode()
+
+
+def test_progress_shows_on_a_terminal_only(server: str) -> None:
+    code, out, err = _with_terminal_stderr("head", f"{server}/demo", "-n", "5")
+    assert code == 0 and "(5 row(s))" in out
+    assert "reading demo" in err and "endpoints" in err  # the read's progress line
+    code, out, err = _with_terminal_stderr("head", f"{server}/demo", "-n", "5", "--no-progress")
+    assert code == 0 and err == ""
+    code, out, err = _with_terminal_stderr("head", f"{server}/demo", "-n", "5", "--json")
+    assert code == 0 and len(json.loads(out)) == 5 and err == ""
+    done = quiver("head", f"{server}/demo", "-n", "5")  # stderr a pipe: nothing on it
+    assert done.returncode == 0 and done.stderr == ""
+
+
+def test_elapsed_shows_the_time_so_far_and_erases_itself(monkeypatch) -> None:
+    import io
+    import time
+
+    from quiver.clients.progress import Elapsed
+
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    with Elapsed(True, "compact sales", interval=0.05):
+        time.sleep(0.3)
+    text = err.getvalue()
+    assert "\rcompact sales... 0." in text and text.endswith("\r")
+    assert text.rstrip("\r").endswith(" ")  # the last line is blanked out
+    with Elapsed(False, "compact sales", interval=0.05):
+        time.sleep(0.1)
+    assert err.getvalue() == text
