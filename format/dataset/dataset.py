@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from quiver.format.dataset import backfill, cleanup, compaction, evolution
+from quiver.format.dataset import indexing as _indexing
 from quiver.format.dataset import take as _take
 from quiver.format.dataset import update as _update
 from quiver.format.dataset import write as _write
@@ -387,6 +388,42 @@ class LanceDataset:
     def index_statistics(self, index_name: str) -> dict[str, Any]:
         """pylance's statistics of one index; IndexNotFoundError (a KeyError) if none."""
         return _catalog.index_statistics(self._core, index_name)
+
+    def create_scalar_index(
+        self,
+        column: str,
+        index_type: str,
+        name: str | None = None,
+        *,
+        replace: bool = True,
+        train: bool = True,
+        fragment_ids: Sequence[int] | None = None,
+        index_uuid: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Build a BTREE or BITMAP index of `column` over the live rows and commit it as
+        the next version (pylance's `create_scalar_index`: named `{column}_idx` by default,
+        replacing an index of the same name unless `replace=False`)."""
+        if kwargs:
+            raise InvalidInputError(
+                f"{self.uri}: create_scalar_index has no option {', '.join(sorted(kwargs))}"
+            )
+        core = _indexing.create_scalar_index(
+            self._core,
+            column,
+            index_type,
+            name,
+            replace=replace,
+            train=train,
+            fragment_ids=fragment_ids,
+            index_uuid=index_uuid,
+        )
+        self._advance(core)
+
+    def drop_index(self, name: str) -> None:
+        """Drop every segment of the index `name` as the next version (pylance's
+        `drop_index`); its files stay until `cleanup_old_versions`."""
+        self._advance(_indexing.drop_index(self._core, name))
 
     def head(self, num_rows: int, **kwargs: Any) -> pa.Table:
         """The first `num_rows` rows."""

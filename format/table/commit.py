@@ -122,6 +122,22 @@ def _index_source(
     return base
 
 
+def _create_indices(
+    section: bytes | None, body: transaction_pb2.Transaction.CreateIndex
+) -> bytes | None:
+    """The index section after a CreateIndex: the removed segments (by uuid) gone, the new
+    ones appended, as pylance applies it."""
+    pb = table_pb2.IndexSection()
+    if section is not None:
+        pb.ParseFromString(section)
+    removed = {bytes(i.uuid.uuid) for i in body.removed_indices}
+    kept = [i for i in pb.indices if bytes(i.uuid.uuid) not in removed]
+    del pb.indices[:]
+    pb.indices.extend(kept)
+    pb.indices.extend(body.new_indices)
+    return pb.SerializeToString() if pb.indices else None
+
+
 def _prune_indices(
     section: bytes | None,
     txn: transaction_pb2.Transaction,
@@ -137,9 +153,11 @@ def _prune_indices(
     fragment (a bitmap names the fragments whose rows the index holds; readers intersect
     it with the fragments that exist). Deletes, updates, merges and projections then keep
     only the relevant indices (`_retain_relevant`)."""
+    op = operation_of(txn)
+    if op == "create_index":
+        return _create_indices(section, txn.create_index)
     if section is None:
         return None
-    op = operation_of(txn)
     if op == "overwrite":
         return None
     pb = table_pb2.IndexSection()

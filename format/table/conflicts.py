@@ -58,6 +58,41 @@ def _config_keys(txn: Transaction) -> set[str]:
     return keys
 
 
+def _indexed(txn: Transaction) -> tuple[set[int], set[int], bool]:
+    """The fragments and fields a CreateIndex's new indices cover, and whether one has no
+    fragment bitmap (covering an unknown set)."""
+    from pyroaring import BitMap
+
+    fragments: set[int] = set()
+    fields: set[int] = set()
+    unknown = False
+    for index in txn.create_index.new_indices:
+        fields |= set(index.fields)
+        if index.fragment_bitmap:
+            fragments |= set(BitMap.deserialize(index.fragment_bitmap))
+        else:
+            unknown = True
+    return fragments, fields, unknown
+
+
+def _create_index_after(index: Transaction, change: Transaction) -> Resolution:
+    """A CreateIndex and another change, in either order (pylance 14's rules): only a
+    compaction that moved rows the new index holds, or a data replacement of an indexed
+    column, makes the later of the two retry; indices are known by uuid, so builds and
+    drops of indices never conflict, nor do appends, deletes, updates or schema changes
+    (row ids stay valid)."""
+    op = operation_of(change)
+    if op not in ("rewrite", "data_replacement"):
+        return Resolution.OK
+    fragments, fields, unknown = _indexed(index)
+    if op == "rewrite":
+        return (
+            Resolution.RETRY if unknown or touched_fragments(change) & fragments else Resolution.OK
+        )
+    replaced = {f for g in change.data_replacement.replacements for f in g.new_file.fields}
+    return Resolution.RETRY if replaced & fields else Resolution.OK
+
+
 def check(mine: Transaction, theirs: Transaction | None) -> Resolution:
     """How `theirs` (committed after my read version) affects `mine`."""
     me, other = operation_of(mine), operation_of(theirs) if theirs is not None else None
@@ -75,6 +110,10 @@ def check(mine: Transaction, theirs: Transaction | None) -> Resolution:
         return Resolution.OK
     if other in ("overwrite", "restore"):
         return Resolution.INCOMPATIBLE
+    if me == "create_index":
+        return _create_index_after(mine, theirs)
+    if other == "create_index" and me in ("rewrite", "data_replacement"):
+        return _create_index_after(theirs, mine)
     if other in ("clone", "update_bases"):
         return Resolution.RETRY
     if me == "update_config":
@@ -94,7 +133,7 @@ def check(mine: Transaction, theirs: Transaction | None) -> Resolution:
             or may_share_a_key(mine.update.inserted_rows, theirs.update.inserted_rows)
         ):
             return Resolution.RETRY
-    if me in ("append", "reserve_fragments", "create_index"):
+    if me in ("append", "reserve_fragments"):
         # new fragments don't touch old ones; a schema change invalidates the data we wrote
         return Resolution.RETRY if other in ("merge", "project") else Resolution.OK
     if me in ("merge", "project"):

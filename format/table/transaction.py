@@ -326,6 +326,8 @@ def build_manifest(
         m.next_row_id = max(prev_pb.next_row_id, old.next_row_id)
     elif op == "update_config":
         _apply_config(m, txn.update_config)
+    elif op == "create_index":
+        pass  # only the index section changes (`commit._prune_indices`)
     elif op == "reserve_fragments":
         base = _next_fragment_id(m)
         if txn.reserve_fragments.num_fragments:

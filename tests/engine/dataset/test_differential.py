@@ -142,7 +142,10 @@ class _Sequence:
                 )
             )
             wider = {pa.int32(): pa.int64(), pa.float32(): pa.float64()}.get(schema.field(col).type)
-            if wider is not None:
+            indexed_columns = {
+                n for i in lance.dataset(self.uri).describe_indices() for n in i.field_names
+            }
+            if wider is not None and col not in indexed_columns:  # both engines refuse that
                 ops.append(
                     (
                         f"cast {col} to {wider}",
@@ -170,12 +173,25 @@ class _Sequence:
         ops.append((f"restore {old}", lambda e, u: e.dataset(u, version=old).restore()))
         tag = f"t{k}"
         ops.append((f"tag {tag}", lambda e, u: e.dataset(u).tags.create(tag, e.dataset(u).version)))
+        scalar = [
+            c
+            for c in ["id", *others]
+            if pa.types.is_integer(schema.field(c).type)
+            or pa.types.is_floating(schema.field(c).type)
+            or pa.types.is_string(schema.field(c).type)
+        ]
+        # (names of their own: the lambdas above read `col` when they run)
+        indexed, kind = self.rng.choice(scalar), self.rng.choice(["BTREE", "BITMAP"])
         ops.append(
             (
-                "pylance create_scalar_index id",
-                lambda e, u: lance.dataset(u).create_scalar_index("id", "BTREE", replace=True),
+                f"create_scalar_index {indexed} {kind}",
+                lambda e, u: e.dataset(u).create_scalar_index(indexed, kind, replace=True),
             )
         )
+        indices = [i.name for i in lance.dataset(self.uri).describe_indices()]
+        if indices:
+            dropped = self.rng.choice(indices)
+            ops.append((f"drop_index {dropped}", lambda e, u: e.dataset(u).drop_index(dropped)))
         what, run = self.rng.choice(ops)
         self.reordered |= what.startswith("merge_insert")
         self.log.append(f"{k}: {what} ({name} here, {other} on the twin)")

@@ -1,0 +1,187 @@
+"""Building and dropping indices, committed as pylance 14 commits them (a CreateIndex).
+
+`create_scalar_index` scans one column's live values and row ids, writes a BTREE or BITMAP
+(`index.scalar.build`) into `_indices/<uuid>/` and commits one CreateIndex transaction: the
+new index (its field, the version it was built from, the fragments it covers, its details,
+version 0, its files and their sizes) and, when it replaces one, the segments of the same
+name in `removed_indices`. `drop_index` commits a CreateIndex that only removes. pylance opens
+and uses these indices as its own; Quiver's readers prune with them (`index.pruning`).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid as _uuid
+
+from google.protobuf import any_pb2
+from pyroaring import BitMap
+
+from quiver.format.dataset.core import DatasetCore
+from quiver.format.dataset.fragment import fragments_of
+from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, ROW_ID_FIELD, Scanner
+from quiver.format.errors import IndexNotFoundError, InvalidInputError, UnsupportedFeatureError
+from quiver.format.index.scalar import bitmap as _bitmap
+from quiver.format.index.scalar import btree as _btree
+from quiver.format.index.scalar.build import (
+    BITMAP_DETAILS,
+    BTREE_DETAILS,
+    build_bitmap,
+    build_btree,
+    check_type,
+)
+from quiver.format.index.scalar.remap import discard
+from quiver.format.proto import table_pb2, transaction_pb2
+from quiver.format.table.commit import commit_transaction
+from quiver.format.table.indices import IndexEntry, indices_of
+from quiver.format.table.transaction import ManifestContext, new_transaction
+
+__all__ = ["SCALAR_INDEX_TYPES", "create_scalar_index", "drop_index"]
+
+# what pylance 14 accepts as a scalar index type; the ones Quiver builds have a builder
+SCALAR_INDEX_TYPES = (
+    "BTREE",
+    "BITMAP",
+    "NGRAM",
+    "ZONEMAP",
+    "LABEL_LIST",
+    "INVERTED",
+    "FTS",
+    "BLOOMFILTER",
+    "RTREE",
+    "MINHASHLSH",
+)
+_BUILDERS = {
+    "BTREE": (build_btree, BTREE_DETAILS, (_btree.DATA_FILE, _btree.LOOKUP_FILE)),
+    "BITMAP": (build_bitmap, BITMAP_DETAILS, (_bitmap.LOOKUP_FILE,)),
+}
+
+
+def _index_file_version(core: DatasetCore) -> str:
+    """Index files take the dataset's storage version (2.0 for a legacy dataset)."""
+    version = core.data_storage_version
+    return "2.0" if version in ("0.1", "legacy") else version
+
+
+def _default_name(existing: list[IndexEntry], column: str, field_id: int, details: str) -> str:
+    """pylance's name for an unnamed index: that of the index of the same type on the same
+    column (which it then replaces), else `{column}_idx`, or `{column}_idx_2`, `_3`... when
+    the name is taken."""
+    for e in existing:
+        if e.field_ids == (field_id,) and e.details_type == details:
+            return e.name
+    taken = {e.name for e in existing}
+    name, n = f"{column}_idx", 1
+    while name in taken:
+        n += 1
+        name = f"{column}_idx_{n}"
+    return name
+
+
+def _commit(
+    core: DatasetCore,
+    body: transaction_pb2.Transaction.CreateIndex,
+) -> DatasetCore:
+    txn = new_transaction(core.version, "create_index", body)
+    result = commit_transaction(
+        core.store, txn, ctx=ManifestContext(load_version=core.load_version)
+    )
+    return DatasetCore(core.store, result.manifest, core.storage_options)
+
+
+def create_scalar_index(
+    core: DatasetCore,
+    column: str,
+    index_type: str,
+    name: str | None = None,
+    *,
+    replace: bool = True,
+    train: bool = True,
+    fragment_ids: object = None,
+    index_uuid: str | None = None,
+) -> DatasetCore:
+    """Build a BTREE or BITMAP index of `column` over every live row of this version and
+    commit it as the next version (pylance's `create_scalar_index`); the new version."""
+    kind = str(index_type).upper() if isinstance(index_type, str) else None
+    if kind not in SCALAR_INDEX_TYPES:
+        raise InvalidInputError(
+            f"{core.uri}: index type must be one of {', '.join(SCALAR_INDEX_TYPES)}, "
+            f"not {index_type!r}"
+        )
+    if kind not in _BUILDERS:
+        raise UnsupportedFeatureError(
+            f"{core.uri}: Quiver builds BTREE and BITMAP scalar indices, not {kind} yet"
+        )
+    if fragment_ids is not None or not train:
+        raise UnsupportedFeatureError(
+            f"{core.uri}: indices built on some fragments only (fragment_ids) or untrained "
+            "ones cannot be built by Quiver yet"
+        )
+    if not isinstance(column, str):
+        raise InvalidInputError(f"{core.uri}: the column to index must be a name, not {column!r}")
+    field = core.lance_schema.field(column, dataset=core.uri)
+    arrow_type = core.lance_schema.project([column]).to_arrow().field(0).type
+    check_type(kind, column, arrow_type)
+    build, details, names = _BUILDERS[kind]
+    existing = indices_of(core.manifest)
+    if name is None:
+        name = _default_name(existing, column, field.id, details)
+    if not isinstance(name, str) or not name:
+        raise InvalidInputError(f"{core.uri}: an index name must be a non-empty string")
+    same_name = [e for e in existing if e.name == name]
+    if same_name and any(e.field_ids != (field.id,) for e in same_name):
+        raise InvalidInputError(
+            f"{core.uri}: index name {name!r} already exists with different fields, please "
+            "specify a different name"
+        )
+    if same_name and not replace:
+        raise InvalidInputError(
+            f"{core.uri}: index name {name!r} already exists, please specify a different name "
+            "or use replace=True"
+        )
+    try:
+        new_uuid = _uuid.UUID(index_uuid) if index_uuid is not None else _uuid.uuid4()
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"{core.uri}: index_uuid {index_uuid!r} is not a UUID") from None
+
+    # A BTREE holds row addresses (index version 1 says so on a dataset with stable row
+    # ids), a BITMAP row ids, as pylance 14 writes them; they are equal without stable ids.
+    stable = core.manifest.uses_stable_row_ids
+    by_address = kind == "BTREE"
+    fragments = fragments_of(core)
+    table = Scanner(
+        core, fragments, columns=[column], with_row_id=not by_address, with_row_address=by_address
+    ).to_table()
+    values = table.column(column).combine_chunks()
+    ids_field = ROW_ADDRESS_FIELD if by_address else ROW_ID_FIELD
+    row_ids = table.column(ids_field.name).to_numpy()
+    directory = f"_indices/{new_uuid}"
+    try:
+        files = build(core.store, directory, values, row_ids, _index_file_version(core))
+        meta = table_pb2.IndexMetadata(
+            uuid=table_pb2.UUID(uuid=new_uuid.bytes),
+            name=name,
+            fields=[field.id],
+            dataset_version=core.version,
+            fragment_bitmap=BitMap(int(f.fragment_id) for f in fragments).serialize(),
+            index_details=any_pb2.Any(type_url=details, value=b""),
+            index_version=1 if by_address and stable else 0,
+            created_at=time.time_ns() // 1_000_000,
+            files=[table_pb2.IndexFile(path=p, size_bytes=s) for p, s in sorted(files)],
+        )
+        body = transaction_pb2.Transaction.CreateIndex(
+            new_indices=[meta], removed_indices=[e.pb for e in same_name]
+        )
+        return _commit(core, body)
+    except BaseException:
+        discard(core.store, directory, names)
+        raise
+
+
+def drop_index(core: DatasetCore, name: str) -> DatasetCore:
+    """Remove every segment of the index `name` as the next version (pylance's
+    `drop_index`); its files stay for `cleanup_old_versions`."""
+    segments = [e for e in indices_of(core.manifest) if e.name == name]
+    if not segments:
+        raise IndexNotFoundError(f"{core.uri}: index {name!r} not found")
+    body = transaction_pb2.Transaction.CreateIndex(removed_indices=[e.pb for e in segments])
+    return _commit(core, body)
