@@ -730,6 +730,28 @@ class Client(RowChanges):
             body.append(a)
         return self.action("alter_columns", {"dataset": dataset, "alterations": body})
 
+    def create_index(
+        self,
+        dataset: str,
+        column: str,
+        index_type: str,
+        *,
+        name: str | None = None,
+        replace: bool | None = None,
+    ) -> dict[str, Any]:
+        """Build a BTREE or BITMAP index of `column` in the server and commit it (pylance's
+        `create_scalar_index`); `{"version", "name"}`."""
+        return self.action(
+            "create_index",
+            _without_none(
+                dataset=dataset, column=column, index_type=index_type, name=name, replace=replace
+            ),
+        )
+
+    def drop_index(self, dataset: str, name: str) -> dict[str, Any]:
+        """Drop the index `name` (every segment) as a new version; `{"version"}`."""
+        return self.action("drop_index", {"dataset": dataset, "name": name})
+
     def compact(
         self,
         dataset: str,

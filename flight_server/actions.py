@@ -279,6 +279,29 @@ def _compact(ctx: ActionContext, f: Fields) -> dict[str, Any]:
     }
 
 
+def _create_index(ctx: ActionContext, f: Fields) -> dict[str, Any]:
+    name = f.dataset()
+    column = f.str("column", required=True)
+    index_type = f.str("index_type", required=True)
+    index_name = f.str("name")
+    replace = f.bool("replace", default=True)
+    ds = ctx.handles.open_latest(name)
+    before = {i["uuid"] for i in ds.list_indices()}
+    ds.create_scalar_index(column, index_type, name=index_name, replace=replace)
+    metrics.committed("create_index")
+    [built] = [i["name"] for i in ds.list_indices() if i["uuid"] not in before]
+    return {"version": ds.version, "name": built}
+
+
+def _drop_index(ctx: ActionContext, f: Fields) -> dict[str, Any]:
+    name = f.dataset()
+    index_name = f.str("name", required=True)
+    ds = ctx.handles.open_latest(name)
+    ds.drop_index(index_name)
+    metrics.committed("drop_index")
+    return {"version": ds.version}
+
+
 def _cleanup(ctx: ActionContext, f: Fields) -> dict[str, Any]:
     name = f.dataset()
     older = f.number("older_than_seconds", minimum=0, maximum=MAX_AGE_SECONDS)
@@ -371,6 +394,8 @@ _HANDLERS: dict[str, Handler] = {
     "add_columns": _add_columns,
     "drop_columns": _drop_columns,
     "alter_columns": _alter_columns,
+    "create_index": _create_index,
+    "drop_index": _drop_index,
     "compact": _compact,
     "cleanup": _cleanup,
     "drop_dataset": _drop_dataset,

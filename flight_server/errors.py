@@ -30,6 +30,7 @@ from quiver.format.errors import (
     CorruptFileError,
     DatasetAlreadyExistsError,
     DatasetNotFoundError,
+    IndexNotFoundError,
     InvalidInputError,
     SchemaMismatchError,
     TagNotFoundError,
@@ -92,6 +93,7 @@ ENGINE_ERRORS: list[tuple[type[BaseException], str]] = [
     (DatasetNotFoundError, "not_found"),
     (VersionNotFoundError, "not_found"),
     (TagNotFoundError, "not_found"),
+    (IndexNotFoundError, "not_found"),
     (DatasetAlreadyExistsError, "already_exists"),
     (SchemaMismatchError, "invalid_argument"),
     (InvalidInputError, "invalid_argument"),  # FilterSyntaxError, FilterBindError, columns

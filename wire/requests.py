@@ -173,6 +173,19 @@ ACTION_SHAPES: tuple[ActionShape, ...] = (
         WRITE,
     ),
     ActionShape(
+        "create_index",
+        "Build a scalar index of a column and commit it: {dataset, column, index_type "
+        "(BTREE | BITMAP), name?, replace?} -> {version, name}",
+        ("dataset", "column", "index_type", "name", "replace"),
+        WRITE,
+    ),
+    ActionShape(
+        "drop_index",
+        "Drop an index (every segment of the name): {dataset, name} -> {version}",
+        ("dataset", "name"),
+        WRITE,
+    ),
+    ActionShape(
         "compact",
         "Merge small fragments and purge deleted rows: {dataset, target_rows_per_fragment?, "
         "max_rows_per_group?, materialize_deletions?, materialize_deletions_threshold?}",

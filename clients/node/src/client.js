@@ -781,6 +781,19 @@ class Client {
   async dropDataset(dataset) {
     return this.action('drop_dataset', { dataset });
   }
+
+  /** Build a BTREE or BITMAP index of `column` in the server and commit it: {version, name}. */
+  async createIndex(dataset, column, indexType, { name, replace } = {}) {
+    const body = { dataset, column, index_type: indexType };
+    if (name !== undefined) body.name = name;
+    if (replace !== undefined) body.replace = replace;
+    return this.action('create_index', body);
+  }
+
+  /** Drop the index `name` (every segment) as a new version: {version}. */
+  async dropIndex(dataset, name) {
+    return this.action('drop_index', { dataset, name });
+  }
 }
 
 module.exports = { Client, mapBounded, parseUri, normalizeUri, uploadMessages, REUSE_CONNECTION };

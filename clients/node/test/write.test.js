@@ -162,6 +162,11 @@ describe('writes', { skip: !config && SKIP }, () => {
     assert.equal((await client.read('node_ops')).numRows, 50);
     assert.deepEqual(Object.keys(await client.tags('node_ops')), ['start']);
     assert.deepEqual(await client.action('delete_tag', { dataset: 'node_ops', tag: 'start' }), { tag: 'start', deleted: true });
+    assert.deepEqual(await client.createIndex('node_ops', 'id', 'BTREE'), { version: 5, name: 'id_idx' });
+    assert.deepEqual(await client.createIndex('node_ops', 'n', 'BITMAP', { name: 'by_n' }), { version: 6, name: 'by_n' });
+    const indexed = await client.read('node_ops', { filter: 'id = 20', columns: ['id'] });
+    assert.equal(indexed.numRows, 1);
+    assert.deepEqual(await client.dropIndex('node_ops', 'by_n'), { version: 7 });
     assert.equal((await client.dropDataset('node_ops')).dropped, true);
   });
 });

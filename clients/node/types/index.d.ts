@@ -175,6 +175,10 @@ export class Client {
   dropColumns(dataset: string, columns: string | string[]): Promise<{ version: number }>;
   alterColumns(dataset: string, ...alterations: { path: string; name?: string; nullable?: boolean; data_type?: string }[]): Promise<{ version: number }>;
   dropDataset(dataset: string): Promise<{ dataset: string; dropped: boolean }>;
+  /** Build a BTREE or BITMAP index of `column` in the server and commit it. */
+  createIndex(dataset: string, column: string, indexType: 'BTREE' | 'BITMAP', options?: { name?: string; replace?: boolean }): Promise<{ version: number; name: string }>;
+  /** Drop the index `name` (every segment) as a new version. */
+  dropIndex(dataset: string, name: string): Promise<{ version: number }>;
   /** Close every connection. */
   close(): void;
 }

@@ -62,22 +62,45 @@ def _float_keys(values: pa.Array) -> np.ndarray:
     return np.where(sign == 1, ~(bits & ((1 << (width - 1)) - 1)), bits)
 
 
-def _sort_order(values: pa.Array, row_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """Positions of `values` in index order, as pylance sorts: nulls first, then values
-    ascending (floats in IEEE total order), equal values by row id; and, for floats, the
-    sorted values' order keys (equal keys: one BITMAP key)."""
+def _ranks(values: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """Each row's key as a rank among the distinct non-null values (-1 for null), and those
+    values in index order. Floats are told apart by their bits (-0.0 and 0.0 are two keys,
+    as in pylance; all NaNs of one bit pattern are one)."""
     valid = values.is_valid().to_numpy(zero_copy_only=False)
-    nulls = np.flatnonzero(~valid)
-    nulls = nulls[np.argsort(row_ids[nulls], kind="stable")]
-    rest = np.flatnonzero(valid)
     if pa.types.is_floating(values.type):
         keys = _float_keys(values)
-        rest = rest[np.lexsort((row_ids[rest], keys[rest]))]
-        order = np.concatenate([nulls, rest]).astype(np.int64)
-        return order, keys[order]
-    table = pa.table({"v": values.take(pa.array(rest)), "id": pa.array(row_ids[rest])})
-    by = pc.sort_indices(table, sort_keys=[("v", "ascending"), ("id", "ascending")])
-    return np.concatenate([nulls, rest[by.to_numpy()]]).astype(np.int64), None
+        distinct, first, inverse = np.unique(keys[valid], return_index=True, return_inverse=True)
+        ranks = np.full(len(values), -1, dtype=np.int64)
+        ranks[valid] = inverse
+        return ranks, values.filter(pa.array(valid)).take(pa.array(first))
+    encoded = values.dictionary_encode()
+    dictionary = encoded.dictionary
+    by_value = pc.array_sort_indices(dictionary).to_numpy()
+    rank_of_code = np.empty(len(dictionary), dtype=np.int64)
+    rank_of_code[by_value] = np.arange(len(dictionary))
+    codes = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    ranks = np.where(valid, rank_of_code[codes] if len(dictionary) else -1, -1)
+    return ranks, dictionary.take(pa.array(by_value))
+
+
+def _btree_order(values: pa.Array) -> np.ndarray:
+    """Positions of `values` in index order, as pylance sorts: nulls first, then values
+    ascending (NaN after every number). Ties come in any order, as in pylance."""
+    t = values.type
+    if pa.types.is_floating(t) or pa.types.is_integer(t) or pa.types.is_boolean(t):
+        # NaN sorts last; -0.0 and 0.0 tie, as their values do
+        keys = values.fill_null(False if pa.types.is_boolean(t) else 0)
+        keys = keys.to_numpy(zero_copy_only=False)
+    elif pa.types.is_temporal(t):
+        keys = values.view(pa.int64() if t.bit_width == 64 else pa.int32()).fill_null(0)
+        keys = keys.to_numpy(zero_copy_only=False)
+    else:  # strings, binaries, decimals: ranks among the distinct values
+        keys = _ranks(values)[0]
+    if not values.null_count:
+        return np.argsort(keys)
+    valid = values.is_valid().to_numpy(zero_copy_only=False)
+    rest = np.flatnonzero(valid)
+    return np.concatenate([np.flatnonzero(~valid), rest[np.argsort(keys[rest])]])
 
 
 def _schema(fields: list[pa.Field], metadata: dict[str, str] | None = None) -> LanceSchema:
@@ -94,18 +117,18 @@ def build_btree(
 ) -> list[tuple[str, int]]:
     """Write a BTREE of `values` (their row ids beside) into `directory`; (file, size) pairs."""
     row_ids = np.asarray(row_ids, dtype=np.uint64)
-    order, _ = _sort_order(values, row_ids)
+    order = _btree_order(values)
     values = values.take(pa.array(order))
     ids = pa.array(row_ids[order], pa.uint64())
     value_field = pa.field(_btree.VALUES, values.type)
     data_schema = _schema([value_field, pa.field(_btree.IDS, pa.uint64(), nullable=False)])
     n = len(values)
     starts = range(0, n, batch_size)
+    # written in large slices: the file's own pages need not follow the index's
+    chunk = batch_size * 64
     pages = (
-        pa.table(
-            [values.slice(s, batch_size), ids.slice(s, batch_size)], schema=data_schema.to_arrow()
-        )
-        for s in starts
+        pa.table([values.slice(s, chunk), ids.slice(s, chunk)], schema=data_schema.to_arrow())
+        for s in range(0, n, chunk)
     )
     data_size = write_index_file(
         store, f"{directory}/{_btree.DATA_FILE}", data_schema, pages, version
@@ -159,30 +182,21 @@ def build_bitmap(
 ) -> list[tuple[str, int]]:
     """Write a BITMAP of `values` (their row ids beside) into `directory`; (file, size) pairs."""
     row_ids = np.asarray(row_ids, dtype=np.uint64)
-    order, float_keys = _sort_order(values, row_ids)
-    values = values.take(pa.array(order))
+    ranks, keys = _ranks(values)
+    # rows grouped by key (the null key first), in scan order within each key
+    order = np.argsort(ranks.astype(np.int16 if len(keys) < 32767 else np.int64), kind="stable")
     ids = row_ids[order]
-    n = len(values)
-    if n:
-        # a new key where the value changes: floats by their bits (-0.0 and 0.0 are two
-        # keys, as in pylance), the nulls are one key
-        valid = values.is_valid().to_numpy(zero_copy_only=False)
-        if float_keys is not None:
-            same = float_keys[1:] == float_keys[:-1]
-            same &= valid[1:] == valid[:-1]
-        else:
-            same = (
-                pc.equal(values.slice(1), values.slice(0, n - 1))
-                .fill_null(False)
-                .to_numpy(zero_copy_only=False)
-            )
-        same |= ~valid[1:] & ~valid[:-1]
-        starts = np.concatenate(([0], np.flatnonzero(~same) + 1))
+    counts = np.bincount(ranks + 1, minlength=len(keys) + 1)
+    if counts[0] == 0:  # no null key
+        counts = counts[1:]
     else:
-        starts = np.empty(0, np.int64)
-    bounds = [*starts[1:].tolist(), n] if len(starts) else []
-    keys = values.take(pa.array(starts, pa.int64()))
-    blobs = [_row_id_map(ids[lo:hi]) for lo, hi in zip(starts.tolist(), bounds, strict=True)]
+        keys = pa.concat_arrays([pa.nulls(1, keys.type), keys])
+    bounds = np.cumsum(counts)
+    starts = bounds - counts
+    if len(row_ids) > 1 and not np.all(row_ids[1:] > row_ids[:-1]):  # stable row ids
+        ids = np.concatenate([np.sort(ids[lo:hi]) for lo, hi in zip(starts, bounds, strict=True)])
+    bounds, starts = bounds.tolist(), starts.tolist()
+    blobs = [_row_id_map(ids[lo:hi]) for lo, hi in zip(starts, bounds, strict=True)]
     schema = _schema(
         [pa.field(_bitmap.KEYS, values.type), pa.field(_bitmap.BITMAPS, pa.binary())],
         {"lance:index_stats": json.dumps({"num_bitmaps": len(blobs)}, separators=(",", ":"))},

@@ -1,0 +1,67 @@
+"""Index builds over Flight: the `create_index` and `drop_index` actions build and drop in
+the server what the engine's `create_scalar_index` / `drop_index` do, seen by pylance as its
+own indices and used by Quiver's pruned reads; bad requests get their codes."""
+
+from __future__ import annotations
+
+import flight_helpers
+import lance
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from quiver.clients import Client
+from quiver.clients.errors import InvalidArgument, NotFound, Unimplemented
+
+served = flight_helpers.served  # fixtures shared by the server test modules
+name = flight_helpers.name
+
+
+def _rows(n: int) -> pa.Table:
+    return pa.table(
+        {
+            "id": np.arange(n, dtype=np.int64),
+            "cat": pa.array([f"c{i % 4}" for i in range(n)]),
+            "v": pa.array([[1.0, 2.0]] * n, pa.list_(pa.float32(), 2)),
+        }
+    )
+
+
+def test_build_use_and_drop_over_flight(served, name) -> None:
+    path = served.path(name)
+    lance.write_dataset(_rows(20_000), path, max_rows_per_file=5_000)
+    with Client(served.uri) as qc:
+        done = qc.create_index(name, "id", "BTREE")
+        assert done == {"version": 2, "name": "id_idx"}
+        assert qc.create_index(name, "cat", "bitmap", name="by_cat")["name"] == "by_cat"
+        indices = {i["name"]: i["type"] for i in lance.dataset(path).list_indices()}
+        assert indices == {"id_idx": "BTree", "by_cat": "Bitmap"}
+        # the index prunes: one fragment's endpoint for a point read
+        info = qc.flight_info(name, filter="id = 12345")
+        assert len(info.endpoints) == 1
+        assert qc.read(name, filter="id = 12345").column("id").to_pylist() == [12345]
+        assert qc.read(name, filter="cat = 'c1'").num_rows == 5_000
+        ds = lance.dataset(path)
+        assert ds.to_table(filter="cat = 'c1'").num_rows == 5_000
+        assert qc.drop_index(name, "by_cat")["version"] == 4
+        assert [i["name"] for i in lance.dataset(path).list_indices()] == ["id_idx"]
+
+
+def test_bad_index_requests_get_their_codes(served, name) -> None:
+    lance.write_dataset(_rows(100), served.path(name))
+    with Client(served.uri) as qc:
+        with pytest.raises(InvalidArgument, match="index type"):
+            qc.create_index(name, "id", "FOO")
+        with pytest.raises(Unimplemented, match="INVERTED"):
+            qc.create_index(name, "cat", "INVERTED")
+        with pytest.raises(InvalidArgument, match="nope"):
+            qc.create_index(name, "nope", "BTREE")
+        with pytest.raises(InvalidArgument, match="scalar values"):
+            qc.create_index(name, "v", "BTREE")
+        with pytest.raises(NotFound):
+            qc.create_index(f"{name}_missing", "id", "BTREE")
+        with pytest.raises(NotFound, match="nothing"):
+            qc.drop_index(name, "nothing")
+        with pytest.raises(InvalidArgument):
+            qc.action("create_index", {"dataset": name, "column": "id"})  # no index_type
+    assert lance.dataset(served.path(name)).list_indices() == []
