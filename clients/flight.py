@@ -43,6 +43,7 @@ from quiver.clients.errors import (
     from_flight_error,
     server_message,
 )
+from quiver.clients.indices import IndexActions
 from quiver.clients.progress import Progress
 from quiver.wire.requests import MODES, put_command, read_command
 from quiver.wire.requests import json_bytes as _json_bytes
@@ -122,7 +123,7 @@ def _translated() -> Iterator[None]:
 # The client
 
 
-class Client(RowChanges):
+class Client(RowChanges, IndexActions):
     """A connection to a Quiver Flight server.
 
     `uri` is `grpc://host:port` or `grpc+tls://host:port` (a bare `host:port` means
@@ -729,28 +730,6 @@ class Client(RowChanges):
                 a["data_type"] = str(a["data_type"])
             body.append(a)
         return self.action("alter_columns", {"dataset": dataset, "alterations": body})
-
-    def create_index(
-        self,
-        dataset: str,
-        column: str,
-        index_type: str,
-        *,
-        name: str | None = None,
-        replace: bool | None = None,
-    ) -> dict[str, Any]:
-        """Build a BTREE or BITMAP index of `column` in the server and commit it (pylance's
-        `create_scalar_index`); `{"version", "name"}`."""
-        return self.action(
-            "create_index",
-            _without_none(
-                dataset=dataset, column=column, index_type=index_type, name=name, replace=replace
-            ),
-        )
-
-    def drop_index(self, dataset: str, name: str) -> dict[str, Any]:
-        """Drop the index `name` (every segment) as a new version; `{"version"}`."""
-        return self.action("drop_index", {"dataset": dataset, "name": name})
 
     def compact(
         self,

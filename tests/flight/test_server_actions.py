@@ -23,6 +23,8 @@ name = flight_helpers.name
 
 
 ALL_ACTIONS = {
+    "create_index",
+    "drop_index",
     "commit",
     "abort",
     "apply_staged",
