@@ -29,6 +29,24 @@ class IndexActions:
             body["replace"] = replace
         return self.action("create_index", body)  # type: ignore[attr-defined]
 
+    def optimize_indices(
+        self,
+        dataset: str,
+        *,
+        num_indices_to_merge: int | None = None,
+        index_names: list[str] | None = None,
+    ) -> dict[str, Any]:
+        """Index the fragments appended since the indices were built (pylance's
+        `optimize_indices`: by default the newest segment of each index is rebuilt with
+        them; `num_indices_to_merge=0` adds a segment of their own); `{"version",
+        "optimized"}` (False: nothing to index)."""
+        body: dict[str, Any] = {"dataset": dataset}
+        if num_indices_to_merge is not None:
+            body["num_indices_to_merge"] = num_indices_to_merge
+        if index_names is not None:
+            body["index_names"] = list(index_names)
+        return self.action("optimize_indices", body)  # type: ignore[attr-defined]
+
     def drop_index(self, dataset: str, name: str) -> dict[str, Any]:
         """Drop the index `name` (every segment) as a new version; `{"version"}`."""
         return self.action("drop_index", {"dataset": dataset, "name": name})  # type: ignore[attr-defined]

@@ -293,6 +293,18 @@ def _create_index(ctx: ActionContext, f: Fields) -> dict[str, Any]:
     return {"version": ds.version, "name": built}
 
 
+def _optimize_indices(ctx: ActionContext, f: Fields) -> dict[str, Any]:
+    name = f.dataset()
+    merge = f.int("num_indices_to_merge", minimum=0)
+    names = f.str_list("index_names")
+    ds = ctx.handles.open_latest(name)
+    before = ds.version
+    ds.optimize.optimize_indices(num_indices_to_merge=merge, index_names=names)
+    if ds.version != before:
+        metrics.committed("optimize_indices")
+    return {"version": ds.version, "optimized": ds.version != before}
+
+
 def _drop_index(ctx: ActionContext, f: Fields) -> dict[str, Any]:
     name = f.dataset()
     index_name = f.str("name", required=True)
@@ -395,6 +407,7 @@ _HANDLERS: dict[str, Handler] = {
     "drop_columns": _drop_columns,
     "alter_columns": _alter_columns,
     "create_index": _create_index,
+    "optimize_indices": _optimize_indices,
     "drop_index": _drop_index,
     "compact": _compact,
     "cleanup": _cleanup,

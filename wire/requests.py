@@ -180,6 +180,13 @@ ACTION_SHAPES: tuple[ActionShape, ...] = (
         WRITE,
     ),
     ActionShape(
+        "optimize_indices",
+        "Index the fragments no index covers: {dataset, num_indices_to_merge?, index_names?} "
+        "-> {version, optimized}",
+        ("dataset", "num_indices_to_merge", "index_names"),
+        WRITE,
+    ),
+    ActionShape(
         "drop_index",
         "Drop an index (every segment of the name): {dataset, name} -> {version}",
         ("dataset", "name"),

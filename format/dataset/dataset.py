@@ -641,7 +641,7 @@ class LanceDataset:
 
 
 class DatasetOptimizer:
-    """pylance's ``ds.optimize`` namespace (compaction)."""
+    """pylance's ``ds.optimize`` namespace (compaction, index updates)."""
 
     def __init__(self, ds: LanceDataset) -> None:
         self._ds = ds
@@ -667,3 +667,27 @@ class DatasetOptimizer:
         )
         self._ds._advance(core)
         return metrics
+
+    def optimize_indices(
+        self,
+        *,
+        num_indices_to_merge: int | None = None,
+        index_names: list[str] | None = None,
+        retrain: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        """Add the fragments no index segment covers to the indices, as pylance's
+        `optimize_indices` (see `indexing.optimize_indices`); the dataset moves to the
+        version committed, if any."""
+        if kwargs:
+            raise InvalidInputError(
+                f"{self._ds.uri}: optimize_indices has no option {', '.join(sorted(kwargs))}"
+            )
+        core = _indexing.optimize_indices(
+            self._ds.core,
+            num_indices_to_merge=num_indices_to_merge,
+            index_names=index_names,
+            retrain=retrain,
+        )
+        if core is not None:
+            self._ds._advance(core)

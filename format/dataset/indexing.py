@@ -17,7 +17,7 @@ from google.protobuf import any_pb2
 from pyroaring import BitMap
 
 from quiver.format.dataset.core import DatasetCore
-from quiver.format.dataset.fragment import fragments_of
+from quiver.format.dataset.fragment import LanceFragment, fragments_of
 from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, ROW_ID_FIELD, Scanner
 from quiver.format.errors import IndexNotFoundError, InvalidInputError, UnsupportedFeatureError
 from quiver.format.index.scalar import bitmap as _bitmap
@@ -63,18 +63,21 @@ def _index_file_version(core: DatasetCore) -> str:
 
 
 def _default_name(existing: list[IndexEntry], column: str, field_id: int, details: str) -> str:
-    """pylance's name for an unnamed index: that of the index of the same type on the same
-    column (which it then replaces), else `{column}_idx`, or `{column}_idx_2`, `_3`... when
-    the name is taken."""
+    """pylance's name for an unnamed index: the first of `{column}_idx`, `{column}_idx_2`,
+    `_3`... that is free, or that names an index of the same type on the same column (which
+    the new one then replaces)."""
+    by_name: dict[str, list[IndexEntry]] = {}
     for e in existing:
-        if e.field_ids == (field_id,) and e.details_type == details:
-            return e.name
-    taken = {e.name for e in existing}
-    name, n = f"{column}_idx", 1
-    while name in taken:
+        by_name.setdefault(e.name, []).append(e)
+    n = 1
+    while True:
+        name = f"{column}_idx" if n == 1 else f"{column}_idx_{n}"
+        taken = by_name.get(name)
+        if not taken or all(
+            e.field_ids == (field_id,) and e.details_type == details for e in taken
+        ):
+            return name
         n += 1
-        name = f"{column}_idx_{n}"
-    return name
 
 
 def _commit(
@@ -143,37 +146,141 @@ def create_scalar_index(
     except (TypeError, ValueError):
         raise InvalidInputError(f"{core.uri}: index_uuid {index_uuid!r} is not a UUID") from None
 
-    # A BTREE holds row addresses (index version 1 says so on a dataset with stable row
-    # ids), a BITMAP row ids, as pylance 14 writes them; they are equal without stable ids.
-    stable = core.manifest.uses_stable_row_ids
+    segment, directory = _build_segment(
+        core, kind, field.id, column, name, new_uuid, fragments_of(core), core.version
+    )
+    body = transaction_pb2.Transaction.CreateIndex(
+        new_indices=[segment], removed_indices=[e.pb for e in same_name]
+    )
+    try:
+        return _commit(core, body)
+    except BaseException:
+        discard(core.store, directory, _BUILDERS[kind][2])
+        raise
+
+
+def _build_segment(
+    core: DatasetCore,
+    kind: str,
+    field_id: int,
+    column: str,
+    name: str,
+    new_uuid: _uuid.UUID,
+    fragments: list[LanceFragment],
+    dataset_version: int,
+    covers: set[int] | None = None,
+) -> tuple[table_pb2.IndexMetadata, str]:
+    """Write one index segment of `kind` over the live rows of `fragments` into
+    `_indices/<uuid>/`; its manifest record (covering `covers`, default those fragments)
+    and directory. A BTREE holds row addresses (index version 1 says so on a dataset with
+    stable row ids), a BITMAP row ids, as pylance 14 writes them; they are equal without
+    stable row ids."""
+    build, details, names = _BUILDERS[kind]
     by_address = kind == "BTREE"
-    fragments = fragments_of(core)
     table = Scanner(
         core, fragments, columns=[column], with_row_id=not by_address, with_row_address=by_address
     ).to_table()
     values = table.column(column).combine_chunks()
-    ids_field = ROW_ADDRESS_FIELD if by_address else ROW_ID_FIELD
-    row_ids = table.column(ids_field.name).to_numpy()
+    row_ids = table.column((ROW_ADDRESS_FIELD if by_address else ROW_ID_FIELD).name).to_numpy()
     directory = f"_indices/{new_uuid}"
     try:
         files = build(core.store, directory, values, row_ids, _index_file_version(core))
-        meta = table_pb2.IndexMetadata(
-            uuid=table_pb2.UUID(uuid=new_uuid.bytes),
-            name=name,
-            fields=[field.id],
-            dataset_version=core.version,
-            fragment_bitmap=BitMap(int(f.fragment_id) for f in fragments).serialize(),
-            index_details=any_pb2.Any(type_url=details, value=b""),
-            index_version=1 if by_address and stable else 0,
-            created_at=time.time_ns() // 1_000_000,
-            files=[table_pb2.IndexFile(path=p, size_bytes=s) for p, s in sorted(files)],
-        )
-        body = transaction_pb2.Transaction.CreateIndex(
-            new_indices=[meta], removed_indices=[e.pb for e in same_name]
-        )
-        return _commit(core, body)
     except BaseException:
         discard(core.store, directory, names)
+        raise
+    covered = {int(f.fragment_id) for f in fragments} if covers is None else covers
+    segment = table_pb2.IndexMetadata(
+        uuid=table_pb2.UUID(uuid=new_uuid.bytes),
+        name=name,
+        fields=[field_id],
+        dataset_version=dataset_version,
+        fragment_bitmap=BitMap(covered).serialize(),
+        index_details=any_pb2.Any(type_url=details, value=b""),
+        index_version=1 if by_address and core.manifest.uses_stable_row_ids else 0,
+        created_at=time.time_ns() // 1_000_000,
+        files=[table_pb2.IndexFile(path=p, size_bytes=s) for p, s in sorted(files)],
+    )
+    return segment, directory
+
+
+def optimize_indices(
+    core: DatasetCore,
+    *,
+    num_indices_to_merge: int | None = None,
+    index_names: list[str] | None = None,
+    retrain: bool = False,
+) -> DatasetCore | None:
+    """Bring indices up to date with appended fragments, as pylance's `optimize_indices`:
+    per index, the newest `num_indices_to_merge` segments (1 by default) and the fragments
+    no segment covers become one new segment (removing the merged ones); with 0, the
+    unindexed fragments get a segment of their own. Indices with nothing to add are left
+    alone; nothing to do commits nothing (None). `retrain` changes nothing for scalar
+    indices. The new version, committed as one CreateIndex."""
+    if num_indices_to_merge is not None and (
+        isinstance(num_indices_to_merge, bool)
+        or not isinstance(num_indices_to_merge, int)
+        or num_indices_to_merge < 0
+    ):
+        raise InvalidInputError(
+            f"{core.uri}: num_indices_to_merge must be an integer >= 0, not "
+            f"{num_indices_to_merge!r}"
+        )
+    merge = 1 if num_indices_to_merge is None else num_indices_to_merge
+    by_name: dict[str, list[IndexEntry]] = {}
+    for entry in indices_of(core.manifest):
+        by_name.setdefault(entry.name, []).append(entry)
+    if index_names is not None:
+        unknown = sorted(set(index_names) - set(by_name))
+        if unknown:
+            raise IndexNotFoundError(f"{core.uri}: no index named {', '.join(unknown)}")
+        by_name = {n: by_name[n] for n in index_names}
+    kinds = {
+        name: next((k for k, (_, d, _) in _BUILDERS.items() if d == segs[0].details_type), None)
+        for name, segs in by_name.items()
+    }
+    unsupported = sorted(n for n, k in kinds.items() if k is None)
+    if unsupported:
+        raise UnsupportedFeatureError(
+            f"{core.uri}: Quiver optimizes BTREE and BITMAP indices, not {', '.join(unsupported)} "
+            "yet (name the others in index_names)"
+        )
+    fragments = {int(f.fragment_id): f for f in fragments_of(core)}
+    names_by_id = {f.id: f.name for f in core.lance_schema.fields}
+    new: list[table_pb2.IndexMetadata] = []
+    removed: list[table_pb2.IndexMetadata] = []
+    written: list[tuple[str, str]] = []
+    try:
+        for name, segments in by_name.items():
+            kind = kinds[name]
+            covered = set().union(*(s.fragment_ids or set() for s in segments))
+            unindexed = sorted(set(fragments) - covered)
+            merged = segments[len(segments) - merge :] if merge else []
+            if not unindexed and len(merged) < 2:
+                continue
+            field_id = segments[0].field_ids[0]
+            column = names_by_id.get(field_id)
+            if column is None:  # an index over a nested field: pylance's to rebuild
+                raise UnsupportedFeatureError(
+                    f"{core.uri}: index {name!r} covers a nested field, which Quiver cannot "
+                    "optimize yet"
+                )
+            covers = set(unindexed).union(*(s.fragment_ids or set() for s in merged))
+            scanned = [fragments[f] for f in sorted(covers) if f in fragments]
+            version = min((s.dataset_version for s in merged), default=core.version)
+            segment, directory = _build_segment(
+                core, kind, field_id, column, name, _uuid.uuid4(), scanned, version, covers
+            )
+            written.append((directory, kind))
+            new.append(segment)
+            removed.extend(s.pb for s in merged)
+        if not new:
+            return None
+        return _commit(
+            core, transaction_pb2.Transaction.CreateIndex(new_indices=new, removed_indices=removed)
+        )
+    except BaseException:
+        for directory, kind in written:
+            discard(core.store, directory, _BUILDERS[kind][2])
         raise
 
 

@@ -43,7 +43,18 @@ def test_build_use_and_drop_over_flight(served, name) -> None:
         assert qc.read(name, filter="cat = 'c1'").num_rows == 5_000
         ds = lance.dataset(path)
         assert ds.to_table(filter="cat = 'c1'").num_rows == 5_000
-        assert qc.drop_index(name, "by_cat")["version"] == 4
+        assert qc.optimize_indices(name) == {"version": 3, "optimized": False}
+        qc.write(name, _rows(100))  # a fragment no index covers
+        assert qc.optimize_indices(name, index_names=["id_idx"]) == {
+            "version": 5,
+            "optimized": True,
+        }
+        segments = {
+            i["name"]: sorted(i["fragment_ids"]) for i in lance.dataset(path).list_indices()
+        }
+        assert segments == {"id_idx": [0, 1, 2, 3, 4], "by_cat": [0, 1, 2, 3]}
+        assert qc.read(name, filter="id = 50").num_rows == 2
+        assert qc.drop_index(name, "by_cat")["version"] == 6
         assert [i["name"] for i in lance.dataset(path).list_indices()] == ["id_idx"]
 
 

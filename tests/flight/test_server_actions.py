@@ -24,6 +24,7 @@ name = flight_helpers.name
 
 ALL_ACTIONS = {
     "create_index",
+    "optimize_indices",
     "drop_index",
     "commit",
     "abort",

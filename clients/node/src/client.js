@@ -790,6 +790,14 @@ class Client {
     return this.action('create_index', body);
   }
 
+  /** Index the fragments no index covers (pylance's optimize_indices): {version, optimized}. */
+  async optimizeIndices(dataset, { numIndicesToMerge, indexNames } = {}) {
+    const body = { dataset };
+    if (numIndicesToMerge !== undefined) body.num_indices_to_merge = numIndicesToMerge;
+    if (indexNames !== undefined) body.index_names = Array.from(indexNames);
+    return this.action('optimize_indices', body);
+  }
+
   /** Drop the index `name` (every segment) as a new version: {version}. */
   async dropIndex(dataset, name) {
     return this.action('drop_index', { dataset, name });

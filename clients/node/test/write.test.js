@@ -166,7 +166,10 @@ describe('writes', { skip: !config && SKIP }, () => {
     assert.deepEqual(await client.createIndex('node_ops', 'n', 'BITMAP', { name: 'by_n' }), { version: 6, name: 'by_n' });
     const indexed = await client.read('node_ops', { filter: 'id = 20', columns: ['id'] });
     assert.equal(indexed.numRows, 1);
-    assert.deepEqual(await client.dropIndex('node_ops', 'by_n'), { version: 7 });
+    assert.deepEqual(await client.optimizeIndices('node_ops'), { version: 6, optimized: false });
+    await client.write('node_ops', rows(100, 10, ['a', 'b']));
+    assert.deepEqual(await client.optimizeIndices('node_ops', { numIndicesToMerge: 0 }), { version: 8, optimized: true });
+    assert.deepEqual(await client.dropIndex('node_ops', 'by_n'), { version: 9 });
     assert.equal((await client.dropDataset('node_ops')).dropped, true);
   });
 });

@@ -177,6 +177,8 @@ export class Client {
   dropDataset(dataset: string): Promise<{ dataset: string; dropped: boolean }>;
   /** Build a BTREE or BITMAP index of `column` in the server and commit it. */
   createIndex(dataset: string, column: string, indexType: 'BTREE' | 'BITMAP', options?: { name?: string; replace?: boolean }): Promise<{ version: number; name: string }>;
+  /** Index the fragments no index covers (pylance's optimize_indices). */
+  optimizeIndices(dataset: string, options?: { numIndicesToMerge?: number; indexNames?: string[] }): Promise<{ version: number; optimized: boolean }>;
   /** Drop the index `name` (every segment) as a new version. */
   dropIndex(dataset: string, name: string): Promise<{ version: number }>;
   /** Close every connection. */

@@ -188,6 +188,13 @@ class _Sequence:
                 lambda e, u: e.dataset(u).create_scalar_index(indexed, kind, replace=True),
             )
         )
+        merge = self.rng.choice([None, 0, 2])
+        ops.append(
+            (
+                f"optimize_indices num_indices_to_merge={merge}",
+                lambda e, u: e.dataset(u).optimize.optimize_indices(num_indices_to_merge=merge),
+            )
+        )
         indices = [i.name for i in lance.dataset(self.uri).describe_indices()]
         if indices:
             dropped = self.rng.choice(indices)

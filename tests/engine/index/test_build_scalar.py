@@ -332,3 +332,46 @@ def test_an_empty_dataset_indexes_nothing(tmp_path: Path) -> None:
         lance.dataset(path).to_table(filter="i64 IS NOT NULL").num_rows
         == _table(10).filter(pa.compute.is_valid(_table(10).column("i64"))).num_rows
     )
+
+
+def _segments(path: str) -> list[tuple]:
+    ds = lance.dataset(path)
+    txn = ds.read_transaction(ds.version)
+    new = sorted(
+        (i.name, sorted(i.fragment_ids), i.dataset_version) for i in txn.operation.new_indices
+    )
+    removed = sorted((i.name, sorted(i.fragment_ids)) for i in txn.operation.removed_indices)
+    return [ds.version, new, removed]
+
+
+@pytest.mark.parametrize(
+    "calls",
+    [
+        [{}],
+        [{"num_indices_to_merge": 0}],
+        [{"index_names": ["i64_idx"]}],
+        [{"num_indices_to_merge": 0}, "append", {}],
+        [{"num_indices_to_merge": 0}, {"num_indices_to_merge": 2}],
+        [{}, {}],  # nothing new the second time: no commit
+    ],
+)
+def test_optimize_indices_as_pylance(tmp_path: Path, calls: list) -> None:
+    states = []
+    for engine, path in ((quiver, str(tmp_path / "q.lance")), (lance, str(tmp_path / "p.lance"))):
+        lance.write_dataset(_table(3000), path, max_rows_per_file=1000)
+        lance.dataset(path).create_scalar_index("i64", "BTREE")
+        lance.dataset(path).create_scalar_index("s", "BITMAP")
+        lance.write_dataset(_table(700, seed=2), path, mode="append")
+        for call in calls:
+            if call == "append":
+                lance.write_dataset(_table(300, seed=3), path, mode="append")
+            else:
+                engine.dataset(path).optimize.optimize_indices(**call)
+        states.append(_segments(path))
+        ds = lance.dataset(path)
+        for f in FILTERS["i64"] + FILTERS["s"]:
+            want = _rows(ds.scanner(filter=f, use_scalar_index=False).to_table())
+            assert_same_table(_rows(ds.to_table(filter=f)), want, f)
+            assert_same_table(_rows(quiver.dataset(path).to_table(filter=f)), want, f)
+        assert lance.dataset(path).stats.index_stats("i64_idx")["num_unindexed_rows"] == 0
+    assert states[0] == states[1]
