@@ -78,16 +78,6 @@ log = logging.getLogger("quiver.errors")
 MAX_MESSAGE = 400
 
 
-# code -> pyarrow.flight error class (which picks the gRPC status code)
-_FLIGHT_CLASS: dict[str, type[flight.FlightError]] = {
-    "unauthenticated": flight.FlightUnauthenticatedError,
-    "permission_denied": flight.FlightUnauthorizedError,
-    "unavailable": flight.FlightUnavailableError,
-    "cancelled": flight.FlightCancelledError,
-    "data_corrupt": flight.FlightInternalError,
-    "internal": flight.FlightInternalError,
-}
-
 # engine error class -> code; the first matching row wins (subclasses before bases)
 ENGINE_ERRORS: list[tuple[type[BaseException], str]] = [
     (DatasetNotFoundError, "not_found"),
