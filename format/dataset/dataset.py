@@ -420,6 +420,50 @@ class LanceDataset:
         )
         self._advance(core)
 
+    def create_index(
+        self,
+        column: str,
+        index_type: str,
+        name: str | None = None,
+        metric: str = "L2",
+        replace: bool = False,
+        num_partitions: int | None = None,
+        ivf_centroids: np.ndarray | None = None,
+        pq_codebook: np.ndarray | None = None,
+        num_sub_vectors: int | None = None,
+        *,
+        train: bool = True,
+        fragment_ids: Sequence[int] | None = None,
+        index_uuid: str | None = None,
+        target_partition_size: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Build an IVF_FLAT, IVF_PQ or IVF_SQ index of the vector column `column` and
+        commit it as the next version (pylance's `create_index`, its defaults included;
+        options `num_bits`, `sample_rate`, `max_iters` and `seed`, which makes training
+        repeatable). A scalar index type builds that index, as pylance does."""
+        unknown = sorted(set(kwargs) - {"num_bits", "sample_rate", "max_iters", "seed"})
+        if unknown:
+            raise InvalidInputError(f"{self.uri}: create_index has no option {', '.join(unknown)}")
+        core = _indexing.create_index(
+            self._core,
+            column,
+            index_type,
+            name,
+            metric,
+            replace,
+            num_partitions,
+            ivf_centroids,
+            pq_codebook,
+            num_sub_vectors,
+            train=train,
+            fragment_ids=fragment_ids,
+            index_uuid=index_uuid,
+            target_partition_size=target_partition_size,
+            **kwargs,
+        )
+        self._advance(core)
+
     def drop_index(self, name: str) -> None:
         """Drop every segment of the index `name` as the next version (pylance's
         `drop_index`); its files stay until `cleanup_old_versions`."""

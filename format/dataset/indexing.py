@@ -10,12 +10,15 @@ and uses these indices as its own; Quiver's readers prune with them (`index.prun
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid as _uuid
 
+import numpy as np
 from google.protobuf import any_pb2
 from pyroaring import BitMap
 
+from quiver.format.dataset import vector_indexing as _vector
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fragment import LanceFragment, fragments_of
 from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, ROW_ID_FIELD, Scanner
@@ -30,12 +33,20 @@ from quiver.format.index.scalar.build import (
     check_type,
 )
 from quiver.format.index.scalar.remap import discard
+from quiver.format.index.vector.build import VECTOR_DETAILS, VECTOR_INDEX_TYPES
 from quiver.format.proto import table_pb2, transaction_pb2
 from quiver.format.table.commit import commit_transaction
 from quiver.format.table.indices import IndexEntry, indices_of
 from quiver.format.table.transaction import ManifestContext, new_transaction
 
-__all__ = ["SCALAR_INDEX_TYPES", "create_scalar_index", "drop_index"]
+__all__ = [
+    "SCALAR_INDEX_TYPES",
+    "VECTOR_INDEX_TYPES",
+    "create_index",
+    "create_scalar_index",
+    "drop_index",
+    "optimize_indices",
+]
 
 # what pylance 14 accepts as a scalar index type; the ones Quiver builds have a builder
 SCALAR_INDEX_TYPES = (
@@ -50,6 +61,7 @@ SCALAR_INDEX_TYPES = (
     "RTREE",
     "MINHASHLSH",
 )
+_VECTOR = "VECTOR"  # optimize_indices' kind for every IVF index
 _BUILDERS = {
     "BTREE": (build_btree, BTREE_DETAILS, (_btree.DATA_FILE, _btree.LOOKUP_FILE)),
     "BITMAP": (build_bitmap, BITMAP_DETAILS, (_bitmap.LOOKUP_FILE,)),
@@ -78,6 +90,41 @@ def _default_name(existing: list[IndexEntry], column: str, field_id: int, detail
         ):
             return name
         n += 1
+
+
+def _name_and_uuid(
+    core: DatasetCore,
+    column: str,
+    field_id: int,
+    details: str,
+    name: str | None,
+    replace: bool,
+    index_uuid: str | None,
+) -> tuple[str, list[IndexEntry], _uuid.UUID]:
+    """The new index's name (pylance's default when None), the segments it replaces, and its
+    uuid; refused as pylance refuses a name taken by another column or, without `replace`,
+    by any index."""
+    existing = indices_of(core.manifest)
+    if name is None:
+        name = _default_name(existing, column, field_id, details)
+    if not isinstance(name, str) or not name:
+        raise InvalidInputError(f"{core.uri}: an index name must be a non-empty string")
+    same_name = [e for e in existing if e.name == name]
+    if same_name and any(e.field_ids != (field_id,) for e in same_name):
+        raise InvalidInputError(
+            f"{core.uri}: index name {name!r} already exists with different fields, please "
+            "specify a different name"
+        )
+    if same_name and not replace:
+        raise InvalidInputError(
+            f"{core.uri}: index name {name!r} already exists, please specify a different name "
+            "or use replace=True"
+        )
+    try:
+        new_uuid = _uuid.UUID(index_uuid) if index_uuid is not None else _uuid.uuid4()
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"{core.uri}: index_uuid {index_uuid!r} is not a UUID") from None
+    return name, same_name, new_uuid
 
 
 def _commit(
@@ -124,28 +171,10 @@ def create_scalar_index(
     field = core.lance_schema.field(column, dataset=core.uri)
     arrow_type = core.lance_schema.project([column]).to_arrow().field(0).type
     check_type(kind, column, arrow_type)
-    build, details, names = _BUILDERS[kind]
-    existing = indices_of(core.manifest)
-    if name is None:
-        name = _default_name(existing, column, field.id, details)
-    if not isinstance(name, str) or not name:
-        raise InvalidInputError(f"{core.uri}: an index name must be a non-empty string")
-    same_name = [e for e in existing if e.name == name]
-    if same_name and any(e.field_ids != (field.id,) for e in same_name):
-        raise InvalidInputError(
-            f"{core.uri}: index name {name!r} already exists with different fields, please "
-            "specify a different name"
-        )
-    if same_name and not replace:
-        raise InvalidInputError(
-            f"{core.uri}: index name {name!r} already exists, please specify a different name "
-            "or use replace=True"
-        )
-    try:
-        new_uuid = _uuid.UUID(index_uuid) if index_uuid is not None else _uuid.uuid4()
-    except (TypeError, ValueError):
-        raise InvalidInputError(f"{core.uri}: index_uuid {index_uuid!r} is not a UUID") from None
-
+    details = _BUILDERS[kind][1]
+    name, same_name, new_uuid = _name_and_uuid(
+        core, column, field.id, details, name, replace, index_uuid
+    )
     segment, directory = _build_segment(
         core, kind, field.id, column, name, new_uuid, fragments_of(core), core.version
     )
@@ -156,6 +185,110 @@ def create_scalar_index(
         return _commit(core, body)
     except BaseException:
         discard(core.store, directory, _BUILDERS[kind][2])
+        raise
+
+
+def create_index(
+    core: DatasetCore,
+    column: str,
+    index_type: str,
+    name: str | None = None,
+    metric: str = "L2",
+    replace: bool = False,
+    num_partitions: int | None = None,
+    ivf_centroids: object = None,
+    pq_codebook: object = None,
+    num_sub_vectors: int | None = None,
+    *,
+    num_bits: int | None = None,
+    sample_rate: int = 256,
+    max_iters: int = 50,
+    target_partition_size: int | None = None,
+    index_uuid: str | None = None,
+    train: bool = True,
+    fragment_ids: object = None,
+    seed: int | None = None,
+) -> DatasetCore:
+    """Build an IVF_FLAT, IVF_PQ or IVF_SQ index of the vector column `column` over every
+    live row of this version and commit it as the next version (pylance's `create_index`,
+    with its parameters and defaults; `seed` makes training repeatable); the new version."""
+    kind = str(index_type).upper() if isinstance(index_type, str) else None
+    if kind in SCALAR_INDEX_TYPES:
+        return create_scalar_index(
+            core,
+            column,
+            kind,
+            name,
+            replace=replace,
+            train=train,
+            fragment_ids=fragment_ids,
+            index_uuid=index_uuid,
+        )
+    if kind not in VECTOR_INDEX_TYPES:
+        if kind is not None and kind.startswith("IVF_"):
+            raise UnsupportedFeatureError(
+                f"{core.uri}: Quiver builds {', '.join(VECTOR_INDEX_TYPES)} vector indices, "
+                f"not {kind} yet"
+            )
+        raise InvalidInputError(
+            f"{core.uri}: index type must be one of {', '.join(VECTOR_INDEX_TYPES)} or a "
+            f"scalar index type, not {index_type!r}"
+        )
+    if fragment_ids is not None or not train:
+        raise UnsupportedFeatureError(
+            f"{core.uri}: indices built on some fragments only (fragment_ids) or untrained "
+            "ones cannot be built by Quiver yet"
+        )
+    if not isinstance(column, str):
+        raise InvalidInputError(f"{core.uri}: the column to index must be a name, not {column!r}")
+    field = core.lance_schema.field(column, dataset=core.uri)
+    fragments = fragments_of(core)
+    live = sum(f.count_rows() for f in fragments)
+    params = _vector.vector_params(
+        core,
+        column,
+        kind,
+        metric,
+        num_partitions=num_partitions,
+        num_sub_vectors=num_sub_vectors,
+        num_bits=num_bits,
+        sample_rate=sample_rate,
+        max_iters=max_iters,
+        target_partition_size=target_partition_size,
+        live_rows=live,
+    )
+    centroids, codebook = _vector.check_given(core.uri, params, ivf_centroids, pq_codebook)
+    if centroids is not None:
+        if num_partitions is not None and len(centroids) != params.num_partitions:
+            raise InvalidInputError(
+                f"{core.uri}: ivf_centroids has {len(centroids)} clusters, but "
+                f"num_partitions={params.num_partitions}"
+            )
+        params = dataclasses.replace(params, num_partitions=len(centroids))
+    name, same_name, new_uuid = _name_and_uuid(
+        core, column, field.id, VECTOR_DETAILS, name, replace, index_uuid
+    )
+    segment, directory = _vector.build_vector_segment(
+        core,
+        params,
+        column,
+        field.id,
+        name,
+        new_uuid,
+        fragments,
+        core.version,
+        {int(f.fragment_id) for f in fragments},
+        centroids=centroids,
+        codebook=codebook,
+        rng=np.random.default_rng(seed),
+    )
+    body = transaction_pb2.Transaction.CreateIndex(
+        new_indices=[segment], removed_indices=[e.pb for e in same_name]
+    )
+    try:
+        return _commit(core, body)
+    except BaseException:
+        discard(core.store, directory, _vector.FILES)
         raise
 
 
@@ -235,13 +368,16 @@ def optimize_indices(
             raise IndexNotFoundError(f"{core.uri}: no index named {', '.join(unknown)}")
         by_name = {n: by_name[n] for n in index_names}
     kinds = {
-        name: next((k for k, (_, d, _) in _BUILDERS.items() if d == segs[0].details_type), None)
+        name: _VECTOR
+        if segs[0].details_type == VECTOR_DETAILS
+        else next((k for k, (_, d, _) in _BUILDERS.items() if d == segs[0].details_type), None)
         for name, segs in by_name.items()
     }
     unsupported = sorted(n for n, k in kinds.items() if k is None)
     if unsupported:
         raise UnsupportedFeatureError(
-            f"{core.uri}: Quiver optimizes BTREE and BITMAP indices, not {', '.join(unsupported)} "
+            f"{core.uri}: Quiver optimizes BTREE, BITMAP and IVF indices, not "
+            f"{', '.join(unsupported)} "
             "yet (name the others in index_names)"
         )
     fragments = {int(f.fragment_id): f for f in fragments_of(core)}
@@ -267,9 +403,24 @@ def optimize_indices(
             covers = set(unindexed).union(*(s.fragment_ids or set() for s in merged))
             scanned = [fragments[f] for f in sorted(covers) if f in fragments]
             version = min((s.dataset_version for s in merged), default=core.version)
-            segment, directory = _build_segment(
-                core, kind, field_id, column, name, _uuid.uuid4(), scanned, version, covers
-            )
+            if kind == _VECTOR:
+                params, model = _vector.segment_model(core, (merged or segments)[-1])
+                segment, directory = _vector.build_vector_segment(
+                    core,
+                    params,
+                    column,
+                    field_id,
+                    name,
+                    _uuid.uuid4(),
+                    scanned,
+                    version,
+                    covers,
+                    model=None if retrain else model,
+                )
+            else:
+                segment, directory = _build_segment(
+                    core, kind, field_id, column, name, _uuid.uuid4(), scanned, version, covers
+                )
             written.append((directory, kind))
             new.append(segment)
             removed.extend(s.pb for s in merged)
@@ -280,7 +431,7 @@ def optimize_indices(
         )
     except BaseException:
         for directory, kind in written:
-            discard(core.store, directory, _BUILDERS[kind][2])
+            discard(core.store, directory, _vector.FILES if kind == _VECTOR else _BUILDERS[kind][2])
         raise
 
 

@@ -207,3 +207,12 @@ class DataFileWriter(ABC):
     @abstractmethod
     def finish(self) -> WrittenFile:
         """Flush the remaining pages, write metadata and footer; the sink is then complete."""
+
+    def add_global_buffer(self, data: bytes) -> int:
+        """Write `data` as a global buffer of the file now and return its position in the
+        global buffer table (1, 2, ...: 0 is the file descriptor written by `finish`).
+        Index files keep protobuf messages there (centroids, codebooks)."""
+        if self._finished:
+            raise InvalidInputError(f"{self.path}: add_global_buffer() after finish()")
+        self._global_buffers.append(self._out.buffer(data))
+        return len(self._global_buffers)

@@ -143,14 +143,18 @@ def write_index_file(
     schema: LanceSchema,
     tables: Iterable[pa.Table],
     version: str = "2.2",
+    buffers: Sequence[bytes] = (),
 ) -> int:
     """Write one index file (a Lance file of `schema`, its metadata included, as pylance's
-    index files carry it) from `tables`; returns its size in bytes. On error nothing is left
-    under `path`."""
+    index files carry it) from `tables`, with `buffers` as its global buffers 1, 2, ...
+    (written first, as pylance writes them); returns its size in bytes. On error nothing is
+    left under `path`."""
     sink = store.open_write(path)
     try:
         cls = V2FileWriter if version == "2.0" else StructuralFileWriter
         writer = cls(sink, schema, version=version, path_for_errors=store.uri_of(path))
+        for data in buffers:
+            writer.add_global_buffer(data)
         for table in tables:
             if table.num_rows:
                 writer.write(table)

@@ -237,6 +237,7 @@ class V2FileWriter(DataFileWriter):
         self._metadata = [file2_pb2.ColumnMetadata() for _ in self._columns_of]
         self.num_rows = 0
         self._finished = False
+        self._global_buffers: list[tuple[int, int]] = []
         self._failed = False
 
     # -- pages --------------------------------------------------------------------------
@@ -308,7 +309,7 @@ class V2FileWriter(DataFileWriter):
             desc.schema.fields.append(pb)
         for k, v in self.schema.metadata.items():
             desc.schema.metadata[k] = v if isinstance(v, bytes) else str(v).encode()
-        global_buffers = [out.buffer(desc.SerializeToString())]
+        global_buffers = [out.buffer(desc.SerializeToString())] + self._global_buffers
         # Column metadata, back to back, then the two offset tables and the footer.
         meta_start = out.pos
         column_table = []

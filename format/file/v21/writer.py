@@ -122,6 +122,7 @@ class StructuralFileWriter(DataFileWriter):
             self._leaves.append(leaves)
         self.num_rows = 0
         self._finished = False
+        self._global_buffers: list[tuple[int, int]] = []
         self._failed = False
 
     # -- public API ---------------------------------------------------------------------
@@ -270,7 +271,7 @@ class StructuralFileWriter(DataFileWriter):
             desc.schema.fields.append(pb)
         for k, v in self.schema.metadata.items():
             desc.schema.metadata[k] = v if isinstance(v, bytes) else str(v).encode()
-        global_buffers = [out.buffer(desc.SerializeToString())]
+        global_buffers = [out.buffer(desc.SerializeToString())] + self._global_buffers
         meta_start = out.pos
         table = []
         for leaf in leaves:

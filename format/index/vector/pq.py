@@ -1,6 +1,7 @@
 """Product quantization (IVF_PQ): each vector is m codes, one per sub-vector, each naming one
-of 256 centroids of its sub-space (the codebook, a tensor in a global buffer of
-`auxiliary.idx`).
+of 256 (8-bit codes) or 16 (4-bit codes, two a byte) centroids of its sub-space (the
+codebook, a tensor in a global buffer of `auxiliary.idx`). A 4-bit codebook is kept padded to
+256 entries per sub-vector, its codes unpacked to a byte each: searches run the same kernel.
 
 pylance stores each partition's codes transposed (all rows' first code, then all rows'
 second...; they are kept row by row here: the search kernel streams one run of codes) and,
@@ -37,10 +38,12 @@ CODE_COLUMN = "__pq_code"
 
 @dataclass(frozen=True)
 class ProductQuantizer:
-    """The codebook (m, 256, dim / m) of an IVF_PQ index and its metric."""
+    """The codebook (m, 256, dim / m: 4-bit ones padded) of an IVF_PQ index, its metric and
+    its code width in bits."""
 
     codebook: np.ndarray
     metric: str
+    bits: int = 8
 
     column = CODE_COLUMN
 
@@ -53,22 +56,25 @@ class ProductQuantizer:
             position = int(meta["codebook_position"])
         except (KeyError, TypeError, ValueError) as e:
             raise CorruptFileError(where, f"PQ metadata lacks {e}: {json.dumps(meta)}") from None
-        if bits != 8:
+        if bits not in (4, 8):
             raise UnsupportedFeatureError(f"{where}: PQ with {bits}-bit codes is not supported")
         if not meta.get("transposed", False):
             raise UnsupportedFeatureError(f"{where}: PQ codes stored row by row (legacy layout)")
-        if m <= 0 or dim % m:
+        if m <= 0 or dim % m or (bits == 4 and m % 2):
             raise CorruptFileError(where, f"{m} sub-vectors do not divide dimension {dim}")
         try:
             tensor = index_pb2.Tensor.FromString(storage.global_buffer(position))
         except Exception as e:  # noqa: BLE001 - a protobuf decode error of any kind
             raise CorruptFileError(where, f"bad PQ codebook: {e}") from None
         values = tensor_array(tensor, where).astype(np.float32, copy=False)
-        if values.size != m * 256 * (dim // m):
+        k = 1 << bits
+        if values.size != m * k * (dim // m):
             raise CorruptFileError(
-                where, f"codebook of {values.size} values for {m} x 256 x {dim // m}"
+                where, f"codebook of {values.size} values for {m} x {k} x {dim // m}"
             )
-        return cls(values.reshape(m, 256, dim // m), metric)
+        book = np.zeros((m, 256, dim // m), dtype=np.float32)
+        book[:, :k] = values.reshape(m, k, dim // m)
+        return cls(book, metric, bits)
 
     @cached_property
     def _codebook64(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -95,10 +101,17 @@ class ProductQuantizer:
     def load(self, codes: pa.FixedSizeListArray, where: str) -> np.ndarray:
         """A partition's codes as (rows, m) uint8, from the file's transposed layout."""
         m = self.num_sub_vectors
-        if codes.type.list_size != m:
-            raise CorruptFileError(where, f"PQ codes of {codes.type.list_size} bytes, not {m}")
-        flat = codes.values.to_numpy(zero_copy_only=False)[codes.offset * m :][: len(codes) * m]
-        return np.ascontiguousarray(flat.reshape(m, len(codes)).T)
+        width = m if self.bits == 8 else m // 2
+        if codes.type.list_size != width:
+            raise CorruptFileError(where, f"PQ codes of {codes.type.list_size} bytes, not {width}")
+        flat = codes.values.to_numpy(zero_copy_only=False)[codes.offset * width :]
+        rows = flat[: len(codes) * width].reshape(width, len(codes)).T
+        if self.bits == 4:  # two codes a byte, the even sub-vector's in the low nibble
+            out = np.empty((len(codes), m), dtype=np.uint8)
+            out[:, 0::2] = rows & 0x0F
+            out[:, 1::2] = rows >> 4
+            return out
+        return np.ascontiguousarray(rows)
 
     def row_bias(self, codes: np.ndarray, centroid: np.ndarray) -> np.ndarray | None:
         """Per row of a partition ((rows, m) codes), sum_j |b_j|^2 + 2 c_j.b_j (residual

@@ -1,0 +1,306 @@
+"""Vector index segments built from a dataset's rows (IVF_FLAT, IVF_PQ, IVF_SQ).
+
+`vector_params` checks what pylance's `create_index` takes (type, metric, partitions,
+sub-vectors, bits, given centroids or codebook) against the column; `build_vector_segment`
+trains a model on a random sample of the live rows (or reuses one: given centroids, or an
+existing segment's model when `optimize_indices` extends an index), encodes every live row a
+batch at a time and writes the files (`index.vector.build`); `indexing` commits the segment.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid as _uuid
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+from google.protobuf import any_pb2
+from pyroaring import BitMap
+
+from quiver.format.dataset import take as _take
+from quiver.format.dataset.core import DatasetCore
+from quiver.format.dataset.fragment import LanceFragment
+from quiver.format.dataset.scan import ROW_ID_FIELD, Scanner
+from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
+from quiver.format.index.scalar.remap import discard
+from quiver.format.index.vector import build as _build
+from quiver.format.index.vector.build import VECTOR_DETAILS, VectorModel, VectorParams
+from quiver.format.index.vector.index import INDEX_FILE, STORAGE_FILE, open_vector_index
+from quiver.format.index.vector.pq import ProductQuantizer
+from quiver.format.index.vector.sq import ScalarQuantizer
+from quiver.format.proto import index_pb2, table_pb2
+from quiver.format.table.indices import IndexEntry
+
+__all__ = ["build_vector_segment", "segment_model", "vector_params"]
+
+FILES = (INDEX_FILE, STORAGE_FILE)
+# pylance's rows per partition when num_partitions is not given, and its cap on partitions
+_TARGET_PARTITION_SIZE = {"IVF_FLAT": 4096, "IVF_PQ": 8192, "IVF_SQ": 8192}
+_MAX_PARTITIONS = 4096
+_METRICS = {"l2": "l2", "euclidean": "l2", "cosine": "cosine", "dot": "dot"}
+_BATCH_ROWS = 65536
+
+
+def _positive(uri: str, name: str, value: object) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise InvalidInputError(f"{uri}: {name} must be a positive integer, not {value!r}")
+    return int(value)
+
+
+def vector_params(
+    core: DatasetCore,
+    column: str,
+    index_type: str,
+    metric: str,
+    *,
+    num_partitions: object,
+    num_sub_vectors: object,
+    num_bits: object,
+    sample_rate: object,
+    max_iters: object,
+    target_partition_size: object,
+    live_rows: int,
+) -> VectorParams:
+    """The parameters of a vector index on `column`, checked as pylance checks them; defaults
+    as pylance's (partitions: live rows / target partition size, at least 1, at most 4096)."""
+    uri = core.uri
+    kind = index_type.upper()
+    field_type = core.lance_schema.project([column]).to_arrow().field(0).type
+    if not pa.types.is_fixed_size_list(field_type):
+        raise InvalidInputError(
+            f"{uri}: vector column {column!r} must be a fixed-size list of floats, not {field_type}"
+        )
+    if not pa.types.is_floating(field_type.value_type):
+        raise UnsupportedFeatureError(
+            f"{uri}: Quiver builds vector indices on float vectors; {column!r} holds "
+            f"{field_type.value_type}"
+        )
+    dim = field_type.list_size
+    name = _METRICS.get(str(metric).lower()) if isinstance(metric, str) else None
+    if name is None:
+        raise InvalidInputError(
+            f"{uri}: metric must be one of l2, cosine, dot (or euclidean), not {metric!r}"
+        )
+    if num_partitions is None:
+        target = (
+            _TARGET_PARTITION_SIZE[kind]
+            if target_partition_size is None
+            else _positive(uri, "target_partition_size", target_partition_size)
+        )
+        partitions = min(max(1, live_rows // target), _MAX_PARTITIONS)
+    else:
+        partitions = _positive(uri, "num_partitions", num_partitions)
+    bits = 8
+    subs = 0
+    if kind == "IVF_PQ":
+        if num_sub_vectors is None:
+            raise InvalidInputError(
+                f"{uri}: num_partitions and num_sub_vectors are required for IVF_PQ"
+            )
+        subs = _positive(uri, "num_sub_vectors", num_sub_vectors)
+        if dim % subs:
+            raise InvalidInputError(
+                f"{uri}: dimension ({dim}) must be divisible by num_sub_vectors ({subs})"
+            )
+        bits = _positive(uri, "num_bits", 8 if num_bits is None else num_bits)
+        if bits not in (4, 8):
+            raise InvalidInputError(f"{uri}: num_bits must be 4 or 8 for IVF_PQ, not {bits}")
+        if bits == 4 and subs % 2:
+            raise InvalidInputError(
+                f"{uri}: 4-bit PQ packs two codes a byte: num_sub_vectors ({subs}) must be even"
+            )
+    elif num_bits not in (None, 8):
+        raise InvalidInputError(f"{uri}: {kind} takes no num_bits other than 8")
+    return VectorParams(
+        kind=kind,
+        metric=name,
+        dimension=dim,
+        num_partitions=partitions,
+        num_sub_vectors=subs,
+        num_bits=bits,
+        sample_rate=_positive(uri, "sample_rate", sample_rate),
+        max_iters=_positive(uri, "max_iters", max_iters),
+    )
+
+
+def _vectors(column: pa.Array, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """The non-null vectors of a fixed-size list column as (n, dim) float32, and where they
+    are (a boolean mask over the column)."""
+    valid = np.asarray(column.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    kept = column if valid.all() else column.filter(pa.array(valid))
+    values = kept.flatten() if len(kept) else pa.array([], kept.type.value_type)
+    flat = values.to_numpy(zero_copy_only=False)
+    return np.asarray(flat, dtype=np.float32).reshape(len(kept), dim), valid
+
+
+def _sample(
+    core: DatasetCore,
+    fragments: list[LanceFragment],
+    column: str,
+    params: VectorParams,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Up to `training_rows` live rows chosen at random, prepared, in random order."""
+    live = sum(f.count_rows() for f in fragments)
+    size = min(params.training_rows(), live)
+    positions = np.sort(rng.choice(live, size=size, replace=False)) if size < live else None
+    if positions is None:
+        table = Scanner(core, fragments, columns=[column]).to_table()
+    else:
+        table = _take.take(core, fragments, positions, [column])
+    x, _ = _vectors(table.column(column).combine_chunks(), params.dimension)
+    return _build.prepare(params, x[rng.permutation(len(x))])
+
+
+def _batches(
+    core: DatasetCore, fragments: list[LanceFragment], column: str, params: VectorParams
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The prepared non-null vectors of the fragments, a batch at a time, with row ids."""
+    scan = Scanner(
+        core, fragments, columns=[column], with_row_id=True, batch_size=_BATCH_ROWS
+    ).to_batches()
+    for batch in scan:
+        x, valid = _vectors(batch.column(0), params.dimension)
+        ids = batch.column(ROW_ID_FIELD.name).to_numpy(zero_copy_only=False)
+        yield _build.prepare(params, x), np.asarray(ids, dtype=np.uint64)[valid]
+
+
+def _bounds(
+    core: DatasetCore, fragments: list[LanceFragment], column: str, params: VectorParams
+) -> tuple[float, float]:
+    """The smallest and largest value of every prepared vector (SQ bounds)."""
+    lo, hi = np.float32(np.inf), np.float32(-np.inf)
+    for x, _ in _batches(core, fragments, column, params):
+        if x.size:
+            lo, hi = min(lo, np.nanmin(x)), max(hi, np.nanmax(x))
+    return (0.0, 0.0) if lo > hi else (float(lo), float(hi))
+
+
+def segment_model(core: DatasetCore, entry: IndexEntry) -> tuple[VectorParams, VectorModel]:
+    """The parameters and trained model of an existing vector index segment (to extend it
+    without retraining)."""
+    index = open_vector_index(core.store, entry.directory, entry.uuid, entry.name)
+    details = index_pb2.VectorIndexDetails.FromString(entry.pb.index_details.value)
+    hints = details.runtime_hints
+    storage = index.storage
+    subs, bits, codebook, bounds = 0, 8, None, None
+    if isinstance(storage, ProductQuantizer):
+        subs, bits = storage.num_sub_vectors, storage.bits
+        codebook = storage.codebook[:, : 1 << bits]
+    elif isinstance(storage, ScalarQuantizer):
+        bounds = (storage.start, storage.end)
+    params = VectorParams(
+        kind=index.kind,
+        metric=index.metric,
+        dimension=index.dimension,
+        num_partitions=index.ivf.num_partitions,
+        num_sub_vectors=subs,
+        num_bits=bits,
+        sample_rate=int(hints.get("lance.ivf.sample_rate", "256")),
+        max_iters=int(hints.get("lance.ivf.max_iters", "50")),
+    )
+    return params, VectorModel(index.ivf.centroids, 0.0, codebook, bounds)
+
+
+def build_vector_segment(
+    core: DatasetCore,
+    params: VectorParams,
+    column: str,
+    field_id: int,
+    name: str,
+    new_uuid: _uuid.UUID,
+    fragments: list[LanceFragment],
+    dataset_version: int,
+    covers: set[int],
+    *,
+    model: VectorModel | None = None,
+    centroids: np.ndarray | None = None,
+    codebook: np.ndarray | None = None,
+    rng: np.random.Generator | None = None,
+) -> tuple[table_pb2.IndexMetadata, str]:
+    """Train (unless `model` is given) and write one vector index segment over the live
+    rows of `fragments`; its manifest record (covering `covers`) and directory."""
+    rng = np.random.default_rng() if rng is None else rng
+    directory = f"_indices/{new_uuid}"
+    try:
+        if model is None:
+            bounds = _bounds(core, fragments, column, params) if params.kind == "IVF_SQ" else None
+            if centroids is not None and (params.kind != "IVF_PQ" or codebook is not None):
+                sample = np.empty((0, params.dimension), dtype=np.float32)
+            else:
+                sample = _sample(core, fragments, column, params, rng)
+            model = _build.train(
+                params, sample, centroids=centroids, codebook=codebook, bounds=bounds, rng=rng
+            )
+        labels, ids, rows = [], [], []
+        for x, row_ids in _batches(core, fragments, column, params):
+            part, stored = _build.encode(params, model, x)
+            labels.append(part)
+            ids.append(row_ids)
+            rows.append(stored)
+        files = _build.write_files(
+            core.store,
+            directory,
+            params,
+            model,
+            np.concatenate(labels) if labels else np.empty(0, np.int32),
+            np.concatenate(ids) if ids else np.empty(0, np.uint64),
+            np.concatenate(rows) if rows else np.empty((0, 1), np.float32),
+            _file_version(core),
+        )
+    except BaseException:
+        discard(core.store, directory, FILES)
+        raise
+    segment = table_pb2.IndexMetadata(
+        uuid=table_pb2.UUID(uuid=new_uuid.bytes),
+        name=name,
+        fields=[field_id],
+        dataset_version=dataset_version,
+        fragment_bitmap=BitMap(covers).serialize(),
+        index_details=any_pb2.Any(type_url=VECTOR_DETAILS, value=params.details()),
+        index_version=1,
+        created_at=time.time_ns() // 1_000_000,
+        files=[table_pb2.IndexFile(path=p, size_bytes=s) for p, s in sorted(files)],
+    )
+    return segment, directory
+
+
+def _file_version(core: DatasetCore) -> str:
+    version = core.data_storage_version
+    return "2.0" if version in ("0.1", "legacy") else version
+
+
+def check_given(
+    uri: str, params: VectorParams, centroids: object, codebook: object
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Given IVF centroids (partitions x dim) and PQ codebook (sub-vectors x 2^bits x
+    dim / sub-vectors) as float32 arrays, checked against the parameters."""
+    c = b = None
+    if centroids is not None:
+        c = np.asarray(centroids)
+        if c.ndim != 2 or c.shape[1] != params.dimension or not len(c):
+            raise InvalidInputError(
+                f"{uri}: ivf_centroids must be a 2D array (clusters, {params.dimension}), "
+                f"got shape {c.shape}"
+            )
+        if not np.issubdtype(c.dtype, np.floating):
+            raise InvalidInputError(f"{uri}: IVF centroids must be floating numbers, got {c.dtype}")
+        c = np.ascontiguousarray(c, dtype=np.float32)
+    if codebook is not None:
+        if c is None:
+            raise InvalidInputError(f"{uri}: ivf_centroids must be given with pq_codebook")
+        b = np.asarray(codebook)
+        k = 1 << params.num_bits
+        shape = (params.num_sub_vectors, k, params.dimension // max(params.num_sub_vectors, 1))
+        if b.shape != shape:
+            raise InvalidInputError(
+                f"{uri}: PQ codebook must be a 3D array {shape} for num_bits="
+                f"{params.num_bits}, got {b.shape}"
+            )
+        if not np.issubdtype(b.dtype, np.floating):
+            raise InvalidInputError(f"{uri}: PQ codebook must be floating numbers, got {b.dtype}")
+        b = np.ascontiguousarray(b, dtype=np.float32)
+    return c, b

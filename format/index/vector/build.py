@@ -1,0 +1,334 @@
+"""Building IVF_FLAT, IVF_PQ and IVF_SQ indices in the files pylance 14 writes and searches.
+
+A build trains a model on a sample of the column, then encodes every row:
+- IVF: k-means centroids (`kmeans`); each row goes to its nearest (cosine on normalised rows,
+  by l2; dot by 1 - dot).
+- PQ: one codebook of 2^bits centroids per sub-vector, trained on the sample's residuals from
+  their centroids (l2, cosine; dot quantizes the vectors themselves); a row's code names the
+  nearest entry per sub-vector. 4-bit codes are packed two to a byte, the even sub-vector in
+  the low nibble.
+- SQ: the column's minimum and maximum over every row bound 8-bit codes.
+
+`index.idx` then holds the centroids (an `IVF` message in global buffer 1) and no rows;
+`auxiliary.idx` holds `_rowid` and the storage column, partition after partition, rows by
+row id within one, PQ codes transposed within each partition, the partition layout in global
+buffer 1 and the PQ codebook in buffer 2. Rows are encoded a batch at a time: only a batch's
+vectors and every row's code (or, for IVF_FLAT, its vector) are held at once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from quiver.format.errors import InvalidInputError
+from quiver.format.index.files import write_index_file
+from quiver.format.index.vector import flat as _flat
+from quiver.format.index.vector import pq as _pq
+from quiver.format.index.vector import sq as _sq
+from quiver.format.index.vector.index import (
+    INDEX_FILE,
+    INDEX_KEY,
+    ROW_ID,
+    STORAGE_FILE,
+    STORAGE_KEY,
+)
+from quiver.format.index.vector.ivf import IVF_KEY
+from quiver.format.index.vector.kmeans import assign, kmeans, normalize
+from quiver.format.io.store import ObjectStore
+from quiver.format.proto import index_pb2
+from quiver.format.table.schema import LanceSchema
+
+__all__ = ["VECTOR_DETAILS", "VECTOR_INDEX_TYPES", "VectorModel", "VectorParams", "encode", "train"]
+
+VECTOR_DETAILS = "/lance.index.pb.VectorIndexDetails"
+VECTOR_INDEX_TYPES = ("IVF_FLAT", "IVF_PQ", "IVF_SQ")
+_METRIC_CODES = {
+    "l2": index_pb2.L2,
+    "cosine": index_pb2.Cosine,
+    "dot": index_pb2.Dot,
+}
+_FLAT_KEY = "lance:flat"
+
+
+@dataclass(frozen=True)
+class VectorParams:
+    """What to build: the index type, metric and training parameters (pylance's names)."""
+
+    kind: str
+    metric: str
+    dimension: int
+    num_partitions: int
+    num_sub_vectors: int = 0
+    num_bits: int = 8
+    sample_rate: int = 256
+    max_iters: int = 50
+
+    @property
+    def assign_metric(self) -> str:
+        """The metric rows are assigned to partitions by (cosine rows are normalised)."""
+        return "dot" if self.metric == "dot" else "l2"
+
+    @property
+    def residual(self) -> bool:
+        """Whether PQ codes quantize the residual from the partition centroid."""
+        return self.kind == "IVF_PQ" and self.metric != "dot"
+
+    def training_rows(self) -> int:
+        """Rows the sample needs: sample_rate per partition, and per PQ centroid."""
+        rows = self.num_partitions * self.sample_rate
+        if self.kind == "IVF_PQ":
+            rows = max(rows, (1 << self.num_bits) * self.sample_rate)
+        return rows
+
+    def runtime_hints(self) -> dict[str, str]:
+        """The build parameters pylance records in the index details."""
+        hints = {
+            "lance.ivf.sample_rate": str(self.sample_rate),
+            "lance.ivf.max_iters": str(self.max_iters),
+            "lance.ivf.shuffle_partition_concurrency": "2",
+            "lance.ivf.shuffle_partition_batches": "10240",
+            "lance.skip_transpose": "false",
+        }
+        if self.kind == "IVF_PQ":
+            hints.update(
+                {
+                    "lance.pq.sample_rate": str(self.sample_rate),
+                    "lance.pq.max_iters": str(self.max_iters),
+                    "lance.pq.kmeans_redos": "1",
+                }
+            )
+        elif self.kind == "IVF_SQ":
+            hints["lance.sq.sample_rate"] = str(self.sample_rate)
+        return hints
+
+    def details(self) -> bytes:
+        """The serialized `VectorIndexDetails` of the manifest entry."""
+        d = index_pb2.VectorIndexDetails(metric_type=_METRIC_CODES[self.metric])
+        if self.kind == "IVF_PQ":
+            d.pq.num_bits = self.num_bits
+            d.pq.num_sub_vectors = self.num_sub_vectors
+        elif self.kind == "IVF_SQ":
+            d.sq.num_bits = 8
+        else:
+            d.flat.SetInParent()
+        d.runtime_hints.update(self.runtime_hints())
+        return d.SerializeToString()
+
+
+@dataclass
+class VectorModel:
+    """What a build trained: centroids (and their k-means loss), a PQ codebook
+    (m, 2^bits, dim / m) or SQ bounds."""
+
+    centroids: np.ndarray
+    loss: float = 0.0
+    codebook: np.ndarray | None = None
+    bounds: tuple[float, float] | None = None
+
+
+def prepare(params: VectorParams, vectors: np.ndarray) -> np.ndarray:
+    """Rows as the index compares them: float32, normalised for cosine."""
+    x = np.ascontiguousarray(vectors, dtype=np.float32)
+    return normalize(x) if params.metric == "cosine" else x
+
+
+def train(
+    params: VectorParams,
+    sample: np.ndarray,
+    *,
+    centroids: np.ndarray | None = None,
+    codebook: np.ndarray | None = None,
+    bounds: tuple[float, float] | None = None,
+    rng: np.random.Generator | None = None,
+) -> VectorModel:
+    """Train the model of an index on `sample` (prepared rows, in random order): IVF
+    centroids on its first num_partitions * sample_rate rows unless given, then the PQ
+    codebook on the residuals of its first 2^bits * sample_rate rows unless given. SQ bounds
+    come from the caller (they span every row, not the sample)."""
+    rng = np.random.default_rng() if rng is None else rng
+    p = params
+    loss = 0.0
+    if centroids is None:
+        rows = sample[: p.num_partitions * p.sample_rate]
+        if len(rows) < p.num_partitions:
+            raise InvalidInputError(
+                f"cannot train {p.num_partitions} partitions on {len(rows)} vectors: "
+                "use fewer partitions"
+            )
+        trained = kmeans(rows, p.num_partitions, p.assign_metric, max_iters=p.max_iters, rng=rng)
+        centroids, loss = trained.centroids, trained.loss
+    model = VectorModel(np.ascontiguousarray(centroids, dtype=np.float32), loss, bounds=bounds)
+    if p.kind == "IVF_PQ":
+        model.codebook = (
+            np.ascontiguousarray(codebook, dtype=np.float32)
+            if codebook is not None
+            else _train_codebook(p, model.centroids, sample, rng)
+        )
+    return model
+
+
+def _train_codebook(
+    p: VectorParams, centroids: np.ndarray, sample: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    k = 1 << p.num_bits
+    rows = sample[: k * p.sample_rate]
+    if len(rows) < k:
+        raise InvalidInputError(
+            f"a {p.num_bits}-bit PQ codebook needs at least {k} vectors to train, not {len(rows)}"
+        )
+    if p.residual:
+        labels, _ = assign(rows, centroids, p.assign_metric)
+        rows = rows - centroids[labels]
+    sub = p.dimension // p.num_sub_vectors
+    books = []
+    for j in range(p.num_sub_vectors):
+        part = np.ascontiguousarray(rows[:, j * sub : (j + 1) * sub])
+        books.append(kmeans(part, k, "l2", max_iters=p.max_iters, rng=rng).centroids)
+    return np.stack(books)
+
+
+def encode(
+    params: VectorParams, model: VectorModel, x: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Prepared rows' partitions (int32) and storage rows: PQ codes (n, m or m / 2 packed)
+    uint8, SQ codes (n, dim) uint8, or the vectors (n, dim) float32."""
+    labels, _ = assign(x, model.centroids, params.assign_metric)
+    if params.kind == "IVF_FLAT":
+        return labels, x
+    if params.kind == "IVF_SQ":
+        start, end = model.bounds or (0.0, 0.0)
+        span = np.float32(end) - np.float32(start)
+        if span == 0:
+            return labels, np.zeros(x.shape, dtype=np.uint8)
+        scaled = (x - np.float32(start)) / span * np.float32(255.0)
+        return labels, np.trunc(np.clip(np.nan_to_num(scaled), 0, 255)).astype(np.uint8)
+    rows = x - model.centroids[labels] if params.residual else x
+    book = model.codebook
+    assert book is not None
+    sub = book.shape[2]
+    codes = np.empty((len(x), params.num_sub_vectors), dtype=np.uint8)
+    for j in range(params.num_sub_vectors):
+        codes[:, j] = assign(rows, book[j], "l2", columns=(j * sub, (j + 1) * sub))[0]
+    if params.num_bits == 4:
+        codes = codes[:, 0::2] | (codes[:, 1::2] << 4)
+    return labels, codes
+
+
+def write_files(
+    store: ObjectStore,
+    directory: str,
+    params: VectorParams,
+    model: VectorModel,
+    labels: np.ndarray,
+    row_ids: np.ndarray,
+    storage: np.ndarray,
+    version: str,
+) -> list[tuple[str, int]]:
+    """Write `index.idx` and `auxiliary.idx` of the encoded rows (every row's partition, row
+    id and storage row); the files and their sizes."""
+    parts = params.num_partitions
+    order = np.lexsort((row_ids, labels))
+    lengths = np.bincount(labels, minlength=parts).astype(np.int64)
+    offsets = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+    metric = params.metric
+    storage_meta, column, buffers = _storage_layout(params, model)
+    ivf = index_pb2.IVF(offsets=offsets.tolist(), lengths=lengths.tolist())
+    schema = LanceSchema.from_arrow(
+        pa.schema(
+            [pa.field(ROW_ID, pa.uint64()), pa.field(column.name, column.type)],
+            metadata={
+                "distance_type": metric,
+                IVF_KEY: "1",
+                STORAGE_KEY: json.dumps([json.dumps(storage_meta, separators=(",", ":"))]),
+            },
+        )
+    )
+    transposed = params.kind == "IVF_PQ"
+    width = column.type.list_size
+
+    def tables() -> Iterable[pa.Table]:
+        for p in range(parts):
+            rows = order[offsets[p] : offsets[p] + lengths[p]]
+            if not len(rows):
+                continue
+            block = storage[rows]
+            flat = (block.T if transposed else block).ravel()
+            values = pa.FixedSizeListArray.from_arrays(pa.array(flat), width)
+            yield pa.table([pa.array(row_ids[rows], pa.uint64()), values], schema=schema.to_arrow())
+
+    aux_size = write_index_file(
+        store,
+        f"{directory}/{STORAGE_FILE}",
+        schema,
+        tables(),
+        version,
+        [ivf.SerializeToString(), *buffers],
+    )
+    model_ivf = index_pb2.IVF(
+        offsets=[0] * parts,
+        lengths=[0] * parts,
+        centroids_tensor=_tensor(model.centroids),
+        loss=model.loss,
+    )
+    index_schema = LanceSchema.from_arrow(
+        pa.schema(
+            [pa.field("__flat_marker", pa.uint64())],
+            metadata={
+                IVF_KEY: "1",
+                INDEX_KEY: json.dumps(
+                    {"type": params.kind, "distance_type": metric}, separators=(",", ":")
+                ),
+                _FLAT_KEY: json.dumps([""] * parts, separators=(",", ":")),
+            },
+        )
+    )
+    index_size = write_index_file(
+        store,
+        f"{directory}/{INDEX_FILE}",
+        index_schema,
+        [],
+        version,
+        [model_ivf.SerializeToString()],
+    )
+    return [(INDEX_FILE, index_size), (STORAGE_FILE, aux_size)]
+
+
+def _tensor(values: np.ndarray) -> index_pb2.Tensor:
+    return index_pb2.Tensor(
+        data_type=index_pb2.Tensor.FLOAT32,
+        shape=list(values.shape),
+        data=np.ascontiguousarray(values, dtype="<f4").tobytes(),
+    )
+
+
+def _storage_layout(params: VectorParams, model: VectorModel) -> tuple[dict, pa.Field, list[bytes]]:
+    """The storage column, its `storage_metadata` and the global buffers after the layout."""
+    dim = params.dimension
+    if params.kind == "IVF_PQ":
+        book = model.codebook
+        assert book is not None
+        m, k = params.num_sub_vectors, 1 << params.num_bits
+        tensor = _tensor(book.reshape(m * k, dim // m))
+        del tensor.shape[:]
+        tensor.shape.extend([k, dim])
+        meta = {
+            "codebook_position": 2,
+            "nbits": params.num_bits,
+            "num_sub_vectors": m,
+            "dimension": dim,
+            "codebook_tensor": [],
+            "transposed": True,
+        }
+        code_bytes = m if params.num_bits == 8 else m // 2
+        col = pa.field(_pq.CODE_COLUMN, pa.list_(pa.uint8(), code_bytes))
+        return meta, col, [tensor.SerializeToString()]
+    if params.kind == "IVF_SQ":
+        start, end = model.bounds or (0.0, 0.0)
+        meta = {"dim": dim, "num_bits": 8, "bounds": {"start": float(start), "end": float(end)}}
+        return meta, pa.field(_sq.CODE_COLUMN, pa.list_(pa.uint8(), dim)), []
+    return {"dim": dim}, pa.field(_flat.FLAT_COLUMN, pa.list_(pa.float32(), dim)), []

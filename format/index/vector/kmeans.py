@@ -1,0 +1,143 @@
+"""K-means, as vector index builds train it: IVF centroids and PQ codebooks.
+
+Lloyd's algorithm as pylance 14 runs it: centroids start as distinct rows chosen at random,
+then every iteration assigns each row to its nearest centroid (`_kernels.nearest`: squared l2,
+or 1 - dot for the dot metric; cosine callers normalise rows first and train by l2) and moves
+each centroid to the mean of its rows, until the loss (the sum of the distances) changes by
+less than `tolerance` of itself or `max_iters` pass. A centroid left without rows takes half of
+a populous cluster (both nudged apart), so none stays empty.
+
+Assignment is the cost: it runs in the compiled kernel, a chunk of rows per core, without the
+GIL. Means are numpy reductions over the rows sorted by centroid.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from quiver.format import _kernels
+
+__all__ = ["KMeans", "assign", "kmeans", "normalize"]
+
+METRICS = {"l2": _kernels.METRIC_L2, "dot": _kernels.METRIC_DOT}
+# Rows per kernel call when assignment is split over cores.
+_CHUNK_ROWS = 16384
+_THREADS = max(1, min(os.cpu_count() or 1, 8))
+_POOL = ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="quiver-kmeans")
+# How far apart the two halves of a split cluster start.
+_SPLIT_EPS = np.float32(1.0 / 1024.0)
+
+
+@dataclass(frozen=True)
+class KMeans:
+    """Trained centroids (k, dim) float32 and the loss of the last assignment."""
+
+    centroids: np.ndarray
+    loss: float
+
+
+def normalize(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit l2 norm (float32); all-zero rows stay zero."""
+    norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64)).astype(np.float32)
+    norms[norms == 0] = 1.0
+    return x / norms[:, None]
+
+
+def assign(
+    x: np.ndarray,
+    centroids: np.ndarray,
+    metric: str = "l2",
+    *,
+    columns: tuple[int, int] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's nearest centroid (int32) and its distance (float32). `x` is (n, width)
+    float32; `columns` (start, stop) compares only that slice of each row (a PQ sub-vector)
+    with centroids of that many values."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    n, width = x.shape
+    start, stop = (0, width) if columns is None else columns
+    dim = stop - start
+    k = len(centroids)
+    table = np.ascontiguousarray(np.asarray(centroids, dtype=np.float32).T)
+    if table.shape != (dim, k):
+        raise ValueError(f"centroids of shape {centroids.shape} for rows of {dim} values")
+    labels = np.empty(n, dtype=np.int32)
+    dists = np.empty(n, dtype=np.float32)
+    code = METRICS[metric]
+
+    def run(lo: int, hi: int) -> None:
+        _kernels.nearest(code, x[lo:hi], width, start, dim, table, k, labels[lo:hi], dists[lo:hi])
+
+    spans = [(lo, min(lo + _CHUNK_ROWS, n)) for lo in range(0, n, _CHUNK_ROWS)]
+    if len(spans) <= 1 or _THREADS == 1:
+        for lo, hi in spans:
+            run(lo, hi)
+    else:
+        for f in [_POOL.submit(run, lo, hi) for lo, hi in spans]:
+            f.result()
+    return labels, dists
+
+
+def _means(x: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per centroid, the mean of its rows (zeros where it has none) and its row count."""
+    counts = np.bincount(labels, minlength=k)
+    order = np.argsort(labels, kind="stable")
+    sums = np.zeros((k, x.shape[1]), dtype=np.float64)
+    present = np.flatnonzero(counts)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))[present]
+    sums[present] = np.add.reduceat(x[order], starts, axis=0, dtype=np.float64)
+    safe = np.maximum(counts, 1)[:, None]
+    return (sums / safe).astype(np.float32), counts
+
+
+def _fill_empty(centroids: np.ndarray, counts: np.ndarray, rng: np.random.Generator) -> None:
+    """Give every empty centroid half of a cluster chosen with probability growing with its
+    size, the two centroids nudged apart (in place)."""
+    n = int(counts.sum())
+    for i in np.flatnonzero(counts == 0):
+        weights = np.maximum(counts - 1, 0).astype(np.float64)
+        if weights.sum() <= 0 or n == 0:
+            return
+        j = int(rng.choice(len(counts), p=weights / weights.sum()))
+        counts[i] = counts[j] // 2
+        counts[j] -= counts[i]
+        sign = np.where(np.arange(centroids.shape[1]) % 2 == 0, 1.0, -1.0).astype(np.float32)
+        base = centroids[j].copy()
+        centroids[i] = base * (1 + sign * _SPLIT_EPS)
+        centroids[j] = base * (1 - sign * _SPLIT_EPS)
+
+
+def kmeans(
+    x: np.ndarray,
+    k: int,
+    metric: str = "l2",
+    *,
+    max_iters: int = 50,
+    tolerance: float = 1e-4,
+    init: np.ndarray | None = None,
+    rng: np.random.Generator | None = None,
+) -> KMeans:
+    """Train `k` centroids on the rows of `x` ((n, dim) float32, n >= k)."""
+    rng = np.random.default_rng() if rng is None else rng
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if init is not None:
+        centroids = np.array(init, dtype=np.float32)
+    else:
+        centroids = x[np.sort(rng.choice(len(x), size=k, replace=False))].copy()
+    loss = last = float("inf")
+    for _ in range(max(1, max_iters)):
+        labels, dists = assign(x, centroids, metric)
+        loss = float(dists.sum(dtype=np.float64))
+        moved, counts = _means(x, labels, k)
+        keep = counts == 0
+        moved[keep] = centroids[keep]
+        _fill_empty(moved, counts, rng)
+        centroids = moved
+        if abs(loss - last) < tolerance * last:
+            break
+        last = loss
+    return KMeans(centroids, loss)
