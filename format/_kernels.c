@@ -1752,95 +1752,6 @@ done:
     return res;
 }
 
-/* -- Nearest centroid (k-means, IVF assignment, PQ encoding) ------------------------------- */
-
-/* Centroids are scored a block at a time, the block's distances kept on the stack: the inner
- * loop runs over the block's centroids (contiguous in the transposed table), so it is
- * vectorised whatever the dimension. */
-#define NEAREST_BLOCK 256
-
-static void nearest_rows(int metric, const float *restrict x0, Py_ssize_t rows,
-                         Py_ssize_t stride, Py_ssize_t dim, const float *restrict cts, Py_ssize_t k,
-                         int32_t *restrict labels, float *restrict dists)
-{
-    float acc[NEAREST_BLOCK];
-    for (Py_ssize_t r = 0; r < rows; r++) {
-        const float *x = x0 + r * stride;
-        float best = INFINITY;
-        int32_t arg = 0;
-        for (Py_ssize_t c0 = 0; c0 < k; c0 += NEAREST_BLOCK) {
-            const Py_ssize_t w = k - c0 < NEAREST_BLOCK ? k - c0 : NEAREST_BLOCK;
-            for (Py_ssize_t c = 0; c < w; c++)
-                acc[c] = 0.0f;
-            if (metric == METRIC_L2) {
-                for (Py_ssize_t j = 0; j < dim; j++) {
-                    const float xj = x[j], *cj = cts + j * k + c0;
-                    for (Py_ssize_t c = 0; c < w; c++) {
-                        const float diff = xj - cj[c];
-                        acc[c] += diff * diff;
-                    }
-                }
-            } else {
-                for (Py_ssize_t j = 0; j < dim; j++) {
-                    const float xj = x[j], *cj = cts + j * k + c0;
-                    for (Py_ssize_t c = 0; c < w; c++)
-                        acc[c] += xj * cj[c];
-                }
-                for (Py_ssize_t c = 0; c < w; c++)
-                    acc[c] = 1.0f - acc[c];
-            }
-            for (Py_ssize_t c = 0; c < w; c++)
-                if (acc[c] < best) /* NaN never wins: a row of NaNs keeps centroid 0 */
-                    best = acc[c], arg = (int32_t)(c0 + c);
-        }
-        labels[r] = arg;
-        dists[r] = best;
-    }
-}
-
-PyDoc_STRVAR(
-    nearest_doc,
-    "nearest(metric, data, stride, offset, dim, centroids_t, k, labels, dists): for each row r "
-    "of `labels` (int32), the nearest of `k` centroids to the `dim` float32 values at "
-    "data[offset + r * stride:], ties to the lower centroid. `centroids_t` is float32 (dim x "
-    "k), the centroids transposed. METRIC_L2 scores the squared l2 distance, METRIC_DOT 1 - the "
-    "dot product; the best score goes to `dists` (float32).");
-
-static PyObject *nearest(PyObject *self, PyObject *args)
-{
-    int metric;
-    Py_ssize_t stride, offset, dim, k;
-    Py_buffer data, ct, lb, ds;
-    if (!PyArg_ParseTuple(args, "iy*nnny*nw*w*", &metric, &data, &stride, &offset, &dim, &ct, &k,
-                          &lb, &ds))
-        return NULL;
-    Py_buffer *all[] = {&data, &ct, &lb, &ds};
-    PyObject *res = NULL;
-    const Py_ssize_t rows = lb.len / 4;
-    if ((metric != METRIC_L2 && metric != METRIC_DOT) || dim < 1 || k < 1 || stride < dim ||
-        offset < 0 || lb.len % 4 || ds.len != lb.len || ct.len / 4 / dim != k ||
-        ct.len != dim * k * 4 || data.len % 4 ||
-        (rows && offset + (rows - 1) * stride + dim > data.len / 4)) {
-        PyErr_SetString(PyExc_ValueError, "nearest: arrays of inconsistent sizes");
-        goto done;
-    }
-    if (!aligned(data.buf, 4) || !aligned(ct.buf, 4) || !aligned(lb.buf, 4) || !aligned(ds.buf, 4)) {
-        PyErr_SetString(PyExc_ValueError, "nearest: misaligned arrays");
-        goto done;
-    }
-    const float *x0 = (const float *)data.buf + offset, *cts = ct.buf;
-    int32_t *labels = lb.buf;
-    float *dists = ds.buf;
-    BEGIN_NOGIL(rows * dim * k)
-    nearest_rows(metric, x0, rows, stride, dim, cts, k, labels, dists);
-    END_NOGIL
-    res = Py_NewRef(Py_None);
-done:
-    release(4, all);
-    return res;
-}
-#undef NEAREST_BLOCK
-
 /* -- 2.0 Binary end offsets ----------------------------------------------------------------- */
 
 PyDoc_STRVAR(rebase_ends_doc,
@@ -1939,7 +1850,6 @@ static PyMethodDef methods[] = {
     METHOD(ivf_topk),
     METHOD(take_items),
     METHOD(rebase_ends),
-    METHOD(nearest),
     {NULL, NULL, 0, NULL},
 };
 

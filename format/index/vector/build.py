@@ -240,7 +240,7 @@ def write_files(
     ivf = index_pb2.IVF(offsets=offsets.tolist(), lengths=lengths.tolist())
     schema = LanceSchema.from_arrow(
         pa.schema(
-            [pa.field(ROW_ID, pa.uint64()), pa.field(column.name, column.type)],
+            [pa.field(ROW_ID, pa.uint64()), column],
             metadata={
                 "distance_type": metric,
                 IVF_KEY: "1",
@@ -277,7 +277,7 @@ def write_files(
     )
     index_schema = LanceSchema.from_arrow(
         pa.schema(
-            [pa.field("__flat_marker", pa.uint64())],
+            [pa.field("__flat_marker", pa.uint64(), nullable=False)],
             metadata={
                 IVF_KEY: "1",
                 INDEX_KEY: json.dumps(
@@ -331,4 +331,5 @@ def _storage_layout(params: VectorParams, model: VectorModel) -> tuple[dict, pa.
         start, end = model.bounds or (0.0, 0.0)
         meta = {"dim": dim, "num_bits": 8, "bounds": {"start": float(start), "end": float(end)}}
         return meta, pa.field(_sq.CODE_COLUMN, pa.list_(pa.uint8(), dim)), []
-    return {"dim": dim}, pa.field(_flat.FLAT_COLUMN, pa.list_(pa.float32(), dim)), []
+    flat = pa.field(_flat.FLAT_COLUMN, pa.list_(pa.float32(), dim), nullable=False)
+    return {"dim": dim}, flat, []

@@ -1,33 +1,27 @@
 """K-means, as vector index builds train it: IVF centroids and PQ codebooks.
 
 Lloyd's algorithm as pylance 14 runs it: centroids start as distinct rows chosen at random,
-then every iteration assigns each row to its nearest centroid (`_kernels.nearest`: squared l2,
-or 1 - dot for the dot metric; cosine callers normalise rows first and train by l2) and moves
-each centroid to the mean of its rows, until the loss (the sum of the distances) changes by
-less than `tolerance` of itself or `max_iters` pass. A centroid left without rows takes half of
-a populous cluster (both nudged apart), so none stays empty.
+then every iteration assigns each row to its nearest centroid (squared l2, or 1 - dot for the
+dot metric; cosine callers normalise rows first and train by l2) and moves each centroid to
+the mean of its rows, until the loss (the sum of the distances) changes by less than
+`tolerance` of itself or `max_iters` pass. A centroid left without rows takes half of a
+populous cluster (both nudged apart), so none stays empty.
 
-Assignment is the cost: it runs in the compiled kernel, a chunk of rows per core, without the
-GIL. Means are numpy reductions over the rows sorted by centroid.
+Assignment is the cost. It is one matrix product per chunk of rows (BLAS, every core):
+|x - c|^2 = |x|^2 + (|c|^2 - 2 x.c), the bracket from rows extended with a 1 against
+centroids extended with |c|^2, then an argmin per row.
 """
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
-from quiver.format import _kernels
-
 __all__ = ["KMeans", "assign", "kmeans", "normalize"]
 
-METRICS = {"l2": _kernels.METRIC_L2, "dot": _kernels.METRIC_DOT}
-# Rows per kernel call when assignment is split over cores.
-_CHUNK_ROWS = 16384
-_THREADS = max(1, min(os.cpu_count() or 1, 8))
-_POOL = ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="quiver-kmeans")
+# Rows per matrix product: the (rows x centroids) block stays in cache.
+_CHUNK_ROWS = 8192
 # How far apart the two halves of a split cluster start.
 _SPLIT_EPS = np.float32(1.0 / 1024.0)
 
@@ -57,39 +51,41 @@ def assign(
     """Each row's nearest centroid (int32) and its distance (float32). `x` is (n, width)
     float32; `columns` (start, stop) compares only that slice of each row (a PQ sub-vector)
     with centroids of that many values."""
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    n, width = x.shape
-    start, stop = (0, width) if columns is None else columns
-    dim = stop - start
-    k = len(centroids)
-    table = np.ascontiguousarray(np.asarray(centroids, dtype=np.float32).T)
-    if table.shape != (dim, k):
-        raise ValueError(f"centroids of shape {centroids.shape} for rows of {dim} values")
+    if columns is not None:
+        x = x[:, columns[0] : columns[1]]
+    n, dim = x.shape
+    c = np.asarray(centroids, dtype=np.float32)
+    if c.ndim != 2 or c.shape[1] != dim:
+        raise ValueError(f"centroids of shape {c.shape} for rows of {dim} values")
+    dot = metric == "dot"
+    # (dim + 1, k): -2c over |c|^2 (l2) or -c over 1 (dot: 1 - x.c)
+    table = np.empty((dim + 1, len(c)), dtype=np.float32)
+    table[:dim] = c.T * np.float32(-1.0 if dot else -2.0)
+    table[dim] = 1.0 if dot else np.einsum("ij,ij->i", c, c)
     labels = np.empty(n, dtype=np.int32)
     dists = np.empty(n, dtype=np.float32)
-    code = METRICS[metric]
-
-    def run(lo: int, hi: int) -> None:
-        _kernels.nearest(code, x[lo:hi], width, start, dim, table, k, labels[lo:hi], dists[lo:hi])
-
-    spans = [(lo, min(lo + _CHUNK_ROWS, n)) for lo in range(0, n, _CHUNK_ROWS)]
-    if len(spans) <= 1 or _THREADS == 1:
-        for lo, hi in spans:
-            run(lo, hi)
-    else:
-        for f in [_POOL.submit(run, lo, hi) for lo, hi in spans]:
-            f.result()
+    rows = np.empty((min(n, _CHUNK_ROWS), dim + 1), dtype=np.float32)
+    rows[:, dim] = 1.0
+    for lo in range(0, n, _CHUNK_ROWS):
+        hi = min(lo + _CHUNK_ROWS, n)
+        block = rows[: hi - lo]
+        block[:, :dim] = x[lo:hi]
+        scores = block @ table
+        best = scores.argmin(axis=1)
+        labels[lo:hi] = best
+        dists[lo:hi] = scores[np.arange(hi - lo), best]
+    if not dot:
+        xx = np.einsum("ij,ij->i", x, x)
+        np.maximum(dists + xx, 0.0, out=dists)
     return labels, dists
 
 
 def _means(x: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Per centroid, the mean of its rows (zeros where it has none) and its row count."""
     counts = np.bincount(labels, minlength=k)
-    order = np.argsort(labels, kind="stable")
-    sums = np.zeros((k, x.shape[1]), dtype=np.float64)
-    present = np.flatnonzero(counts)
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))[present]
-    sums[present] = np.add.reduceat(x[order], starts, axis=0, dtype=np.float64)
+    sums = np.empty((k, x.shape[1]), dtype=np.float64)
+    for j in range(x.shape[1]):
+        sums[:, j] = np.bincount(labels, weights=x[:, j], minlength=k)
     safe = np.maximum(counts, 1)[:, None]
     return (sums / safe).astype(np.float32), counts
 
@@ -123,7 +119,7 @@ def kmeans(
 ) -> KMeans:
     """Train `k` centroids on the rows of `x` ((n, dim) float32, n >= k)."""
     rng = np.random.default_rng() if rng is None else rng
-    x = np.ascontiguousarray(x, dtype=np.float32)
+    x = np.asarray(x, dtype=np.float32)
     if init is not None:
         centroids = np.array(init, dtype=np.float32)
     else:
