@@ -347,8 +347,10 @@ def optimize_indices(
     per index, the newest `num_indices_to_merge` segments (1 by default) and the fragments
     no segment covers become one new segment (removing the merged ones); with 0, the
     unindexed fragments get a segment of their own. Indices with nothing to add are left
-    alone; nothing to do commits nothing (None). `retrain` changes nothing for scalar
-    indices. The new version, committed as one CreateIndex."""
+    alone; nothing to do commits nothing (None). Vector segments keep the centroids and
+    codebook of the newest merged segment (new rows join its partitions); `retrain` trains
+    a new model and rebuilds every segment of a vector index as one (it changes nothing for
+    scalar indices). The new version, committed as one CreateIndex."""
     if num_indices_to_merge is not None and (
         isinstance(num_indices_to_merge, bool)
         or not isinstance(num_indices_to_merge, int)
@@ -391,7 +393,10 @@ def optimize_indices(
             covered = set().union(*(s.fragment_ids or set() for s in segments))
             unindexed = sorted(set(fragments) - covered)
             merged = segments[len(segments) - merge :] if merge else []
-            if not unindexed and len(merged) < 2:
+            retrained = retrain and kind == _VECTOR
+            if retrained:  # a new model over every row: all segments become one
+                merged = segments
+            elif not unindexed and len(merged) < 2:
                 continue
             field_id = segments[0].field_ids[0]
             column = names_by_id.get(field_id)
@@ -415,7 +420,7 @@ def optimize_indices(
                     scanned,
                     version,
                     covers,
-                    model=None if retrain else model,
+                    model=None if retrained else model,
                 )
             else:
                 segment, directory = _build_segment(

@@ -167,9 +167,15 @@ class RowLocator:
                 rid = f.row_ids
                 if rid is None:
                     continue
-                row_ids.append(np.asarray(rid, dtype=np.uint64))
                 base = np.uint64(f.fragment_id) << np.uint64(32)
-                addresses.append(base + np.arange(f.physical_rows, dtype=np.uint64))
+                addr = base + np.arange(f.physical_rows, dtype=np.uint64)
+                rid = np.asarray(rid, dtype=np.uint64)
+                if f.num_deletions:  # an updated row's id also names its deleted old copy
+                    keep = np.ones(f.physical_rows, dtype=bool)
+                    keep[f.deleted_offsets] = False
+                    rid, addr = rid[keep], addr[keep]
+                row_ids.append(rid)
+                addresses.append(addr)
             all_ids = np.concatenate(row_ids) if row_ids else np.empty(0, np.uint64)
             order = np.argsort(all_ids, kind="stable")
             self._sorted_ids = all_ids[order]
@@ -389,6 +395,29 @@ class NearestSearch:
 
         return member, allowed
 
+    def _per_segment(self, allowed: RowFilter | None) -> list[RowFilter | None]:
+        """One filter per segment of a delta index: a segment answers only for rows now in
+        fragments it covers (with stable row ids, an updated row's id is in the segment of
+        its old fragment and in the one covering its new fragment)."""
+        if len(self.entries) < 2:
+            return [allowed]
+        stable = self.core.manifest.uses_stable_row_ids
+        locator = self.locator
+
+        def covering(entry: IndexEntry) -> RowFilter | None:
+            if entry.fragment_ids is None:
+                return allowed
+            inside = np.array(sorted(entry.fragment_ids), dtype=np.uint64)
+
+            def keep(row_ids: np.ndarray) -> np.ndarray:
+                ok = np.ones(len(row_ids), bool) if allowed is None else allowed(row_ids)
+                addr = locator.addresses(row_ids)[0] if stable else row_ids
+                return ok & np.isin(addr >> np.uint64(32), inside)
+
+            return keep
+
+        return [covering(e) for e in self.entries]
+
     def _covered(self) -> set[int]:
         """Fragment ids the index (with its deltas) covers."""
         covered: set[int] = set()
@@ -412,7 +441,7 @@ class NearestSearch:
             fetch,
             minimum=1 if q.minimum_nprobes is None else q.minimum_nprobes,
             maximum=q.maximum_nprobes,
-            allowed=allowed,
+            allowed=self._per_segment(allowed),
             allowed_ids=allowed_ids,
         )
         if q.refine_factor is not None:

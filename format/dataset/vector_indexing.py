@@ -126,14 +126,22 @@ def vector_params(
     )
 
 
-def _vectors(column: pa.Array, dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """The non-null vectors of a fixed-size list column as (n, dim) float32, and where they
-    are (a boolean mask over the column)."""
+def _vectors(column: pa.Array, params: VectorParams) -> tuple[np.ndarray, np.ndarray]:
+    """The vectors of a fixed-size list column that an index holds, as (n, dim) float32, and
+    which rows they are (a boolean mask over the column): as pylance, not null, no NaN
+    (`filter_nan`), and for cosine not all zeros (no direction to compare)."""
+    dim = params.dimension
     valid = np.asarray(column.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
     kept = column if valid.all() else column.filter(pa.array(valid))
     values = kept.flatten() if len(kept) else pa.array([], kept.type.value_type)
-    flat = values.to_numpy(zero_copy_only=False)
-    return np.asarray(flat, dtype=np.float32).reshape(len(kept), dim), valid
+    x = np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, dim)
+    good = ~np.isnan(x).any(axis=1)
+    if params.metric == "cosine":
+        good &= (x != 0).any(axis=1)
+    if not good.all():
+        x = x[good]
+        valid[np.flatnonzero(valid)[~good]] = False
+    return x, valid
 
 
 def _sample(
@@ -151,7 +159,7 @@ def _sample(
         table = Scanner(core, fragments, columns=[column]).to_table()
     else:
         table = _take.take(core, fragments, positions, [column])
-    x, _ = _vectors(table.column(column).combine_chunks(), params.dimension)
+    x, _ = _vectors(table.column(column).combine_chunks(), params)
     return _build.prepare(params, x[rng.permutation(len(x))])
 
 
@@ -163,7 +171,7 @@ def _batches(
         core, fragments, columns=[column], with_row_id=True, batch_size=_BATCH_ROWS
     ).to_batches()
     for batch in scan:
-        x, valid = _vectors(batch.column(0), params.dimension)
+        x, valid = _vectors(batch.column(0), params)
         ids = batch.column(ROW_ID_FIELD.name).to_numpy(zero_copy_only=False)
         yield _build.prepare(params, x), np.asarray(ids, dtype=np.uint64)[valid]
 

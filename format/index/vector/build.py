@@ -202,10 +202,10 @@ def encode(
         return labels, x
     if params.kind == "IVF_SQ":
         start, end = model.bounds or (0.0, 0.0)
-        span = np.float32(end) - np.float32(start)
+        span = float(end) - float(start)
         if span == 0:
             return labels, np.zeros(x.shape, dtype=np.uint8)
-        scaled = (x - np.float32(start)) / span * np.float32(255.0)
+        scaled = (x.astype(np.float64) - float(start)) / span * 255.0  # in float64, as pylance
         return labels, np.trunc(np.clip(np.nan_to_num(scaled), 0, 255)).astype(np.uint8)
     rows = x - model.centroids[labels] if params.residual else x
     book = model.codebook

@@ -172,14 +172,18 @@ def ivf_search(
     *,
     minimum: int,
     maximum: int | None,
-    allowed: RowFilter | None = None,
+    allowed: RowFilter | Sequence[RowFilter | None] | None = None,
     allowed_ids: np.ndarray | None = None,
 ) -> Candidates:
     """The best `fetch` rows per query over every delta of an index.
 
     `allowed` tells which row ids may be returned (deleted rows and, with a prefilter, rows
-    not matching it are refused); `allowed_ids`, when known (a prefilter), lists them all.
+    not matching it are refused), one filter for every delta or one per delta (each answers
+    only for the fragments it covers); `allowed_ids`, when known (a prefilter), lists them
+    all.
     """
+    if allowed is None or callable(allowed):
+        allowed = [allowed] * len(indices)
     # per query: its tables, and its distance, order and rank of every partition
     held = sum(8 * ix.query_width + 24 * ix.ivf.num_partitions for ix in indices)
     step = max(1, CHUNK_BYTES // max(held, 1))
@@ -199,12 +203,12 @@ def _search(
     fetch: int,
     minimum: int,
     maximum: int | None,
-    allowed: RowFilter | None,
+    allowed: Sequence[RowFilter | None],
     allowed_ids: np.ndarray | None,
 ) -> Candidates:
     """`ivf_search` of a chunk of queries."""
     nq = len(queries)
-    searches = [_Search(ix, queries, fetch, allowed) for ix in indices]
+    searches = [_Search(ix, queries, fetch, f) for ix, f in zip(indices, allowed, strict=True)]
     found_parts: list[Candidates] = []
     plans = []
     for s in searches:

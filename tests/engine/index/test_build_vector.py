@@ -167,3 +167,194 @@ def test_pylance_uses_quiver_s_index_as_its_own(
         assert sorted(rows_a.column("_rowid").to_pylist() if rows_a.num_rows else []) == sorted(
             rows_b.column("_rowid").to_pylist() if rows_b.num_rows else []
         )
+
+
+def _model(path: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """The centroids and PQ codebook (sub-vectors, 2^bits, dim / sub-vectors) of the index."""
+    files = _index_files(path)
+    ivf = index_pb2.IVF.FromString(files["index.idx"][3][0])
+    centroids = np.frombuffer(ivf.centroids_tensor.data, "<f4").reshape(-1, DIM)
+    buffers = files["auxiliary.idx"][3]
+    if len(buffers) < 2:
+        return centroids, None
+    meta = json.loads(json.loads(files["auxiliary.idx"][1]["storage_metadata"])[0])
+    book = np.frombuffer(index_pb2.Tensor.FromString(buffers[1]).data, "<f4")
+    m = meta["num_sub_vectors"]
+    return centroids, book.reshape(m, 1 << meta["nbits"], DIM // m)
+
+
+@pytest.mark.parametrize("version", ["legacy", "2.0", "2.1", "2.2"])
+@pytest.mark.parametrize(("kind", "metric", "kw"), [c for c in CASES if c[0] != "IVF_FLAT"][:5])
+def test_given_pylance_s_model_the_files_hold_pylance_s_rows_and_codes(
+    tmp_path: Path, version: str, kind: str, metric: str, kw: dict
+) -> None:
+    if version != "2.2" and kind != "IVF_PQ":
+        pytest.skip("storage versions are covered by IVF_PQ")
+    ours, theirs = _twins(tmp_path, version)
+    lance.dataset(theirs).create_index("v", kind, metric=metric, num_partitions=5, **kw)
+    centroids, book = _model(theirs)
+    given = {"pq_codebook": book} if book is not None else {}
+    quiver.dataset(ours).create_index(
+        "v", kind, metric=metric, ivf_centroids=centroids, **given, **kw
+    )
+    a, b = _index_files(ours), _index_files(theirs)
+    for name in a:
+        rows_a, meta_a, version_a, buffers_a = a[name]
+        rows_b, meta_b, version_b, buffers_b = b[name]
+        assert (version_a, meta_a) == (version_b, meta_b), name
+        assert_same_table(rows_a, rows_b, name)
+    # the layout and codebook buffers are pylance's to the byte, the centroids' too but the
+    # k-means loss, which Quiver does not know for given centroids
+    assert a["auxiliary.idx"][3] == b["auxiliary.idx"][3]
+    ivf_a, ivf_b = (index_pb2.IVF.FromString(f["index.idx"][3][0]) for f in (a, b))
+    ivf_a.ClearField("loss")
+    ivf_b.ClearField("loss")
+    assert ivf_a == ivf_b
+    assert _described(ours) == _described(theirs)
+
+
+def test_the_commit_is_pylance_s(tmp_path: Path) -> None:
+    ours, theirs = _twins(tmp_path)
+    quiver.dataset(ours).create_index("v", "IVF_PQ", num_partitions=4, num_sub_vectors=4)
+    lance.dataset(theirs).create_index("v", "IVF_PQ", num_partitions=4, num_sub_vectors=4)
+
+    def shape(path: str) -> tuple:
+        ds = lance.dataset(path)
+        txn = ds.read_transaction(ds.version)
+        [new] = txn.operation.new_indices
+        type_url, value = new.index_details
+        details = index_pb2.VectorIndexDetails.FromString(value)
+        return (
+            txn.read_version,
+            type(txn.operation).__name__,
+            new.name,
+            new.fields,
+            new.dataset_version,
+            sorted(new.fragment_ids),
+            new.index_version,
+            type_url,
+            details,
+            sorted(f.path for f in new.files),
+            new.base_id,
+            txn.operation.removed_indices,
+        )
+
+    assert shape(ours) == shape(theirs)
+
+
+def test_defaults_replace_and_refusals_as_pylance(tmp_path: Path) -> None:
+    path = str(tmp_path / "d.lance")
+    lance.write_dataset(_table(), path, max_rows_per_file=PER_FILE)
+    q = quiver.dataset(path)
+    q.create_index("v", "IVF_FLAT")  # 6,000 rows / 4,096 a partition: 1 partition
+    q.create_index("v", "IVF_SQ", name="sq", target_partition_size=1000)
+    stats = {
+        s["name"]: s for s in (lance.dataset(path).stats.index_stats(n) for n in ("v_idx", "sq"))
+    }
+    assert stats["v_idx"]["indices"][0]["num_partitions"] == 1
+    assert stats["sq"]["indices"][0]["num_partitions"] == 6  # 6,000 rows / 1,000
+    with pytest.raises(InvalidInputError, match="already exists"):
+        q.create_index("v", "IVF_PQ", num_sub_vectors=4)  # replace=False by default
+    [first] = [i for i in lance.dataset(path).list_indices() if i["name"] == "v_idx"]
+    q.create_index("v", "IVF_PQ", num_partitions=3, num_sub_vectors=4, replace=True)
+    [second] = [i for i in lance.dataset(path).list_indices() if i["name"] == "v_idx"]
+    assert second["type"] == "IVF_PQ" and second["uuid"] != first["uuid"]
+    ds = lance.dataset(path)
+    assert [r.uuid for r in ds.read_transaction(ds.version).operation.removed_indices] == [
+        first["uuid"]
+    ]
+    refusals = [
+        ({"index_type": "IVF_PQ"}, InvalidInputError, "num_sub_vectors are required"),
+        ({"index_type": "IVF_PQ", "num_sub_vectors": 5}, InvalidInputError, "divisible"),
+        (
+            {"index_type": "IVF_PQ", "num_sub_vectors": 3, "num_bits": 4},
+            InvalidInputError,
+            "divisible",
+        ),
+        (
+            {"index_type": "IVF_PQ", "num_sub_vectors": 4, "num_bits": 6},
+            InvalidInputError,
+            "4 or 8",
+        ),
+        ({"index_type": "IVF_FLAT", "metric": "manhattan"}, InvalidInputError, "metric"),
+        ({"index_type": "IVF_FLAT", "num_partitions": 0}, InvalidInputError, "positive"),
+        ({"index_type": "IVF_FLAT", "num_partitions": 7000}, InvalidInputError, "7000 partitions"),
+        ({"index_type": "IVF_HNSW_SQ"}, UnsupportedFeatureError, "IVF_HNSW_SQ"),
+        ({"index_type": "NOPE"}, InvalidInputError, "index type"),
+        ({"index_type": "IVF_FLAT", "frobnicate": 1}, InvalidInputError, "frobnicate"),
+        (
+            {"index_type": "IVF_FLAT", "ivf_centroids": np.zeros((3, 5))},
+            InvalidInputError,
+            "ivf_centroids must be a 2D array",
+        ),
+        (
+            {
+                "index_type": "IVF_PQ",
+                "num_sub_vectors": 4,
+                "ivf_centroids": np.zeros((3, DIM)),
+                "pq_codebook": np.zeros((4, 16, 4)),
+            },
+            InvalidInputError,
+            "PQ codebook",
+        ),
+        (
+            {"index_type": "IVF_FLAT", "num_partitions": 4, "ivf_centroids": np.zeros((3, DIM))},
+            InvalidInputError,
+            "num_partitions=4",
+        ),
+    ]
+    version = lance.dataset(path).version
+    for kw, error, message in refusals:
+        with pytest.raises(error, match=message):
+            q.create_index("v", name="other", **kw)
+    with pytest.raises(InvalidInputError, match="fixed-size list"):
+        q.create_index("id", "IVF_FLAT", name="other")
+    with pytest.raises(ColumnNotFoundError, match="nope"):
+        q.create_index("nope", "IVF_FLAT", name="other")
+    assert lance.dataset(path).version == version  # nothing committed
+    assert len(list((Path(path) / "_indices").iterdir())) == 3  # nor left behind
+
+
+@pytest.mark.parametrize("stable", [False, True])
+def test_indices_stay_right_after_quiver_writes_and_optimize(tmp_path: Path, stable: bool) -> None:
+    path = str(tmp_path / "w.lance")
+    lance.write_dataset(_table(), path, max_rows_per_file=PER_FILE, enable_stable_row_ids=stable)
+    q = quiver.dataset(path)
+    q.create_index("v", "IVF_PQ", num_partitions=5, num_sub_vectors=4, seed=3)
+    q.create_index("v", "IVF_SQ", name="sq", num_partitions=4, metric="dot", seed=3)
+    quiver.write_dataset(_table(2000, seed=1), path, mode="append", max_rows_per_file=1000)
+    q = quiver.dataset(path)
+    q.delete("id % 7 = 1")
+    q.update({"id": "id + 1000000"}, where="id % 11 = 2")
+    for metric in ("l2", "dot"):
+        _same_answers(path, metric)
+    stats = lance.dataset(path).stats.index_stats("v_idx")
+    assert stats["num_unindexed_rows"] > 0
+    centroids = _model_of(path, "v_idx")[0]
+    # a delta segment for the new fragments, then everything merged into one
+    q.optimize.optimize_indices(num_indices_to_merge=0, index_names=["v_idx"])
+    ds = lance.dataset(path)
+    segments = ds.stats.index_stats("v_idx")["indices"]
+    assert len(segments) == 2 and ds.stats.index_stats("v_idx")["num_unindexed_rows"] == 0
+    assert ds.stats.index_stats("sq")["num_unindexed_rows"] > 0
+    _same_answers(path, "l2")
+    quiver.dataset(path).optimize.optimize_indices(num_indices_to_merge=2)
+    ds = lance.dataset(path)
+    for name in ("v_idx", "sq"):
+        stats = ds.stats.index_stats(name)
+        assert stats["num_unindexed_rows"] == 0 and len(stats["indices"]) == 1
+    np.testing.assert_array_equal(_model_of(path, "v_idx")[0], centroids)  # not retrained
+    for metric in ("l2", "dot"):
+        _same_answers(path, metric)
+    quiver.dataset(path).optimize.optimize_indices(index_names=["v_idx"], retrain=True)
+    assert not np.array_equal(_model_of(path, "v_idx")[0], centroids)
+    _same_answers(path, "l2")
+
+
+def _model_of(path: str, name: str) -> tuple[np.ndarray, np.ndarray | None]:
+    ds = lance.dataset(path)
+    [idx] = [i for i in ds.list_indices() if i["name"] == name]
+    store = open_store(path)
+    with IndexFile(store, f"_indices/{idx['uuid']}/index.idx") as f:
+        ivf = index_pb2.IVF.FromString(f.global_buffer(1))
+    return np.frombuffer(ivf.centroids_tensor.data, "<f4").reshape(-1, DIM), None
