@@ -11,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
 import pyarrow as pa
 from fsspec.implementations.local import LocalFileSystem
 
@@ -30,10 +32,11 @@ from quiver.flight_server.protocol import (
 from quiver.flight_server.writes import Writes
 from quiver.format.dataset import dataset
 from quiver.format.errors import DatasetNotFoundError
+from quiver.format.index.vector.build import VECTOR_INDEX_TYPES
 from quiver.format.io.store import filesystem
 from quiver.format.table import versions as _versions
 from quiver.format.table.schema import RESERVED_COLUMNS
-from quiver.wire.requests import ACTION_SHAPES, BACKFILLS, MODES
+from quiver.wire.requests import ACTION_SHAPES, BACKFILLS, MODES, VECTOR_OPTIONS
 
 MAX_AGE_SECONDS = 3_155_760_000  # 100 years: cleanup's older_than_seconds
 
@@ -279,15 +282,58 @@ def _compact(ctx: ActionContext, f: Fields) -> dict[str, Any]:
     }
 
 
+# Told of each stage of an index build when the client asks for progress: set by the server
+# around the action (`server.progress_stream`), None otherwise.
+PROGRESS: ContextVar[Callable[[dict[str, Any]], None] | None] = ContextVar(
+    "quiver_action_progress", default=None
+)
+
+
+def _matrix(f: Fields, key: str, ndim: int) -> np.ndarray | None:
+    """A JSON array of arrays of numbers (`ndim` deep) as a float32 array."""
+    value = f.list(key)
+    if value is None:
+        return None
+    try:
+        out = np.array(value, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"{f.what}: {key!r} must be arrays of numbers") from None
+    if out.ndim != ndim:
+        raise InvalidArgument(f"{f.what}: {key!r} must be {ndim} arrays deep, not {out.ndim}")
+    return out
+
+
 def _create_index(ctx: ActionContext, f: Fields) -> dict[str, Any]:
     name = f.dataset()
     column = f.str("column", required=True)
     index_type = f.str("index_type", required=True)
     index_name = f.str("name")
-    replace = f.bool("replace", default=True)
+    f.bool("progress")
     ds = ctx.handles.open_latest(name)
     before = {i["uuid"] for i in ds.list_indices()}
-    ds.create_scalar_index(column, index_type, name=index_name, replace=replace)
+    if index_type.upper() in VECTOR_INDEX_TYPES or index_type.upper().startswith("IVF_"):
+        options = {
+            "metric": f.str("metric") or "L2",
+            "replace": f.bool("replace", default=False),
+            "num_partitions": f.int("num_partitions", minimum=1),
+            "num_sub_vectors": f.int("num_sub_vectors", minimum=1),
+            "target_partition_size": f.int("target_partition_size", minimum=1),
+            "ivf_centroids": _matrix(f, "ivf_centroids", 2),
+            "pq_codebook": _matrix(f, "pq_codebook", 3),
+        }
+        extra = {
+            "num_bits": f.int("num_bits", minimum=1),
+            "sample_rate": f.int("sample_rate", minimum=1),
+            "max_iters": f.int("max_iters", minimum=1),
+        }
+        extra = {k: v for k, v in extra.items() if v is not None}
+        ds.create_index(column, index_type, index_name, **options, **extra, progress=PROGRESS.get())
+    else:
+        for key in VECTOR_OPTIONS:
+            if f.has(key):
+                raise InvalidArgument(f"{f.what}: {key!r} is an option of vector indices")
+        replace = f.bool("replace", default=True)
+        ds.create_scalar_index(column, index_type, name=index_name, replace=replace)
     metrics.committed("create_index")
     [built] = [i["name"] for i in ds.list_indices() if i["uuid"] not in before]
     return {"version": ds.version, "name": built}
@@ -297,9 +343,13 @@ def _optimize_indices(ctx: ActionContext, f: Fields) -> dict[str, Any]:
     name = f.dataset()
     merge = f.int("num_indices_to_merge", minimum=0)
     names = f.str_list("index_names")
+    retrain = f.bool("retrain", default=False)
+    f.bool("progress")
     ds = ctx.handles.open_latest(name)
     before = ds.version
-    ds.optimize.optimize_indices(num_indices_to_merge=merge, index_names=names)
+    ds.optimize.optimize_indices(
+        num_indices_to_merge=merge, index_names=names, retrain=retrain, progress=PROGRESS.get()
+    )
     if ds.version != before:
         metrics.committed("optimize_indices")
     return {"version": ds.version, "optimized": ds.version != before}

@@ -52,6 +52,7 @@ from quiver.flight_server.memory import (
 )
 from quiver.flight_server.metrics import counting_sweep, instrument, record_call, watch_budget
 from quiver.flight_server.nearest import exchange as exchange_nearest
+from quiver.flight_server.progress import stream_with_progress, wants_progress
 from quiver.flight_server.protocol import (
     put_request_from_command,
     put_request_from_path,
@@ -410,15 +411,46 @@ class QuiverFlightServer(flight.FlightServerBase):
 
     def do_action(
         self, context: flight.ServerCallContext, action: flight.Action
-    ) -> list[flight.Result]:
-        """Run an action of DESIGN.md §3 with its JSON body; one JSON Result."""
-        with self._call(f"DoAction:{action.type[:64]}", context) as call:
-            body = action.body.to_pybytes() if action.body is not None else b""
-            call.dataset = _peek_dataset(body)
+    ) -> Iterator[flight.Result]:
+        """Run an action of DESIGN.md §3 with its JSON body; one JSON Result, after one
+        `{"progress": ...}` Result per stage of an index build that asks for them."""
+        call = self._call(f"DoAction:{action.type[:64]}", context)
+        body = action.body.to_pybytes() if action.body is not None else b""
+        call.dataset = _peek_dataset(body)
+        if wants_progress(action.type, body):
+            call.deferred = True
+            return self._with_progress(call, action.type, body)
+        with call:
             result = self.service.action(action.type, body, call.identity)
-            call.version = _int_or_none(result.get("version"))
-            call.rows = _int_or_none(result.get("rows", result.get("deleted_rows")))
-            return [flight.Result(_json(result))]
+            self._account(call, result)
+            return iter([flight.Result(_json(result))])
+
+    @staticmethod
+    def _account(call: _Call, result: dict[str, Any]) -> None:
+        call.version = _int_or_none(result.get("version"))
+        call.rows = _int_or_none(result.get("rows", result.get("deleted_rows")))
+
+    def _with_progress(self, call: _Call, name: str, body: bytes) -> Iterator[flight.Result]:
+        """An action's results with its progress, its errors with their status."""
+        try:
+            stream = stream_with_progress(
+                lambda: self.service.action(name, body, call.identity),
+                call.context.is_cancelled,
+                _json,
+            )
+            for item in stream:
+                if isinstance(item, dict):  # the result
+                    self._account(call, item)
+                    call.log()
+                    yield flight.Result(_json(item))
+                else:
+                    yield item
+        except GeneratorExit:  # the client stopped reading: the build stops
+            call.status = "cancelled"
+            call.log()
+            raise
+        except BaseException as e:  # noqa: BLE001 - every error leaves with its status
+            raise call.fail(e) from None
 
     def list_actions(self, context: flight.ServerCallContext) -> list[flight.ActionType]:
         """Every action with a one-line description."""

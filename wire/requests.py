@@ -85,6 +85,21 @@ class ActionShape:
     right: str | None
 
 
+# create_index's options of vector indices (pylance's create_index parameters)
+VECTOR_OPTIONS = (
+    "metric",
+    "num_partitions",
+    "num_sub_vectors",
+    "num_bits",
+    "sample_rate",
+    "max_iters",
+    "target_partition_size",
+    "ivf_centroids",
+    "pq_codebook",
+)
+# Actions whose body may ask for progress results before the final one ({"progress": true}).
+PROGRESS_ACTIONS = ("create_index", "optimize_indices")
+
 ACTION_SHAPES: tuple[ActionShape, ...] = (
     ActionShape(
         "commit",
@@ -174,16 +189,18 @@ ACTION_SHAPES: tuple[ActionShape, ...] = (
     ),
     ActionShape(
         "create_index",
-        "Build a scalar index of a column and commit it: {dataset, column, index_type "
-        "(BTREE | BITMAP), name?, replace?} -> {version, name}",
-        ("dataset", "column", "index_type", "name", "replace"),
+        "Build an index of a column and commit it: {dataset, column, index_type (BTREE | "
+        "BITMAP | IVF_FLAT | IVF_PQ | IVF_SQ), name?, replace?, metric?, num_partitions?, "
+        "num_sub_vectors?, num_bits?, sample_rate?, max_iters?, target_partition_size?, "
+        "ivf_centroids?, pq_codebook?, progress?} -> {version, name}",
+        ("dataset", "column", "index_type", "name", "replace", "progress", *VECTOR_OPTIONS),
         WRITE,
     ),
     ActionShape(
         "optimize_indices",
-        "Index the fragments no index covers: {dataset, num_indices_to_merge?, index_names?} "
-        "-> {version, optimized}",
-        ("dataset", "num_indices_to_merge", "index_names"),
+        "Index the fragments no index covers: {dataset, num_indices_to_merge?, index_names?, "
+        "retrain?, progress?} -> {version, optimized}",
+        ("dataset", "num_indices_to_merge", "index_names", "retrain", "progress"),
         WRITE,
     ),
     ActionShape(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -440,9 +440,10 @@ class LanceDataset:
     ) -> None:
         """Build an IVF_FLAT, IVF_PQ or IVF_SQ index of the vector column `column` and
         commit it as the next version (pylance's `create_index`, its defaults included;
-        options `num_bits`, `sample_rate`, `max_iters` and `seed`, which makes training
-        repeatable). A scalar index type builds that index, as pylance does."""
-        unknown = sorted(set(kwargs) - {"num_bits", "sample_rate", "max_iters", "seed"})
+        options `num_bits`, `sample_rate`, `max_iters`, `seed`, which makes training
+        repeatable, and `progress`, a callable told of each stage as a dict). A scalar index
+        type builds that index, as pylance does."""
+        unknown = sorted(set(kwargs) - {"num_bits", "sample_rate", "max_iters", "seed", "progress"})
         if unknown:
             raise InvalidInputError(f"{self.uri}: create_index has no option {', '.join(unknown)}")
         core = _indexing.create_index(
@@ -718,6 +719,7 @@ class DatasetOptimizer:
         num_indices_to_merge: int | None = None,
         index_names: list[str] | None = None,
         retrain: bool = False,
+        progress: Callable[[dict[str, Any]], None] | None = None,
         **kwargs: Any,
     ) -> None:
         """Add the fragments no index segment covers to the indices, as pylance's
@@ -732,6 +734,7 @@ class DatasetOptimizer:
             num_indices_to_merge=num_indices_to_merge,
             index_names=index_names,
             retrain=retrain,
+            progress=progress,
         )
         if core is not None:
             self._ds._advance(core)

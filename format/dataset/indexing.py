@@ -208,10 +208,12 @@ def create_index(
     train: bool = True,
     fragment_ids: object = None,
     seed: int | None = None,
+    progress: _vector.Progress | None = None,
 ) -> DatasetCore:
     """Build an IVF_FLAT, IVF_PQ or IVF_SQ index of the vector column `column` over every
     live row of this version and commit it as the next version (pylance's `create_index`,
-    with its parameters and defaults; `seed` makes training repeatable); the new version."""
+    with its parameters and defaults; `seed` makes training repeatable; `progress` hears of
+    each stage, "commit" last); the new version."""
     kind = str(index_type).upper() if isinstance(index_type, str) else None
     if kind in SCALAR_INDEX_TYPES:
         return create_scalar_index(
@@ -281,7 +283,10 @@ def create_index(
         centroids=centroids,
         codebook=codebook,
         rng=np.random.default_rng(seed),
+        progress=progress,
     )
+    if progress is not None:
+        progress({"stage": "commit", "index": name})
     body = transaction_pb2.Transaction.CreateIndex(
         new_indices=[segment], removed_indices=[e.pb for e in same_name]
     )
@@ -342,6 +347,7 @@ def optimize_indices(
     num_indices_to_merge: int | None = None,
     index_names: list[str] | None = None,
     retrain: bool = False,
+    progress: _vector.Progress | None = None,
 ) -> DatasetCore | None:
     """Bring indices up to date with appended fragments, as pylance's `optimize_indices`:
     per index, the newest `num_indices_to_merge` segments (1 by default) and the fragments
@@ -421,6 +427,7 @@ def optimize_indices(
                     version,
                     covers,
                     model=None if retrained else model,
+                    progress=progress,
                 )
             else:
                 segment, directory = _build_segment(

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import time
 import uuid as _uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -32,7 +33,10 @@ from quiver.format.index.vector.sq import ScalarQuantizer
 from quiver.format.proto import index_pb2, table_pb2
 from quiver.format.table.indices import IndexEntry
 
-__all__ = ["build_vector_segment", "segment_model", "vector_params"]
+__all__ = ["Progress", "build_vector_segment", "segment_model", "vector_params"]
+
+# Told of each stage of a build: {"stage": ..., "index": name, ...counts}
+Progress = Callable[[dict[str, Any]], None]
 
 FILES = (INDEX_FILE, STORAGE_FILE)
 # pylance's rows per partition when num_partitions is not given, and its cap on partitions
@@ -165,15 +169,16 @@ def _sample(
 
 def _batches(
     core: DatasetCore, fragments: list[LanceFragment], column: str, params: VectorParams
-) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """The prepared non-null vectors of the fragments, a batch at a time, with row ids."""
+) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
+    """The vectors an index holds of the fragments, prepared, a batch at a time, with their
+    row ids and the number of rows the batch read."""
     scan = Scanner(
         core, fragments, columns=[column], with_row_id=True, batch_size=_BATCH_ROWS
     ).to_batches()
     for batch in scan:
         x, valid = _vectors(batch.column(0), params)
         ids = batch.column(ROW_ID_FIELD.name).to_numpy(zero_copy_only=False)
-        yield _build.prepare(params, x), np.asarray(ids, dtype=np.uint64)[valid]
+        yield _build.prepare(params, x), np.asarray(ids, dtype=np.uint64)[valid], len(valid)
 
 
 def _bounds(
@@ -181,7 +186,7 @@ def _bounds(
 ) -> tuple[float, float]:
     """The smallest and largest value of every prepared vector (SQ bounds)."""
     lo, hi = np.float32(np.inf), np.float32(-np.inf)
-    for x, _ in _batches(core, fragments, column, params):
+    for x, _, _ in _batches(core, fragments, column, params):
         if x.size:
             lo, hi = min(lo, np.nanmin(x)), max(hi, np.nanmax(x))
     return (0.0, 0.0) if lo > hi else (float(lo), float(hi))
@@ -228,27 +233,42 @@ def build_vector_segment(
     centroids: np.ndarray | None = None,
     codebook: np.ndarray | None = None,
     rng: np.random.Generator | None = None,
+    progress: Progress | None = None,
 ) -> tuple[table_pb2.IndexMetadata, str]:
     """Train (unless `model` is given) and write one vector index segment over the live
-    rows of `fragments`; its manifest record (covering `covers`) and directory."""
+    rows of `fragments`; its manifest record (covering `covers`) and directory. `progress`
+    hears of each stage: "bounds" and "sample" (reading), "train", "encode" (with rows
+    done of the total), "write"."""
     rng = np.random.default_rng() if rng is None else rng
+    report = progress or (lambda _: None)
     directory = f"_indices/{new_uuid}"
+    total = sum(f.count_rows() for f in fragments)
     try:
         if model is None:
-            bounds = _bounds(core, fragments, column, params) if params.kind == "IVF_SQ" else None
+            bounds = None
+            if params.kind == "IVF_SQ":
+                report({"stage": "bounds", "index": name})
+                bounds = _bounds(core, fragments, column, params)
             if centroids is not None and (params.kind != "IVF_PQ" or codebook is not None):
                 sample = np.empty((0, params.dimension), dtype=np.float32)
             else:
+                report({"stage": "sample", "index": name})
                 sample = _sample(core, fragments, column, params, rng)
+            report({"stage": "train", "index": name, "rows": len(sample)})
             model = _build.train(
                 params, sample, centroids=centroids, codebook=codebook, bounds=bounds, rng=rng
             )
         labels, ids, rows = [], [], []
-        for x, row_ids in _batches(core, fragments, column, params):
+        done = 0
+        report({"stage": "encode", "index": name, "done": 0, "total": total})
+        for x, row_ids, read in _batches(core, fragments, column, params):
             part, stored = _build.encode(params, model, x)
             labels.append(part)
             ids.append(row_ids)
             rows.append(stored)
+            done += read
+            report({"stage": "encode", "index": name, "done": done, "total": total})
+        report({"stage": "write", "index": name})
         files = _build.write_files(
             core.store,
             directory,

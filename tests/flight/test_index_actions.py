@@ -76,3 +76,93 @@ def test_bad_index_requests_get_their_codes(served, name) -> None:
         with pytest.raises(InvalidArgument):
             qc.action("create_index", {"dataset": name, "column": "id"})  # no index_type
     assert lance.dataset(served.path(name)).list_indices() == []
+
+
+def _vectors(n: int, seed: int = 0) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    v = rng.normal(size=(n, 8)).astype(np.float32)
+    return pa.table(
+        {
+            "id": np.arange(n, dtype=np.int64) + seed * 100_000,
+            "v": pa.FixedSizeListArray.from_arrays(pa.array(v.ravel()), 8),
+        }
+    )
+
+
+def test_vector_index_builds_over_flight_report_progress(served, name) -> None:
+    path = served.path(name)
+    lance.write_dataset(_vectors(6_000), path, max_rows_per_file=2_000)
+    stages: list[dict] = []
+    with Client(served.uri) as qc:
+        done = qc.create_index(
+            name,
+            "v",
+            "IVF_PQ",
+            num_partitions=4,
+            num_sub_vectors=4,
+            metric="cosine",
+            progress=stages.append,
+        )
+        assert done == {"version": 2, "name": "v_idx"}
+        names = [s["stage"] for s in stages]
+        assert names[:3] == ["sample", "train", "encode"] and names[-2:] == ["write", "commit"]
+        encoded = [s for s in stages if s["stage"] == "encode"]
+        assert encoded[-1]["done"] == encoded[-1]["total"] == 6_000
+        [idx] = lance.dataset(path).list_indices()
+        assert idx["type"] == "IVF_PQ"
+        stats = lance.dataset(path).stats.index_stats("v_idx")["indices"][0]
+        assert stats["metric_type"] == "cosine" and stats["num_partitions"] == 4
+        q = _vectors(1, seed=7).column("v").to_pylist()[0]
+        ours = qc.nearest(name, "v", q, k=5, nprobes=2, metric="cosine")
+        theirs = lance.dataset(path).to_table(
+            nearest={"column": "v", "q": q, "k": 5, "nprobes": 2, "metric": "cosine"}
+        )
+        assert ours.column("id").to_pylist() == theirs.column("id").to_pylist()
+        # centroids given as JSON arrays; without progress one result
+        centroids = np.random.default_rng(1).normal(size=(3, 8)).astype(np.float32)
+        done = qc.create_index(name, "v", "IVF_FLAT", name="flat", ivf_centroids=centroids)
+        assert done["name"] == "flat"
+        qc.write(name, _vectors(500, seed=1))
+        stages.clear()
+        assert qc.optimize_indices(name, index_names=["v_idx"], progress=stages.append) == {
+            "version": 5,
+            "optimized": True,
+        }
+        assert [s["stage"] for s in stages] == ["encode"] * (len(stages) - 1) + ["write"]
+        assert qc.optimize_indices(name, retrain=True)["optimized"]
+        for idx in lance.dataset(path).list_indices():
+            assert sorted(idx["fragment_ids"]) == [0, 1, 2, 3]
+
+
+def test_bad_vector_index_requests_get_their_codes(served, name) -> None:
+    lance.write_dataset(_vectors(300), served.path(name))
+    with Client(served.uri) as qc:
+        with pytest.raises(InvalidArgument, match="num_sub_vectors are required"):
+            qc.create_index(name, "v", "IVF_PQ", progress=lambda _: None)
+        with pytest.raises(InvalidArgument, match="divisible"):
+            qc.create_index(name, "v", "IVF_PQ", num_sub_vectors=3)
+        with pytest.raises(InvalidArgument, match="metric"):
+            qc.create_index(name, "v", "IVF_FLAT", metric="hamming")
+        with pytest.raises(Unimplemented, match="IVF_HNSW_PQ"):
+            qc.create_index(name, "v", "IVF_HNSW_PQ")
+        with pytest.raises(InvalidArgument, match="vector indices"):
+            qc.action(
+                "create_index",
+                {"dataset": name, "column": "id", "index_type": "BTREE", "num_partitions": 2},
+            )
+        with pytest.raises(InvalidArgument, match="arrays of numbers"):
+            qc.action(
+                "create_index",
+                {
+                    "dataset": name,
+                    "column": "v",
+                    "index_type": "IVF_FLAT",
+                    "ivf_centroids": [[1, 2], [3]],
+                },
+            )
+        with pytest.raises(InvalidArgument, match="progress"):
+            qc.action(
+                "create_index",
+                {"dataset": name, "column": "v", "index_type": "IVF_FLAT", "progress": "yes"},
+            )
+    assert lance.dataset(served.path(name)).list_indices() == []

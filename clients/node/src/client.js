@@ -782,20 +782,64 @@ class Client {
     return this.action('drop_dataset', { dataset });
   }
 
-  /** Build a BTREE or BITMAP index of `column` in the server and commit it: {version, name}. */
-  async createIndex(dataset, column, indexType, { name, replace } = {}) {
+  /**
+   * Build an index of `column` in the server and commit it: {version, name}. BTREE and BITMAP
+   * as pylance's create_scalar_index; IVF_FLAT, IVF_PQ and IVF_SQ as pylance's create_index
+   * (options metric, numPartitions, numSubVectors, numBits, sampleRate, maxIters,
+   * targetPartitionSize, ivfCentroids and pqCodebook as arrays of arrays). `onProgress` is
+   * called with each stage of the build ({stage, index, ...}) as the server reports it.
+   */
+  async createIndex(dataset, column, indexType, options = {}) {
+    const { onProgress, ...rest } = options;
     const body = { dataset, column, index_type: indexType };
-    if (name !== undefined) body.name = name;
-    if (replace !== undefined) body.replace = replace;
-    return this.action('create_index', body);
+    const keys = {
+      name: 'name',
+      replace: 'replace',
+      metric: 'metric',
+      numPartitions: 'num_partitions',
+      numSubVectors: 'num_sub_vectors',
+      numBits: 'num_bits',
+      sampleRate: 'sample_rate',
+      maxIters: 'max_iters',
+      targetPartitionSize: 'target_partition_size',
+      ivfCentroids: 'ivf_centroids',
+      pqCodebook: 'pq_codebook',
+    };
+    for (const [key, value] of Object.entries(rest)) {
+      if (!(key in keys)) throw new TypeError(`createIndex has no option ${JSON.stringify(key)}`);
+      if (value !== undefined) body[keys[key]] = value;
+    }
+    return this._build('create_index', body, onProgress);
   }
 
-  /** Index the fragments no index covers (pylance's optimize_indices): {version, optimized}. */
-  async optimizeIndices(dataset, { numIndicesToMerge, indexNames } = {}) {
+  /**
+   * Index the fragments no index covers (pylance's optimize_indices): {version, optimized}.
+   * `retrain` trains vector indices again; `onProgress` hears of each stage.
+   */
+  async optimizeIndices(dataset, { numIndicesToMerge, indexNames, retrain, onProgress } = {}) {
     const body = { dataset };
     if (numIndicesToMerge !== undefined) body.num_indices_to_merge = numIndicesToMerge;
     if (indexNames !== undefined) body.index_names = Array.from(indexNames);
-    return this.action('optimize_indices', body);
+    if (retrain !== undefined) body.retrain = retrain;
+    return this._build('optimize_indices', body, onProgress);
+  }
+
+  /** A build action; with `onProgress`, each {"progress": stage} result goes to it as it comes. */
+  async _build(name, body, onProgress) {
+    if (onProgress === undefined) return this.action(name, body);
+    const request = { type: name, body: jsonBytes({ ...body, progress: true }) };
+    return this._rpc(async (stub, md, o) => {
+      let result = null;
+      for await (const answer of stub.DoAction(request, md, o)) {
+        const doc = parseJson(answer.body, `action ${JSON.stringify(name)}`);
+        if (doc && typeof doc === 'object' && Object.keys(doc).length === 1 && 'progress' in doc) {
+          onProgress(doc.progress);
+        } else {
+          result = doc;
+        }
+      }
+      return result;
+    });
   }
 
   /** Drop the index `name` (every segment) as a new version: {version}. */

@@ -54,6 +54,17 @@ function rows(start, n, words) {
   );
 }
 
+/** `n` rows of an id and a 4-value vector spread over the sphere (a seeded sequence). */
+function vectorRows(n) {
+  let seed = 7;
+  const next = () => ((seed = (seed * 16807) % 2147483647) / 2147483647) * 2 - 1;
+  const vec = Array.from({ length: n }, () => [next(), next(), next(), next()]);
+  return new arrow.Table({
+    id: arrow.vectorFromArray(Array.from({ length: n }, (_, i) => BigInt(i)), new arrow.Int64()),
+    v: arrow.vectorFromArray(vec, new arrow.FixedSizeList(4, new arrow.Field('item', new arrow.Float32(), true))),
+  });
+}
+
 function concat(...tables) {
   return new arrow.Table(tables.flatMap((t) => t.batches));
 }
@@ -170,6 +181,20 @@ describe('writes', { skip: !config && SKIP }, () => {
     await client.write('node_ops', rows(100, 10, ['a', 'b']));
     assert.deepEqual(await client.optimizeIndices('node_ops', { numIndicesToMerge: 0 }), { version: 8, optimized: true });
     assert.deepEqual(await client.dropIndex('node_ops', 'by_n'), { version: 9 });
+    await client.write('node_vec', vectorRows(4000), { mode: 'create' });
+    const stages = [];
+    const built = await client.createIndex('node_vec', 'v', 'IVF_PQ', {
+      numPartitions: 4, numSubVectors: 2, metric: 'cosine', onProgress: (s) => stages.push(s),
+    });
+    assert.deepEqual(built, { version: 2, name: 'v_idx' });
+    assert.deepEqual(stages.slice(0, 3).map((s) => s.stage), ['sample', 'train', 'encode']);
+    assert.equal(stages.at(-1).stage, 'commit');
+    const encoded = stages.filter((s) => s.stage === 'encode').at(-1);
+    assert.equal(encoded.done, 4000);
+    assert.equal((await client.createIndex('node_vec', 'v', 'IVF_FLAT', { name: 'flat', ivfCentroids: [[1, 0, 0, 0], [0, 1, 0, 0]] })).name, 'flat');
+    await assert.rejects(client.createIndex('node_vec', 'v', 'IVF_PQ', { onProgress: () => {} }), (e) => e.grpcCode === 3 && /num_sub_vectors/.test(e.message));
+    await assert.rejects(client.createIndex('node_vec', 'v', 'IVF_PQ', { bogus: 1 }), TypeError);
+    assert.equal((await client.optimizeIndices('node_vec', { retrain: true })).optimized, true);
     assert.equal((await client.dropDataset('node_ops')).dropped, true);
   });
 });

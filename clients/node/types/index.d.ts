@@ -67,6 +67,30 @@ export interface FlightInfo {
   appMetadata: Record<string, unknown> | Buffer | null;
 }
 
+/** One stage of an index build, as the server reports it. */
+export interface IndexBuildStage {
+  stage: 'bounds' | 'sample' | 'train' | 'encode' | 'write' | 'commit' | string;
+  index: string;
+  rows?: number;
+  done?: number;
+  total?: number;
+}
+
+export interface CreateIndexOptions {
+  name?: string;
+  replace?: boolean;
+  metric?: 'l2' | 'cosine' | 'dot' | string;
+  numPartitions?: number;
+  numSubVectors?: number;
+  numBits?: 4 | 8;
+  sampleRate?: number;
+  maxIters?: number;
+  targetPartitionSize?: number;
+  ivfCentroids?: number[][];
+  pqCodebook?: number[][][];
+  onProgress?: (stage: IndexBuildStage) => void;
+}
+
 export type WriteMode = 'append' | 'create' | 'overwrite';
 export type WriteData = Table | RecordBatch | Iterable<RecordBatch> | AsyncIterable<RecordBatch>;
 
@@ -176,9 +200,9 @@ export class Client {
   alterColumns(dataset: string, ...alterations: { path: string; name?: string; nullable?: boolean; data_type?: string }[]): Promise<{ version: number }>;
   dropDataset(dataset: string): Promise<{ dataset: string; dropped: boolean }>;
   /** Build a BTREE or BITMAP index of `column` in the server and commit it. */
-  createIndex(dataset: string, column: string, indexType: 'BTREE' | 'BITMAP', options?: { name?: string; replace?: boolean }): Promise<{ version: number; name: string }>;
+  createIndex(dataset: string, column: string, indexType: 'BTREE' | 'BITMAP' | 'IVF_FLAT' | 'IVF_PQ' | 'IVF_SQ' | string, options?: CreateIndexOptions): Promise<{ version: number; name: string }>;
   /** Index the fragments no index covers (pylance's optimize_indices). */
-  optimizeIndices(dataset: string, options?: { numIndicesToMerge?: number; indexNames?: string[] }): Promise<{ version: number; optimized: boolean }>;
+  optimizeIndices(dataset: string, options?: { numIndicesToMerge?: number; indexNames?: string[]; retrain?: boolean; onProgress?: (stage: IndexBuildStage) => void }): Promise<{ version: number; optimized: boolean }>;
   /** Drop the index `name` (every segment) as a new version. */
   dropIndex(dataset: string, name: string): Promise<{ version: number }>;
   /** Close every connection. */
