@@ -82,6 +82,8 @@ KNOWN: dict[str, tuple[str, ...]] = {
 }
 # what `schema()` may see: it runs for reads and writes, batch and streaming alike
 KNOWN["any"] = tuple(dict.fromkeys(k for use in KNOWN.values() for k in use))
+# the driver-side helpers (`spark.changes`, `spark.indices`) only connect
+KNOWN["connection"] = _CONNECTION
 
 
 def check_options(options: Any, use: str) -> None:
