@@ -9,6 +9,7 @@ batch at a time and writes the files (`index.vector.build`); `indexing` commits 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid as _uuid
 from collections.abc import Callable, Iterator
@@ -258,6 +259,7 @@ def build_vector_segment(
             model = _build.train(
                 params, sample, centroids=centroids, codebook=codebook, bounds=bounds, rng=rng
             )
+        model = dataclasses.replace(model, loss=0.0)  # summed over every row by `encode`
         labels, ids, rows = [], [], []
         done = 0
         report({"stage": "encode", "index": name, "done": 0, "total": total})

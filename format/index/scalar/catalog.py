@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +15,12 @@ from quiver.format.index.files import IndexFile
 from quiver.format.index.pruning import Core, scalar_kind
 from quiver.format.index.scalar.bitmap import BitmapIndex
 from quiver.format.index.scalar.btree import BTreeIndex
+from quiver.format.index.vector.index import INDEX_FILE as VECTOR_INDEX_FILE
+from quiver.format.index.vector.index import open_vector_index
+from quiver.format.index.vector.ivf import IVF_KEY, read_message
+from quiver.format.index.vector.pq import ProductQuantizer
+from quiver.format.index.vector.sq import ScalarQuantizer
+from quiver.format.proto import index_pb2
 from quiver.format.table.indices import IndexEntry, indices_of
 
 # pylance's names of index types, by the message of their details
@@ -147,7 +154,52 @@ def _segment_statistics(core: Core, entry: IndexEntry) -> dict[str, Any]:
         }
     if kind == "BITMAP":
         return {"num_bitmaps": len(BitmapIndex.load(store, directory).keys)}
+    if entry.details_type.endswith("VectorIndexDetails"):
+        return _vector_statistics(store, directory, entry)
     return {"index_type": index_type(core, entry), "uuid": entry.uuid}
+
+
+def _vector_statistics(store: Any, directory: str, entry: IndexEntry) -> dict[str, Any]:
+    """A vector index segment's figures as pylance reports them: type, metric, partitions
+    and their sizes, the storage ("sub index"), the centroids (unless
+    LANCE_INCLUDE_VECTOR_CENTROIDS=false, as pylance) and the k-means loss."""
+    index = open_vector_index(store, directory, entry.uuid, entry.name)
+    storage, metric = index.storage, index.metric
+    if isinstance(storage, ProductQuantizer):
+        sub: dict[str, Any] = {
+            "metric_type": "l2" if storage.residual else metric,
+            "nbits": storage.bits,
+            "num_sub_vectors": storage.num_sub_vectors,
+            "dimension": index.dimension,
+            "index_type": "PQ",
+            "transposed": True,
+        }
+    elif isinstance(storage, ScalarQuantizer):
+        sub = {
+            "dim": index.dimension,
+            "num_bits": 8,
+            "bounds": {"start": storage.start, "end": storage.end},
+            "index_type": "SQ",
+            "metric_type": metric,
+        }
+    else:
+        sub = {"dim": index.dimension, "index_type": "FLAT", "metric_type": metric}
+    with IndexFile(store, f"{directory}/{VECTOR_INDEX_FILE}") as f:
+        ivf = read_message(f, IVF_KEY, index_pb2.IVF)
+    out: dict[str, Any] = {
+        "index_type": index.kind,
+        "uuid": entry.uuid,
+        "uri": store.uri_of(f"{directory}/{VECTOR_INDEX_FILE}"),
+        "metric_type": metric,
+        "num_partitions": index.ivf.num_partitions,
+        "sub_index": sub,
+        "partitions": [{"size": int(n)} for n in index.ivf.lengths],
+    }
+    if os.environ.get("LANCE_INCLUDE_VECTOR_CENTROIDS", "true").lower() != "false":
+        out["centroids"] = index.ivf.centroids.astype(float).tolist()
+    out["loss"] = ivf.loss if ivf.HasField("loss") else None
+    out["index_file_version"] = "V3"
+    return out
 
 
 def _shown(value: Any) -> str:

@@ -196,8 +196,10 @@ def encode(
     params: VectorParams, model: VectorModel, x: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Prepared rows' partitions (int32) and storage rows: PQ codes (n, m or m / 2 packed)
-    uint8, SQ codes (n, dim) uint8, or the vectors (n, dim) float32."""
-    labels, _ = assign(x, model.centroids, params.assign_metric)
+    uint8, SQ codes (n, dim) uint8, or the vectors (n, dim) float32. Their distances to
+    their centroids add to `model.loss` (the IVF loss pylance records is over every row)."""
+    labels, dists = assign(x, model.centroids, params.assign_metric)
+    model.loss += float(dists.sum(dtype=np.float64))
     if params.kind == "IVF_FLAT":
         return labels, x
     if params.kind == "IVF_SQ":

@@ -155,6 +155,9 @@ def test_pylance_uses_quiver_s_index_as_its_own(
     lance.dataset(theirs).create_index("v", kind, metric=metric, num_partitions=6, **kw)
     assert _described(ours) == _described(theirs)
     _same_answers(ours, metric)
+    # Quiver reports the index's statistics as pylance does (centroids and loss included)
+    stats = lance.dataset(ours).stats.index_stats("v_idx")
+    assert quiver.dataset(ours).index_statistics("v_idx") == stats
     # training is random in both engines: on 6,000 rows recall varies by a few hundredths
     assert _recall(ours, metric) >= _recall(theirs, metric) - 0.08
     a, b = _index_files(ours), _index_files(theirs)
@@ -203,10 +206,11 @@ def test_given_pylance_s_model_the_files_hold_pylance_s_rows_and_codes(
         rows_b, meta_b, version_b, buffers_b = b[name]
         assert (version_a, meta_a) == (version_b, meta_b), name
         assert_same_table(rows_a, rows_b, name)
-    # the layout and codebook buffers are pylance's to the byte, the centroids' too but the
-    # k-means loss, which Quiver does not know for given centroids
+    # the layout and codebook buffers are pylance's to the byte, the centroids' too; the
+    # k-means loss (over every row) up to float rounding
     assert a["auxiliary.idx"][3] == b["auxiliary.idx"][3]
     ivf_a, ivf_b = (index_pb2.IVF.FromString(f["index.idx"][3][0]) for f in (a, b))
+    assert ivf_a.loss == pytest.approx(ivf_b.loss, rel=1e-5)
     ivf_a.ClearField("loss")
     ivf_b.ClearField("loss")
     assert ivf_a == ivf_b
