@@ -87,6 +87,7 @@ def _describe(ctx: ActionContext, f: Fields) -> dict[str, Any]:
     version, tag, as_of = version_ref(f)
     ds = ctx.handles.open_ref(name, version, tag, as_of)
     frags = ds.manifest.pb.fragments
+    segments = ds.list_indices()
     return {
         "dataset": name,
         "version": ds.version,
@@ -107,9 +108,26 @@ def _describe(ctx: ActionContext, f: Fields) -> dict[str, Any]:
                 "fragments": sorted(i["fragment_ids"]),
                 "uuid": i["uuid"],
             }
-            for i in ds.list_indices()
+            for i in segments
         ],
+        "index_coverage": _coverage(segments, frags),
     }
+
+
+def _coverage(segments: list[dict[str, Any]], frags: Any) -> dict[str, dict[str, Any]]:
+    """Per index name: its segments, and the fragments (and live rows) none of them covers,
+    which searches and filters read unindexed until `optimize_indices`."""
+    live = {int(fr.id): live_rows(fr) for fr in frags}
+    out: dict[str, dict[str, Any]] = {}
+    for seg in segments:
+        entry = out.setdefault(seg["name"], {"segments": 0, "covered": set()})
+        entry["segments"] += 1
+        entry["covered"] |= set(seg["fragment_ids"])
+    for entry in out.values():
+        missing = sorted(set(live) - entry.pop("covered"))
+        entry["unindexed_fragments"] = missing
+        entry["unindexed_rows"] = sum(live[f] for f in missing)
+    return out
 
 
 def _list_versions(ctx: ActionContext, f: Fields) -> dict[str, Any]:

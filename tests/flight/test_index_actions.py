@@ -123,6 +123,11 @@ def test_vector_index_builds_over_flight_report_progress(served, name) -> None:
         done = qc.create_index(name, "v", "IVF_FLAT", name="flat", ivf_centroids=centroids)
         assert done["name"] == "flat"
         qc.write(name, _vectors(500, seed=1))
+        coverage = qc.describe(name)["index_coverage"]
+        assert coverage == {
+            n: {"segments": 1, "unindexed_fragments": [3], "unindexed_rows": 500}
+            for n in ("v_idx", "flat")
+        }
         stages.clear()
         assert qc.optimize_indices(name, index_names=["v_idx"], progress=stages.append) == {
             "version": 5,
@@ -130,6 +135,11 @@ def test_vector_index_builds_over_flight_report_progress(served, name) -> None:
         }
         assert [s["stage"] for s in stages] == ["encode"] * (len(stages) - 1) + ["write"]
         assert qc.optimize_indices(name, retrain=True)["optimized"]
+        assert qc.describe(name)["index_coverage"]["flat"] == {
+            "segments": 1,
+            "unindexed_fragments": [],
+            "unindexed_rows": 0,
+        }
         for idx in lance.dataset(path).list_indices():
             assert sorted(idx["fragment_ids"]) == [0, 1, 2, 3]
 
