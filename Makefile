@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint docs protos serve bench bench-write bench-flight bench-memory bench-spark bench-vector bench-changes bench-backfill bench-indices spark-example clean
+.PHONY: test lint docs protos serve bench bench-write bench-flight bench-memory bench-spark bench-vector bench-changes bench-backfill bench-indices bench-vector-index spark-example clean
 
 # setup.py builds the C kernels: an edited kernel is recompiled by the next `make test`.
 $(STAMP): pyproject.toml setup.py format/_kernels.c flight_server/_threadstate.c \
@@ -79,6 +79,9 @@ bench-backfill: $(STAMP)
 # BTREE and BITMAP builds by Quiver and by pylance on 4 M rows, each in a fresh process.
 bench-indices: $(STAMP)
 	$(PY) -m benchmarks.indices
+
+bench-vector-index: $(STAMP)
+	$(PY) -m benchmarks.vector_index
 
 # The Spark pipeline example: its own server on a temporary demo root, or a running one
 # with `make spark-example URI=grpc://127.0.0.1:8815` (after `make serve`).

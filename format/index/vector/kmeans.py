@@ -7,21 +7,37 @@ the mean of its rows, until the loss (the sum of the distances) changes by less 
 `tolerance` of itself or `max_iters` pass. A centroid left without rows takes half of a
 populous cluster (both nudged apart), so none stays empty.
 
-Assignment is the cost. It is one matrix product per chunk of rows (BLAS, every core):
+Assignment is the cost. It is one matrix product per chunk of rows (BLAS), chunks spread over
+the cores:
 |x - c|^2 = |x|^2 + (|c|^2 - 2 x.c), the bracket from rows extended with a 1 against
 centroids extended with |c|^2, then an argmin per row.
 """
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 __all__ = ["KMeans", "assign", "kmeans", "normalize"]
 
 # Rows per matrix product: the (rows x centroids) block stays in cache.
 _CHUNK_ROWS = 8192
+_POOL = ThreadPoolExecutor(max_workers=max(1, min(os.cpu_count() or 1, 8)))
+_BLAS: list[ThreadpoolController] = []
+
+
+def _blas_limit() -> Any:
+    """A context in which BLAS runs each product on the calling thread."""
+    if not _BLAS:
+        _BLAS.append(ThreadpoolController())
+    return _BLAS[0].limit(limits=1, user_api="blas")
+
+
 # How far apart the two halves of a split cluster start.
 _SPLIT_EPS = np.float32(1.0 / 1024.0)
 
@@ -64,16 +80,26 @@ def assign(
     table[dim] = 1.0 if dot else np.einsum("ij,ij->i", c, c)
     labels = np.empty(n, dtype=np.int32)
     dists = np.empty(n, dtype=np.float32)
-    rows = np.empty((min(n, _CHUNK_ROWS), dim + 1), dtype=np.float32)
-    rows[:, dim] = 1.0
-    for lo in range(0, n, _CHUNK_ROWS):
+
+    def run(lo: int) -> None:
         hi = min(lo + _CHUNK_ROWS, n)
-        block = rows[: hi - lo]
+        block = np.empty((hi - lo, dim + 1), dtype=np.float32)
         block[:, :dim] = x[lo:hi]
+        block[:, dim] = 1.0
         scores = block @ table
         best = scores.argmin(axis=1)
         labels[lo:hi] = best
-        dists[lo:hi] = scores[np.arange(hi - lo), best]
+        dists[lo:hi] = np.take_along_axis(scores, best[:, None], axis=1)[:, 0]
+
+    starts = range(0, n, _CHUNK_ROWS)
+    if len(starts) > 1:
+        # products and argmins release the GIL: a chunk per core, each product on one
+        # thread (BLAS threads of their own would fight the chunks for the cores)
+        with _blas_limit():
+            list(_POOL.map(run, starts))
+    else:
+        for lo in starts:
+            run(lo)
     if not dot:
         xx = np.einsum("ij,ij->i", x, x)
         np.maximum(dists + xx, 0.0, out=dists)
