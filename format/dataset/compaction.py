@@ -19,13 +19,14 @@ the new fragments' ids (one reservation for all of them, handed out in task orde
 Rewrite version (on the version compaction read) replaces the old fragments; nothing is
 committed when there is nothing to compact. Indices keep covering the rewritten rows, as
 with pylance 14 (which remaps at once; its deferred "fragment reuse index" is opt-in):
-every BTREE and BITMAP index over rewritten fragments that holds row addresses (all of them
-without stable row ids) is written again with the new addresses
-(`format.index.scalar.remap`) and the Rewrite transaction names the new index files
-(`rewritten_indices`); one holding stable row ids (BITMAP, INVERTED, NGRAM, LABEL_LIST,
-vector) just covers the new fragments (`format.table.commit`). Without stable row ids,
-INVERTED, NGRAM, LABEL_LIST and vector indices, which pylance 14 also writes again, stop
-covering the rewritten rows here (those are then searched unindexed); ZONEMAP and BLOOMFILTER
+every BTREE, BITMAP and IVF index over rewritten fragments that holds row addresses (all
+of them without stable row ids) is written again with the new addresses
+(`format.index.scalar.remap`, `format.index.vector.remap`) and the Rewrite transaction
+names the new index files (`rewritten_indices`); one holding stable row ids (BITMAP,
+INVERTED, NGRAM, LABEL_LIST, vector) just covers the new fragments (`format.table.commit`).
+Without stable row ids, INVERTED, NGRAM and LABEL_LIST indices, which pylance 14 also writes
+again, stop covering the rewritten rows here (those are then searched unindexed); ZONEMAP and
+BLOOMFILTER
 ones keep their bitmaps, as pylance leaves them. The old index files stay for
 `cleanup_old_versions`.
 """
@@ -58,7 +59,7 @@ from quiver.format.index.scalar.remap import AddressMap, Moved, RemappedIndex, d
 from quiver.format.proto import table_pb2, transaction_pb2
 from quiver.format.table import versions as _versions
 from quiver.format.table.commit import stores_row_ids
-from quiver.format.table.indices import indices_of
+from quiver.format.table.indices import IndexEntry, indices_of
 from quiver.format.table.rowids import decode_row_versions, encode_row_ids, encode_row_versions
 from quiver.format.table.transaction import check_writable, new_transaction
 
@@ -446,8 +447,9 @@ def _remap_indices(
     outputs: Sequence[list[table_pb2.DataFragment]],
     remapped_out: list[tuple[Any, RemappedIndex]],
 ) -> list[RemappedIndex]:
-    """Write again, with the new row addresses, each BTREE and BITMAP index over rewritten
-    fragments that holds row addresses (every one without stable row ids), as pylance does.
+    """Write again, with the new row addresses, each BTREE, BITMAP and IVF index over
+    rewritten fragments that holds row addresses (every one without stable row ids), as
+    pylance does.
 
     The new fragments must have their (reserved) ids. One holding stable row ids stays as it
     is. Returns the remapped indices (also appended to `remapped_out` as written, for
@@ -466,7 +468,7 @@ def _remap_indices(
         and e.fragment_ids & old_ids
         and not e.is_system
         and not (stable and stores_row_ids(e.pb))
-        and scalar_kind(e) is not None
+        and _remap_kind(e) is not None
     ]
     if not to_remap:
         return []
@@ -483,10 +485,17 @@ def _remap_indices(
     for e in to_remap:
         base = e.pb.base_id if e.pb.HasField("base_id") else None
         store, directory = ds.resolve(e.directory, base, relative_to_root=True)
-        r = remap_index(store, directory, str(scalar_kind(e)), e.pb, amap)
+        r = remap_index(store, directory, str(_remap_kind(e)), e.pb, amap)
         remapped_out.append((store, r))
         out.append(r)
     return out
+
+
+def _remap_kind(entry: IndexEntry) -> str | None:
+    """How an index is remapped: "BTREE", "BITMAP", "VECTOR" (IVF), or None (not)."""
+    if entry.details_type.endswith("VectorIndexDetails"):
+        return "VECTOR"
+    return scalar_kind(entry)
 
 
 def _committed(ds: DatasetCore, written: list[str]) -> bool:

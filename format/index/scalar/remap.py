@@ -1,4 +1,4 @@
-"""Remapping BTREE and BITMAP indices after compaction, as pylance 14 does by default.
+"""Remapping BTREE, BITMAP and IVF indices after compaction, as pylance 14 does by default.
 
 Compaction moves the live rows of its old fragments, in order, to new fragments, so every
 row address an index holds for an old fragment either names a deleted row (dropped) or has
@@ -27,6 +27,8 @@ from quiver.format.errors import CorruptFileError, LanceError
 from quiver.format.index.files import IndexFile, write_index_file
 from quiver.format.index.scalar import bitmap as _bitmap
 from quiver.format.index.scalar import btree as _btree
+from quiver.format.index.vector.remap import FILES as VECTOR_FILES
+from quiver.format.index.vector.remap import remap_vector_index
 from quiver.format.io.store import ObjectStore
 from quiver.format.proto import table_pb2, transaction_pb2
 
@@ -141,8 +143,8 @@ def remap_index(
     pb: table_pb2.IndexMetadata,
     amap: AddressMap,
 ) -> RemappedIndex:
-    """Write index `pb` (a "BTREE" or "BITMAP" in `directory` of `store`) again with the
-    addresses of `amap`, into a fresh `_indices/<uuid>` beside it."""
+    """Write index `pb` (a "BTREE", "BITMAP" or "VECTOR" (IVF) in `directory` of `store`)
+    again with the addresses of `amap`, into a fresh `_indices/<uuid>` beside it."""
     new_uuid = _uuid.uuid4()
     parent = directory.rsplit("/", 1)[0] if "/" in directory else ""
     target = f"{parent}/{new_uuid}" if parent else str(new_uuid)
@@ -151,10 +153,13 @@ def remap_index(
             files = _remap_btree(store, directory, target, amap)
         elif kind == "BITMAP":
             files = _remap_bitmap(store, directory, target, amap)
+        elif kind == "VECTOR":
+            files = remap_vector_index(store, directory, target, amap.apply)
         else:
             raise LanceError(f"cannot remap a {kind} index")
     except BaseException:
-        discard(store, target, (_btree.DATA_FILE, _btree.LOOKUP_FILE, _bitmap.LOOKUP_FILE))
+        names = (_btree.DATA_FILE, _btree.LOOKUP_FILE, _bitmap.LOOKUP_FILE, *VECTOR_FILES)
+        discard(store, target, names)
         raise
     rewritten = transaction_pb2.Transaction.Rewrite.RewrittenIndex(
         old_id=pb.uuid,

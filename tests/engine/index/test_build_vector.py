@@ -362,3 +362,24 @@ def _model_of(path: str, name: str) -> tuple[np.ndarray, np.ndarray | None]:
     with IndexFile(store, f"_indices/{idx['uuid']}/index.idx") as f:
         ivf = index_pb2.IVF.FromString(f.global_buffer(1))
     return np.frombuffer(ivf.centroids_tensor.data, "<f4").reshape(-1, DIM), None
+
+
+@pytest.mark.parametrize(("kind", "kw"), [("IVF_PQ", {"num_sub_vectors": 4}), ("IVF_FLAT", {})])
+def test_compaction_remaps_vector_indices_as_pylance(tmp_path: Path, kind: str, kw: dict) -> None:
+    ours, theirs = _twins(tmp_path)
+    lance.dataset(theirs).create_index("v", kind, num_partitions=4, **kw)
+    centroids, book = _model(theirs)
+    given = {"pq_codebook": book} if book is not None else {}
+    quiver.dataset(ours).create_index("v", kind, ivf_centroids=centroids, **given, **kw)
+    for path in (ours, theirs):
+        lance.dataset(path).delete("id % 5 = 0")
+    quiver.dataset(ours).optimize.compact_files(target_rows_per_fragment=3000)
+    lance.dataset(theirs).optimize.compact_files(target_rows_per_fragment=3000)
+    assert _described(ours) == _described(theirs)  # the index covers the new fragments
+    assert lance.dataset(ours).stats.index_stats("v_idx")["num_unindexed_rows"] == 0
+    a, b = _index_files(ours), _index_files(theirs)
+    for name in a:
+        assert a[name][1:3] == b[name][1:3], name
+        assert_same_table(a[name][0], b[name][0], name)  # same rows, remapped, same codes
+    assert a["auxiliary.idx"][3] == b["auxiliary.idx"][3]
+    _same_answers(ours, "l2")

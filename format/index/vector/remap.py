@@ -1,0 +1,88 @@
+"""Remapping an IVF index after compaction, as pylance 14 does for datasets without stable
+row ids: the same centroids, codebook and partitions, each partition's rows given their new
+addresses (rows compaction dropped as deleted leave the index), in row id order.
+
+`index.idx` holds no row ids and is copied as it is; `auxiliary.idx` is written again a
+partition at a time (PQ codes transposed again), with the new partition layout in global
+buffer 1 and its other global buffers (the PQ codebook) as they were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from quiver.format.errors import CorruptFileError
+from quiver.format.index.files import IndexFile, write_index_file
+from quiver.format.index.vector.index import INDEX_FILE, ROW_ID, STORAGE_FILE
+from quiver.format.index.vector.ivf import IVF_KEY, read_message
+from quiver.format.io.store import ObjectStore
+from quiver.format.proto import index_pb2
+
+__all__ = ["FILES", "remap_vector_index"]
+
+FILES = (INDEX_FILE, STORAGE_FILE)
+# Maps old row addresses to new ones: (new addresses, mask of the rows still alive).
+Remap = Callable[[np.ndarray, str], tuple[np.ndarray, np.ndarray]]
+
+
+def remap_vector_index(
+    store: ObjectStore, directory: str, target: str, remap: Remap
+) -> list[tuple[str, int]]:
+    """Write the index in `directory` into `target` with its row ids remapped; its files
+    and their sizes."""
+    raw = store.read_all(f"{directory}/{INDEX_FILE}")
+    sink = store.open_write(f"{target}/{INDEX_FILE}")
+    try:
+        sink.write(raw)
+    except BaseException:
+        abort = getattr(sink, "abort", None)
+        abort() if abort else sink.close()
+        raise
+    sink.close()
+    with IndexFile(store, f"{directory}/{STORAGE_FILE}") as aux:
+        layout = read_message(aux, IVF_KEY, index_pb2.IVF)
+        names = [f.name for f in aux.schema.fields]
+        if len(names) != 2 or names[0] != ROW_ID:
+            raise CorruptFileError(aux.path, f"vector index storage has columns {names}")
+        column = names[1]
+        transposed = column == "__pq_code"
+        buffers = [aux.global_buffer(i) for i in range(2, len(aux._container.global_buffers))]
+        arrow = aux.schema.to_arrow()
+        starts = np.asarray(layout.offsets, dtype=np.int64)
+        lengths = np.asarray(layout.lengths, dtype=np.int64)
+        ids = aux.read([ROW_ID]).column(ROW_ID).combine_chunks()
+        new, alive = remap(np.asarray(ids.to_numpy(zero_copy_only=False), np.uint64), aux.path)
+        kept = np.array(
+            [np.count_nonzero(alive[s : s + n]) for s, n in zip(starts, lengths, strict=True)],
+            dtype=np.int64,
+        )
+        offsets = np.concatenate(([0], np.cumsum(kept)[:-1])).astype(np.int64)
+
+        def partitions() -> Iterator[pa.Table]:
+            for start, length in zip(starts.tolist(), lengths.tolist(), strict=True):
+                codes = aux.read([column], start, start + length).column(0).combine_chunks()
+                width = codes.type.list_size
+                flat = codes.values.to_numpy(zero_copy_only=False)
+                flat = flat[codes.offset * width :][: len(codes) * width]
+                rows = flat.reshape(width, length).T if transposed else flat.reshape(-1, width)
+                keep = alive[start : start + length]
+                moved, rows = new[start : start + length][keep], rows[keep]
+                order = np.argsort(moved, kind="stable")
+                moved, rows = moved[order], rows[order]
+                out = (rows.T if transposed else rows).ravel()
+                values = pa.FixedSizeListArray.from_arrays(pa.array(out), width)
+                yield pa.table([pa.array(moved, pa.uint64()), values], schema=arrow)
+
+        ivf = index_pb2.IVF(offsets=offsets.tolist(), lengths=kept.tolist())
+        size = write_index_file(
+            store,
+            f"{target}/{STORAGE_FILE}",
+            aux.schema,
+            partitions(),
+            aux.version,
+            [ivf.SerializeToString(), *buffers],
+        )
+    return [(INDEX_FILE, len(raw)), (STORAGE_FILE, size)]
