@@ -33,6 +33,12 @@ from quiver.format.index.scalar.build import (
     check_type,
 )
 from quiver.format.index.scalar.remap import discard
+from quiver.format.index.scalar.zonemap import (
+    ZONEMAP_DETAILS,
+    ZONEMAP_FILE,
+    build_zonemap,
+    zonemap_details,
+)
 from quiver.format.index.vector.build import VECTOR_DETAILS, VECTOR_INDEX_TYPES
 from quiver.format.proto import table_pb2, transaction_pb2
 from quiver.format.table.commit import commit_transaction
@@ -65,6 +71,7 @@ _VECTOR = "VECTOR"  # optimize_indices' kind for every IVF index
 _BUILDERS = {
     "BTREE": (build_btree, BTREE_DETAILS, (_btree.DATA_FILE, _btree.LOOKUP_FILE)),
     "BITMAP": (build_bitmap, BITMAP_DETAILS, (_bitmap.LOOKUP_FILE,)),
+    "ZONEMAP": (build_zonemap, ZONEMAP_DETAILS, (ZONEMAP_FILE,)),
 }
 
 
@@ -159,7 +166,7 @@ def create_scalar_index(
         )
     if kind not in _BUILDERS:
         raise UnsupportedFeatureError(
-            f"{core.uri}: Quiver builds BTREE and BITMAP scalar indices, not {kind} yet"
+            f"{core.uri}: Quiver builds BTREE, BITMAP and ZONEMAP scalar indices, not {kind} yet"
         )
     if fragment_ids is not None or not train:
         raise UnsupportedFeatureError(
@@ -314,7 +321,7 @@ def _build_segment(
     stable row ids), a BITMAP row ids, as pylance 14 writes them; they are equal without
     stable row ids."""
     build, details, names = _BUILDERS[kind]
-    by_address = kind == "BTREE"
+    by_address = kind in ("BTREE", "ZONEMAP")
     table = Scanner(
         core, fragments, columns=[column], with_row_id=not by_address, with_row_address=by_address
     ).to_table()
@@ -333,8 +340,11 @@ def _build_segment(
         fields=[field_id],
         dataset_version=dataset_version,
         fragment_bitmap=BitMap(covered).serialize(),
-        index_details=any_pb2.Any(type_url=details, value=b""),
-        index_version=1 if by_address and core.manifest.uses_stable_row_ids else 0,
+        index_details=any_pb2.Any(
+            type_url=details,
+            value=zonemap_details(values.type) if kind == "ZONEMAP" else b"",
+        ),
+        index_version=1 if kind == "BTREE" and core.manifest.uses_stable_row_ids else 0,
         created_at=time.time_ns() // 1_000_000,
         files=[table_pb2.IndexFile(path=p, size_bytes=s) for p, s in sorted(files)],
     )
@@ -384,7 +394,7 @@ def optimize_indices(
     unsupported = sorted(n for n, k in kinds.items() if k is None)
     if unsupported:
         raise UnsupportedFeatureError(
-            f"{core.uri}: Quiver optimizes BTREE, BITMAP and IVF indices, not "
+            f"{core.uri}: Quiver optimizes BTREE, BITMAP, ZONEMAP and IVF indices, not "
             f"{', '.join(unsupported)} "
             "yet (name the others in index_names)"
         )
@@ -413,7 +423,11 @@ def optimize_indices(
                 )
             covers = set(unindexed).union(*(s.fragment_ids or set() for s in merged))
             scanned = [fragments[f] for f in sorted(covers) if f in fragments]
+            # the version a merged segment was built from, as pylance records it: the oldest
+            # merged one's (zone maps merging segments are trained afresh: this version)
             version = min((s.dataset_version for s in merged), default=core.version)
+            if kind == "ZONEMAP" and len(merged) > 1:
+                version = core.version
             if kind == _VECTOR:
                 params, model = _vector.segment_model(core, (merged or segments)[-1])
                 segment, directory = _vector.build_vector_segment(

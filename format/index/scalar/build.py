@@ -160,9 +160,11 @@ def build_btree(
     return [(_btree.DATA_FILE, data_size), (_btree.LOOKUP_FILE, lookup_size)]
 
 
-def _row_id_map(ids: np.ndarray) -> bytes:
+def row_id_map(ids: np.ndarray) -> bytes:
     """The serialized row id map of sorted row ids: per fragment, a portable Roaring bitmap
     of its row offsets."""
+    if not len(ids):
+        return _U32.pack(0)
     frags = (ids >> _SHIFT).astype(np.int64)
     uniq, firsts = np.unique(frags, return_index=True)
     bounds = [*firsts[1:].tolist(), len(ids)]
@@ -196,7 +198,7 @@ def build_bitmap(
     if len(row_ids) > 1 and not np.all(row_ids[1:] > row_ids[:-1]):  # stable row ids
         ids = np.concatenate([np.sort(ids[lo:hi]) for lo, hi in zip(starts, bounds, strict=True)])
     bounds, starts = bounds.tolist(), starts.tolist()
-    blobs = [_row_id_map(ids[lo:hi]) for lo, hi in zip(starts, bounds, strict=True)]
+    blobs = [row_id_map(ids[lo:hi]) for lo, hi in zip(starts, bounds, strict=True)]
     schema = _schema(
         [pa.field(_bitmap.KEYS, values.type), pa.field(_bitmap.BITMAPS, pa.binary())],
         {"lance:index_stats": json.dumps({"num_bitmaps": len(blobs)}, separators=(",", ":"))},

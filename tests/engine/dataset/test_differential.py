@@ -181,13 +181,17 @@ class _Sequence:
             or pa.types.is_string(schema.field(c).type)
         ]
         # (names of their own: the lambdas above read `col` when they run)
-        indexed, kind = self.rng.choice(scalar), self.rng.choice(["BTREE", "BITMAP"])
-        ops.append(
-            (
-                f"create_scalar_index {indexed} {kind}",
-                lambda e, u: e.dataset(u).create_scalar_index(indexed, kind, replace=True),
+        indexed, kind = self.rng.choice(scalar), self.rng.choice(["BTREE", "BITMAP", "ZONEMAP"])
+        # pylance 14 fails filtered reads and updates of legacy datasets holding scalar
+        # indices (its own too: a panic "Take should not be used to insert row_id /
+        # row_addr", or "integers are ordered up to the 0th element"): none are built there
+        if self.storage_version != "legacy":
+            ops.append(
+                (
+                    f"create_scalar_index {indexed} {kind}",
+                    lambda e, u: e.dataset(u).create_scalar_index(indexed, kind, replace=True),
+                )
             )
-        )
         merge = self.rng.choice([None, 0, 2])
         ops.append(
             (

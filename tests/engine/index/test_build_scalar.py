@@ -1,7 +1,8 @@
-"""BTREE and BITMAP indices built by Quiver are pylance's own: for every storage version and
-scalar type, pylance lists and describes them as it does the indices it builds on the same
-data, their contents equal pylance's (sorted values and row ids, page statistics, keys and
-row sets), pylance's indexed filters use them and equal its scans, the CreateIndex commit
+"""BTREE, BITMAP and ZONEMAP indices built by Quiver are pylance's own: for every storage
+version and scalar type, pylance lists and describes them as it does the indices it builds
+on the same data, their contents equal pylance's (sorted values and row ids, page
+statistics, keys and row sets, zone statistics and null maps), pylance's indexed filters use
+them and equal its scans, the CreateIndex commit
 has pylance's shape, replacing, dropping and refusing work as in pylance, and concurrent
 compaction conflicts as pylance 14's rules say."""
 
@@ -89,6 +90,9 @@ def _files(path: str, name: str) -> dict[str, pa.Table]:
             table = ix.read([x.name for x in ix.schema.fields], 0, ix.num_rows)
             out[f.name] = table.replace_schema_metadata(ix.schema.to_arrow().metadata)
             out[f.name + ":version"] = ix.version
+            out[f.name + ":buffers"] = [
+                ix.global_buffer(i) for i in range(1, len(ix._container.global_buffers))
+            ]
     return out
 
 
@@ -110,7 +114,7 @@ def _row_sets(bitmaps: pa.ChunkedArray) -> list[set[int]]:
 def _same_contents(kind: str, ours: dict[str, pa.Table], theirs: dict[str, pa.Table]) -> None:
     assert ours.keys() == theirs.keys()
     for name in ours:
-        if name.endswith(":version"):
+        if name.endswith((":version", ":buffers")):
             assert ours[name] == theirs[name], name
             continue
         a, b = ours[name], theirs[name]
@@ -146,7 +150,7 @@ def _described(path: str) -> list[tuple]:
 
 
 @pytest.mark.parametrize("version", ["legacy", "2.0", "2.1", "2.2"])
-@pytest.mark.parametrize("kind", ["BTREE", "BITMAP"])
+@pytest.mark.parametrize("kind", ["BTREE", "BITMAP", "ZONEMAP"])
 def test_indices_equal_pylance_s_own(tmp_path: Path, version: str, kind: str) -> None:
     ours, theirs = _twins(tmp_path, version)
     q = quiver.dataset(ours)
@@ -361,6 +365,7 @@ def test_optimize_indices_as_pylance(tmp_path: Path, calls: list) -> None:
         lance.write_dataset(_table(3000), path, max_rows_per_file=1000)
         lance.dataset(path).create_scalar_index("i64", "BTREE")
         lance.dataset(path).create_scalar_index("s", "BITMAP")
+        lance.dataset(path).create_scalar_index("f64", "ZONEMAP")
         lance.write_dataset(_table(700, seed=2), path, mode="append")
         for call in calls:
             if call == "append":

@@ -14,7 +14,6 @@ import lance
 import numpy as np
 import pyarrow as pa
 import pytest
-from compare import assert_same_table
 
 import quiver
 from quiver.format.errors import ColumnNotFoundError, InvalidInputError, UnsupportedFeatureError
@@ -205,7 +204,7 @@ def test_given_pylance_s_model_the_files_hold_pylance_s_rows_and_codes(
         rows_a, meta_a, version_a, buffers_a = a[name]
         rows_b, meta_b, version_b, buffers_b = b[name]
         assert (version_a, meta_a) == (version_b, meta_b), name
-        assert_same_table(rows_a, rows_b, name)
+        _same_codes(rows_a, rows_b, name)
     # the layout and codebook buffers are pylance's to the byte, the centroids' too; the
     # k-means loss (over every row) up to float rounding
     assert a["auxiliary.idx"][3] == b["auxiliary.idx"][3]
@@ -215,6 +214,20 @@ def test_given_pylance_s_model_the_files_hold_pylance_s_rows_and_codes(
     ivf_b.ClearField("loss")
     assert ivf_a == ivf_b
     assert _described(ours) == _described(theirs)
+
+
+def _same_codes(ours: pa.Table, theirs: pa.Table, what: str) -> None:
+    """The same rows in the same partitions and order, and the same codes but for a few
+    hundredths of a percent: both engines compute distances in float32, summing in their
+    own order, so a value at equal distance from two codebook entries may take either."""
+    assert ours.schema == theirs.schema, what
+    if not ours.num_rows:
+        assert not theirs.num_rows, what
+        return
+    assert ours.column(0).equals(theirs.column(0)), what  # row ids, partition by partition
+    a, b = (t.column(1).combine_chunks().flatten().to_numpy() for t in (ours, theirs))
+    assert len(a) == len(b), what
+    assert np.count_nonzero(a != b) <= max(1, len(a) // 2000), what
 
 
 def test_the_commit_is_pylance_s(tmp_path: Path) -> None:
@@ -380,6 +393,6 @@ def test_compaction_remaps_vector_indices_as_pylance(tmp_path: Path, kind: str, 
     a, b = _index_files(ours), _index_files(theirs)
     for name in a:
         assert a[name][1:3] == b[name][1:3], name
-        assert_same_table(a[name][0], b[name][0], name)  # same rows, remapped, same codes
+        _same_codes(a[name][0], b[name][0], name)  # same rows, remapped, same codes
     assert a["auxiliary.idx"][3] == b["auxiliary.idx"][3]
     _same_answers(ours, "l2")
