@@ -28,8 +28,10 @@ from quiver.format.index.scalar import btree as _btree
 from quiver.format.index.scalar.build import (
     BITMAP_DETAILS,
     BTREE_DETAILS,
+    LABEL_LIST_DETAILS,
     build_bitmap,
     build_btree,
+    build_label_list,
     check_type,
 )
 from quiver.format.index.scalar.remap import discard
@@ -72,6 +74,7 @@ _BUILDERS = {
     "BTREE": (build_btree, BTREE_DETAILS, (_btree.DATA_FILE, _btree.LOOKUP_FILE)),
     "BITMAP": (build_bitmap, BITMAP_DETAILS, (_bitmap.LOOKUP_FILE,)),
     "ZONEMAP": (build_zonemap, ZONEMAP_DETAILS, (ZONEMAP_FILE,)),
+    "LABEL_LIST": (build_label_list, LABEL_LIST_DETAILS, (_bitmap.LOOKUP_FILE,)),
 }
 
 
@@ -166,7 +169,8 @@ def create_scalar_index(
         )
     if kind not in _BUILDERS:
         raise UnsupportedFeatureError(
-            f"{core.uri}: Quiver builds BTREE, BITMAP and ZONEMAP scalar indices, not {kind} yet"
+            f"{core.uri}: Quiver builds BTREE, BITMAP, LABEL_LIST and ZONEMAP scalar indices, not "
+            f"{kind} yet"
         )
     if fragment_ids is not None or not train:
         raise UnsupportedFeatureError(
@@ -344,7 +348,10 @@ def _build_segment(
             type_url=details,
             value=zonemap_details(values.type) if kind == "ZONEMAP" else b"",
         ),
-        index_version=1 if kind == "BTREE" and core.manifest.uses_stable_row_ids else 0,
+        # pylance 14 writes LABEL_LIST as version 1, a BTREE of stable row ids too
+        index_version=int(
+            kind == "LABEL_LIST" or (kind == "BTREE" and core.manifest.uses_stable_row_ids)
+        ),
         created_at=time.time_ns() // 1_000_000,
         files=[table_pb2.IndexFile(path=p, size_bytes=s) for p, s in sorted(files)],
     )
@@ -394,7 +401,7 @@ def optimize_indices(
     unsupported = sorted(n for n, k in kinds.items() if k is None)
     if unsupported:
         raise UnsupportedFeatureError(
-            f"{core.uri}: Quiver optimizes BTREE, BITMAP, ZONEMAP and IVF indices, not "
+            f"{core.uri}: Quiver optimizes BTREE, BITMAP, LABEL_LIST, ZONEMAP and IVF indices, not "
             f"{', '.join(unsupported)} "
             "yet (name the others in index_names)"
         )

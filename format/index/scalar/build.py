@@ -33,10 +33,19 @@ from quiver.format.index.scalar import btree as _btree
 from quiver.format.io.store import ObjectStore
 from quiver.format.table.schema import LanceSchema
 
-__all__ = ["BITMAP_DETAILS", "BTREE_DETAILS", "build_bitmap", "build_btree", "check_type"]
+__all__ = [
+    "BITMAP_DETAILS",
+    "BTREE_DETAILS",
+    "LABEL_LIST_DETAILS",
+    "build_bitmap",
+    "build_btree",
+    "build_label_list",
+    "check_type",
+]
 
 BTREE_DETAILS = "/lance.table.BTreeIndexDetails"
 BITMAP_DETAILS = "/lance.table.BitmapIndexDetails"
+LABEL_LIST_DETAILS = "/lance.table.LabelListIndexDetails"
 
 _U32 = struct.Struct("<I")
 _SHIFT = np.uint64(32)
@@ -44,8 +53,15 @@ _LOW = np.uint64(0xFFFFFFFF)
 
 
 def check_type(kind: str, column: str, type_: pa.DataType) -> None:
-    """Refuse a column a BTREE or BITMAP index cannot hold, as pylance refuses it: only
-    flat scalar values (numbers, booleans, strings, binaries, times, decimals)."""
+    """Refuse a column an index cannot hold, as pylance refuses it: flat scalar values
+    (numbers, booleans, strings, binaries, times, decimals), or for LABEL_LIST lists of
+    them."""
+    if kind == "LABEL_LIST":
+        if not (pa.types.is_list(type_) or pa.types.is_large_list(type_)):
+            raise InvalidInputError(
+                f"a LABEL_LIST index needs a column of lists: {column!r} is {type_}"
+            )
+        type_ = type_.value_type
     if fixed_bits(type_) is None and not is_var_binary(type_):
         raise InvalidInputError(
             f"a {kind} index needs a column of scalar values: {column!r} is {type_}"
@@ -175,14 +191,9 @@ def row_id_map(ids: np.ndarray) -> bytes:
     return b"".join(parts)
 
 
-def build_bitmap(
-    store: ObjectStore,
-    directory: str,
-    values: pa.Array,
-    row_ids: np.ndarray,
-    version: str,
-) -> list[tuple[str, int]]:
-    """Write a BITMAP of `values` (their row ids beside) into `directory`; (file, size) pairs."""
+def _bitmaps(values: pa.Array, row_ids: np.ndarray) -> tuple[pa.Array, list[bytes]]:
+    """One key per distinct value (the null key first when there are nulls), sorted, and the
+    serialized row id map of the rows holding each."""
     row_ids = np.asarray(row_ids, dtype=np.uint64)
     ranks, keys = _ranks(values)
     # rows grouped by key (the null key first), in scan order within each key
@@ -198,11 +209,63 @@ def build_bitmap(
     if len(row_ids) > 1 and not np.all(row_ids[1:] > row_ids[:-1]):  # stable row ids
         ids = np.concatenate([np.sort(ids[lo:hi]) for lo, hi in zip(starts, bounds, strict=True)])
     bounds, starts = bounds.tolist(), starts.tolist()
-    blobs = [row_id_map(ids[lo:hi]) for lo, hi in zip(starts, bounds, strict=True)]
+    return keys, [row_id_map(ids[lo:hi]) for lo, hi in zip(starts, bounds, strict=True)]
+
+
+def _write_bitmaps(
+    store: ObjectStore,
+    directory: str,
+    keys: pa.Array,
+    blobs: list[bytes],
+    version: str,
+    metadata: dict[str, str] | None = None,
+    buffers: tuple[bytes, ...] = (),
+) -> list[tuple[str, int]]:
+    stats = json.dumps({"num_bitmaps": len(blobs)}, separators=(",", ":"))
     schema = _schema(
-        [pa.field(_bitmap.KEYS, values.type), pa.field(_bitmap.BITMAPS, pa.binary())],
-        {"lance:index_stats": json.dumps({"num_bitmaps": len(blobs)}, separators=(",", ":"))},
+        [pa.field(_bitmap.KEYS, keys.type), pa.field(_bitmap.BITMAPS, pa.binary())],
+        {"lance:index_stats": stats, **(metadata or {})},
     )
     lookup = pa.table([keys, pa.array(blobs, pa.binary())], schema=schema.to_arrow())
-    size = write_index_file(store, f"{directory}/{_bitmap.LOOKUP_FILE}", schema, [lookup], version)
+    path = f"{directory}/{_bitmap.LOOKUP_FILE}"
+    size = write_index_file(store, path, schema, [lookup], version, buffers)
     return [(_bitmap.LOOKUP_FILE, size)]
+
+
+def build_bitmap(
+    store: ObjectStore,
+    directory: str,
+    values: pa.Array,
+    row_ids: np.ndarray,
+    version: str,
+) -> list[tuple[str, int]]:
+    """Write a BITMAP of `values` (their row ids beside) into `directory`; (file, size) pairs."""
+    keys, blobs = _bitmaps(values, row_ids)
+    return _write_bitmaps(store, directory, keys, blobs, version)
+
+
+def build_label_list(
+    store: ObjectStore,
+    directory: str,
+    values: pa.Array,
+    row_ids: np.ndarray,
+    version: str,
+) -> list[tuple[str, int]]:
+    """Write a LABEL_LIST of list `values` (their row ids beside) into `directory`, as
+    pylance writes it: a BITMAP of the lists' elements (a row once per distinct element,
+    null elements under the null key, empty lists nowhere), and the row id map of the null
+    lists in global buffer 1 (`lance:label_list_nulls`); (file, size) pairs."""
+    row_ids = np.asarray(row_ids, dtype=np.uint64)
+    valid = values.is_valid().to_numpy(zero_copy_only=False)
+    parents = pc.list_parent_indices(values).to_numpy()
+    keys, blobs = _bitmaps(pc.list_flatten(values), row_ids[parents])
+    nulls = np.sort(row_ids[~valid])
+    return _write_bitmaps(
+        store,
+        directory,
+        keys,
+        blobs,
+        version,
+        {"lance:label_list_nulls": "1"},
+        (row_id_map(nulls),),
+    )

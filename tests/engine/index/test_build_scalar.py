@@ -380,3 +380,62 @@ def test_optimize_indices_as_pylance(tmp_path: Path, calls: list) -> None:
             assert_same_table(_rows(quiver.dataset(path).to_table(filter=f)), want, f)
         assert lance.dataset(path).stats.index_stats("i64_idx")["num_unindexed_rows"] == 0
     assert states[0] == states[1]
+
+
+def _labels(n: int = 3000, seed: int = 0) -> pa.Table:
+    """Lists of labels: duplicates, null elements, empty and null lists."""
+    rng = np.random.default_rng(seed)
+    words = ["red", "green", "blue", "cyan", None]
+    tags = []
+    for i in range(n):
+        if i % 17 == 0:
+            tags.append(None)
+        else:
+            tags.append([words[k] for k in rng.integers(0, 5, rng.integers(0, 4))])
+    nums = [None if t is None else [len(w or "") for w in t] for t in tags]
+    return pa.table(
+        {
+            "id": np.arange(n, dtype=np.int64),
+            "tags": pa.array(tags, pa.list_(pa.string())),
+            "nums": pa.array(nums, pa.list_(pa.int32())),
+        }
+    )
+
+
+@pytest.mark.parametrize("version", ["2.0", "2.1", "2.2"])
+@pytest.mark.parametrize("stable", [False, True])
+def test_label_lists_equal_pylance_s_own(tmp_path: Path, version: str, stable: bool) -> None:
+    paths = []
+    for engine in (quiver, lance):
+        path = str(tmp_path / f"{engine.__name__}.lance")
+        lance.write_dataset(
+            _labels(),
+            path,
+            max_rows_per_file=800,
+            data_storage_version=version,
+            enable_stable_row_ids=stable,
+        )
+        lance.dataset(path).delete("id % 11 = 3")
+        if stable:
+            lance.dataset(path).update({"id": "id + 100000"}, where="id % 13 = 5")
+        for column in ("tags", "nums"):
+            engine.dataset(path).create_scalar_index(column, "LABEL_LIST")
+        paths.append(path)
+    ours, theirs = paths
+    assert _described(ours) == _described(theirs)
+    for column in ("tags", "nums"):
+        a, b = _files(ours, f"{column}_idx"), _files(theirs, f"{column}_idx")
+        _same_contents("LABEL_LIST", a, b)
+    ds = lance.dataset(ours)
+    for f in [
+        "array_has_any(tags, ['red'])",
+        "array_has_all(tags, ['red', 'blue'])",
+        "array_contains(tags, 'cyan')",
+        "array_has_any(nums, [4, 5])",
+    ]:
+        if "tags" in f:  # (pylance casts int32 lists to compare them: no index there)
+            assert "ScalarIndexQuery" in ds.scanner(filter=f).explain_plan(), f
+        want = ds.scanner(filter=f, use_scalar_index=False).to_table().sort_by("id")
+        assert_same_table(ds.to_table(filter=f).sort_by("id"), want, f)
+    with pytest.raises(InvalidInputError, match="lists"):
+        quiver.dataset(ours).create_scalar_index("id", "LABEL_LIST")
