@@ -20,6 +20,7 @@ import pyarrow as pa
 from fsspec.implementations.local import LocalFileSystem
 
 from quiver.flight_server import changes, metrics
+from quiver.flight_server.budget import MemoryBudget
 from quiver.flight_server.errors import InvalidArgument, NotFound, Unavailable, Unimplemented
 from quiver.flight_server.handles import DatasetHandles, live_rows
 from quiver.flight_server.protocol import (
@@ -31,6 +32,7 @@ from quiver.flight_server.protocol import (
 )
 from quiver.flight_server.writes import Writes
 from quiver.format.dataset import dataset
+from quiver.format.dataset.indexing import build_memory
 from quiver.format.errors import DatasetNotFoundError
 from quiver.format.index.vector.build import VECTOR_INDEX_TYPES
 from quiver.format.io.store import filesystem
@@ -47,6 +49,7 @@ class ActionContext(Protocol):
     handles: DatasetHandles
     writes: Writes
     serving: bool
+    budget: MemoryBudget | None
 
 
 Handler = Callable[[ActionContext, Fields], dict[str, Any]]
@@ -321,6 +324,17 @@ def _matrix(f: Fields, key: str, ndim: int) -> np.ndarray | None:
     return out
 
 
+# list_indices' type names -> create_index's
+_KINDS = {"BTree": "BTREE", "Bitmap": "BITMAP", "LabelList": "LABEL_LIST", "ZoneMap": "ZONEMAP"}
+
+
+def _held(ctx: ActionContext, estimate: int, label: str) -> Any:
+    """A lease of `estimate` bytes of the server's memory budget for a build (waiting its
+    turn beside DoGet streams), or nothing where the service has no budget."""
+    budget = getattr(ctx, "budget", None)
+    return budget.admit(estimate, label=label) if budget is not None else contextlib.nullcontext()
+
+
 def _create_index(ctx: ActionContext, f: Fields) -> dict[str, Any]:
     name = f.dataset()
     column = f.str("column", required=True)
@@ -345,13 +359,18 @@ def _create_index(ctx: ActionContext, f: Fields) -> dict[str, Any]:
             "max_iters": f.int("max_iters", minimum=1),
         }
         extra = {k: v for k, v in extra.items() if v is not None}
-        ds.create_index(column, index_type, index_name, **options, **extra, progress=PROGRESS.get())
+        estimate = build_memory(ds.core, column, index_type, **options, **extra)
+        with _held(ctx, estimate, f"{name}: index build"):
+            ds.create_index(
+                column, index_type, index_name, **options, **extra, progress=PROGRESS.get()
+            )
     else:
         for key in VECTOR_OPTIONS:
             if f.has(key):
                 raise InvalidArgument(f"{f.what}: {key!r} is an option of vector indices")
         replace = f.bool("replace", default=True)
-        ds.create_scalar_index(column, index_type, name=index_name, replace=replace)
+        with _held(ctx, build_memory(ds.core, column, index_type), f"{name}: index build"):
+            ds.create_scalar_index(column, index_type, name=index_name, replace=replace)
     metrics.committed("create_index")
     [built] = [i["name"] for i in ds.list_indices() if i["uuid"] not in before]
     return {"version": ds.version, "name": built}
@@ -365,9 +384,19 @@ def _optimize_indices(ctx: ActionContext, f: Fields) -> dict[str, Any]:
     f.bool("progress")
     ds = ctx.handles.open_latest(name)
     before = ds.version
-    ds.optimize.optimize_indices(
-        num_indices_to_merge=merge, index_names=names, retrain=retrain, progress=PROGRESS.get()
+    # segments are built one after another: the biggest build is what is held at once
+    estimate = max(
+        (
+            build_memory(ds.core, i["fields"][0], _KINDS.get(i["type"], i["type"]))
+            for i in ds.list_indices()
+            if i["fields"] and (names is None or i["name"] in names)
+        ),
+        default=1,
     )
+    with _held(ctx, estimate, f"{name}: index update"):
+        ds.optimize.optimize_indices(
+            num_indices_to_merge=merge, index_names=names, retrain=retrain, progress=PROGRESS.get()
+        )
     if ds.version != before:
         metrics.committed("optimize_indices")
     return {"version": ds.version, "optimized": ds.version != before}

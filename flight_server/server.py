@@ -181,6 +181,7 @@ class QuiverFlightServer(flight.FlightServerBase):
         )
         self.config = config
         self.service = service
+        service.budget = self.budget  # index builds hold their memory in it too
         self.locations: list[str] = config.advertised(self.port)
         self.sweeper: Sweeper | None = None
         if config.sweep_interval > 0:

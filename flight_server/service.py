@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from quiver.flight_server.actions import find_action, parse_body
 from quiver.flight_server.auth import Identity, authorize
+from quiver.flight_server.budget import MemoryBudget
 from quiver.flight_server.config import DEFAULT_STAGED_TTL, DEFAULT_TICKET_TTL, ServerConfig
 from quiver.flight_server.errors import Scrubber
 from quiver.flight_server.handles import DatasetHandles
@@ -58,6 +59,8 @@ class DatasetService:
         )
         self.writes = Writes(self.handles, self.signer, staged_ttl=staged_ttl)
         self.serving = True
+        # the server's memory budget, which index builds share with DoGet streams
+        self.budget: MemoryBudget | None = None
 
     @classmethod
     def from_config(cls, config: ServerConfig) -> DatasetService:

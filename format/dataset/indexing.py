@@ -13,8 +13,10 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid as _uuid
+from typing import Any
 
 import numpy as np
+import pyarrow as pa
 from google.protobuf import any_pb2
 from pyroaring import BitMap
 
@@ -22,7 +24,13 @@ from quiver.format.dataset import vector_indexing as _vector
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fragment import LanceFragment, fragments_of
 from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, ROW_ID_FIELD, Scanner
-from quiver.format.errors import IndexNotFoundError, InvalidInputError, UnsupportedFeatureError
+from quiver.format.errors import (
+    IndexNotFoundError,
+    InvalidInputError,
+    LanceError,
+    UnsupportedFeatureError,
+)
+from quiver.format.file.types import fixed_bits
 from quiver.format.index.scalar import bitmap as _bitmap
 from quiver.format.index.scalar import btree as _btree
 from quiver.format.index.scalar.build import (
@@ -50,6 +58,7 @@ from quiver.format.table.transaction import ManifestContext, new_transaction
 __all__ = [
     "SCALAR_INDEX_TYPES",
     "VECTOR_INDEX_TYPES",
+    "build_memory",
     "create_index",
     "create_scalar_index",
     "drop_index",
@@ -476,3 +485,45 @@ def drop_index(core: DatasetCore, name: str) -> DatasetCore:
         raise IndexNotFoundError(f"{core.uri}: index {name!r} not found")
     body = transaction_pb2.Transaction.CreateIndex(removed_indices=[e.pb for e in segments])
     return _commit(core, body)
+
+
+def build_memory(core: DatasetCore, column: str, index_type: str, **options: Any) -> int:
+    """About the bytes a build of an index of `column` holds at its peak (for a server's
+    memory budget): a scalar index holds the column's values, their row ids and the sort's
+    copies; a vector index its training sample, one batch of vectors and every row's code.
+    Options are `create_index`'s (unknown or bad ones are left to the build to refuse)."""
+    kind = str(index_type).upper()
+    rows = sum(f.count_rows() for f in fragments_of(core))
+    try:
+        arrow_type = core.lance_schema.project([column]).to_arrow().field(0).type
+    except LanceError:
+        return 1  # the build names the missing column
+    if kind in VECTOR_INDEX_TYPES and pa.types.is_fixed_size_list(arrow_type):
+        dim = arrow_type.list_size
+        try:
+            params = _vector.vector_params(
+                core,
+                column,
+                kind,
+                options.get("metric") or "l2",
+                num_partitions=options.get("num_partitions"),
+                num_sub_vectors=options.get("num_sub_vectors") or 1,
+                num_bits=options.get("num_bits"),
+                sample_rate=options.get("sample_rate") or 256,
+                max_iters=options.get("max_iters") or 50,
+                target_partition_size=options.get("target_partition_size"),
+                live_rows=rows,
+            )
+        except LanceError:
+            return 1
+        sample = min(params.training_rows(), rows) * dim * 4 * 2
+        batch = min(_vector.BATCH_ROWS, rows) * dim * 4 * 4
+        code = {
+            "IVF_PQ": params.num_sub_vectors * params.num_bits // 8,
+            "IVF_SQ": dim,
+            "IVF_FLAT": dim * 4,
+        }[kind]
+        return sample + batch + rows * (code + 12) * 2
+    bits = fixed_bits(arrow_type.value_type if kind == "LABEL_LIST" else arrow_type)
+    width = 16 if bits is None else max(1, bits // 8)  # variable-width values: a guess
+    return rows * (width + 8) * 5

@@ -44,7 +44,7 @@ FILES = (INDEX_FILE, STORAGE_FILE)
 _TARGET_PARTITION_SIZE = {"IVF_FLAT": 4096, "IVF_PQ": 8192, "IVF_SQ": 8192}
 _MAX_PARTITIONS = 4096
 _METRICS = {"l2": "l2", "euclidean": "l2", "cosine": "cosine", "dot": "dot"}
-_BATCH_ROWS = 65536
+BATCH_ROWS = 65536  # rows encoded at a time
 
 
 def _positive(uri: str, name: str, value: object) -> int:
@@ -174,7 +174,7 @@ def _batches(
     """The vectors an index holds of the fragments, prepared, a batch at a time, with their
     row ids and the number of rows the batch read."""
     scan = Scanner(
-        core, fragments, columns=[column], with_row_id=True, batch_size=_BATCH_ROWS
+        core, fragments, columns=[column], with_row_id=True, batch_size=BATCH_ROWS
     ).to_batches()
     for batch in scan:
         x, valid = _vectors(batch.column(0), params)

@@ -93,6 +93,8 @@ def test_vector_index_builds_over_flight_report_progress(served, name) -> None:
     path = served.path(name)
     lance.write_dataset(_vectors(6_000), path, max_rows_per_file=2_000)
     stages: list[dict] = []
+    budget = served.server.budget
+    admitted = budget.admitted_total
     with Client(served.uri) as qc:
         done = qc.create_index(
             name,
@@ -104,6 +106,9 @@ def test_vector_index_builds_over_flight_report_progress(served, name) -> None:
             progress=stages.append,
         )
         assert done == {"version": 2, "name": "v_idx"}
+        # the build held its memory in the server's budget, beside streams, and let it go
+        assert budget.admitted_total == admitted + 1 and budget.in_use == 0
+        assert budget.peak >= 6_000 * 8 * 4
         names = [s["stage"] for s in stages]
         assert names[:3] == ["sample", "train", "encode"] and names[-2:] == ["write", "commit"]
         encoded = [s for s in stages if s["stage"] == "encode"]
