@@ -34,9 +34,10 @@ at an S3-compatible server (MinIO, moto...).
 
 --memory-budget caps the bytes all running DoGet streams and index builds hold together
 (decoded batches and pages, as each stream estimates them; a build's sample, batch and
-codes); one that does not fit waits for others to finish. SIZE is bytes, or a number with a unit: KiB/MiB/GiB/TiB and the bare K/M/G/T (or
-Ki/Mi/Gi/Ti) are binary (1M = 1048576), KB/MB/GB/TB are decimal (1MB = 1000000); case
-does not matter and an optional "B" may follow.
+codes); one that does not fit waits for others to finish. SIZE is bytes, or a number with
+a unit: KiB/MiB/GiB/TiB and the bare K/M/G/T (or Ki/Mi/Gi/Ti) are binary (1M = 1048576),
+KB/MB/GB/TB are decimal (1MB = 1000000); case does not matter and an optional "B" may
+follow.
 
 Staged fragments (DoPut with commit=false) can be committed for --staged-ttl seconds; every
 --sweep-interval the server removes the files of stagings that expired uncommitted.

@@ -84,6 +84,11 @@ class IndexFile:
             raise CorruptFileError(self.path, f"schema metadata has no {key!r}")
         return value.decode() if isinstance(value, bytes) else str(value)
 
+    @property
+    def global_buffers(self) -> list[tuple[int, int]]:
+        """The (position, size) of every global buffer, the FileDescriptor's first."""
+        return list(self._container.global_buffers)
+
     def global_buffer(self, index: int) -> bytes:
         """The bytes of global buffer `index` (0 is the FileDescriptor)."""
         buffers = self._container.global_buffers

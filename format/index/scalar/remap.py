@@ -143,7 +143,8 @@ def remap_index(
     pb: table_pb2.IndexMetadata,
     amap: AddressMap,
 ) -> RemappedIndex:
-    """Write index `pb` (a "BTREE", "BITMAP" or "VECTOR" (IVF) in `directory` of `store`)
+    """Write index `pb` (a "BTREE", "BITMAP", "LABEL_LIST" or "VECTOR" (IVF) in `directory`
+    of `store`)
     again with the addresses of `amap`, into a fresh `_indices/<uuid>` beside it."""
     new_uuid = _uuid.uuid4()
     parent = directory.rsplit("/", 1)[0] if "/" in directory else ""
@@ -151,7 +152,7 @@ def remap_index(
     try:
         if kind == "BTREE":
             files = _remap_btree(store, directory, target, amap)
-        elif kind == "BITMAP":
+        elif kind in ("BITMAP", "LABEL_LIST"):
             files = _remap_bitmap(store, directory, target, amap)
         elif kind == "VECTOR":
             files = remap_vector_index(store, directory, target, amap.apply)
@@ -252,7 +253,8 @@ def _remap_btree(
 def _remap_bitmap(
     store: ObjectStore, directory: str, target: str, amap: AddressMap
 ) -> list[tuple[str, int]]:
-    """The lookup with every key kept and its row id map rewritten."""
+    """The lookup with every key kept and its row id map rewritten (a LABEL_LIST's map of
+    null lists, in global buffer 1, too)."""
     lookup = IndexFile(store, f"{directory}/{_bitmap.LOOKUP_FILE}")
     names = [f.name for f in lookup.schema.fields]
     if names != [_bitmap.KEYS, _bitmap.BITMAPS]:
@@ -276,8 +278,17 @@ def _remap_bitmap(
             yield rows.filter(live)
 
     try:
+        buffers = [
+            remap_row_id_map(lookup.global_buffer(i), amap, lookup.path)
+            for i in range(1, len(lookup.global_buffers))
+        ]
         size = write_index_file(
-            store, f"{target}/{_bitmap.LOOKUP_FILE}", lookup.schema, chunks(), lookup.version
+            store,
+            f"{target}/{_bitmap.LOOKUP_FILE}",
+            lookup.schema,
+            chunks(),
+            lookup.version,
+            buffers,
         )
     finally:
         lookup.close()

@@ -439,3 +439,21 @@ def test_label_lists_equal_pylance_s_own(tmp_path: Path, version: str, stable: b
         assert_same_table(ds.to_table(filter=f).sort_by("id"), want, f)
     with pytest.raises(InvalidInputError, match="lists"):
         quiver.dataset(ours).create_scalar_index("id", "LABEL_LIST")
+
+
+def test_compaction_remaps_label_lists_as_pylance(tmp_path: Path) -> None:
+    paths = []
+    for engine in (quiver, lance):
+        path = str(tmp_path / f"{engine.__name__}.lance")
+        lance.write_dataset(_labels(), path, max_rows_per_file=500)
+        lance.dataset(path).create_scalar_index("tags", "LABEL_LIST")
+        lance.dataset(path).delete("id % 7 = 2")
+        engine.dataset(path).optimize.compact_files(target_rows_per_fragment=1500)
+        paths.append(path)
+    ours, theirs = paths
+    assert _described(ours) == _described(theirs)  # the index covers the new fragments
+    _same_contents("LABEL_LIST", _files(ours, "tags_idx"), _files(theirs, "tags_idx"))
+    ds = lance.dataset(ours)
+    for f in ["array_has_any(tags, ['red'])", "array_contains(tags, 'cyan')"]:
+        want = ds.scanner(filter=f, use_scalar_index=False).to_table().sort_by("id")
+        assert_same_table(ds.to_table(filter=f).sort_by("id"), want, f)
