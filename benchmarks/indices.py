@@ -1,13 +1,14 @@
-"""Index-build benchmark: BTREE and BITMAP builds by Quiver next to pylance's, on one table.
+"""Index-build benchmark: scalar index builds by Quiver next to pylance's, on one table.
 
     .venv/bin/python -m benchmarks.indices [--rows 4000000] [--rounds 5]
 
 The table (cached under benchmarks/.data/, written once by pylance, storage version 2.2,
 1 M-row fragments): `id` int64 unique in random order, `value` uniform float64 rounded to
-3 decimals, `category` a string of 8 levels. Three builds: a BTREE on `id`, a BTREE on
-`value` and a BITMAP on `category`, each by Quiver (`quiver.dataset(uri).create_scalar_index`)
-and by pylance (`lance.dataset(uri).create_scalar_index`) with the same arguments, timed from
-the dataset's open to the committed version.
+3 decimals, `category` a string of 8 levels. Four builds: a BTREE on `id`, a BTREE on
+`value`, a BITMAP on `category` and a ZONEMAP on `value`, each by Quiver
+(`quiver.dataset(uri).create_scalar_index`) and by pylance
+(`lance.dataset(uri).create_scalar_index`) with the same arguments, timed from the
+dataset's open to the committed version.
 
 Each build runs in a fresh Python process (imports done before the clock starts) that prints
 its time and its peak RSS (VmHWM); rounds interleave the two engines; each figure is the
@@ -35,7 +36,7 @@ HERE = Path(__file__).resolve().parent
 DATA = HERE / ".data"
 FRAGMENT_ROWS = 1_000_000
 LEVELS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
-BUILDS = [("id", "BTREE"), ("value", "BTREE"), ("category", "BITMAP")]
+BUILDS = [("id", "BTREE"), ("value", "BTREE"), ("category", "BITMAP"), ("value", "ZONEMAP")]
 CHECKS = {
     "id": ["id = 12345", "id BETWEEN 1000 AND 1100"],
     "value": ["value = 0.5", "value < 0.001"],
