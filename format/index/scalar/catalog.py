@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+
 from quiver.format.errors import IndexNotFoundError
 from quiver.format.index.files import IndexFile
 from quiver.format.index.pruning import Core, scalar_kind
@@ -148,14 +150,21 @@ def _segment_statistics(core: Core, entry: IndexEntry) -> dict[str, Any]:
     if kind == "BTREE":
         index = BTreeIndex.load(store, directory)
         return {
-            "min": _shown(index.mins[0].as_py()) if index.pages else None,
-            "max": _shown(index.maxs[-1].as_py()) if index.pages else None,
+            "min": _shown_scalar(index.mins[0]) if index.pages else None,
+            "max": _shown_scalar(index.maxs[-1]) if index.pages else None,
             "num_pages": index.pages,
         }
     if kind == "BITMAP":
         return {"num_bitmaps": len(BitmapIndex.load(store, directory).keys)}
     if entry.details_type.endswith("VectorIndexDetails"):
         return _vector_statistics(store, directory, entry)
+    if entry.details_type.endswith("ZoneMapIndexDetails"):
+        with IndexFile(store, f"{directory}/zonemap.lance") as f:
+            size = int(f.metadata.get("rows_per_zone", b"8192"))
+            return {"num_zones": f.num_rows, "rows_per_zone": size}
+    if entry.details_type.endswith("LabelListIndexDetails"):
+        with IndexFile(store, f"{directory}/bitmap_page_lookup.lance") as f:
+            return {"num_bitmaps": f.num_rows}
     return {"index_type": index_type(core, entry), "uuid": entry.uuid}
 
 
@@ -202,11 +211,23 @@ def _vector_statistics(store: Any, directory: str, entry: IndexEntry) -> dict[st
     return out
 
 
+def _shown_scalar(scalar: Any) -> str:
+    """An Arrow scalar as pylance's statistics print it: timestamps as their integer count
+    of units (as Rust's Display of the value), others by `_shown`."""
+    if pa.types.is_timestamp(scalar.type) and scalar.is_valid:
+        return str(scalar.value)
+    return _shown(scalar.as_py())
+
+
 def _shown(value: Any) -> str:
     """A value as pylance's statistics print it (Rust's Display: 1.0 is "1", NaN "NaN",
     null "NULL")."""
     if value is None:
         return "NULL"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, bytes):  # binaries in hex, as Rust prints them
+        return value.hex()
     if isinstance(value, float):
         if math.isnan(value):
             return "NaN"

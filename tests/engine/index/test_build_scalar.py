@@ -161,6 +161,8 @@ def test_indices_equal_pylance_s_own(tmp_path: Path, version: str, kind: str) ->
     ds = lance.dataset(ours)
     for column, filters in FILTERS.items():
         _same_contents(kind, _files(ours, f"{column}_idx"), _files(theirs, f"{column}_idx"))
+        stats = ds.stats.index_stats(f"{column}_idx")
+        assert quiver.dataset(ours).index_statistics(f"{column}_idx") == stats
         for f in filters:
             plan = ds.scanner(filter=f).explain_plan()
             assert "ScalarIndexQuery" in plan or "MaterializeIndex" in plan, (f, plan)
@@ -426,6 +428,8 @@ def test_label_lists_equal_pylance_s_own(tmp_path: Path, version: str, stable: b
     for column in ("tags", "nums"):
         a, b = _files(ours, f"{column}_idx"), _files(theirs, f"{column}_idx")
         _same_contents("LABEL_LIST", a, b)
+        stats = lance.dataset(ours).stats.index_stats(f"{column}_idx")
+        assert quiver.dataset(ours).index_statistics(f"{column}_idx") == stats
     ds = lance.dataset(ours)
     for f in [
         "array_has_any(tags, ['red'])",
