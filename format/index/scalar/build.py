@@ -103,7 +103,9 @@ def _btree_order(values: pa.Array) -> np.ndarray:
     """Positions of `values` in index order, as pylance sorts: nulls first, then values
     ascending (NaN after every number). Ties come in any order, as in pylance."""
     t = values.type
-    if pa.types.is_floating(t) or pa.types.is_integer(t) or pa.types.is_boolean(t):
+    if (pa.types.is_floating(t) or pa.types.is_integer(t)) and _few_distinct(values):
+        keys = _dictionary_ranks(values)  # a radix sort of small ranks
+    elif pa.types.is_floating(t) or pa.types.is_integer(t) or pa.types.is_boolean(t):
         # NaN sorts last; -0.0 and 0.0 tie, as their values do
         keys = values.fill_null(False if pa.types.is_boolean(t) else 0)
         keys = keys.to_numpy(zero_copy_only=False)
@@ -112,11 +114,39 @@ def _btree_order(values: pa.Array) -> np.ndarray:
         keys = keys.to_numpy(zero_copy_only=False)
     else:  # strings, binaries, decimals: ranks among the distinct values
         keys = _ranks(values)[0]
+    kind = "stable" if keys.dtype.itemsize <= 2 else None  # numpy radix-sorts small ints
     if not values.null_count:
-        return np.argsort(keys)
+        return np.argsort(keys, kind=kind)
     valid = values.is_valid().to_numpy(zero_copy_only=False)
     rest = np.flatnonzero(valid)
-    return np.concatenate([np.flatnonzero(~valid), rest[np.argsort(keys[rest])]])
+    return np.concatenate([np.flatnonzero(~valid), rest[np.argsort(keys[rest], kind=kind)]])
+
+
+# A column whose sample holds at most this many distinct values is sorted by value rank.
+_FEW_DISTINCT = 4096
+_SAMPLE = 16384
+
+
+def _few_distinct(values: pa.Array) -> bool:
+    """Whether a large column (a strided sample of it) holds few distinct values."""
+    n = len(values)
+    if n < 4 * _SAMPLE:
+        return False
+    sample = values.take(pa.array(np.arange(0, n, n // _SAMPLE)))
+    return len(pc.unique(sample)) <= _FEW_DISTINCT
+
+
+def _dictionary_ranks(values: pa.Array) -> np.ndarray:
+    """Each value's rank among the distinct values (int16 when they fit, -1 for null, NaN
+    after every number; -0.0 and 0.0 may rank either way: they tie): a hash encoding of the
+    column and a sort of its dictionary only."""
+    encoded = values.dictionary_encode()
+    dictionary = encoded.dictionary.to_numpy(zero_copy_only=False)
+    rank_of_code = np.empty(len(dictionary), dtype=np.int64)
+    rank_of_code[np.argsort(dictionary, kind="stable")] = np.arange(len(dictionary))
+    small = np.int16 if len(dictionary) < 32767 else np.int64
+    codes = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False)
+    return rank_of_code.astype(small)[codes]
 
 
 def _schema(fields: list[pa.Field], metadata: dict[str, str] | None = None) -> LanceSchema:
