@@ -11,7 +11,10 @@ v2 files share.
 
 from __future__ import annotations
 
+import os
 import struct
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -79,6 +82,21 @@ def _dict_index_bits(t: pa.DataType) -> int:
     return t.index_type.bit_width if pa.types.is_dictionary(t) else 0
 
 
+# Bytes of queued pages that make the writer encode and write them before the batch ends.
+PENDING_BYTES = 64 << 20
+_ENCODE_THREADS = max(1, min(os.cpu_count() or 1, 4))
+_POOL: list[ThreadPoolExecutor] = []
+_POOL_LOCK = threading.Lock()
+
+
+def _encoders() -> ThreadPoolExecutor:
+    """The threads that encode pages of different columns at once (made on first use)."""
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(_ENCODE_THREADS, thread_name_prefix="quiver-encode"))
+        return _POOL[0]
+
+
 class StructuralFileWriter(DataFileWriter):
     """Writes one Lance data file of version 2.1, 2.2 or 2.3 to a binary sink, streaming."""
 
@@ -121,6 +139,8 @@ class StructuralFileWriter(DataFileWriter):
                 column += 1
             self._leaves.append(leaves)
         self.num_rows = 0
+        self._pending: list[tuple[_Leaf, sh.Shredded]] = []
+        self._pending_bytes = 0
         self._finished = False
         self._global_buffers: list[tuple[int, int]] = []
         self._failed = False
@@ -143,6 +163,7 @@ class StructuralFileWriter(DataFileWriter):
         try:
             for f, leaves, col in zip(self.schema.fields, self._leaves, batch.columns, strict=True):
                 self._append(f, leaves, col)
+            self._drain()
         except BaseException:
             self._failed = True
             raise
@@ -168,33 +189,65 @@ class StructuralFileWriter(DataFileWriter):
 
     # -- pages ----------------------------------------------------------------------------
     def _flush(self, leaf: _Leaf) -> None:
+        """Queue the leaf's buffered values as a page to encode; pages are encoded and
+        written when a batch has been taken in (`_drain`), or sooner when the queue grows."""
         if not leaf.pieces:
             return
         data = sh.concat(leaf.pieces)
         leaf.pieces, leaf.buffered = [], 0
-        self._write_pages(leaf, data)
+        self._pending.append((leaf, data))
+        self._pending_bytes += _piece_bytes(data)
+        if self._pending_bytes >= PENDING_BYTES:
+            self._drain()
 
-    def _write_pages(self, leaf: _Leaf, data: sh.Shredded) -> None:
-        """Encode `data` as one page, or split by rows when a chunk cannot hold it."""
+    def _drain(self) -> None:
+        """Encode the queued pages and write them in queue order (so the file is the same
+        whichever way they were encoded). Different columns' pages are encoded on several
+        threads (numpy and Arrow release the GIL); one column's pages stay in order on one
+        thread, as each page's layers depend on the pages before it."""
+        pending, self._pending, self._pending_bytes = self._pending, [], 0
+        if not pending:
+            return
+        by_leaf: dict[int, list[int]] = {}
+        for i, (leaf, _) in enumerate(pending):
+            by_leaf.setdefault(leaf.column, []).append(i)
+        pages: list[list[tuple[int, EncodedPage]]] = [[] for _ in pending]
+
+        def encode(indices: list[int]) -> None:
+            for i in indices:
+                pages[i] = self._encode_pages(*pending[i])
+
+        groups = list(by_leaf.values())
+        if len(groups) > 1 and _ENCODE_THREADS > 1:
+            for done in [_encoders().submit(encode, g) for g in groups]:
+                done.result()
+        else:
+            for g in groups:
+                encode(g)
+        for (leaf, _), encoded in zip(pending, pages, strict=True):
+            for rows, page in encoded:
+                self._emit(leaf, rows, page)
+
+    def _encode_pages(self, leaf: _Leaf, data: sh.Shredded) -> list[tuple[int, EncodedPage]]:
+        """`data` encoded as one page, or split by rows when a chunk cannot hold it; the
+        pages with their row counts."""
         where = f"{self.path}: column {leaf.path.name!r}"
         try:
-            page = self._encode(leaf, data, where)
+            return [(data.num_rows, self._encode(leaf, data, where))]
         except TooDense:
             if data.num_rows <= 1:
                 try:  # full-zip pages have no chunk limits
-                    page = self._encode(leaf, data, where, full_zip=True)
+                    return [(data.num_rows, self._encode(leaf, data, where, full_zip=True))]
                 except TooDense:
                     raise UnsupportedFeatureError(
                         f"{where}: one row holds more nested levels than a page of this type "
                         "can describe"
                     ) from None
-                self._emit(leaf, data.num_rows, page)
-                return
             half = data.num_rows // 2
-            self._write_pages(leaf, sh.slice_rows(data, leaf.path, 0, half))
-            self._write_pages(leaf, sh.slice_rows(data, leaf.path, half, data.num_rows))
-            return
-        self._emit(leaf, data.num_rows, page)
+            return [
+                *self._encode_pages(leaf, sh.slice_rows(data, leaf.path, 0, half)),
+                *self._encode_pages(leaf, sh.slice_rows(data, leaf.path, half, data.num_rows)),
+            ]
 
     def _encode(self, leaf: _Leaf, data: sh.Shredded, where: str, **kw: bool) -> EncodedPage:
         inp = self._page_input(leaf, data)
@@ -263,6 +316,7 @@ class StructuralFileWriter(DataFileWriter):
         leaves = [leaf for group in self._leaves for leaf in group]
         for leaf in leaves:
             self._flush(leaf)
+        self._drain()
         out = self._out
         desc = file_pb2.FileDescriptor(length=self.num_rows)
         for pb in self.schema.to_protos():
