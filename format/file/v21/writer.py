@@ -84,6 +84,8 @@ def _dict_index_bits(t: pa.DataType) -> int:
 
 # Bytes of queued pages that make the writer encode and write them before the batch ends.
 PENDING_BYTES = 64 << 20
+# Queued bytes worth the threads' hand-off (small appends encode on the calling thread).
+PARALLEL_BYTES = 1 << 20
 _ENCODE_THREADS = max(1, min(os.cpu_count() or 1, 4))
 _POOL: list[ThreadPoolExecutor] = []
 _POOL_LOCK = threading.Lock()
@@ -205,7 +207,8 @@ class StructuralFileWriter(DataFileWriter):
         whichever way they were encoded). Different columns' pages are encoded on several
         threads (numpy and Arrow release the GIL); one column's pages stay in order on one
         thread, as each page's layers depend on the pages before it."""
-        pending, self._pending, self._pending_bytes = self._pending, [], 0
+        pending, queued = self._pending, self._pending_bytes
+        self._pending, self._pending_bytes = [], 0
         if not pending:
             return
         by_leaf: dict[int, list[int]] = {}
@@ -218,7 +221,7 @@ class StructuralFileWriter(DataFileWriter):
                 pages[i] = self._encode_pages(*pending[i])
 
         groups = list(by_leaf.values())
-        if len(groups) > 1 and _ENCODE_THREADS > 1:
+        if len(groups) > 1 and _ENCODE_THREADS > 1 and queued >= PARALLEL_BYTES:
             for done in [_encoders().submit(encode, g) for g in groups]:
                 done.result()
         else:
