@@ -4,6 +4,9 @@ own indices and used by Quiver's pruned reads; bad requests get their codes."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import flight_helpers
 import lance
 import numpy as np
@@ -181,3 +184,43 @@ def test_bad_vector_index_requests_get_their_codes(served, name) -> None:
                 {"dataset": name, "column": "v", "index_type": "IVF_FLAT", "progress": "yes"},
             )
     assert lance.dataset(served.path(name)).list_indices() == []
+
+
+def test_a_cancelled_build_commits_nothing(served, name) -> None:
+    """A client whose call ends (here its deadline) while the build trains stops it at its
+    next stage: no version, no index file left."""
+    import threading
+    import time
+
+    import pyarrow.flight as fl
+
+    path = served.path(name)
+    rng = np.random.default_rng(3)
+    v = rng.normal(size=(70_000, 64)).astype(np.float32)
+    table = pa.table({"v": pa.FixedSizeListArray.from_arrays(pa.array(v.ravel()), 64)})
+    lance.write_dataset(table, path)
+    body = {
+        "dataset": name,
+        "column": "v",
+        "index_type": "IVF_PQ",
+        "num_partitions": 8,
+        "num_sub_vectors": 32,
+        "progress": True,
+    }
+    client = fl.connect(served.uri)
+    seen = []
+    with pytest.raises(fl.FlightError):  # the deadline passes while it trains
+        options = fl.FlightCallOptions(timeout=1.0)
+        action = fl.Action("create_index", json.dumps(body).encode())
+        for result in client.do_action(action, options):
+            seen.append(json.loads(result.body.to_pybytes()))
+    assert seen and seen[0]["progress"]["stage"] == "sample"
+    deadline = time.monotonic() + 120
+    # the server runs in this process: its build thread ends at the build's next stage
+    while any(t.name == "quiver-action" for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "the build did not stop"
+        time.sleep(0.2)
+    indices = Path(path) / "_indices"
+    assert lance.dataset(path).version == 1
+    assert lance.dataset(path).list_indices() == []
+    assert not (indices.exists() and any(f.is_file() for f in indices.rglob("*")))
