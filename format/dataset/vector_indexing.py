@@ -30,6 +30,7 @@ from quiver.format.index.vector import build as _build
 from quiver.format.index.vector.build import VECTOR_DETAILS, VectorModel, VectorParams
 from quiver.format.index.vector.index import INDEX_FILE, STORAGE_FILE, open_vector_index
 from quiver.format.index.vector.pq import ProductQuantizer
+from quiver.format.index.vector.spill import EncodedRows
 from quiver.format.index.vector.sq import ScalarQuantizer
 from quiver.format.proto import index_pb2, table_pb2
 from quiver.format.table.indices import IndexEntry
@@ -260,27 +261,22 @@ def build_vector_segment(
                 params, sample, centroids=centroids, codebook=codebook, bounds=bounds, rng=rng
             )
         model = dataclasses.replace(model, loss=0.0)  # summed over every row by `encode`
-        labels, ids, rows = [], [], []
-        done = 0
-        report({"stage": "encode", "index": name, "done": 0, "total": total})
-        for x, row_ids, read in _batches(core, fragments, column, params):
-            part, stored = _build.encode(params, model, x)
-            labels.append(part)
-            ids.append(row_ids)
-            rows.append(stored)
-            done += read
-            report({"stage": "encode", "index": name, "done": done, "total": total})
-        report({"stage": "write", "index": name})
-        files = _build.write_files(
-            core.store,
-            directory,
-            params,
-            model,
-            np.concatenate(labels) if labels else np.empty(0, np.int32),
-            np.concatenate(ids) if ids else np.empty(0, np.uint64),
-            np.concatenate(rows) if rows else np.empty((0, 1), np.float32),
-            _file_version(core),
-        )
+        width, dtype = _build.storage_row(params)
+        encoded = EncodedRows(params.num_partitions, width, dtype)
+        try:
+            done = 0
+            report({"stage": "encode", "index": name, "done": 0, "total": total})
+            for x, row_ids, read in _batches(core, fragments, column, params):
+                part, stored = _build.encode(params, model, x)
+                encoded.add(part, row_ids, stored)
+                done += read
+                report({"stage": "encode", "index": name, "done": done, "total": total})
+            report({"stage": "write", "index": name})
+            files = _build.write_files(
+                core.store, directory, params, model, encoded, _file_version(core)
+            )
+        finally:
+            encoded.close()
     except BaseException:
         discard(core.store, directory, FILES)
         raise

@@ -12,8 +12,9 @@ A build trains a model on a sample of the column, then encodes every row:
 `index.idx` then holds the centroids (an `IVF` message in global buffer 1) and no rows;
 `auxiliary.idx` holds `_rowid` and the storage column, partition after partition, rows by
 row id within one, PQ codes transposed within each partition, the partition layout in global
-buffer 1 and the PQ codebook in buffer 2. Rows are encoded a batch at a time: only a batch's
-vectors and every row's code (or, for IVF_FLAT, its vector) are held at once.
+buffer 1 and the PQ codebook in buffer 2. Rows are encoded a batch at a time; the encoded
+rows wait for the writing in memory while small, else in temporary files by partition
+range (`spill`), so a build holds a batch of vectors and a fraction of the codes at once.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from quiver.format.index.vector.index import (
 )
 from quiver.format.index.vector.ivf import IVF_KEY
 from quiver.format.index.vector.kmeans import assign, kmeans, normalize
+from quiver.format.index.vector.spill import EncodedRows
 from quiver.format.io.store import ObjectStore
 from quiver.format.proto import index_pb2
 from quiver.format.table.schema import LanceSchema
@@ -221,21 +223,28 @@ def encode(
     return labels, codes
 
 
+def storage_row(params: VectorParams) -> tuple[int, np.dtype]:
+    """The width and type of one row's storage: PQ codes, SQ codes or the vector."""
+    if params.kind == "IVF_PQ":
+        m = params.num_sub_vectors
+        return (m if params.num_bits == 8 else m // 2), np.dtype(np.uint8)
+    if params.kind == "IVF_SQ":
+        return params.dimension, np.dtype(np.uint8)
+    return params.dimension, np.dtype(np.float32)
+
+
 def write_files(
     store: ObjectStore,
     directory: str,
     params: VectorParams,
     model: VectorModel,
-    labels: np.ndarray,
-    row_ids: np.ndarray,
-    storage: np.ndarray,
+    encoded: EncodedRows,
     version: str,
 ) -> list[tuple[str, int]]:
     """Write `index.idx` and `auxiliary.idx` of the encoded rows (every row's partition, row
     id and storage row); the files and their sizes."""
     parts = params.num_partitions
-    order = np.lexsort((row_ids, labels))
-    lengths = np.bincount(labels, minlength=parts).astype(np.int64)
+    lengths = encoded.lengths()
     offsets = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
     metric = params.metric
     storage_meta, column, buffers = _storage_layout(params, model)
@@ -254,14 +263,10 @@ def write_files(
     width = column.type.list_size
 
     def tables() -> Iterable[pa.Table]:
-        for p in range(parts):
-            rows = order[offsets[p] : offsets[p] + lengths[p]]
-            if not len(rows):
-                continue
-            block = storage[rows]
+        for ids, block in encoded.partitions():
             flat = (block.T if transposed else block).ravel()
             values = pa.FixedSizeListArray.from_arrays(pa.array(flat), width)
-            yield pa.table([pa.array(row_ids[rows], pa.uint64()), values], schema=schema.to_arrow())
+            yield pa.table([pa.array(ids, pa.uint64()), values], schema=schema.to_arrow())
 
     aux_size = write_index_file(
         store,

@@ -396,3 +396,31 @@ def test_compaction_remaps_vector_indices_as_pylance(tmp_path: Path, kind: str, 
         _same_codes(a[name][0], b[name][0], name)  # same rows, remapped, same codes
     assert a["auxiliary.idx"][3] == b["auxiliary.idx"][3]
     _same_answers(ours, "l2")
+
+
+@pytest.mark.parametrize(
+    ("kind", "kw"), [("IVF_FLAT", {}), ("IVF_SQ", {}), ("IVF_PQ", {"num_sub_vectors": 4})]
+)
+def test_builds_spilling_their_rows_write_the_same_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, kw: dict
+) -> None:
+    """Encoded rows past the in-memory limit wait in temporary files by partition range; the
+    index written from them is the one written from memory."""
+    from quiver.format.index.vector import spill
+
+    paths = []
+    for limit in (spill.IN_MEMORY_BYTES, 1):
+        monkeypatch.setattr(spill, "IN_MEMORY_BYTES", limit)
+        path = str(tmp_path / f"s{limit}.lance")
+        lance.write_dataset(_table(), path, max_rows_per_file=PER_FILE)
+        rng = np.random.default_rng(4)
+        given = {"ivf_centroids": rng.normal(size=(40, DIM)).astype(np.float32)}
+        if kind == "IVF_PQ":
+            given["pq_codebook"] = rng.normal(size=(4, 256, DIM // 4)).astype(np.float32)
+        quiver.dataset(path).create_index("v", kind, **given, **kw)
+        paths.append(path)
+    a, b = _index_files(paths[0]), _index_files(paths[1])
+    for name in a:
+        assert a[name][1:] == b[name][1:], name  # metadata, version, buffers (the layout)
+        assert a[name][0].equals(b[name][0]), name
+    _same_answers(paths[1], "l2")
