@@ -114,12 +114,28 @@ def _btree_order(values: pa.Array) -> np.ndarray:
         keys = keys.to_numpy(zero_copy_only=False)
     else:  # strings, binaries, decimals: ranks among the distinct values
         keys = _ranks(values)[0]
-    kind = "stable" if keys.dtype.itemsize <= 2 else None  # numpy radix-sorts small ints
     if not values.null_count:
-        return np.argsort(keys, kind=kind)
+        return _argsort(keys)
     valid = values.is_valid().to_numpy(zero_copy_only=False)
     rest = np.flatnonzero(valid)
-    return np.concatenate([np.flatnonzero(~valid), rest[np.argsort(keys[rest], kind=kind)]])
+    return np.concatenate([np.flatnonzero(~valid), rest[_argsort(keys[rest])]])
+
+
+def _argsort(keys: np.ndarray) -> np.ndarray:
+    """The order of `keys`: a radix sort for small integers, a scatter for distinct integers
+    filling most of their range (as ids do), else numpy's sort."""
+    if keys.dtype.itemsize <= 2:
+        return np.argsort(keys, kind="stable")
+    if np.issubdtype(keys.dtype, np.integer) and len(keys) > 1:
+        low, high = int(keys.min()), int(keys.max())
+        if high - low < 2 * len(keys):
+            slots = np.full(high - low + 1, -1, dtype=np.int64)
+            offsets = keys - low if low else keys
+            slots[offsets] = np.arange(len(keys))
+            order = slots[slots >= 0]
+            if len(order) == len(keys):  # every key distinct: the scatter lost none
+                return order
+    return np.argsort(keys)
 
 
 # A column whose sample holds at most this many distinct values is sorted by value rank.

@@ -464,8 +464,9 @@ def test_compaction_remaps_label_lists_as_pylance(tmp_path: Path) -> None:
 
 
 def test_large_columns_of_few_values_equal_pylance_s_own(tmp_path: Path) -> None:
-    """Columns long enough (70,000 rows) for the build to sort them by value rank: few
-    distinct floats (NaN, -0.0, 0.0, nulls among them) and integers."""
+    """Columns long enough (70,000 rows) for the build to sort them by value rank (few
+    distinct floats, NaN, -0.0, 0.0 and nulls among them, and integers) or by scattering
+    distinct integers of a dense range."""
     rng = np.random.default_rng(5)
     n = 70_000
     floats = np.round(rng.normal(size=n), 1)
@@ -475,6 +476,7 @@ def test_large_columns_of_few_values_equal_pylance_s_own(tmp_path: Path) -> None
         {
             "f64": pa.array(floats, mask=rng.random(n) < 0.05),
             "i32": pa.array(rng.integers(-300, 300, n).astype(np.int32)),
+            "id": pa.array(rng.permutation(n) - 5000, pa.int64()),  # distinct, a dense range
         }
     )
     paths = []
@@ -482,14 +484,14 @@ def test_large_columns_of_few_values_equal_pylance_s_own(tmp_path: Path) -> None
         path = str(tmp_path / f"{engine.__name__}.lance")
         lance.write_dataset(table, path, max_rows_per_file=30_000)
         lance.dataset(path).delete("i32 = 7")
-        for column in ("f64", "i32"):
+        for column in ("f64", "i32", "id"):
             engine.dataset(path).create_scalar_index(column, "BTREE")
         paths.append(path)
-    for column in ("f64", "i32"):
+    for column in ("f64", "i32", "id"):
         _same_contents(
             "BTREE", _files(paths[0], f"{column}_idx"), _files(paths[1], f"{column}_idx")
         )
     ds = lance.dataset(paths[0])
-    for f in ["f64 = 0.5", "f64 < -1.5", "f64 IS NULL", "i32 BETWEEN -3 AND 3", "i32 = 299"]:
+    for f in ["f64 = 0.5", "f64 < -1.5", "f64 IS NULL", "i32 BETWEEN -3 AND 3", "id < -4990"]:
         want = _rows(ds.scanner(filter=f, use_scalar_index=False).to_table())
         assert_same_table(_rows(ds.to_table(filter=f)), want, f)
