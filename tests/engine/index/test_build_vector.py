@@ -334,6 +334,8 @@ def test_defaults_replace_and_refusals_as_pylance(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("stable", [False, True])
 def test_indices_stay_right_after_quiver_writes_and_optimize(tmp_path: Path, stable: bool) -> None:
+    """Appends, deletes, updates and an upsert by Quiver, then delta, merged and retrained
+    segments: pylance and Quiver answer alike from the index throughout."""
     path = str(tmp_path / "w.lance")
     lance.write_dataset(_table(), path, max_rows_per_file=PER_FILE, enable_stable_row_ids=stable)
     q = quiver.dataset(path)
@@ -343,6 +345,11 @@ def test_indices_stay_right_after_quiver_writes_and_optimize(tmp_path: Path, sta
     q = quiver.dataset(path)
     q.delete("id % 7 = 1")
     q.update({"id": "id + 1000000"}, where="id % 11 = 2")
+    # an upsert: matched rows get new vectors, the others are inserted
+    source = _table(400, seed=3, nulls=False).set_column(
+        0, "id", pa.array(np.arange(400, dtype=np.int64) * 3)
+    )
+    q.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(source)
     for metric in ("l2", "dot"):
         _same_answers(path, metric)
     stats = lance.dataset(path).stats.index_stats("v_idx")
