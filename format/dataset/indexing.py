@@ -146,6 +146,19 @@ def _name_and_uuid(
     return name, same_name, new_uuid
 
 
+def _indexed_field(core: DatasetCore, column: object, fragment_ids: object, train: bool) -> Any:
+    """The field an index is built on, refusing what Quiver cannot build: indices of some
+    fragments only, untrained ones, a column that is not a name."""
+    if fragment_ids is not None or not train:
+        raise UnsupportedFeatureError(
+            f"{core.uri}: indices built on some fragments only (fragment_ids) or untrained "
+            "ones cannot be built by Quiver yet"
+        )
+    if not isinstance(column, str):
+        raise InvalidInputError(f"{core.uri}: the column to index must be a name, not {column!r}")
+    return core.lance_schema.field(column, dataset=core.uri)
+
+
 def _commit(
     core: DatasetCore,
     body: transaction_pb2.Transaction.CreateIndex,
@@ -181,14 +194,7 @@ def create_scalar_index(
             f"{core.uri}: Quiver builds BTREE, BITMAP, LABEL_LIST and ZONEMAP scalar indices, not "
             f"{kind} yet"
         )
-    if fragment_ids is not None or not train:
-        raise UnsupportedFeatureError(
-            f"{core.uri}: indices built on some fragments only (fragment_ids) or untrained "
-            "ones cannot be built by Quiver yet"
-        )
-    if not isinstance(column, str):
-        raise InvalidInputError(f"{core.uri}: the column to index must be a name, not {column!r}")
-    field = core.lance_schema.field(column, dataset=core.uri)
+    field = _indexed_field(core, column, fragment_ids, train)
     arrow_type = core.lance_schema.project([column]).to_arrow().field(0).type
     check_type(kind, column, arrow_type)
     details = _BUILDERS[kind][1]
@@ -256,14 +262,7 @@ def create_index(
             f"{core.uri}: index type must be one of {', '.join(VECTOR_INDEX_TYPES)} or a "
             f"scalar index type, not {index_type!r}"
         )
-    if fragment_ids is not None or not train:
-        raise UnsupportedFeatureError(
-            f"{core.uri}: indices built on some fragments only (fragment_ids) or untrained "
-            "ones cannot be built by Quiver yet"
-        )
-    if not isinstance(column, str):
-        raise InvalidInputError(f"{core.uri}: the column to index must be a name, not {column!r}")
-    field = core.lance_schema.field(column, dataset=core.uri)
+    field = _indexed_field(core, column, fragment_ids, train)
     fragments = fragments_of(core)
     live = sum(f.count_rows() for f in fragments)
     params = _vector.vector_params(
