@@ -197,7 +197,9 @@ def _bounds(
 def segment_model(core: DatasetCore, entry: IndexEntry) -> tuple[VectorParams, VectorModel]:
     """The parameters and trained model of an existing vector index segment (to extend it
     without retraining)."""
-    index = open_vector_index(core.store, entry.directory, entry.uuid, entry.name)
+    base = entry.pb.base_id if entry.pb.HasField("base_id") else None  # a clone's base
+    store, directory = core.resolve(entry.directory, base, relative_to_root=True)
+    index = open_vector_index(store, directory, entry.uuid, entry.name)
     details = index_pb2.VectorIndexDetails.FromString(entry.pb.index_details.value)
     hints = details.runtime_hints
     storage = index.storage

@@ -431,3 +431,15 @@ def test_builds_spilling_their_rows_write_the_same_files(
         assert a[name][1:] == b[name][1:], name  # metadata, version, buffers (the layout)
         assert a[name][0].equals(b[name][0]), name
     _same_answers(paths[1], "l2")
+
+
+def test_optimizing_a_shallow_clone_s_index(tmp_path: Path) -> None:
+    """A clone's index lives in its source's base: optimize_indices reads its model there."""
+    src, dst = str(tmp_path / "src.lance"), str(tmp_path / "dst.lance")
+    lance.write_dataset(_table(), src, max_rows_per_file=PER_FILE)
+    quiver.dataset(src).create_index("v", "IVF_PQ", num_partitions=4, num_sub_vectors=4, seed=1)
+    lance.dataset(src).shallow_clone(dst, lance.dataset(src).version)
+    quiver.write_dataset(_table(500, seed=1), dst, mode="append")
+    quiver.dataset(dst).optimize.optimize_indices()
+    assert lance.dataset(dst).stats.index_stats("v_idx")["num_unindexed_rows"] == 0
+    _same_answers(dst, "l2")
