@@ -518,7 +518,8 @@ class Scanner:
             total = sum(f.count_rows() for f in self._fragments)
             total = max(0, total - self._offset)
             return total if self._limit is None else min(total, self._limit)
-        return sum(b.num_rows for b in self.to_batches())
+        # the scan's own large steps, not batch-sized ones: counting needs no fixed batch
+        return sum(b.num_rows for b in self.to_step_batches())
 
 
 def _even_step(total: int, step: int) -> int:
