@@ -11,18 +11,16 @@ and uses these indices as its own; Quiver's readers prune with them (`index.prun
 from __future__ import annotations
 
 import dataclasses
-import time
 import uuid as _uuid
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from google.protobuf import any_pb2
-from pyroaring import BitMap
 
 from quiver.format.dataset import vector_indexing as _vector
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fragment import LanceFragment, fragments_of
+from quiver.format.dataset.index_segments import index_file_version, segment_record
 from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, ROW_ID_FIELD, Scanner
 from quiver.format.errors import (
     IndexNotFoundError,
@@ -85,12 +83,6 @@ _BUILDERS = {
     "ZONEMAP": (build_zonemap, ZONEMAP_DETAILS, (ZONEMAP_FILE,)),
     "LABEL_LIST": (build_label_list, LABEL_LIST_DETAILS, (_bitmap.LOOKUP_FILE,)),
 }
-
-
-def _index_file_version(core: DatasetCore) -> str:
-    """Index files take the dataset's storage version (2.0 for a legacy dataset)."""
-    version = core.data_storage_version
-    return "2.0" if version in ("0.1", "legacy") else version
 
 
 def _default_name(existing: list[IndexEntry], column: str, field_id: int, details: str) -> str:
@@ -341,27 +333,22 @@ def _build_segment(
     row_ids = table.column((ROW_ADDRESS_FIELD if by_address else ROW_ID_FIELD).name).to_numpy()
     directory = f"_indices/{new_uuid}"
     try:
-        files = build(core.store, directory, values, row_ids, _index_file_version(core))
+        files = build(core.store, directory, values, row_ids, index_file_version(core))
     except BaseException:
         discard(core.store, directory, names)
         raise
     covered = {int(f.fragment_id) for f in fragments} if covers is None else covers
-    segment = table_pb2.IndexMetadata(
-        uuid=table_pb2.UUID(uuid=new_uuid.bytes),
-        name=name,
-        fields=[field_id],
-        dataset_version=dataset_version,
-        fragment_bitmap=BitMap(covered).serialize(),
-        index_details=any_pb2.Any(
-            type_url=details,
-            value=zonemap_details(values.type) if kind == "ZONEMAP" else b"",
-        ),
-        # pylance 14 writes LABEL_LIST as version 1, a BTREE of stable row ids too
-        index_version=int(
-            kind == "LABEL_LIST" or (kind == "BTREE" and core.manifest.uses_stable_row_ids)
-        ),
-        created_at=time.time_ns() // 1_000_000,
-        files=[table_pb2.IndexFile(path=p, size_bytes=s) for p, s in sorted(files)],
+    # pylance 14 writes LABEL_LIST as version 1, a BTREE of stable row ids too
+    stable_btree = kind == "BTREE" and core.manifest.uses_stable_row_ids
+    segment = segment_record(
+        new_uuid,
+        name,
+        field_id,
+        dataset_version,
+        covered,
+        (details, zonemap_details(values.type) if kind == "ZONEMAP" else b""),
+        int(kind == "LABEL_LIST" or stable_btree),
+        files,
     )
     return segment, directory
 

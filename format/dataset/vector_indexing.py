@@ -10,19 +10,17 @@ batch at a time and writes the files (`index.vector.build`); `indexing` commits 
 from __future__ import annotations
 
 import dataclasses
-import time
 import uuid as _uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from google.protobuf import any_pb2
-from pyroaring import BitMap
 
 from quiver.format.dataset import take as _take
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fragment import LanceFragment
+from quiver.format.dataset.index_segments import index_file_version, segment_record
 from quiver.format.dataset.scan import ROW_ID_FIELD, Scanner
 from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
 from quiver.format.index.scalar.remap import discard
@@ -275,30 +273,24 @@ def build_vector_segment(
                 report({"stage": "encode", "index": name, "done": done, "total": total})
             report({"stage": "write", "index": name})
             files = _build.write_files(
-                core.store, directory, params, model, encoded, _file_version(core)
+                core.store, directory, params, model, encoded, index_file_version(core)
             )
         finally:
             encoded.close()
     except BaseException:
         discard(core.store, directory, FILES)
         raise
-    segment = table_pb2.IndexMetadata(
-        uuid=table_pb2.UUID(uuid=new_uuid.bytes),
-        name=name,
-        fields=[field_id],
-        dataset_version=dataset_version,
-        fragment_bitmap=BitMap(covers).serialize(),
-        index_details=any_pb2.Any(type_url=VECTOR_DETAILS, value=params.details()),
-        index_version=1,
-        created_at=time.time_ns() // 1_000_000,
-        files=[table_pb2.IndexFile(path=p, size_bytes=s) for p, s in sorted(files)],
+    segment = segment_record(
+        new_uuid,
+        name,
+        field_id,
+        dataset_version,
+        covers,
+        (VECTOR_DETAILS, params.details()),
+        1,
+        files,
     )
     return segment, directory
-
-
-def _file_version(core: DatasetCore) -> str:
-    version = core.data_storage_version
-    return "2.0" if version in ("0.1", "legacy") else version
 
 
 def check_given(
