@@ -18,6 +18,8 @@ A flag wins over its environment variable, which wins over the default:
 | --max-rows-per-endpoint N   | QUIVER_MAX_ROWS_PER_ENDPOINT   | none (1 endpoint per fragment) |
 | --batch-size N              | QUIVER_BATCH_SIZE              | 1048576 (and ~8 MiB) |
 | --memory-budget SIZE        | QUIVER_MEMORY_BUDGET           | 104MiB (0: unlimited) |
+| --sql-memory SIZE           | QUIVER_SQL_MEMORY              | 256MiB        |
+| --spill-dir PATH            | QUIVER_SPILL_DIR               | the system's temporary directory |
 | --ticket-ttl SECONDS        | QUIVER_TICKET_TTL              | 86400 (0: never expire) |
 | --staged-ttl SECONDS        | QUIVER_STAGED_TTL              | 86400 (min 60) |
 | --sweep-interval SECONDS    | QUIVER_SWEEP_INTERVAL          | 600 (0: no sweep) |
@@ -38,6 +40,9 @@ codes); one that does not fit waits for others to finish. SIZE is bytes, or a nu
 a unit: KiB/MiB/GiB/TiB and the bare K/M/G/T (or Ki/Mi/Gi/Ti) are binary (1M = 1048576),
 KB/MB/GB/TB are decimal (1MB = 1000000); case does not matter and an optional "B" may
 follow.
+
+--sql-memory caps what SQL queries (Flight SQL) hold together in their sorts, aggregations
+and joins; beyond it they spill to files under --spill-dir.
 
 Staged fragments (DoPut with commit=false) can be committed for --staged-ttl seconds; every
 --sweep-interval the server removes the files of stagings that expired uncommitted.
@@ -75,6 +80,8 @@ DEFAULT_BATCH_SIZE = 1 << 20
 # peak at ~290 MB (gRPC buffers, mapped file pages being sent and the allocator's slack come
 # on top of the estimate), so a 512 MB container has room to spare.
 DEFAULT_MEMORY_BUDGET = 104 * 1024 * 1024
+DEFAULT_SQL_MEMORY = 256 * 1024 * 1024
+MIN_SQL_MEMORY = 16 * 1024 * 1024  # below this, every query spills
 DEFAULT_STAGED_TTL = 24 * 3600
 DEFAULT_SWEEP_INTERVAL = 600
 MIN_STAGED_TTL = 60
@@ -125,6 +132,8 @@ class ServerConfig:
     max_rows_per_endpoint: int | None = None
     batch_size: int | None = DEFAULT_BATCH_SIZE
     memory_budget: int = DEFAULT_MEMORY_BUDGET
+    sql_memory: int = DEFAULT_SQL_MEMORY
+    spill_dir: str | None = None
     ticket_ttl: int = DEFAULT_TICKET_TTL
     staged_ttl: int = DEFAULT_STAGED_TTL
     sweep_interval: int = DEFAULT_SWEEP_INTERVAL
@@ -202,6 +211,13 @@ class ServerConfig:
         budget = self.memory_budget
         if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
             raise ConfigError(f"--memory-budget must be >= 0 bytes (0: unlimited), not {budget!r}")
+        sql_memory = self.sql_memory
+        if (
+            isinstance(sql_memory, bool)
+            or not isinstance(sql_memory, int)
+            or sql_memory < MIN_SQL_MEMORY
+        ):
+            raise ConfigError(f"--sql-memory must be >= {MIN_SQL_MEMORY} bytes, not {sql_memory!r}")
         if not isinstance(self.ticket_ttl, int) or self.ticket_ttl < 0:
             raise ConfigError(f"--ticket-ttl must be >= 0 seconds, not {self.ticket_ttl!r}")
         if not isinstance(self.staged_ttl, int) or self.staged_ttl < MIN_STAGED_TTL:
@@ -316,6 +332,8 @@ class ServerConfig:
             ),
             batch_size=integer("batch_size", "QUIVER_BATCH_SIZE", DEFAULT_BATCH_SIZE),
             memory_budget=size("memory_budget", "QUIVER_MEMORY_BUDGET", DEFAULT_MEMORY_BUDGET),
+            sql_memory=size("sql_memory", "QUIVER_SQL_MEMORY", DEFAULT_SQL_MEMORY),
+            spill_dir=pick("spill_dir", "QUIVER_SPILL_DIR"),
             ticket_ttl=integer(  # type: ignore[arg-type]
                 "ticket_ttl", "QUIVER_TICKET_TTL", DEFAULT_TICKET_TTL
             ),
@@ -402,6 +420,18 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="bytes all running DoGet streams may hold together; streams beyond it wait "
         "their turn. Bytes or e.g. 96MiB, 512MB, 1G (K/M/G binary, KB/MB/GB decimal) "
         "(env QUIVER_MEMORY_BUDGET, default 104MiB; 0: unlimited)",
+    )
+    a(
+        "--sql-memory",
+        metavar="SIZE",
+        help="bytes SQL queries may hold together in sorts, aggregations and joins before "
+        "they spill to disk (env QUIVER_SQL_MEMORY, default 256MiB)",
+    )
+    a(
+        "--spill-dir",
+        metavar="PATH",
+        help="where SQL queries spill (env QUIVER_SPILL_DIR, default the system's temporary "
+        "directory)",
     )
     a(
         "--ticket-ttl",

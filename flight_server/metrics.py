@@ -248,6 +248,9 @@ class MetricsMiddlewareFactory(flight.ServerMiddlewareFactory):
         if method.startswith("DoAction:"):
             action = method.split(":", 1)[1]
             return f"DoAction:{action}" if action in self.actions else "DoAction:other"
+        base, _, variant = method.partition(":")
+        if variant == "sql" and base in _METHODS.values():  # Flight SQL's calls, apart
+            return method
         return method if method in _METHODS.values() else "other"
 
 
@@ -306,12 +309,13 @@ def record_call(
     if mw is not None:
         mw.rpc = rpc
         mw.code = status if status in _KNOWN_CODES else "internal"
-    if method == "DoGet":
+    kind = method.partition(":")[0]
+    if kind == "DoGet":
         if rows:
             STREAMED_ROWS.inc(rows)
         if nbytes:
             STREAMED_BYTES.inc(nbytes)
-    elif method == "DoPut" and status == "ok":
+    elif kind == "DoPut" and status == "ok":
         if rows:
             WRITTEN_ROWS.inc(rows)
         if nbytes:

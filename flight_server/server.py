@@ -60,6 +60,9 @@ from quiver.flight_server.protocol import (
     read_request_from_path,
 )
 from quiver.flight_server.service import DatasetService
+from quiver.flight_server.sql.engine import SqlEngine
+from quiver.flight_server.sql.front import REFUSED_ACTIONS, SQL_ACTIONS, FlightSql
+from quiver.flight_server.sql.messages import is_flight_sql
 from quiver.flight_server.staging import Sweeper
 from quiver.flight_server.tls import TlsConfigError
 from quiver.flight_server.tls import load_tls as _read_tls_files
@@ -183,6 +186,9 @@ class QuiverFlightServer(flight.FlightServerBase):
         self.service = service
         service.budget = self.budget  # index builds hold their memory in it too
         self.locations: list[str] = config.advertised(self.port)
+        # Flight SQL on the same port: its commands, tickets and actions go to `self.sql`
+        engine = SqlEngine(service, memory_limit=config.sql_memory, spill_dir=config.spill_dir)
+        self.sql = FlightSql(service, engine)
         self.sweeper: Sweeper | None = None
         if config.sweep_interval > 0:
             sweep = counting_sweep(service.sweep_staging)
@@ -213,6 +219,14 @@ class QuiverFlightServer(flight.FlightServerBase):
 
     def _call(self, method: str, context: flight.ServerCallContext) -> _Call:
         return _Call(self, method, context)
+
+    @staticmethod
+    def _sql_command(descriptor: flight.FlightDescriptor) -> bytes | None:
+        """The Flight SQL command a descriptor holds, if it holds one."""
+        if descriptor.descriptor_type != flight.DescriptorType.CMD:
+            return None
+        command = descriptor.command
+        return command if is_flight_sql(command) else None
 
     @staticmethod
     def _read_request(descriptor: flight.FlightDescriptor) -> Any:
@@ -259,8 +273,13 @@ class QuiverFlightServer(flight.FlightServerBase):
     def get_flight_info(
         self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor
     ) -> flight.FlightInfo:
-        """Plan a read: projected schema and one endpoint per fragment (or row range)."""
+        """Plan a read: projected schema and one endpoint per fragment (or row range); a
+        Flight SQL command is planned by `self.sql`."""
         with self._call("GetFlightInfo", context) as call:
+            command = self._sql_command(descriptor)
+            if command is not None:
+                call.method = "GetFlightInfo:sql"
+                return self.sql.flight_info(command, descriptor, call.identity)
             request = self._read_request(descriptor)
             call.dataset, call.version = request.dataset, request.version
             plan = self.service.plan_scan(request, call.identity)
@@ -292,6 +311,10 @@ class QuiverFlightServer(flight.FlightServerBase):
         """The schema DoGet would stream for this descriptor."""
         try:
             with self._call("GetSchema", context) as call:
+                command = self._sql_command(descriptor)
+                if command is not None:
+                    call.method = "GetSchema:sql"
+                    return flight.SchemaResult(self.sql.schema(command, call.identity))
                 request = self._read_request(descriptor)
                 call.dataset = request.dataset
                 return flight.SchemaResult(self.service.schema(request, call.identity))
@@ -306,9 +329,17 @@ class QuiverFlightServer(flight.FlightServerBase):
         call = self._call("DoGet", context)
         call.deferred = True
         with call:
-            t = self.service.ticket(ticket.ticket)
-            call.dataset, call.version, call.fragment = t.dataset, t.version, t.fragment_id
-            stream = self.service.read(t, call.identity)
+            stream: Any
+            if is_flight_sql(ticket.ticket):
+                call.method = "DoGet:sql"
+                stream = self.sql.read(ticket.ticket, call.identity)
+                call.dataset = ",".join(stream.datasets) or None
+                label = stream.label
+            else:
+                t = self.service.ticket(ticket.ticket)
+                call.dataset, call.version, call.fragment = t.dataset, t.version, t.fragment_id
+                stream = self.service.read(t, call.identity)
+                label = f"{t.dataset}@{t.version}/{t.fragment_id}"
             call.rows = call.bytes = 0
 
         # A GeneratorStream's errors leave with their own status (`grpc_status`)
@@ -325,7 +356,6 @@ class QuiverFlightServer(flight.FlightServerBase):
             try:
                 # Wait for memory when the first batch is asked for, not in the handler: the
                 # wait then polls the call's cancellation and the drain, and no read has begun.
-                label = f"{t.dataset}@{t.version}/{t.fragment_id}"
                 lease = self.budget.admit(stream.memory_estimate, gone, label=label)
                 biggest = 0
                 # No cancellation check per batch: gRPC's holds the GIL while it polls (a
@@ -384,8 +414,17 @@ class QuiverFlightServer(flight.FlightServerBase):
         reader: flight.MetadataRecordBatchReader,
         writer: flight.FlightMetadataWriter,
     ) -> None:
-        """Write the uploaded stream; answer one PutResult with JSON app_metadata."""
+        """Write the uploaded stream; answer one PutResult with JSON app_metadata (a Flight
+        SQL command's answer is its own message)."""
         with self._call("DoPut", context) as call:
+            command = self._sql_command(descriptor)
+            if command is not None:
+                call.method = "DoPut:sql"
+                answer, info = self.sql.put(command, reader, call.identity, context.is_cancelled)
+                call.dataset, call.version = info.get("dataset"), info.get("version")
+                call.rows = info.get("rows")
+                writer.write(pa.py_buffer(answer))
+                return
             if descriptor.descriptor_type == flight.DescriptorType.PATH:
                 request = put_request_from_path(descriptor.path)
             else:
@@ -417,6 +456,10 @@ class QuiverFlightServer(flight.FlightServerBase):
         `{"progress": ...}` Result per stage of an index build that asks for them."""
         call = self._call(f"DoAction:{action.type[:64]}", context)
         body = action.body.to_pybytes() if action.body is not None else b""
+        if action.type in SQL_ACTIONS or action.type in REFUSED_ACTIONS:
+            with call:
+                results = self.sql.action(action.type, body, call.identity)
+                return iter([flight.Result(r) for r in results])
         call.dataset = _peek_dataset(body)
         if wants_progress(action.type, body):
             call.deferred = True
@@ -456,8 +499,9 @@ class QuiverFlightServer(flight.FlightServerBase):
     def list_actions(self, context: flight.ServerCallContext) -> list[flight.ActionType]:
         """Every action with a one-line description."""
         with self._call("ListActions", context) as call:
-            call.rows = len(ACTIONS)
-            return [flight.ActionType(name, text) for name, text in ACTIONS.items()]
+            actions = {**ACTIONS, **SQL_ACTIONS}
+            call.rows = len(actions)
+            return [flight.ActionType(name, text) for name, text in actions.items()]
 
     def do_exchange(
         self,
@@ -523,7 +567,7 @@ def build_server(
     # Metrics: every factory's refusals counted; the metrics middleware goes last and also
     # counts running calls for the drain (one Python middleware per call, not two), so a
     # call a factory before it refuses (auth) is never left counted as running.
-    middleware = instrument(auth.pop("middleware", {}), ACTIONS, hooks=drain)
+    middleware = instrument(auth.pop("middleware", {}), {**ACTIONS, **SQL_ACTIONS}, hooks=drain)
     server = QuiverFlightServer(config, service, **tls, **auth, middleware=middleware, drain=drain)
     watch_budget(server.budget)
     logging.getLogger("quiver").info(

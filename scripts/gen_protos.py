@@ -1,7 +1,9 @@
-"""Generate the Python protobuf modules of `format/proto/` from `protos/*.proto`.
+"""Generate the Python protobuf modules from the repository's .proto files.
 
-protoc emits top-level imports (``import file_pb2``); they are rewritten to package
-imports so the generated code lives inside `quiver.format.proto`. ``--check`` regenerates into a
+`protos/*.proto` (Lance's messages) become modules of `format/proto/`, and
+`protos/flight_sql/*.proto` (the Flight SQL messages) modules of `flight_server/sql/`.
+protoc emits top-level imports (``import file_pb2``); they are rewritten to package imports
+so the generated code lives inside its `quiver.*` package. ``--check`` regenerates into a
 temporary directory and exits non-zero when the committed modules are stale.
 """
 
@@ -17,24 +19,27 @@ from pathlib import Path
 from grpc_tools import protoc
 
 ROOT = Path(__file__).resolve().parent.parent
-PROTO_DIR = ROOT / "protos"
-OUT_DIR = ROOT / "format" / "proto"
+# (directory of .proto files, the package directory its modules go to, that package's name)
+SETS = (
+    (ROOT / "protos", ROOT / "format" / "proto", "quiver.format.proto"),
+    (ROOT / "protos" / "flight_sql", ROOT / "flight_server" / "sql", "quiver.flight_server.sql"),
+)
 _IMPORT = re.compile(r"^import (\w+_pb2) as (\w+)$", re.MULTILINE)
 
 
-def generate(out_dir: Path) -> list[Path]:
-    """Run protoc on every .proto file and return the generated module paths."""
+def generate(proto_dir: Path, out_dir: Path, package: str) -> list[Path]:
+    """Run protoc on every .proto file of `proto_dir`; the generated module paths."""
     import grpc_tools
 
     include = Path(grpc_tools.__file__).parent / "_proto"
-    protos = sorted(PROTO_DIR.glob("*.proto"))
-    args = ["protoc", f"-I{PROTO_DIR}", f"-I{include}", f"--python_out={out_dir}"]
+    protos = sorted(proto_dir.glob("*.proto"))
+    args = ["protoc", f"-I{proto_dir}", f"-I{include}", f"--python_out={out_dir}"]
     if protoc.main(args + [str(p) for p in protos]) != 0:
         raise SystemExit("protoc failed")
     outputs = []
     for proto in protos:
         module = out_dir / f"{proto.stem}_pb2.py"
-        text = _IMPORT.sub(r"from quiver.format.proto import \1 as \2", module.read_text())
+        text = _IMPORT.sub(rf"from {package} import \1 as \2", module.read_text())
         module.write_text(text)
         outputs.append(module)
     return outputs
@@ -46,15 +51,18 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="fail if generated code is stale")
     args = parser.parse_args()
     if not args.check:
-        generate(OUT_DIR)
+        for proto_dir, out_dir, package in SETS:
+            generate(proto_dir, out_dir, package)
         return 0
-    with tempfile.TemporaryDirectory() as tmp:
-        stale = [
-            m.name
-            for m in generate(Path(tmp))
-            if not (OUT_DIR / m.name).exists()
-            or not filecmp.cmp(m, OUT_DIR / m.name, shallow=False)
-        ]
+    stale = []
+    for proto_dir, out_dir, package in SETS:
+        with tempfile.TemporaryDirectory() as tmp:
+            stale += [
+                m.name
+                for m in generate(proto_dir, Path(tmp), package)
+                if not (out_dir / m.name).exists()
+                or not filecmp.cmp(m, out_dir / m.name, shallow=False)
+            ]
     if stale:
         print("stale generated protobuf modules (run `make protos`):", ", ".join(stale))
         return 1

@@ -1,0 +1,177 @@
+"""The datasets under the root as SQL tables: catalog `quiver`, one schema per folder.
+
+A dataset `team/sales` is table `sales` of schema `team` (`a/b/c` is table `c` of schema
+`a/b`, written `"a/b".c`); a dataset at the top of the root is a table of schema `public`,
+the default, so `SELECT * FROM sales` reads dataset `sales` (a dataset `public/sales` is
+found there too when no top-level `sales` exists). A table name may carry a version or a
+tag: `"sales@v3"` reads version 3, `"sales@gold"` the version tagged `gold`.
+
+The engine resolves names while it plans, calling back into this module on the planning
+thread. Who is asking, and which versions an earlier plan of the same statement saw, are
+held for that thread in a `Planning` scope: every table a query touches is checked against
+the caller's read right, and a statement planned again for its stream reads the versions
+its first plan reported.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from datafusion.catalog import CatalogProvider, SchemaProvider, Table
+
+from quiver.flight_server.errors import InvalidArgument, NotFound
+from quiver.flight_server.names import validate_name
+from quiver.flight_server.sql.tables import QuiverTable
+from quiver.wire.requests import READ
+
+if TYPE_CHECKING:
+    from quiver.flight_server.service import DatasetService
+
+CATALOG = "quiver"
+DEFAULT_SCHEMA = "public"
+_VERSION_REF = re.compile(r"v(\d{1,18})")
+
+
+def split_name(dataset: str) -> tuple[str, str]:
+    """(schema, table) of a dataset name."""
+    schema, _, table = dataset.rpartition("/")
+    return (schema or DEFAULT_SCHEMA), table
+
+
+def dataset_names(schema: str, table: str) -> list[str]:
+    """The dataset names a (schema, table) may stand for, in the order they are tried."""
+    if schema == DEFAULT_SCHEMA:
+        return [table, f"{DEFAULT_SCHEMA}/{table}"]
+    return [f"{schema}/{table}"]
+
+
+@dataclass
+class Planning:
+    """One statement's planning: its caller, the versions to read, what it resolved."""
+
+    identity: Any
+    pins: dict[str, int] = field(default_factory=dict)  # "name@ref" -> version to read
+    resolved: dict[str, int] = field(default_factory=dict)  # "name@ref" -> version read
+    tables: dict[str, QuiverTable] = field(default_factory=dict)  # dataset name -> latest table
+
+
+_current = threading.local()
+
+
+@contextmanager
+def planning(scope: Planning) -> Iterator[Planning]:
+    """Resolve names for `scope` on this thread while the block runs."""
+    previous = getattr(_current, "scope", None)
+    _current.scope = scope
+    try:
+        yield scope
+    finally:
+        _current.scope = previous
+
+
+def _scope() -> Planning | None:
+    return getattr(_current, "scope", None)
+
+
+class QuiverCatalog(CatalogProvider):
+    """Catalog `quiver`: schemas resolved lazily, tables opened as the engine names them."""
+
+    def __init__(self, service: DatasetService, partitions: int) -> None:
+        self.service = service
+        self.partitions = partitions
+
+    def schema_names(self) -> set[str]:
+        scope = _scope()
+        if scope is None:
+            return set()
+        found = self.service.list_datasets("", scope.identity)
+        return {DEFAULT_SCHEMA} | {split_name(d.name)[0] for d in found}
+
+    def schema(self, name: str) -> QuiverSchema:
+        return QuiverSchema(self, name)
+
+    def resolve(self, schema: str, table: str) -> Table | None:
+        """The table `schema.table` names for the planning caller, or None if there is none
+        (the engine then reports it unknown); a table the caller may not read raises
+        PermissionDenied, and an unknown version or tag NotFound."""
+        scope = _scope()
+        if scope is None:  # names are resolved only while a statement is planned
+            return None
+        base, at, ref = table.partition("@")
+        refused = None
+        for name in dataset_names(schema, base):
+            try:
+                validate_name(name)
+            except InvalidArgument:
+                return None
+            if not self.service.may_read(scope.identity, name):
+                refused = refused or name
+                continue
+            key = f"{name}@{ref}" if at else name
+            ds = self._open(name, key, ref if at else None, scope)
+            if ds is None:
+                continue
+            scope.resolved[key] = ds.version
+            quiver_table = QuiverTable(ds, name, self.partitions)
+            if not at:
+                scope.tables[name] = quiver_table
+            return Table(quiver_table)
+        if refused is not None:
+            self.service.authorize(scope.identity, refused, READ)  # raises PermissionDenied
+        return None
+
+    def _open(self, name: str, key: str, ref: str | None, scope: Planning) -> Any:
+        """The version of `name` to read (None if there is no such dataset)."""
+        handles = self.service.handles
+        pinned = scope.pins.get(key)
+        try:
+            if pinned is not None:
+                return handles.open_version(name, pinned)
+            if ref is None:
+                return handles.open_current(name)
+        except NotFound:
+            return None
+        if handles.try_latest(name) is None:
+            return None
+        return _open_ref(handles, name, ref)
+
+
+def _open_ref(handles: Any, name: str, ref: str) -> Any:
+    """The version of dataset `name` that `@ref` names: `v<number>` or a tag."""
+    if not ref:
+        raise InvalidArgument(f"table {name!r}: '@' must be followed by v<version> or a tag")
+    match = _VERSION_REF.fullmatch(ref)
+    try:
+        if match is not None:
+            return handles.open_version(name, int(match.group(1)))
+        return handles.open_ref(name, None, ref, None)
+    except (NotFound, ValueError, KeyError) as e:
+        raise NotFound(f"dataset {name!r} has no version or tag {ref!r}") from e
+
+
+class QuiverSchema(SchemaProvider):
+    """One schema: the datasets of one folder (or the top of the root, for `public`)."""
+
+    def __init__(self, catalog: QuiverCatalog, name: str) -> None:
+        self._catalog = catalog
+        self._name = name
+
+    @property
+    def table_names(self) -> list[str]:  # type: ignore[override]
+        # DataFusion 55 reads this as an attribute, though the base class declares a method
+        scope = _scope()
+        if scope is None:
+            return []
+        found = self._catalog.service.list_datasets("", scope.identity)
+        return sorted(t for s, t in (split_name(d.name) for d in found) if s == self._name)
+
+    def table(self, name: str) -> Table | None:
+        return self._catalog.resolve(self._name, name)
+
+    def table_exist(self, name: str) -> bool:
+        return self.table(name) is not None

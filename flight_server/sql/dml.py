@@ -1,0 +1,356 @@
+"""SQL statements that change datasets, run by Quiver's engine: DELETE, UPDATE, INSERT and
+MERGE, each one commit.
+
+The SQL engine only reads; the statements that write are parsed here (sqlglot, in the
+Postgres dialect the engine's SQL resembles: double-quoted identifiers, `$1` parameters)
+and become the engine's own row changes, which commit with conflict retries as pylance's
+do:
+
+- `DELETE FROM t [WHERE p]` → `delete(p)`;
+- `UPDATE t SET c = e, ... [WHERE p]` → `update({c: e}, where=p)` (expressions over the
+  row's own columns, in Lance's filter SQL);
+- `INSERT INTO t [(columns)] <query | VALUES ...>` → the query run by the SQL engine and its
+  rows appended (columns matched by position; columns left out are null);
+- `MERGE INTO t USING <table | (query)> ON t.k = s.k [AND ...] WHEN ...` → `merge_insert`
+  on the key columns, with `WHEN MATCHED [AND cond] THEN UPDATE SET * | DELETE`,
+  `WHEN NOT MATCHED THEN INSERT *` and `WHEN NOT MATCHED BY SOURCE [AND cond] THEN DELETE`.
+
+The caller needs the write right on the changed dataset, and the read right on every
+dataset a query reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+
+from quiver.flight_server.errors import InvalidArgument, NotFound, Unimplemented
+from quiver.flight_server.protocol import MergeRequest, PutRequest
+from quiver.flight_server.sql.catalog import DEFAULT_SCHEMA, dataset_names
+from quiver.format.expr.parse import LanceFilterDialect
+from quiver.wire.requests import WRITE
+
+if TYPE_CHECKING:
+    from quiver.flight_server.sql.front import FlightSql
+
+_DIALECT = "postgres"
+_CHANGES = {"INSERT", "UPDATE", "DELETE", "MERGE"}
+
+
+def is_change(query: str) -> bool:
+    """Whether `query` is a statement that changes a dataset (by its first keyword)."""
+    try:
+        tokens = sqlglot.tokenize(query, read=_DIALECT)
+    except TokenError:
+        return False
+    return bool(tokens) and tokens[0].token_type.name in _CHANGES
+
+
+def run(
+    front: FlightSql,
+    query: str,
+    parameters: list[pa.Scalar] | None,
+    identity: Any,
+    cancelled: Callable[[], bool],
+) -> tuple[int, dict[str, Any]]:
+    """Run one changing statement: the rows it changed, and what to log."""
+    if not is_change(query):
+        raise InvalidArgument(
+            "an update statement must be INSERT, UPDATE, DELETE or MERGE; queries are sent "
+            "with CommandStatementQuery"
+        )
+    try:
+        statements = sqlglot.parse(query, read=_DIALECT)
+    except (ParseError, TokenError) as e:
+        raise InvalidArgument(f"SQL: {' '.join(str(e).split())}") from None
+    if len(statements) != 1 or statements[0] is None:
+        raise InvalidArgument("send one statement at a time")
+    statement = statements[0]
+    if parameters:
+        statement = _bind(statement, parameters)
+    change = _Change(front, identity, cancelled)
+    if isinstance(statement, exp.Delete):
+        return change.delete(statement)
+    if isinstance(statement, exp.Update):
+        return change.update(statement)
+    if isinstance(statement, exp.Insert):
+        return change.insert(statement, query, parameters)
+    if isinstance(statement, exp.Merge):
+        return change.merge(statement)
+    raise InvalidArgument(f"SQL: {type(statement).__name__} statements are not supported")
+
+
+def _bind(statement: exp.Expression, parameters: list[pa.Scalar]) -> exp.Expression:
+    """`statement` with `$n` replaced by the n-th parameter value as a literal."""
+
+    def replace(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Parameter | exp.Placeholder):
+            text = node.name or (node.this.name if isinstance(node.this, exp.Expression) else "")
+            if not text.isdigit() or not 1 <= int(text) <= len(parameters):
+                raise InvalidArgument(f"SQL: no value bound for parameter ${text or '?'}")
+            return exp.convert(parameters[int(text) - 1].as_py())
+        return node
+
+    return statement.transform(replace)
+
+
+def _name(identifier: exp.Expression | None) -> str:
+    """An identifier as the engine reads it: unquoted names folded to lower case."""
+    if identifier is None:
+        return ""
+    if isinstance(identifier, exp.Identifier) and not identifier.quoted:
+        return identifier.this.lower()
+    return identifier.name
+
+
+def _lance_sql(expression: exp.Expression) -> str:
+    """An expression over one table's columns in Lance's filter SQL (qualifiers dropped)."""
+
+    def unqualify(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column):
+            return exp.column(_name(node.this), quoted=True)
+        if isinstance(node, exp.Select | exp.Subquery):
+            raise Unimplemented("SQL: subqueries in DELETE and UPDATE are not supported")
+        return node
+
+    return expression.transform(unqualify).sql(dialect=LanceFilterDialect)
+
+
+class _Change:
+    """One changing statement for one caller."""
+
+    def __init__(self, front: FlightSql, identity: Any, cancelled: Callable[[], bool]) -> None:
+        self.front = front
+        self.service = front.service
+        self.identity = identity
+        self.cancelled = cancelled
+
+    def target(self, table: exp.Expression) -> str:
+        """The dataset a statement changes, checked to exist and to be writable."""
+        if isinstance(table, exp.Schema):
+            table = table.this
+        if not isinstance(table, exp.Table) or not table.name:
+            raise InvalidArgument("SQL: the statement must name one table to change")
+        if table.args.get("catalog") is not None and _name(table.args["catalog"]) != "quiver":
+            raise NotFound(f"SQL: catalog {_name(table.args['catalog'])!r} does not exist")
+        schema = _name(table.args.get("db")) or DEFAULT_SCHEMA
+        base = _name(table.this)
+        if "@" in base:
+            raise InvalidArgument(f"SQL: {base!r} names a version; changes go to the latest")
+        candidates = dataset_names(schema, base)
+        for name in candidates:
+            self.service.uri(name)  # a valid name inside the root
+            if self.service.handles.try_latest(name) is not None:
+                self.service.authorize(self.identity, name, WRITE)
+                return name
+        self.service.authorize(self.identity, candidates[0], WRITE)
+        raise NotFound(
+            f"SQL: table {schema}.{base} does not exist (create a dataset with bulk ingest)"
+        )
+
+    def delete(self, statement: exp.Delete) -> tuple[int, dict[str, Any]]:
+        name = self.target(statement.this)
+        where = statement.args.get("where")
+        predicate = _lance_sql(where.this) if where is not None else "true"
+        ds = self.service.handles.open_latest(name)
+        stats = ds.delete(predicate)
+        return stats["num_deleted_rows"], {"dataset": name, "version": ds.version}
+
+    def update(self, statement: exp.Update) -> tuple[int, dict[str, Any]]:
+        name = self.target(statement.this)
+        if statement.args.get("from_") is not None or statement.args.get("from") is not None:
+            raise Unimplemented("SQL: UPDATE ... FROM is not supported; use MERGE")
+        updates = {}
+        for assignment in statement.expressions:
+            if not isinstance(assignment, exp.EQ) or not isinstance(assignment.this, exp.Column):
+                raise InvalidArgument("SQL: UPDATE's SET takes column = expression pairs")
+            updates[_name(assignment.this.this)] = _lance_sql(assignment.expression)
+        where = statement.args.get("where")
+        ds = self.service.handles.open_latest(name)
+        stats = ds.update(updates, _lance_sql(where.this) if where is not None else None)
+        return stats["num_rows_updated"], {"dataset": name, "version": ds.version}
+
+    def insert(
+        self, statement: exp.Insert, query: str, parameters: list[pa.Scalar] | None
+    ) -> tuple[int, dict[str, Any]]:
+        if statement.args.get("conflict") is not None or statement.args.get("overwrite"):
+            raise Unimplemented(
+                "SQL: INSERT OVERWRITE and ON CONFLICT are not supported; use MERGE"
+            )
+        name = self.target(statement.this)
+        columns = None
+        if isinstance(statement.this, exp.Schema):
+            columns = [_name(c) for c in statement.this.expressions]
+        source = _insert_source(query)
+        planned = self.front.engine.plan(source, self.identity, parameters=parameters)
+        target = self.service.handles.open_current(name).schema
+        rows = _aligned(self.front.engine.stream(planned), planned.schema, target, columns, name)
+        result = self.service.put(
+            PutRequest(name, mode="append"), target, rows, self.cancelled, self.identity
+        )
+        return int(result.get("rows", 0)), {"dataset": name, "version": result.get("version")}
+
+    def merge(self, statement: exp.Merge) -> tuple[int, dict[str, Any]]:
+        target_table = statement.this
+        name = self.target(target_table)
+        target_alias = target_table.alias_or_name
+        using = statement.args.get("using")
+        if isinstance(using, exp.Table):
+            source_alias = using.alias_or_name
+            source_sql = f"SELECT * FROM {using.copy().sql(dialect=_DIALECT)}"
+        elif isinstance(using, exp.Subquery):
+            source_alias = using.alias_or_name
+            source_sql = using.this.sql(dialect=_DIALECT)
+        else:
+            raise InvalidArgument("SQL: MERGE's USING must be a table or a (query) with an alias")
+        spec = _merge_spec(statement, target_alias, source_alias)
+        planned = self.front.engine.plan(source_sql, self.identity)
+        rows = self.front.engine.stream(planned)
+        result = self.service.put(
+            PutRequest(name, merge=spec), planned.schema, rows, self.cancelled, self.identity
+        )
+        changed = sum(
+            int(result.get(k, 0)) for k in ("inserted_rows", "updated_rows", "deleted_rows")
+        )
+        return changed, {"dataset": name, "version": result.get("version")}
+
+
+def _insert_source(query: str) -> str:
+    """The query of an INSERT (what follows the table and its column list), as written."""
+    tokens = sqlglot.tokenize(query, read=_DIALECT)
+    i = 2  # INSERT INTO
+    while i < len(tokens) and tokens[i].token_type.name in ("VAR", "IDENTIFIER", "DOT", "STRING"):
+        i += 1
+    if i < len(tokens) and tokens[i].token_type.name == "L_PAREN":
+        # a column list, unless the source itself is a parenthesised query
+        following = tokens[i + 1].token_type.name if i + 1 < len(tokens) else ""
+        if following not in ("SELECT", "WITH", "VALUES"):
+            while i < len(tokens) and tokens[i].token_type.name != "R_PAREN":
+                i += 1
+            i += 1
+    if i >= len(tokens):
+        raise InvalidArgument("SQL: INSERT needs a query or VALUES")
+    return query[tokens[i].start :]
+
+
+def _aligned(
+    batches: Iterator[pa.RecordBatch],
+    schema: pa.Schema,
+    target: pa.Schema,
+    columns: list[str] | None,
+    name: str,
+) -> Iterator[pa.RecordBatch]:
+    """The inserted rows in the target's schema: source columns matched by position to
+    `columns` (all the target's when None), the others null, every value cast."""
+    names = columns if columns is not None else target.names
+    if len(schema) != len(names):
+        raise InvalidArgument(
+            f"SQL: INSERT into {name!r} gives {len(schema)} values per row for {len(names)} columns"
+        )
+    unknown = [c for c in names if c not in target.names]
+    if unknown:
+        raise InvalidArgument(f"SQL: table {name!r} has no column {unknown[0]!r}")
+    position = {c: i for i, c in enumerate(names)}
+    for batch in batches:
+        arrays = []
+        for field in target:
+            if field.name in position:
+                column = batch.column(position[field.name])
+                try:
+                    arrays.append(column.cast(field.type))
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                    raise InvalidArgument(
+                        f"SQL: column {field.name!r} of {name!r} is {field.type}; "
+                        f"the value cannot be cast: {e}"
+                    ) from None
+            else:
+                arrays.append(pa.nulls(batch.num_rows, field.type))
+        yield pa.RecordBatch.from_arrays(arrays, schema=target)
+
+
+def _merge_spec(statement: exp.Merge, target: str, source: str) -> MergeRequest:
+    """A MERGE's clauses as the engine's merge request."""
+    keys = []
+    for condition in _conjuncts(statement.args.get("on")):
+        if not (
+            isinstance(condition, exp.EQ)
+            and isinstance(condition.this, exp.Column)
+            and isinstance(condition.expression, exp.Column)
+            and _name(condition.this.this) == _name(condition.expression.this)
+        ):
+            raise Unimplemented(
+                "SQL: MERGE's ON must be equalities of same-named columns (t.k = s.k AND ...)"
+            )
+        keys.append(_name(condition.this.this))
+    when_matched, matched_condition = "nothing", None
+    insert = delete_by_source = False
+    by_source_filter = None
+    whens = statement.args.get("whens")
+    for when in whens.expressions if whens is not None else []:
+        then, condition = when.args.get("then"), when.args.get("condition")
+        deleting = isinstance(then, exp.Var) and then.name.upper() == "DELETE"
+        if when.args.get("matched"):
+            if isinstance(then, exp.Update) and all(
+                isinstance(e, exp.Star) for e in then.expressions
+            ):
+                when_matched = "update_all"
+                if condition is not None:
+                    matched_condition = _qualified(condition, target, source)
+            elif deleting and condition is None:
+                when_matched = "delete"
+            else:
+                raise Unimplemented(
+                    "SQL: WHEN MATCHED supports THEN UPDATE SET * (with an AND condition or "
+                    "not) and THEN DELETE"
+                )
+        elif when.args.get("source"):
+            if not deleting:
+                raise Unimplemented("SQL: WHEN NOT MATCHED BY SOURCE supports THEN DELETE only")
+            delete_by_source = True
+            if condition is not None:
+                by_source_filter = _lance_sql(condition)
+        else:
+            if not (isinstance(then, exp.Insert) and isinstance(then.this, exp.Star)) or condition:
+                raise Unimplemented("SQL: WHEN NOT MATCHED supports THEN INSERT * only")
+            insert = True
+    return MergeRequest(
+        on=tuple(keys),
+        when_matched=when_matched,
+        matched_condition=matched_condition,
+        insert=insert,
+        delete_by_source=delete_by_source,
+        by_source_filter=by_source_filter,
+    )
+
+
+def _conjuncts(condition: exp.Expression | None) -> list[exp.Expression]:
+    if condition is None:
+        raise InvalidArgument("SQL: MERGE needs an ON condition")
+    if isinstance(condition, exp.And):
+        return _conjuncts(condition.this) + _conjuncts(condition.expression)
+    if isinstance(condition, exp.Paren):
+        return _conjuncts(condition.this)
+    return [condition]
+
+
+def _qualified(condition: exp.Expression, target: str, source: str) -> str:
+    """A matched-rows condition in Lance's form: columns as `target.c` and `source.c`."""
+
+    def requalify(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column):
+            table = node.table
+            if table not in (target, source):
+                raise InvalidArgument(
+                    f"SQL: column {node.name!r} in WHEN MATCHED must be qualified by "
+                    f"{target!r} or {source!r}"
+                )
+            side = "target" if table == target else "source"
+            return exp.column(_name(node.this), table=side)
+        return node
+
+    return condition.transform(requalify).sql(dialect=LanceFilterDialect)

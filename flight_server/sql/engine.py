@@ -1,0 +1,182 @@
+"""The SQL engine: DataFusion planning and running queries over Quiver's datasets.
+
+One `SessionContext` serves every query of the server. Its catalog is
+`flight_server.sql.catalog` (datasets resolved while a statement is planned, with the
+caller's rights); its runtime spills sorts, aggregations and joins to disk once the
+queries running together hold `memory_limit` bytes, so a group-by or join over more rows
+than fit in memory streams instead of growing the server. Queries run on
+`partitions` threads (the server's cores) with Quiver's scans feeding them.
+
+Only queries run here: the engine's own DDL, DML and `SET` statements are refused (the
+statements that change datasets are `flight_server.sql.dml`'s).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from datafusion import DataFrame, RuntimeEnvBuilder, SessionConfig, SessionContext, SQLOptions
+
+from quiver.flight_server.errors import InvalidArgument, NotFound, QuiverError
+from quiver.flight_server.sql.catalog import (
+    CATALOG,
+    DEFAULT_SCHEMA,
+    Planning,
+    QuiverCatalog,
+    planning,
+)
+
+if TYPE_CHECKING:
+    from quiver.flight_server.service import DatasetService
+
+DEFAULT_MEMORY_LIMIT = 256 << 20
+# a batch sent to a client holds at most this many bytes: ADBC's Flight SQL driver refuses
+# gRPC messages over 16 MiB by default, and pyarrow does not split batches
+MAX_BATCH_BYTES = 4 << 20
+_VIEW_TYPES = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
+
+
+@dataclass
+class PlannedQuery:
+    """A planned query: its result schema, and the dataset versions it reads."""
+
+    frame: DataFrame
+    schema: pa.Schema
+    versions: dict[str, int]  # "name" or "name@ref" -> version
+    planning: Planning
+
+
+class SqlEngine:
+    """Plans and runs SQL queries over the datasets a `DatasetService` serves."""
+
+    def __init__(
+        self,
+        service: DatasetService,
+        *,
+        memory_limit: int = DEFAULT_MEMORY_LIMIT,
+        partitions: int | None = None,
+        spill_dir: str | None = None,
+    ) -> None:
+        self.service = service
+        self.memory_limit = memory_limit
+        self.partitions = partitions or max(1, min(os.cpu_count() or 1, 8))
+        config = (
+            SessionConfig()
+            .with_default_catalog_and_schema(CATALOG, DEFAULT_SCHEMA)
+            .with_create_default_catalog_and_schema(False)
+            .with_target_partitions(self.partitions)
+            .with_information_schema(False)
+            # plain strings, which every client reads (JDBC does not read string views)
+            .set("datafusion.sql_parser.map_string_types_to_utf8view", "false")
+        )
+        runtime = RuntimeEnvBuilder().with_fair_spill_pool(memory_limit)
+        runtime = (
+            runtime.with_temp_file_path(spill_dir) if spill_dir else runtime.with_disk_manager_os()
+        )
+        self.context = SessionContext(config, runtime)
+        self.context.register_catalog_provider(CATALOG, QuiverCatalog(service, self.partitions))
+        self._options = (
+            SQLOptions().with_allow_ddl(False).with_allow_dml(False).with_allow_statements(False)
+        )
+
+    def plan(
+        self,
+        query: str,
+        identity: Any,
+        *,
+        parameters: list[pa.Scalar] | None = None,
+        pins: dict[str, int] | None = None,
+    ) -> PlannedQuery:
+        """Plan `query` for `identity` (nothing is read yet): `$1`, `$2`... take
+        `parameters`; tables named in `pins` are read at those versions."""
+        if not query.strip():
+            raise InvalidArgument("the SQL statement is empty")
+        scope = Planning(identity, dict(pins or {}))
+        values = {str(i + 1): v for i, v in enumerate(parameters or [])}
+        with planning(scope):
+            try:
+                frame = self.context.sql(query, options=self._options, param_values=values)
+                schema = frame.schema()
+            except QuiverError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the engine's errors are the user's SQL's
+                raise sql_error(e) from None
+        return PlannedQuery(frame, plain_schema(schema), dict(scope.resolved), scope)
+
+    def stream(self, planned: PlannedQuery) -> Iterator[pa.RecordBatch]:
+        """Run a planned query: its batches, none over `MAX_BATCH_BYTES`, in plain types."""
+        try:
+            reader = pa.RecordBatchReader.from_stream(planned.frame)
+        except Exception as e:  # noqa: BLE001
+            raise sql_error(e) from None
+        try:
+            while True:
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    return
+                except QuiverError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - a scan's or the engine's failure
+                    raise run_error(e) from None
+                if batch.schema != planned.schema:
+                    batch = batch.cast(planned.schema)
+                yield from split_batch(batch)
+        finally:
+            reader.close()
+
+
+def plain_schema(schema: pa.Schema) -> pa.Schema:
+    """`schema` with string and binary views as plain strings and binaries."""
+    if not any(f.type in _VIEW_TYPES for f in schema):
+        return schema
+    return pa.schema(
+        [f.with_type(_VIEW_TYPES.get(f.type, f.type)) for f in schema], metadata=schema.metadata
+    )
+
+
+def split_batch(
+    batch: pa.RecordBatch, max_bytes: int = MAX_BATCH_BYTES
+) -> Iterator[pa.RecordBatch]:
+    """`batch` cut into slices of at most about `max_bytes`."""
+    nbytes = batch.nbytes
+    if nbytes <= max_bytes or batch.num_rows <= 1:
+        yield batch
+        return
+    rows = max(1, batch.num_rows * max_bytes // nbytes)
+    for start in range(0, batch.num_rows, rows):
+        yield batch.slice(start, rows)
+
+
+def _message(e: BaseException) -> str:
+    text = str(e).strip()
+    for prefix in ("DataFusion error: ", "Error during planning: ", "SQL error: "):
+        if text.startswith(prefix):
+            text = text[len(prefix) :]
+    return " ".join(text.split())
+
+
+def sql_error(e: BaseException) -> QuiverError:
+    """A planning failure as the client sees it: unknown tables NotFound, the rest
+    (syntax, unknown columns, types, refused statements) InvalidArgument."""
+    text = _message(e)
+    if text.startswith("table '") and text.endswith("not found"):
+        return NotFound(f"SQL: {text}")
+    if "DML not supported" in text or "DDL not supported" in text:
+        return InvalidArgument(f"SQL: {text} (queries run here; changes go through DoPut)")
+    return InvalidArgument(f"SQL: {text}")
+
+
+def run_error(e: BaseException) -> BaseException:
+    """A failure while a query runs: the engine's resource and argument errors as
+    InvalidArgument with their message; anything else is the server's own."""
+    text = _message(e)
+    if "Resources exhausted" in text:
+        return InvalidArgument(f"SQL: the query needs more memory than the server allows: {text}")
+    if isinstance(e, ValueError) or "Arrow error" in text or "Execution error" in text:
+        return InvalidArgument(f"SQL: {text}")
+    return e

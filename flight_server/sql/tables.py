@@ -1,0 +1,141 @@
+"""A dataset version as a table the SQL engine scans: `QuiverTable`.
+
+DataFusion reads Python tables through one door: an object that is a
+`pyarrow.dataset.Dataset` and answers `scanner(columns=, filter=)` and
+`get_fragments(filter=)`. `QuiverTable` is such an object over Quiver's own scans (the
+base class's constructor is never called, so every method the engine uses is defined
+here). The engine pushes the columns a query reads and the filters it can translate
+(comparisons, AND / OR / NOT, IS NULL, IN, BETWEEN) into each scan, and treats pushed
+filters as exact, which Quiver's scans are.
+
+Each table is cut into `partitions` fragment groups, one engine partition each, so a
+query reads two groups at once on two cores. A group streams its fragments in the scan's
+own large steps (`Scanner.to_step_batches`): the engine takes batches of any size, and a
+filtered scan in large steps costs a fraction of one in batch-sized steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+
+from quiver.format.dataset import LanceDataset
+from quiver.format.dataset.fragment import LanceFragment
+from quiver.format.dataset.scan import Scanner
+
+# decoded bytes a step of one group's scan holds at most (rows of every column read)
+STEP_BYTES = 32 << 20
+
+
+class _Scan:
+    """One planned scan of some fragments; nothing is read until it is iterated."""
+
+    def __init__(
+        self,
+        ds: LanceDataset,
+        fragments: Sequence[LanceFragment],
+        columns: Sequence[str] | None,
+        filter: pc.Expression | None,
+    ) -> None:
+        self._scanner = Scanner(
+            ds.core,
+            fragments,
+            columns=list(columns) if columns is not None else None,
+            filter=filter,
+        )
+
+    @property
+    def projected_schema(self) -> pa.Schema:
+        return self._scanner.projected_schema
+
+    @property
+    def dataset_schema(self) -> pa.Schema:
+        return self._scanner.dataset_schema
+
+    def to_batches(self) -> Iterator[pa.RecordBatch]:
+        return self._scanner.to_step_batches(STEP_BYTES)
+
+    def to_reader(self) -> pa.RecordBatchReader:
+        return pa.RecordBatchReader.from_batches(self.projected_schema, self.to_batches())
+
+    def to_table(self) -> pa.Table:
+        return pa.Table.from_batches(list(self.to_batches()), schema=self.projected_schema)
+
+    def count_rows(self) -> int:
+        return self._scanner.count_rows()
+
+    def memory_estimate(self) -> int:
+        return self._scanner.memory_estimate()
+
+
+class _FragmentGroup:
+    """Several fragments scanned one after another: one partition of the engine's scan."""
+
+    def __init__(self, ds: LanceDataset, fragments: list[LanceFragment]) -> None:
+        self._ds = ds
+        self._fragments = fragments
+
+    def scanner(
+        self,
+        schema: pa.Schema | None = None,
+        columns: Sequence[str] | None = None,
+        filter: pc.Expression | None = None,
+        batch_size: int | None = None,
+        **_: Any,
+    ) -> _Scan:
+        return _Scan(self._ds, self._fragments, columns, filter)
+
+
+class QuiverTable(pads.Dataset):
+    """One version of a dataset, scanned by the SQL engine through Quiver's scans."""
+
+    def __init__(self, ds: LanceDataset, name: str, partitions: int = 2) -> None:
+        # the base class is a C++ dataset: its constructor is deliberately not called
+        self._ds = ds
+        self.name = name
+        self._partitions = max(1, partitions)
+
+    @property
+    def dataset(self) -> LanceDataset:
+        """The dataset version this table reads."""
+        return self._ds
+
+    @property
+    def version(self) -> int:
+        return self._ds.version
+
+    @property
+    def schema(self) -> pa.Schema:  # type: ignore[override]
+        return self._ds.schema
+
+    def scanner(  # type: ignore[override]
+        self,
+        columns: Sequence[str] | None = None,
+        filter: pc.Expression | None = None,
+        **_: Any,
+    ) -> _Scan:
+        """A scan of every fragment (the engine asks one at planning for its schema)."""
+        return _Scan(self._ds, self._ds.get_fragments(), columns, filter)
+
+    def get_fragments(self, filter: pc.Expression | None = None) -> list[_FragmentGroup]:  # type: ignore[override]
+        """The engine's partitions: fragments dealt round-robin into at most `partitions`
+        groups (neighbouring fragments in different groups, so both stay busy)."""
+        fragments = self._ds.get_fragments()
+        n = max(1, min(self._partitions, len(fragments)))
+        return [_FragmentGroup(self._ds, fragments[i::n]) for i in range(n)]
+
+    def to_batches(self, **kwargs: Any) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        return self.scanner(**kwargs).to_batches()
+
+    def to_table(self, **kwargs: Any) -> pa.Table:  # type: ignore[override]
+        return self.scanner(**kwargs).to_table()
+
+    def count_rows(self, filter: pc.Expression | None = None, **_: Any) -> int:  # type: ignore[override]
+        return self._ds.count_rows(filter)
+
+    def __repr__(self) -> str:
+        return f"QuiverTable({self.name!r}, version={self._ds.version})"
