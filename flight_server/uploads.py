@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import pyarrow as pa
 
-from quiver.flight_server.errors import InvalidArgument
+from quiver.flight_server.errors import InvalidArgument, QuiverError
 
 
 class StreamBroken(Exception):
@@ -30,6 +30,8 @@ def checked_stream(
                 batch = next(it)
             except StopIteration:
                 break
+            except QuiverError:  # a source of rows (a SQL query) refusing with its reason
+                raise
             except Exception:  # noqa: BLE001 - any failure to read means a broken upload
                 raise StreamBroken from None
             try:

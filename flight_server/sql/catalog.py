@@ -27,6 +27,7 @@ from datafusion.catalog import CatalogProvider, SchemaProvider, Table
 from quiver.flight_server.errors import InvalidArgument, NotFound
 from quiver.flight_server.names import validate_name
 from quiver.flight_server.sql.tables import QuiverTable
+from quiver.format.errors import TagNotFoundError, VersionNotFoundError
 from quiver.wire.requests import READ
 
 if TYPE_CHECKING:
@@ -150,7 +151,7 @@ def _open_ref(handles: Any, name: str, ref: str) -> Any:
         if match is not None:
             return handles.open_version(name, int(match.group(1)))
         return handles.open_ref(name, None, ref, None)
-    except (NotFound, ValueError, KeyError) as e:
+    except (NotFound, VersionNotFoundError, TagNotFoundError) as e:
         raise NotFound(f"dataset {name!r} has no version or tag {ref!r}") from e
 
 

@@ -189,7 +189,8 @@ class _Change:
         source = _insert_source(query)
         planned = self.front.engine.plan(source, self.identity, parameters=parameters)
         target = self.service.handles.open_current(name).schema
-        rows = _aligned(self.front.engine.stream(planned), planned.schema, target, columns, name)
+        names = _insert_columns(planned.schema, target, columns, name)
+        rows = _aligned(self.front.engine.stream(planned), target, names, name)
         result = self.service.put(
             PutRequest(name, mode="append"), target, rows, self.cancelled, self.identity
         )
@@ -238,15 +239,10 @@ def _insert_source(query: str) -> str:
     return query[tokens[i].start :]
 
 
-def _aligned(
-    batches: Iterator[pa.RecordBatch],
-    schema: pa.Schema,
-    target: pa.Schema,
-    columns: list[str] | None,
-    name: str,
-) -> Iterator[pa.RecordBatch]:
-    """The inserted rows in the target's schema: source columns matched by position to
-    `columns` (all the target's when None), the others null, every value cast."""
+def _insert_columns(
+    schema: pa.Schema, target: pa.Schema, columns: list[str] | None, name: str
+) -> list[str]:
+    """The target columns an INSERT's values go to, by position: `columns`, else all."""
     names = columns if columns is not None else target.names
     if len(schema) != len(names):
         raise InvalidArgument(
@@ -255,6 +251,14 @@ def _aligned(
     unknown = [c for c in names if c not in target.names]
     if unknown:
         raise InvalidArgument(f"SQL: table {name!r} has no column {unknown[0]!r}")
+    return names
+
+
+def _aligned(
+    batches: Iterator[pa.RecordBatch], target: pa.Schema, names: list[str], name: str
+) -> Iterator[pa.RecordBatch]:
+    """The inserted rows in the target's schema: source columns matched by position to
+    `names`, the target's other columns null, every value cast."""
     position = {c: i for i, c in enumerate(names)}
     for batch in batches:
         arrays = []

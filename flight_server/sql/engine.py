@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from datafusion import DataFrame, RuntimeEnvBuilder, SessionConfig, SessionContext, SQLOptions
 
-from quiver.flight_server.errors import InvalidArgument, NotFound, QuiverError
+from quiver.flight_server.errors import InvalidArgument, NotFound, QuiverError, classify
 from quiver.flight_server.sql.catalog import (
     CATALOG,
     DEFAULT_SCHEMA,
@@ -101,9 +101,9 @@ class SqlEngine:
             try:
                 frame = self.context.sql(query, options=self._options, param_values=values)
                 schema = frame.schema()
-            except QuiverError:
-                raise
             except Exception as e:  # noqa: BLE001 - the engine's errors are the user's SQL's
+                if isinstance(e, QuiverError) or classify(e)[0] != "internal":
+                    raise  # resolving a table failed: a rights, name or storage error
                 raise sql_error(e) from None
         return PlannedQuery(frame, plain_schema(schema), dict(scope.resolved), scope)
 
