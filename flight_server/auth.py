@@ -408,6 +408,8 @@ class Authenticator:
         if scheme.lower() == "bearer" and credentials:
             return self.check_token(credentials), None
         if scheme.lower() == "basic" and credentials:
+            # Go's Flight client (ADBC's Flight SQL driver) leaves out the padding
+            credentials += "=" * (-len(credentials) % 4)
             try:
                 decoded = base64.b64decode(credentials, validate=True).decode("utf-8")
             except (binascii.Error, UnicodeDecodeError):

@@ -19,6 +19,7 @@ from quiver.flight_server.errors import AlreadyExists, InvalidArgument, NotFound
 from quiver.flight_server.protocol import PutRequest
 from quiver.flight_server.sql.catalog import CATALOG, DEFAULT_SCHEMA
 from quiver.flight_server.sql.messages import sql
+from quiver.wire.requests import WRITE
 
 if TYPE_CHECKING:
     from quiver.flight_server.service import DatasetService
@@ -50,6 +51,7 @@ def run(
         raise Unimplemented("temporary tables are not supported; every table is a dataset")
     name = target_name(command)
     service.uri(name)  # validated before anything else
+    service.authorize(identity, name, WRITE)  # refused before existence is told
     options = command.table_definition_options
     exists = service.handles.try_latest(name) is not None
     mode = _mode(name, exists, options)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from google.protobuf import any_pb2
 from google.protobuf.message import DecodeError, Message
 
+from quiver.flight_server.errors import InvalidArgument, Unimplemented
 from quiver.flight_server.sql import flight_session_pb2 as session
 from quiver.flight_server.sql import flight_sql_pb2 as sql
 
@@ -36,7 +37,7 @@ def is_flight_sql(data: bytes) -> bool:
 
 def unpack(data: bytes) -> Message | None:
     """The Flight SQL message packed in `data`, or None if `data` holds none; a message
-    that cannot be decoded is a ValueError naming it."""
+    that cannot be decoded is InvalidArgument, one this server does not know Unimplemented."""
     wrapped = any_pb2.Any()
     try:
         wrapped.ParseFromString(data)
@@ -47,10 +48,10 @@ def unpack(data: bytes) -> Message | None:
     name = wrapped.type_url[len(SQL_TYPE_PREFIX) :]
     cls = _MESSAGES.get(name)
     if cls is None:
-        raise NotImplementedError(f"Flight SQL message {name} is not supported")
+        raise Unimplemented(f"Flight SQL message {name} is not supported")
     message = cls()
     try:
         message.ParseFromString(wrapped.value)
     except DecodeError:
-        raise ValueError(f"the Flight SQL message {name} could not be decoded") from None
+        raise InvalidArgument(f"the Flight SQL message {name} could not be decoded") from None
     return message

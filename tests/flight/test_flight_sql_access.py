@@ -1,0 +1,225 @@
+"""Flight SQL under Quiver's rules: Basic → Bearer auth and per-dataset rights on every table a
+statement touches, TLS, cancellation, and hostile protocol messages (each a one-line error
+with its gRPC status, nothing committed)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import adbc_driver_manager
+import lance
+import pyarrow as pa
+import pyarrow.flight as fl
+import pytest
+from flight_helpers import error_code
+from server_process import quiver_serve
+from sql_helpers import connect, facts_table, fetch
+from tls_certs import make_tls_material
+
+from quiver.flight_server.auth import hash_password
+from quiver.flight_server.sql.messages import pack, session, sql
+
+PASSWORDS = {
+    "reader": "reader-Pa55word!",
+    "salesonly": "sales-Pa55word!",
+    "teamwriter": "t-Pa55word!",
+}
+RIGHTS = {
+    "reader": {"read": ["*"]},
+    "salesonly": {"read": ["sales"]},
+    "teamwriter": {"read": ["team/*", "sales"], "write": ["team/*"]},
+}
+
+
+def _datasets(root: Path) -> None:
+    for name in ("sales", "secret", "team/a"):
+        lance.write_dataset(facts_table(200, seed=len(name)), str(root / f"{name}.lance"))
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    root = tmp_path_factory.mktemp("sqlauth")
+    _datasets(root)
+    users = {u: {"password": hash_password(p), **RIGHTS[u]} for u, p in PASSWORDS.items()}
+    auth = root.parent / f"{root.name}-auth.json"
+    auth.write_text(json.dumps({"users": users}))
+    with quiver_serve(root, "--auth-file", str(auth)) as (uri, _pid):
+        yield uri, root
+
+
+def login(uri: str, user: str):  # noqa: ANN201 - an ADBC connection
+    return connect(uri, db_kwargs={"username": user, "password": PASSWORDS[user]})
+
+
+def test_rights_apply_to_every_table_a_query_reads(secured) -> None:
+    uri, _ = secured
+    with login(uri, "salesonly") as conn:
+        assert fetch(conn, "SELECT count(*) AS n FROM sales").to_pylist() == [{"n": 200}]
+        for query in (
+            "SELECT * FROM secret",
+            "SELECT s.id FROM sales s JOIN secret x ON s.id = x.id",
+            "SELECT id FROM sales WHERE id IN (SELECT id FROM team.a)",
+            'SELECT * FROM "secret@v1"',
+        ):
+            with pytest.raises(adbc_driver_manager.ProgrammingError, match="UNAUTHORIZED|denied"):
+                fetch(conn, query)
+        objects = conn.adbc_get_objects(depth="tables").read_all().to_pylist()
+        tables = [
+            (s["db_schema_name"], t["table_name"])
+            for s in objects[0]["catalog_db_schemas"]
+            for t in s["db_schema_tables"] or []
+        ]
+        assert tables == [("public", "sales")]
+    with login(uri, "reader") as conn:
+        got = fetch(conn, "SELECT count(*) AS n FROM sales s JOIN secret x ON s.id = x.id")
+        assert got.to_pylist() == [{"n": 200}]
+
+
+def test_writes_need_the_write_right_and_commit_nothing_without_it(secured) -> None:
+    uri, root = secured
+    version = lance.dataset(str(root / "sales.lance")).version
+    with login(uri, "teamwriter") as conn, conn.cursor() as cur:
+        assert cur.adbc_ingest("b", facts_table(10), mode="create", db_schema_name="team") == 10
+        cur.execute("DELETE FROM team.a WHERE id < 10")
+        assert cur.rowcount == 10
+        # reading sales to write team/a is allowed; writing sales is not
+        cur.execute("INSERT INTO team.a SELECT * FROM sales WHERE id < 5")
+        assert cur.rowcount == 5
+        for statement in ("DELETE FROM sales", "UPDATE sales SET qty = 0"):
+            with pytest.raises(adbc_driver_manager.ProgrammingError, match="UNAUTHORIZED|denied"):
+                cur.execute(statement)
+        with conn.cursor() as fresh:  # (a cursor keeps the schema of its last ingest)
+            with pytest.raises(adbc_driver_manager.ProgrammingError, match="UNAUTHORIZED|denied"):
+                fresh.adbc_ingest("sales", facts_table(3), mode="append")
+        with pytest.raises(adbc_driver_manager.ProgrammingError, match="UNAUTHORIZED|denied"):
+            cur.execute("INSERT INTO team.a SELECT * FROM secret")
+    assert lance.dataset(str(root / "sales.lance")).version == version
+    assert lance.dataset(str(root / "team" / "a.lance")).count_rows() == 195
+
+
+def test_bad_credentials_are_refused(secured) -> None:
+    uri, _ = secured
+    with pytest.raises(adbc_driver_manager.Error, match="UNAUTHENTICATED|nauthenticated"):
+        with connect(uri, db_kwargs={"username": "reader", "password": "wrong"}) as conn:
+            fetch(conn, "SELECT 1")
+    with pytest.raises(adbc_driver_manager.Error, match="UNAUTHENTICATED|nauthenticated"):
+        with connect(uri) as conn:
+            fetch(conn, "SELECT count(*) FROM sales")
+
+
+def test_tls(tmp_path: Path) -> None:
+    certs = make_tls_material(tmp_path / "tls")
+    root = tmp_path / "root"
+    _datasets(root)
+    args = ("--tls-cert", str(certs.server_cert), "--tls-key", str(certs.server_key))
+    with quiver_serve(root, *args) as (uri, _pid):
+        tls_uri = uri.replace("grpc://", "grpc+tls://")
+        options = {"adbc.flight.sql.client_option.tls_root_certs": certs.ca_cert.read_text()}
+        with connect(tls_uri, db_kwargs=options) as conn:
+            assert fetch(conn, "SELECT count(*) AS n FROM sales").to_pylist() == [{"n": 200}]
+
+
+# -- the protocol without ADBC: cancellation and hostile messages ---------------------------
+@pytest.fixture(scope="module")
+def open_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[fl.FlightClient]:
+    root = tmp_path_factory.mktemp("sqlraw")
+    _datasets(root)
+    with quiver_serve(root) as (uri, _pid):
+        yield fl.connect(uri)
+
+
+def query_descriptor(query: str) -> fl.FlightDescriptor:
+    return fl.FlightDescriptor.for_command(pack(sql.CommandStatementQuery(query=query)))
+
+
+def test_cancel_flight_info_stops_its_query(open_server) -> None:
+    client = open_server
+    info = client.get_flight_info(query_descriptor("SELECT * FROM sales"))
+    body = session.CancelFlightInfoRequest(info=info.serialize()).SerializeToString()
+    [result] = client.do_action(fl.Action("CancelFlightInfo", body))
+    status = session.CancelFlightInfoResult.FromString(result.body.to_pybytes()).status
+    assert status == session.CANCEL_STATUS_CANCELLED
+    with pytest.raises(fl.FlightCancelledError, match="cancelled"):
+        client.do_get(info.endpoints[0].ticket).read_all()
+    # another plan of the same query is not affected
+    again = client.get_flight_info(query_descriptor("SELECT * FROM sales"))
+    assert client.do_get(again.endpoints[0].ticket).read_all().num_rows == 200
+
+
+def test_metadata_and_statement_tickets_over_plain_flight(open_server) -> None:
+    client = open_server
+    info = client.get_flight_info(query_descriptor("SELECT id FROM sales ORDER BY id LIMIT 3"))
+    assert info.schema == pa.schema([pa.field("id", pa.int64())])
+    assert list(info.endpoints[0].locations) == []
+    assert client.do_get(info.endpoints[0].ticket).read_all().column("id").to_pylist() == [0, 1, 2]
+    tables = fl.FlightDescriptor.for_command(pack(sql.CommandGetTables(include_schema=True)))
+    got = client.do_get(client.get_flight_info(tables).endpoints[0].ticket).read_all()
+    assert got.column("table_name").to_pylist() == ["sales", "secret", "a"]
+    schema = pa.ipc.read_schema(pa.py_buffer(got.column("table_schema")[0].as_py()))
+    assert schema.names == facts_table(1).schema.names
+    assert client.get_schema(tables).schema == got.schema
+    keys = fl.FlightDescriptor.for_command(pack(sql.CommandGetPrimaryKeys(table="sales")))
+    assert client.do_get(client.get_flight_info(keys).endpoints[0].ticket).read_all().num_rows == 0
+    [closed] = client.do_action(fl.Action("CloseSession", b""))
+    status = session.CloseSessionResult.FromString(closed.body.to_pybytes()).status
+    assert status == session.CloseSessionResult.Status.CLOSED
+
+
+def _any(type_name: str, value: bytes) -> bytes:
+    from google.protobuf import any_pb2
+
+    return any_pb2.Any(
+        type_url=f"type.googleapis.com/arrow.flight.protocol.sql.{type_name}", value=value
+    ).SerializeToString()
+
+
+HOSTILE = {
+    "undecodable command": (
+        lambda c: c.get_flight_info(
+            fl.FlightDescriptor.for_command(_any("CommandGetTables", b"\xff\xff"))
+        ),
+        "invalid_argument",
+    ),
+    "unknown message": (
+        lambda c: c.get_flight_info(
+            fl.FlightDescriptor.for_command(_any("CommandGetSomething", b""))
+        ),
+        "unimplemented",
+    ),
+    "forged statement handle": (
+        lambda c: c.do_get(
+            fl.Ticket(pack(sql.TicketStatementQuery(statement_handle=b"x")))
+        ).read_all(),
+        "invalid_argument",
+    ),
+    "update sent to GetFlightInfo": (
+        lambda c: c.get_flight_info(
+            fl.FlightDescriptor.for_command(
+                pack(sql.CommandStatementUpdate(query="DELETE FROM sales"))
+            )
+        ),
+        "invalid_argument",
+    ),
+    "transactions": (
+        lambda c: list(c.do_action(fl.Action("BeginTransaction", b""))),
+        "unimplemented",
+    ),
+    "substrait": (
+        lambda c: c.get_flight_info(
+            fl.FlightDescriptor.for_command(pack(sql.CommandStatementSubstraitPlan(plan=b"p")))
+        ),
+        "unimplemented",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE))
+def test_hostile_messages_get_one_line_errors(open_server, case: str) -> None:
+    call, code = HOSTILE[case]
+    with pytest.raises((fl.FlightError, pa.ArrowException)) as info:
+        call(open_server)
+    assert error_code(info.value) == code
+    message = str(info.value)
+    assert "Traceback" not in message and ".py" not in message
