@@ -1,0 +1,86 @@
+"""Flight SQL's parts on their own: statement handles, LIKE patterns, SqlInfo values, batch
+splitting, the statements that change datasets, catalog names."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from quiver.flight_server.errors import InvalidArgument
+from quiver.flight_server.sql import dml
+from quiver.flight_server.sql.catalog import dataset_names, split_name
+from quiver.flight_server.sql.engine import split_batch
+from quiver.flight_server.sql.messages import is_flight_sql, pack, sql, unpack
+from quiver.flight_server.sql.metadata import SQL_INFO_SCHEMA, like, sql_info_table
+from quiver.flight_server.sql.statements import MAX_HANDLE_BYTES, Statement
+
+
+def test_statement_handles_round_trip_and_refuse_foreign_bytes() -> None:
+    params = pa.table({"0": [3], "1": ["x"]})
+    statement = Statement("SELECT $1, $2").with_parameters(params).planned({"t": 4})
+    back = Statement.decode(statement.encode())
+    assert back == statement
+    assert back.single_parameters() == [pa.scalar(3), pa.scalar("x")]
+    assert back.query_id and back.versions == {"t": 4}
+    for bad in (b"", b"SELECT 1", b"quiver-sql/1:{", b'quiver-sql/1:{"q": 1}', b"quiver-sql/1:[]"):
+        with pytest.raises(InvalidArgument, match="not a prepared statement handle"):
+            Statement.decode(bad)
+    with pytest.raises(InvalidArgument, match="at most"):
+        Statement("x" * (MAX_HANDLE_BYTES + 1)).encode()
+    two_rows = Statement("q").with_parameters(pa.table({"a": [1, 2]}))
+    with pytest.raises(InvalidArgument, match="one row of parameters"):
+        two_rows.single_parameters()
+
+
+def test_like_patterns() -> None:
+    assert like(None)("anything")
+    assert like("sa%")("sales") and not like("sa%")("team")
+    assert like("s_les")("sales") and not like("s_les")("sles")
+    assert like("a\\_b")("a_b") and not like("a\\_b")("axb")
+    assert like("%.*%")("x.*y") and not like("%.*%")("xy")
+
+
+def test_sql_info_types_follow_the_union_members() -> None:
+    table = sql_info_table([0, 8, 4, 504, 999], "1.2.3")
+    assert table.schema == SQL_INFO_SCHEMA
+    assert table.column("info_name").to_pylist() == [0, 8, 4, 504]  # 999 is unknown: left out
+    union = table.column("value").chunk(0)
+    assert union.type_codes.to_pylist() == [0, 3, 1, 0]  # string, int32 bitmask, bool, string
+    assert union.to_pylist() == ["quiver", 0, True, '"']
+    assert sql_info_table([], "1").num_rows > 20  # none asked: all
+
+
+def test_split_batch_keeps_every_row_in_order() -> None:
+    batch = pa.record_batch({"a": pa.array(range(100_000)), "s": pa.array(["x" * 100] * 100_000)})
+    pieces = list(split_batch(batch, 1 << 20))
+    assert len(pieces) > 5 and all(p.nbytes <= (1 << 20) * 1.1 for p in pieces)
+    assert pa.Table.from_batches(pieces).equals(pa.Table.from_batches([batch]))
+
+
+def test_messages_are_recognised_only_when_packed() -> None:
+    data = pack(sql.CommandStatementQuery(query="SELECT 1"))
+    assert is_flight_sql(data) and unpack(data).query == "SELECT 1"
+    assert not is_flight_sql(b'{"dataset": "x"}') and unpack(b'{"dataset": "x"}') is None
+
+
+def test_changing_statements_are_told_apart_by_their_first_keyword() -> None:
+    for query in (
+        "INSERT INTO t VALUES (1)",
+        " delete from t",
+        "UPDATE t SET a = 1",
+        "MERGE INTO t",
+    ):
+        assert dml.is_change(query)
+    for query in ("SELECT 1", "WITH x AS (SELECT 1) SELECT * FROM x", "EXPLAIN DELETE FROM t", ""):
+        assert not dml.is_change(query)
+    assert dml._insert_source('INSERT INTO a."b" (x, y) SELECT 1, 2') == "SELECT 1, 2"
+    assert dml._insert_source("INSERT INTO t VALUES (1)") == "VALUES (1)"
+    assert dml._insert_source("INSERT INTO t (SELECT 1)") == "(SELECT 1)"
+
+
+def test_names_map_between_datasets_and_tables() -> None:
+    assert split_name("sales") == ("public", "sales")
+    assert split_name("team/sales") == ("team", "sales")
+    assert split_name("a/b/c") == ("a/b", "c")
+    assert dataset_names("public", "sales") == ["sales", "public/sales"]
+    assert dataset_names("team", "sales") == ["team/sales"]
