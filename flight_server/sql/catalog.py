@@ -59,6 +59,7 @@ class Planning:
     pins: dict[str, int] = field(default_factory=dict)  # "name@ref" -> version to read
     resolved: dict[str, int] = field(default_factory=dict)  # "name@ref" -> version read
     tables: dict[str, QuiverTable] = field(default_factory=dict)  # dataset name -> latest table
+    part: tuple[int, int] | None = None  # (i, n): tables read only their i-th of n groups
 
 
 _current = threading.local()
@@ -118,7 +119,7 @@ class QuiverCatalog(CatalogProvider):
             if ds is None:
                 continue
             scope.resolved[key] = ds.version
-            quiver_table = QuiverTable(ds, name, self.partitions)
+            quiver_table = QuiverTable(ds, name, self.partitions, part=scope.part)
             if not at:
                 scope.tables[name] = quiver_table
             return Table(quiver_table)

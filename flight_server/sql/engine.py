@@ -14,6 +14,7 @@ statements that change datasets are `flight_server.sql.dml`'s).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,16 @@ DEFAULT_MEMORY_LIMIT = 256 << 20
 # a batch sent to a client holds at most this many bytes: ADBC's Flight SQL driver refuses
 # gRPC messages over 16 MiB by default, and pyarrow does not split batches
 MAX_BATCH_BYTES = 4 << 20
+# operators that keep each partition to itself: a plan of only these streams its
+# partitions as independent parts
+_PER_PARTITION = {
+    "DatasetExec",
+    "ProjectionExec",
+    "FilterExec",
+    "CoalesceBatchesExec",
+    "CooperativeExec",
+}
+_OPERATOR = re.compile(r"\s*(\w+)")
 _VIEW_TYPES = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
 
 
@@ -90,12 +101,14 @@ class SqlEngine:
         *,
         parameters: list[pa.Scalar] | None = None,
         pins: dict[str, int] | None = None,
+        part: tuple[int, int] | None = None,
     ) -> PlannedQuery:
         """Plan `query` for `identity` (nothing is read yet): `$1`, `$2`... take
-        `parameters`; tables named in `pins` are read at those versions."""
+        `parameters`; tables named in `pins` are read at those versions; `part` (i, n)
+        reads only the i-th of a table's n fragment groups (see `parallel_parts`)."""
         if not query.strip():
             raise InvalidArgument("the SQL statement is empty")
-        scope = Planning(identity, dict(pins or {}))
+        scope = Planning(identity, dict(pins or {}), part=part)
         values = {str(i + 1): v for i, v in enumerate(parameters or [])}
         with planning(scope):
             try:
@@ -107,10 +120,31 @@ class SqlEngine:
                 raise sql_error(e) from None
         return PlannedQuery(frame, plain_schema(schema), dict(scope.resolved), scope)
 
+    def parallel_parts(self, planned: PlannedQuery) -> int:
+        """In how many parts the query's result can be streamed at once: the partitions
+        of its one table scan when nothing combines them (projections and filters over
+        one scan: no ordering, aggregation, join or limit), else 1. Part i is the same
+        query planned with the table cut to its i-th fragment group (`plan(part=)`)."""
+        with planning(planned.planning):
+            plan = planned.frame.execution_plan()
+        if plan.partition_count < 2:
+            return 1
+        pending, scans = [plan], 0
+        while pending:
+            node = pending.pop()
+            name = _OPERATOR.match(node.display())
+            if name is None or name.group(1) not in _PER_PARTITION:
+                return 1
+            scans += name.group(1) == "DatasetExec"
+            pending.extend(node.children())
+        return plan.partition_count if scans == 1 else 1
+
     def stream(self, planned: PlannedQuery) -> Iterator[pa.RecordBatch]:
         """Run a planned query: its batches, none over `MAX_BATCH_BYTES`, in plain types."""
         try:
             reader = pa.RecordBatchReader.from_stream(planned.frame)
+        except QuiverError:
+            raise
         except Exception as e:  # noqa: BLE001
             raise sql_error(e) from None
         try:

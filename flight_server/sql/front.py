@@ -45,7 +45,7 @@ from quiver.flight_server.sql.metadata import (
     Metadata,
 )
 from quiver.flight_server.sql.statements import Statement
-from quiver.flight_server.sql.tables import STEP_BYTES
+from quiver.flight_server.sql.tables import GROUP_MEMORY
 
 if TYPE_CHECKING:
     from quiver.flight_server.service import DatasetService
@@ -100,6 +100,7 @@ class SqlStream:
     schema: pa.Schema
     batches: Iterator[pa.RecordBatch]
     memory_estimate: int
+    lease_group: str | None = None  # the parts of one query share one memory lease
 
     def close(self) -> None:
         close = getattr(self.batches, "close", None)
@@ -151,10 +152,14 @@ class FlightSql:
             statement.query, identity, parameters=statement.single_parameters()
         )
         ticket = statement.planned(planned.versions)
-        endpoint = flight.FlightEndpoint(
-            pack(sql.TicketStatementQuery(statement_handle=ticket.encode())), []
-        )
-        return flight.FlightInfo(planned.schema, descriptor, [endpoint], -1, -1)
+        parts = self.engine.parallel_parts(planned)
+        # several parts: the client streams them at once (ADBC pulls every endpoint together)
+        tickets = [ticket] if parts == 1 else [ticket.for_part(i, parts) for i in range(parts)]
+        endpoints = [
+            flight.FlightEndpoint(pack(sql.TicketStatementQuery(statement_handle=t.encode())), [])
+            for t in tickets
+        ]
+        return flight.FlightInfo(planned.schema, descriptor, endpoints, -1, -1)
 
     def schema(self, command_bytes: bytes, identity: Any) -> pa.Schema:
         """The schema a command's stream will have."""
@@ -209,6 +214,7 @@ class FlightSql:
             identity,
             parameters=statement.single_parameters(),
             pins=statement.versions,
+            part=statement.part,
         )
         datasets = sorted(planned.planning.tables) or sorted(planned.versions)
         stopped = self._cancellations.cancelled
@@ -219,9 +225,12 @@ class FlightSql:
                     raise Cancelled("the query was cancelled")
                 yield batch
 
-        estimate = self.engine.partitions * 3 * STEP_BYTES + (16 << 20)
+        # a query's memory: its scans' fragment groups (all its parts' when cut in parts,
+        # which share one lease) and what the engine holds beside them
+        estimate = self.engine.partitions * GROUP_MEMORY + (8 << 20)
         label = "sql:" + ",".join(f"{k}@{v}" for k, v in sorted(planned.versions.items()))
-        return SqlStream(label, datasets, planned.schema, batches(), estimate)
+        group = statement.query_id if statement.part is not None else None
+        return SqlStream(label, datasets, planned.schema, batches(), estimate, group)
 
     # -- DoPut -----------------------------------------------------------------------------
     def put(

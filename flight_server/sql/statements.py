@@ -31,6 +31,7 @@ class Statement:
     parameters: bytes | None = None  # one row of parameter values, as an Arrow IPC stream
     versions: dict[str, int] = field(default_factory=dict)
     query_id: str = ""  # a planned query's id, for CancelFlightInfo
+    part: tuple[int, int] | None = None  # (i, n): a ticket for part i of n (streamed at once)
 
     def encode(self) -> bytes:
         doc: dict[str, Any] = {"q": self.query}
@@ -40,6 +41,8 @@ class Statement:
             doc["v"] = self.versions
         if self.query_id:
             doc["id"] = self.query_id
+        if self.part is not None:
+            doc["part"] = list(self.part)
         data = _PREFIX + json.dumps(doc, separators=(",", ":")).encode()
         if len(data) > MAX_HANDLE_BYTES:
             raise InvalidArgument(
@@ -58,8 +61,18 @@ class Statement:
             params = doc.get("p")
             versions = doc.get("v", {})
             query_id = doc.get("id", "")
+            part = doc.get("part")
             ok = (
-                isinstance(query, str)
+                (
+                    part is None
+                    or (
+                        isinstance(part, list)
+                        and len(part) == 2
+                        and all(type(x) is int for x in part)
+                        and 0 <= part[0] < part[1] <= 4096
+                    )
+                )
+                and isinstance(query, str)
                 and isinstance(versions, dict)
                 and all(isinstance(k, str) and type(v) is int for k, v in versions.items())
                 and isinstance(query_id, str)
@@ -69,11 +82,15 @@ class Statement:
             ok = False
         if not ok:
             raise InvalidArgument("not a prepared statement handle of this server")
-        return cls(query, parameters, versions, query_id)
+        return cls(query, parameters, versions, query_id, tuple(part) if part else None)
 
     def planned(self, versions: dict[str, int]) -> Statement:
         """This statement as a query ticket: the versions its plan read and a fresh id."""
         return replace(self, versions=versions, query_id=secrets.token_hex(8))
+
+    def for_part(self, i: int, n: int) -> Statement:
+        """This query ticket for part `i` of `n` of its result."""
+        return replace(self, part=(i, n))
 
     def with_parameters(self, table: pa.Table) -> Statement:
         """This statement with `table`'s rows as its parameter values."""

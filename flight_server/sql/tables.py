@@ -28,7 +28,10 @@ from quiver.format.dataset.fragment import LanceFragment
 from quiver.format.dataset.scan import Scanner
 
 # decoded bytes a step of one group's scan holds at most (rows of every column read)
-STEP_BYTES = 32 << 20
+STEP_BYTES = 16 << 20
+# what one group's scan holds at most, roughly: the step being decoded (raw and decoded),
+# one step queued ahead, and the batch the engine works on
+GROUP_MEMORY = 4 * STEP_BYTES
 
 
 class _Scan:
@@ -46,6 +49,7 @@ class _Scan:
             fragments,
             columns=list(columns) if columns is not None else None,
             filter=filter,
+            readahead_bytes=STEP_BYTES,
         )
 
     @property
@@ -93,11 +97,20 @@ class _FragmentGroup:
 class QuiverTable(pads.Dataset):
     """One version of a dataset, scanned by the SQL engine through Quiver's scans."""
 
-    def __init__(self, ds: LanceDataset, name: str, partitions: int = 2) -> None:
+    def __init__(
+        self,
+        ds: LanceDataset,
+        name: str,
+        partitions: int = 2,
+        *,
+        part: tuple[int, int] | None = None,
+    ) -> None:
         # the base class is a C++ dataset: its constructor is deliberately not called
         self._ds = ds
         self.name = name
         self._partitions = max(1, partitions)
+        # (i, n): only the i-th of the n fragment groups `get_fragments` deals, as one group
+        self._part = part
 
     @property
     def dataset(self) -> LanceDataset:
@@ -125,6 +138,9 @@ class QuiverTable(pads.Dataset):
         """The engine's partitions: fragments dealt round-robin into at most `partitions`
         groups (neighbouring fragments in different groups, so both stay busy)."""
         fragments = self._ds.get_fragments()
+        if self._part is not None:
+            i, n = self._part
+            return [_FragmentGroup(self._ds, fragments[i::n])]
         n = max(1, min(self._partitions, len(fragments)))
         return [_FragmentGroup(self._ds, fragments[i::n]) for i in range(n)]
 

@@ -208,3 +208,24 @@ def test_bad_sql_is_one_clear_line(conn, query: str) -> None:
         fetch(conn, query)
     message = str(info.value)
     assert "Traceback" not in message and "/tmp" not in message and ".py" not in message
+
+
+def test_scans_without_ordering_stream_in_parts_at_once(served) -> None:
+    import pyarrow.flight as fl
+
+    from quiver.flight_server.sql.messages import pack, sql
+
+    client = fl.connect(served[0])
+
+    def plan(query: str) -> fl.FlightInfo:
+        command = pack(sql.CommandStatementQuery(query=query))
+        return client.get_flight_info(fl.FlightDescriptor.for_command(command))
+
+    query = "SELECT id, grp FROM facts WHERE qty > 50"
+    info = plan(query)
+    assert len(info.endpoints) == 2  # one per fragment group, read at once
+    parts = [client.do_get(e.ticket).read_all() for e in info.endpoints]
+    assert all(p.num_rows > 0 for p in parts)
+    same_rows(pa.concat_tables(parts), oracle(served[1], query), ordered=False)
+    for combined in (query + " ORDER BY id", query + " LIMIT 5", "SELECT count(*) FROM facts"):
+        assert len(plan(combined).endpoints) == 1

@@ -1,0 +1,198 @@
+"""Flight SQL benchmark: Quiver over Flight SQL through ADBC next to DuckDB over pylance.
+
+    .venv/bin/python -m benchmarks.sql [--rows 4000000] [--rounds 5]
+    .venv/bin/python -m benchmarks.sql --memory [--rows 20000000]
+
+Throughput mode, on the benchmark table (benchmarks/data.py, written by pylance, 1 M-row
+fragments, storage 2.2) and a small dimension dataset (one label per category):
+- `quiver`: `quiver serve` in its own process; the client connects with ADBC's Flight SQL
+  driver (`adbc_driver_flightsql`), runs each query and fetches the whole result as Arrow;
+- `duckdb`: DuckDB in this process over `lance.dataset(...)` (pylance's scans, with
+  projection and filter pushdown) fetching the same result as Arrow: the local
+  alternative to a server.
+Five queries: a count with a filter, a group-by, a top-k, a join with the dimension, and a
+full projection (every column). Rounds interleave the two; each figure is the median over
+rounds and each ratio the median of per-round ratios (DuckDB's seconds / Quiver's: above 1
+Quiver is faster). Both results are checked equal. The server's peak RSS over each query's
+rounds is printed.
+
+Memory mode: the group-by on a 20 M-row table, the server's peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import lance
+import pyarrow as pa
+
+from benchmarks.data import ROWS
+from benchmarks.flight import Server, _linked_root
+from benchmarks.scan import ensure_dataset, warm_page_cache
+
+LABELS = {
+    "alpha": "greek-1",
+    "beta": "greek-1",
+    "gamma": "greek-2",
+    "delta": "greek-2",
+    "epsilon": "greek-3",
+    "zeta": "greek-3",
+    "eta": "greek-4",
+    "theta": "greek-4",
+}
+QUERIES = {
+    "count with a filter": "SELECT count(*) AS n FROM {t} WHERE value > 0.9",
+    "group-by": (
+        "SELECT category, count(*) AS n, avg(value) AS mean FROM {t} GROUP BY category "
+        "ORDER BY category"
+    ),
+    "top-k": "SELECT id, value FROM {t} ORDER BY value DESC LIMIT 10",
+    "join with a dimension": (
+        "SELECT d.label, count(*) AS n, max(f.value) AS top FROM {t} f JOIN dims d "
+        "ON f.category = d.category WHERE f.value < 0.5 GROUP BY d.label ORDER BY d.label"
+    ),
+    "full projection": "SELECT * FROM {t}",
+}
+
+
+def _connect(port: int):  # noqa: ANN202 - an ADBC connection
+    import adbc_driver_flightsql.dbapi as flight_sql
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return flight_sql.connect(f"grpc://127.0.0.1:{port}", autocommit=True)
+
+
+def _quiver(conn, query: str) -> tuple[float, pa.Table]:  # noqa: ANN001
+    t0 = time.perf_counter()
+    with conn.cursor() as cur:
+        cur.execute(query)
+        table = cur.fetch_arrow_table()
+    return time.perf_counter() - t0, table
+
+
+def _duckdb(con, query: str) -> tuple[float, pa.Table]:  # noqa: ANN001
+    t0 = time.perf_counter()
+    table = con.sql(query).to_arrow_table()
+    return time.perf_counter() - t0, table
+
+
+def _same(a: pa.Table, b: pa.Table, query: str) -> None:
+    """Equal results (row for row where the query orders them; float aggregates to 1e-9)."""
+    if a.num_rows != b.num_rows or a.column_names != b.column_names:
+        raise AssertionError(f"{query}: {a.num_rows} rows vs {b.num_rows}")
+    if a.num_rows > 1000:
+        return  # the full projection: counted (both read the same files)
+    for x, y in zip(a.to_pylist(), b.to_pylist(), strict=True):
+        for k in x:
+            u, v = x[k], y[k]
+            if isinstance(u, float):
+                assert abs(u - v) <= 1e-9 * max(1.0, abs(u)), (query, k, u, v)
+            else:
+                assert u == v, (query, k, u, v)
+
+
+def _dims(root: Path) -> str:
+    uri = str(root / "dims.lance")
+    lance.write_dataset(pa.table({"category": list(LABELS), "label": list(LABELS.values())}), uri)
+    return uri
+
+
+def _serve(root: Path) -> Server:
+    quiver = [sys.executable, "-m", "quiver.flight_server", "serve", "--root", str(root)]
+    server = Server("quiver", [*quiver, "--exit-with-parent"])
+    server.ready()
+    return server
+
+
+def throughput(args: argparse.Namespace) -> None:
+    import duckdb
+
+    uri = Path(ensure_dataset(args.rows, "2.2"))
+    warm_page_cache(str(uri))
+    name = uri.name[: -len(".lance")]
+    with tempfile.TemporaryDirectory(dir=uri.parent) as tmp:
+        root = _linked_root(Path(tmp), uri)
+        dims = _dims(root)
+        server = _serve(root)
+        try:
+            conn = _connect(server.port)
+            con = duckdb.connect()
+            con.register("bench", lance.dataset(str(uri)))
+            con.register("dims", lance.dataset(dims))
+            print(f"{args.rows:,} rows; {args.rounds} rounds; {os.cpu_count()} cores")
+            print("| query | Quiver over Flight SQL (ADBC) s | DuckDB over pylance s | "
+                  "ratio | rows | server peak RSS MB |")  # fmt: skip
+            print("|---|---|---|---|---|---|")
+            for label, template in QUERIES.items():
+                ours = template.format(t=f'"{name}"')
+                theirs = template.format(t="bench")
+                _quiver(conn, ours), _duckdb(con, theirs)  # warm both
+                server.reset_peak()
+                q_times, d_times, ratios = [], [], []
+                for _ in range(args.rounds):
+                    q, q_table = _quiver(conn, ours)
+                    del q_table
+                    d, d_table = _duckdb(con, theirs)
+                    del d_table
+                    q_times.append(q)
+                    d_times.append(d)
+                    ratios.append(d / q)
+                peak = server.peak_mb()
+                _, q_table = _quiver(conn, ours)
+                _, d_table = _duckdb(con, theirs)
+                _same(q_table, d_table, label)
+                print(f"| {label} | {statistics.median(q_times):.3f} | "
+                      f"{statistics.median(d_times):.3f} | {statistics.median(ratios):.2f}x | "
+                      f"{q_table.num_rows:,} | {peak:,.0f} |", flush=True)  # fmt: skip
+                del q_table, d_table
+            conn.close()
+        finally:
+            server.stop()
+
+
+def memory(args: argparse.Namespace) -> None:
+    """The server's peak RSS while one client runs the group-by on a large table."""
+    uri = Path(ensure_dataset(args.rows, "2.2"))
+    warm_page_cache(str(uri))
+    name = uri.name[: -len(".lance")]
+    query = QUERIES["group-by"].format(t=f'"{name}"')
+    with tempfile.TemporaryDirectory(dir=uri.parent) as tmp:
+        root = _linked_root(Path(tmp), uri)
+        server = _serve(root)
+        try:
+            conn = _connect(server.port)
+            idle = server.peak_mb()
+            server.reset_peak()
+            seconds, table = _quiver(conn, query)
+            print(f"{args.rows:,} rows, group-by over Flight SQL: {seconds:.2f} s, "
+                  f"{table.num_rows} groups, server peak RSS {server.peak_mb():,.0f} MB "
+                  f"(idle {idle:,.0f} MB)")  # fmt: skip
+            conn.close()
+        finally:
+            server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=None)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--memory", action="store_true")
+    args = parser.parse_args()
+    if args.memory:
+        args.rows = args.rows or 20_000_000
+        memory(args)
+    else:
+        args.rows = args.rows or ROWS
+        throughput(args)
+
+
+if __name__ == "__main__":
+    main()
