@@ -29,9 +29,9 @@ from quiver.format.dataset.scan import Scanner
 
 # decoded bytes a step of one group's scan holds at most (rows of every column read)
 STEP_BYTES = 16 << 20
-# what one group's scan holds at most, roughly: the step being decoded (raw and decoded),
-# one step queued ahead, and the batch the engine works on
-GROUP_MEMORY = 4 * STEP_BYTES
+# what one group's scan holds at most, roughly: the step being decoded (raw and decoded)
+# and the batch the engine works on
+GROUP_MEMORY = 3 * STEP_BYTES
 
 
 class _Scan:
@@ -49,7 +49,9 @@ class _Scan:
             fragments,
             columns=list(columns) if columns is not None else None,
             filter=filter,
-            readahead_bytes=STEP_BYTES,
+            # the engine runs a scan per partition already: readahead threads would only
+            # hand batches between threads (4 M rows of two columns: 6 ms alone, 13 ms with)
+            fragment_readahead=1,
         )
 
     @property
