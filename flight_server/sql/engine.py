@@ -30,6 +30,7 @@ from quiver.flight_server.sql.catalog import (
     QuiverCatalog,
     planning,
 )
+from quiver.flight_server.sql.recent import RecentPlans, plan_key
 
 if TYPE_CHECKING:
     from quiver.flight_server.service import DatasetService
@@ -59,6 +60,7 @@ class PlannedQuery:
     schema: pa.Schema
     versions: dict[str, int]  # "name" or "name@ref" -> version
     planning: Planning
+    parts: int | None = None  # `SqlEngine.parallel_parts`, once asked
 
 
 class SqlEngine:
@@ -93,6 +95,7 @@ class SqlEngine:
         self._options = (
             SQLOptions().with_allow_ddl(False).with_allow_dml(False).with_allow_statements(False)
         )
+        self._recent = RecentPlans(service)
 
     def plan(
         self,
@@ -108,6 +111,10 @@ class SqlEngine:
         reads only the i-th of a table's n fragment groups (see `parallel_parts`)."""
         if not query.strip():
             raise InvalidArgument("the SQL statement is empty")
+        key = plan_key(query, identity, parameters, pins, part)
+        recent = self._recent.get(key, identity, pinned=pins is not None)
+        if recent is not None:
+            return recent
         scope = Planning(identity, dict(pins or {}), part=part)
         values = {str(i + 1): v for i, v in enumerate(parameters or [])}
         with planning(scope):
@@ -118,26 +125,20 @@ class SqlEngine:
                 if isinstance(e, QuiverError) or classify(e)[0] != "internal":
                     raise  # resolving a table failed: a rights, name or storage error
                 raise sql_error(e) from None
-        return PlannedQuery(frame, plain_schema(schema), dict(scope.resolved), scope)
+        planned = PlannedQuery(frame, plain_schema(schema), dict(scope.resolved), scope)
+        self._recent.put(key, planned)
+        if pins is None:  # the stream of this plan's ticket asks with its versions pinned
+            self._recent.put(plan_key(query, identity, parameters, planned.versions, part), planned)
+        return planned
 
     def parallel_parts(self, planned: PlannedQuery) -> int:
         """In how many parts the query's result can be streamed at once: the partitions
         of its one table scan when nothing combines them (projections and filters over
         one scan: no ordering, aggregation, join or limit), else 1. Part i is the same
         query planned with the table cut to its i-th fragment group (`plan(part=)`)."""
-        with planning(planned.planning):
-            plan = planned.frame.execution_plan()
-        if plan.partition_count < 2:
-            return 1
-        pending, scans = [plan], 0
-        while pending:
-            node = pending.pop()
-            name = _OPERATOR.match(node.display())
-            if name is None or name.group(1) not in _PER_PARTITION:
-                return 1
-            scans += name.group(1) == "DatasetExec"
-            pending.extend(node.children())
-        return plan.partition_count if scans == 1 else 1
+        if planned.parts is None:
+            planned.parts = _parts(planned)
+        return planned.parts
 
     def stream(self, planned: PlannedQuery) -> Iterator[pa.RecordBatch]:
         """Run a planned query: its batches, none over `MAX_BATCH_BYTES`, in plain types."""
@@ -162,6 +163,22 @@ class SqlEngine:
                 yield from split_batch(batch)
         finally:
             reader.close()
+
+
+def _parts(planned: PlannedQuery) -> int:
+    with planning(planned.planning):
+        plan = planned.frame.execution_plan()
+    if plan.partition_count < 2:
+        return 1
+    pending, scans = [plan], 0
+    while pending:
+        node = pending.pop()
+        name = _OPERATOR.match(node.display())
+        if name is None or name.group(1) not in _PER_PARTITION:
+            return 1
+        scans += name.group(1) == "DatasetExec"
+        pending.extend(node.children())
+    return plan.partition_count if scans == 1 else 1
 
 
 def plain_schema(schema: pa.Schema) -> pa.Schema:

@@ -84,3 +84,25 @@ def test_names_map_between_datasets_and_tables() -> None:
     assert split_name("a/b/c") == ("a/b", "c")
     assert dataset_names("public", "sales") == ["sales", "public/sales"]
     assert dataset_names("team", "sales") == ["team/sales"]
+
+
+def test_recent_plans_are_reused_only_while_their_tables_are_unchanged(tmp_path) -> None:
+    from quiver.flight_server.service import DatasetService
+    from quiver.flight_server.sql.engine import SqlEngine
+    from quiver.format.dataset import write_dataset
+
+    write_dataset(pa.table({"a": [1, 2, 3]}), str(tmp_path / "t.lance"))
+    engine = SqlEngine(DatasetService(str(tmp_path)))
+    query = "SELECT sum(a) AS s FROM t"
+    first = engine.plan(query, None)
+    assert engine.plan(query, None) is first  # nothing changed: the same plan
+    pinned = engine.plan(query, None, pins=first.versions)
+    assert pinned is first  # the ticket's versions are the plan's
+    write_dataset(pa.table({"a": [10]}), str(tmp_path / "t.lance"), mode="append")
+    fresh = engine.plan(query, None)
+    assert fresh is not first and fresh.versions == {"t": first.versions["t"] + 1}
+    rows = [b.to_pylist() for b in engine.stream(fresh)]
+    assert rows == [[{"s": 16}]]
+    assert [
+        b.to_pylist() for b in engine.stream(engine.plan(query, None, pins=first.versions))
+    ] == [[{"s": 6}]]
