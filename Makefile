@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint docs protos serve bench bench-write bench-flight bench-memory bench-spark bench-vector bench-changes bench-backfill bench-indices bench-vector-index spark-example clean
+.PHONY: test lint docs protos serve bench bench-write bench-flight bench-memory bench-spark bench-vector bench-changes bench-backfill bench-indices bench-vector-index bench-sql bench-sql-memory spark-example clean
 
 # setup.py builds the C kernels: an edited kernel is recompiled by the next `make test`.
 $(STAMP): pyproject.toml setup.py format/_kernels.c flight_server/_threadstate.c \
@@ -82,6 +82,14 @@ bench-indices: $(STAMP)
 
 bench-vector-index: $(STAMP)
 	$(PY) -m benchmarks.vector_index
+
+# Five SQL queries over Flight SQL (ADBC) against DuckDB over pylance in one process, 4 M rows;
+# bench-sql-memory: the server's peak RSS under a group-by over 20 M rows.
+bench-sql: $(STAMP)
+	$(PY) -m benchmarks.sql
+
+bench-sql-memory: $(STAMP)
+	$(PY) -m benchmarks.sql --memory
 
 # The Spark pipeline example: its own server on a temporary demo root, or a running one
 # with `make spark-example URI=grpc://127.0.0.1:8815` (after `make serve`).

@@ -17,6 +17,11 @@ Quiver is faster). Both results are checked equal. The server's peak RSS over ea
 rounds is printed.
 
 Memory mode: the group-by on a 20 M-row table, the server's peak RSS.
+
+Engines mode (`--engines`): the two SQL engines Quiver could embed, side by side in this
+process over the same Quiver scans (`flight_server.sql.tables.QuiverTable`, a
+`pyarrow.dataset.Dataset` both take with projection and filter pushdown): DataFusion (what
+Quiver runs) and DuckDB.
 """
 
 from __future__ import annotations
@@ -180,13 +185,55 @@ def memory(args: argparse.Namespace) -> None:
             server.stop()
 
 
+def engines(args: argparse.Namespace) -> None:
+    """DataFusion and DuckDB over the same Quiver tables, in this process."""
+    import datafusion
+    import duckdb
+
+    import quiver
+    from quiver.flight_server.sql.tables import QuiverTable
+
+    uri = Path(ensure_dataset(args.rows, "2.2"))
+    warm_page_cache(str(uri))
+    with tempfile.TemporaryDirectory(dir=uri.parent) as tmp:
+        table = QuiverTable(quiver.dataset(str(uri)), "bench", 2)
+        dims = QuiverTable(quiver.dataset(_dims(Path(tmp))), "dims", 1)
+        ctx = datafusion.SessionContext(datafusion.SessionConfig().with_target_partitions(2))
+        ctx.register_dataset("bench", table)
+        ctx.register_dataset("dims", dims)
+        con = duckdb.connect()
+        con.register("bench", table)
+        con.register("dims", dims)
+
+        def run_datafusion(query: str) -> tuple[float, pa.Table]:
+            t0 = time.perf_counter()
+            result = pa.RecordBatchReader.from_stream(ctx.sql(query)).read_all()
+            return time.perf_counter() - t0, result
+
+        print("| query | DataFusion over Quiver s | DuckDB over Quiver s |")
+        print("|---|---|---|")
+        for label, template in QUERIES.items():
+            query = template.format(t="bench")
+            run_datafusion(query), _duckdb(con, query)
+            times: dict[str, list[float]] = {"datafusion": [], "duckdb": []}
+            for _ in range(args.rounds):
+                times["datafusion"].append(run_datafusion(query)[0])
+                times["duckdb"].append(_duckdb(con, query)[0])
+            print(f"| {label} | {statistics.median(times['datafusion']):.3f} | "
+                  f"{statistics.median(times['duckdb']):.3f} |", flush=True)  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--memory", action="store_true")
+    parser.add_argument("--engines", action="store_true")
     args = parser.parse_args()
-    if args.memory:
+    if args.engines:
+        args.rows = args.rows or ROWS
+        engines(args)
+    elif args.memory:
         args.rows = args.rows or 20_000_000
         memory(args)
     else:
