@@ -121,10 +121,10 @@ class SqlEngine:
             try:
                 frame = self.context.sql(query, options=self._options, param_values=values)
                 schema = frame.schema()
-            except Exception as e:  # noqa: BLE001 - the engine's errors are the user's SQL's
+            except BaseException as e:  # noqa: BLE001 - the engine's errors are the SQL's
                 if isinstance(e, QuiverError) or classify(e)[0] != "internal":
                     raise  # resolving a table failed: a rights, name or storage error
-                raise sql_error(e) from None
+                raise _engine_failure(e, sql_error) from None
         planned = PlannedQuery(frame, plain_schema(schema), dict(scope.resolved), scope)
         self._recent.put(key, planned)
         if pins is None:  # the stream of this plan's ticket asks with its versions pinned
@@ -141,33 +141,49 @@ class SqlEngine:
         return planned.parts
 
     def stream(self, planned: PlannedQuery) -> Iterator[pa.RecordBatch]:
-        """Run a planned query: its batches, none over `MAX_BATCH_BYTES`, in plain types."""
+        """Run a planned query: its batches, none over `MAX_BATCH_BYTES`, in plain types.
+
+        The engine's own stream is iterated (not its Arrow C stream export: a panic in the
+        engine, such as a string column over 2 GiB in one batch, aborts the process from
+        inside the export, and arrives here as an exception from the stream)."""
         try:
-            reader = pa.RecordBatchReader.from_stream(planned.frame)
+            stream = planned.frame.execute_stream()
         except QuiverError:
             raise
-        except Exception as e:  # noqa: BLE001
-            raise sql_error(e) from None
-        try:
-            while True:
-                try:
-                    batch = reader.read_next_batch()
-                except StopIteration:
-                    return
-                except QuiverError:
-                    raise
-                except Exception as e:  # noqa: BLE001 - a scan's or the engine's failure
-                    raise run_error(e) from None
-                if batch.schema != planned.schema:
-                    batch = batch.cast(planned.schema)
-                yield from split_batch(batch)
-        finally:
-            reader.close()
+        except BaseException as e:  # noqa: BLE001 - the engine's errors, its panics included
+            raise _engine_failure(e, sql_error) from None
+        while True:
+            try:
+                batch = next(stream).to_pyarrow()
+            except StopIteration:
+                return
+            except QuiverError:
+                raise
+            except BaseException as e:  # noqa: BLE001 - a scan's or the engine's failure
+                raise _engine_failure(e, run_error) from None
+            if batch.schema != planned.schema:
+                batch = batch.cast(planned.schema)
+            yield from split_batch(batch)
+
+
+def _engine_failure(e: BaseException, translate: Any) -> BaseException:
+    """What a failure of the engine becomes: its panics (pyo3's PanicException, a
+    BaseException) are the query's failure; interrupts and exits pass through."""
+    if isinstance(e, KeyboardInterrupt | SystemExit | GeneratorExit):
+        return e
+    if type(e).__name__ == "PanicException":
+        return InvalidArgument(f"SQL: the query failed in the SQL engine: {_message(e)}")
+    return translate(e)
 
 
 def _parts(planned: PlannedQuery) -> int:
     with planning(planned.planning):
-        plan = planned.frame.execution_plan()
+        try:
+            plan = planned.frame.execution_plan()
+        except QuiverError:
+            raise
+        except BaseException as e:  # noqa: BLE001 - as in `SqlEngine.plan`
+            raise _engine_failure(e, sql_error) from None
     if plan.partition_count < 2:
         return 1
     pending, scans = [plan], 0

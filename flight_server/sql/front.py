@@ -141,7 +141,8 @@ class FlightSql:
     def flight_info(
         self, command_bytes: bytes, descriptor: flight.FlightDescriptor, identity: Any
     ) -> flight.FlightInfo:
-        """Plan a query (or a metadata command): one endpoint on this server."""
+        """Plan a query (or a metadata command): its endpoints, all on this server (no
+        locations); several when the query's result streams in parts at once."""
         command = self._command(command_bytes)
         if type(command) in _METADATA_SCHEMAS:
             schema = _METADATA_SCHEMAS[type(command)](command)

@@ -198,6 +198,12 @@ BAD_SQL = {
         "not supported",
     ),
     "SELECT 'a' + 1": (adbc_driver_manager.ProgrammingError, "INVALID_ARGUMENT"),
+    "SELECT qty / 0 FROM facts": (adbc_driver_manager.ProgrammingError, "Divide by zero"),
+    # a string column over 2 GiB in one batch: the engine panics, the server carries on
+    "SELECT repeat(grp, 200000000) FROM facts": (
+        adbc_driver_manager.ProgrammingError,
+        "failed in the SQL engine",
+    ),
 }
 
 
@@ -208,6 +214,7 @@ def test_bad_sql_is_one_clear_line(conn, query: str) -> None:
         fetch(conn, query)
     message = str(info.value)
     assert "Traceback" not in message and "/tmp" not in message and ".py" not in message
+    assert fetch(conn, "SELECT count(*) AS n FROM facts").to_pylist() == [{"n": FACT_ROWS}]
 
 
 def test_scans_without_ordering_stream_in_parts_at_once(served) -> None:

@@ -25,10 +25,13 @@ from campaign import (
     is_valid_name,
     no_leak_marker,
 )
+from google.protobuf import any_pb2
 from hypothesis import given
 from hypothesis import strategies as st
 
 from quiver.flight_server.actions import ACTIONS
+from quiver.flight_server.sql.front import SQL_ACTIONS
+from quiver.flight_server.sql.messages import SQL_TYPE_PREFIX, pack, sql
 from quiver.flight_server.tickets import TICKET_KIND, ReadTicket, Signer
 from quiver.format.dataset import write_dataset
 from quiver.wire.requests import READ_KEYS
@@ -351,7 +354,7 @@ def test_handshake_without_authentication(sent: Campaign, user: str, password: s
     options = fl.FlightCallOptions(headers=[header])
     label = f"ListActions with {header!r}"
     actions = c.send(label, lambda: list(c.client.list_actions(options)), set(), ok=True)
-    assert len(actions) == len(ACTIONS)
+    assert len(actions) == len(ACTIONS) + len(SQL_ACTIONS)
 
 
 def test_do_exchange_is_refused_with_a_code(sent: Campaign) -> None:
@@ -414,3 +417,66 @@ def test_deeply_nested_filters(sent: Campaign) -> None:
         label = f"delete deep predicate {filt[:30]!r} ({len(filt)} chars)"
         body = {"dataset": "base", "predicate": filt}
         c.send(label, lambda b=body: c.action("delete", b), {"invalid_argument"})
+
+
+# -- Flight SQL -----------------------------------------------------------------------------
+SQL_PIECES = [
+    *("SELECT", " * ", " FROM", " base", " nope", ' "base@v', "1", "0", '"', "'", "$1", "$0"),
+    *("(", ")", ";", " WHERE", " id", " = ", " / ", "--", "\x00", "é", " UNION ALL", " JOIN"),
+    *(" ORDER BY", " LIMIT", " -1", " 99999999999999999999", " GROUP BY", " count(*)", ","),
+    *(" public.", " quiver.", ' "../x"', " CAST(", " AS INT)", " DELETE", " INSERT INTO"),
+]
+SQL_TEXT = st.one_of(
+    st.lists(st.sampled_from(SQL_PIECES), max_size=14).map("".join), st.text(max_size=40)
+)
+SQL_KINDS = sorted(n for n in vars(sql) if n.startswith(("Command", "Ticket", "Action")))
+SQL_REFUSALS = {"invalid_argument", "not_found", "unimplemented"}
+
+
+def _packed(kind: str, value: bytes) -> bytes:
+    return any_pb2.Any(type_url=SQL_TYPE_PREFIX + kind, value=value).SerializeToString()
+
+
+@examples(60)
+@given(
+    query=SQL_TEXT.filter(no_leak_marker),
+    kind=st.sampled_from(SQL_KINDS),
+    junk=st.binary(max_size=32),
+)
+def test_flight_sql_statements_and_messages(
+    sent: Campaign, query: str, kind: str, junk: bytes
+) -> None:
+    """Generated SQL and generated Flight SQL messages: an answer or a one-line refusal,
+    never an internal error; nothing under the root changes."""
+    c = sent
+    before = c.files()
+    q = cmd(pack(sql.CommandStatementQuery(query=query)))
+    c.send(
+        f"SQL GetFlightInfo {query!r}", lambda: c.client.get_flight_info(q), SQL_REFUSALS, ok=True
+    )
+    c.send(f"SQL GetSchema {query!r}", lambda: c.client.get_schema(q), SQL_REFUSALS, ok=True)
+    prepare = fl.Action(
+        "CreatePreparedStatement", pack(sql.ActionCreatePreparedStatementRequest(query=query))
+    )
+    c.send(
+        f"SQL prepare {query!r}", lambda: list(c.client.do_action(prepare)), SQL_REFUSALS, ok=True
+    )
+    raw = _packed(kind, junk)
+    label = f"SQL {kind} {junk!r}"
+    c.send(
+        f"{label} GetFlightInfo", lambda: c.client.get_flight_info(cmd(raw)), SQL_REFUSALS, ok=True
+    )
+    c.send(
+        f"{label} DoGet", lambda: c.client.do_get(fl.Ticket(raw)).read_all(), SQL_REFUSALS, ok=True
+    )
+    for name in ("ClosePreparedStatement", "CancelFlightInfo", "CloseSession", "BeginTransaction"):
+        action = fl.Action(name, raw if name != "CancelFlightInfo" else junk)
+        c.send(
+            f"{label} {name}", lambda a=action: list(c.client.do_action(a)), SQL_REFUSALS, ok=True
+        )
+    if kind != "CommandStatementIngest":  # (junk that decodes to a table name would create it)
+        c.send(
+            f"{label} DoPut", lambda: c.put(cmd(raw), pa.table({"a": [1]})), SQL_REFUSALS, ok=True
+        )
+    assert c.files() == before
+    c.alive()
