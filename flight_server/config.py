@@ -81,7 +81,7 @@ DEFAULT_BATCH_SIZE = 1 << 20
 # on top of the estimate), so a 512 MB container has room to spare.
 DEFAULT_MEMORY_BUDGET = 104 * 1024 * 1024
 DEFAULT_SQL_MEMORY = 256 * 1024 * 1024
-MIN_SQL_MEMORY = 16 * 1024 * 1024  # below this, every query spills
+MIN_SQL_MEMORY = 64 * 1024 * 1024  # below this, a sort of one scan step may not fit
 DEFAULT_STAGED_TTL = 24 * 3600
 DEFAULT_SWEEP_INTERVAL = 600
 MIN_STAGED_TTL = 60

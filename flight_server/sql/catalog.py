@@ -83,9 +83,10 @@ def _scope() -> Planning | None:
 class QuiverCatalog(CatalogProvider):
     """Catalog `quiver`: schemas resolved lazily, tables opened as the engine names them."""
 
-    def __init__(self, service: DatasetService, partitions: int) -> None:
+    def __init__(self, service: DatasetService, partitions: int, step_bytes: int) -> None:
         self.service = service
         self.partitions = partitions
+        self.step_bytes = step_bytes
 
     def schema_names(self) -> set[str]:
         scope = _scope()
@@ -119,7 +120,9 @@ class QuiverCatalog(CatalogProvider):
             if ds is None:
                 continue
             scope.resolved[key] = ds.version
-            quiver_table = QuiverTable(ds, name, self.partitions, part=scope.part)
+            quiver_table = QuiverTable(
+                ds, name, self.partitions, part=scope.part, step_bytes=self.step_bytes
+            )
             if not at:
                 scope.tables[name] = quiver_table
             return Table(quiver_table)

@@ -31,6 +31,7 @@ from quiver.flight_server.sql.catalog import (
     planning,
 )
 from quiver.flight_server.sql.recent import RecentPlans, plan_key
+from quiver.flight_server.sql.tables import STEP_BYTES
 
 if TYPE_CHECKING:
     from quiver.flight_server.service import DatasetService
@@ -77,6 +78,11 @@ class SqlEngine:
         self.service = service
         self.memory_limit = memory_limit
         self.partitions = partitions or max(1, min(os.cpu_count() or 1, 8))
+        # a spilling sort's share of the pool (the pool over the partitions) must hold its
+        # merge reservation and a scan's batch twice (it sorts a copy), or it fails instead of
+        # spilling; string columns can make a step twice the bytes it was planned at
+        share = memory_limit // (8 * self.partitions)
+        step_bytes = max(1 << 20, min(STEP_BYTES, share))
         config = (
             SessionConfig()
             .with_default_catalog_and_schema(CATALOG, DEFAULT_SCHEMA)
@@ -85,13 +91,15 @@ class SqlEngine:
             .with_information_schema(False)
             # plain strings, which every client reads (JDBC does not read string views)
             .set("datafusion.sql_parser.map_string_types_to_utf8view", "false")
+            .set("datafusion.execution.sort_spill_reservation_bytes", str(min(10 << 20, share)))
         )
         runtime = RuntimeEnvBuilder().with_fair_spill_pool(memory_limit)
         runtime = (
             runtime.with_temp_file_path(spill_dir) if spill_dir else runtime.with_disk_manager_os()
         )
         self.context = SessionContext(config, runtime)
-        self.context.register_catalog_provider(CATALOG, QuiverCatalog(service, self.partitions))
+        catalog = QuiverCatalog(service, self.partitions, step_bytes)
+        self.context.register_catalog_provider(CATALOG, catalog)
         self._options = (
             SQLOptions().with_allow_ddl(False).with_allow_dml(False).with_allow_statements(False)
         )

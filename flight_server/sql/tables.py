@@ -27,7 +27,9 @@ from quiver.format.dataset import LanceDataset
 from quiver.format.dataset.fragment import LanceFragment
 from quiver.format.dataset.scan import Scanner
 
-# decoded bytes a step of one group's scan holds at most (rows of every column read)
+# decoded bytes a step of one group's scan holds at most (rows of every column read); a
+# table may be given smaller steps (`step_bytes`), so that one batch fits in what a spilling
+# sort or aggregation of the engine may hold
 STEP_BYTES = 16 << 20
 # what one group's scan holds at most, roughly: the step being decoded (raw and decoded)
 # and the batch the engine works on
@@ -43,7 +45,9 @@ class _Scan:
         fragments: Sequence[LanceFragment],
         columns: Sequence[str] | None,
         filter: pc.Expression | None,
+        step_bytes: int = STEP_BYTES,
     ) -> None:
+        self._step_bytes = step_bytes
         self._scanner = Scanner(
             ds.core,
             fragments,
@@ -63,7 +67,7 @@ class _Scan:
         return self._scanner.dataset_schema
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
-        return self._scanner.to_step_batches(STEP_BYTES)
+        return self._scanner.to_step_batches(self._step_bytes)
 
     def to_reader(self) -> pa.RecordBatchReader:
         return pa.RecordBatchReader.from_batches(self.projected_schema, self.to_batches())
@@ -81,9 +85,10 @@ class _Scan:
 class _FragmentGroup:
     """Several fragments scanned one after another: one partition of the engine's scan."""
 
-    def __init__(self, ds: LanceDataset, fragments: list[LanceFragment]) -> None:
+    def __init__(self, ds: LanceDataset, fragments: list[LanceFragment], step_bytes: int) -> None:
         self._ds = ds
         self._fragments = fragments
+        self._step_bytes = step_bytes
 
     def scanner(
         self,
@@ -93,7 +98,7 @@ class _FragmentGroup:
         batch_size: int | None = None,
         **_: Any,
     ) -> _Scan:
-        return _Scan(self._ds, self._fragments, columns, filter)
+        return _Scan(self._ds, self._fragments, columns, filter, self._step_bytes)
 
 
 class QuiverTable(pads.Dataset):
@@ -106,11 +111,13 @@ class QuiverTable(pads.Dataset):
         partitions: int = 2,
         *,
         part: tuple[int, int] | None = None,
+        step_bytes: int = STEP_BYTES,
     ) -> None:
         # the base class is a C++ dataset: its constructor is deliberately not called
         self._ds = ds
         self.name = name
         self._partitions = max(1, partitions)
+        self._step_bytes = step_bytes
         # (i, n): only the i-th of the n fragment groups `get_fragments` deals, as one group
         self._part = part
 
@@ -134,7 +141,7 @@ class QuiverTable(pads.Dataset):
         **_: Any,
     ) -> _Scan:
         """A scan of every fragment (the engine asks one at planning for its schema)."""
-        return _Scan(self._ds, self._ds.get_fragments(), columns, filter)
+        return _Scan(self._ds, self._ds.get_fragments(), columns, filter, self._step_bytes)
 
     def get_fragments(self, filter: pc.Expression | None = None) -> list[_FragmentGroup]:  # type: ignore[override]
         """The engine's partitions: fragments dealt round-robin into at most `partitions`
@@ -142,9 +149,9 @@ class QuiverTable(pads.Dataset):
         fragments = self._ds.get_fragments()
         if self._part is not None:
             i, n = self._part
-            return [_FragmentGroup(self._ds, fragments[i::n])]
+            return [_FragmentGroup(self._ds, fragments[i::n], self._step_bytes)]
         n = max(1, min(self._partitions, len(fragments)))
-        return [_FragmentGroup(self._ds, fragments[i::n]) for i in range(n)]
+        return [_FragmentGroup(self._ds, fragments[i::n], self._step_bytes) for i in range(n)]
 
     def to_batches(self, **kwargs: Any) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         return self.scanner(**kwargs).to_batches()

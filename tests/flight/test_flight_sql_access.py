@@ -223,3 +223,23 @@ def test_hostile_messages_get_one_line_errors(open_server, case: str) -> None:
     assert error_code(info.value) == code
     message = str(info.value)
     assert "Traceback" not in message and ".py" not in message
+
+
+def test_sorts_and_aggregations_bigger_than_sql_memory_spill(tmp_path: Path) -> None:
+    import numpy as np
+
+    root = tmp_path / "root"
+    rng = np.random.default_rng(4)
+    rows = 800_000
+    words = pa.array([f"{v:012d}" * 8 for v in rng.integers(0, 10**12, rows)])  # 96-byte keys
+    big = pa.table({"id": pa.array(np.arange(rows)), "key": words})
+    lance.write_dataset(big, str(root / "big.lance"), max_rows_per_file=200_000)
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    args = ("--sql-memory", "64MiB", "--spill-dir", str(spill))
+    with quiver_serve(root, *args) as (uri, _pid), connect(uri) as conn:
+        got = fetch(conn, "SELECT id, key FROM big ORDER BY key, id")  # ~90 MB to sort
+        want = big.sort_by([("key", "ascending"), ("id", "ascending")])
+        assert got.equals(want)
+        groups = fetch(conn, "SELECT key, count(*) AS n FROM big GROUP BY key ORDER BY n DESC, key")
+        assert groups.num_rows == len(set(words.to_pylist()))
