@@ -302,8 +302,7 @@ class Scanner:
                 batches = _rebatch(batches, self._batch_size)
             for batch in batches:
                 if self._filter is not None:
-                    batch = apply_filter(self._filterable(batch), self._filter)
-                    batch = batch.select(self._schema.names)
+                    batch = apply_filter(self._filterable(batch), self._filter, self._schema.names)
                 if batch.num_rows:
                     yield batch
                 del batch  # not held while the next step decodes (see `to_batches`)

@@ -110,14 +110,23 @@ def _compile(sql: str, schema: pa.Schema, dataset: str | None) -> CompiledFilter
     )
 
 
-def apply_filter(data: _Data, compiled: CompiledFilter) -> _Data:
-    """Keep the rows of a table or batch where the filter is TRUE (NULL and FALSE drop).
+def apply_filter(data: _Data, compiled: CompiledFilter, keep: list[str] | None = None) -> _Data:
+    """Keep the rows of a table or batch where the filter is TRUE (NULL and FALSE drop);
+    with `keep`, only those columns are kept (and filtered: a column the filter reads but
+    the caller drops is not copied, and with no column kept only the count is taken).
 
     Errors that only show when evaluating (a string that does not parse in a CAST, a NaN
     compared with a decimal) become InvalidInputError naming the filter.
     """
     try:
-        return data.filter(evaluate_filter(data, compiled))
+        mask = evaluate_filter(data, compiled)
+        if keep is not None:
+            data = data.select(keep)
+            if not keep:  # rows without columns: only how many match
+                if isinstance(mask, pa.ChunkedArray):
+                    mask = mask.combine_chunks()
+                return data.slice(0, mask.true_count)
+        return data.filter(mask)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
         raise _failed(compiled, e) from None
 
