@@ -66,6 +66,7 @@ from quiver.flight_server.sql.messages import is_flight_sql
 from quiver.flight_server.staging import Sweeper
 from quiver.flight_server.tls import TlsConfigError
 from quiver.flight_server.tls import load_tls as _read_tls_files
+from quiver.flight_server.uploads import uploaded_batches
 
 access_log = logging.getLogger("quiver.access")
 _NANOSECONDS = pa.timestamp("ns")
@@ -433,18 +434,12 @@ class QuiverFlightServer(flight.FlightServerBase):
             call.dataset = request.dataset
             call.bytes = 0
 
-            def batches() -> Iterator[pa.RecordBatch]:
-                while True:
-                    try:
-                        chunk = reader.read_chunk()
-                    except StopIteration:
-                        return
-                    if chunk.data is not None:
-                        call.bytes += chunk.data.nbytes  # type: ignore[operator]
-                        yield chunk.data
+            def counted(nbytes: int) -> None:
+                call.bytes += nbytes  # type: ignore[operator]
 
+            batches = uploaded_batches(reader, counted)
             result = self.service.put(
-                request, reader.schema, batches(), context.is_cancelled, call.identity
+                request, reader.schema, batches, context.is_cancelled, call.identity
             )
             call.rows = result.get("rows")
             call.version = result.get("version")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import pyarrow as pa
 
@@ -45,3 +46,19 @@ def checked_stream(
             raise StreamBroken
 
     return pa.RecordBatchReader.from_batches(schema, checked())
+
+
+def uploaded_batches(
+    reader: Any, counted: Callable[[int], None] | None = None
+) -> Iterator[pa.RecordBatch]:
+    """The record batches of a DoPut's reader (a `MetadataRecordBatchReader`), metadata-only
+    messages skipped; `counted(nbytes)` is told each batch's size."""
+    while True:
+        try:
+            chunk = reader.read_chunk()
+        except StopIteration:
+            return
+        if chunk.data is not None:
+            if counted is not None:
+                counted(chunk.data.nbytes)
+            yield chunk.data

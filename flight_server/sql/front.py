@@ -44,7 +44,7 @@ from quiver.flight_server.sql.metadata import (
     TABLES_WITH_SCHEMA,
     Metadata,
 )
-from quiver.flight_server.sql.statements import Statement
+from quiver.flight_server.sql.statements import Statement, parameter_rows
 from quiver.flight_server.sql.tables import GROUP_MEMORY
 
 if TYPE_CHECKING:
@@ -358,7 +358,7 @@ def _parameter_rows(reader: flight.MetadataRecordBatchReader) -> list[list[pa.Sc
     table = _read_all(reader)
     if table is None or table.num_columns == 0:
         return []
-    return [[table.column(c)[r] for c in range(table.num_columns)] for r in range(table.num_rows)]
+    return parameter_rows(table)
 
 
 __all__ = ["FlightSql", "SqlStream", "SQL_ACTIONS", "split_batch"]

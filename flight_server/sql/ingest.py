@@ -9,16 +9,16 @@ The target is `[schema.]table` as in SQL: dataset `team/sales` is schema `team`,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 import pyarrow.flight as flight
 
 from quiver.flight_server.errors import AlreadyExists, InvalidArgument, NotFound, Unimplemented
 from quiver.flight_server.protocol import PutRequest
 from quiver.flight_server.sql.catalog import CATALOG, DEFAULT_SCHEMA
 from quiver.flight_server.sql.messages import sql
+from quiver.flight_server.uploads import uploaded_batches
 from quiver.wire.requests import WRITE
 
 if TYPE_CHECKING:
@@ -59,7 +59,8 @@ def run(
         schema = reader.schema
     except Exception:  # noqa: BLE001 - a descriptor-only stream carries no rows
         raise InvalidArgument("bulk ingest needs an Arrow stream of rows") from None
-    result = service.put(PutRequest(name, mode=mode), schema, _batches(reader), cancelled, identity)
+    batches = uploaded_batches(reader)
+    result = service.put(PutRequest(name, mode=mode), schema, batches, cancelled, identity)
     rows = int(result.get("rows", 0))
     return rows, {"dataset": name, "version": result.get("version"), "rows": rows}
 
@@ -77,13 +78,3 @@ def _mode(name: str, exists: bool, options: Any) -> str:
     if choice == _Options.TABLE_NOT_EXIST_OPTION_FAIL:
         raise NotFound(f"table {name!r} does not exist (ingest with mode create)")
     return "create"
-
-
-def _batches(reader: flight.MetadataRecordBatchReader) -> Iterator[pa.RecordBatch]:
-    while True:
-        try:
-            chunk = reader.read_chunk()
-        except StopIteration:
-            return
-        if chunk.data is not None:
-            yield chunk.data

@@ -107,9 +107,7 @@ class Statement:
             table = pa.ipc.open_stream(self.parameters).read_all()
         except pa.ArrowInvalid:
             raise InvalidArgument("the statement's parameters are not an Arrow stream") from None
-        return [
-            [table.column(c)[r] for c in range(table.num_columns)] for r in range(table.num_rows)
-        ]
+        return parameter_rows(table)
 
     def single_parameters(self) -> list[pa.Scalar] | None:
         """The parameter values of a query: one row at most."""
@@ -122,3 +120,8 @@ class Statement:
                 "statement to run once per row)"
             )
         return rows[0]
+
+
+def parameter_rows(table: pa.Table) -> list[list[pa.Scalar]]:
+    """A table of parameter values as one list of values per row (by column position)."""
+    return [[table.column(c)[r] for c in range(table.num_columns)] for r in range(table.num_rows)]
