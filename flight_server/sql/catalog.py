@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -42,6 +42,17 @@ def split_name(dataset: str) -> tuple[str, str]:
     """(schema, table) of a dataset name."""
     schema, _, table = dataset.rpartition("/")
     return (schema or DEFAULT_SCHEMA), table
+
+
+def check_catalog(name: str | None) -> None:
+    """NotFound unless `name` is this server's catalog (or not given)."""
+    if name and name != CATALOG:
+        raise NotFound(f"catalog {name!r} does not exist (the catalog is {CATALOG!r})")
+
+
+def schemas_of(datasets: Iterable[str]) -> set[str]:
+    """The schemas holding these datasets, and the default one."""
+    return {DEFAULT_SCHEMA} | {split_name(name)[0] for name in datasets}
 
 
 def dataset_names(schema: str, table: str) -> list[str]:
@@ -92,8 +103,7 @@ class QuiverCatalog(CatalogProvider):
         scope = _scope()
         if scope is None:
             return set()
-        found = self.service.list_datasets("", scope.identity)
-        return {DEFAULT_SCHEMA} | {split_name(d.name)[0] for d in found}
+        return schemas_of(d.name for d in self.service.list_datasets("", scope.identity))
 
     def schema(self, name: str) -> QuiverSchema:
         return QuiverSchema(self, name)

@@ -31,7 +31,7 @@ from sqlglot.errors import ParseError, TokenError
 
 from quiver.flight_server.errors import InvalidArgument, NotFound, Unimplemented
 from quiver.flight_server.protocol import MergeRequest, PutRequest
-from quiver.flight_server.sql.catalog import DEFAULT_SCHEMA, dataset_names
+from quiver.flight_server.sql.catalog import DEFAULT_SCHEMA, check_catalog, dataset_names
 from quiver.format.expr.parse import LanceFilterDialect
 from quiver.wire.requests import WRITE
 
@@ -136,8 +136,7 @@ class _Change:
             table = table.this
         if not isinstance(table, exp.Table) or not table.name:
             raise InvalidArgument("SQL: the statement must name one table to change")
-        if table.args.get("catalog") is not None and _name(table.args["catalog"]) != "quiver":
-            raise NotFound(f"SQL: catalog {_name(table.args['catalog'])!r} does not exist")
+        check_catalog(_name(table.args.get("catalog")))
         schema = _name(table.args.get("db")) or DEFAULT_SCHEMA
         base = _name(table.this)
         if "@" in base:

@@ -16,7 +16,7 @@ import pyarrow.flight as flight
 
 from quiver.flight_server.errors import AlreadyExists, InvalidArgument, NotFound, Unimplemented
 from quiver.flight_server.protocol import PutRequest
-from quiver.flight_server.sql.catalog import CATALOG, DEFAULT_SCHEMA
+from quiver.flight_server.sql.catalog import DEFAULT_SCHEMA, check_catalog, dataset_names
 from quiver.flight_server.sql.messages import sql
 from quiver.flight_server.uploads import uploaded_batches
 from quiver.wire.requests import WRITE
@@ -29,12 +29,11 @@ _Options = sql.CommandStatementIngest.TableDefinitionOptions
 
 def target_name(command: Any) -> str:
     """The dataset an ingest command names."""
-    if command.HasField("catalog") and command.catalog not in ("", CATALOG):
-        raise NotFound(f"catalog {command.catalog!r} does not exist (the catalog is {CATALOG!r})")
+    check_catalog(command.catalog if command.HasField("catalog") else None)
     if not command.table:
         raise InvalidArgument("bulk ingest needs a table name")
     schema = command.schema if command.HasField("schema") and command.schema else DEFAULT_SCHEMA
-    return command.table if schema == DEFAULT_SCHEMA else f"{schema}/{command.table}"
+    return dataset_names(schema, command.table)[0]
 
 
 def run(

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from quiver.flight_server.errors import InvalidArgument
-from quiver.flight_server.sql.catalog import CATALOG, split_name
+from quiver.flight_server.errors import InvalidArgument, NotFound
+from quiver.flight_server.sql.catalog import CATALOG, dataset_names, schemas_of, split_name
 from quiver.flight_server.sql.messages import sql
 from quiver.format.dataset.merge_insert import primary_key
 
@@ -211,7 +211,7 @@ class Metadata:
         match = like(_optional(command, "db_schema_filter_pattern"))
         if not _catalog_matches(_optional(command, "catalog")):
             return DB_SCHEMAS_SCHEMA.empty_table()
-        names = sorted({"public"} | {split_name(d.name)[0] for d in self._datasets()})
+        names = sorted(schemas_of(d.name for d in self._datasets()))
         names = [n for n in names if match(n)]
         return pa.table([[CATALOG] * len(names), names], schema=DB_SCHEMAS_SCHEMA)
 
@@ -246,10 +246,9 @@ class Metadata:
         schema = _optional(command, "db_schema") or "public"
         if not _catalog_matches(_optional(command, "catalog")):
             return PRIMARY_KEYS_SCHEMA.empty_table()
-        found = [d for d in self._datasets() if split_name(d.name) == (schema, command.table)]
-        if not found:
+        ds = self._readable(schema, command.table)
+        if ds is None:
             return PRIMARY_KEYS_SCHEMA.empty_table()
-        ds = self.service.handles.open_current(found[0].name)
         key = primary_key(ds.lance_schema)
         n = len(key)
         return pa.table(
@@ -263,6 +262,18 @@ class Metadata:
             ],
             schema=PRIMARY_KEYS_SCHEMA,
         )
+
+    def _readable(self, schema: str, table: str) -> Any:
+        """The dataset `schema.table` names, as a query resolves it, if the caller may read
+        it (None otherwise, or when there is none)."""
+        for name in dataset_names(schema, table):
+            if not self.service.may_read(self.identity, name):
+                continue
+            try:
+                return self.service.handles.open_current(name)
+            except (InvalidArgument, NotFound):
+                continue
+        return None
 
 
 def _optional(message: Any, name: str) -> str | None:

@@ -78,9 +78,6 @@ class _Scan:
     def count_rows(self) -> int:
         return self._scanner.count_rows()
 
-    def memory_estimate(self) -> int:
-        return self._scanner.memory_estimate()
-
 
 class _FragmentGroup:
     """Several fragments scanned one after another: one partition of the engine's scan."""
@@ -120,15 +117,6 @@ class QuiverTable(pads.Dataset):
         self._step_bytes = step_bytes
         # (i, n): only the i-th of the n fragment groups `get_fragments` deals, as one group
         self._part = part
-
-    @property
-    def dataset(self) -> LanceDataset:
-        """The dataset version this table reads."""
-        return self._ds
-
-    @property
-    def version(self) -> int:
-        return self._ds.version
 
     @property
     def schema(self) -> pa.Schema:  # type: ignore[override]

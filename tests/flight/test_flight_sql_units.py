@@ -106,3 +106,27 @@ def test_recent_plans_are_reused_only_while_their_tables_are_unchanged(tmp_path)
     assert [
         b.to_pylist() for b in engine.stream(engine.plan(query, None, pins=first.versions))
     ] == [[{"s": 6}]]
+
+
+def test_primary_keys_answer_the_dataset_a_query_would_read(tmp_path) -> None:
+    from quiver.flight_server.service import DatasetService
+    from quiver.flight_server.sql.metadata import PRIMARY_KEYS_SCHEMA, Metadata
+    from quiver.format.dataset import write_dataset
+
+    key = pa.field(
+        "k", pa.int64(), nullable=False, metadata={"lance-schema:unenforced-primary-key": "true"}
+    )
+    write_dataset(
+        pa.table({"k": [1], "v": [2]}, schema=pa.schema([key, ("v", pa.int64())])),
+        str(tmp_path / "t.lance"),
+    )
+    write_dataset(pa.table({"k": [1]}), str(tmp_path / "public" / "t.lance"))  # shadowed by t
+    meta = Metadata(DatasetService(str(tmp_path)), None, "1")
+    got = meta.answer(sql.CommandGetPrimaryKeys(table="t"))
+    assert got.schema == PRIMARY_KEYS_SCHEMA
+    assert got.to_pylist() == [
+        {"catalog_name": "quiver", "db_schema_name": "public", "table_name": "t",
+         "column_name": "k", "key_sequence": 1, "key_name": None}
+    ]  # fmt: skip
+    for table in ("nothere", "../t", ""):
+        assert meta.answer(sql.CommandGetPrimaryKeys(table=table)).num_rows == 0

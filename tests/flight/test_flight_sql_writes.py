@@ -75,6 +75,9 @@ def test_ingest_with_a_bad_stream_commits_nothing(served, conn) -> None:
             cur.adbc_ingest("typed", pa.table({"other": [1, 2]}), mode="append")
         with pytest.raises(adbc_driver_manager.ProgrammingError, match="invalid dataset name"):
             cur.adbc_ingest("../escape", facts_table(5), mode="create")
+    with conn.cursor() as cur:
+        with pytest.raises(adbc_driver_manager.ProgrammingError, match="catalog 'other'"):
+            cur.adbc_ingest("typed", facts_table(5), mode="append", catalog_name="other")
     assert lance.dataset(str(root / "typed.lance")).version == version
 
 
@@ -200,6 +203,7 @@ BAD_CHANGES = {
     'DELETE FROM "dims@v1"': "names a version",
     "MERGE INTO dims AS t USING dims AS s ON t.grp < s.grp WHEN MATCHED THEN DELETE": "equalities",
     "DELETE FROM dims WHERE": "SQL",
+    "DELETE FROM elsewhere.public.dims": "NOT_FOUND.*catalog 'elsewhere' does not exist",
 }
 
 
