@@ -13,6 +13,10 @@ The auth file is JSON (``--auth-file`` / ``QUIVER_AUTH_FILE``)::
 - ``password`` is a salted hash made by :func:`hash_password` (``quiver hash-password``):
   ``scrypt$N$r$p$salt$hash`` or ``pbkdf2_sha256$iterations$salt$hash`` (base64 salt and
   hash). Plain-text passwords are refused.
+- ``api_keys`` (optional): hashes of long-lived API keys that stand for the user, made by
+  ``quiver api-key`` (``sha256$<hex>``; the key itself is random, shown once and stored
+  nowhere). A key is sent as ``authorization: Bearer <key>`` (or, to the REST namespace,
+  ``x-api-key: <key>``) instead of a token.
 - ``read`` / ``write`` are lists of glob patterns (``fnmatch``: ``*`` also matches ``/``,
   so ``team/*`` covers every dataset under ``team/``) matched against dataset names. Write
   does not imply read. Both default to ``[]``.
@@ -85,6 +89,7 @@ _USER_RE = re.compile(r"^[A-Za-z0-9_.@+-]{1,128}$")
 _SCRYPT_DEFAULTS = (2**14, 8, 1)
 _PBKDF2_DEFAULT_ITERATIONS = 600_000
 _TOKEN_PREFIX = "q1"
+_API_KEY_HASH = re.compile(r"sha256\$[0-9a-f]{64}")
 
 
 class AuthFileError(ValueError):
@@ -168,6 +173,7 @@ class UserEntry:
     password_hash: str
     read: tuple[str, ...]
     write: tuple[str, ...]
+    api_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -221,7 +227,7 @@ def parse_auth_config(data: Any) -> AuthConfig:
             raise AuthFileError(f"invalid user name {name!r} (letters, digits, _.@+-)")
         if not isinstance(entry, dict):
             raise AuthFileError(f"user {name!r}: entry must be an object")
-        bad = set(entry) - {"password", "read", "write"}
+        bad = set(entry) - {"password", "read", "write", "api_keys"}
         if bad:
             raise AuthFileError(f"user {name!r}: unknown key(s) {sorted(bad)}")
         pw = entry.get("password")
@@ -231,11 +237,20 @@ def parse_auth_config(data: Any) -> AuthConfig:
             _parse_hash(pw)
         except ValueError as e:
             raise AuthFileError(f"user {name!r}: {e}") from None
+        keys = entry.get("api_keys") or []
+        if not isinstance(keys, list) or not all(
+            isinstance(k, str) and _API_KEY_HASH.fullmatch(k) for k in keys
+        ):
+            raise AuthFileError(
+                f"user {name!r}: 'api_keys' must list sha256$<64 hex digits> hashes "
+                "(quiver api-key)"
+            )
         users[name] = UserEntry(
             name,
             pw,
             _patterns(name, "read", entry.get("read")),
             _patterns(name, "write", entry.get("write")),
+            tuple(keys),
         )
     return AuthConfig(users, secret.encode("utf-8") if secret else None)
 
@@ -350,6 +365,18 @@ class Authenticator:
             raise _unauthenticated("invalid user name or password")
         return Identity(entry.name, entry.read, entry.write)
 
+    # -- API keys
+    def check_api_key(self, key: str) -> Identity:
+        """The identity an API key stands for, else FlightUnauthenticatedError."""
+        digest = api_key_hash(key)
+        for entry in self.config.users.values():
+            if any(hmac.compare_digest(digest, k) for k in entry.api_keys):
+                return Identity(entry.name, entry.read, entry.write)
+        log.info("authentication failed: unknown API key")
+        raise _unauthenticated(
+            "invalid bearer token (neither a token this server issued nor a known API key)"
+        )
+
     # -- tokens
     def _mac(self, payload: bytes, entry: UserEntry) -> bytes:
         msg = payload + b"\0" + entry.password_hash.encode("utf-8")
@@ -406,6 +433,8 @@ class Authenticator:
         scheme, _, credentials = value.strip().partition(" ")
         credentials = credentials.strip()
         if scheme.lower() == "bearer" and credentials:
+            if not credentials.startswith(f"{_TOKEN_PREFIX}."):
+                return self.check_api_key(credentials), None
             return self.check_token(credentials), None
         if scheme.lower() == "basic" and credentials:
             # Go's Flight client (ADBC's Flight SQL driver) leaves out the padding
@@ -508,6 +537,17 @@ def readable(identity: Identity | None, datasets: Iterable[str]) -> list[str]:
 
 
 # --------------------------------------------------------------------------- CLI helper
+
+
+def api_key_hash(key: str) -> str:
+    """What the auth file stores of an API key (keys are random: a plain hash suffices)."""
+    return "sha256$" + hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def new_api_key() -> tuple[str, str]:
+    """A fresh random API key and its hash for the auth file."""
+    key = "qk_" + secrets.token_urlsafe(32)
+    return key, api_key_hash(key)
 
 
 def main(argv: list[str] | None = None) -> int:

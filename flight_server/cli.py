@@ -4,6 +4,7 @@
     quiver inspect PATH_OR_URI [--version N|TAG]
     quiver demo --root ./data        # create the demo dataset if the root has none
     quiver hash-password [--pbkdf2]  # read a password (prompt or stdin), print its hash
+    quiver api-key                   # print a new API key and the hash for the auth file
 
 Without a subcommand, the arguments are those of `serve`; every `serve` flag can also
 come from a `QUIVER_*` environment variable (see `flight_server.config`).
@@ -29,7 +30,7 @@ from quiver.flight_server.config import ConfigError, ServerConfig, add_serve_arg
 from quiver.format.dataset import dataset  # noqa: E402
 from quiver.format.errors import LanceError  # noqa: E402
 
-COMMANDS = ("serve", "inspect", "demo", "hash-password")
+COMMANDS = ("serve", "inspect", "demo", "hash-password", "api-key")
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -120,11 +121,31 @@ def _serve(args: argparse.Namespace) -> int:
             server.shutdown()
             return 1
 
+    namespace = None
+    if config.namespace_port is not None:
+        from quiver.flight_server.namespace import start_namespace
+
+        try:
+            namespace = start_namespace(config, server.service, server.authenticator)
+        except Exception as e:  # noqa: BLE001 - e.g. the port is taken
+            print(
+                f"quiver: cannot serve the namespace on port {config.namespace_port}: {e}",
+                file=sys.stderr,
+            )
+            if metrics is not None:
+                metrics.stop()
+            if health is not None:
+                health.stop(0)
+            server.shutdown()
+            return 1
+
     def ready() -> None:
         where = ", ".join(server.locations)
         extra = f"; health on {config.host}:{health.port}" if health is not None else ""
         if metrics is not None:
             extra += f"; metrics on http://{config.host}:{metrics.port}/metrics"
+        if namespace is not None:
+            extra += f"; namespace on {namespace.url}"
         print(f"quiver: serving {config.root} at {where}{extra} (Ctrl-C stops)", file=sys.stderr)
         sys.stderr.flush()
 
@@ -140,18 +161,36 @@ def _serve(args: argparse.Namespace) -> int:
             health_server=health,
             drain_seconds=config.drain_seconds,
             on_ready=ready,
-            on_drain=lambda: server.service.set_serving(False),
+            on_drain=lambda: _draining(server, namespace),
             still_wanted=still_wanted,
         )
     finally:
+        if namespace is not None:
+            namespace.stop()
         if metrics is not None:
             metrics.stop()
+
+
+def _draining(server: Any, namespace: Any) -> None:
+    """Mark every front door not serving: new calls are refused, running ones finish."""
+    server.service.set_serving(False)
+    if namespace is not None:
+        namespace.app.serving = False
 
 
 def _hash_password(args: argparse.Namespace) -> int:
     from quiver.flight_server.auth import main as hash_main
 
     return hash_main(["--pbkdf2"] if args.pbkdf2 else [])
+
+
+def _api_key(args: argparse.Namespace) -> int:
+    from quiver.flight_server.auth import new_api_key
+
+    key, digest = new_api_key()
+    print(f"API key (give it to the client; it is not stored): {key}")
+    print(f'for the user\'s entry in the auth file: "api_keys": ["{digest}"]')
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -188,6 +227,10 @@ def add_commands(sub: Any) -> None:
     )
     p.add_argument("--pbkdf2", action="store_true", help="pbkdf2_sha256 instead of scrypt")
     p.set_defaults(func=_hash_password)
+    p = sub.add_parser(
+        "api-key", help="print a new random API key and the hash to put in the auth file"
+    )
+    p.set_defaults(func=_api_key)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,6 +14,12 @@ A flag wins over its environment variable, which wins over the default:
 | --token-ttl SECONDS         | QUIVER_TOKEN_TTL               | 3600          |
 | --health-port PORT          | QUIVER_HEALTH_PORT             | none (no health port; 0: any) |
 | --metrics-port PORT         | QUIVER_METRICS_PORT            | none (no metrics; 0: any) |
+| --namespace-port PORT       | QUIVER_NAMESPACE_PORT          | none (no REST namespace; 0: any) |
+| --namespace-max-body SIZE   | QUIVER_NAMESPACE_MAX_BODY      | 256MiB        |
+| --managed-versioning        | QUIVER_MANAGED_VERSIONING      | off           |
+| --vend-credentials MODE     | QUIVER_VEND_CREDENTIALS        | none (static, sts) |
+| --vend-seconds SECONDS      | QUIVER_VEND_SECONDS            | 3600          |
+| --vend-role-arn ARN         | QUIVER_VEND_ROLE_ARN           | none (sts: GetSessionToken) |
 | --drain-seconds SECONDS     | QUIVER_DRAIN_SECONDS           | 30            |
 | --max-rows-per-endpoint N   | QUIVER_MAX_ROWS_PER_ENDPOINT   | none (1 endpoint per fragment) |
 | --batch-size N              | QUIVER_BATCH_SIZE              | 1048576 (and ~8 MiB) |
@@ -40,6 +46,12 @@ codes); one that does not fit waits for others to finish. SIZE is bytes, or a nu
 a unit: KiB/MiB/GiB/TiB and the bare K/M/G/T (or Ki/Mi/Gi/Ti) are binary (1M = 1048576),
 KB/MB/GB/TB are decimal (1MB = 1000000); case does not matter and an optional "B" may
 follow.
+
+--namespace-port serves the Lance REST Namespace (`flight_server.namespace`) over HTTP (HTTPS
+with the TLS flags) on that port of --host, with the same auth file and rights. With
+--managed-versioning, namespace clients (pylance) commit through Quiver's CreateTableVersion.
+--vend-credentials hands clients of an S3 root credentials with their table locations:
+`static` the server's own, `sts` temporary ones from STS lasting --vend-seconds.
 
 --sql-memory caps what SQL queries (Flight SQL) hold together in their sorts, aggregations
 and joins; beyond it they spill to files under --spill-dir.
@@ -83,6 +95,9 @@ DEFAULT_MEMORY_BUDGET = 104 * 1024 * 1024
 DEFAULT_SQL_MEMORY = 256 * 1024 * 1024
 MIN_SQL_MEMORY = 64 * 1024 * 1024  # below this, a sort of one scan step may not fit
 DEFAULT_STAGED_TTL = 24 * 3600
+DEFAULT_NAMESPACE_MAX_BODY = 256 * 1024 * 1024
+DEFAULT_VEND_SECONDS = 3600
+VEND_MODES = ("none", "static", "sts")
 DEFAULT_SWEEP_INTERVAL = 600
 MIN_STAGED_TTL = 60
 _SCHEMES = ("grpc", "grpc+tcp", "grpc+tls")
@@ -128,6 +143,12 @@ class ServerConfig:
     token_ttl: float = DEFAULT_TOKEN_TTL
     health_port: int | None = None
     metrics_port: int | None = None
+    namespace_port: int | None = None
+    namespace_max_body: int = DEFAULT_NAMESPACE_MAX_BODY
+    managed_versioning: bool = False
+    vend_credentials: str = "none"
+    vend_seconds: int = DEFAULT_VEND_SECONDS
+    vend_role_arn: str | None = None
     drain_seconds: float = DEFAULT_DRAIN_SECONDS
     max_rows_per_endpoint: int | None = None
     batch_size: int | None = DEFAULT_BATCH_SIZE
@@ -201,6 +222,23 @@ class ServerConfig:
             not isinstance(self.metrics_port, int) or not 0 <= self.metrics_port <= 65535
         ):
             raise ConfigError(f"--metrics-port must be 0..65535, not {self.metrics_port!r}")
+        if self.namespace_port is not None and (
+            not isinstance(self.namespace_port, int) or not 0 <= self.namespace_port <= 65535
+        ):
+            raise ConfigError(f"--namespace-port must be 0..65535, not {self.namespace_port!r}")
+        if not isinstance(self.namespace_max_body, int) or self.namespace_max_body < 1024:
+            raise ConfigError(
+                f"--namespace-max-body must be >= 1024 bytes, not {self.namespace_max_body!r}"
+            )
+        if self.vend_credentials not in VEND_MODES:
+            raise ConfigError(
+                f"--vend-credentials must be one of {', '.join(VEND_MODES)}, "
+                f"not {self.vend_credentials!r}"
+            )
+        if not isinstance(self.vend_seconds, int) or not 900 <= self.vend_seconds <= 43200:
+            raise ConfigError(
+                f"--vend-seconds must be 900..43200 (STS's limits), not {self.vend_seconds!r}"
+            )
         if not isinstance(self.drain_seconds, (int, float)) or self.drain_seconds < 0:
             raise ConfigError(f"--drain-seconds must be >= 0, not {self.drain_seconds!r}")
         for name in ("max_rows_per_endpoint", "batch_size"):
@@ -326,6 +364,17 @@ class ServerConfig:
             token_ttl=number("token_ttl", "QUIVER_TOKEN_TTL", DEFAULT_TOKEN_TTL),
             health_port=integer("health_port", "QUIVER_HEALTH_PORT", None),
             metrics_port=integer("metrics_port", "QUIVER_METRICS_PORT", None),
+            namespace_port=integer("namespace_port", "QUIVER_NAMESPACE_PORT", None),
+            namespace_max_body=size(
+                "namespace_max_body", "QUIVER_NAMESPACE_MAX_BODY", DEFAULT_NAMESPACE_MAX_BODY
+            ),
+            managed_versioning=bool(getattr(ns, "managed_versioning", False))
+            or (env.get("QUIVER_MANAGED_VERSIONING") or "").lower() in ("1", "true", "yes"),
+            vend_credentials=(pick("vend_credentials", "QUIVER_VEND_CREDENTIALS") or "none"),
+            vend_seconds=integer(  # type: ignore[arg-type]
+                "vend_seconds", "QUIVER_VEND_SECONDS", DEFAULT_VEND_SECONDS
+            ),
+            vend_role_arn=pick("vend_role_arn", "QUIVER_VEND_ROLE_ARN"),
             drain_seconds=number("drain_seconds", "QUIVER_DRAIN_SECONDS", DEFAULT_DRAIN_SECONDS),
             max_rows_per_endpoint=integer(
                 "max_rows_per_endpoint", "QUIVER_MAX_ROWS_PER_ENDPOINT", None
@@ -395,6 +444,42 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PORT",
         help="serve Prometheus metrics over HTTP on this port of --host, 0 for any "
         "(env QUIVER_METRICS_PORT; default: none)",
+    )
+    a(
+        "--namespace-port",
+        metavar="PORT",
+        help="serve the Lance REST Namespace over HTTP on this port of --host, 0 for any "
+        "(env QUIVER_NAMESPACE_PORT; default: none)",
+    )
+    a(
+        "--namespace-max-body",
+        metavar="SIZE",
+        help="largest namespace request body, e.g. an Arrow stream to insert "
+        "(env QUIVER_NAMESPACE_MAX_BODY, default 256MiB)",
+    )
+    a(
+        "--managed-versioning",
+        action="store_true",
+        default=None,
+        help="namespace clients commit new versions through Quiver (CreateTableVersion) "
+        "(env QUIVER_MANAGED_VERSIONING=1)",
+    )
+    a(
+        "--vend-credentials",
+        metavar="MODE",
+        help="credentials handed to namespace clients of an S3 root: none, static (the "
+        "server's) or sts (temporary) (env QUIVER_VEND_CREDENTIALS, default none)",
+    )
+    a(
+        "--vend-seconds",
+        metavar="SECONDS",
+        help="lifetime of vended credentials (env QUIVER_VEND_SECONDS, default 3600)",
+    )
+    a(
+        "--vend-role-arn",
+        metavar="ARN",
+        help="with --vend-credentials sts: the role to assume (env QUIVER_VEND_ROLE_ARN; "
+        "default: GetSessionToken)",
     )
     a(
         "--drain-seconds",

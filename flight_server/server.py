@@ -559,6 +559,7 @@ def build_server(
     service = service or DatasetService.from_config(config)
     tls = load_tls(config)
     auth = load_auth(config, service)
+    factory = auth.get("middleware", {}).get(AUTH_MIDDLEWARE_KEY)
     drain = Drain()
     # Metrics: every factory's refusals counted; the metrics middleware goes last and also
     # counts running calls for the drain (one Python middleware per call, not two), so a
@@ -566,6 +567,8 @@ def build_server(
     middleware = instrument(auth.pop("middleware", {}), {**ACTIONS, **SQL_ACTIONS}, hooks=drain)
     server = QuiverFlightServer(config, service, **tls, **auth, middleware=middleware, drain=drain)
     watch_budget(server.budget)
+    # the other front doors (the REST namespace) check credentials the same way
+    server.authenticator = factory.authenticator if factory is not None else None
     logging.getLogger("quiver").info(
         "serving %s on %s:%d (advertised: %s; tls: %s; auth: %s; memory budget: %s)",
         service.root,

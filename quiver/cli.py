@@ -378,7 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         build_parser().parse_args(argv)  # prints every command's summary and exits
     if not argv or argv[0] not in PEOPLE:
-        return server_cli.main(argv)  # serve (the default), inspect, demo, hash-password
+        return server_cli.main(argv)  # serve (the default), inspect, demo, hash-password, api-key
     args = build_parser().parse_args(argv)
     from quiver.format.errors import LanceError
 
