@@ -59,6 +59,13 @@ def _real_path_below(root: str, real_root: str, path: str) -> str:
     return real
 
 
+def inside_root(root: str, path: str) -> bool:
+    """Whether local `path` (a path under `root`) resolves inside the root: no symbolic
+    link on its way leads out."""
+    real_root = _real_root(root)
+    return _inside(_real_path_below(root, real_root, path), real_root)
+
+
 def check_dataset_dir(root: str, path: str, name: str) -> None:
     """Refuse dataset `name` at local `path` when it, a directory on its way from `root`,
     or an entry of the dataset directory resolves outside where it belongs."""

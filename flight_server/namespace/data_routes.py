@@ -31,21 +31,15 @@ from quiver.wire.requests import WRITE
 _VECTOR = "vector"
 
 
-def _rows(call: Call) -> pa.RecordBatchReader:
-    """The request's Arrow IPC stream."""
+def _rows(call: Call) -> pa.Table:
+    """The request's Arrow IPC stream, read whole (the body is in memory already; batches
+    refer to its bytes) so a damaged or cut stream is refused before anything is written."""
     if not call.data:
         raise ne.invalid(f"{call.op}: the body must be an Arrow IPC stream (none was sent)")
     try:
-        return pa.ipc.open_stream(pa.BufferReader(call.data))
+        return pa.ipc.open_stream(pa.BufferReader(call.data)).read_all()
     except (pa.ArrowInvalid, OSError) as e:
-        raise ne.invalid(f"{call.op}: the body is not an Arrow IPC stream ({e})") from None
-
-
-def _checked(reader: pa.RecordBatchReader, op: str) -> Iterator[pa.RecordBatch]:
-    try:
-        yield from reader
-    except (pa.ArrowInvalid, OSError) as e:
-        raise ne.invalid(f"{op}: the Arrow IPC stream is damaged ({e})") from None
+        raise ne.invalid(f"{call.op}: the body is not a whole Arrow IPC stream ({e})") from None
 
 
 def _version(call: Call) -> int | None:
@@ -205,7 +199,7 @@ def create_table(ctx: Context, call: Call) -> dict[str, Any]:
     properties = check_properties(_json_param(call, "properties"), call.op)
     ctx.authorize(call.identity, name, WRITE)
     ctx.tree.require_namespace(call.parts[:-1])
-    reader = _rows(call)
+    rows = _rows(call)
     kind = ctx.tree.table_kind(call.parts)
     if kind == TABLE and mode != "overwrite":
         if mode == "create":
@@ -216,8 +210,8 @@ def create_table(ctx: Context, call: Call) -> dict[str, Any]:
     put_mode = "overwrite" if kind == TABLE else "create"
     result = ctx.service.put(
         PutRequest(name, mode=put_mode),
-        reader.schema,
-        _checked(reader, call.op),
+        rows.schema,
+        rows.to_batches(),
         identity=call.identity,
     )
     if properties:
@@ -254,11 +248,11 @@ def insert_into_table(ctx: Context, call: Call) -> dict[str, Any]:
     mode = (call.str("mode") or "append").lower()
     if mode not in ("append", "overwrite"):
         raise ne.invalid(f"{call.op}: 'mode' must be append or overwrite")
-    reader = _rows(call)
+    rows = _rows(call)
     result = ctx.service.put(
         PutRequest(name, mode=mode),
-        reader.schema,
-        _checked(reader, call.op),
+        rows.schema,
+        rows.to_batches(),
         identity=call.identity,
     )
     return {"num_inserted_rows": int(result.get("rows", 0)), "version": result["version"]}
@@ -280,11 +274,11 @@ def merge_insert_into_table(ctx: Context, call: Call) -> dict[str, Any]:
         delete_by_source=call.bool("when_not_matched_by_source_delete") or bool(by_source_filter),
         by_source_filter=by_source_filter,
     )
-    reader = _rows(call)
+    rows = _rows(call)
     result = ctx.service.put(
         PutRequest(name, merge=spec),
-        reader.schema,
-        _checked(reader, call.op),
+        rows.schema,
+        rows.to_batches(),
         identity=call.identity,
     )
     return {

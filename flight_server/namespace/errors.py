@@ -15,8 +15,6 @@ from typing import Any
 
 from quiver.flight_server.errors import Scrubber, classify, one_line
 from quiver.format.errors import (
-    DatasetAlreadyExistsError,
-    DatasetNotFoundError,
     IndexNotFoundError,
     TagNotFoundError,
     VersionNotFoundError,
@@ -87,28 +85,28 @@ _FROM_QUIVER = {
     "data_corrupt": INVALID_TABLE_STATE,
     "deadline_exceeded": SERVICE_UNAVAILABLE,
 }
-# engine errors that say what was missing or present, whatever the route
+# engine errors that say what was missing, whatever the route (a dataset missing or present
+# is the route's object: the engine also reports an existing tag as an existing dataset)
 _ENGINE_CODES: list[tuple[type[BaseException], int]] = [
     (VersionNotFoundError, VERSION_NOT_FOUND),
     (TagNotFoundError, TAG_NOT_FOUND),
     (IndexNotFoundError, INDEX_NOT_FOUND),
-    (DatasetNotFoundError, TABLE_NOT_FOUND),
-    (DatasetAlreadyExistsError, TABLE_ALREADY_EXISTS),
 ]
 
 
 class NamespaceError(Exception):
     """A failed namespace call: the spec's error code and a one-line message."""
 
-    def __init__(self, code: int, message: str) -> None:
+    def __init__(self, code: int, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = one_line(message)
+        self._status = status
 
     @property
     def status(self) -> int:
-        """The HTTP status this code is sent with."""
-        return STATUS.get(self.code, 500)
+        """The HTTP status this error is sent with (the code's, unless given)."""
+        return self._status or STATUS.get(self.code, 500)
 
     def body(self) -> dict[str, Any]:
         """The ErrorResponse JSON."""

@@ -27,7 +27,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow.flight as flight
 from aiohttp import web
 
 from quiver.flight_server import metrics
@@ -216,14 +215,18 @@ class NamespaceApp:
             query.setdefault(key, []).append(value)
         delimiter = request.query.get("delimiter") or None
         parts = split_id(request.match_info.get("id", ""), delimiter)
-        identity, token = self._identity(request)
+        loop = asyncio.get_running_loop()
+        # a password check is deliberately slow (scrypt): not on the event loop
+        identity, token = await loop.run_in_executor(self.pool, self._identity, request.headers)
         call = Call(route.op, parts, delimiter or "$", identity, query=query)
         if "index_name" in request.match_info:
             query["@index_name"] = [request.match_info["index_name"]]
         try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            raise ne.invalid(f"{route.op}: the body is larger than {self.max_body} bytes") from None
+            raise ne.NamespaceError(
+                ne.INVALID_INPUT, f"{route.op}: the body is larger than {self.max_body} bytes", 413
+            ) from None
         if route.body == ARROW:
             if raw and request.content_type not in _ARROW_TYPES:
                 raise ne.invalid(f"Expected request with `Content-Type: {ARROW_STREAM}`")
@@ -241,15 +244,18 @@ class NamespaceApp:
             check_body_id(body, parts)
         return call, token
 
-    def _identity(self, request: web.Request) -> tuple[Any, str | None]:
+    def _identity(self, headers: Any) -> tuple[Any, str | None]:
+        """(identity, a new token for Basic credentials) of a request's headers."""
         if self.authenticator is None:
             return None, None
-        values = request.headers.getall("Authorization", [])
-        if not values and request.headers.get("x-api-key"):
-            values = [f"Bearer {request.headers['x-api-key']}"]
+        values = headers.getall("Authorization", [])
+        if not values and headers.get("x-api-key"):
+            values = [f"Bearer {headers['x-api-key']}"]
         try:
             return self.authenticator.authenticate_headers({"authorization": values})
-        except flight.FlightUnauthenticatedError as e:
+        except Exception as e:  # noqa: BLE001 - the authenticator's errors are Flight errors
+            if getattr(e, "code", None) != "unauthenticated":
+                raise ne.translate(e, context="authentication") from None
             message = str(e).split(". Detail:")[0]
             raise ne.NamespaceError(ne.UNAUTHENTICATED, message) from None
 

@@ -68,6 +68,8 @@ def table_name(parts: list[str]) -> str:
 
 
 def _valid(name: str, parts: list[str]) -> None:
+    if any("/" in p for p in parts):
+        raise invalid(f"id {joined(parts)!r}: a part may not contain '/'")
     try:
         validate_name(name)
     except InvalidArgument as e:

@@ -23,6 +23,8 @@ from typing import Any
 
 from fsspec.implementations.local import LocalFileSystem
 
+from quiver.flight_server.confine import inside_root
+from quiver.flight_server.errors import PermissionDenied
 from quiver.flight_server.names import SUFFIX, discover
 from quiver.flight_server.namespace import errors as ne
 from quiver.flight_server.namespace.ids import joined, namespace_path, table_name
@@ -102,9 +104,17 @@ class NamespaceTree:
             f.write(data)
 
     # -- namespaces -----------------------------------------------------------------------
+    def _confined(self, path: str) -> bool:
+        """Whether a local path stays inside the root (symbolic links leading out do not:
+        a namespace behind one does not exist and cannot be made)."""
+        return not self.local or inside_root(self.base, path)
+
     def namespace_exists(self, parts: list[str]) -> bool:
         """Whether namespace `parts` exists (the root always does)."""
-        return not parts or self._isdir(self._path(namespace_path(parts)))
+        if not parts:
+            return True
+        path = self._path(namespace_path(parts))
+        return self._confined(path) and self._isdir(path)
 
     def require_namespace(self, parts: list[str], what: str = "namespace") -> None:
         """NamespaceNotFound unless namespace `parts` exists."""
@@ -115,7 +125,7 @@ class NamespaceTree:
         """The direct children of namespace `parts`, by name."""
         out = []
         for e in self._entries(self._path(namespace_path(parts))):
-            if e.get("type") != "directory":
+            if e.get("type") != "directory" or not self._confined(str(e["name"])):
                 continue
             seg = posixpath.basename(str(e["name"]).rstrip("/"))
             if seg.endswith(SUFFIX) and len(seg) > len(SUFFIX):
@@ -140,6 +150,10 @@ class NamespaceTree:
     def create_namespace(self, parts: list[str], properties: dict[str, str]) -> None:
         """Make namespace `parts` (its parent must exist) with these properties."""
         path = self._path(namespace_path(parts))
+        if not self._confined(path):
+            raise PermissionDenied(
+                f"namespace {joined(parts)!r} is a symbolic link leading outside the root"
+            )
         self._write_json(f"{path}/{NAMESPACE_FILE}", {"properties": properties})
 
     def remove_namespace(self, parts: list[str]) -> None:

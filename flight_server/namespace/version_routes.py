@@ -193,7 +193,7 @@ def _action(ctx: Context, call: Call, action: str, body: dict[str, Any], **codes
     try:
         return ctx.service.action(action, json.dumps(body).encode(), call.identity)
     except Exception as e:  # noqa: BLE001 - the route's object decides the code
-        raise ne.translate(e, ctx.handles.scrub, **codes) from None
+        raise ne.translate(e, ctx.service.scrubber_for(body["dataset"]), **codes) from None
 
 
 def create_tag(ctx: Context, call: Call) -> dict[str, Any]:
@@ -312,11 +312,8 @@ def table_stats(ctx: Context, call: Call) -> dict[str, Any]:
     name = _table(ctx, call)
     ds = ctx.handles.open_current(name)
     frags = ds.manifest.pb.fragments
-    lengths = sorted(
-        int(f.physical_rows)
-        - (int(f.deletion_file.num_deleted_rows) if f.HasField("deletion_file") else 0)
-        for f in frags
-    )
+    # as pylance counts them: rows stored in each fragment, deleted ones included
+    lengths = sorted(int(f.physical_rows) for f in frags)
     out: dict[str, Any] = {
         "total_bytes": sum(int(df.file_size_bytes) for f in frags for df in f.files),
         "num_rows": sum(lengths),
