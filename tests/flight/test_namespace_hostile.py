@@ -133,8 +133,9 @@ def test_random_requests_never_break_the_server(
     rng = random.Random(41)
     ids = ["ns", "ns%24t", "%24", "ns%24nope", "..", "%2e%2e%24x", "a" * 300, "ns%24t%24t", "%00"]
     values: list[object] = [None, 0, -5, 2**70, "", "x" * 50, [], {}, [1, "a"], {"a": None}, True]
-    keys = ["k", "vector", "filter", "columns", "version", "tag", "predicate", "updates", "id",
-            "mode", "properties", "new_table_name", "manifest_path", "column", "index_type"]  # fmt: skip
+    keys = ["k", "vector", "filter", "columns", "version", "tag", "predicate", "updates",
+            "id", "mode", "properties", "new_table_name", "manifest_path", "column",
+            "index_type"]  # fmt: skip
     sent = 0
     for _ in range(300):
         route = rng.choice(ROUTES)
