@@ -381,3 +381,66 @@ def test_flight_sql_on_s3_root(s3):
         assert _sorted(left).equals(_sorted(data.filter(pc.field("id") >= 50)))
     finally:
         server.shutdown()
+
+
+@pytest.mark.parametrize("vend", ["static", "sts"])
+def test_namespace_on_s3_root_vends_what_clients_need(s3, vend):
+    """pylance, given nothing but the namespace's URL, writes and reads an S3 table with the
+    location and storage options (endpoint, region, vended credentials) DescribeTable
+    answers; Flight reads what it wrote."""
+    import time
+
+    import lance.namespace as lns
+    from lance_namespace import CreateNamespaceRequest, DescribeTableRequest, ListNamespacesRequest
+
+    from quiver.flight_server.config import ServerConfig
+    from quiver.flight_server.namespace import start_namespace
+    from quiver.flight_server.server import build_server
+
+    root = f"s3://bucket/ns-{uuid.uuid4().hex[:8]}"
+    config = ServerConfig(
+        root=root,
+        port=0,
+        storage_options=s3,
+        ticket_key=b"s3-tests-ticket-key-0123456789",
+        namespace_port=0,
+        vend_credentials=vend,
+        vend_seconds=900,
+    )
+    server = build_server(config)
+    namespace = start_namespace(config, server.service, server.authenticator)
+    try:
+        ns = lns.RestNamespace(uri=namespace.url)
+        ns.create_namespace(CreateNamespaceRequest(id=["team"]))
+        ns.create_namespace(CreateNamespaceRequest(id=["empty"]))
+        assert ns.list_namespaces(ListNamespacesRequest(id=[])).namespaces == ["empty", "team"]
+        data = _table(120)
+        lance.write_dataset(data, namespace_client=ns, table_id=["team", "t"], mode="create")
+        lance.write_dataset(
+            _table(30, 120), namespace_client=ns, table_id=["team", "t"], mode="append"
+        )
+        got = lance.dataset(namespace_client=ns, table_id=["team", "t"]).to_table()
+        assert _sorted(got).equals(_sorted(pa.concat_tables([data, _table(30, 120)])))
+
+        described = ns.describe_table(DescribeTableRequest(id=["team", "t"]))
+        assert described.location == f"{root}/team/t.lance"
+        options = described.storage_options
+        assert options["aws_endpoint"] == s3["client_kwargs"]["endpoint_url"]
+        assert options["allow_http"] == "true" and options["aws_region"] == "us-east-1"
+        expires = int(options["expires_at_millis"]) / 1000
+        assert time.time() + 600 < expires <= time.time() + 901
+        if vend == "static":
+            assert options["aws_access_key_id"] == "testing"
+        else:
+            assert options["aws_session_token"] and options["aws_access_key_id"] != "testing"
+
+        client = fl.connect(server.locations[0])
+        try:
+            ticket = client.get_flight_info(fl.FlightDescriptor.for_path("team", "t"))
+            rows = sum(client.do_get(e.ticket).read_all().num_rows for e in ticket.endpoints)
+            assert rows == 150
+        finally:
+            client.close()
+    finally:
+        namespace.stop()
+        server.shutdown()

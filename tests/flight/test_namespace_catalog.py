@@ -1,0 +1,129 @@
+"""Namespace and table metadata semantics the clients rely on: create modes, properties,
+paging, cascading drops, declared tables, registration of a table's own location."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+from namespace_helpers import ARROW, Served, call, ipc_stream, namespace_server
+
+ROWS = pa.table({"id": pa.array([1, 2], pa.int64())})
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    with namespace_server(tmp_path_factory.mktemp("catalog")) as s:
+        yield s
+
+
+def _create_table(served: Served, table_id: str) -> None:
+    a = call(
+        served.url, "POST", f"/v1/table/{table_id}/create", ipc_stream(ROWS), content_type=ARROW
+    )
+    assert a.status == 200, a.data
+
+
+def test_create_modes_and_properties(served: Served) -> None:
+    url = served.url
+    assert call(url, "POST", "/v1/namespace/p/create", {"properties": {"owner": "ana"}}).json == {
+        "properties": {"owner": "ana"}
+    }
+    assert call(url, "POST", "/v1/namespace/p/describe", {}).json == {
+        "properties": {"owner": "ana"}
+    }
+    assert call(url, "POST", "/v1/namespace/p/create", {"mode": "ExistOk"}).status == 200
+    again = call(
+        url, "POST", "/v1/namespace/p/create", {"mode": "Overwrite", "properties": {"a": "b"}}
+    )
+    assert again.status == 200
+    assert call(url, "POST", "/v1/namespace/p/describe", {}).json == {"properties": {"a": "b"}}
+    assert call(url, "POST", "/v1/namespace/p/create", {"mode": "Create"}).code == 2
+
+
+def test_paging_lists(served: Served) -> None:
+    for name in ("pg1", "pg2", "pg3"):
+        assert call(served.url, "POST", f"/v1/namespace/{name}/create", {}).status == 200
+    for t in ("a", "b", "c"):
+        _create_table(served, f"pg1%24{t}")
+    seen, token = [], None
+    while True:
+        query = "limit=2" + (f"&page_token={token}" if token else "")
+        page = call(served.url, "GET", f"/v1/namespace/pg1/table/list?{query}").json
+        seen += page["tables"]
+        token = page.get("page_token")
+        if not token:
+            break
+    assert seen == ["a", "b", "c"]
+    first = call(served.url, "GET", "/v1/namespace/%24/list?limit=1").json
+    assert len(first["namespaces"]) == 1 and first["page_token"] == first["namespaces"][0]
+
+
+def test_declared_tables(served: Served) -> None:
+    url = served.url
+    call(url, "POST", "/v1/namespace/d/create", {})
+    declared = call(url, "POST", "/v1/table/d%24later/declare", {"properties": {"team": "x"}})
+    assert declared.json["properties"] == {"team": "x"}
+    assert call(url, "GET", "/v1/namespace/d/table/list").json == {"tables": ["later"]}
+    hidden = call(url, "GET", "/v1/namespace/d/table/list?include_declared=false")
+    assert hidden.json == {"tables": []}
+    described = call(url, "POST", "/v1/table/d%24later/describe", {"check_declared": True}).json
+    assert described["is_only_declared"] is True and described["properties"] == {"team": "x"}
+    assert call(url, "POST", "/v1/table/d%24later/count_rows", {}).json == 0
+    # a create turns it into a table, keeping its properties
+    _create_table(served, "d%24later")
+    described = call(url, "POST", "/v1/table/d%24later/describe", {"check_declared": True}).json
+    assert described["is_only_declared"] is False and described["properties"] == {"team": "x"}
+    assert call(url, "POST", "/v1/table/d%24later/count_rows", {}).json == 2
+    # a declared location elsewhere is refused: Quiver keeps the layout
+    elsewhere = call(url, "POST", "/v1/table/d%24other/declare", {"location": "/data/x.lance"})
+    assert elsewhere.code == 0
+
+
+def test_register_the_tables_own_location(served: Served) -> None:
+    url = served.url
+    call(url, "POST", "/v1/namespace/r/create", {})
+    _create_table(served, "r%24t")
+    own = call(
+        url, "POST", "/v1/table/r%24t/register", {"location": "r/t.lance", "properties": {"k": "v"}}
+    )
+    assert own.status == 200, own.data
+    assert call(url, "POST", "/v1/table/r%24t/describe", {}).json["properties"] == {"k": "v"}
+    assert call(url, "POST", "/v1/table/r%24none/register", {"location": "r/none.lance"}).code == 13
+
+
+def test_drop_namespace_cascade(served: Served) -> None:
+    url = served.url
+    call(url, "POST", "/v1/namespace/c/create", {})
+    call(url, "POST", "/v1/namespace/c%24inner/create", {})
+    _create_table(served, "c%24inner%24t")
+    assert call(url, "POST", "/v1/namespace/c/drop", {}).code == 3
+    assert call(url, "POST", "/v1/namespace/c/drop", {"behavior": "Cascade"}).status == 200
+    assert not (served.root / "c").exists()
+    assert call(url, "POST", "/v1/namespace/c/drop", {"mode": "Skip"}).status == 200
+    assert call(url, "POST", "/v1/namespace/c/drop", {}).code == 1
+
+
+def test_rename_across_namespaces(served: Served) -> None:
+    url = served.url
+    call(url, "POST", "/v1/namespace/from/create", {})
+    call(url, "POST", "/v1/namespace/to/create", {})
+    _create_table(served, "from%24t")
+    _create_table(served, "to%24taken")
+    taken = call(
+        url,
+        "POST",
+        "/v1/table/from%24t/rename",
+        {"new_table_name": "taken", "new_namespace_id": ["to"]},
+    )
+    assert taken.code == 5
+    moved = call(
+        url,
+        "POST",
+        "/v1/table/from%24t/rename",
+        {"new_table_name": "u", "new_namespace_id": ["to"]},
+    )
+    assert moved.status == 200
+    assert call(url, "POST", "/v1/table/to%24u/count_rows", {}).json == 2
+    assert call(url, "POST", "/v1/table/from%24t/exists", {}).code == 4
