@@ -24,7 +24,17 @@ $(NODE_STAMP): clients/node/package.json clients/node/package-lock.json
 	cd clients/node && npm ci --no-audit --no-fund
 	touch $(NODE_STAMP)
 
-test: $(STAMP) $(NODE_STAMP)
+# DuckDB's lance extension (a third-party client of the REST namespace) is built for DuckDB
+# 1.5.5 only, older than the DuckDB the Flight SQL tests use: it gets a virtual environment
+# of its own, which tests/flight/test_namespace_duckdb.py runs.
+DUCKDB_LANCE := .venv-duckdb-lance
+DUCKDB_STAMP := $(DUCKDB_LANCE)/.installed
+$(DUCKDB_STAMP):
+	test -x $(DUCKDB_LANCE)/bin/python || $(PYTHON) -m venv $(DUCKDB_LANCE)
+	$(DUCKDB_LANCE)/bin/pip install --quiet duckdb==1.5.5 duckdb-extension-lance==1.5.5
+	touch $(DUCKDB_STAMP)
+
+test: $(STAMP) $(NODE_STAMP) $(DUCKDB_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) scripts/gen_protos.py --check
@@ -106,4 +116,4 @@ serve: $(STAMP)
 	$(PY) -m quiver serve --root $(ROOT) --host $(HOST) --port $(PORT)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache build format/_kernels.*.so
+	rm -rf $(VENV) $(DUCKDB_LANCE) .pytest_cache .ruff_cache build format/_kernels.*.so

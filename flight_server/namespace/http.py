@@ -36,7 +36,7 @@ from quiver.flight_server.namespace import errors as ne
 from quiver.flight_server.namespace import version_routes as vr
 from quiver.flight_server.namespace.calls import ArrowFile, Call, Empty
 from quiver.flight_server.namespace.context import Context
-from quiver.flight_server.namespace.ids import check_body_id, split_id
+from quiver.flight_server.namespace.ids import DEFAULT_DELIMITER, check_body_id, split_id
 
 log = logging.getLogger("quiver.namespace")
 
@@ -191,6 +191,7 @@ class NamespaceApp:
             code = _METRIC_CODES.get(e.code, "internal")
             return _error(e, headers)
         finally:
+            log.debug("%s %s -> %s", request.method, request.path_qs, code)
             rpc = f"namespace:{route.op}"
             metrics.REQUESTS.labels(rpc, code).inc()
             metrics.DURATION.labels(rpc).observe(time.perf_counter() - started)
@@ -241,7 +242,7 @@ class NamespaceApp:
             if not isinstance(body, dict):
                 raise ne.invalid(f"{route.op}: the request body must be a JSON object")
             call.body = body
-            check_body_id(body, parts)
+            check_body_id(body, parts, delimiter or DEFAULT_DELIMITER)
         return call, token
 
     def _identity(self, headers: Any) -> tuple[Any, str | None]:

@@ -33,14 +33,16 @@ def joined(parts: list[str], delimiter: str = DEFAULT_DELIMITER) -> str:
     return delimiter.join(parts) or delimiter
 
 
-def check_body_id(body: dict[str, Any], parts: list[str]) -> None:
-    """Refuse a body whose ``id`` names another object than the route."""
+def check_body_id(body: dict[str, Any], parts: list[str], delimiter: str) -> None:
+    """Refuse a body whose ``id`` names another object than the route. Parts joined by the
+    delimiter name the same object as the parts (DuckDB's lance extension sends
+    ``["ns$table"]``)."""
     given = body.get("id")
     if given is None:
         return
     if not isinstance(given, list) or not all(isinstance(p, str) for p in given):
         raise invalid("request body 'id' must be a list of strings")
-    if [p for p in given if p] != parts:
+    if [q for p in given for q in p.split(delimiter) if q] != parts:
         raise invalid(f"request body names {given!r}, the route names {parts!r}")
 
 
