@@ -21,7 +21,8 @@ DUCKDB_PYTHON = ROOT / ".venv-duckdb-lance" / "bin" / "python"
 SCRIPT = """
 import glob, json, sys
 import duckdb
-ext = glob.glob(sys.prefix + "/lib/python3*/site-packages/duckdb_extension_lance/extensions/*/lance.duckdb_extension")[0]
+site = sys.prefix + "/lib/python3*/site-packages/duckdb_extension_lance"
+ext = glob.glob(site + "/extensions/*/lance.duckdb_extension")[0]
 def connect():
     con = duckdb.connect(config={"allow_unsigned_extensions": "true"})
     con.sql(f"LOAD '{ext}'")
