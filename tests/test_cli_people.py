@@ -129,10 +129,15 @@ def test_every_command_has_help() -> None:
 
 def _with_terminal_stderr(*args: str) -> tuple[int, str, str]:
     """Run `quiver` with stderr on a pseudo-terminal, as a person at a terminal sees it."""
+    import fcntl
     import os
     import pty
+    import struct
+    import termios
 
     main, replica = pty.openpty()
+    # a terminal's size, as a person's has (tqdm draws its bar to the width)
+    fcntl.ioctl(replica, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
     try:
         done = subprocess.run(
             [sys.executable, "-m", "quiver", *args],

@@ -30,6 +30,7 @@ class Call:
     body: dict[str, Any] = field(default_factory=dict)
     data: bytes | None = None
     query: dict[str, list[str]] = field(default_factory=dict)
+    path: dict[str, str] = field(default_factory=dict)  # the route's other parts (index_name)
 
     @property
     def id_text(self) -> str:

@@ -157,6 +157,17 @@ def table_of(ctx: Context, call: Call, right: str = READ) -> tuple[str, str]:
     return name, kind
 
 
+def existing_table(ctx: Context, call: Call, right: str = READ) -> str:
+    """The dataset name of the route's table, which must have a version (not only be
+    declared); branches are not served."""
+    name, kind = table_of(ctx, call, right)
+    if kind != TABLE:
+        raise ne.NamespaceError(ne.TABLE_NOT_FOUND, f"table {call.id_text!r} has no data yet")
+    if call.str("branch"):
+        raise ne.unsupported(f"{call.op}: branches are not served by this namespace")
+    return name
+
+
 def where_of(ctx: Context, name: str) -> dict[str, Any]:
     out: dict[str, Any] = {"location": ctx.locations.location(name)}
     options = ctx.locations.storage_options()
@@ -216,29 +227,28 @@ def describe_table(ctx: Context, call: Call) -> dict[str, Any]:
         if detailed:
             out["version"] = ds.version
             out["schema"] = schema_json(ds.schema)
-            out["metadata"] = _stats(ds)
+            out["metadata"] = {k: str(v) for k, v in data_stats(ds).items()}
     if call.bool("check_declared"):
         out["is_only_declared"] = False
     return out
 
 
-def _stats(ds: Any) -> dict[str, str]:
+def data_stats(ds: Any) -> dict[str, int]:
+    """Counts over a version's fragments: rows (live, stored, deleted), fragments, data and
+    deletion files, and the data files' bytes."""
     frags = ds.manifest.pb.fragments
-    data_files = sum(len(f.files) for f in frags)
-    deletion_files = sum(1 for f in frags if f.HasField("deletion_file"))
     deleted = sum(
         int(f.deletion_file.num_deleted_rows) for f in frags if f.HasField("deletion_file")
     )
     physical = sum(int(f.physical_rows) for f in frags)
-    size = sum(int(df.file_size_bytes) for f in frags for df in f.files)
     return {
-        "total_rows": str(physical - deleted),
-        "total_data_file_rows": str(physical),
-        "total_deletion_file_rows": str(deleted),
-        "total_fragments": str(len(frags)),
-        "total_data_files": str(data_files),
-        "total_deletion_files": str(deletion_files),
-        "total_files_size": str(size),
+        "total_rows": physical - deleted,
+        "total_data_file_rows": physical,
+        "total_deletion_file_rows": deleted,
+        "total_fragments": len(frags),
+        "total_data_files": sum(len(f.files) for f in frags),
+        "total_deletion_files": sum(1 for f in frags if f.HasField("deletion_file")),
+        "total_files_size": sum(int(df.file_size_bytes) for f in frags for df in f.files),
     }
 
 
@@ -255,9 +265,8 @@ def table_exists(ctx: Context, call: Call) -> Empty:
 def drop_table(ctx: Context, call: Call) -> dict[str, Any]:
     name, kind = table_of(ctx, call, WRITE)
     location = ctx.locations.location(name)
-    ctx.handles.forget(name)
+    ctx.handles.forget(name)  # no cached handle outlives the files
     ctx.tree.remove_table_dir(name)
-    ctx.handles.forget(name)
     return {"id": call.parts, "location": location}
 
 
@@ -302,8 +311,7 @@ def rename_table(ctx: Context, call: Call) -> dict[str, Any]:
     ctx.tree.require_namespace(target[:-1])
     if ctx.tree.table_kind(target) is not None or ctx.tree.namespace_exists(target):
         raise ne.NamespaceError(ne.TABLE_ALREADY_EXISTS, joined(target, call.delimiter))
-    ctx.handles.forget(name)
-    ctx.tree.move_table(name, new_name)
-    ctx.handles.forget(name)
+    ctx.handles.forget(name)  # no cached handle outlives the files at either name
     ctx.handles.forget(new_name)
+    ctx.tree.move_table(name, new_name)
     return {}

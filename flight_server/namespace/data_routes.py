@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from quiver.flight_server.namespace import errors as ne
 from quiver.flight_server.namespace.calls import ArrowFile, Call
-from quiver.flight_server.namespace.catalog_routes import table_of, where_of
+from quiver.flight_server.namespace.catalog_routes import existing_table, table_of, where_of
 from quiver.flight_server.namespace.context import Context
 from quiver.flight_server.namespace.ids import table_name
 from quiver.flight_server.namespace.tree import TABLE, check_properties
@@ -59,14 +59,12 @@ def count_rows(ctx: Context, call: Call) -> int:
 
 
 def query_table(ctx: Context, call: Call) -> ArrowFile:
-    name, kind = table_of(ctx, call)
-    if kind != TABLE:
-        raise ne.NamespaceError(ne.TABLE_NOT_FOUND, f"table {call.id_text!r} has no data yet")
+    name = existing_table(ctx, call)
     if call.body.get("full_text_query") is not None:
         raise ne.unsupported(f"{call.op}: full-text queries are not served yet")
     k = call.int("k", required=True)
     offset = call.int("offset") or 0
-    ds = ctx.handles.open_ref(name, _version(call), None, None)
+    ds = ctx.handles.open_ref(name, call.int("version"), None, None)
     columns = _columns(call)
     vector = _query_vector(call)
     common: dict[str, Any] = {
@@ -234,17 +232,8 @@ def _json_param(call: Call, key: str) -> Any:
     return value
 
 
-def _existing(ctx: Context, call: Call) -> str:
-    name, kind = table_of(ctx, call, WRITE)
-    if kind != TABLE:
-        raise ne.NamespaceError(ne.TABLE_NOT_FOUND, f"table {call.id_text!r} has no data yet")
-    if call.str("branch"):
-        raise ne.unsupported(f"{call.op}: branches are not served by this namespace")
-    return name
-
-
 def insert_into_table(ctx: Context, call: Call) -> dict[str, Any]:
-    name = _existing(ctx, call)
+    name = existing_table(ctx, call, WRITE)
     mode = (call.str("mode") or "append").lower()
     if mode not in ("append", "overwrite"):
         raise ne.invalid(f"{call.op}: 'mode' must be append or overwrite")
@@ -259,7 +248,7 @@ def insert_into_table(ctx: Context, call: Call) -> dict[str, Any]:
 
 
 def merge_insert_into_table(ctx: Context, call: Call) -> dict[str, Any]:
-    name = _existing(ctx, call)
+    name = existing_table(ctx, call, WRITE)
     on = call.strings("on", required=True)
     assert on is not None
     matched_filter = call.str("when_matched_update_all_filt")
@@ -290,7 +279,7 @@ def merge_insert_into_table(ctx: Context, call: Call) -> dict[str, Any]:
 
 
 def update_table(ctx: Context, call: Call) -> dict[str, Any]:
-    name = _existing(ctx, call)
+    name = existing_table(ctx, call, WRITE)
     pairs = call.body.get("updates")
     if not isinstance(pairs, list) or not pairs:
         raise ne.invalid(f"{call.op}: 'updates' must be a non-empty list of [column, expression]")
@@ -311,7 +300,7 @@ def update_table(ctx: Context, call: Call) -> dict[str, Any]:
 
 
 def delete_from_table(ctx: Context, call: Call) -> dict[str, Any]:
-    name = _existing(ctx, call)
+    name = existing_table(ctx, call, WRITE)
     predicate = call.str("predicate", required=True)
     body = {"dataset": name, "predicate": predicate}
     result = ctx.service.action("delete", json.dumps(body).encode(), call.identity)

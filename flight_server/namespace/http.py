@@ -204,8 +204,6 @@ class NamespaceApp:
             except Exception:  # noqa: BLE001 - an invalid name is reported by the handler
                 pass
         try:
-            if route.op in ("DescribeTableIndexStats", "DropTableIndex"):
-                return route.handler(self.ctx, call, call.query.pop("@index_name")[0])
             return route.handler(self.ctx, call)
         except Exception as e:  # noqa: BLE001 - every failure becomes a coded error body
             raise ne.translate(e, scrub, not_found=route.not_found, context=route.op) from None
@@ -220,8 +218,7 @@ class NamespaceApp:
         # a password check is deliberately slow (scrypt): not on the event loop
         identity, token = await loop.run_in_executor(self.pool, self._identity, request.headers)
         call = Call(route.op, parts, delimiter or "$", identity, query=query)
-        if "index_name" in request.match_info:
-            query["@index_name"] = [request.match_info["index_name"]]
+        call.path = {k: v for k, v in request.match_info.items() if k != "id"}
         try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge:

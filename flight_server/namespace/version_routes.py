@@ -20,9 +20,8 @@ from typing import Any
 
 from quiver.flight_server.namespace import errors as ne
 from quiver.flight_server.namespace.calls import Call
-from quiver.flight_server.namespace.catalog_routes import table_of
+from quiver.flight_server.namespace.catalog_routes import data_stats, existing_table, table_of
 from quiver.flight_server.namespace.context import Context
-from quiver.flight_server.namespace.tree import TABLE
 from quiver.format.errors import TagNotFoundError
 from quiver.format.table.versions import VERSIONS_DIR, list_manifests, list_tags
 from quiver.wire.requests import WRITE
@@ -31,15 +30,6 @@ U64_MAX = 2**64 - 1
 _STAGED = re.compile(r"(\d{20})\.manifest-[A-Za-z0-9-]{1,64}")
 SMALL_FRAGMENT_ROWS = 1024 * 1024
 _PUBLISH_LOCK = threading.Lock()
-
-
-def _table(ctx: Context, call: Call, right: str = "read") -> str:
-    name, kind = table_of(ctx, call, right)
-    if kind != TABLE:
-        raise ne.NamespaceError(ne.TABLE_NOT_FOUND, f"table {call.id_text!r} has no data yet")
-    if call.str("branch"):
-        raise ne.unsupported(f"{call.op}: branches are not served by this namespace")
-    return name
 
 
 def _store_prefix(ctx: Context, name: str) -> str:
@@ -61,7 +51,7 @@ def _entry_json(ctx: Context, name: str, entry: Any) -> dict[str, Any]:
 
 # -- versions -----------------------------------------------------------------------------
 def list_versions(ctx: Context, call: Call) -> dict[str, Any]:
-    name = _table(ctx, call)
+    name = existing_table(ctx, call)
     entries = sorted(
         list_manifests(ctx.handles.store(name)).values(),
         key=lambda e: e.version,
@@ -87,7 +77,7 @@ def list_versions(ctx: Context, call: Call) -> dict[str, Any]:
 
 
 def describe_version(ctx: Context, call: Call) -> dict[str, Any]:
-    name = _table(ctx, call)
+    name = existing_table(ctx, call)
     entries = list_manifests(ctx.handles.store(name))
     version = call.int("version")
     if version is None:
@@ -102,7 +92,7 @@ def describe_version(ctx: Context, call: Call) -> dict[str, Any]:
 
 
 def create_version(ctx: Context, call: Call) -> dict[str, Any]:
-    name, kind = table_of(ctx, call, WRITE)
+    name, _ = table_of(ctx, call, WRITE)
     version = call.int("version", required=True, minimum=1)
     staged = call.str("manifest_path", required=True)
     assert version is not None and staged is not None
@@ -152,7 +142,7 @@ def create_version(ctx: Context, call: Call) -> dict[str, Any]:
 
 # -- tags ---------------------------------------------------------------------------------
 def list_table_tags(ctx: Context, call: Call) -> dict[str, Any]:
-    name = _table(ctx, call)
+    name = existing_table(ctx, call)
     tags = list_tags(ctx.handles.store(name))
     names = sorted(tags)
     token, limit = call.page()
@@ -179,7 +169,7 @@ def _tag(call: Call) -> str:
 
 
 def tag_version(ctx: Context, call: Call) -> dict[str, Any]:
-    name = _table(ctx, call)
+    name = existing_table(ctx, call)
     tag = _tag(call)
     try:
         return {"version": ctx.handles.open_latest(name).tags.get_version(tag)}
@@ -197,7 +187,7 @@ def _action(ctx: Context, call: Call, action: str, body: dict[str, Any], **codes
 
 
 def create_tag(ctx: Context, call: Call) -> dict[str, Any]:
-    name = _table(ctx, call, WRITE)
+    name = existing_table(ctx, call, WRITE)
     body = {"dataset": name, "tag": _tag(call), "version": call.int("version", required=True)}
     _action(
         ctx, call, "create_tag", body, exists=ne.TAG_ALREADY_EXISTS, not_found=ne.VERSION_NOT_FOUND
@@ -206,7 +196,7 @@ def create_tag(ctx: Context, call: Call) -> dict[str, Any]:
 
 
 def delete_tag(ctx: Context, call: Call) -> dict[str, Any]:
-    name = _table(ctx, call, WRITE)
+    name = existing_table(ctx, call, WRITE)
     _action(
         ctx, call, "delete_tag", {"dataset": name, "tag": _tag(call)}, not_found=ne.TAG_NOT_FOUND
     )
@@ -214,7 +204,7 @@ def delete_tag(ctx: Context, call: Call) -> dict[str, Any]:
 
 
 def update_tag(ctx: Context, call: Call) -> dict[str, Any]:
-    name = _table(ctx, call, WRITE)
+    name = existing_table(ctx, call, WRITE)
     tag, version = _tag(call), call.int("version", required=True)
     assert version is not None
     ds = ctx.handles.open_latest(name)
@@ -240,7 +230,7 @@ _INDEX_OPTIONS = {
 
 
 def create_index(ctx: Context, call: Call) -> dict[str, Any]:
-    name = _table(ctx, call, WRITE)
+    name = existing_table(ctx, call, WRITE)
     column = call.str("column", required=True)
     index_type = (call.str("index_type", required=True) or "").upper()
     if index_type in ("FTS", "INVERTED", "NGRAM") or index_type.startswith("IVF_HNSW"):
@@ -258,7 +248,7 @@ def create_index(ctx: Context, call: Call) -> dict[str, Any]:
 
 
 def list_indices(ctx: Context, call: Call) -> dict[str, Any]:
-    name = _table(ctx, call)
+    name = existing_table(ctx, call)
     ds = ctx.handles.open_ref(name, call.int("version"), None, None)
     out = []
     for d in ds.describe_indices():
@@ -279,8 +269,9 @@ def list_indices(ctx: Context, call: Call) -> dict[str, Any]:
     return {"indexes": out}
 
 
-def index_stats(ctx: Context, call: Call, index_name: str) -> dict[str, Any]:
-    name = _table(ctx, call)
+def index_stats(ctx: Context, call: Call) -> dict[str, Any]:
+    index_name = call.path["index_name"]
+    name = existing_table(ctx, call)
     ds = ctx.handles.open_ref(name, call.int("version"), None, None)
     try:
         stats = ds.index_statistics(index_name)
@@ -299,8 +290,9 @@ def index_stats(ctx: Context, call: Call, index_name: str) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def drop_index(ctx: Context, call: Call, index_name: str) -> dict[str, Any]:
-    name = _table(ctx, call, WRITE)
+def drop_index(ctx: Context, call: Call) -> dict[str, Any]:
+    index_name = call.path["index_name"]
+    name = existing_table(ctx, call, WRITE)
     _action(
         ctx, call, "drop_index", {"dataset": name, "name": index_name}, not_found=ne.INDEX_NOT_FOUND
     )
@@ -309,13 +301,13 @@ def drop_index(ctx: Context, call: Call, index_name: str) -> dict[str, Any]:
 
 # -- statistics and restore ---------------------------------------------------------------
 def table_stats(ctx: Context, call: Call) -> dict[str, Any]:
-    name = _table(ctx, call)
+    name = existing_table(ctx, call)
     ds = ctx.handles.open_current(name)
     frags = ds.manifest.pb.fragments
     # as pylance counts them: rows stored in each fragment, deleted ones included
     lengths = sorted(int(f.physical_rows) for f in frags)
     out: dict[str, Any] = {
-        "total_bytes": sum(int(df.file_size_bytes) for f in frags for df in f.files),
+        "total_bytes": data_stats(ds)["total_files_size"],
         "num_rows": sum(lengths),
         "num_indices": len(ds.describe_indices()),
         "fragment_stats": {
@@ -338,7 +330,7 @@ def _percentile(values: list[int], q: int) -> int:
 
 
 def restore_table(ctx: Context, call: Call) -> dict[str, Any]:
-    name = _table(ctx, call, WRITE)
+    name = existing_table(ctx, call, WRITE)
     version = call.int("version", required=True)
     _action(
         ctx, call, "restore", {"dataset": name, "version": version}, not_found=ne.VERSION_NOT_FOUND

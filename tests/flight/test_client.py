@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -146,7 +147,13 @@ def test_parallel_read_keeps_endpoint_order(served: _Served, qc: Client) -> None
     assert ids == sorted(ids)  # fragments were written in id order
 
 
-def test_progress_line_on_stderr(qc: Client, capsys: pytest.CaptureFixture[str]) -> None:
+def test_progress_line_on_stderr(
+    qc: Client, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = qc.read("sales", progress=True)  # a tqdm bar (tqdm is installed with lancedb)
+    err = capsys.readouterr().err
+    assert "reading sales" in err and "100%" in err and "endpoints" in err
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)  # without tqdm: one line
     table = qc.read("sales", progress=True)
     err = capsys.readouterr().err
     assert f"{table.num_rows:,} rows" in err and err.endswith("\n")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -351,7 +352,10 @@ def test_parallel_read_keeps_endpoint_order_and_fails_over(fake: _FakeServer) ->
     assert fake.headers_seen and set(fake.headers_seen) == {f"Bearer {TOKEN}"}
 
 
-def test_progress_without_tqdm(fake: _FakeServer, capsys: pytest.CaptureFixture[str]) -> None:
+def test_progress_without_tqdm(
+    fake: _FakeServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)  # as if tqdm were not installed
     with Client(f"grpc://127.0.0.1:{fake.port}", token=TOKEN) as qc:
         qc.read("sales", progress=True)
     err = capsys.readouterr().err

@@ -127,3 +127,32 @@ def test_rename_across_namespaces(served: Served) -> None:
     assert moved.status == 200
     assert call(url, "POST", "/v1/table/to%24u/count_rows", {}).json == 2
     assert call(url, "POST", "/v1/table/from%24t/exists", {}).code == 4
+
+
+def test_query_options(served: Served) -> None:
+    url = served.url
+    rows = pa.table(
+        {
+            "id": pa.array(range(10), pa.int64()),
+            "vector": pa.array([[float(i), 0.0] for i in range(10)], pa.list_(pa.float32(), 2)),
+        }
+    )
+    made = call(url, "POST", "/v1/table/q/create", ipc_stream(rows), content_type=ARROW)
+    assert made.status == 200
+
+    def query(**body: object) -> pa.Table:
+        a = call(url, "POST", "/v1/table/q/query", {"vector": {}, **body})
+        assert a.status == 200, a.data
+        assert a.headers["content-type"] == "application/vnd.apache.arrow.file"
+        return a.table()
+
+    aliased = query(k=3, offset=2, columns={"column_aliases": {"ident": "id"}})
+    assert aliased.to_pydict() == {"ident": [2, 3, 4]}
+    with_ids = query(k=2, columns={"column_names": ["id"]}, with_row_id=True)
+    assert with_ids.column_names == ["id", "_rowid"]
+    near = query(k=2, offset=1, vector={"single_vector": [5.0, 0.0]}, columns=["id"])
+    assert near["id"].to_pylist() == [4, 6]  # after the nearest (5), k = 2 more
+    assert near.column_names == ["id", "_distance"]
+    assert query(k=0)["id"].to_pylist() == list(range(10))
+    filtered = query(k=10, filter="id >= 8", version=1)
+    assert filtered["id"].to_pylist() == [8, 9]
