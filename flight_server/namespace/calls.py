@@ -146,10 +146,14 @@ class ArrowFile:
     chunks: Iterator[bytes]
 
 
-def paged(names: list[str], token: str | None, limit: int | None) -> tuple[list[str], str | None]:
-    """Names after `token` (sorted names), at most `limit`; and the next page's token."""
+def paged(key: str, names: list[str], call: Call) -> dict[str, Any]:
+    """A list answer: the sorted `names` after the call's ``page_token``, at most its
+    ``limit``, under `key`, and the next page's token (the last name) when more remain."""
+    token, limit = call.page()
     if token:
         names = [n for n in names if n > token]
+    out: dict[str, Any] = {key: names}
     if limit is not None and limit > 0 and len(names) > limit:
-        return names[:limit], names[limit - 1]
-    return names, None
+        out[key] = names[:limit]
+        out["page_token"] = names[limit - 1]
+    return out

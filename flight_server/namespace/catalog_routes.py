@@ -41,11 +41,7 @@ def list_namespaces(ctx: Context, call: Call) -> dict[str, Any]:
         if c.kind == "namespace"
         and ctx.sees_namespace(call.identity, f"{base}/{c.name}" if base else c.name)
     ]
-    page, token = paged(names, *call.page())
-    out: dict[str, Any] = {"namespaces": page}
-    if token:
-        out["page_token"] = token
-    return out
+    return paged("namespaces", names, call)
 
 
 def create_namespace(ctx: Context, call: Call) -> dict[str, Any]:
@@ -122,11 +118,7 @@ def list_tables(ctx: Context, call: Call) -> dict[str, Any]:
         if (c.kind == TABLE or (declared and c.kind == DECLARED))
         and ctx.may(call.identity, f"{base}/{c.name}" if base else c.name)
     ]
-    page, token = paged(names, *call.page())
-    out: dict[str, Any] = {"tables": page}
-    if token:
-        out["page_token"] = token
-    return out
+    return paged("tables", names, call)
 
 
 def list_all_tables(ctx: Context, call: Call) -> dict[str, Any]:
@@ -135,11 +127,7 @@ def list_all_tables(ctx: Context, call: Call) -> dict[str, Any]:
         for name in ctx.tree.datasets_under([])
         if ctx.may(call.identity, name)
     )
-    page, token = paged(names, *call.page())
-    out: dict[str, Any] = {"tables": page}
-    if token:
-        out["page_token"] = token
-    return out
+    return paged("tables", names, call)
 
 
 # -- one table ----------------------------------------------------------------------------
