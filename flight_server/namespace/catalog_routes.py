@@ -18,7 +18,7 @@ from quiver.flight_server.namespace.calls import EMPTY, Call, Empty, paged
 from quiver.flight_server.namespace.context import Context
 from quiver.flight_server.namespace.ids import joined, namespace_path, table_name
 from quiver.flight_server.namespace.schema_json import schema_json
-from quiver.flight_server.namespace.tree import DECLARED, TABLE, check_properties
+from quiver.flight_server.namespace.tree import DECLARED, PARKED, TABLE, check_properties
 from quiver.wire.requests import READ, WRITE
 
 _CREATE_MODES = ("create", "exist_ok", "existok", "overwrite")
@@ -259,21 +259,38 @@ def drop_table(ctx: Context, call: Call) -> dict[str, Any]:
 
 
 def register_table(ctx: Context, call: Call) -> dict[str, Any]:
+    """Register a deregistered table's location (moved back under the name). A table at
+    its own location is registered already: TableAlreadyExists, unless mode Overwrite,
+    which records the properties."""
     name = table_name(call.parts)
-    call.str("location", required=True)
+    location = call.str("location", required=True)
+    assert location is not None
     properties = check_properties(call.object("properties"), call.op)
     ctx.authorize(call.identity, name, WRITE)
-    _own_location(ctx, call, name)
     mode = _mode(call, ("create", "overwrite"), "create")
     ctx.tree.require_namespace(call.parts[:-1])
     kind = ctx.tree.table_kind(call.parts)
-    if kind != TABLE:
-        raise ne.invalid(
-            f"{call.op}: no Lance dataset at {name}{SUFFIX} under the root to register"
-        )
-    if ctx.tree.table_properties(name) and mode == "create":
-        raise ne.NamespaceError(ne.TABLE_ALREADY_EXISTS, call.id_text)
-    ctx.tree.declare(name, properties)
+    if ctx.tree.parked(location):
+        if kind is not None:
+            raise ne.NamespaceError(ne.TABLE_ALREADY_EXISTS, call.id_text)
+        ctx.handles.uri(name)  # a directory leading out of the root is refused before moving
+        ctx.handles.forget(name)
+        ctx.tree.unpark(location, name)
+    elif location.strip("/").startswith(f"{PARKED}/"):
+        raise ne.invalid(f"{call.op}: no deregistered table at {location!r}")
+    else:
+        if location.startswith("/") or "://" in location:
+            raise ne.invalid(
+                f"{call.op}: the location must be a path relative to the root: the table's "
+                f"own ({name}{SUFFIX}) or one DeregisterTable answered"
+            )
+        _own_location(ctx, call, name)
+        if kind != TABLE:
+            raise ne.invalid(f"{call.op}: no Lance dataset at {name}{SUFFIX} to register")
+        if mode == "create":
+            raise ne.NamespaceError(ne.TABLE_ALREADY_EXISTS, call.id_text)
+    if properties:
+        ctx.tree.declare(name, properties)
     out: dict[str, Any] = {"location": ctx.locations.location(name)}
     if properties:
         out["properties"] = properties
@@ -281,11 +298,17 @@ def register_table(ctx: Context, call: Call) -> dict[str, Any]:
 
 
 def deregister_table(ctx: Context, call: Call) -> dict[str, Any]:
-    table_of(ctx, call, WRITE)
-    raise ne.unsupported(
-        f"{call.op}: a Quiver table is its dataset directory and stays served while it "
-        "exists; drop it (DropTable) or rename it (RenameTable)"
-    )
+    """Take a table out of the catalog, keeping its data: its directory moves where no
+    name reaches (`tree.PARKED`); the answer's location is where it went, relative to the
+    root, for RegisterTable. A declared-only table's reservation is removed."""
+    name, kind = table_of(ctx, call, WRITE)
+    ctx.handles.forget(name)
+    if kind != TABLE:
+        location = ctx.locations.location(name)
+        ctx.tree.remove_table_dir(name)
+        return {"id": call.parts, "location": location}
+    relative = ctx.tree.park(name)
+    return {"id": call.parts, "location": relative}
 
 
 def rename_table(ctx: Context, call: Call) -> dict[str, Any]:

@@ -7,6 +7,11 @@ directory holds anything: a dataset written over Flight makes its namespaces exi
 CreateNamespace writes ``.quiver-namespace.json`` (its properties) into the directory, which
 also makes an empty namespace exist on object storage, where directories are only prefixes.
 
+A deregistered table (DeregisterTable: out of the catalog, data kept) is moved to
+``{root}/_deregistered~/{name}-{id}.lance``: no name can reach that folder (``~`` is not a name
+character), so neither Flight nor the namespace serves it, and RegisterTable of that location
+moves it back under a name.
+
 A declared table (DeclareTable: a name reserved before a client writes its first version) is
 a dataset directory holding ``.quiver-table.json`` and no ``_versions`` yet; the same file
 keeps the properties of tables registered or declared with some. Lance and Quiver ignore
@@ -18,6 +23,8 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import re
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,10 +38,12 @@ from quiver.flight_server.namespace.ids import joined, namespace_path, table_nam
 from quiver.format.io.store import filesystem
 
 NAMESPACE_FILE = ".quiver-namespace.json"
+PARKED = "_deregistered~"
 TABLE_FILE = ".quiver-table.json"
 MAX_PROPERTIES_BYTES = 64 * 1024
 
 TABLE = "table"
+_PART = re.compile(r"[A-Za-z0-9_.\-]+")
 DECLARED = "declared"
 
 
@@ -196,9 +205,32 @@ class NamespaceTree:
         if self._isdir(path):
             self.fs.rm(path, recursive=True)
 
+    def park(self, name: str) -> str:
+        """Move dataset `name`'s directory out of every name's reach; its new path from the
+        root."""
+        relative = f"{PARKED}/{name}-{uuid.uuid4().hex[:8]}{SUFFIX}"
+        self._move(self.table_dir(name), self._path(relative))
+        return relative
+
+    def parked(self, relative: str) -> bool:
+        """Whether `relative` is a deregistered table's directory, with a version."""
+        parts = relative.strip("/").split("/")
+        if len(parts) < 2 or parts[0] != PARKED or not parts[-1].endswith(SUFFIX):
+            return False
+        if any(p in ("", ".", "..") or not _PART.fullmatch(p) for p in parts[1:]):
+            return False
+        path = self._path("/".join(parts))
+        return self._confined(path) and self._isdir(f"{path}/_versions")
+
+    def unpark(self, relative: str, name: str) -> None:
+        """Move a deregistered table's directory to dataset `name`'s."""
+        self._move(self._path(relative.strip("/")), self.table_dir(name))
+
     def move_table(self, name: str, new_name: str) -> None:
         """Move dataset `name`'s directory to `new_name`'s (which must not exist)."""
-        src, dst = self.table_dir(name), self.table_dir(new_name)
+        self._move(self.table_dir(name), self.table_dir(new_name))
+
+    def _move(self, src: str, dst: str) -> None:
         if self.local:
             self.fs.makedirs(posixpath.dirname(dst), exist_ok=True)
             os.rename(src, dst)  # one step: the dataset is never half in both places

@@ -9,6 +9,8 @@ import pyarrow as pa
 import pytest
 from namespace_helpers import ARROW, Served, call, ipc_stream, namespace_server
 
+from quiver.clients import Client
+
 ROWS = pa.table({"id": pa.array([1, 2], pa.int64())})
 
 
@@ -81,15 +83,32 @@ def test_declared_tables(served: Served) -> None:
     assert elsewhere.code == 0
 
 
-def test_register_the_tables_own_location(served: Served) -> None:
+def test_deregister_keeps_the_data_and_register_brings_it_back(served: Served) -> None:
     url = served.url
     call(url, "POST", "/v1/namespace/r/create", {})
     _create_table(served, "r%24t")
-    own = call(
-        url, "POST", "/v1/table/r%24t/register", {"location": "r/t.lance", "properties": {"k": "v"}}
-    )
-    assert own.status == 200, own.data
+    own = {"location": "r/t.lance", "properties": {"k": "v"}}
+    assert call(url, "POST", "/v1/table/r%24t/register", own).code == 5  # registered already
+    updated = call(url, "POST", "/v1/table/r%24t/register", {**own, "mode": "Overwrite"})
+    assert updated.status == 200, updated.data
     assert call(url, "POST", "/v1/table/r%24t/describe", {}).json["properties"] == {"k": "v"}
+
+    gone = call(url, "POST", "/v1/table/r%24t/deregister", {})
+    assert gone.status == 200 and gone.json["id"] == ["r", "t"]
+    parked = gone.json["location"]
+    assert (served.root / parked / "_versions").is_dir()  # the data is kept
+    assert call(url, "POST", "/v1/table/r%24t/exists", {}).code == 4
+    assert call(url, "GET", "/v1/namespace/r/table/list").json == {"tables": []}
+    with Client(served.flight) as client:
+        assert "r/t" not in client.datasets()
+
+    back = call(url, "POST", "/v1/table/r%24back/register", {"location": parked})
+    assert back.status == 200, back.data
+    assert call(url, "POST", "/v1/table/r%24back/count_rows", {}).json == 2
+    assert call(url, "POST", "/v1/table/r%24back/describe", {}).json["properties"] == {"k": "v"}
+    assert call(url, "POST", "/v1/table/r%24again/register", {"location": parked}).code == 13
+    assert call(url, "POST", "/v1/table/r%24x/register", {"location": "/etc"}).code == 13
+    assert call(url, "POST", "/v1/table/r%24x/register", {"location": "r/back.lance"}).code == 0
     assert call(url, "POST", "/v1/table/r%24none/register", {"location": "r/none.lance"}).code == 13
 
 
