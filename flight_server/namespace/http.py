@@ -125,6 +125,11 @@ def _error(e: ne.NamespaceError, headers: dict[str, str] | None = None) -> web.R
     return web.json_response(e.body(), status=e.status, headers=headers)
 
 
+async def _server_header(request: web.Request, response: web.StreamResponse) -> None:
+    """Name the server without its Python and aiohttp versions."""
+    response.headers["Server"] = "quiver"
+
+
 class NamespaceApp:
     """The routes over one `Context`, with authentication and metrics."""
 
@@ -149,6 +154,7 @@ class NamespaceApp:
             for method in route.methods:
                 app.router.add_route(method, route.path, self._handler(route))
         app.router.add_get("/healthz", self._health)
+        app.on_response_prepare.append(_server_header)
         return app
 
     async def _health(self, request: web.Request) -> web.Response:

@@ -132,6 +132,7 @@ def test_metrics_count_namespace_calls(served: Served) -> None:
     assert missing and int(missing.group(1)) >= 1
     health = call(served.url, "GET", "/healthz")
     assert health.json == {"status": "SERVING"}
+    assert health.headers["server"] == "quiver"  # no Python or aiohttp version
 
 
 def test_namespace_over_tls(tmp_path: Path) -> None:
