@@ -10,8 +10,11 @@ filters as exact, which Quiver's scans are.
 
 Each table is cut into `partitions` fragment groups, one engine partition each, so a
 query reads two groups at once on two cores. A group streams its fragments in the scan's
-own large steps (`Scanner.to_step_batches`): the engine takes batches of any size, and a
-filtered scan in large steps costs a fraction of one in batch-sized steps.
+own large steps (`Scanner.to_step_batches`): a filtered scan in large steps costs a fraction
+of one in batch-sized steps. The engine then gets each step as zero-copy slices of at most
+`ENGINE_BATCH_ROWS` rows: its operators work batch by batch while the scan decodes the next
+step, and a top-k's running threshold prunes each later slice before the rows are compared
+(4 M rows, `ORDER BY value DESC LIMIT 10`: 24-27 ms in whole steps, 18 ms in slices).
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ STEP_BYTES = 16 << 20
 # what one group's scan holds at most, roughly: the step being decoded (raw and decoded)
 # and the batch the engine works on
 GROUP_MEMORY = 3 * STEP_BYTES
+# most rows per batch handed to the engine; 2^17 measured best among 2^14..2^20 (smaller
+# slices cost the group-by more than they save the top-k, larger ones lose the top-k's gain)
+ENGINE_BATCH_ROWS = 1 << 17
 
 
 class _Scan:
@@ -67,7 +73,12 @@ class _Scan:
         return self._scanner.dataset_schema
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
-        return self._scanner.to_step_batches(self._step_bytes)
+        for step in self._scanner.to_step_batches(self._step_bytes):
+            if step.num_rows <= ENGINE_BATCH_ROWS:
+                yield step
+                continue
+            for offset in range(0, step.num_rows, ENGINE_BATCH_ROWS):
+                yield step.slice(offset, ENGINE_BATCH_ROWS)
 
     def to_reader(self) -> pa.RecordBatchReader:
         return pa.RecordBatchReader.from_batches(self.projected_schema, self.to_batches())
