@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint docs protos serve bench bench-write bench-flight bench-memory bench-spark bench-vector bench-changes bench-backfill bench-indices bench-vector-index bench-sql bench-sql-memory spark-example clean
+.PHONY: test lint docs protos serve bench bench-write bench-flight bench-memory bench-spark bench-vector bench-changes bench-backfill bench-indices bench-vector-index bench-sql bench-sql-memory bench-namespace spark-example clean
 
 # setup.py builds the C kernels: an edited kernel is recompiled by the next `make test`.
 $(STAMP): pyproject.toml setup.py format/_kernels.c flight_server/_threadstate.c \
@@ -97,6 +97,11 @@ bench-vector-index: $(STAMP)
 # bench-sql-memory: the server's peak RSS under a group-by over 20 M rows.
 bench-sql: $(STAMP)
 	$(PY) -m benchmarks.sql
+
+# QueryTable and CountTableRows through Quiver's REST namespace and pylance's reference
+# adapter (lance.namespace.RestAdapter("dir")), each in its own process, on the same files.
+bench-namespace: $(STAMP)
+	$(PY) -m benchmarks.namespace
 
 bench-sql-memory: $(STAMP)
 	$(PY) -m benchmarks.sql --memory

@@ -25,10 +25,12 @@ from quiver.flight_server.namespace.context import Context
 from quiver.flight_server.namespace.ids import table_name
 from quiver.flight_server.namespace.tree import TABLE, check_properties
 from quiver.flight_server.protocol import MergeRequest, PutRequest
+from quiver.flight_server.reads import BATCH_BYTES
 from quiver.format.dataset.nearest import NEAREST_KEYS
 from quiver.wire.requests import WRITE
 
 _VECTOR = "vector"
+SMALL_STEP_ROWS = 8192
 
 
 def _rows(call: Call) -> pa.Table:
@@ -72,15 +74,26 @@ def query_table(ctx: Context, call: Call) -> ArrowFile:
         "filter": call.str("filter"),
         "with_row_id": call.bool("with_row_id"),
     }
+    if vector is None and k and k + offset <= SMALL_STEP_ROWS:
+        # a few rows: small steps, no readahead (a step is decoded whole before a row goes)
+        scan = ds.scanner(limit=k, offset=offset or None, **common)
+        return ArrowFile(_ipc_file(scan.projected_schema, scan.to_batches()))
     if vector is None:
-        scan = ds.scanner(limit=k or None, offset=offset or None, **common)
-    else:
-        nearest = _nearest(call, ds, vector, k + offset)
-        scan = ds.scanner(nearest=nearest, prefilter=call.bool("prefilter"), **common)
-    if vector is not None and offset:
-        table = scan.to_table()
-        return ArrowFile(_ipc_file(table.schema, table.slice(offset).to_batches()))
-    return ArrowFile(_ipc_file(scan.projected_schema, scan.to_batches()))
+        # as a DoGet streams: large batches, the next one decoded while this one is sent
+        scan = ds.scanner(
+            limit=k or None,
+            offset=offset or None,
+            batch_size=ctx.service.reads.batch_size,
+            batch_bytes=BATCH_BYTES,
+            fragment_readahead=2,
+            readahead_bytes=1,
+            **common,
+        )
+        return ArrowFile(_ipc_file(scan.projected_schema, _leased(ctx, scan, call)))
+    # a nearest-neighbour search: k + offset rows at most, the first `offset` dropped
+    nearest = _nearest(call, ds, vector, k + offset)
+    found = ds.scanner(nearest=nearest, prefilter=call.bool("prefilter"), **common).to_table()
+    return ArrowFile(_ipc_file(found.schema, found.slice(offset).to_batches()))
 
 
 def _columns(call: Call) -> list[str] | dict[str, str] | None:
@@ -144,6 +157,23 @@ def _nearest(call: Call, ds: Any, vector: list[Any], k: int) -> dict[str, Any]:
         nearest["use_index"] = False
     assert set(nearest) <= set(NEAREST_KEYS)
     return nearest
+
+
+def _leased(ctx: Context, scan: Any, call: Call) -> Iterator[pa.RecordBatch]:
+    """A scan's batches, read while holding its share of the server's memory budget (the
+    one DoGet streams and index builds share), waiting its turn when the budget is full."""
+    budget = ctx.service.budget
+    if budget is None:
+        yield from scan.to_batches()
+        return
+    label = f"namespace {call.id_text}"
+    with budget.admit(scan.memory_estimate(), label=label) as lease:
+        biggest = 0
+        for batch in scan.to_batches():
+            if batch.nbytes > biggest:  # bigger than estimated: account for it
+                biggest = batch.nbytes
+                lease.grow_to(3 * biggest)
+            yield batch
 
 
 class _Chunks:

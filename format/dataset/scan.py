@@ -342,6 +342,9 @@ class Scanner:
         names = self._schema.names
         step = _even_step(sum(e - s for s, e in ranges), self._filter_step(first))
         deleted = frag.live_mask
+        # with a limit, no fragment contributes more than offset + limit rows: the others'
+        # columns are decoded for those at most (a `LIMIT 10` decodes 10 rows, not a step)
+        wanted = None if self._limit is None else self._offset + self._limit
         with frag.reader(first) as head, frag.reader(rest) as tail:
             batches = head.read(
                 first_schema, ranges, step, with_row_id=row_id, with_row_address=addr
@@ -350,8 +353,13 @@ class Scanner:
                 if not batch.num_rows:
                     continue
                 matched, positions = matching_rows(self._filterable(batch), self._filter)
+                if wanted is not None and len(positions) > wanted:
+                    positions = positions[:wanted]
+                    matched = matched.slice(0, wanted)
                 if not len(positions):
                     continue
+                if wanted is not None:
+                    wanted -= len(positions)
                 live = _StepRows(s, e, None if deleted is None else deleted[s:e])
                 cuts = _output_batches(positions, live.count, self._batch_size, FILTER_STEP_BATCHES)
                 for lo, hi, dense in cuts:
@@ -372,6 +380,8 @@ class Scanner:
                     yield pa.RecordBatch.from_arrays(
                         [columns[n] for n in names], schema=self._schema
                     )
+                if wanted == 0:
+                    return
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
         """Stream the result in batches; memory stays bounded by a few batches. A filtered
@@ -442,6 +452,8 @@ class Scanner:
         scan._rebatch_filtered = False
         if not self._batch_size_given:
             step = min(TABLE_STEP, int(step_bytes // self._row_bytes()))
+            if self._limit is not None:  # a few rows are found in batch-sized steps
+                step = min(step, max(self._batch_size, self._offset + self._limit))
             if step > self._batch_size:
                 scan._batch_size = step
         return scan.to_batches()
