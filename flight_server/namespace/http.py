@@ -197,6 +197,9 @@ class NamespaceApp:
         except ne.NamespaceError as e:
             code = _METRIC_CODES.get(e.code, "internal")
             return _error(e, headers)
+        except BaseException:  # a stream cut short (the client left, or an error mid-way)
+            code = "cancelled"
+            raise
         finally:
             log.debug("%s %s -> %s", request.method, request.path_qs, code)
             rpc = f"namespace:{route.op}"
