@@ -25,6 +25,7 @@ from quiver.format.dataset.cleanup import CleanupStats
 from quiver.format.dataset.compaction import CompactionMetrics
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fragment import LanceFragment, fragment_of, fragments_of
+from quiver.format.dataset.fulltext import FullTextSearch
 from quiver.format.dataset.merge_insert import MergeInsertBuilder
 from quiver.format.dataset.nearest import NearestSearch, nearest_table
 from quiver.format.dataset.row_changes import DEFAULT_CONFLICT_RETRIES, DEFAULT_RETRY_TIMEOUT
@@ -294,7 +295,9 @@ class LanceDataset:
         batch_bytes: int | None = None,
         nearest: dict[str, Any] | None = None,
         prefilter: bool = False,
-    ) -> Scanner | NearestSearch:
+        full_text_query: str | dict[str, Any] | None = None,
+        fast_search: bool = False,
+    ) -> Scanner | NearestSearch | FullTextSearch:
         """Plan a scan: projection (names, or a dict of SQL projections), filter (SQL or a
         `pyarrow.compute.Expression`), limit/offset, row id and system columns; with one
         fragment, `physical_range` (start, stop) limits it to those physical rows. Fragments
@@ -302,7 +305,26 @@ class LanceDataset:
         `readahead_bytes` of batches (at least one per thread); `batch_bytes` caps batches at
         about that many bytes (never under 1024 rows) as well as `batch_size` rows.
         `nearest` plans a nearest-neighbour search instead (`format.dataset.nearest`), with
-        the filter applied before it when `prefilter`."""
+        the filter applied before it when `prefilter`; `full_text_query` a full-text search
+        (`format.dataset.fulltext`; `fast_search` leaves out rows no index covers)."""
+        if full_text_query is not None:
+            if nearest is not None:
+                raise InvalidInputError(
+                    f"{self.uri}: nearest and full_text_query in one scan (hybrid search) are "
+                    "not supported yet"
+                )
+            return FullTextSearch(
+                self._core,
+                full_text_query,
+                columns=columns,  # type: ignore[arg-type]
+                filter=filter,  # type: ignore[arg-type]
+                prefilter=prefilter,
+                with_row_id=with_row_id,
+                with_row_address=with_row_address,
+                limit=limit,
+                offset=offset,
+                fast_search=fast_search,
+            )
         if nearest is not None:
             return NearestSearch(
                 self._core,
@@ -341,9 +363,25 @@ class LanceDataset:
         with_row_address: bool = False,
         nearest: dict[str, Any] | None = None,
         prefilter: bool = False,
+        full_text_query: str | dict[str, Any] | None = None,
+        fast_search: bool = False,
     ) -> pa.Table:
         """Read the (projected, filtered, limited) rows as one table; with `nearest`, the
-        nearest neighbours of a query vector (or of each of a batch), pylance's shape."""
+        nearest neighbours of a query vector (or of each of a batch), pylance's shape; with
+        `full_text_query`, the rows matching it best first, with `_score`."""
+        if full_text_query is not None:
+            return self.scanner(
+                columns,
+                filter,
+                limit,
+                offset,
+                with_row_id=with_row_id,
+                with_row_address=with_row_address,
+                nearest=nearest,
+                prefilter=prefilter,
+                full_text_query=full_text_query,
+                fast_search=fast_search,
+            ).to_table()
         if nearest is not None:
             return nearest_table(
                 self._core,

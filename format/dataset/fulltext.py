@@ -1,0 +1,407 @@
+"""Full-text search over a dataset version: pylance's `to_table(full_text_query=...)`.
+
+A query is a string, or ``{"query": text, "columns": [...]}``. Without columns it searches
+every column with an INVERTED index (pylance refuses a dataset with none). The query is
+analysed as the column's index analyses text (`format.index.fts.analyzer`); a row matches
+when it holds any of the query's tokens, and is ranked by BM25 (k1 = 1.2, b = 0.75, in
+float32 as pylance computes it), summed over the query's tokens (a repeated token counts
+each time). With several columns a row's score is its best column's.
+
+- Rows the index covers are scored with the index's statistics (documents, tokens, and
+  documents per token, summed over its partitions; rows deleted since still count, as the
+  index files are not rewritten by a delete). Deleted rows are never answers.
+- Rows of fragments no index covers (appended since it was built) are searched by reading
+  and analysing the column, and scored with the index's statistics plus theirs; with
+  ``fast_search`` they are left out. A column without an index is searched that way alone,
+  its text split as the simple tokenizer splits it and nothing more (pylance's way).
+- With ``prefilter`` the filter chooses the rows searched (and the unindexed rows counted);
+  without, the best ``limit`` rows are found first and the filter then drops some.
+
+Answers come best first with a ``_score`` (float32) column after the projected columns;
+pylance orders tied scores arbitrarily, Quiver by row id.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from quiver.format.dataset.core import DatasetCore
+from quiver.format.dataset.fragment import LanceFragment, fragments_of
+from quiver.format.dataset.nearest import RowLocator
+from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, ROW_COLUMNS, ROW_ID_FIELD, Scanner
+from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
+from quiver.format.expr import filter_mask as _filter_mask
+from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
+from quiver.format.index.fts.index import InvertedIndex
+from quiver.format.table.indices import IndexEntry, indices_of
+
+SCORE = "_score"
+K1 = np.float32(1.2)
+B = np.float32(0.75)
+_INVERTED = "InvertedIndexDetails"
+_F = np.float32
+# how pylance analyses a column no index covers: the simple split alone (no lower-casing,
+# stemming, stop words, folding or length limit)
+_UNINDEXED = Analyzer(
+    AnalyzerParams(
+        lower_case=False,
+        stem=False,
+        remove_stop_words=False,
+        ascii_folding=False,
+        max_token_length=None,
+    )
+)
+
+
+@dataclass(frozen=True)
+class FullTextQuery:
+    """A match query: its text and the columns to search (None: every indexed one)."""
+
+    text: str
+    columns: tuple[str, ...] | None = None
+
+    @classmethod
+    def parse(cls, value: Any, where: str) -> FullTextQuery:
+        if isinstance(value, str):
+            return cls._checked(value, None, where)
+        if isinstance(value, dict):
+            unknown = sorted(set(value) - {"query", "columns"})
+            if unknown:
+                raise InvalidInputError(
+                    f"{where}: full_text_query has unknown key {unknown[0]!r} (query, columns)"
+                )
+            text = value.get("query")
+            columns = value.get("columns")
+            if not isinstance(text, str):
+                raise InvalidInputError(f"{where}: full_text_query's 'query' must be a string")
+            if columns is not None and (
+                not isinstance(columns, (list, tuple))
+                or not all(isinstance(c, str) for c in columns)
+            ):
+                raise InvalidInputError(
+                    f"{where}: full_text_query's 'columns' must be a list of column names"
+                )
+            return cls._checked(text, tuple(columns) if columns else None, where)
+        raise UnsupportedFeatureError(
+            f"{where}: full_text_query must be a string or {{'query', 'columns'}}, not "
+            f"{type(value).__name__} (query objects are not supported yet)"
+        )
+
+    @classmethod
+    def _checked(cls, text: str, columns: tuple[str, ...] | None, where: str) -> FullTextQuery:
+        stripped = text.strip()
+        if len(stripped) >= 2 and stripped.startswith('"') and stripped.endswith('"'):
+            raise UnsupportedFeatureError(
+                f"{where}: a quoted full-text query is a phrase query, not supported yet"
+            )
+        return cls(text, columns)
+
+
+def inverted_entries(core: DatasetCore) -> dict[str, list[IndexEntry]]:
+    """Column name -> the segments of the INVERTED index on it (the first index's name)."""
+    out: dict[str, list[IndexEntry]] = {}
+    names = {f.id: f.name for f in core.lance_schema.walk()}
+    entries = indices_of(core.manifest)
+    for e in entries:
+        if not e.details_type.endswith(_INVERTED) or len(e.field_ids) != 1:
+            continue
+        column = names.get(e.field_ids[0])
+        if column is None:
+            continue
+        first = out.setdefault(column, [])
+        if not first or first[0].name == e.name:
+            first.append(e)
+    return out
+
+
+class _Corpus:
+    """Statistics BM25 scores against: documents, their tokens, documents per token."""
+
+    def __init__(self, docs: int = 0, tokens: int = 0, df: Counter[str] | None = None) -> None:
+        self.docs, self.tokens, self.df = docs, tokens, df or Counter()
+
+    def __add__(self, other: _Corpus) -> _Corpus:
+        return _Corpus(self.docs + other.docs, self.tokens + other.tokens, self.df + other.df)
+
+    def weights(self, token: str, freqs: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """Each document's BM25 weight for `token` (float32, pylance's order of operations)."""
+        n, total = _F(self.df[token]), _F(self.docs)
+        idf = _F(np.log(_F(_F(total - n + _F(0.5)) / _F(n + _F(0.5)) + _F(1))))
+        avgdl = _F(_F(self.tokens) / total)
+        f = freqs.astype(np.float32)
+        norm = K1 * (_F(1) - B + B * lengths.astype(np.float32) / avgdl)
+        return (idf * ((K1 + _F(1)) * f / (f + norm))).astype(np.float32)
+
+
+def _score(
+    tokens: list[str], corpus: _Corpus, found: dict[str, tuple[np.ndarray, ...]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(row ids, scores) summing each query token's weights in query order."""
+    parts = [found[t][0] for t in tokens if t in found]
+    if not parts:
+        return np.empty(0, np.uint64), np.empty(0, np.float32)
+    ids = np.unique(np.concatenate(parts))
+    scores = np.zeros(len(ids), np.float32)
+    for t in tokens:
+        if t not in found or not corpus.df[t]:
+            continue
+        rows, freqs, lengths = found[t]
+        at = np.searchsorted(ids, rows)
+        scores[at] += corpus.weights(t, freqs, lengths)
+    keep = scores > 0
+    return ids[keep], scores[keep]
+
+
+class FullTextSearch:
+    """One planned full-text search over a dataset version."""
+
+    def __init__(
+        self,
+        core: DatasetCore,
+        query: Any,
+        *,
+        columns: Sequence[str] | None = None,
+        filter: str | None = None,
+        prefilter: bool = False,
+        with_row_id: bool = False,
+        with_row_address: bool = False,
+        limit: int | None = None,
+        offset: int | None = None,
+        fast_search: bool = False,
+    ) -> None:
+        self.core = core
+        self.query = FullTextQuery.parse(query, core.uri)
+        if not isinstance(prefilter, bool) or not isinstance(fast_search, bool):
+            raise InvalidInputError(f"{core.uri}: prefilter and fast_search must be true or false")
+        self.names = list(core.lance_schema.names) if columns is None else list(columns)
+        self._fragments = fragments_of(core)
+        self._scanner = Scanner(
+            core,
+            self._fragments,
+            columns=[c for c in self.names if c != SCORE],
+            filter=filter,
+            with_row_id=with_row_id,
+            with_row_address=with_row_address,
+        )
+        if self._scanner._paths:
+            raise UnsupportedFeatureError(
+                f"{core.uri}: nested field paths in the columns of a full-text search"
+            )
+        self.filter, self.prefilter, self.fast_search = filter, prefilter, fast_search
+        self.limit, self.offset = limit, offset or 0
+        indexed = inverted_entries(core)
+        if self.query.columns is None:
+            if not indexed:
+                raise InvalidInputError(
+                    f"{core.uri}: cannot perform full text search unless an INVERTED index "
+                    "has been created on at least one column"
+                )
+            self.columns = sorted(indexed)
+        else:
+            self.columns = list(self.query.columns)
+            for c in self.columns:
+                field = core.lance_schema.field(c)  # ColumnNotFoundError names it
+                if not pa.types.is_string(field.to_arrow().type) and not pa.types.is_large_string(
+                    field.to_arrow().type
+                ):
+                    raise InvalidInputError(f"{core.uri}: column {c!r} does not hold text")
+        self._entries = {c: indexed.get(c, []) for c in self.columns}
+        self._locator: RowLocator | None = None
+
+    # -- schema ---------------------------------------------------------------------------
+    @property
+    def schema(self) -> pa.Schema:
+        base = self._scanner.projected_schema
+        fields = list(base)
+        score = pa.field(SCORE, pa.float32())
+        if SCORE in self.names:
+            fields.insert(self.names.index(SCORE), score)
+        else:
+            rows = [f for f in fields if f.name in ROW_COLUMNS and f.name not in self.names]
+            fields = [f for f in fields if f not in rows] + [score] + rows
+        return pa.schema(fields, metadata=base.metadata)
+
+    projected_schema = schema
+
+    @property
+    def locator(self) -> RowLocator:
+        if self._locator is None:
+            self._locator = RowLocator(self.core, self._fragments)
+        return self._locator
+
+    # -- searching ------------------------------------------------------------------------
+    def _rows(
+        self, fragments: Sequence[LanceFragment], columns: list[str], filtered: bool
+    ) -> Iterator[pa.RecordBatch]:
+        return Scanner(
+            self.core,
+            fragments,
+            columns=columns,
+            filter=self.filter if filtered else None,
+            with_row_id=True,
+        ).to_batches()
+
+    def _allowed(self, covered: set[int]) -> np.ndarray | None:
+        """Row ids a prefilter lets the index answer (sorted), or None without one."""
+        if not (self.prefilter and self.filter is not None):
+            return None
+        frags = [f for f in self._fragments if f.fragment_id in covered]
+        ids = [b.column(ROW_ID_FIELD.name).to_numpy() for b in self._rows(frags, [], True)]
+        return np.sort(np.concatenate(ids).astype(np.uint64)) if ids else np.empty(0, np.uint64)
+
+    def _column(self, column: str) -> tuple[np.ndarray, np.ndarray]:
+        """(row ids, scores) of every row of `column` that matches."""
+        entries = self._entries[column]
+        indices = [self._open(e) for e in entries]
+        try:
+            analyzer = indices[0].analyzer if indices else _UNINDEXED
+            tokens = analyzer.tokens(self.query.text)
+            if not tokens:
+                return np.empty(0, np.uint64), np.empty(0, np.float32)
+            corpus = _Corpus(
+                sum(i.num_docs for i in indices),
+                sum(i.total_tokens for i in indices),
+                Counter({t: sum(i.document_frequency(t) for i in indices) for t in set(tokens)}),
+            )
+            covered = self._covered(entries)
+            found = self._indexed(indices, tokens, covered)
+        finally:
+            for i in indices:
+                i.close()
+        ids, scores = _score(tokens, corpus, found)
+        rest = [f for f in self._fragments if f.fragment_id not in covered]
+        if rest and not (self.fast_search and indices):
+            flat_found, flat_corpus = self._flat(rest, column, analyzer, set(tokens))
+            flat_ids, flat_scores = _score(tokens, corpus + flat_corpus, flat_found)
+            ids = np.concatenate([ids, flat_ids])
+            scores = np.concatenate([scores, flat_scores])
+        return ids, scores
+
+    def _open(self, entry: IndexEntry) -> InvertedIndex:
+        base = entry.pb.base_id if entry.pb.HasField("base_id") else None
+        store, directory = self.core.resolve(entry.directory, base, relative_to_root=True)
+        return InvertedIndex(store, directory)
+
+    def _covered(self, entries: list[IndexEntry]) -> set[int]:
+        covered: set[int] = set()
+        for e in entries:
+            if e.fragment_ids is None:
+                return {f.fragment_id for f in self._fragments}
+            covered |= set(e.fragment_ids)
+        return covered
+
+    def _indexed(
+        self, indices: list[InvertedIndex], tokens: list[str], covered: set[int]
+    ) -> dict[str, tuple[np.ndarray, ...]]:
+        """Per query token: (row ids, frequencies, lengths) of the live, covered rows (and,
+        prefiltering, those the filter keeps) the index holds."""
+        if not indices:
+            return {}
+        allowed = self._allowed(covered)
+        inside = np.array(sorted(covered), dtype=np.uint64)
+        found = {}
+        for token in dict.fromkeys(tokens):
+            parts = [i.matches(token) for i in indices]
+            rows = np.concatenate([p[0] for p in parts])
+            freqs = np.concatenate([p[1] for p in parts])
+            lengths = np.concatenate([p[2] for p in parts])
+            addr, live = self.locator.addresses(rows)
+            keep = live & np.isin(addr >> np.uint64(32), inside)
+            if allowed is not None:
+                keep &= np.isin(rows, allowed)
+            if keep.any():
+                found[token] = (rows[keep], freqs[keep], lengths[keep])
+        return found
+
+    def _flat(
+        self, fragments: list[LanceFragment], column: str, analyzer: Analyzer, wanted: set[str]
+    ) -> tuple[dict[str, tuple[np.ndarray, ...]], _Corpus]:
+        """The query tokens' matches among rows no index covers, read and analysed, and
+        those rows' statistics."""
+        filtered = self.prefilter and self.filter is not None
+        corpus = _Corpus()
+        hits: dict[str, tuple[list[int], list[int], list[int]]] = {t: ([], [], []) for t in wanted}
+        for batch in self._rows(fragments, [column], filtered):
+            ids = batch.column(ROW_ID_FIELD.name).to_numpy()
+            for rid, text in zip(ids, batch.column(column).to_pylist(), strict=True):
+                toks = analyzer.tokens(text)
+                if not toks:
+                    continue
+                corpus.docs += 1
+                corpus.tokens += len(toks)
+                counts = Counter(toks)
+                for t in wanted.intersection(counts):
+                    corpus.df[t] += 1
+                    rows, freqs, lengths = hits[t]
+                    rows.append(int(rid))
+                    freqs.append(counts[t])
+                    lengths.append(len(toks))
+        found = {
+            t: (np.array(r, np.uint64), np.array(f, np.uint32), np.array(n, np.float32))
+            for t, (r, f, n) in hits.items()
+            if r
+        }
+        return found, corpus
+
+    def candidates(self) -> tuple[np.ndarray, np.ndarray]:
+        """(row ids, scores) of the answers, best first, before a postfilter."""
+        ids_parts, score_parts = [], []
+        for column in self.columns:
+            ids, scores = self._column(column)
+            ids_parts.append(ids)
+            score_parts.append(scores)
+        ids = np.concatenate(ids_parts) if ids_parts else np.empty(0, np.uint64)
+        scores = np.concatenate(score_parts) if score_parts else np.empty(0, np.float32)
+        if len(self.columns) > 1 and len(ids):  # a row's best column
+            order = np.lexsort((-scores, ids))
+            ids, scores = ids[order], scores[order]
+            first = np.r_[True, ids[1:] != ids[:-1]]
+            ids, scores = ids[first], scores[first]
+        order = np.lexsort((ids, -scores))
+        ids, scores = ids[order], scores[order]
+        if self.offset or self.limit is not None:
+            stop = None if self.limit is None else self.offset + self.limit
+            ids, scores = ids[self.offset : stop], scores[self.offset : stop]
+        return ids, scores
+
+    def to_table(self) -> pa.Table:
+        """Run the search: the answers with their `_score`, best first."""
+        ids, scores = self.candidates()
+        scanner = self._scanner
+        projection, read_schema = scanner._projection, scanner._schema
+        row_columns = {
+            "with_row_id": scanner._with_row_id,
+            "with_row_address": scanner._with_row_address,
+        }
+        postfilter = self.filter is not None and not self.prefilter
+        if postfilter:
+            wanted = scanner._filter.columns if scanner._filter is not None else []
+            extra = [c for c in wanted if c not in projection.names and c not in ROW_COLUMNS]
+            projection = self.core.lance_schema.project(list(projection.names) + extra)
+            row_columns = {"with_row_id": True, "with_row_address": True}
+            base = projection.to_arrow(blob_descriptions=True)
+            read_schema = pa.schema(
+                list(base) + [ROW_ID_FIELD, ROW_ADDRESS_FIELD], metadata=base.metadata
+            )
+        rows = self.locator.take(ids, projection, read_schema, **row_columns)
+        if postfilter:
+            keep = np.asarray(_filter_mask(rows, scanner._filter.expression).fill_null(False))
+            rows, scores = rows.filter(pa.array(keep)), scores[keep]
+        columns = []
+        for f in self.schema:
+            columns.append(
+                pa.array(scores, pa.float32()) if f.name == SCORE else rows.column(f.name)
+            )
+        return pa.Table.from_arrays(columns, schema=self.schema)
+
+    def to_batches(self) -> Iterator[pa.RecordBatch]:
+        yield from self.to_table().to_batches()
+
+    def to_reader(self) -> pa.RecordBatchReader:
+        return pa.RecordBatchReader.from_batches(self.schema, self.to_batches())

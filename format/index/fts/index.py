@@ -1,0 +1,145 @@
+"""One INVERTED (full-text) index segment as pylance 14 writes it under ``_indices/{uuid}/``.
+
+- ``metadata.lance``: the analyzer's ``params`` (JSON), the ``partitions`` (a JSON list of
+  ids), ``token_set_format`` (``fst``, or ``arrow`` for a plain token table) and the
+  posting codec;
+- per partition P (each a disjoint share of the rows, with its own token ids):
+  ``part_P_tokens.lance`` (the token dictionary), ``part_P_docs.lance`` (document i: its
+  ``_rowid`` and ``_num_tokens``; ``total_tokens`` in the metadata) and
+  ``part_P_invert.lance`` (row = token id: ``_length`` documents, ``_posting`` blocks).
+
+Only documents with at least one token are indexed. A search reads the token dictionaries
+and document tables once, then the posting lists of the query's tokens.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from quiver.format.errors import CorruptFileError, UnsupportedFeatureError
+from quiver.format.index.files import IndexFile
+from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
+from quiver.format.index.fts.fst import FstMap
+from quiver.format.index.fts.postings import FIXED32, VARINT, decode_postings
+from quiver.format.io.store import ObjectStore
+
+
+@dataclass
+class Partition:
+    """One partition: token ids, its documents' row ids and lengths, its postings file."""
+
+    tokens: FstMap | dict[str, int]
+    row_ids: np.ndarray  # uint64, by document id
+    lengths: np.ndarray  # tokens per document (float32)
+    total_tokens: int
+    invert: IndexFile
+    df: np.ndarray  # documents per token id
+    codec: str
+
+    def token_id(self, token: str) -> int | None:
+        return self.tokens.get(token)
+
+    def postings(self, token_id: int) -> tuple[np.ndarray, np.ndarray]:
+        """(document ids, frequencies) of one token."""
+        cell = self.invert.take(["_posting"], np.array([token_id], np.uint64)).column(0)[0]
+        blobs = cell.values.to_pylist() if cell.is_valid else []
+        return decode_postings(blobs, int(self.df[token_id]), self.codec, self.invert.path)
+
+
+class InvertedIndex:
+    """An open INVERTED index segment (close it, or use it as a context manager)."""
+
+    def __init__(self, store: ObjectStore, directory: str) -> None:
+        self.where = store.uri_of(directory)
+        self.partitions: list[Partition] = []
+        with IndexFile(store, f"{directory}/metadata.lance") as meta:
+            try:
+                params = json.loads(meta.text("params"))
+                ids = json.loads(meta.text("partitions"))
+            except ValueError:
+                raise CorruptFileError(meta.path, "params or partitions are not JSON") from None
+            token_format = meta.metadata.get("token_set_format", b"arrow").decode()
+            version = meta.metadata.get("format_version", b"1").decode()
+        if version not in ("1", "2"):
+            raise UnsupportedFeatureError(
+                f"{self.where}: full-text index format version {version} (1 and 2 are read)"
+            )
+        self.params = AnalyzerParams.from_json(params, self.where)
+        self.analyzer = Analyzer(self.params)
+        try:
+            for pid in ids:
+                self.partitions.append(self._partition(store, directory, int(pid), token_format))
+        except BaseException:
+            self.close()
+            raise
+        self.num_docs = sum(len(p.row_ids) for p in self.partitions)
+        self.total_tokens = sum(p.total_tokens for p in self.partitions)
+
+    @staticmethod
+    def _partition(store: ObjectStore, directory: str, pid: int, token_format: str) -> Partition:
+        prefix = f"{directory}/part_{pid}"
+        with IndexFile(store, f"{prefix}_tokens.lance") as tf:
+            if token_format == "fst":
+                raw = tf.read(["_token_fst_bytes"]).column(0)[0].as_py()
+                tokens: FstMap | dict[str, int] = FstMap(raw, tf.path)
+            else:
+                t = tf.read(["_token", "_token_id"])
+                tokens = dict(zip(t.column(0).to_pylist(), t.column(1).to_pylist(), strict=True))
+        with IndexFile(store, f"{prefix}_docs.lance") as df:
+            docs = df.read(["_rowid", "_num_tokens"])
+            row_ids = docs.column(0).to_numpy().astype(np.uint64)
+            lengths = docs.column(1).to_numpy().astype(np.float32)
+            total = df.metadata.get("total_tokens")
+            total_tokens = int(total) if total is not None else int(lengths.sum())
+        invert = IndexFile(store, f"{prefix}_invert.lance")
+        try:
+            df_counts = invert.read(["_length"]).column(0).to_numpy().astype(np.int64)
+            codec = invert.metadata.get("posting_tail_codec", FIXED32.encode()).decode()
+            if codec not in (VARINT, FIXED32):
+                raise UnsupportedFeatureError(f"{invert.path}: posting codec {codec!r}")
+        except BaseException:
+            invert.close()
+            raise
+        return Partition(tokens, row_ids, lengths, total_tokens, invert, df_counts, codec)
+
+    def document_frequency(self, token: str) -> int:
+        """Documents of this segment holding `token`, over every partition."""
+        total = 0
+        for p in self.partitions:
+            tid = p.token_id(token)
+            if tid is not None and 0 <= tid < len(p.df):
+                total += int(p.df[tid])
+        return total
+
+    def matches(self, token: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(row ids, frequencies, document lengths) of the documents holding `token`."""
+        ids, freqs, lengths = [], [], []
+        for p in self.partitions:
+            tid = p.token_id(token)
+            if tid is None:
+                continue
+            if not 0 <= tid < len(p.df):
+                raise CorruptFileError(self.where, f"token id {tid} outside the postings")
+            docs, counts = p.postings(tid)
+            if len(docs) and int(docs.max()) >= len(p.row_ids):
+                raise CorruptFileError(self.where, "a posting names a document that is not there")
+            ids.append(p.row_ids[docs])
+            freqs.append(counts)
+            lengths.append(p.lengths[docs])
+        if not ids:
+            empty = np.empty(0, np.uint64)
+            return empty, np.empty(0, np.uint32), np.empty(0, np.float32)
+        return np.concatenate(ids), np.concatenate(freqs), np.concatenate(lengths)
+
+    def close(self) -> None:
+        for p in self.partitions:
+            p.invert.close()
+
+    def __enter__(self) -> InvertedIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
