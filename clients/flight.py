@@ -476,13 +476,19 @@ class Client(RowChanges, IndexActions):
         appended_since: int | None = None,
         parallel: int = 8,
         progress: bool = False,
+        full_text_query: str | dict[str, Any] | None = None,
+        prefilter: bool = False,
+        fast_search: bool = False,
     ) -> pa.Table:
         """Read a dataset (one version of it) into a `pyarrow.Table`.
 
         The endpoints of the one `FlightInfo` are fetched by up to `parallel` threads and
         concatenated in endpoint (fragment) order. `progress=True` shows rows read on
         stderr (a tqdm bar when tqdm is installed). `appended_since=v` reads only the rows
-        appends added after version `v`.
+        appends added after version `v`. `full_text_query` (a string, or `{"query",
+        "columns"}`) reads the rows matching it best first, with `_score`, as pylance's
+        `to_table(full_text_query=...)`; `prefilter` applies the filter before the search,
+        `fast_search` leaves out rows no index covers.
         """
         if parallel < 1:
             raise ValueError("parallel must be at least 1")
@@ -496,6 +502,9 @@ class Client(RowChanges, IndexActions):
             limit=limit,
             with_row_id=with_row_id,
             appended_since=appended_since,
+            full_text_query=full_text_query,
+            prefilter=prefilter,
+            fast_search=fast_search,
         )
         schema = info.schema
         endpoints = list(info.endpoints)

@@ -1,11 +1,15 @@
-"""Nearest-neighbour reads over Flight: a CMD descriptor's `nearest` object, and DoExchange
-for batches of query vectors.
+"""Searches over Flight: a CMD descriptor's `nearest` object or `full_text_query`, and
+DoExchange for batches of query vectors.
 
 - GetFlightInfo / GetSchema with `{"dataset", "nearest": {"column", "q", "k", ...},
   "filter"?, "prefilter"?, "columns"?, "with_row_id"?, "limit"?, version...}` plan one
   endpoint whose signed ticket (kind `qn1`) carries the whole search, pinned to the resolved
   version; DoGet runs it (`format.dataset.nearest`): the rows ordered by `_distance`, then
   row id. A `q` that is a list of vectors answers each, with `query_index` first.
+- GetFlightInfo / GetSchema with `{"dataset", "full_text_query": "text" | {"query",
+  "columns"}, "fast_search"?, "filter"?, "prefilter"?, "columns"?, "limit"?, ...}` plan a
+  full-text search the same way (`format.dataset.fulltext`): one endpoint, its ticket
+  carrying the search, the rows best first with `_score`.
 - DoExchange with such a descriptor but no `q` reads record batches of query vectors (one
   column: fixed-size list or list of numbers) and answers each batch as it arrives with the
   rows of its queries, `query_index` counting the vectors from the start of the stream.
@@ -36,6 +40,7 @@ from quiver.flight_server.protocol import (
 )
 from quiver.flight_server.tickets import Signer
 from quiver.format.dataset import LanceDataset
+from quiver.format.dataset.fulltext import FullTextSearch
 from quiver.format.dataset.nearest import NearestSearch
 from quiver.wire.requests import NEAREST_KEYS, READ
 
@@ -83,17 +88,34 @@ def _numbers(v: Any) -> bool:
 
 
 def _check_request(request: ReadRequest) -> None:
+    what = "'nearest'" if request.nearest is not None else "'full_text_query'"
+    if request.nearest is not None and request.full_text_query is not None:
+        raise Unimplemented(
+            "CMD descriptor: 'nearest' with 'full_text_query' (hybrid search) is not supported yet"
+        )
     if request.appended_since is not None:
-        raise InvalidArgument("CMD descriptor: 'nearest' cannot be combined with 'appended_since'")
+        raise InvalidArgument(f"CMD descriptor: {what} cannot be combined with 'appended_since'")
     if request.max_rows_per_endpoint is not None:
         raise InvalidArgument(
-            "CMD descriptor: a nearest-neighbour search is one endpoint; "
-            "'max_rows_per_endpoint' does not apply"
+            "CMD descriptor: a search is one endpoint; 'max_rows_per_endpoint' does not apply"
         )
 
 
-def search_of(ds: LanceDataset, request: ReadRequest, nearest: dict[str, Any]) -> NearestSearch:
+def search_of(
+    ds: LanceDataset, request: ReadRequest, nearest: dict[str, Any] | None
+) -> NearestSearch | FullTextSearch:
     """The engine's search for a request (raises on a bad column, vector, filter...)."""
+    if request.full_text_query is not None:
+        return FullTextSearch(
+            ds.core,
+            request.full_text_query,
+            columns=list(request.columns) if request.columns is not None else None,
+            filter=request.filter,
+            prefilter=request.prefilter,
+            with_row_id=request.with_row_id,
+            limit=request.limit,
+            fast_search=request.fast_search,
+        )
     return NearestSearch(
         ds.core,
         nearest,
@@ -118,6 +140,8 @@ class NearestTicket:
     with_row_id: bool
     limit: int | None
     expires: int | None
+    full_text: str | dict[str, Any] | None = None  # a full-text search instead
+    fast_search: bool = False
     fragment_id = None  # for the access log: a search reads every fragment
 
     def encode(self, signer: Signer) -> bytes:
@@ -134,6 +158,9 @@ class NearestTicket:
             "l": self.limit,
             "e": self.expires,
         }
+        if self.full_text is not None:
+            payload["f"] = self.full_text
+            payload["s"] = self.fast_search
         return signer.sign(NEAREST_KIND, payload).encode("ascii")
 
     @classmethod
@@ -152,7 +179,11 @@ class NearestTicket:
                 with_row_id=bool(p["i"]),
                 limit=None if p["l"] is None else int(p["l"]),
                 expires=None if p["e"] is None else int(p["e"]),
+                full_text=p.get("f"),
+                fast_search=bool(p.get("s", False)),
             )
+            if t.full_text is not None and not isinstance(t.full_text, (str, dict)):
+                raise ValueError
         except (KeyError, TypeError, ValueError):
             raise InvalidArgument("invalid ticket: malformed payload") from None
         if t.expires is not None and time.time() > t.expires:
@@ -168,6 +199,8 @@ class NearestTicket:
             limit=self.limit,
             with_row_id=self.with_row_id,
             prefilter=self.prefilter,
+            full_text_query=self.full_text,
+            fast_search=self.fast_search,
         )
 
 
@@ -179,9 +212,15 @@ def is_nearest_ticket(token: bytes) -> bool:
 def nearest_schema(reads: Any, request: ReadRequest) -> pa.Schema:
     """The schema DoGet will stream for a nearest request (`reads`: flight_server.reads)."""
     _check_request(request)
-    assert request.nearest is not None
     ds = reads.open(request)
-    return search_of(ds, request, nearest_options(request.nearest, need_q=True)).schema
+    return search_of(ds, request, _options(request)).schema
+
+
+def _options(request: ReadRequest) -> dict[str, Any] | None:
+    """A nearest search's checked options (None for a full-text search)."""
+    if request.nearest is None:
+        return None
+    return nearest_options(request.nearest, need_q=True)
 
 
 @dataclass(frozen=True)
@@ -197,23 +236,25 @@ class NearestPlan:
 def plan_nearest(reads: Any, request: ReadRequest) -> NearestPlan:
     """The checked search, in a ticket pinned to the resolved version."""
     _check_request(request)
-    assert request.nearest is not None
     ds = reads.open(request)
-    options = nearest_options(request.nearest, need_q=True)
+    options = _options(request)
     schema = search_of(ds, request, options).schema  # raises on anything the engine refuses
     expires = int(time.time()) + reads.ticket_ttl if reads.ticket_ttl else None
-    options["q"] = options["q"].tolist()
+    if options is not None:
+        options["q"] = options["q"].tolist()
     ticket = NearestTicket(
         dataset=request.dataset,
         version=ds.version,
         stamp=stamp(ds),
-        nearest=options,
+        nearest=options or {},
         columns=request.columns,
         filter=request.filter,
         prefilter=request.prefilter,
         with_row_id=request.with_row_id,
         limit=request.limit,
         expires=expires,
+        full_text=request.full_text_query,
+        fast_search=request.fast_search,
     ).encode(reads.signer)
     return NearestPlan(ds.version, schema, ticket, expires)
 
@@ -221,8 +262,10 @@ def plan_nearest(reads: Any, request: ReadRequest) -> NearestPlan:
 def read_nearest(reads: Any, t: NearestTicket) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
     """The schema and batches of a nearest ticket; the search runs when they are pulled."""
     ds = reads.open_pinned(t.dataset, t.version, t.stamp)
-    nearest = dict(t.nearest)
-    nearest["q"] = np.asarray(nearest.get("q"), dtype=np.float32)
+    nearest = None
+    if t.full_text is None:
+        nearest = dict(t.nearest)
+        nearest["q"] = np.asarray(nearest.get("q"), dtype=np.float32)
     search = search_of(ds, t.request(), nearest)
 
     def batches() -> Iterator[pa.RecordBatch]:

@@ -209,6 +209,14 @@ class ReadRequest:
     # a nearest-neighbour search (checked by flight_server.nearest), the filter first if prefilter
     nearest: dict[str, Any] | None = None
     prefilter: bool = False
+    # a full-text search (string or {"query", "columns"}, checked by the engine)
+    full_text_query: str | dict[str, Any] | None = None
+    fast_search: bool = False
+
+    @property
+    def search(self) -> bool:
+        """Whether this is a search (one endpoint: `flight_server.nearest`), not a scan."""
+        return self.nearest is not None or self.full_text_query is not None
 
     def ref(self) -> dict[str, Any]:
         """The version reference as given (for messages and logs)."""
@@ -266,7 +274,19 @@ def read_request_from_command(cmd: bytes) -> ReadRequest:
         appended_since=since,
         nearest=f.obj("nearest"),
         prefilter=f.bool("prefilter", default=False),
+        full_text_query=_full_text(f),
+        fast_search=f.bool("fast_search", default=False),
     )
+
+
+def _full_text(f: Fields) -> str | dict[str, Any] | None:
+    """A CMD descriptor's `full_text_query`: a string or {"query", "columns"}."""
+    if not f.has("full_text_query"):
+        return None
+    value = f.doc["full_text_query"]
+    if isinstance(value, str):
+        return value
+    return f.obj("full_text_query")
 
 
 def read_request_from_path(path: Sequence[bytes | str]) -> ReadRequest:

@@ -140,14 +140,14 @@ class Reads:
 
     def schema(self, request: ReadRequest) -> pa.Schema:
         """The schema DoGet will stream for this request."""
-        if request.nearest is not None:
+        if request.search:
             return nearest.nearest_schema(self, request)
         return _scanner(self.open(request), request).projected_schema
 
     def plan_scan(self, request: ReadRequest) -> ScanPlan:
         """Resolve the version, check projection and filter, and cut the read into endpoints
         (a nearest-neighbour search is one endpoint: `flight_server.nearest`)."""
-        if request.nearest is not None:
+        if request.search:
             found = nearest.plan_nearest(self, request)
             endpoint = PlannedEndpoint(found.ticket, None, None, -1)
             return ScanPlan(

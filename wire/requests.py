@@ -38,6 +38,8 @@ READ_KEYS: tuple[str, ...] = (
     "appended_since",
     "nearest",
     "prefilter",
+    "full_text_query",
+    "fast_search",
 )
 # The `nearest` object of a read (pylance's `nearest=` dict): q is one vector (a list of
 # numbers) or, for GetFlightInfo, a list of them; DoExchange takes the vectors as a stream.
@@ -276,13 +278,17 @@ def read_command(
     appended_since: int | None = None,
     nearest: dict[str, Any] | None = None,
     prefilter: bool = False,
+    full_text_query: str | dict[str, Any] | None = None,
+    fast_search: bool = False,
 ) -> dict[str, Any]:
     """The JSON object of a read CMD descriptor; only the options that are set appear.
 
     `appended_since=v` reads only the rows that appends added after version `v` (up to
     `version`, default the latest), each endpoint pinned to the version that added it.
     `nearest` (see `nearest_object`) asks for the nearest neighbours of a vector instead,
-    with the filter applied before the search when `prefilter`.
+    with the filter applied before the search when `prefilter`. `full_text_query` (a string,
+    or `{"query", "columns"}`) asks for the rows matching it best first, with `_score`;
+    `fast_search` leaves out rows no index covers.
     """
     if not isinstance(dataset, str) or not dataset:
         raise TypeError("dataset must be a non-empty string")
@@ -319,6 +325,12 @@ def read_command(
         cmd["nearest"] = dict(nearest)
     if prefilter:
         cmd["prefilter"] = True
+    if full_text_query is not None:
+        if not isinstance(full_text_query, (str, dict)):
+            raise TypeError("full_text_query must be a string or {'query', 'columns'}")
+        cmd["full_text_query"] = full_text_query
+    if fast_search:
+        cmd["fast_search"] = True
     return cmd
 
 

@@ -7,7 +7,6 @@ columns, a column without an index; the analyzer against `lance.tokenize`-visibl
 
 from __future__ import annotations
 
-import random
 import warnings
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import lance
 import numpy as np
 import pyarrow as pa
 import pytest
+from fulltext_corpus import QUERIES, assert_same_answers, search, text_table
 
 from quiver.format.dataset import dataset
 from quiver.format.errors import ColumnNotFoundError, InvalidInputError, UnsupportedFeatureError
@@ -24,82 +24,6 @@ from quiver.format.index.fts.postings import unpack4x
 
 pytestmark = pytest.mark.compat
 
-WORDS = (
-    "apple apples banana running runs ran runner the a of and to in is it data dataset "
-    "datasets lance arrow flight server servers quick quickly brown fox foxes jumps jumped "
-    "over lazy dog dogs café naïve résumé Straße ÉCOLE index indexes indexing search "
-    "searching searched vector vectors table tables query queries score scoring rank "
-    "ranking text texts token tokens tokenizer stem stemming word words river rivers "
-    "mountain mountains blue green red yellow seven eight nine 2024 42 x y z"
-).split()
-LONG = "a" * 45
-QUERIES = [
-    "apple",
-    "running fox",
-    "the quick brown fox",
-    "Apples APPLE apple",
-    "datasets index",
-    "café ecole",
-    "naive resume strasse",
-    "of the and",
-    "nothing-here-at-all",
-    "searching tokens stemming",
-    f"{LONG} dog",
-    "42 seven",
-]
-
-
-def _docs(n: int, seed: int) -> list[str | None]:
-    rng = random.Random(seed)
-    weights = [1.0 / (i + 1) ** 0.8 for i in range(len(WORDS))]
-    out: list[str | None] = []
-    for i in range(n):
-        length = rng.randint(0, 30)
-        if length == 0:
-            out.append(None if i % 2 else "")
-            continue
-        words = rng.choices(WORDS, weights, k=length)
-        if rng.random() < 0.05:
-            words.append(LONG)
-        out.append(rng.choice([" ", ", ", "-", ". "]).join(words))
-    return out
-
-
-def _table(n: int, seed: int, start: int = 0) -> pa.Table:
-    return pa.table(
-        {
-            "id": pa.array(range(start, start + n), pa.int64()),
-            "text": _docs(n, seed),
-            "title": _docs(n, seed + 100),
-            "cat": [f"c{i % 4}" for i in range(start, start + n)],
-        }
-    )
-
-
-def _search(ds: Any, **kw: Any) -> pa.Table:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return ds.to_table(columns=["id"], with_row_id=True, **kw)
-
-
-def assert_same_answers(theirs: pa.Table, ours: pa.Table, what: str) -> None:
-    """The same scores (1e-6 relative), every row's score as pylance's; rows outside the
-    last tie band the same (pylance orders and cuts tied scores arbitrarily)."""
-    assert ours.column_names == theirs.column_names, what
-    a, b = theirs["_score"].to_numpy(), ours["_score"].to_numpy()
-    assert len(a) == len(b), (what, len(a), len(b))
-    np.testing.assert_allclose(np.sort(b), np.sort(a), rtol=1e-6, err_msg=what)
-    assert np.all(np.diff(b) <= 0), f"{what}: not best first"
-    got = dict(zip(ours["_rowid"].to_pylist(), b.tolist(), strict=True))
-    want = dict(zip(theirs["_rowid"].to_pylist(), a.tolist(), strict=True))
-    for row in set(got) & set(want):
-        assert abs(got[row] - want[row]) <= 1e-6 * abs(want[row]), (what, row)
-    if len(a):
-        last = a.min()
-        assert {r for r, s in got.items() if s > last * (1 + 1e-6)} == {
-            r for r, s in want.items() if s > last * (1 + 1e-6)
-        }, what
-
 
 def _compare_all(path: Path, what: str, options: list[dict[str, Any]]) -> None:
     theirs, ours = lance.dataset(str(path)), dataset(str(path))
@@ -107,8 +31,8 @@ def _compare_all(path: Path, what: str, options: list[dict[str, Any]]) -> None:
         for extra in options:
             label = f"{what} {query!r} {extra}"
             assert_same_answers(
-                _search(theirs, full_text_query=query, **extra),
-                _search(ours, full_text_query=query, **extra),
+                search(theirs, full_text_query=query, **extra),
+                search(ours, full_text_query=query, **extra),
                 label,
             )
 
@@ -136,16 +60,16 @@ OPTIONS = [
 )
 def test_indexed_rows_score_as_pylance(tmp_path: Path, index_options: dict[str, Any]) -> None:
     path = tmp_path / "ds"
-    ds = lance.write_dataset(_table(1500, 1), str(path), max_rows_per_file=500)
+    ds = lance.write_dataset(text_table(1500, 1), str(path), max_rows_per_file=500)
     ds.create_scalar_index("text", "INVERTED", **index_options)
     _compare_all(path, str(index_options), OPTIONS)
 
 
 def test_appended_deleted_and_fast_search(tmp_path: Path) -> None:
     path = tmp_path / "ds"
-    ds = lance.write_dataset(_table(1200, 2), str(path), max_rows_per_file=400)
+    ds = lance.write_dataset(text_table(1200, 2), str(path), max_rows_per_file=400)
     ds.create_scalar_index("text", "INVERTED")
-    lance.write_dataset(_table(300, 3, start=1200), str(path), mode="append")
+    lance.write_dataset(text_table(300, 3, start=1200), str(path), mode="append")
     lance.dataset(str(path)).delete("id % 7 = 3")
     _compare_all(
         path, "appended", [*OPTIONS, {"fast_search": True}, {"fast_search": True, "limit": 3}]
@@ -168,13 +92,13 @@ def test_partitions_and_stable_row_ids(tmp_path: Path) -> None:
     for query in [vocabulary[0], f"{vocabulary[1]} {vocabulary[2]} {vocabulary[2]}", "nothing"]:
         for extra in ({}, {"limit": 10}):
             assert_same_answers(
-                _search(theirs, full_text_query=query, **extra),
-                _search(ours, full_text_query=query, **extra),
+                search(theirs, full_text_query=query, **extra),
+                search(ours, full_text_query=query, **extra),
                 f"partitions {query} {extra}",
             )
     stable = tmp_path / "stable"
     ds = lance.write_dataset(
-        _table(800, 5), str(stable), max_rows_per_file=300, enable_stable_row_ids=True
+        text_table(800, 5), str(stable), max_rows_per_file=300, enable_stable_row_ids=True
     )
     ds.create_scalar_index("text", "INVERTED")
     ds.delete("id % 5 = 0")
@@ -183,7 +107,7 @@ def test_partitions_and_stable_row_ids(tmp_path: Path) -> None:
 
 def test_columns_and_projection(tmp_path: Path) -> None:
     path = tmp_path / "ds"
-    ds = lance.write_dataset(_table(600, 6), str(path))
+    ds = lance.write_dataset(text_table(600, 6), str(path))
     ds.create_scalar_index("text", "INVERTED")
     ours = dataset(str(path))
     for kw in (
@@ -200,25 +124,25 @@ def test_columns_and_projection(tmp_path: Path) -> None:
     # a dict names the column; several indexed columns: a row scores its best column
     single = {"query": "fox apple", "columns": ["text"]}
     assert_same_answers(
-        _search(ds, full_text_query=single), _search(ours, full_text_query=single), "dict"
+        search(ds, full_text_query=single), search(ours, full_text_query=single), "dict"
     )
     ds.create_scalar_index("title", "INVERTED")
     ours = dataset(str(path))
     assert_same_answers(
-        _search(lance.dataset(str(path)), full_text_query="fox apple"),
-        _search(ours, full_text_query="fox apple"),
+        search(lance.dataset(str(path)), full_text_query="fox apple"),
+        search(ours, full_text_query="fox apple"),
         "two indexed columns",
     )
 
 
 def test_column_without_an_index_is_read(tmp_path: Path) -> None:
     path = tmp_path / "ds"
-    ds = lance.write_dataset(_table(400, 7), str(path))
+    ds = lance.write_dataset(text_table(400, 7), str(path))
     ds.create_scalar_index("text", "INVERTED")
     for text in ("river blue", "Blue rivers", "café résumé", "the of"):
         query = {"query": text, "columns": ["title"]}  # title has no index
         _same_set(
-            _search(ds, full_text_query=query), _search(dataset(str(path)), full_text_query=query)
+            search(ds, full_text_query=query), search(dataset(str(path)), full_text_query=query)
         )
 
 
@@ -232,7 +156,7 @@ def _same_set(theirs: pa.Table, ours: pa.Table) -> None:
 
 def test_refusals(tmp_path: Path) -> None:
     path = tmp_path / "ds"
-    lance.write_dataset(_table(50, 8), str(path))
+    lance.write_dataset(text_table(50, 8), str(path))
     ours = dataset(str(path))
     with pytest.raises(InvalidInputError, match="INVERTED index"):
         ours.to_table(full_text_query="apple")
@@ -254,7 +178,7 @@ def test_analyzer_matches_the_indexed_tokens(tmp_path: Path) -> None:
     """Every token the analyzer makes of a corpus is one the pylance index holds, with the
     same document counts."""
     path = tmp_path / "ds"
-    table = _table(500, 9)
+    table = text_table(500, 9)
     ds = lance.write_dataset(table, str(path))
     ds.create_scalar_index("text", "INVERTED")
     from quiver.format.dataset.fulltext import inverted_entries

@@ -1,0 +1,94 @@
+"""Full-text search over Flight: a CMD descriptor's `full_text_query` answered by a real
+`quiver serve` as pylance answers `to_table(full_text_query=...)` on the same dataset, from
+the Python client and from plain pyarrow.flight; refusals with their codes."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import lance
+import pyarrow as pa
+import pyarrow.flight as fl
+import pytest
+from fulltext_corpus import assert_same_answers, text_table
+from server_process import quiver_serve
+
+from quiver.clients import Client
+from quiver.clients.errors import InvalidArgument, Unimplemented
+
+pytestmark = pytest.mark.compat
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    root = tmp_path_factory.mktemp("fts")
+    ds = lance.write_dataset(text_table(900, 11), str(root / "docs.lance"), max_rows_per_file=300)
+    ds.create_scalar_index("text", "INVERTED")
+    lance.write_dataset(text_table(100, 12, start=900), str(root / "docs.lance"), mode="append")
+    lance.dataset(str(root / "docs.lance")).delete("id % 9 = 4")
+    lance.write_dataset(text_table(10, 13), str(root / "plain.lance"))
+    with quiver_serve(root) as (uri, _pid):
+        yield uri, root
+
+
+def _pylance(root: Path, **kw: object) -> pa.Table:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return lance.dataset(str(root / "docs.lance")).to_table(
+            columns=["id"], with_row_id=True, **kw
+        )
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"full_text_query": "apple fox"},
+        {"full_text_query": "running dogs", "limit": 7},
+        {"full_text_query": "café", "filter": "cat = 'c1'", "prefilter": True},
+        {"full_text_query": {"query": "blue river", "columns": ["text"]}, "limit": 20},
+        {"full_text_query": "search tables", "fast_search": True},
+    ],
+)
+def test_client_reads_as_pylance(served: tuple[str, Path], options: dict) -> None:
+    uri, root = served
+    with Client(uri) as qc:
+        ours = qc.read("docs", columns=["id"], with_row_id=True, **options)
+    assert_same_answers(_pylance(root, **options), ours, str(options))
+
+
+def test_plain_flight_descriptor(served: tuple[str, Path]) -> None:
+    uri, root = served
+    client = fl.connect(uri)
+    cmd = {"dataset": "docs", "full_text_query": "apple", "columns": ["id"], "limit": 5}
+    info = client.get_flight_info(fl.FlightDescriptor.for_command(json.dumps(cmd)))
+    assert len(info.endpoints) == 1
+    assert info.schema.names == ["id", "_score"]
+    table = client.do_get(info.endpoints[0].ticket).read_all()
+    theirs = _pylance(root, full_text_query="apple", limit=5)
+    assert table["_score"].to_pylist() == pytest.approx(theirs["_score"].to_pylist(), rel=1e-6)
+    client.close()
+
+
+def test_refusals(served: tuple[str, Path]) -> None:
+    uri, _ = served
+    with Client(uri) as qc:
+        with pytest.raises(InvalidArgument, match="INVERTED index"):
+            qc.read("plain", full_text_query="apple")
+        with pytest.raises(InvalidArgument, match="does not hold text"):
+            qc.read("docs", full_text_query={"query": "apple", "columns": ["id"]})
+        with pytest.raises(Unimplemented, match="phrase"):
+            qc.read("docs", full_text_query='"quick fox"')
+        with pytest.raises(InvalidArgument, match="max_rows_per_endpoint"):
+            qc.flight_info("docs", full_text_query="apple", max_rows_per_endpoint=5)
+    client = fl.connect(uri)
+    for bad in (42, ["apple"], {"query": 1}):
+        cmd = {"dataset": "docs", "full_text_query": bad}
+        with pytest.raises(fl.FlightError):
+            client.get_flight_info(fl.FlightDescriptor.for_command(json.dumps(cmd)))
+    both = {"dataset": "docs", "full_text_query": "apple", "nearest": {"column": "x", "q": [1.0]}}
+    with pytest.raises(fl.FlightError, match="hybrid"):
+        client.get_flight_info(fl.FlightDescriptor.for_command(json.dumps(both)))
+    client.close()
