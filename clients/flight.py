@@ -485,11 +485,9 @@ class Client(RowChanges, IndexActions):
         The endpoints of the one `FlightInfo` are fetched by up to `parallel` threads and
         concatenated in endpoint (fragment) order. `progress=True` shows rows read on
         stderr (a tqdm bar when tqdm is installed). `appended_since=v` reads only the rows
-        appends added after version `v`. `full_text_query` (a string, or `{"query",
-        "columns"}`) reads the rows matching it best first, with `_score`, as pylance's
-        `to_table(full_text_query=...)`; `prefilter` applies the filter before the search,
-        `fast_search` leaves out rows no index covers.
-        """
+        appends added after version `v`. `full_text_query` (text, or `{"query", "columns"}`)
+        reads the matching rows best first with `_score`, as pylance's `to_table` does
+        (`prefilter`: the filter first; `fast_search`: only rows an index covers)."""
         if parallel < 1:
             raise ValueError("parallel must be at least 1")
         info = self.flight_info(
