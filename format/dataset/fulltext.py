@@ -38,7 +38,7 @@ from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, ROW_COLUMNS, ROW_ID_FI
 from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
 from quiver.format.expr import filter_mask as _filter_mask
 from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
-from quiver.format.index.fts.index import InvertedIndex
+from quiver.format.index.fts.index import InvertedIndex, open_inverted
 from quiver.format.table.indices import IndexEntry, indices_of
 
 SCORE = "_score"
@@ -143,10 +143,11 @@ def _score(
     tokens: list[str], corpus: _Corpus, found: dict[str, tuple[np.ndarray, ...]]
 ) -> tuple[np.ndarray, np.ndarray]:
     """(row ids, scores) summing each query token's weights in query order."""
-    parts = [found[t][0] for t in tokens if t in found]
+    parts = [found[t][0] for t in dict.fromkeys(tokens) if t in found]
     if not parts:
         return np.empty(0, np.uint64), np.empty(0, np.float32)
-    ids = np.unique(np.concatenate(parts))
+    # one token's rows are distinct already (each row is in one partition of one segment)
+    ids = np.sort(parts[0]) if len(parts) == 1 else np.unique(np.concatenate(parts))
     scores = np.zeros(len(ids), np.float32)
     for t in tokens:
         if t not in found or not corpus.df[t]:
@@ -259,21 +260,17 @@ class FullTextSearch:
         """(row ids, scores) of every row of `column` that matches."""
         entries = self._entries[column]
         indices = [self._open(e) for e in entries]
-        try:
-            analyzer = indices[0].analyzer if indices else _UNINDEXED
-            tokens = analyzer.tokens(self.query.text)
-            if not tokens:
-                return np.empty(0, np.uint64), np.empty(0, np.float32)
-            corpus = _Corpus(
-                sum(i.num_docs for i in indices),
-                sum(i.total_tokens for i in indices),
-                Counter({t: sum(i.document_frequency(t) for i in indices) for t in set(tokens)}),
-            )
-            covered = self._covered(entries)
-            found = self._indexed(indices, tokens, covered)
-        finally:
-            for i in indices:
-                i.close()
+        analyzer = indices[0].analyzer if indices else _UNINDEXED
+        tokens = analyzer.tokens(self.query.text)
+        if not tokens:
+            return np.empty(0, np.uint64), np.empty(0, np.float32)
+        corpus = _Corpus(
+            sum(i.num_docs for i in indices),
+            sum(i.total_tokens for i in indices),
+            Counter({t: sum(i.document_frequency(t) for i in indices) for t in set(tokens)}),
+        )
+        covered = self._covered(entries)
+        found = self._indexed(indices, tokens, covered)
         ids, scores = _score(tokens, corpus, found)
         rest = [f for f in self._fragments if f.fragment_id not in covered]
         if rest and not (self.fast_search and indices):
@@ -286,7 +283,7 @@ class FullTextSearch:
     def _open(self, entry: IndexEntry) -> InvertedIndex:
         base = entry.pb.base_id if entry.pb.HasField("base_id") else None
         store, directory = self.core.resolve(entry.directory, base, relative_to_root=True)
-        return InvertedIndex(store, directory)
+        return open_inverted(store, directory, entry.uuid)
 
     def _covered(self, entries: list[IndexEntry]) -> set[int]:
         covered: set[int] = set()
@@ -363,10 +360,15 @@ class FullTextSearch:
             ids, scores = ids[order], scores[order]
             first = np.r_[True, ids[1:] != ids[:-1]]
             ids, scores = ids[first], scores[first]
+        stop = None if self.limit is None else self.offset + self.limit
+        if stop is not None and stop < len(scores):
+            # only rows scoring at least the stop-th best can be answers: sort those alone
+            bar = np.partition(scores, len(scores) - stop)[len(scores) - stop]
+            keep = scores >= bar
+            ids, scores = ids[keep], scores[keep]
         order = np.lexsort((ids, -scores))
         ids, scores = ids[order], scores[order]
-        if self.offset or self.limit is not None:
-            stop = None if self.limit is None else self.offset + self.limit
+        if self.offset or stop is not None:
             ids, scores = ids[self.offset : stop], scores[self.offset : stop]
         return ids, scores
 

@@ -20,6 +20,9 @@ from quiver.format.file.v21.layers import max_rep, max_visible_def, parse_layers
 from quiver.format.file.v21.page import DecodedPage, PageWhere
 from quiver.format.proto import encodings_v2_1_pb2 as pb
 
+# rows at most for which `walk` goes entry by entry in Python rather than in numpy lock step
+_FEW_ROWS = 4
+
 
 def control_width(layout: pb.FullZipLayout) -> int:
     """Bytes of each entry's control word."""
@@ -62,6 +65,8 @@ def walk(
     if not fixed and lw not in (4, 8):
         raise where.corrupt(f"full-zip lengths of {8 * lw} bits")
     w = where.full
+    if not fixed and len(starts) <= _FEW_ROWS:
+        return _walk_few(data, starts, ends, cwb, bits_def, vis_max, lw, layers, where)
     rows = np.arange(len(starts), dtype=I64)
     pos = starts.astype(I64, copy=True)
     out: list[tuple[np.ndarray, ...]] = []
@@ -102,6 +107,61 @@ def walk(
     cols = [np.concatenate(c) for c in zip(*out, strict=True)]
     order = np.argsort(cols[0], kind="stable")
     return tuple(c[order] for c in cols[1:])  # type: ignore[return-value]
+
+
+def _walk_few(
+    data: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    cwb: int,
+    bits_def: int,
+    vis_max: int,
+    lw: int,
+    layers: list,
+    where: PageWhere,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`walk` of a few rows of variable-width values, entry by entry in plain Python: a
+    lock-step numpy walk costs a step per entry, and a take of one long list (an index's
+    posting list of thousands of blocks) is one row of many entries."""
+    reps: list[int] = []
+    defs: list[int] = []
+    vstarts: list[int] = []
+    vlens: list[int] = []
+    mask = (1 << bits_def) - 1
+    top = max_rep(layers)
+    for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+        row = data[start:end].tobytes()
+        at, first = 0, True
+        while at < len(row):
+            cw = int.from_bytes(row[at : at + cwb], "little") if cwb else 0
+            if at + cwb > len(row):
+                raise where.corrupt("a row ends inside a control word")
+            rep, d = cw >> bits_def, cw & mask
+            if first and top and rep != top:
+                raise where.corrupt("a row does not start with the top repetition level")
+            first = False
+            at += cwb
+            length = 0
+            if d <= vis_max and d == 0:
+                if at + lw > len(row):
+                    raise where.corrupt("a row ends inside a value length")
+                length = int.from_bytes(row[at : at + lw], "little")
+                at += lw
+            reps.append(rep)
+            defs.append(d)
+            vstarts.append(start + at)
+            vlens.append(length)
+            at += length
+        if at > len(row):
+            raise where.corrupt("a row runs past its end")
+    d_arr = np.array(defs, dtype=I64)
+    return (
+        np.array(reps, dtype=I64),
+        d_arr,
+        d_arr <= vis_max,
+        np.array(vstarts, dtype=I64),
+        np.array(vlens, dtype=I64),
+    )
 
 
 def _fixed_stride_rows(

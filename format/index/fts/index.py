@@ -8,14 +8,17 @@
   ``_rowid`` and ``_num_tokens``; ``total_tokens`` in the metadata) and
   ``part_P_invert.lance`` (row = token id: ``_length`` documents, ``_posting`` blocks).
 
-Only documents with at least one token are indexed. A search reads the token dictionaries
-and document tables once, then the posting lists of the query's tokens.
+Only documents with at least one token are indexed. An index is opened once per process
+(`open_inverted`: token dictionaries and document tables read then, kept while in use);
+searches read the posting lists of their tokens.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -38,13 +41,16 @@ class Partition:
     invert: IndexFile
     df: np.ndarray  # documents per token id
     codec: str
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def token_id(self, token: str) -> int | None:
         return self.tokens.get(token)
 
     def postings(self, token_id: int) -> tuple[np.ndarray, np.ndarray]:
         """(document ids, frequencies) of one token."""
-        cell = self.invert.take(["_posting"], np.array([token_id], np.uint64)).column(0)[0]
+        with self.lock:  # one reader per file: its page caches are not shared safely
+            table = self.invert.take(["_posting"], np.array([token_id], np.uint64))
+        cell = table.column(0)[0]
         blobs = cell.values.to_pylist() if cell.is_valid else []
         return decode_postings(blobs, int(self.df[token_id]), self.codec, self.invert.path)
 
@@ -143,3 +149,30 @@ class InvertedIndex:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# Open indices kept (their token dictionaries and document tables: a few bytes per document).
+OPEN_INDICES = 16
+_OPEN: OrderedDict[tuple[str, str], InvertedIndex] = OrderedDict()
+_OPEN_LOCK = threading.Lock()
+
+
+def open_inverted(store: ObjectStore, directory: str, uuid: str) -> InvertedIndex:
+    """The index in `directory` of `store`, opened once per process (by URI and uuid: an
+    index's files never change)."""
+    key = (store.uri_of(directory), uuid)
+    with _OPEN_LOCK:
+        found = _OPEN.get(key)
+        if found is not None:
+            _OPEN.move_to_end(key)
+            return found
+    index = InvertedIndex(store, directory)
+    with _OPEN_LOCK:
+        found = _OPEN.get(key)
+        if found is not None:
+            index.close()
+            return found
+        _OPEN[key] = index
+        while len(_OPEN) > OPEN_INDICES:
+            _OPEN.popitem(last=False)  # not closed: a search may still hold it (GC closes)
+        return index
