@@ -62,8 +62,6 @@ def count_rows(ctx: Context, call: Call) -> int:
 
 def query_table(ctx: Context, call: Call) -> ArrowFile:
     name = existing_table(ctx, call)
-    if call.body.get("full_text_query") is not None:
-        raise ne.unsupported(f"{call.op}: full-text queries are not served yet")
     k = call.int("k", required=True)
     offset = call.int("offset") or 0
     ds = ctx.handles.open_ref(name, call.int("version"), None, None)
@@ -74,6 +72,19 @@ def query_table(ctx: Context, call: Call) -> ArrowFile:
         "filter": call.str("filter"),
         "with_row_id": call.bool("with_row_id"),
     }
+    text = _full_text(call)
+    if text is not None:
+        if vector is not None:
+            raise ne.unsupported(f"{call.op}: a vector with a full-text query (hybrid search)")
+        found = ds.scanner(
+            full_text_query=text,
+            limit=k or None,
+            offset=offset or None,
+            prefilter=call.bool("prefilter"),
+            fast_search=call.bool("fast_search"),
+            **common,
+        ).to_table()
+        return ArrowFile(_ipc_file(found.schema, found.to_batches()))
     if vector is None and k and k + offset <= SMALL_STEP_ROWS:
         # a few rows: small steps, no readahead (a step is decoded whole before a row goes)
         scan = ds.scanner(limit=k, offset=offset or None, **common)
@@ -94,6 +105,25 @@ def query_table(ctx: Context, call: Call) -> ArrowFile:
     nearest = _nearest(call, ds, vector, k + offset)
     found = ds.scanner(nearest=nearest, prefilter=call.bool("prefilter"), **common).to_table()
     return ArrowFile(_ipc_file(found.schema, found.slice(offset).to_batches()))
+
+
+def _full_text(call: Call) -> dict[str, Any] | None:
+    """QueryTable's ``full_text_query`` (``{"string_query": {"query", "columns"?}}``) as the
+    engine takes it; structured queries are not served yet."""
+    value = call.body.get("full_text_query")
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ne.invalid(f"{call.op}: 'full_text_query' must be an object")
+    if value.get("structured_query") is not None:
+        raise ne.unsupported(f"{call.op}: structured full-text queries are not served yet")
+    string = value.get("string_query")
+    if not isinstance(string, dict) or not isinstance(string.get("query"), str):
+        raise ne.invalid(f"{call.op}: 'full_text_query' needs 'string_query': {{'query': text}}")
+    out: dict[str, Any] = {"query": string["query"]}
+    if string.get("columns") is not None:
+        out["columns"] = string["columns"]
+    return out
 
 
 def _columns(call: Call) -> list[str] | dict[str, str] | None:

@@ -194,3 +194,34 @@ def test_error_bodies_always_carry_a_code(tmp_path: Path) -> None:
                              ("DELETE", "/v1/namespace/a/create")]:  # fmt: skip
             a = call(s.url, method, path, {})
             assert a.status in (404, 405) and a.json["code"] == 0, (method, path, a.data)
+
+
+def test_full_text_query_answers_as_the_reference(tmp_path: Path) -> None:
+    """QueryTable's full_text_query over an INVERTED index pylance built at the table's
+    location, on both servers."""
+    import lance
+    from fulltext_corpus import assert_same_answers, text_table
+
+    rows = text_table(300, 21)
+    with (
+        namespace_server(tmp_path / "quiver") as quiver,
+        reference_adapter(tmp_path / "ref") as ref,
+    ):
+        answers = []
+        for url in (quiver.url, ref):
+            made = call(url, "POST", "/v1/table/docs/create", ipc_stream(rows), content_type=ARROW)
+            assert made.status == 200, made.data
+            location = call(url, "POST", "/v1/table/docs/describe", {}).json["location"]
+            lance.dataset(location).create_scalar_index("text", "INVERTED")
+            body = {
+                "k": 10,
+                "vector": {},
+                "full_text_query": {"string_query": {"query": "apple fox", "columns": ["text"]}},
+                "columns": {"column_names": ["id"]},
+                "with_row_id": True,
+            }
+            answer = call(url, "POST", "/v1/table/docs/query", body)
+            assert answer.status == 200, answer.data
+            answers.append(answer.table())
+        ours, theirs = answers
+        assert_same_answers(theirs.select(["id", "_score", "_rowid"]), ours, "QueryTable fts")
