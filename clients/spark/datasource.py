@@ -30,6 +30,9 @@ Options (all strings, as Spark passes them; an unknown one is refused, listing t
   ...}` reads the k rows nearest to `q` (one Spark partition, `_distance` column, nearest
   first; a list of vectors adds `query_index`), with `prefilter` (`true`: the filter picks
   the rows searched; default `false`: it drops rows from the k found). See `nearest.py`.
+- `full_text_query`: the query text, or `{"query", "columns"}` as JSON, reads the matching
+  rows best first with `_score` (one Spark partition), with `limit`, `prefilter` and
+  `fast_search` (only rows an INVERTED index covers) as in pylance's `to_table`.
 - writes: `vector_columns` (`"embedding:768,thumb:64"`): array columns stored as Lance
   vectors (fixed-size lists) when the write creates the dataset or overwrites it
 - streams: see `streaming.py`
@@ -71,7 +74,7 @@ class QuiverDataSource(DataSource):
         check_options(self.options, "any")
         conn = Conn.from_options(self.options)
         read = read_options(self.options)
-        if "nearest" in read:
+        if "nearest" in read or "full_text_query" in read:
             return nearest_schema(conn, read)
         read.pop("filter", None)
         read.pop("max_rows_per_endpoint", None)
@@ -81,7 +84,7 @@ class QuiverDataSource(DataSource):
     def reader(self, schema: StructType) -> QuiverReader:
         check_options(self.options, "read")
         read = read_options(self.options)
-        if "nearest" in read:
+        if "nearest" in read or "full_text_query" in read:
             return QuiverNearestReader(Conn.from_options(self.options), read, schema)
         return QuiverReader(
             Conn.from_options(self.options),

@@ -1,4 +1,4 @@
-"""Nearest-neighbour reads of the `quiver` data source: the `nearest` option.
+"""Searches of the `quiver` data source: the `nearest` and `full_text_query` options.
 
 ```python
 df = (spark.read.format("quiver").option("uri", uri).option("dataset", "docs")
@@ -8,7 +8,8 @@ df = (spark.read.format("quiver").option("uri", uri).option("dataset", "docs")
 
 The server runs the whole search (`flight_server.nearest`): the read is one endpoint, so one
 Spark partition, whose rows come nearest first with their `_distance` (and `query_index`
-when `q` is a list of vectors). Spark's filters are never pushed into such a read: with a
+when `q` is a list of vectors), or, for `full_text_query`, best first with their `_score`.
+Spark's filters are never pushed into such a read: with a
 prefilter they would choose the rows searched rather than drop rows from those found.
 """
 

@@ -68,7 +68,17 @@ _SHORTHANDS = {
     "delete_matching": ("delete", None),
 }
 KNOWN: dict[str, tuple[str, ...]] = {
-    "read": (*_CONNECTION, *_READ, "max_partitions", "pushdown", "nearest", "prefilter"),
+    "read": (
+        *_CONNECTION,
+        *_READ,
+        "max_partitions",
+        "pushdown",
+        "nearest",
+        "prefilter",
+        "full_text_query",
+        "fast_search",
+        "limit",
+    ),
     "write": (*_CONNECTION, "vector_columns", *CHANGE_OPTIONS),
     "stream read": (
         *_CONNECTION,
@@ -227,12 +237,49 @@ def read_options(options: Any) -> dict[str, Any]:
     if step is not None:
         out["max_rows_per_endpoint"] = step
     nearest = nearest_option(options)
+    text = full_text_option(options)
+    if nearest is not None and text is not None:
+        raise QuiverOptionError("give 'nearest' or 'full_text_query', not both")
     if nearest is not None:
         out["nearest"] = nearest
+    if text is not None:
+        out["full_text_query"] = text
+        out["fast_search"] = _bool_option(options, "fast_search")
+        limit = positive_option(options, "limit")
+        if limit is not None:
+            out["limit"] = limit
+    elif options.get("fast_search") is not None or options.get("limit") is not None:
+        raise QuiverOptionError("the 'fast_search' and 'limit' options go with 'full_text_query'")
+    if nearest is not None or text is not None:
         out["prefilter"] = _bool_option(options, "prefilter")
     elif options.get("prefilter") is not None:
-        raise QuiverOptionError("the 'prefilter' option goes with the 'nearest' option")
+        raise QuiverOptionError(
+            "the 'prefilter' option goes with the 'nearest' or 'full_text_query' option"
+        )
     return out
+
+
+def full_text_option(options: Any) -> str | dict[str, Any] | None:
+    """The `full_text_query` option: the query text, or a JSON object {"query", "columns"}
+    naming the columns to search."""
+    import json
+
+    raw = options.get("full_text_query")
+    if raw is None:
+        return None
+    text = str(raw)
+    if text.lstrip().startswith("{"):
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = None
+        if not isinstance(value, dict) or not isinstance(value.get("query"), str):
+            raise QuiverOptionError(
+                "the 'full_text_query' option is the query text, or a JSON object "
+                f'{{"query": "...", "columns": [...]}}, not {raw!r}'
+            )
+        return value
+    return text
 
 
 def nearest_option(options: Any) -> dict[str, Any] | None:
