@@ -38,6 +38,7 @@ class IndexActions:
         ivf_centroids: np.ndarray | None = None,
         pq_codebook: np.ndarray | None = None,
         progress: Progress | None = None,
+        params: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Build an index of `column` in the server and commit it; `{"version", "name"}`.
 
@@ -45,8 +46,9 @@ class IndexActions:
         `{column}_idx` by default, replacing the index of that name unless `replace=False`);
         an IVF_FLAT, IVF_PQ or IVF_SQ index as pylance's `create_index` (its parameters and
         defaults: `replace=False`, l2, partitions from the row count; IVF_PQ needs
-        `num_sub_vectors`). `progress` is called with each stage of the build as the server
-        reports it."""
+        `num_sub_vectors`). An INVERTED (full-text) index takes pylance's tokenizer options
+        in `params` (`{"stem": False, "base_tokenizer": "whitespace", ...}`). `progress` is
+        called with each stage of the build as the server reports it."""
         body: dict[str, Any] = {"dataset": dataset, "column": column, "index_type": index_type}
         options = {
             "name": name,
@@ -60,6 +62,7 @@ class IndexActions:
             "target_partition_size": target_partition_size,
             "ivf_centroids": None if ivf_centroids is None else np.asarray(ivf_centroids).tolist(),
             "pq_codebook": None if pq_codebook is None else np.asarray(pq_codebook).tolist(),
+            "params": params,
         }
         body.update({k: v for k, v in options.items() if v is not None})
         return self._build("create_index", body, progress)

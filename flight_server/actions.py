@@ -369,8 +369,9 @@ def _create_index(ctx: ActionContext, f: Fields) -> dict[str, Any]:
             if f.has(key):
                 raise InvalidArgument(f"{f.what}: {key!r} is an option of vector indices")
         replace = f.bool("replace", default=True)
+        params = f.obj("params") or {}
         with _held(ctx, build_memory(ds.core, column, index_type), f"{name}: index build"):
-            ds.create_scalar_index(column, index_type, name=index_name, replace=replace)
+            ds.create_scalar_index(column, index_type, name=index_name, replace=replace, **params)
     metrics.committed("create_index")
     [built] = [i["name"] for i in ds.list_indices() if i["uuid"] not in before]
     return {"version": ds.version, "name": built}

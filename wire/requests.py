@@ -192,10 +192,20 @@ ACTION_SHAPES: tuple[ActionShape, ...] = (
     ActionShape(
         "create_index",
         "Build an index of a column and commit it: {dataset, column, index_type (BTREE | "
-        "BITMAP | LABEL_LIST | ZONEMAP | IVF_FLAT | IVF_PQ | IVF_SQ), name?, replace?, "
-        "metric?, num_partitions?, num_sub_vectors?, num_bits?, sample_rate?, max_iters?, "
-        "target_partition_size?, ivf_centroids?, pq_codebook?, progress?} -> {version, name}",
-        ("dataset", "column", "index_type", "name", "replace", "progress", *VECTOR_OPTIONS),
+        "BITMAP | LABEL_LIST | ZONEMAP | INVERTED | IVF_FLAT | IVF_PQ | IVF_SQ), name?, "
+        "replace?, params? (INVERTED's tokenizer options), metric?, num_partitions?, "
+        "num_sub_vectors?, num_bits?, sample_rate?, max_iters?, target_partition_size?, "
+        "ivf_centroids?, pq_codebook?, progress?} -> {version, name}",
+        (
+            "dataset",
+            "column",
+            "index_type",
+            "name",
+            "replace",
+            "progress",
+            "params",
+            *VECTOR_OPTIONS,
+        ),
         WRITE,
     ),
     ActionShape(

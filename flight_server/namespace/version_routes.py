@@ -218,6 +218,16 @@ def update_tag(ctx: Context, call: Call) -> dict[str, Any]:
 
 
 # -- indices ------------------------------------------------------------------------------
+_FTS_OPTIONS = (
+    "with_position",
+    "base_tokenizer",
+    "language",
+    "max_token_length",
+    "lower_case",
+    "stem",
+    "remove_stop_words",
+    "ascii_folding",
+)
 _INDEX_OPTIONS = {
     "distance_type": "metric",
     "num_partitions": "num_partitions",
@@ -233,9 +243,11 @@ def create_index(ctx: Context, call: Call) -> dict[str, Any]:
     name = existing_table(ctx, call, WRITE)
     column = call.str("column", required=True)
     index_type = (call.str("index_type", required=True) or "").upper()
-    if index_type in ("FTS", "INVERTED", "NGRAM") or index_type.startswith("IVF_HNSW"):
+    if index_type == "NGRAM" or index_type.startswith("IVF_HNSW"):
         raise ne.unsupported(f"{call.op}: {index_type} indices are not built by Quiver yet")
     body: dict[str, Any] = {"dataset": name, "column": column, "index_type": index_type}
+    if index_type in ("FTS", "INVERTED"):
+        body["params"] = {k: call.body[k] for k in _FTS_OPTIONS if call.body.get(k) is not None}
     if call.str("name"):
         body["name"] = call.str("name")
     for key, option in _INDEX_OPTIONS.items():

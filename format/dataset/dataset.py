@@ -439,13 +439,10 @@ class LanceDataset:
         index_uuid: str | None = None,
         **kwargs: Any,
     ) -> None:
-        """Build a BTREE or BITMAP index of `column` over the live rows and commit it as
-        the next version (pylance's `create_scalar_index`: named `{column}_idx` by default,
-        replacing an index of the same name unless `replace=False`)."""
-        if kwargs:
-            raise InvalidInputError(
-                f"{self.uri}: create_scalar_index has no option {', '.join(sorted(kwargs))}"
-            )
+        """Build a scalar index of `column` over the live rows and commit it as the next
+        version (pylance's `create_scalar_index`: named `{column}_idx` by default, replacing
+        an index of the same name unless `replace=False`; INVERTED takes pylance's
+        tokenizer options in `kwargs`)."""
         core = _indexing.create_scalar_index(
             self._core,
             column,
@@ -455,6 +452,7 @@ class LanceDataset:
             train=train,
             fragment_ids=fragment_ids,
             index_uuid=index_uuid,
+            **kwargs,
         )
         self._advance(core)
 

@@ -29,6 +29,8 @@ from quiver.format.errors import (
     UnsupportedFeatureError,
 )
 from quiver.format.file.types import fixed_bits
+from quiver.format.index.fts import build as _fts
+from quiver.format.index.fts.build import INVERTED_DETAILS
 from quiver.format.index.scalar import bitmap as _bitmap
 from quiver.format.index.scalar import btree as _btree
 from quiver.format.index.scalar.build import (
@@ -77,7 +79,9 @@ SCALAR_INDEX_TYPES = (
     "MINHASHLSH",
 )
 _VECTOR = "VECTOR"  # optimize_indices' kind for every IVF index
-_BUILDERS = {
+_BUILDERS: dict[str, tuple[Any, str, tuple[str, ...]]] = {
+    # INVERTED takes its analyzer's parameters: built in _build_segment
+    "INVERTED": (None, INVERTED_DETAILS, _fts.files_of(64)),
     "BTREE": (build_btree, BTREE_DETAILS, (_btree.DATA_FILE, _btree.LOOKUP_FILE)),
     "BITMAP": (build_bitmap, BITMAP_DETAILS, (_bitmap.LOOKUP_FILE,)),
     "ZONEMAP": (build_zonemap, ZONEMAP_DETAILS, (ZONEMAP_FILE,)),
@@ -172,10 +176,13 @@ def create_scalar_index(
     train: bool = True,
     fragment_ids: object = None,
     index_uuid: str | None = None,
+    **options: Any,
 ) -> DatasetCore:
-    """Build a BTREE or BITMAP index of `column` over every live row of this version and
-    commit it as the next version (pylance's `create_scalar_index`); the new version."""
+    """Build a BTREE, BITMAP, LABEL_LIST, ZONEMAP or INVERTED index of `column` over every
+    live row of this version and commit it as the next version (pylance's
+    `create_scalar_index`; INVERTED takes its tokenizer `options`); the new version."""
     kind = str(index_type).upper() if isinstance(index_type, str) else None
+    kind = "INVERTED" if kind == "FTS" else kind
     if kind not in SCALAR_INDEX_TYPES:
         raise InvalidInputError(
             f"{core.uri}: index type must be one of {', '.join(SCALAR_INDEX_TYPES)}, "
@@ -183,9 +190,12 @@ def create_scalar_index(
         )
     if kind not in _BUILDERS:
         raise UnsupportedFeatureError(
-            f"{core.uri}: Quiver builds BTREE, BITMAP, LABEL_LIST and ZONEMAP scalar indices, not "
-            f"{kind} yet"
+            f"{core.uri}: Quiver builds BTREE, BITMAP, LABEL_LIST, ZONEMAP and INVERTED scalar "
+            f"indices, not {kind} yet"
         )
+    if options and kind != "INVERTED":
+        raise InvalidInputError(f"{core.uri}: unknown {kind} index option {sorted(options)[0]!r}")
+    params = _fts.index_params(options, core.uri) if kind == "INVERTED" else None
     field = _indexed_field(core, column, fragment_ids, train)
     arrow_type = core.lance_schema.project([column]).to_arrow().field(0).type
     check_type(kind, column, arrow_type)
@@ -194,7 +204,7 @@ def create_scalar_index(
         core, column, field.id, details, name, replace, index_uuid
     )
     segment, directory = _build_segment(
-        core, kind, field.id, column, name, new_uuid, fragments_of(core), core.version
+        core, kind, field.id, column, name, new_uuid, fragments_of(core), core.version, None, params
     )
     body = transaction_pb2.Transaction.CreateIndex(
         new_indices=[segment], removed_indices=[e.pb for e in same_name]
@@ -318,6 +328,8 @@ def _build_segment(
     fragments: list[LanceFragment],
     dataset_version: int,
     covers: set[int] | None = None,
+    params: dict[str, Any] | None = None,
+    previous: list[IndexEntry] | None = None,
 ) -> tuple[table_pb2.IndexMetadata, str]:
     """Write one index segment of `kind` over the live rows of `fragments` into
     `_indices/<uuid>/`; its manifest record (covering `covers`, default those fragments)
@@ -333,7 +345,14 @@ def _build_segment(
     row_ids = table.column((ROW_ADDRESS_FIELD if by_address else ROW_ID_FIELD).name).to_numpy()
     directory = f"_indices/{new_uuid}"
     try:
-        files = build(core.store, directory, values, row_ids, index_file_version(core))
+        if kind == "INVERTED":
+            assert params is not None
+            old = [_where(core, e) for e in previous or []]
+            files = _fts.build_inverted(
+                core.store, directory, values, row_ids, index_file_version(core), params, old
+            )
+        else:
+            files = build(core.store, directory, values, row_ids, index_file_version(core))
     except BaseException:
         discard(core.store, directory, names)
         raise
@@ -346,11 +365,47 @@ def _build_segment(
         field_id,
         dataset_version,
         covered,
-        (details, zonemap_details(values.type) if kind == "ZONEMAP" else b""),
-        int(kind == "LABEL_LIST" or stable_btree),
+        (details, _details_value(kind, values.type, params)),
+        _fts.INDEX_VERSION if kind == "INVERTED" else int(kind == "LABEL_LIST" or stable_btree),
         files,
     )
     return segment, directory
+
+
+def _details_value(kind: str, value_type: pa.DataType, params: dict[str, Any] | None) -> bytes:
+    if kind == "ZONEMAP":
+        return zonemap_details(value_type)
+    if kind == "INVERTED":
+        assert params is not None
+        return _fts.details(params)
+    return b""
+
+
+def _where(core: DatasetCore, entry: IndexEntry) -> tuple[Any, str]:
+    base = entry.pb.base_id if entry.pb.HasField("base_id") else None
+    return core.resolve(entry.directory, base, relative_to_root=True)
+
+
+def _inverted_params(core: DatasetCore, entry: IndexEntry) -> dict[str, Any]:
+    """The analyzer parameters an INVERTED segment was built with (to build its delta)."""
+    from quiver.format.index.fts.index import open_inverted
+
+    store, directory = _where(core, entry)
+    p = open_inverted(store, directory, entry.uuid).params
+    return _fts.index_params(
+        {
+            "base_tokenizer": p.base_tokenizer,
+            "language": p.language,
+            "max_token_length": p.max_token_length,
+            "lower_case": p.lower_case,
+            "stem": p.stem,
+            "remove_stop_words": p.remove_stop_words,
+            "custom_stop_words": list(p.custom_stop_words) if p.custom_stop_words else None,
+            "ascii_folding": p.ascii_folding,
+            "with_position": p.with_position,
+        },
+        core.uri,
+    )
 
 
 def optimize_indices(
@@ -445,6 +500,13 @@ def optimize_indices(
                     model=None if retrained else model,
                     progress=progress,
                 )
+            elif kind == "INVERTED":
+                # pylance's way: the merged segments' partitions kept, one more for the rest
+                segment, directory = _build_segment(
+                    core, kind, field_id, column, name, _uuid.uuid4(),
+                    [fragments[f] for f in unindexed], version, covers,
+                    _inverted_params(core, segments[-1]), merged,
+                )  # fmt: skip
             else:
                 segment, directory = _build_segment(
                     core, kind, field_id, column, name, _uuid.uuid4(), scanned, version, covers

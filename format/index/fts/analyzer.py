@@ -104,8 +104,9 @@ class Analyzer:
         self._normalize = _normalizer(params, self._stop_words)
 
     def tokens(self, text: str | None) -> list[str]:
-        """The tokens of `text` in order (None and empty texts have none)."""
-        if not text:
+        """The tokens of `text` in order (None has none; an empty text none either, but
+        for the raw tokenizer, whose one token is then empty)."""
+        if text is None or (not text and self.params.base_tokenizer != "raw"):
             return []
         out = []
         limit = self.params.max_token_length
@@ -119,7 +120,7 @@ class Analyzer:
 
     def positioned(self, text: str | None) -> list[tuple[int, str]]:
         """(position, token) pairs: positions count every token of the base tokenizer."""
-        if not text:
+        if text is None or (not text and self.params.base_tokenizer != "raw"):
             return []
         out = []
         limit = self.params.max_token_length

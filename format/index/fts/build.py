@@ -1,0 +1,415 @@
+"""Building INVERTED indices that pylance 14 reads and searches as its own.
+
+One partition of every live row of the column, written as pylance's format version 2:
+
+- ``part_0_docs.lance``: per document (a row with at least one token, in scan order) its
+  ``_rowid`` and ``_num_tokens``; ``total_tokens`` in the metadata;
+- ``part_0_tokens.lance``: the token set as a table (``token_set_format`` ``arrow``:
+  ``_token`` in byte order, ``_token_id``), which pylance reads beside its own ``fst`` form;
+  token ids follow first appearance, as pylance numbers them;
+- ``part_0_invert.lance``: per token id its document count (``_length``), posting blocks of
+  128 documents (BitPacker4x document-id deltas and frequencies behind the block's best
+  score and first id; the last, partial block as varints) and the best score of all
+  (``_max_score``). Scores in blocks are BM25 with this partition's statistics, the upper
+  bounds pylance prunes with;
+- ``metadata.lance``: the analyzer's ``params`` and the format keys.
+
+Positions (phrase queries) are not written yet: ``with_position=True`` is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
+from quiver.format.index.files import write_index_file
+from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
+from quiver.format.index.fts.postings import BLOCK, VARINT
+from quiver.format.io.store import ObjectStore
+from quiver.format.table.schema import LanceSchema
+
+INVERTED_DETAILS = "/lance.table.InvertedIndexDetails"
+INDEX_VERSION = 2  # the manifest's index_version: the posting format version
+FILES = ("metadata.lance", "part_0_tokens.lance", "part_0_docs.lance", "part_0_invert.lance")
+
+
+def files_of(partitions: int) -> tuple[str, ...]:
+    """Every file an index of `partitions` partitions has (to discard a failed build)."""
+    parts = [f"part_{p}_{s}.lance" for p in range(partitions) for s in ("tokens", "docs", "invert")]
+    return ("metadata.lance", *parts)
+
+
+_EMPTY_ROARING = bytes.fromhex("3a30000000000000")
+_K1, _B = np.float32(1.2), np.float32(0.75)
+# pylance's index parameters and their defaults (create_scalar_index's keyword arguments)
+DEFAULT_PARAMS: dict[str, Any] = {
+    "base_tokenizer": "simple",
+    "language": "English",
+    "with_position": False,
+    "max_token_length": 40,
+    "lower_case": True,
+    "stem": True,
+    "remove_stop_words": True,
+    "custom_stop_words": None,
+    "ascii_folding": True,
+}
+
+
+def index_params(options: dict[str, Any], where: str) -> dict[str, Any]:
+    """pylance's `create_scalar_index(..., "INVERTED", **options)` options with defaults;
+    refused when unknown or not built by Quiver yet."""
+    known = set(DEFAULT_PARAMS) | {"min_ngram_length", "max_ngram_length", "prefix_only"}
+    known |= {"memory_limit", "num_workers", "block_size", "format_version"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise InvalidInputError(f"{where}: unknown INVERTED index option {unknown[0]!r}")
+    if options.get("with_position"):
+        raise UnsupportedFeatureError(
+            f"{where}: INVERTED indices with positions (phrase queries) cannot be built by "
+            "Quiver yet"
+        )
+    if options.get("format_version") not in (None, 2) or options.get("block_size") not in (
+        None,
+        128,
+    ):
+        raise UnsupportedFeatureError(f"{where}: Quiver builds INVERTED format version 2 only")
+    params = {**DEFAULT_PARAMS, **{k: v for k, v in options.items() if k in DEFAULT_PARAMS}}
+    AnalyzerParams.from_json(params, where)  # refuses tokenizers Quiver does not have
+    return params
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def details(params: dict[str, Any]) -> bytes:
+    """The index's `InvertedIndexDetails` protobuf (pylance's field numbers)."""
+
+    def field(number: int, wire: int, payload: bytes) -> bytes:
+        return _varint(number << 3 | wire) + payload
+
+    def text(number: int, value: str) -> bytes:
+        data = value.encode("utf-8")
+        return field(number, 2, _varint(len(data)) + data)
+
+    def number(n: int, value: int) -> bytes:
+        return field(n, 0, _varint(int(value))) if value else b""
+
+    out = text(1, params["base_tokenizer"]) + text(2, json.dumps(params["language"]))
+    out += number(3, params["with_position"])
+    if params["max_token_length"] is not None:
+        out += number(4, params["max_token_length"])
+    for n, key in ((5, "lower_case"), (6, "stem"), (7, "remove_stop_words"), (8, "ascii_folding")):
+        out += number(n, params[key])
+    out += number(9, 3) + number(10, 3) + number(12, BLOCK) + number(15, INDEX_VERSION)
+    return out
+
+
+def pack4x(values: np.ndarray, bits: int) -> np.ndarray:
+    """BitPacker4x blocks: (blocks, 128) uint32 values of at most `bits` bits -> (blocks,
+    4 * bits) uint32 words (four interleaved lanes, low bits first)."""
+    blocks = values.shape[0]
+    words = np.zeros((blocks, bits + 1, 4), np.uint64)
+    lanes = values.reshape(blocks, 32, 4).astype(np.uint64)
+    start = np.arange(32) * bits
+    word, shift = start // 32, (start % 32).astype(np.uint64)
+    for m in range(32):
+        shifted = lanes[:, m, :] << shift[m]
+        words[:, word[m], :] |= shifted & np.uint64(0xFFFFFFFF)
+        words[:, word[m] + 1, :] |= shifted >> np.uint64(32)
+    return words[:, :bits, :].reshape(blocks, 4 * bits).astype(np.uint32)
+
+
+def _bits(values: np.ndarray) -> np.ndarray:
+    """Bits needed by the largest value of each block (rows of `values`)."""
+    top = values.max(axis=1).astype(np.uint64)
+    out = np.zeros(len(top), np.int64)
+    nonzero = top > 0
+    out[nonzero] = np.floor(np.log2(top[nonzero].astype(np.float64))).astype(np.int64) + 1
+    return out
+
+
+def _posting_blocks(
+    docs: np.ndarray, freqs: np.ndarray, scores: np.ndarray
+) -> tuple[list[bytes], float]:
+    """One token's posting blocks (its documents ascending) and its best score."""
+    full = len(docs) // BLOCK
+    blocks: list[bytes] = []
+    best = np.float32(0)
+    if full:
+        d = docs[: full * BLOCK].reshape(full, BLOCK)
+        f = freqs[: full * BLOCK].reshape(full, BLOCK)
+        s = scores[: full * BLOCK].reshape(full, BLOCK).max(axis=1)
+        deltas = np.diff(d, axis=1, prepend=d[:, :1]).astype(np.uint32)
+        dbits, fbits = _bits(deltas), _bits(f)
+        packed_d = {b: pack4x(deltas[dbits == b], int(b)) for b in np.unique(dbits) if b}
+        packed_f = {b: pack4x(f[fbits == b], int(b)) for b in np.unique(fbits) if b}
+        rank_d = np.zeros(full, np.int64)
+        rank_f = np.zeros(full, np.int64)
+        for b in packed_d:
+            rank_d[dbits == b] = np.arange(int((dbits == b).sum()))
+        for b in packed_f:
+            rank_f[fbits == b] = np.arange(int((fbits == b).sum()))
+        for i in range(full):
+            bd, bf = int(dbits[i]), int(fbits[i])
+            head = struct.pack("<fIB", s[i], int(d[i, 0]), bd)
+            body = packed_d[bd][rank_d[i]].tobytes() if bd else b""
+            tail = bytes([bf]) + (packed_f[bf][rank_f[i]].tobytes() if bf else b"")
+            blocks.append(head + body + tail)
+        best = s.max()
+    if len(docs) > full * BLOCK:
+        d = docs[full * BLOCK :].astype(np.int64)
+        f = freqs[full * BLOCK :]
+        s = scores[full * BLOCK :].max()
+        gaps = np.diff(d, prepend=0)  # the first id absolute
+        body = b"".join(_varint(int(g)) for g in gaps) + b"".join(_varint(int(x)) for x in f)
+        blocks.append(struct.pack("<f", s) + body)
+        best = max(best, s)
+    return blocks, float(best)
+
+
+def _analysed(
+    analyzer: Analyzer, texts: pa.Array, row_ids: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """(document row ids, token counts, token id per occurrence with its document, tokens
+    by id): documents are the rows with at least one token, in order."""
+    ids: dict[str, int] = {}
+    occurrences: list[int] = []
+    owners: list[int] = []
+    doc_rows: list[int] = []
+    lengths: list[int] = []
+    for row, text in zip(row_ids.tolist(), texts.to_pylist(), strict=True):
+        tokens = analyzer.tokens(text)
+        if not tokens:
+            continue
+        doc = len(doc_rows)
+        doc_rows.append(row)
+        lengths.append(len(tokens))
+        for t in tokens:
+            tid = ids.get(t)
+            if tid is None:
+                tid = ids[t] = len(ids)
+            occurrences.append(tid)
+        owners.extend([doc] * len(tokens))
+    pairs = np.array([occurrences, owners], np.int64).reshape(2, -1)
+    return np.array(doc_rows, np.uint64), np.array(lengths, np.uint32), pairs, list(ids)
+
+
+def _partition(analyzer: Analyzer, texts: pa.Array, row_ids: np.ndarray) -> dict[str, pa.Table]:
+    """The three files of one partition over `texts` (by suffix: invert, docs, tokens), or
+    none when no row has a token."""
+    doc_rows, lengths, pairs, tokens = _analysed(analyzer, texts, np.asarray(row_ids))
+    n_docs, total = len(doc_rows), int(lengths.sum())
+    if not n_docs:
+        return {}
+    # (token, document) occurrences -> per token its documents ascending and frequencies
+    key = pairs[0] * n_docs + pairs[1]
+    uniq, counts = np.unique(key, return_counts=True)
+    tok = uniq // n_docs
+    doc = (uniq % n_docs).astype(np.uint32)
+    df = np.bincount(tok, minlength=len(tokens)).astype(np.uint32)
+    bounds = np.concatenate([[0], np.cumsum(df)])
+    avgdl = np.float32(np.float32(total) / np.float32(n_docs))
+    f32 = counts.astype(np.float32)
+    dl = lengths[doc].astype(np.float32)
+    # pylance's block scores: BM25 of each posting with this partition's statistics
+    n = df[tok].astype(np.float32)
+    idf = np.log((np.float32(n_docs) - n + np.float32(0.5)) / (n + np.float32(0.5)) + 1)
+    norm = _K1 * (np.float32(1) - _B + _B * dl / avgdl)
+    scores = (idf.astype(np.float32) * ((_K1 + 1) * f32 / (f32 + norm))).astype(np.float32)
+    # upper bounds for pruning: a hair above, so float rounding never prunes an answer
+    scores = np.nextafter(scores, np.float32(np.inf))
+    postings, best = [], []
+    for t in range(len(tokens)):
+        a, b = int(bounds[t]), int(bounds[t + 1])
+        blocks, top = _posting_blocks(doc[a:b], counts[a:b].astype(np.uint32), scores[a:b])
+        postings.append(blocks)
+        best.append(top)
+    return {
+        "invert": _invert(postings, best, df),
+        "docs": _docs(doc_rows, lengths, total),
+        "tokens": _tokens(tokens),
+    }
+
+
+def _write(
+    store: ObjectStore, directory: str, tables: dict[str, pa.Table], version: str
+) -> list[tuple[str, int]]:
+    return [
+        (name, write_index_file(
+            store, f"{directory}/{name}", LanceSchema.from_arrow(t.schema), [t], version
+        ))
+        for name, t in tables.items()
+    ]  # fmt: skip
+
+
+def build_inverted(
+    store: ObjectStore,
+    directory: str,
+    texts: pa.Array,
+    row_ids: np.ndarray,
+    version: str,
+    params: dict[str, Any],
+    previous: Sequence[tuple[ObjectStore, str]] = (),
+) -> list[tuple[str, int]]:
+    """Write an INVERTED index of `texts` (their row ids beside) into `directory`; (file,
+    size) pairs. With `previous` segments (their store and directory), the new index holds
+    their partitions first, unchanged, then one over `texts`: pylance's way of bringing an
+    index up to date, which keeps the statistics the old documents were indexed with."""
+    analyzer = Analyzer(AnalyzerParams.from_json(params, store.uri_of(directory)))
+    files: list[tuple[str, int]] = []
+    count = 0
+    for old_store, old_dir in previous:
+        for pid, token_format in _partitions_of(old_store, old_dir):
+            files += _copy_partition(
+                old_store, old_dir, pid, token_format, store, directory, count, version
+            )
+            count += 1
+    tables = _partition(analyzer, texts, row_ids)
+    if tables or not count:
+        if not tables:  # an index of no document: one empty partition, as pylance writes
+            tables = {
+                "invert": _invert([], [], np.zeros(0, np.uint32)),
+                "docs": _docs(np.zeros(0, np.uint64), np.zeros(0, np.uint32), 0),
+                "tokens": _tokens([]),
+            }
+        named = {f"part_{count}_{suffix}.lance": t for suffix, t in tables.items()}
+        files += _write(store, directory, named, version)
+        count += 1
+    files += _write(store, directory, {"metadata.lance": _metadata(params, count)}, version)
+    return files
+
+
+def _partitions_of(store: ObjectStore, directory: str) -> list[tuple[int, str]]:
+    """(partition id, token set format) of an index segment."""
+    from quiver.format.index.files import IndexFile
+
+    with IndexFile(store, f"{directory}/metadata.lance") as meta:
+        ids = json.loads(meta.text("partitions"))
+        token_format = meta.metadata.get("token_set_format", b"arrow").decode()
+        version = meta.metadata.get("format_version", b"1").decode()
+    if version != "2":
+        raise UnsupportedFeatureError(
+            f"{store.uri_of(directory)}: bringing a format {version} full-text index up to "
+            "date is not supported (rebuild it)"
+        )
+    return [(int(p), token_format) for p in ids]
+
+
+def _copy_partition(
+    src: ObjectStore,
+    src_dir: str,
+    pid: int,
+    token_format: str,
+    dst: ObjectStore,
+    dst_dir: str,
+    new_id: int,
+    version: str,
+) -> list[tuple[str, int]]:
+    """One partition of an old segment as partition `new_id` of the new one: its documents
+    and postings copied, its token set rewritten as a table (pylance's own are transducers,
+    and one index has one token set format)."""
+    from quiver.format.index.files import IndexFile
+    from quiver.format.index.fts.fst import FstMap
+
+    out = []
+    for suffix in ("docs", "invert"):
+        data = src.read_all(f"{src_dir}/part_{pid}_{suffix}.lance")
+        name = f"part_{new_id}_{suffix}.lance"
+        dst.put(f"{dst_dir}/{name}", data)
+        out.append((name, len(data)))
+    with IndexFile(src, f"{src_dir}/part_{pid}_tokens.lance") as tf:
+        if token_format == "fst":
+            raw = tf.read(["_token_fst_bytes"]).column(0)[0].as_py()
+            pairs = sorted(FstMap(raw, tf.path).items(), key=lambda p: p[1])
+        else:
+            t = tf.read(["_token", "_token_id"])
+            pairs = sorted(
+                zip(t.column(0).to_pylist(), t.column(1).to_pylist(), strict=True),
+                key=lambda p: p[1],
+            )
+    tokens = [token for token, _ in pairs]
+    if [i for _, i in pairs] != list(range(len(pairs))):
+        raise InvalidInputError(
+            f"{src.uri_of(src_dir)}: token ids of partition {pid} are not dense"
+        )
+    out += _write(dst, dst_dir, {f"part_{new_id}_tokens.lance": _tokens(tokens)}, version)
+    return out
+
+
+_FORMAT = {"format_version": "2", "posting_block_size": str(BLOCK), "posting_tail_codec": VARINT}
+
+
+def _invert(postings: list[list[bytes]], best: Sequence[float], df: np.ndarray) -> pa.Table:
+    schema = pa.schema(
+        [
+            pa.field("_posting", pa.list_(pa.large_binary()), nullable=False),
+            pa.field("_max_score", pa.float32(), nullable=False),
+            pa.field("_length", pa.uint32(), nullable=False),
+        ],
+        metadata=_FORMAT,
+    )
+    return pa.table(
+        [pa.array(postings, pa.list_(pa.large_binary())), pa.array(best, pa.float32()), df],
+        schema=schema,
+    )
+
+
+def _docs(rows: np.ndarray, lengths: np.ndarray, total: int) -> pa.Table:
+    schema = pa.schema(
+        [
+            pa.field("_rowid", pa.uint64(), nullable=False),
+            pa.field("_num_tokens", pa.uint32(), nullable=False),
+        ],
+        metadata={"total_tokens": str(total)},
+    )
+    return pa.table([rows, lengths], schema=schema)
+
+
+def _tokens(tokens: list[str]) -> pa.Table:
+    order = sorted(range(len(tokens)), key=lambda i: tokens[i].encode("utf-8"))
+    schema = pa.schema(
+        [
+            pa.field("_token", pa.string(), nullable=False),
+            pa.field("_token_id", pa.uint32(), nullable=False),
+        ]
+    )
+    return pa.table(
+        [pa.array([tokens[i] for i in order], pa.string()), pa.array(order, pa.uint32())],
+        schema=schema,
+    )
+
+
+def _metadata(params: dict[str, Any], partitions: int) -> pa.Table:
+    doc = {
+        "lance_tokenizer": "text",
+        **params,
+        "min_ngram_length": 3,
+        "max_ngram_length": 3,
+        "prefix_only": False,
+        "block_size": BLOCK,
+    }
+    schema = pa.schema(
+        [pa.field("deleted_fragments", pa.binary(), nullable=False)],
+        metadata={
+            **_FORMAT,
+            "params": json.dumps(doc, separators=(",", ":")),
+            "partitions": json.dumps(list(range(partitions))),
+            "token_set_format": "arrow",
+        },
+    )
+    return pa.table([pa.array([_EMPTY_ROARING], pa.binary())], schema=schema)

@@ -1,0 +1,124 @@
+"""INVERTED indices built by Quiver: pylance lists them and searches them with the same
+answers as its own index of the same data (and Quiver does too), with each tokenizer
+option; deltas after appends (`optimize_indices`), replacing, refusals; over Flight's
+`create_index` action and the namespace's CreateTableIndex."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lance
+import pyarrow as pa
+import pytest
+from fulltext_corpus import QUERIES, assert_same_answers, search, text_table
+
+from quiver.format.dataset import dataset
+from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
+
+pytestmark = pytest.mark.compat
+
+
+def _pair(tmp_path: Path, table: pa.Table, **options: Any) -> tuple[str, str]:
+    """The same data twice: indexed by Quiver, and by pylance."""
+    ours, theirs = str(tmp_path / "quiver"), str(tmp_path / "pylance")
+    lance.write_dataset(table, ours, max_rows_per_file=500)
+    lance.write_dataset(table, theirs, max_rows_per_file=500)
+    dataset(ours).create_scalar_index("text", "INVERTED", **options)
+    lance.dataset(theirs).create_scalar_index("text", "INVERTED", **options)
+    return ours, theirs
+
+
+def _same_everywhere(ours: str, theirs: str, what: str, options=({}, {"limit": 6})) -> None:
+    reference = lance.dataset(theirs)
+    for query in QUERIES:
+        for extra in options:
+            want = search(reference, full_text_query=query, **extra)
+            label = f"{what} {query!r} {extra}"
+            assert_same_answers(
+                want,
+                search(lance.dataset(ours), full_text_query=query, **extra),
+                f"pylance: {label}",
+            )
+            assert_same_answers(
+                want, search(dataset(ours), full_text_query=query, **extra), f"quiver: {label}"
+            )
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"remove_stop_words": False, "stem": False, "ascii_folding": False},
+        {"base_tokenizer": "whitespace", "lower_case": False},
+        {"base_tokenizer": "raw"},
+        {"max_token_length": 6},
+    ],
+    ids=["default", "plain", "whitespace", "raw", "short"],
+)
+def test_pylance_searches_quiver_indices_as_its_own(tmp_path: Path, options: dict) -> None:
+    ours, theirs = _pair(tmp_path, text_table(1500, 41), **options)
+    [entry] = lance.dataset(ours).list_indices()
+    assert entry["type"] == "Inverted" and entry["fields"] == ["text"]
+    stats = lance.dataset(ours).stats.index_stats("text_idx")
+    assert stats["num_unindexed_rows"] == 0
+    _same_everywhere(ours, theirs, str(options))
+
+
+def test_appends_deletes_and_optimize(tmp_path: Path) -> None:
+    ours, theirs = _pair(tmp_path, text_table(900, 42))
+    for path in (ours, theirs):
+        lance.write_dataset(text_table(200, 43, start=900), path, mode="append")
+        lance.dataset(path).delete("id % 6 = 2")
+    _same_everywhere(ours, theirs, "appended", ({}, {"limit": 4}, {"fast_search": True}))
+    dataset(ours).optimize.optimize_indices()  # Quiver's delta segment over the new rows
+    lance.dataset(theirs).optimize.optimize_indices()
+    assert lance.dataset(ours).stats.index_stats("text_idx")["num_unindexed_rows"] == 0
+    _same_everywhere(ours, theirs, "optimized")
+
+
+def test_replace_and_refusals(tmp_path: Path) -> None:
+    path = str(tmp_path / "ds")
+    lance.write_dataset(text_table(100, 44), path)
+    ours = dataset(path)
+    ours.create_scalar_index("text", "FTS")
+    ours.create_scalar_index("text", "INVERTED", stem=False)  # replaces text_idx
+    assert [i["name"] for i in lance.dataset(path).list_indices()] == ["text_idx"]
+    with pytest.raises(UnsupportedFeatureError, match="positions"):
+        ours.create_scalar_index("text", "INVERTED", with_position=True)
+    with pytest.raises(InvalidInputError, match="unknown INVERTED index option"):
+        ours.create_scalar_index("text", "INVERTED", stemming=True)
+    with pytest.raises(InvalidInputError, match="text column"):
+        ours.create_scalar_index("id", "INVERTED")
+    with pytest.raises(UnsupportedFeatureError, match="tokenizer"):
+        ours.create_scalar_index("text", "INVERTED", base_tokenizer="jieba/default")
+    with pytest.raises(InvalidInputError, match="unknown BTREE index option"):
+        ours.create_scalar_index("id", "BTREE", stem=False)
+
+
+def test_flight_and_namespace_build(tmp_path: Path) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "flight"))
+    from namespace_helpers import call, namespace_server
+
+    from quiver.clients import Client
+
+    root = tmp_path / "root"
+    root.mkdir()
+    lance.write_dataset(text_table(400, 45), str(root / "a.lance"))
+    lance.write_dataset(text_table(400, 45), str(root / "b.lance"))
+    reference = str(tmp_path / "ref")
+    lance.write_dataset(text_table(400, 45), reference)
+    lance.dataset(reference).create_scalar_index("text", "INVERTED", stem=False)
+    with namespace_server(root) as served:
+        with Client(served.flight) as qc:
+            built = qc.create_index("a", "text", "INVERTED", params={"stem": False})
+            assert built["name"] == "text_idx"
+        body = {"column": "text", "index_type": "FTS", "stem": False}
+        assert call(served.url, "POST", "/v1/table/b/create_index", body).status == 200
+    for name in ("a", "b"):
+        ours = str(root / f"{name}.lance")
+        [entry] = lance.dataset(ours).describe_indices()
+        assert entry.index_type == "Inverted"
+        _same_everywhere(ours, reference, f"built through {name}", ({"limit": 5},))
