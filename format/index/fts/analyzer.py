@@ -7,8 +7,8 @@ pylance's order:
    ``whitespace`` (runs between whitespace) or ``raw`` (the whole text, one token);
 2. tokens of ``max_token_length`` UTF-8 bytes or more are dropped;
 3. ``lower_case``: each character lower-cased on its own;
-4. ``stem``: the Snowball stemmer of the language (``snowballstemmer``, the same algorithm
-   as pylance's rust-stemmers);
+4. ``stem``: the Snowball stemmer of the language (``snowballstemmer``, which runs
+   PyStemmer's C build of it when installed: the same algorithm as pylance's rust-stemmers);
 5. ``remove_stop_words``: the language's stop words (or ``custom_stop_words``), matched
    against the stemmed token;
 6. ``ascii_folding``: characters spelled in ASCII (`folding.FOLDING`).

@@ -55,8 +55,9 @@ OPTIONS = [
         {"remove_stop_words": False, "stem": False, "ascii_folding": False},
         {"lower_case": False, "max_token_length": 8},
         {"base_tokenizer": "whitespace"},
+        {"base_tokenizer": "raw"},
     ],
-    ids=["default", "v1", "positions", "plain", "case", "whitespace"],
+    ids=["default", "v1", "positions", "plain", "case", "whitespace", "raw"],
 )
 def test_indexed_rows_score_as_pylance(tmp_path: Path, index_options: dict[str, Any]) -> None:
     path = tmp_path / "ds"
