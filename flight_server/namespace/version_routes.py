@@ -1,10 +1,11 @@
 """Versions, tags, indices, statistics and restore of one table.
 
-**Managed versioning** (``--namespace-managed-versioning``): DescribeTable and DeclareTable
+**Managed versioning** (``--managed-versioning``): DescribeTable and DeclareTable
 answer ``managed_versioning: true``, and pylance then commits through Quiver: it writes
 each new manifest to a staging name (``_versions/{N'}.manifest-{uuid}``) and calls
 CreateTableVersion, which publishes it under its final name (``_versions/{N'}.manifest``)
-with the same atomic create-if-absent Quiver's own commits use, then removes the staging
+with the same atomic create-if-absent Quiver's own commits use (on storage without one,
+this server's lock orders the commits that come through it), then removes the staging
 file. Two writers of one version: the second gets ConcurrentModification (409, code 14) and
 pylance retries on the newer version. Manifest paths on the wire are relative to the object
 store's root (the bucket on S3, ``/`` locally), as pylance sends and reads them.
@@ -22,7 +23,7 @@ from quiver.flight_server.namespace import errors as ne
 from quiver.flight_server.namespace.calls import Call
 from quiver.flight_server.namespace.catalog_routes import data_stats, existing_table, table_of
 from quiver.flight_server.namespace.context import Context
-from quiver.format.errors import TagNotFoundError
+from quiver.format.errors import TagNotFoundError, UnsupportedFeatureError
 from quiver.format.table.versions import VERSIONS_DIR, list_manifests, list_tags
 from quiver.wire.requests import WRITE
 
@@ -121,14 +122,21 @@ def create_version(ctx: Context, call: Call) -> dict[str, Any]:
     expected = call.int("manifest_size")
     if expected is not None and expected != len(data):
         raise ne.invalid(f"{call.op}: the staged manifest holds {len(data)} bytes, not {expected}")
+    taken = ne.NamespaceError(
+        ne.CONCURRENT_MODIFICATION,
+        f"version {version} of table {call.id_text!r} was committed by another writer",
+    )
     with _PUBLISH_LOCK:
         try:
             store.put_if_absent(final, data)
         except FileExistsError:
-            raise ne.NamespaceError(
-                ne.CONCURRENT_MODIFICATION,
-                f"version {version} of table {call.id_text!r} was committed by another writer",
-            ) from None
+            raise taken from None
+        except UnsupportedFeatureError:
+            # storage without an atomic create: this server's lock orders the commits that
+            # come through it (the reason a client asks for managed versioning)
+            if store.exists(final):
+                raise taken from None
+            store.put(final, data)
     store.delete(f"{VERSIONS_DIR}/{file}")
     ctx.handles.forget(name)
     return {

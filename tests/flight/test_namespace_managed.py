@@ -121,3 +121,47 @@ def test_concurrent_writers_lose_nothing(served: Served) -> None:
     )
     assert ids == expected
     assert ds.version == 1 + 12
+
+
+def test_storage_without_atomic_create(tmp_path, monkeypatch) -> None:
+    """Where the storage offers no create-if-absent, the server's lock orders the commits
+    clients send it: concurrent pylance writers still lose nothing."""
+    from quiver.flight_server.config import ServerConfig
+    from quiver.flight_server.namespace import start_namespace
+    from quiver.flight_server.server import build_server
+    from quiver.format.errors import UnsupportedFeatureError
+    from quiver.format.io.store import ObjectStore
+
+    def no_atomic_create(self: ObjectStore, path: str, data: bytes) -> None:
+        raise UnsupportedFeatureError("no conditional writes here")
+
+    config = ServerConfig(
+        root=str(tmp_path / "root"), port=0, namespace_port=0, managed_versioning=True
+    )
+    server = build_server(config)
+    namespace = start_namespace(config, server.service, server.authenticator)
+    monkeypatch.setattr(ObjectStore, "put_if_absent", no_atomic_create)
+    try:
+        ns = lns.RestNamespace(uri=namespace.url)
+        lance.write_dataset(ROWS, namespace_client=ns, table_id=["t"], mode="create")
+        errors: list[BaseException] = []
+
+        def writer(i: int) -> None:
+            try:
+                for j in range(3):
+                    rows = pa.table({"id": pa.array([10 * i + j], pa.int64()), "s": ["w"]})
+                    lance.write_dataset(rows, namespace_client=ns, table_id=["t"], mode="append")
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+
+        threads = [threading.Thread(target=writer, args=(i,)) for i in range(1, 4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        ds = lance.dataset(namespace_client=ns, table_id=["t"])
+        assert ds.version == 10 and ds.count_rows() == 3 + 9
+    finally:
+        namespace.stop()
+        server.shutdown()
