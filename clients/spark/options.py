@@ -273,10 +273,14 @@ def full_text_option(options: Any) -> str | dict[str, Any] | None:
             value = json.loads(text)
         except ValueError:
             value = None
-        if not isinstance(value, dict) or not isinstance(value.get("query"), str):
+        if not isinstance(value, dict) or not (
+            isinstance(value.get("query"), str)
+            or set(value) & {"match", "multi_match", "boolean", "boost", "phrase"}
+        ):
             raise QuiverOptionError(
-                "the 'full_text_query' option is the query text, or a JSON object "
-                f'{{"query": "...", "columns": [...]}}, not {raw!r}'
+                "the 'full_text_query' option is the query text, a JSON object "
+                '{"query": "...", "columns": [...]} or a structured query ({"match": ...}, '
+                f"multi_match, boolean, boost), not {raw!r}"
             )
         return value
     return text

@@ -108,15 +108,19 @@ def query_table(ctx: Context, call: Call) -> ArrowFile:
 
 
 def _full_text(call: Call) -> dict[str, Any] | None:
-    """QueryTable's ``full_text_query`` (``{"string_query": {"query", "columns"?}}``) as the
-    engine takes it; structured queries are not served yet."""
+    """QueryTable's ``full_text_query`` as the engine takes it: ``{"string_query": {"query",
+    "columns"?}}``, or ``{"structured_query": {"query": FtsQuery}}`` (match, multi_match,
+    boolean, boost), which is the engine's structured form."""
     value = call.body.get("full_text_query")
     if value is None:
         return None
     if not isinstance(value, dict):
         raise ne.invalid(f"{call.op}: 'full_text_query' must be an object")
-    if value.get("structured_query") is not None:
-        raise ne.unsupported(f"{call.op}: structured full-text queries are not served yet")
+    structured = value.get("structured_query")
+    if structured is not None:
+        if not isinstance(structured, dict) or not isinstance(structured.get("query"), dict):
+            raise ne.invalid(f"{call.op}: 'structured_query' needs a 'query' object")
+        return structured["query"]
     string = value.get("string_query")
     if not isinstance(string, dict) or not isinstance(string.get("query"), str):
         raise ne.invalid(f"{call.op}: 'full_text_query' needs 'string_query': {{'query': text}}")

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,6 +32,14 @@ import pyarrow as pa
 
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fragment import LanceFragment, fragments_of
+from quiver.format.dataset.fulltext_query import (
+    AnyOf,
+    Boost,
+    Match,
+    Query,
+    columns_of,
+    parse_query,
+)
 from quiver.format.dataset.nearest import RowLocator
 from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, ROW_COLUMNS, ROW_ID_FIELD, Scanner
 from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
@@ -57,50 +64,6 @@ _UNINDEXED = Analyzer(
         max_token_length=None,
     )
 )
-
-
-@dataclass(frozen=True)
-class FullTextQuery:
-    """A match query: its text and the columns to search (None: every indexed one)."""
-
-    text: str
-    columns: tuple[str, ...] | None = None
-
-    @classmethod
-    def parse(cls, value: Any, where: str) -> FullTextQuery:
-        if isinstance(value, str):
-            return cls._checked(value, None, where)
-        if isinstance(value, dict):
-            unknown = sorted(set(value) - {"query", "columns"})
-            if unknown:
-                raise InvalidInputError(
-                    f"{where}: full_text_query has unknown key {unknown[0]!r} (query, columns)"
-                )
-            text = value.get("query")
-            columns = value.get("columns")
-            if not isinstance(text, str):
-                raise InvalidInputError(f"{where}: full_text_query's 'query' must be a string")
-            if columns is not None and (
-                not isinstance(columns, (list, tuple))
-                or not all(isinstance(c, str) for c in columns)
-            ):
-                raise InvalidInputError(
-                    f"{where}: full_text_query's 'columns' must be a list of column names"
-                )
-            return cls._checked(text, tuple(columns) if columns else None, where)
-        raise UnsupportedFeatureError(
-            f"{where}: full_text_query must be a string or {{'query', 'columns'}}, not "
-            f"{type(value).__name__} (query objects are not supported yet)"
-        )
-
-    @classmethod
-    def _checked(cls, text: str, columns: tuple[str, ...] | None, where: str) -> FullTextQuery:
-        stripped = text.strip()
-        if len(stripped) >= 2 and stripped.startswith('"') and stripped.endswith('"'):
-            raise UnsupportedFeatureError(
-                f"{where}: a quoted full-text query is a phrase query, not supported yet"
-            )
-        return cls(text, columns)
 
 
 def inverted_entries(core: DatasetCore) -> dict[str, list[IndexEntry]]:
@@ -139,10 +102,39 @@ class _Corpus:
         return (idf * ((K1 + _F(1)) * f / (f + norm))).astype(np.float32)
 
 
+def _best(found: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's best score over several (row ids, scores) sets, by row id."""
+    if len(found) == 1:
+        return found[0]
+    ids = np.concatenate([i for i, _ in found]) if found else np.empty(0, np.uint64)
+    scores = np.concatenate([s for _, s in found]) if found else np.empty(0, np.float32)
+    if not len(ids):
+        return ids, scores
+    order = np.lexsort((-scores, ids))
+    ids, scores = ids[order], scores[order]
+    first = np.r_[True, ids[1:] != ids[:-1]]
+    return ids[first], scores[first]
+
+
+def _searches_every_index(query: Query) -> bool:
+    """Whether some match of the query names no column (and so searches every index)."""
+    if isinstance(query, Match):
+        return query.columns is None
+    if isinstance(query, AnyOf):
+        return any(_searches_every_index(q) for q in query.queries)
+    if isinstance(query, Boost):
+        return _searches_every_index(query.positive) or _searches_every_index(query.negative)
+    return any(_searches_every_index(q) for q in (*query.must, *query.should, *query.must_not))
+
+
 def _score(
-    tokens: list[str], corpus: _Corpus, found: dict[str, tuple[np.ndarray, ...]]
+    tokens: list[str],
+    corpus: _Corpus,
+    found: dict[str, tuple[np.ndarray, ...]],
+    require_all: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(row ids, scores) summing each query token's weights in query order."""
+    """(row ids, scores) summing each query token's weights in query order; with
+    `require_all`, only rows holding every token."""
     parts = [found[t][0] for t in dict.fromkeys(tokens) if t in found]
     if not parts:
         return np.empty(0, np.uint64), np.empty(0, np.float32)
@@ -156,6 +148,9 @@ def _score(
         at = np.searchsorted(ids, rows)
         scores[at] += corpus.weights(t, freqs, lengths)
     keep = scores > 0
+    if require_all:
+        for t in dict.fromkeys(tokens):
+            keep &= np.isin(ids, found[t][0]) if t in found else False
     return ids[keep], scores[keep]
 
 
@@ -177,7 +172,7 @@ class FullTextSearch:
         fast_search: bool = False,
     ) -> None:
         self.core = core
-        self.query = FullTextQuery.parse(query, core.uri)
+        self.query = parse_query(query, core.uri)
         if not isinstance(prefilter, bool) or not isinstance(fast_search, bool):
             raise InvalidInputError(f"{core.uri}: prefilter and fast_search must be true or false")
         self.names = list(core.lance_schema.names) if columns is None else list(columns)
@@ -196,23 +191,16 @@ class FullTextSearch:
             )
         self.filter, self.prefilter, self.fast_search = filter, prefilter, fast_search
         self.limit, self.offset = limit, offset or 0
-        indexed = inverted_entries(core)
-        if self.query.columns is None:
-            if not indexed:
-                raise InvalidInputError(
-                    f"{core.uri}: cannot perform full text search unless an INVERTED index "
-                    "has been created on at least one column"
-                )
-            self.columns = sorted(indexed)
-        else:
-            self.columns = list(self.query.columns)
-            for c in self.columns:
-                field = core.lance_schema.field(c)  # ColumnNotFoundError names it
-                if not pa.types.is_string(field.to_arrow().type) and not pa.types.is_large_string(
-                    field.to_arrow().type
-                ):
-                    raise InvalidInputError(f"{core.uri}: column {c!r} does not hold text")
-        self._entries = {c: indexed.get(c, []) for c in self.columns}
+        self._indexed_columns = inverted_entries(core)
+        if not self._indexed_columns and _searches_every_index(self.query):
+            raise InvalidInputError(
+                f"{core.uri}: cannot perform full text search unless an INVERTED index has "
+                "been created on at least one column"
+            )
+        for c in sorted(columns_of(self.query)):
+            kind = core.lance_schema.field(c).to_arrow().type  # ColumnNotFoundError names it
+            if not pa.types.is_string(kind) and not pa.types.is_large_string(kind):
+                raise InvalidInputError(f"{core.uri}: column {c!r} does not hold text")
         self._locator: RowLocator | None = None
 
     # -- schema ---------------------------------------------------------------------------
@@ -256,12 +244,13 @@ class FullTextSearch:
         ids = [b.column(ROW_ID_FIELD.name).to_numpy() for b in self._rows(frags, [], True)]
         return np.sort(np.concatenate(ids).astype(np.uint64)) if ids else np.empty(0, np.uint64)
 
-    def _column(self, column: str) -> tuple[np.ndarray, np.ndarray]:
-        """(row ids, scores) of every row of `column` that matches."""
-        entries = self._entries[column]
+    def _column(self, column: str, text: str, require_all: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(row ids, scores) of every row of `column` holding any (or, with `require_all`,
+        every) token of `text`."""
+        entries = self._indexed_columns.get(column, [])
         indices = [self._open(e) for e in entries]
         analyzer = indices[0].analyzer if indices else _UNINDEXED
-        tokens = analyzer.tokens(self.query.text)
+        tokens = analyzer.tokens(text)
         if not tokens:
             return np.empty(0, np.uint64), np.empty(0, np.float32)
         corpus = _Corpus(
@@ -271,13 +260,52 @@ class FullTextSearch:
         )
         covered = self._covered(entries)
         found = self._indexed(indices, tokens, covered)
-        ids, scores = _score(tokens, corpus, found)
+        ids, scores = _score(tokens, corpus, found, require_all)
         rest = [f for f in self._fragments if f.fragment_id not in covered]
         if rest and not (self.fast_search and indices):
             flat_found, flat_corpus = self._flat(rest, column, analyzer, set(tokens))
-            flat_ids, flat_scores = _score(tokens, corpus + flat_corpus, flat_found)
+            flat_ids, flat_scores = _score(tokens, corpus + flat_corpus, flat_found, require_all)
             ids = np.concatenate([ids, flat_ids])
             scores = np.concatenate([scores, flat_scores])
+        order = np.argsort(ids, kind="stable")
+        return ids[order], scores[order]
+
+    def _evaluate(self, query: Query) -> tuple[np.ndarray, np.ndarray]:
+        """(row ids ascending, scores) of the rows a query matches."""
+        if isinstance(query, Match):
+            columns = query.columns or tuple(sorted(self._indexed_columns))
+            found = [self._column(c, query.text, query.require_all) for c in columns]
+            ids, scores = _best(found)
+            return ids, (scores * np.float32(query.boost)).astype(np.float32)
+        if isinstance(query, AnyOf):
+            return _best([self._evaluate(q) for q in query.queries])
+        if isinstance(query, Boost):
+            ids, scores = self._evaluate(query.positive)
+            negative, penalty = self._evaluate(query.negative)
+            at = np.searchsorted(negative, ids)
+            hit = at < len(negative)
+            hit[hit] = negative[at[hit]] == ids[hit]
+            scores = scores.copy()
+            scores[hit] -= np.float32(query.negative_boost) * penalty[at[hit]]
+            return ids, scores
+        must = [self._evaluate(q) for q in query.must]
+        should = [self._evaluate(q) for q in query.should]
+        if must:
+            ids = must[0][0]
+            for other, _ in must[1:]:
+                ids = np.intersect1d(ids, other)
+        else:
+            ids = np.unique(np.concatenate([i for i, _ in should]))
+        scores = np.zeros(len(ids), np.float32)
+        for part_ids, part_scores in (*must, *should):
+            at = np.searchsorted(part_ids, ids)
+            at = np.minimum(at, max(len(part_ids) - 1, 0))
+            hit = (part_ids[at] == ids) if len(part_ids) else np.zeros(len(ids), bool)
+            scores[hit] += part_scores[at[hit]]
+        for q in query.must_not:
+            excluded, _ = self._evaluate(q)
+            keep = ~np.isin(ids, excluded)
+            ids, scores = ids[keep], scores[keep]
         return ids, scores
 
     def _open(self, entry: IndexEntry) -> InvertedIndex:
@@ -348,18 +376,7 @@ class FullTextSearch:
 
     def candidates(self) -> tuple[np.ndarray, np.ndarray]:
         """(row ids, scores) of the answers, best first, before a postfilter."""
-        ids_parts, score_parts = [], []
-        for column in self.columns:
-            ids, scores = self._column(column)
-            ids_parts.append(ids)
-            score_parts.append(scores)
-        ids = np.concatenate(ids_parts) if ids_parts else np.empty(0, np.uint64)
-        scores = np.concatenate(score_parts) if score_parts else np.empty(0, np.float32)
-        if len(self.columns) > 1 and len(ids):  # a row's best column
-            order = np.lexsort((-scores, ids))
-            ids, scores = ids[order], scores[order]
-            first = np.r_[True, ids[1:] != ids[:-1]]
-            ids, scores = ids[first], scores[first]
+        ids, scores = self._evaluate(self.query)
         stop = None if self.limit is None else self.offset + self.limit
         if stop is not None and stop < len(scores):
             # only rows scoring at least the stop-th best can be answers: sort those alone

@@ -213,15 +213,25 @@ def test_full_text_query_answers_as_the_reference(tmp_path: Path) -> None:
             assert made.status == 200, made.data
             location = call(url, "POST", "/v1/table/docs/describe", {}).json["location"]
             lance.dataset(location).create_scalar_index("text", "INVERTED")
-            body = {
-                "k": 10,
-                "vector": {},
-                "full_text_query": {"string_query": {"query": "apple fox", "columns": ["text"]}},
-                "columns": {"column_names": ["id"]},
-                "with_row_id": True,
-            }
-            answer = call(url, "POST", "/v1/table/docs/query", body)
-            assert answer.status == 200, answer.data
-            answers.append(answer.table())
-        ours, theirs = answers
-        assert_same_answers(theirs.select(["id", "_score", "_rowid"]), ours, "QueryTable fts")
+            match = {"match": {"terms": "apple", "column": "text"}}
+            fox = {"match": {"terms": "fox", "column": "text", "boost": 2.0}}
+            for fts in (
+                {"string_query": {"query": "apple fox", "columns": ["text"]}},
+                {
+                    "structured_query": {
+                        "query": {"boolean": {"must": [match], "should": [fox], "must_not": []}}
+                    }
+                },
+            ):
+                body = {
+                    "k": 10,
+                    "vector": {},
+                    "full_text_query": fts,
+                    "columns": {"column_names": ["id"]},
+                    "with_row_id": True,
+                }
+                answer = call(url, "POST", "/v1/table/docs/query", body)
+                assert answer.status == 200, answer.data
+                answers.append(answer.table())
+        for ours, theirs in zip(answers[:2], answers[2:], strict=True):
+            assert_same_answers(theirs.select(["id", "_score", "_rowid"]), ours, "QueryTable fts")

@@ -217,3 +217,71 @@ def test_bitpacker_layout() -> None:
         for k in range(bits):
             words[k, j] = (stream >> (32 * k)) & 0xFFFFFFFF
     np.testing.assert_array_equal(unpack4x(words.reshape(1, -1), bits)[0], values)
+
+
+def test_structured_queries_score_as_pylance(tmp_path: Path) -> None:
+    """The namespace's structured query form, against pylance's query objects."""
+    from lance.query import (
+        BooleanQuery,
+        BoostQuery,
+        FullTextOperator,
+        MatchQuery,
+        MultiMatchQuery,
+        Occur,
+    )
+
+    path = tmp_path / "ds"
+    ds = lance.write_dataset(text_table(1200, 51), str(path), max_rows_per_file=400)
+    ds.create_scalar_index("text", "INVERTED")
+    ds.create_scalar_index("title", "INVERTED")
+    lance.write_dataset(text_table(150, 52, start=1200), str(path), mode="append")
+    theirs, ours = lance.dataset(str(path)), dataset(str(path))
+
+    def match(terms: str, column: str, **kw: Any) -> dict:
+        return {"match": {"terms": terms, "column": column, **kw}}
+
+    cases = [
+        (MatchQuery("apple fox", "text"), match("apple fox", "text")),
+        (
+            MatchQuery("apple fox", "text", operator=FullTextOperator.AND),
+            match("apple fox", "text", operator="And"),
+        ),
+        (MatchQuery("river", "title", boost=2.5), match("river", "title", boost=2.5)),
+        (
+            MultiMatchQuery("apple river", ["text", "title"], boosts=[1.0, 3.0]),
+            {"multi_match": {"match_queries": [
+                match("apple river", "text", boost=1.0)["match"],
+                match("apple river", "title", boost=3.0)["match"],
+            ]}},
+        ),
+        (
+            BooleanQuery([(Occur.MUST, MatchQuery("apple", "text")),
+                          (Occur.SHOULD, MatchQuery("fox", "text")),
+                          (Occur.MUST_NOT, MatchQuery("dog", "title"))]),
+            {"boolean": {"must": [match("apple", "text")], "should": [match("fox", "text")],
+                         "must_not": [match("dog", "title")]}},
+        ),
+        (
+            BooleanQuery([(Occur.SHOULD, MatchQuery("apple", "text")),
+                          (Occur.SHOULD, MatchQuery("river", "title"))]),
+            {"boolean": {"should": [match("apple", "text"), match("river", "title")]}},
+        ),
+        (
+            BoostQuery(MatchQuery("apple", "text"), MatchQuery("fox", "text"), negative_boost=0.3),
+            {"boost": {"positive": match("apple", "text"), "negative": match("fox", "text"),
+                       "negative_boost": 0.3}},
+        ),
+    ]  # fmt: skip
+    for pylance_query, quiver_query in cases:
+        for extra in ({}, {"limit": 7}, {"filter": "cat = 'c1'", "prefilter": True}):
+            assert_same_answers(
+                search(theirs, full_text_query=pylance_query, **extra),
+                search(ours, full_text_query=quiver_query, **extra),
+                f"{quiver_query} {extra}",
+            )
+    with pytest.raises(UnsupportedFeatureError, match="positions"):
+        ours.to_table(full_text_query={"phrase": {"terms": "apple fox", "column": "text"}})
+    with pytest.raises(UnsupportedFeatureError, match="fuzzy"):
+        ours.to_table(full_text_query=match("apple", "text", fuzziness=1))
+    with pytest.raises(InvalidInputError, match="one of"):
+        ours.to_table(full_text_query={"match": {"terms": "a"}, "boolean": {}})

@@ -1,0 +1,189 @@
+"""Full-text queries: what `full_text_query` accepts, parsed into a tree.
+
+- a string: its tokens matched in every column with an INVERTED index (OR);
+- ``{"query": text, "columns": [...]}``: the same in the named columns;
+- a structured query, the Lance namespace's ``FtsQuery`` form of pylance's query objects:
+
+  - ``{"match": {"terms", "column"?, "operator"?: "Or" | "And", "boost"?, "fuzziness"?,
+    "max_expansions"?, "prefix_length"?}}`` (pylance's `MatchQuery`);
+  - ``{"multi_match": {"match_queries": [match, ...]}}`` (`MultiMatchQuery`: a row's
+    best match);
+  - ``{"boolean": {"must"?: [q], "should"?: [q], "must_not"?: [q]}}`` (`BooleanQuery`);
+  - ``{"boost": {"positive": q, "negative": q, "negative_boost"?}}`` (`BoostQuery`);
+  - ``{"phrase": {...}}`` (`PhraseQuery`) is refused: it needs positions.
+
+How each node scores is `format.dataset.fulltext`'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
+
+
+@dataclass(frozen=True)
+class Match:
+    """Rows holding the text's tokens (all of them when `require_all`) in `columns` (None:
+    every indexed column; a row scores its best column), scores times `boost`."""
+
+    text: str
+    columns: tuple[str, ...] | None = None
+    require_all: bool = False
+    boost: float = 1.0
+
+
+@dataclass(frozen=True)
+class AnyOf:
+    """A row's best score among the queries (a multi-match)."""
+
+    queries: tuple[Query, ...]
+
+
+@dataclass(frozen=True)
+class Boolean:
+    """Rows matching every `must` (or, without one, any `should`) and no `must_not`;
+    scores summed over the matching `must` and `should` queries."""
+
+    must: tuple[Query, ...] = ()
+    should: tuple[Query, ...] = ()
+    must_not: tuple[Query, ...] = ()
+
+
+@dataclass(frozen=True)
+class Boost:
+    """Rows matching `positive`; those matching `negative` too lose `negative_boost` times
+    their `negative` score (which may leave it below zero, as in pylance)."""
+
+    positive: Query
+    negative: Query
+    negative_boost: float = 0.5
+
+
+Query = Match | AnyOf | Boolean | Boost
+_STRUCTURED = ("match", "multi_match", "boolean", "boost", "phrase")
+
+
+def parse_query(value: Any, where: str) -> Query:
+    """`full_text_query` as a tree; InvalidInputError (or UnsupportedFeatureError) naming
+    what is wrong."""
+    if isinstance(value, str):
+        return _text(value, None, where)
+    if not isinstance(value, dict):
+        raise UnsupportedFeatureError(
+            f"{where}: full_text_query must be a string, {{'query', 'columns'}} or a "
+            f"structured query ({', '.join(_STRUCTURED)}), not {type(value).__name__}"
+        )
+    if "query" in value and not set(value) & set(_STRUCTURED):
+        unknown = sorted(set(value) - {"query", "columns"})
+        if unknown:
+            raise InvalidInputError(
+                f"{where}: full_text_query has unknown key {unknown[0]!r} (query, columns)"
+            )
+        text = value.get("query")
+        if not isinstance(text, str):
+            raise InvalidInputError(f"{where}: full_text_query's 'query' must be a string")
+        return _text(text, _columns(value.get("columns"), where, "'columns'"), where)
+    return _structured(value, where)
+
+
+def _text(text: str, columns: tuple[str, ...] | None, where: str) -> Match:
+    stripped = text.strip()
+    if len(stripped) >= 2 and stripped.startswith('"') and stripped.endswith('"'):
+        raise UnsupportedFeatureError(
+            f"{where}: a quoted full-text query is a phrase query, not supported yet"
+        )
+    return Match(text, columns)
+
+
+def _columns(value: Any, where: str, what: str) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, (list, tuple)) or not all(isinstance(c, str) for c in value):
+        raise InvalidInputError(f"{where}: full_text_query's {what} must name columns")
+    return tuple(value) or None
+
+
+def _object(value: Any, where: str, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InvalidInputError(f"{where}: full_text_query's {what} must be an object")
+    return value
+
+
+def _structured(value: dict[str, Any], where: str) -> Query:
+    kinds = [k for k in value if value[k] is not None]
+    if len(kinds) != 1 or kinds[0] not in _STRUCTURED:
+        raise InvalidInputError(
+            f"{where}: a structured full-text query is an object with one of "
+            f"{', '.join(_STRUCTURED)}, not {sorted(value)}"
+        )
+    kind = kinds[0]
+    body = _object(value[kind], where, f"'{kind}'")
+    if kind == "match":
+        return _match(body, where)
+    if kind == "phrase":
+        raise UnsupportedFeatureError(
+            f"{where}: phrase queries need token positions, which Quiver does not read yet"
+        )
+    if kind == "multi_match":
+        queries = body.get("match_queries")
+        if not isinstance(queries, list) or not queries:
+            raise InvalidInputError(f"{where}: 'multi_match' needs a list of 'match_queries'")
+        return AnyOf(tuple(_match(_object(q, where, "'match_queries'"), where) for q in queries))
+    if kind == "boolean":
+        parts = {}
+        for key in ("must", "should", "must_not"):
+            items = body.get(key) or []
+            if not isinstance(items, list):
+                raise InvalidInputError(f"{where}: 'boolean.{key}' must be a list of queries")
+            parts[key] = tuple(parse_query(q, where) for q in items)
+        unknown = sorted(set(body) - set(parts))
+        if unknown:
+            raise InvalidInputError(f"{where}: 'boolean' has unknown key {unknown[0]!r}")
+        if not parts["must"] and not parts["should"]:
+            raise InvalidInputError(f"{where}: a boolean query needs 'must' or 'should' queries")
+        return Boolean(parts["must"], parts["should"], parts["must_not"])
+    negative_boost = body.get("negative_boost", 0.5)
+    if isinstance(negative_boost, bool) or not isinstance(negative_boost, (int, float)):
+        raise InvalidInputError(f"{where}: 'boost.negative_boost' must be a number")
+    if "positive" not in body or "negative" not in body:
+        raise InvalidInputError(f"{where}: a boost query needs 'positive' and 'negative'")
+    return Boost(
+        parse_query(body["positive"], where),
+        parse_query(body["negative"], where),
+        float(negative_boost),
+    )
+
+
+def _match(body: dict[str, Any], where: str) -> Match:
+    known = {"terms", "column", "operator", "boost", "fuzziness", "max_expansions"}
+    unknown = sorted(set(body) - known - {"prefix_length"})
+    if unknown:
+        raise InvalidInputError(f"{where}: 'match' has unknown key {unknown[0]!r}")
+    terms = body.get("terms")
+    if not isinstance(terms, str):
+        raise InvalidInputError(f"{where}: 'match.terms' must be a string")
+    operator = str(body.get("operator") or "Or").lower()
+    if operator not in ("or", "and"):
+        raise InvalidInputError(f"{where}: 'match.operator' must be Or or And")
+    boost = body.get("boost", 1.0)
+    if isinstance(boost, bool) or not isinstance(boost, (int, float)):
+        raise InvalidInputError(f"{where}: 'match.boost' must be a number")
+    if body.get("fuzziness") not in (None, 0):
+        raise UnsupportedFeatureError(f"{where}: fuzzy matching is not supported yet")
+    column = body.get("column")
+    return Match(terms, _columns(column, where, "'match.column'"), operator == "and", float(boost))
+
+
+def columns_of(query: Query) -> set[str]:
+    """The columns a query names (its matches without columns search every index)."""
+    if isinstance(query, Match):
+        return set(query.columns or ())
+    if isinstance(query, AnyOf):
+        return set().union(*(columns_of(q) for q in query.queries))
+    if isinstance(query, Boolean):
+        return set().union(*(columns_of(q) for q in (*query.must, *query.should, *query.must_not)))
+    return columns_of(query.positive) | columns_of(query.negative)
