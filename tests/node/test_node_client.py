@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests" / "flight"))
 
 from corpus import _build_history, _build_types  # noqa: E402
+from fulltext_corpus import text_table  # noqa: E402
 from server_process import free_port  # noqa: E402
 from tls_certs import make_tls_material  # noqa: E402
 
@@ -77,6 +78,17 @@ READ_CASES: dict[str, tuple[str, dict]] = {
     "sales_limit_filter": ("q_sales", {"filter": "id % 7 = 3", "limit": 50}),
     "sales_empty": ("q_sales", {"filter": "id < 0"}),
     "wide": ("q_wide", {}),
+    "texts_search": ("fts_texts", {"fullTextQuery": "apple fox", "limit": 12}),
+    "texts_structured": (
+        "fts_texts",
+        {
+            "fullTextQuery": {
+                "match": {"terms": "river blue", "column": "text", "operator": "And"}
+            },
+            "filter": "cat = 'c1'",
+            "prefilter": True,
+        },
+    ),
 }
 # Columns whose values the Python side also writes as exact text (64-bit ints as decimals).
 EXACT_COLUMNS = {
@@ -92,6 +104,8 @@ PY_OPTION = {
     "asOf": "as_of",
     "withRowId": "with_row_id",
     "maxRowsPerEndpoint": "max_rows_per_endpoint",
+    "fullTextQuery": "full_text_query",
+    "fastSearch": "fast_search",
 }
 
 
@@ -137,6 +151,8 @@ def _build_root(root: Path) -> None:
     _build_types(root / "pl_types.lance", "2.2")
     _build_types(root / "pl_types_legacy.lance", "legacy")
     _build_history(root / "pl_history.lance", "2.2")
+    texts = lance.write_dataset(text_table(800, 61), str(root / "fts_texts.lance"))
+    texts.create_scalar_index("text", "INVERTED")
     sales = str(root / "q_sales.lance")
     write_dataset(_sales(0, 3000), sales, max_rows_per_file=400)
     write_dataset(_sales(3000, 1000), sales, mode="append", max_rows_per_file=400)

@@ -41,13 +41,17 @@ function asOfText(asOf) {
  */
 const READ_OPTIONS = new Set([
   'columns', 'filter', 'version', 'tag', 'asOf', 'limit', 'withRowId', 'maxRowsPerEndpoint', 'appendedSince',
+  'fullTextQuery', 'prefilter', 'fastSearch',
 ]);
 
 function readCommand(dataset, options = {}) {
   checkDataset(dataset);
   const unknown = Object.keys(options).filter((k) => !READ_OPTIONS.has(k) && options[k] !== undefined);
   if (unknown.length) throw new TypeError(`unknown read option(s): ${unknown.join(', ')}`);
-  const { columns, filter, version, tag, asOf, limit, withRowId, maxRowsPerEndpoint, appendedSince } = options;
+  const {
+    columns, filter, version, tag, asOf, limit, withRowId, maxRowsPerEndpoint, appendedSince,
+    fullTextQuery, prefilter, fastSearch,
+  } = options;
   const pins = [['version', version], ['tag', tag], ['asOf', asOf]].filter(([, v]) => v != null);
   if (pins.length > 1) {
     throw new InvalidArgument(`give at most one of version, tag and asOf (got ${pins.map(([n]) => n).join(', ')})`);
@@ -67,6 +71,14 @@ function readCommand(dataset, options = {}) {
   if (withRowId) cmd.with_row_id = true;
   if (maxRowsPerEndpoint != null) cmd.max_rows_per_endpoint = integer('maxRowsPerEndpoint', maxRowsPerEndpoint);
   if (appendedSince != null) cmd.appended_since = integer('appendedSince', appendedSince);
+  if (fullTextQuery != null) {
+    if (typeof fullTextQuery !== 'string' && (typeof fullTextQuery !== 'object' || Array.isArray(fullTextQuery))) {
+      throw new TypeError('fullTextQuery must be a string, {query, columns} or a structured query object');
+    }
+    cmd.full_text_query = fullTextQuery;
+  }
+  if (prefilter) cmd.prefilter = true;
+  if (fastSearch) cmd.fast_search = true;
   return cmd;
 }
 

@@ -41,6 +41,16 @@ export interface ReadOptions extends VersionOptions {
   maxRowsPerEndpoint?: number;
   /** Only the rows appends added after this version. */
   appendedSince?: number;
+  /**
+   * A full-text search: the query text, `{query, columns}`, or a structured query
+   * (`{match: {terms, column, operator, boost}}`, `multi_match`, `boolean`, `boost`). The
+   * rows come best first with `_score` (one endpoint).
+   */
+  fullTextQuery?: string | Record<string, unknown>;
+  /** With `fullTextQuery`: apply `filter` before the search rather than after it. */
+  prefilter?: boolean;
+  /** With `fullTextQuery`: only the rows an INVERTED index covers. */
+  fastSearch?: boolean;
 }
 
 export interface ParallelReadOptions extends ReadOptions {
