@@ -26,6 +26,7 @@ from quiver.format.dataset.compaction import CompactionMetrics
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fragment import LanceFragment, fragment_of, fragments_of
 from quiver.format.dataset.fulltext import FullTextSearch
+from quiver.format.dataset.hybrid import hybrid_table
 from quiver.format.dataset.merge_insert import MergeInsertBuilder
 from quiver.format.dataset.nearest import NearestSearch, nearest_table
 from quiver.format.dataset.row_changes import DEFAULT_CONFLICT_RETRIES, DEFAULT_RETRY_TIMEOUT
@@ -310,8 +311,8 @@ class LanceDataset:
         if full_text_query is not None:
             if nearest is not None:
                 raise InvalidInputError(
-                    f"{self.uri}: nearest and full_text_query in one scan (hybrid search) are "
-                    "not supported yet"
+                    f"{self.uri}: a hybrid search (nearest with full_text_query) is a table: "
+                    "call to_table"
                 )
             return FullTextSearch(
                 self._core,
@@ -365,10 +366,25 @@ class LanceDataset:
         prefilter: bool = False,
         full_text_query: str | dict[str, Any] | None = None,
         fast_search: bool = False,
+        hybrid: dict[str, Any] | None = None,
     ) -> pa.Table:
         """Read the (projected, filtered, limited) rows as one table; with `nearest`, the
         nearest neighbours of a query vector (or of each of a batch), pylance's shape; with
-        `full_text_query`, the rows matching it best first, with `_score`."""
+        `full_text_query`, the rows matching it best first, with `_score`; with both, the
+        two fused as LanceDB's hybrid search fuses them (`format.dataset.hybrid`; `hybrid`:
+        fusion "rrf" | "linear", rrf_k, weight, normalize "score" | "rank")."""
+        if full_text_query is not None and nearest is not None:
+            return hybrid_table(
+                self._core,
+                nearest,
+                full_text_query,
+                limit=10 if limit is None else limit,
+                columns=columns,  # type: ignore[arg-type]
+                filter=filter,  # type: ignore[arg-type]
+                prefilter=prefilter,
+                with_row_id=with_row_id,
+                **(hybrid or {}),
+            )
         if full_text_query is not None:
             return self.scanner(
                 columns,
