@@ -123,7 +123,7 @@ def _translated() -> Iterator[None]:
 # The client
 
 
-class Client(RowChanges, IndexActions):
+class Client(RowChanges, IndexActions, _nearest.Searches):
     """A connection to a Quiver Flight server.
 
     `uri` is `grpc://host:port` or `grpc+tls://host:port` (a bare `host:port` means

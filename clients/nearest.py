@@ -135,3 +135,37 @@ def split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
     ):
         raise TypeError("columns must be a sequence of column names")
     return searching, reading
+
+
+class Searches:
+    """The hybrid search of `clients.Client` (a mixin: it calls the client's `_rpc`)."""
+
+    def hybrid(
+        self,
+        dataset: str,
+        column: str,
+        q: Any,
+        text: str | dict[str, Any],
+        k: int = 10,
+        *,
+        fusion: str = "rrf",
+        rrf_k: float | None = None,
+        weight: float | None = None,
+        normalize: str | None = None,
+        **options: Any,
+    ) -> pa.Table:
+        """The k best rows of a vector search (`q` by `column`) and a full-text search
+        (`text`: a string, `{"query", "columns"}` or a structured query) fused as LanceDB's
+        hybrid search fuses them: reciprocal rank fusion (`rrf_k`) or a linear combination
+        (`weight` for the vector side), scores normalised by value or rank. The rows come
+        best first with `_relevance_score`, in one round trip. Options as `Client.nearest`'s
+        (nprobes, refine_factor, columns, filter, prefilter, with_row_id, version...)."""
+        searching, reading = split_options(options)
+        hybrid = {"fusion": fusion, "rrf_k": rrf_k, "weight": weight, "normalize": normalize}
+        reading = {
+            **reading,
+            "full_text_query": text,
+            "limit": k,
+            "hybrid": {key: v for key, v in hybrid.items() if v is not None},
+        }
+        return search(self, dataset, column, q, k, search_options=searching, read_options=reading)

@@ -41,6 +41,7 @@ from quiver.flight_server.protocol import (
 from quiver.flight_server.tickets import Signer
 from quiver.format.dataset import LanceDataset
 from quiver.format.dataset.fulltext import FullTextSearch
+from quiver.format.dataset.hybrid import HybridSearch
 from quiver.format.dataset.nearest import NearestSearch
 from quiver.wire.requests import NEAREST_KEYS, READ
 
@@ -89,9 +90,9 @@ def _numbers(v: Any) -> bool:
 
 def _check_request(request: ReadRequest) -> None:
     what = "'nearest'" if request.nearest is not None else "'full_text_query'"
-    if request.nearest is not None and request.full_text_query is not None:
-        raise Unimplemented(
-            "CMD descriptor: 'nearest' with 'full_text_query' (hybrid search) is not supported yet"
+    if request.hybrid is not None and (request.nearest is None or request.full_text_query is None):
+        raise InvalidArgument(
+            "CMD descriptor: 'hybrid' goes with both 'nearest' and 'full_text_query'"
         )
     if request.appended_since is not None:
         raise InvalidArgument(f"CMD descriptor: {what} cannot be combined with 'appended_since'")
@@ -103,8 +104,20 @@ def _check_request(request: ReadRequest) -> None:
 
 def search_of(
     ds: LanceDataset, request: ReadRequest, nearest: dict[str, Any] | None
-) -> NearestSearch | FullTextSearch:
+) -> NearestSearch | FullTextSearch | HybridSearch:
     """The engine's search for a request (raises on a bad column, vector, filter...)."""
+    if request.full_text_query is not None and nearest is not None:
+        return HybridSearch(
+            ds.core,
+            nearest,
+            request.full_text_query,
+            limit=request.limit,
+            columns=list(request.columns) if request.columns is not None else None,
+            filter=request.filter,
+            prefilter=request.prefilter,
+            with_row_id=request.with_row_id,
+            **(request.hybrid or {}),
+        )
     if request.full_text_query is not None:
         return FullTextSearch(
             ds.core,
@@ -140,8 +153,9 @@ class NearestTicket:
     with_row_id: bool
     limit: int | None
     expires: int | None
-    full_text: str | dict[str, Any] | None = None  # a full-text search instead
+    full_text: str | dict[str, Any] | None = None  # a full-text search instead (or too)
     fast_search: bool = False
+    hybrid: dict[str, Any] | None = None
     fragment_id = None  # for the access log: a search reads every fragment
 
     def encode(self, signer: Signer) -> bytes:
@@ -161,6 +175,8 @@ class NearestTicket:
         if self.full_text is not None:
             payload["f"] = self.full_text
             payload["s"] = self.fast_search
+        if self.hybrid is not None:
+            payload["h"] = self.hybrid
         return signer.sign(NEAREST_KIND, payload).encode("ascii")
 
     @classmethod
@@ -181,6 +197,7 @@ class NearestTicket:
                 expires=None if p["e"] is None else int(p["e"]),
                 full_text=p.get("f"),
                 fast_search=bool(p.get("s", False)),
+                hybrid=p.get("h"),
             )
             if t.full_text is not None and not isinstance(t.full_text, (str, dict)):
                 raise ValueError
@@ -201,6 +218,7 @@ class NearestTicket:
             prefilter=self.prefilter,
             full_text_query=self.full_text,
             fast_search=self.fast_search,
+            hybrid=self.hybrid,
         )
 
 
@@ -255,6 +273,7 @@ def plan_nearest(reads: Any, request: ReadRequest) -> NearestPlan:
         expires=expires,
         full_text=request.full_text_query,
         fast_search=request.fast_search,
+        hybrid=request.hybrid,
     ).encode(reads.signer)
     return NearestPlan(ds.version, schema, ticket, expires)
 
@@ -263,7 +282,7 @@ def read_nearest(reads: Any, t: NearestTicket) -> tuple[pa.Schema, Iterator[pa.R
     """The schema and batches of a nearest ticket; the search runs when they are pulled."""
     ds = reads.open_pinned(t.dataset, t.version, t.stamp)
     nearest = None
-    if t.full_text is None:
+    if t.nearest:
         nearest = dict(t.nearest)
         nearest["q"] = np.asarray(nearest.get("q"), dtype=np.float32)
     search = search_of(ds, t.request(), nearest)

@@ -212,6 +212,7 @@ class ReadRequest:
     # a full-text search (string or {"query", "columns"}, checked by the engine)
     full_text_query: str | dict[str, Any] | None = None
     fast_search: bool = False
+    hybrid: dict[str, Any] | None = None  # fusion options when both searches are asked
 
     @property
     def search(self) -> bool:
@@ -276,6 +277,7 @@ def read_request_from_command(cmd: bytes) -> ReadRequest:
         prefilter=f.bool("prefilter", default=False),
         full_text_query=_full_text(f),
         fast_search=f.bool("fast_search", default=False),
+        hybrid=f.obj("hybrid"),
     )
 
 

@@ -40,6 +40,7 @@ READ_KEYS: tuple[str, ...] = (
     "prefilter",
     "full_text_query",
     "fast_search",
+    "hybrid",
 )
 # The `nearest` object of a read (pylance's `nearest=` dict): q is one vector (a list of
 # numbers) or, for GetFlightInfo, a list of them; DoExchange takes the vectors as a stream.
@@ -290,6 +291,7 @@ def read_command(
     prefilter: bool = False,
     full_text_query: str | dict[str, Any] | None = None,
     fast_search: bool = False,
+    hybrid: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The JSON object of a read CMD descriptor; only the options that are set appear.
 
@@ -298,7 +300,9 @@ def read_command(
     `nearest` (see `nearest_object`) asks for the nearest neighbours of a vector instead,
     with the filter applied before the search when `prefilter`. `full_text_query` (a string,
     or `{"query", "columns"}`) asks for the rows matching it best first, with `_score`;
-    `fast_search` leaves out rows no index covers.
+    `fast_search` leaves out rows no index covers. Both `nearest` and `full_text_query`
+    make a hybrid search, fused as `hybrid` says (`fusion`: "rrf" | "linear", `rrf_k`,
+    `weight`, `normalize`: "score" | "rank").
     """
     if not isinstance(dataset, str) or not dataset:
         raise TypeError("dataset must be a non-empty string")
@@ -341,6 +345,8 @@ def read_command(
         cmd["full_text_query"] = full_text_query
     if fast_search:
         cmd["fast_search"] = True
+    if hybrid is not None:
+        cmd["hybrid"] = dict(hybrid)
     return cmd
 
 

@@ -60,6 +60,22 @@ def _ranks(values: np.ndarray) -> np.ndarray:
     return out
 
 
+def check_options(
+    where: str, limit: object, fusion: object, rrf_k: object, weight: object, normalize: object
+) -> None:
+    """InvalidInputError naming a fusion option out of its range."""
+    if fusion not in FUSIONS:
+        raise InvalidInputError(f"{where}: hybrid fusion must be one of {', '.join(FUSIONS)}")
+    if normalize not in NORMALIZE:
+        raise InvalidInputError(f"{where}: hybrid normalize must be one of {', '.join(NORMALIZE)}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidInputError(f"{where}: a hybrid search's limit must be at least 1")
+    if isinstance(rrf_k, bool) or not isinstance(rrf_k, (int, float)) or rrf_k <= 0:
+        raise InvalidInputError(f"{where}: rrf_k must be greater than 0")
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight <= 1:
+        raise InvalidInputError(f"{where}: weight must be between 0 and 1")
+
+
 def hybrid_table(
     core: DatasetCore,
     nearest: dict[str, Any],
@@ -76,17 +92,7 @@ def hybrid_table(
     with_row_id: bool = False,
 ) -> pa.Table:
     """The fused answer of a vector search and a full-text search (see the module doc)."""
-    where = core.uri
-    if fusion not in FUSIONS:
-        raise InvalidInputError(f"{where}: hybrid fusion must be one of {', '.join(FUSIONS)}")
-    if normalize not in NORMALIZE:
-        raise InvalidInputError(f"{where}: hybrid normalize must be one of {', '.join(NORMALIZE)}")
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise InvalidInputError(f"{where}: a hybrid search's limit must be at least 1")
-    if not isinstance(rrf_k, (int, float)) or rrf_k <= 0:
-        raise InvalidInputError(f"{where}: rrf_k must be greater than 0")
-    if not isinstance(weight, (int, float)) or not 0 <= weight <= 1:
-        raise InvalidInputError(f"{where}: weight must be between 0 and 1")
+    check_options(core.uri, limit, fusion, rrf_k, weight, normalize)
     names = list(core.lance_schema.names) if columns is None else list(columns)
     names = [n for n in names if n not in (DISTANCE, SCORE, RELEVANCE, ROW_ID_FIELD.name)]
     common: dict[str, Any] = {
@@ -153,6 +159,14 @@ class HybridSearch:
         unknown = sorted(set(options) - {"fusion", "rrf_k", "weight", "normalize"})
         if unknown:
             raise InvalidInputError(f"{core.uri}: unknown hybrid option {unknown[0]!r}")
+        check_options(
+            core.uri,
+            10 if limit is None else limit,
+            options.get("fusion", "rrf"),
+            options.get("rrf_k", 60),
+            options.get("weight", 0.7),
+            options.get("normalize", "score"),
+        )
         self._args = (core, nearest, full_text_query)
         self._kw: dict[str, Any] = {
             "limit": 10 if limit is None else limit,

@@ -88,7 +88,55 @@ def test_refusals(served: tuple[str, Path]) -> None:
         cmd = {"dataset": "docs", "full_text_query": bad}
         with pytest.raises(fl.FlightError):
             client.get_flight_info(fl.FlightDescriptor.for_command(json.dumps(cmd)))
-    both = {"dataset": "docs", "full_text_query": "apple", "nearest": {"column": "x", "q": [1.0]}}
+    alone = {"dataset": "docs", "full_text_query": "apple", "hybrid": {"fusion": "rrf"}}
     with pytest.raises(fl.FlightError, match="hybrid"):
-        client.get_flight_info(fl.FlightDescriptor.for_command(json.dumps(both)))
+        client.get_flight_info(fl.FlightDescriptor.for_command(json.dumps(alone)))
     client.close()
+
+
+def test_hybrid_over_flight(tmp_path: Path) -> None:
+    """A hybrid search in one DoExchange (and as a GetFlightInfo + DoGet read) answers as
+    the engine's, which is checked against LanceDB's fusion in the engine's tests."""
+    import numpy as np
+
+    from quiver.format.dataset import dataset
+
+    table = text_table(600, 81)
+    vectors = np.random.default_rng(3).standard_normal((600, 4)).astype(np.float32)
+    table = table.append_column(
+        "vec", pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), 4)
+    )
+    root = tmp_path / "root"
+    root.mkdir()
+    ds = lance.write_dataset(table, str(root / "docs.lance"))
+    ds.create_scalar_index("text", "INVERTED")
+    q = vectors[5] + 0.01
+    engine = dataset(str(root / "docs.lance"))
+    with quiver_serve(root) as (uri, _pid), Client(uri) as qc:
+        for fusion, extra in (("rrf", {"rrf_k": 30}), ("linear", {"weight": 0.4})):
+            got = qc.hybrid(
+                "docs", "vec", q, "apple fox", k=8, fusion=fusion, columns=["id"], **extra
+            )
+            want = engine.to_table(
+                nearest={"column": "vec", "q": q},
+                full_text_query="apple fox",
+                limit=8,
+                columns=["id"],
+                hybrid={"fusion": fusion, **extra},
+            )
+            assert got.equals(want), fusion
+        cmd = {
+            "dataset": "docs",
+            "nearest": {"column": "vec", "q": q.tolist()},
+            "full_text_query": "apple",
+            "limit": 5,
+            "columns": ["id"],
+        }
+        client = fl.connect(uri)
+        info = client.get_flight_info(fl.FlightDescriptor.for_command(json.dumps(cmd)))
+        assert info.schema.names == ["id", "_relevance_score"]
+        assert client.do_get(info.endpoints[0].ticket).read_all().num_rows == 5
+        bad = {**cmd, "hybrid": {"fusion": "max"}}
+        with pytest.raises(fl.FlightError, match="fusion"):
+            client.get_flight_info(fl.FlightDescriptor.for_command(json.dumps(bad)))
+        client.close()
