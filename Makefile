@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint docs protos serve bench bench-write bench-flight bench-memory bench-spark bench-vector bench-changes bench-backfill bench-indices bench-vector-index bench-sql bench-sql-memory bench-namespace spark-example clean
+.PHONY: test lint docs protos serve bench bench-write bench-flight bench-memory bench-spark bench-vector bench-changes bench-backfill bench-indices bench-vector-index bench-sql bench-sql-memory bench-namespace bench-fts spark-example clean
 
 # setup.py builds the C kernels: an edited kernel is recompiled by the next `make test`.
 $(STAMP): pyproject.toml setup.py format/_kernels.c flight_server/_threadstate.c \
@@ -102,6 +102,11 @@ bench-sql: $(STAMP)
 # adapter (lance.namespace.RestAdapter("dir")), each in its own process, on the same files.
 bench-namespace: $(STAMP)
 	$(PY) -m benchmarks.namespace
+
+# Full-text queries through Quiver and a Flight server over pylance's search, and INVERTED
+# builds by both engines, on 1 M short documents.
+bench-fts: $(STAMP)
+	$(PY) -m benchmarks.fulltext
 
 bench-sql-memory: $(STAMP)
 	$(PY) -m benchmarks.sql --memory
