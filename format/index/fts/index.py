@@ -30,6 +30,39 @@ from quiver.format.index.fts.postings import FIXED32, VARINT, decode_postings
 from quiver.format.io.store import ObjectStore
 
 
+class _PostingCache:
+    """Decoded posting lists kept across searches, least recently used first out, up to a
+    number of bytes over every open index (queries repeat their frequent words)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, int]) -> tuple[np.ndarray, np.ndarray] | None:
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+            return found
+
+    def put(self, key: tuple[str, int], value: tuple[np.ndarray, np.ndarray]) -> None:
+        size = value[0].nbytes + value[1].nbytes
+        with self._lock:
+            if key in self._items or size > self.max_bytes:
+                return
+            self._items[key] = value
+            self._bytes += size
+            while self._bytes > self.max_bytes:
+                _, (a, b) = self._items.popitem(last=False)
+                self._bytes -= a.nbytes + b.nbytes
+
+
+POSTING_CACHE_BYTES = 64 << 20
+POSTINGS = _PostingCache(POSTING_CACHE_BYTES)
+
+
 @dataclass
 class Partition:
     """One partition: token ids, its documents' row ids and lengths, its postings file."""
@@ -42,17 +75,31 @@ class Partition:
     df: np.ndarray  # documents per token id
     codec: str
     lock: threading.Lock = field(default_factory=threading.Lock)
+    _ids: dict[str, int | None] = field(default_factory=dict)
 
     def token_id(self, token: str) -> int | None:
-        return self.tokens.get(token)
+        """The token's id here (None: absent), looked up once per token."""
+        if token not in self._ids:
+            if len(self._ids) > 1 << 16:
+                self._ids.clear()
+            self._ids[token] = self.tokens.get(token)
+        return self._ids[token]
 
     def postings(self, token_id: int) -> tuple[np.ndarray, np.ndarray]:
-        """(document ids, frequencies) of one token."""
+        """(document ids, frequencies) of one token (decoded once, then cached)."""
+        key = (self.invert.path, token_id)
+        found = POSTINGS.get(key)
+        if found is not None:
+            return found
         with self.lock:  # one reader per file: its page caches are not shared safely
             table = self.invert.take(["_posting"], np.array([token_id], np.uint64))
         cell = table.column(0)[0]
         blobs = cell.values.to_pylist() if cell.is_valid else []
-        return decode_postings(blobs, int(self.df[token_id]), self.codec, self.invert.path)
+        found = decode_postings(blobs, int(self.df[token_id]), self.codec, self.invert.path)
+        for array in found:
+            array.setflags(write=False)
+        POSTINGS.put(key, found)
+        return found
 
 
 class InvertedIndex:
