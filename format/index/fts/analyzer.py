@@ -25,6 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from quiver.format.errors import UnsupportedFeatureError
 from quiver.format.index.fts.folding import FOLDING
 
@@ -44,6 +48,30 @@ ENGLISH_STOP_WORDS = frozenset(
 _SIMPLE = re.compile(r"[^\W_]+")
 _WHITESPACE = re.compile(r"[^ \t\n\r\x0b\x0c]+")
 _FOLD_TABLE = str.maketrans(FOLDING)
+# `Analyzer.occurrences` splits in bulk by turning every separator byte into a space (a
+# byte table over the column's data: UTF-8 never uses ASCII bytes inside a character) and
+# splitting at single spaces; the simple tokenizer only where a text is ASCII, where its
+# alphanumeric characters are [0-9A-Za-z]
+_SPACE = ord(" ")
+_SEPARATOR_BYTES = {
+    "simple": np.array(
+        [_SPACE if not (chr(b).isascii() and chr(b).isalnum()) else b for b in range(256)],
+        np.uint8,
+    ),
+    "whitespace": np.array(
+        [_SPACE if b in b" \t\n\r\x0b\x0c" else b for b in range(256)], np.uint8
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Occurrences:
+    """Every token occurrence of a column, in row then position order."""
+
+    rows: np.ndarray  # int64: the row (index into the column) of each occurrence
+    positions: np.ndarray  # uint32: its position in its row's base token stream
+    token_ids: np.ndarray  # int64: its token, numbered in order of first appearance
+    vocabulary: list[str]  # the tokens by id
 
 
 @dataclass(frozen=True)
@@ -131,6 +159,110 @@ class Analyzer:
             if token is not None:
                 out.append((position, token))
         return out
+
+    def occurrences(self, texts: pa.Array) -> Occurrences:
+        """Every token of every text, as arrays: the column's analysis in bulk, which an
+        index build needs. The base split runs in Arrow's kernels where it can (every
+        text for the whitespace tokenizer, ASCII texts for the simple one), the rest per
+        text; the normalisation runs once per distinct word."""
+        texts = texts.cast(pa.large_string()) if not pa.types.is_large_string(texts.type) else texts
+        n = len(texts)
+        separators = _SEPARATOR_BYTES.get(self.params.base_tokenizer)
+        if separators is None:
+            bulk = np.zeros(n, bool)
+        elif self.params.base_tokenizer == "simple":
+            bulk = pc.fill_null(pc.string_is_ascii(texts), True).to_numpy(zero_copy_only=False)
+        else:
+            bulk = np.ones(n, bool)
+        ids: dict[str, int] = {}
+        parts = []
+        if bulk.any():
+            assert separators is not None
+            parts.append(self._bulk(texts, np.flatnonzero(bulk), separators, ids))
+        if not bulk.all():
+            parts.append(self._one_by_one(texts, np.flatnonzero(~bulk), ids))
+        if not parts:
+            return Occurrences(
+                np.zeros(0, np.int64), np.zeros(0, np.uint32), np.zeros(0, np.int64), []
+            )
+        rows, positions, tokens = (np.concatenate(x) for x in zip(*parts, strict=True))
+        vocabulary = list(ids)
+        if len(parts) > 1:  # back in row order, ids renumbered by first appearance
+            order = np.argsort(rows, kind="stable")
+            rows, positions, tokens = rows[order], positions[order], tokens[order]
+            first = np.full(len(vocabulary), len(tokens), np.int64)
+            np.minimum.at(first, tokens, np.arange(len(tokens)))
+            by_first = np.argsort(first, kind="stable")
+            renumber = np.empty(len(vocabulary), np.int64)
+            renumber[by_first] = np.arange(len(vocabulary))
+            tokens = renumber[tokens]
+            vocabulary = [vocabulary[i] for i in by_first]
+        return Occurrences(rows, positions, tokens, vocabulary)
+
+    def _bulk(
+        self, texts: pa.Array, rows: np.ndarray, separators: np.ndarray, ids: dict[str, int]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(rows, positions, token ids) of texts `rows`, split by Arrow."""
+        subset = texts if len(rows) == len(texts) else texts.take(pa.array(rows))
+        split = pc.split_pattern(_spaced(subset, separators), pattern=" ")
+        words = pc.list_flatten(split)
+        parents = pc.list_parent_indices(split).to_numpy()
+        nonempty = pc.greater(pc.binary_length(words), 0).to_numpy(zero_copy_only=False)
+        words, parents = words.filter(pa.array(nonempty)), parents[nonempty]
+        owner = rows[parents]
+        counts = np.bincount(parents, minlength=len(rows))
+        positions = np.arange(len(owner)) - np.repeat(np.cumsum(counts) - counts, counts)
+        limit = self.params.max_token_length
+        if limit is not None:
+            short = pc.less(pc.binary_length(words), limit).to_numpy(zero_copy_only=False)
+            words = words.filter(pa.array(short))
+            owner, positions = owner[short], positions[short]
+        encoded = pc.dictionary_encode(words)
+        mapped = np.array(
+            [_id_of(ids, self._normalize(w)) for w in encoded.dictionary.to_pylist()], np.int64
+        )
+        tokens = mapped[encoded.indices.to_numpy()] if len(mapped) else np.zeros(0, np.int64)
+        kept = tokens >= 0
+        return owner[kept], positions[kept].astype(np.uint32), tokens[kept]
+
+    def _one_by_one(
+        self, texts: pa.Array, rows: np.ndarray, ids: dict[str, int]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(rows, positions, token ids) of texts `rows`, analysed one text at a time."""
+        out_rows: list[int] = []
+        positions: list[int] = []
+        tokens: list[int] = []
+        for row, text in zip(rows.tolist(), texts.take(pa.array(rows)).to_pylist(), strict=True):
+            for position, token in self.positioned(text):
+                out_rows.append(row)
+                positions.append(position)
+                tokens.append(_id_of(ids, token))
+        return (
+            np.array(out_rows, np.int64),
+            np.array(positions, np.uint32),
+            np.array(tokens, np.int64),
+        )
+
+
+def _spaced(texts: pa.Array, table: np.ndarray) -> pa.Array:
+    """`texts` (large_string) with every byte mapped through `table`."""
+    validity, offsets, data = texts.buffers()
+    if data is None:
+        return texts
+    mapped = table[np.frombuffer(data, np.uint8)]
+    return pa.LargeStringArray.from_buffers(
+        len(texts), offsets, pa.py_buffer(mapped), validity, texts.null_count, texts.offset
+    )
+
+
+def _id_of(ids: dict[str, int], token: str | None) -> int:
+    """`token`'s id in `ids` (added when new); -1 for a dropped word."""
+    if token is None:
+        return -1
+    found = ids.get(token)
+    if found is None:
+        found = ids[token] = len(ids)
+    return found
 
 
 def _splitter(base: str) -> Callable[[str], list[str]]:

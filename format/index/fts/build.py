@@ -20,7 +20,6 @@ Positions (phrase queries) are not written yet: ``with_position=True`` is refuse
 from __future__ import annotations
 
 import json
-import struct
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +29,7 @@ import pyarrow as pa
 from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
 from quiver.format.index.files import write_index_file
 from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
+from quiver.format.index.fts.encode import encode_postings
 from quiver.format.index.fts.postings import BLOCK, VARINT
 from quiver.format.io.store import ObjectStore
 from quiver.format.table.schema import LanceSchema
@@ -119,130 +119,41 @@ def details(params: dict[str, Any]) -> bytes:
     return out
 
 
-def pack4x(values: np.ndarray, bits: int) -> np.ndarray:
-    """BitPacker4x blocks: (blocks, 128) uint32 values of at most `bits` bits -> (blocks,
-    4 * bits) uint32 words (four interleaved lanes, low bits first)."""
-    blocks = values.shape[0]
-    words = np.zeros((blocks, bits + 1, 4), np.uint64)
-    lanes = values.reshape(blocks, 32, 4).astype(np.uint64)
-    start = np.arange(32) * bits
-    word, shift = start // 32, (start % 32).astype(np.uint64)
-    for m in range(32):
-        shifted = lanes[:, m, :] << shift[m]
-        words[:, word[m], :] |= shifted & np.uint64(0xFFFFFFFF)
-        words[:, word[m] + 1, :] |= shifted >> np.uint64(32)
-    return words[:, :bits, :].reshape(blocks, 4 * bits).astype(np.uint32)
-
-
-def _bits(values: np.ndarray) -> np.ndarray:
-    """Bits needed by the largest value of each block (rows of `values`)."""
-    top = values.max(axis=1).astype(np.uint64)
-    out = np.zeros(len(top), np.int64)
-    nonzero = top > 0
-    out[nonzero] = np.floor(np.log2(top[nonzero].astype(np.float64))).astype(np.int64) + 1
-    return out
-
-
-def _posting_blocks(
-    docs: np.ndarray, freqs: np.ndarray, scores: np.ndarray
-) -> tuple[list[bytes], float]:
-    """One token's posting blocks (its documents ascending) and its best score."""
-    full = len(docs) // BLOCK
-    blocks: list[bytes] = []
-    best = np.float32(0)
-    if full:
-        d = docs[: full * BLOCK].reshape(full, BLOCK)
-        f = freqs[: full * BLOCK].reshape(full, BLOCK)
-        s = scores[: full * BLOCK].reshape(full, BLOCK).max(axis=1)
-        deltas = np.diff(d, axis=1, prepend=d[:, :1]).astype(np.uint32)
-        dbits, fbits = _bits(deltas), _bits(f)
-        packed_d = {b: pack4x(deltas[dbits == b], int(b)) for b in np.unique(dbits) if b}
-        packed_f = {b: pack4x(f[fbits == b], int(b)) for b in np.unique(fbits) if b}
-        rank_d = np.zeros(full, np.int64)
-        rank_f = np.zeros(full, np.int64)
-        for b in packed_d:
-            rank_d[dbits == b] = np.arange(int((dbits == b).sum()))
-        for b in packed_f:
-            rank_f[fbits == b] = np.arange(int((fbits == b).sum()))
-        for i in range(full):
-            bd, bf = int(dbits[i]), int(fbits[i])
-            head = struct.pack("<fIB", s[i], int(d[i, 0]), bd)
-            body = packed_d[bd][rank_d[i]].tobytes() if bd else b""
-            tail = bytes([bf]) + (packed_f[bf][rank_f[i]].tobytes() if bf else b"")
-            blocks.append(head + body + tail)
-        best = s.max()
-    if len(docs) > full * BLOCK:
-        d = docs[full * BLOCK :].astype(np.int64)
-        f = freqs[full * BLOCK :]
-        s = scores[full * BLOCK :].max()
-        gaps = np.diff(d, prepend=0)  # the first id absolute
-        body = b"".join(_varint(int(g)) for g in gaps) + b"".join(_varint(int(x)) for x in f)
-        blocks.append(struct.pack("<f", s) + body)
-        best = max(best, s)
-    return blocks, float(best)
-
-
-def _analysed(
-    analyzer: Analyzer, texts: pa.Array, row_ids: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
-    """(document row ids, token counts, token id per occurrence with its document, tokens
-    by id): documents are the rows with at least one token, in order."""
-    ids: dict[str, int] = {}
-    occurrences: list[int] = []
-    owners: list[int] = []
-    doc_rows: list[int] = []
-    lengths: list[int] = []
-    for row, text in zip(row_ids.tolist(), texts.to_pylist(), strict=True):
-        tokens = analyzer.tokens(text)
-        if not tokens:
-            continue
-        doc = len(doc_rows)
-        doc_rows.append(row)
-        lengths.append(len(tokens))
-        for t in tokens:
-            tid = ids.get(t)
-            if tid is None:
-                tid = ids[t] = len(ids)
-            occurrences.append(tid)
-        owners.extend([doc] * len(tokens))
-    pairs = np.array([occurrences, owners], np.int64).reshape(2, -1)
-    return np.array(doc_rows, np.uint64), np.array(lengths, np.uint32), pairs, list(ids)
-
-
 def _partition(analyzer: Analyzer, texts: pa.Array, row_ids: np.ndarray) -> dict[str, pa.Table]:
     """The three files of one partition over `texts` (by suffix: invert, docs, tokens), or
     none when no row has a token."""
-    doc_rows, lengths, pairs, tokens = _analysed(analyzer, texts, np.asarray(row_ids))
-    n_docs, total = len(doc_rows), int(lengths.sum())
-    if not n_docs:
+    found = analyzer.occurrences(texts)
+    if not len(found.rows):
         return {}
+    # documents: the rows with a token, in order
+    starts = np.flatnonzero(np.diff(found.rows, prepend=-1))
+    lengths = np.diff(np.append(starts, len(found.rows))).astype(np.uint32)
+    doc_rows = np.asarray(row_ids)[found.rows[starts]].astype(np.uint64)
+    n_docs, total = len(starts), int(lengths.sum())
+    owner = np.repeat(np.arange(n_docs, dtype=np.int64), lengths)
     # (token, document) occurrences -> per token its documents ascending and frequencies
-    key = pairs[0] * n_docs + pairs[1]
-    uniq, counts = np.unique(key, return_counts=True)
+    key = np.sort(found.token_ids * n_docs + owner)
+    runs = np.flatnonzero(np.diff(key, prepend=-1))
+    counts = np.diff(np.append(runs, len(key))).astype(np.uint32)
+    uniq = key[runs]
     tok = uniq // n_docs
-    doc = (uniq % n_docs).astype(np.uint32)
-    df = np.bincount(tok, minlength=len(tokens)).astype(np.uint32)
-    bounds = np.concatenate([[0], np.cumsum(df)])
-    avgdl = np.float32(np.float32(total) / np.float32(n_docs))
-    f32 = counts.astype(np.float32)
-    dl = lengths[doc].astype(np.float32)
+    doc = (uniq - tok * n_docs).astype(np.uint32)
+    df = np.bincount(tok, minlength=len(found.vocabulary)).astype(np.uint32)
+    bounds = np.concatenate([[0], np.cumsum(df)]).astype(np.int64)
     # pylance's block scores: BM25 of each posting with this partition's statistics
-    n = df[tok].astype(np.float32)
+    avgdl = np.float32(np.float32(total) / np.float32(n_docs))
+    n = df.astype(np.float32)
     idf = np.log((np.float32(n_docs) - n + np.float32(0.5)) / (n + np.float32(0.5)) + 1)
-    norm = _K1 * (np.float32(1) - _B + _B * dl / avgdl)
-    scores = (idf.astype(np.float32) * ((_K1 + 1) * f32 / (f32 + norm))).astype(np.float32)
+    norm = _K1 * (np.float32(1) - _B + _B * lengths.astype(np.float32) / avgdl)
+    f32 = counts.astype(np.float32)
+    scores = idf.astype(np.float32)[tok] * ((_K1 + 1) * f32 / (f32 + norm[doc]))
     # upper bounds for pruning: a hair above, so float rounding never prunes an answer
     scores = np.nextafter(scores, np.float32(np.inf))
-    postings, best = [], []
-    for t in range(len(tokens)):
-        a, b = int(bounds[t]), int(bounds[t + 1])
-        blocks, top = _posting_blocks(doc[a:b], counts[a:b].astype(np.uint32), scores[a:b])
-        postings.append(blocks)
-        best.append(top)
+    postings, best = encode_postings(bounds, doc, counts.astype(np.uint32), scores)
     return {
         "invert": _invert(postings, best, df),
         "docs": _docs(doc_rows, lengths, total),
-        "tokens": _tokens(tokens),
+        "tokens": _tokens(found.vocabulary),
     }
 
 
@@ -283,7 +194,11 @@ def build_inverted(
     if tables or not count:
         if not tables:  # an index of no document: one empty partition, as pylance writes
             tables = {
-                "invert": _invert([], [], np.zeros(0, np.uint32)),
+                "invert": _invert(
+                    pa.array([], pa.list_(pa.large_binary())),
+                    np.zeros(0, np.float32),
+                    np.zeros(0, np.uint32),
+                ),
                 "docs": _docs(np.zeros(0, np.uint64), np.zeros(0, np.uint32), 0),
                 "tokens": _tokens([]),
             }
@@ -354,7 +269,7 @@ def _copy_partition(
 _FORMAT = {"format_version": "2", "posting_block_size": str(BLOCK), "posting_tail_codec": VARINT}
 
 
-def _invert(postings: list[list[bytes]], best: Sequence[float], df: np.ndarray) -> pa.Table:
+def _invert(postings: pa.Array, best: np.ndarray, df: np.ndarray) -> pa.Table:
     schema = pa.schema(
         [
             pa.field("_posting", pa.list_(pa.large_binary()), nullable=False),
@@ -363,10 +278,7 @@ def _invert(postings: list[list[bytes]], best: Sequence[float], df: np.ndarray) 
         ],
         metadata=_FORMAT,
     )
-    return pa.table(
-        [pa.array(postings, pa.list_(pa.large_binary())), pa.array(best, pa.float32()), df],
-        schema=schema,
-    )
+    return pa.table([postings, pa.array(best, pa.float32()), df], schema=schema)
 
 
 def _docs(rows: np.ndarray, lengths: np.ndarray, total: int) -> pa.Table:

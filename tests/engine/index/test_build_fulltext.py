@@ -122,3 +122,71 @@ def test_flight_and_namespace_build(tmp_path: Path) -> None:
         [entry] = lance.dataset(ours).describe_indices()
         assert entry.index_type == "Inverted"
         _same_everywhere(ours, reference, f"built through {name}", ({"limit": 5},))
+
+
+@pytest.mark.parametrize("base", ["simple", "whitespace", "raw"])
+def test_bulk_analysis_is_the_per_text_analysis(base: str) -> None:
+    """`Analyzer.occurrences` (Arrow's split where a text allows) finds exactly the tokens
+    and positions the per-text analyzer does, ids numbered by first appearance."""
+    from fulltext_corpus import docs
+
+    from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
+
+    texts = docs(400, 7) + [
+        "Ünïcödé\u00a0mixed ascii",
+        "tab\tsep\x0bvt",
+        "  ",
+        "x" * 50,
+        "İstanbul",
+    ]
+    for params in (
+        AnalyzerParams(base_tokenizer=base),
+        AnalyzerParams(
+            base_tokenizer=base, stem=False, remove_stop_words=False, max_token_length=4
+        ),
+    ):
+        analyzer = Analyzer(params)
+        found = analyzer.occurrences(pa.array(texts, pa.string()))
+        got = [
+            (row, pos, found.vocabulary[t])
+            for row, pos, t in zip(found.rows, found.positions, found.token_ids, strict=True)
+        ]
+        want = [
+            (row, pos, tok)
+            for row, text in enumerate(texts)
+            for pos, tok in analyzer.positioned(text)
+        ]
+        assert got == want, params
+        first_seen = list(dict.fromkeys(tok for _, _, tok in want))
+        assert found.vocabulary == first_seen
+
+
+def test_posting_encoding_decodes_to_its_postings() -> None:
+    """Every token's blocks, encoded in one pass, decode to its documents and frequencies,
+    and each block and token carries its best score."""
+    import numpy as np
+
+    from quiver.format.index.fts.encode import encode_postings
+    from quiver.format.index.fts.postings import VARINT, decode_postings
+
+    rng = np.random.default_rng(3)
+    df = np.array([1, 127, 128, 129, 300, 256, 5, 1000])
+    docs, freqs = [], []
+    for n in df:
+        gaps = rng.choice([1, 2, 200, 70_000, 1 << 27], size=n, p=[0.5, 0.2, 0.2, 0.09, 0.01])
+        docs.append(np.cumsum(gaps) - gaps[0] + rng.integers(0, 1 << 20))
+        freqs.append(rng.choice([1, 2, 3, 90_000], size=n, p=[0.7, 0.2, 0.09, 0.01]))
+    bounds = np.concatenate([[0], np.cumsum(df)])
+    scores = rng.random(bounds[-1]).astype(np.float32)
+    column, best = encode_postings(
+        bounds, np.concatenate(docs).astype(np.uint32), np.concatenate(freqs), scores
+    )
+    for t, n in enumerate(df):
+        blobs = column[t].as_py()
+        ids, fr = decode_postings(blobs, int(n), VARINT, "test")
+        np.testing.assert_array_equal(ids, docs[t])
+        np.testing.assert_array_equal(fr, freqs[t])
+        mine = scores[bounds[t] : bounds[t + 1]]
+        assert best[t] == mine.max()
+        heads = [np.frombuffer(b[:4], "<f4")[0] for b in blobs]
+        assert heads == [mine[i : i + 128].max() for i in range(0, int(n), 128)]

@@ -1,0 +1,141 @@
+"""Writing posting lists: every token's blocks of one partition encoded at once.
+
+The layout is the one `postings` reads (pylance's format version 2): per token, full blocks
+of 128 documents (best score f32, first document id u32, a width byte and the BitPacker4x
+document-id deltas, a width byte and the BitPacker4x frequencies), then the partial last
+block (best score f32, LEB128 document ids, the first absolute, then LEB128 frequencies).
+
+The whole partition is one numpy pass per part of a block, not a loop over tokens: blocks
+are laid out in one byte buffer, which becomes the `_posting` column without a copy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from quiver.format.index.fts.postings import BLOCK
+
+_HEAD = np.dtype([("score", "<f4"), ("first", "<u4"), ("bits", "u1")])
+
+
+def pack4x(values: np.ndarray, bits: int) -> np.ndarray:
+    """BitPacker4x blocks: (blocks, 128) uint32 values of at most `bits` bits -> (blocks,
+    4 * bits) uint32 words (four interleaved lanes, low bits first)."""
+    blocks = values.shape[0]
+    words = np.zeros((blocks, bits + 1, 4), np.uint64)
+    lanes = values.reshape(blocks, 32, 4).astype(np.uint64)
+    start = np.arange(32) * bits
+    word, shift = start // 32, (start % 32).astype(np.uint64)
+    for m in range(32):
+        shifted = lanes[:, m, :] << shift[m]
+        words[:, word[m], :] |= shifted & np.uint64(0xFFFFFFFF)
+        words[:, word[m] + 1, :] |= shifted >> np.uint64(32)
+    return words[:, :bits, :].reshape(blocks, 4 * bits).astype(np.uint32)
+
+
+def _widths(values: np.ndarray) -> np.ndarray:
+    """Bits the largest value of each row of `values` needs (0 for a row of zeros)."""
+    top = values.max(axis=1).astype(np.uint64)
+    out = np.zeros(len(top), np.int64)
+    while True:
+        more = top >> out.astype(np.uint64) > 0
+        if not more.any():
+            return out
+        out += more
+
+
+def varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """LEB128 bytes of every value (uint32) one after another, and each value's byte count."""
+    v = values.astype(np.uint64)
+    sizes = np.ones(len(v), np.int64)
+    for k in range(1, 5):
+        sizes += v >= np.uint64(1 << (7 * k))
+    starts = np.cumsum(sizes) - sizes
+    out = np.empty(int(sizes.sum()), np.uint8)
+    for k in range(5):
+        at = np.flatnonzero(sizes > k)
+        if not len(at):
+            break
+        byte = (v[at] >> np.uint64(7 * k)) & np.uint64(0x7F)
+        byte |= np.where(sizes[at] > k + 1, np.uint64(0x80), np.uint64(0))
+        out[starts[at] + k] = byte
+    return out, sizes
+
+
+def encode_postings(
+    bounds: np.ndarray, docs: np.ndarray, freqs: np.ndarray, scores: np.ndarray
+) -> tuple[pa.ListArray, np.ndarray]:
+    """The `_posting` column (list<large_binary>, a token's blocks per row) and each
+    token's best score, for postings grouped by token: token t owns positions
+    ``bounds[t]:bounds[t + 1]`` of `docs` (ascending), `freqs` and `scores` (upper bounds)."""
+    tokens = len(bounds) - 1
+    df = np.diff(bounds).astype(np.int64)
+    full = df // BLOCK
+    tail = df - full * BLOCK
+    per_token = full + (tail > 0)
+    first_block = np.concatenate([[0], np.cumsum(per_token)]).astype(np.int64)
+    n_blocks = int(first_block[-1])
+    sizes = np.zeros(n_blocks, np.int64)
+    best = np.zeros(n_blocks, np.float32)
+
+    # full blocks: a (blocks, 128) view of their postings
+    owner = np.repeat(np.arange(tokens), full)
+    nth = np.arange(len(owner)) - np.repeat(np.cumsum(full) - full, full)
+    full_ids = first_block[owner] + nth
+    rows = (bounds[:-1][owner] + nth * BLOCK)[:, None] + np.arange(BLOCK)
+    d = docs[rows].astype(np.uint32)
+    f = freqs[rows].astype(np.uint32)
+    best[full_ids] = scores[rows].max(axis=1)
+    deltas = np.diff(d, axis=1, prepend=d[:, :1])
+    dbits, fbits = _widths(deltas), _widths(f)
+    sizes[full_ids] = 10 + 16 * (dbits + fbits)
+
+    # tail blocks: LEB128 ids (first absolute) then frequencies
+    tail_tokens = np.flatnonzero(tail > 0)
+    m = tail[tail_tokens]
+    tail_ids = first_block[tail_tokens] + full[tail_tokens]
+    starts = bounds[:-1][tail_tokens] + full[tail_tokens] * BLOCK
+    local = np.arange(int(m.sum())) - np.repeat(np.cumsum(m) - m, m)
+    at = np.repeat(starts, m) + local
+    td = docs[at].astype(np.int64)
+    gaps = td - np.where(local > 0, np.concatenate([[0], td[:-1]]), 0)
+    stream_start = 2 * (np.cumsum(m) - m)
+    values = np.empty(2 * len(at), np.uint64)
+    values[np.repeat(stream_start, m) + local] = gaps
+    values[np.repeat(stream_start + m, m) + local] = freqs[at]
+    encoded, value_sizes = varints(values)
+    if len(m):
+        tail_bytes = np.add.reduceat(value_sizes, stream_start)
+        best[tail_ids] = np.maximum.reduceat(scores[at], np.cumsum(m) - m)
+    else:
+        tail_bytes = np.zeros(0, np.int64)
+    sizes[tail_ids] = 4 + tail_bytes
+
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    out = np.zeros(int(offsets[-1]), np.uint8)
+    if len(full_ids):
+        head = np.zeros(len(full_ids), _HEAD)
+        head["score"], head["first"], head["bits"] = best[full_ids], d[:, 0], dbits
+        base = offsets[full_ids]
+        out[base[:, None] + np.arange(9)] = head.view(np.uint8).reshape(-1, 9)
+        out[base + 9 + 16 * dbits] = fbits
+        for packed, widths, skip in ((deltas, dbits, 9), (f, fbits, 10 + 16 * dbits)):
+            for bits in np.unique(widths):
+                if not bits:
+                    continue
+                sel = np.flatnonzero(widths == bits)
+                words = pack4x(packed[sel], int(bits)).view(np.uint8)
+                dest = (base[sel] + (skip if np.isscalar(skip) else skip[sel]))[:, None]
+                out[dest + np.arange(16 * int(bits))] = words
+    if len(tail_ids):
+        base = offsets[tail_ids]
+        out[base[:, None] + np.arange(4)] = best[tail_ids].view(np.uint8).reshape(-1, 4)
+        shift = np.repeat(base + 4 - (np.cumsum(tail_bytes) - tail_bytes), tail_bytes)
+        out[np.arange(len(encoded)) + shift] = encoded
+    blobs = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), n_blocks, [None, pa.py_buffer(offsets), pa.py_buffer(out)]
+    )
+    column = pa.ListArray.from_arrays(pa.array(first_block, pa.int32()), blobs)
+    top = np.maximum.reduceat(best, first_block[:-1]) if tokens else np.zeros(0, np.float32)
+    return column, top.astype(np.float32)
