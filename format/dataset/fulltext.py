@@ -45,7 +45,8 @@ from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, ROW_COLUMNS, ROW_ID_FI
 from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
 from quiver.format.expr import filter_mask as _filter_mask
 from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
-from quiver.format.index.fts.index import InvertedIndex, open_inverted
+from quiver.format.index.fts.index import InvertedIndex, cache_arrays, open_inverted
+from quiver.format.io.lru import ByteLRU
 from quiver.format.table.indices import IndexEntry, indices_of
 
 SCORE = "_score"
@@ -53,6 +54,9 @@ K1 = np.float32(1.2)
 B = np.float32(0.75)
 _INVERTED = "InvertedIndexDetails"
 _F = np.float32
+# per query word, its rows' weights ranked best first (row ids, weights by row id, ranks):
+# what a search with a limit reads of a frequent word
+RANKED: ByteLRU[tuple[np.ndarray, ...]] = ByteLRU(128 << 20)
 # how pylance analyses a column no index covers: the simple split alone (no lower-casing,
 # stemming, stop words, folding or length limit)
 _UNINDEXED = Analyzer(
@@ -244,9 +248,11 @@ class FullTextSearch:
         ids = [b.column(ROW_ID_FIELD.name).to_numpy() for b in self._rows(frags, [], True)]
         return np.sort(np.concatenate(ids).astype(np.uint64)) if ids else np.empty(0, np.uint64)
 
-    def _column(self, column: str, text: str, require_all: bool) -> tuple[np.ndarray, np.ndarray]:
+    def _column(
+        self, column: str, text: str, require_all: bool, top: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(row ids, scores) of every row of `column` holding any (or, with `require_all`,
-        every) token of `text`."""
+        every) token of `text`; with `top`, of a subset holding its `top` best rows."""
         entries = self._indexed_columns.get(column, [])
         indices = [self._open(e) for e in entries]
         analyzer = indices[0].analyzer if indices else _UNINDEXED
@@ -259,8 +265,11 @@ class FullTextSearch:
             Counter({t: sum(i.document_frequency(t) for i in indices) for t in set(tokens)}),
         )
         covered = self._covered(entries)
-        found = self._indexed(indices, tokens, covered)
-        ids, scores = _score(tokens, corpus, found, require_all)
+        if top is not None and indices and not require_all:
+            ids, scores = self._indexed_top(indices, tokens, covered, corpus, top)
+        else:
+            found = self._indexed(indices, tokens, covered)
+            ids, scores = _score(tokens, corpus, found, require_all)
         rest = [f for f in self._fragments if f.fragment_id not in covered]
         if rest and not (self.fast_search and indices):
             flat_found, flat_corpus = self._flat(rest, column, analyzer, set(tokens))
@@ -270,15 +279,17 @@ class FullTextSearch:
         order = np.argsort(ids, kind="stable")
         return ids[order], scores[order]
 
-    def _evaluate(self, query: Query) -> tuple[np.ndarray, np.ndarray]:
-        """(row ids ascending, scores) of the rows a query matches."""
+    def _evaluate(self, query: Query, top: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(row ids ascending, scores) of the rows a query matches; with `top`, of a subset
+        holding its `top` best (a best-of or a positive boost keeps each part's best)."""
         if isinstance(query, Match):
             columns = query.columns or tuple(sorted(self._indexed_columns))
-            found = [self._column(c, query.text, query.require_all) for c in columns]
+            top = top if query.boost > 0 else None
+            found = [self._column(c, query.text, query.require_all, top) for c in columns]
             ids, scores = _best(found)
             return ids, (scores * np.float32(query.boost)).astype(np.float32)
         if isinstance(query, AnyOf):
-            return _best([self._evaluate(q) for q in query.queries])
+            return _best([self._evaluate(q, top) for q in query.queries])
         if isinstance(query, Boost):
             ids, scores = self._evaluate(query.positive)
             negative, penalty = self._evaluate(query.negative)
@@ -321,13 +332,9 @@ class FullTextSearch:
             covered |= set(e.fragment_ids)
         return covered
 
-    def _indexed(
-        self, indices: list[InvertedIndex], tokens: list[str], covered: set[int]
-    ) -> dict[str, tuple[np.ndarray, ...]]:
-        """Per query token: (row ids, frequencies, lengths) of the live, covered rows (and,
-        prefiltering, those the filter keeps) the index holds."""
-        if not indices:
-            return {}
+    def _live(self, covered: set[int]) -> Any:
+        """A function: row ids -> which of them the index may answer (live rows of covered
+        fragments, and, prefiltering, those the filter keeps)."""
         allowed = self._allowed(covered)
         inside = np.array(sorted(covered), dtype=np.uint64)
         # every fragment covered, none with deletions, row ids addresses: every row the
@@ -337,21 +344,95 @@ class FullTextSearch:
             and covered == {f.fragment_id for f in self._fragments}
             and not any(f.num_deletions for f in self._fragments)
         )
+
+        def live(rows: np.ndarray) -> np.ndarray:
+            if whole:
+                keep = np.ones(len(rows), bool)
+            else:
+                addr, alive = self.locator.addresses(rows)
+                keep = alive & np.isin(addr >> np.uint64(32), inside)
+            if allowed is not None:
+                keep &= np.isin(rows, allowed)
+            return keep
+
+        return live
+
+    def _indexed(
+        self, indices: list[InvertedIndex], tokens: list[str], covered: set[int]
+    ) -> dict[str, tuple[np.ndarray, ...]]:
+        """Per query token: (row ids, frequencies, lengths) of the rows the index may
+        answer with."""
+        if not indices:
+            return {}
+        live = self._live(covered)
         found = {}
         for token in dict.fromkeys(tokens):
             parts = [i.matches(token) for i in indices]
             rows = np.concatenate([p[0] for p in parts])
-            freqs = np.concatenate([p[1] for p in parts])
-            lengths = np.concatenate([p[2] for p in parts])
-            if whole:
-                keep = np.ones(len(rows), bool)
-            else:
-                addr, live = self.locator.addresses(rows)
-                keep = live & np.isin(addr >> np.uint64(32), inside)
-            if allowed is not None:
-                keep &= np.isin(rows, allowed)
+            keep = live(rows)
             if keep.any():
-                found[token] = (rows[keep], freqs[keep], lengths[keep])
+                found[token] = tuple(np.concatenate([p[k] for p in parts])[keep] for k in range(3))
+        return found
+
+    def _indexed_top(
+        self,
+        indices: list[InvertedIndex],
+        tokens: list[str],
+        covered: set[int],
+        corpus: _Corpus,
+        top: int,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(row ids ascending, scores) of indexed rows holding a query token: a subset
+        holding the `top` best. Fagin's threshold algorithm over each word's rows ranked
+        by weight: rows are read best first, deeper each round, until the `top`-th best
+        score seen beats what any row not seen could score (the words' next weights
+        summed, in the order scores are summed, so float rounding cannot break the bound).
+        A frequent word costs its best rows, not all of them."""
+        live = self._live(covered)
+        lists = {t: self._ranked(indices, t, corpus) for t in dict.fromkeys(tokens) if corpus.df[t]}
+        if not lists or top <= 0:
+            return np.empty(0, np.uint64), np.empty(0, np.float32)
+        longest = max(len(rows) for rows, _, _ in lists.values())
+        depth = max(4 * top, 256)
+        while True:
+            seen = np.unique(np.concatenate([r[o[:depth]] for r, _, o in lists.values()]))
+            seen = seen[live(seen)]
+            scores = np.zeros(len(seen), np.float32)
+            bound = np.float32(0)
+            for t in tokens:
+                if t not in lists:
+                    continue
+                rows, weights, order = lists[t]
+                at = np.minimum(np.searchsorted(rows, seen), len(rows) - 1)
+                hit = rows[at] == seen
+                scores[hit] += weights[at[hit]]
+                if depth < len(order):
+                    bound = np.float32(bound + weights[order[depth]])
+            if depth >= longest:
+                return seen, scores
+            if len(seen) >= top and np.partition(scores, len(seen) - top)[len(seen) - top] > bound:
+                return seen, scores
+            depth *= 4
+
+    def _ranked(
+        self, indices: list[InvertedIndex], token: str, corpus: _Corpus
+    ) -> tuple[np.ndarray, ...]:
+        """(row ids ascending, their weights for `token`, positions best weight first) over
+        every segment, computed once per word and corpus statistics."""
+        key = (tuple(i.where for i in indices), token, corpus.docs, corpus.tokens, corpus.df[token])
+        found = RANKED.get(key)
+        if found is None:
+            parts = [i.matches(token) for i in indices]
+            rows, freqs, lengths = (np.concatenate([p[k] for p in parts]) for k in range(3))
+            by_row = np.argsort(rows, kind="stable")
+            weights = corpus.weights(token, freqs[by_row], lengths[by_row])
+            order = np.argsort(-weights, kind="stable")
+            found = (
+                rows[by_row],
+                weights,
+                order.astype(np.int32 if len(order) < 1 << 31 else np.int64),
+            )
+            cache_arrays(RANKED, key, found)
         return found
 
     def _flat(
@@ -386,8 +467,8 @@ class FullTextSearch:
 
     def candidates(self) -> tuple[np.ndarray, np.ndarray]:
         """(row ids, scores) of the answers, best first, before a postfilter."""
-        ids, scores = self._evaluate(self.query)
         stop = None if self.limit is None else self.offset + self.limit
+        ids, scores = self._evaluate(self.query, stop)
         if stop is not None and stop < len(scores):
             # only rows scoring at least the stop-th best can be answers: sort those alone
             bar = np.partition(scores, len(scores) - stop)[len(scores) - stop]

@@ -14,8 +14,6 @@ apply: pruning only ever removes rows that cannot match.
 from __future__ import annotations
 
 import logging
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -32,6 +30,7 @@ from quiver.format.index.scalar.bitmap import BitmapIndex
 from quiver.format.index.scalar.btree import BTreeIndex
 from quiver.format.index.scalar.query import Bounds, Leaf
 from quiver.format.index.scalar.rows import EMPTY
+from quiver.format.io.lru import ByteLRU
 from quiver.format.io.store import ObjectStore
 from quiver.format.table.indices import IndexEntry, indices_of
 from quiver.format.table.manifest import Manifest
@@ -120,34 +119,7 @@ class _Answer:
     rows: np.ndarray
 
 
-class _Cache:
-    """A small thread-safe LRU, bounded by entries and bytes."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._items: OrderedDict[tuple, tuple[Any, int]] = OrderedDict()
-        self._bytes = 0
-
-    def get(self, key: tuple) -> Any:
-        with self._lock:
-            hit = self._items.get(key)
-            if hit is None:
-                return None
-            self._items.move_to_end(key)
-            return hit[0]
-
-    def put(self, key: tuple, value: Any, nbytes: int) -> None:
-        with self._lock:
-            if key in self._items:
-                return
-            self._items[key] = (value, nbytes)
-            self._bytes += nbytes
-            while len(self._items) > CACHE_ENTRIES or self._bytes > CACHE_BYTES:
-                _, (_, size) = self._items.popitem(last=False)
-                self._bytes -= size
-
-
-_cache = _Cache()
+_cache: ByteLRU[Any] = ByteLRU(CACHE_BYTES, CACHE_ENTRIES)
 
 
 def scalar_kind(entry: IndexEntry) -> str | None:

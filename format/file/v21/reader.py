@@ -55,9 +55,15 @@ from quiver.format.file.v21.take import (
     plan_fullzip,
     plan_fullzip_range,
 )
+from quiver.format.io.lru import ByteLRU
 from quiver.format.io.store import FileReader
 from quiver.format.proto import encodings_v2_1_pb2 as pb
 from quiver.format.table.schema import LanceField
+
+# Mini-block page indexes kept across readers of a file: a take of a few rows from a file
+# opened again (a search's answers) then costs one read, not two. Data files never change
+# once written; keys hold the file's size beside its path.
+PAGE_INDEXES: ByteLRU[MiniBlockIndex] = ByteLRU(32 << 20)
 
 
 @dataclass(eq=False)
@@ -317,9 +323,13 @@ class StructuralFileReader(DataFileReader):
         """A plan step returning page k's mini-block index (fetched and parsed on first use)."""
         index = col.indexes.get(k)
         if index is None:
-            page = col.info.pages[k]
-            small = yield miniblock_small_ranges(ml, page.buffers, where)
-            index = miniblock_index(ml, page.buffers, page.length, small, where)
+            key = (self.path, self._file.size, col.info.index, k)
+            index = PAGE_INDEXES.get(key)
+            if index is None:
+                page = col.info.pages[k]
+                small = yield miniblock_small_ranges(ml, page.buffers, where)
+                index = miniblock_index(ml, page.buffers, page.length, small, where)
+                PAGE_INDEXES.put(key, index, index.nbytes)
             col.indexes[k] = index
         return index
 

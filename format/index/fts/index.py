@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,40 +28,20 @@ from quiver.format.index.files import IndexFile
 from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
 from quiver.format.index.fts.fst import FstMap
 from quiver.format.index.fts.postings import FIXED32, VARINT, decode_postings
+from quiver.format.io.lru import ByteLRU
 from quiver.format.io.store import ObjectStore
 
 
-class _PostingCache:
-    """Decoded posting lists kept across searches, least recently used first out, up to a
-    number of bytes over every open index (queries repeat their frequent words)."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self._items: OrderedDict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[str, int]) -> tuple[np.ndarray, np.ndarray] | None:
-        with self._lock:
-            found = self._items.get(key)
-            if found is not None:
-                self._items.move_to_end(key)
-            return found
-
-    def put(self, key: tuple[str, int], value: tuple[np.ndarray, np.ndarray]) -> None:
-        size = value[0].nbytes + value[1].nbytes
-        with self._lock:
-            if key in self._items or size > self.max_bytes:
-                return
-            self._items[key] = value
-            self._bytes += size
-            while self._bytes > self.max_bytes:
-                _, (a, b) = self._items.popitem(last=False)
-                self._bytes -= a.nbytes + b.nbytes
+def cache_arrays(cache: ByteLRU[tuple[np.ndarray, ...]], key: Hashable, arrays: tuple) -> None:
+    """Keep derived arrays in `cache`, read-only (searches share them)."""
+    for array in arrays:
+        array.setflags(write=False)
+    cache.put(key, arrays, sum(a.nbytes for a in arrays))
 
 
-POSTING_CACHE_BYTES = 64 << 20
-POSTINGS = _PostingCache(POSTING_CACHE_BYTES)
+# (document ids, frequencies) per partition and token, kept across searches: queries repeat
+# their frequent words
+POSTINGS: ByteLRU[tuple[np.ndarray, ...]] = ByteLRU(64 << 20)
 
 
 @dataclass
@@ -88,17 +69,15 @@ class Partition:
     def postings(self, token_id: int) -> tuple[np.ndarray, np.ndarray]:
         """(document ids, frequencies) of one token (decoded once, then cached)."""
         key = (self.invert.path, token_id)
-        found = POSTINGS.get(key)
-        if found is not None:
-            return found
+        cached = POSTINGS.get(key)
+        if cached is not None:
+            return cached[0], cached[1]
         with self.lock:  # one reader per file: its page caches are not shared safely
             table = self.invert.take(["_posting"], np.array([token_id], np.uint64))
         cell = table.column(0)[0]
         blobs = cell.values.to_pylist() if cell.is_valid else []
         found = decode_postings(blobs, int(self.df[token_id]), self.codec, self.invert.path)
-        for array in found:
-            array.setflags(write=False)
-        POSTINGS.put(key, found)
+        cache_arrays(POSTINGS, key, found)
         return found
 
 

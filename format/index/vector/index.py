@@ -25,6 +25,7 @@ from quiver.format.index.vector.flat import FlatStorage
 from quiver.format.index.vector.ivf import IvfModel
 from quiver.format.index.vector.pq import ProductQuantizer
 from quiver.format.index.vector.sq import ScalarQuantizer
+from quiver.format.io.lru import ByteLRU
 from quiver.format.io.store import ObjectStore
 
 INDEX_FILE = "index.idx"
@@ -56,34 +57,7 @@ class Partition:
         return int(self.row_ids.nbytes + self.data.nbytes + extra)
 
 
-class _PartitionCache:
-    """Least recently used partitions up to a number of bytes."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self._items: OrderedDict[tuple[str, int], Partition] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[str, int]) -> Partition | None:
-        with self._lock:
-            part = self._items.get(key)
-            if part is not None:
-                self._items.move_to_end(key)
-            return part
-
-    def put(self, key: tuple[str, int], part: Partition) -> None:
-        with self._lock:
-            if key in self._items or part.nbytes > self.max_bytes:
-                return
-            self._items[key] = part
-            self._bytes += part.nbytes
-            while self._bytes > self.max_bytes:
-                _, old = self._items.popitem(last=False)
-                self._bytes -= old.nbytes
-
-
-PARTITIONS = _PartitionCache(PARTITION_CACHE_BYTES)
+PARTITIONS: ByteLRU[Partition] = ByteLRU(PARTITION_CACHE_BYTES)
 
 
 class VectorIndex:
@@ -171,7 +145,7 @@ class VectorIndex:
             data,
             self.storage.row_bias(data, self.ivf.centroids[p]),
         )
-        PARTITIONS.put(key, part)
+        PARTITIONS.put(key, part, part.nbytes)
         return part
 
     def prepare(self, queries: np.ndarray) -> np.ndarray:

@@ -285,3 +285,30 @@ def test_structured_queries_score_as_pylance(tmp_path: Path) -> None:
         ours.to_table(full_text_query=match("apple", "text", fuzziness=1))
     with pytest.raises(InvalidInputError, match="one of"):
         ours.to_table(full_text_query={"match": {"terms": "a"}, "boolean": {}})
+
+
+def test_a_limit_reads_the_best_rows_as_the_whole_search_ranks_them(tmp_path: Path) -> None:
+    """With a limit, each word's rows are read best first only as deep as the answer needs
+    (the threshold algorithm): the answers are the first rows of the search without one,
+    ties by row id, on frequent and repeated words, deleted rows and prefilters."""
+    rng = np.random.default_rng(5)
+    words = np.array([f"w{i}" for i in range(40)])
+    texts = [" ".join(rng.choice(words, rng.integers(1, 12))) for _ in range(6000)]
+    table = pa.table({"id": np.arange(6000), "text": texts, "cat": np.arange(6000) % 3})
+    path = str(tmp_path / "ds")
+    lance.write_dataset(table, path, max_rows_per_file=2500)
+    ours = dataset(path)
+    ours.create_scalar_index("text", "INVERTED")
+    queries = ["w0", "w0 w1", "w3 w3 w7", "w0 w1 w2 w3 w4 w5", "w39 w0", "nothing"]
+
+    def check(ds: Any, **extra: Any) -> None:
+        for q in queries:
+            whole = search(ds, full_text_query=q, **extra)
+            for limit in (1, 3, 10, 100):
+                part = search(ds, full_text_query=q, limit=limit, **extra)
+                assert part.equals(whole.slice(0, limit)), (q, limit, extra)
+
+    check(ours)
+    check(ours, filter="cat = 1", prefilter=True)
+    lance.dataset(path).delete("id % 5 = 0")
+    check(dataset(path))
