@@ -8,17 +8,26 @@ each in its own process, serve the same files (hard links):
 
 - `quiver`: `quiver serve`;
 - `pylance`: a Flight server whose DoGet runs pylance's `to_table(full_text_query=...)`
-  (the dataset opened once, as a server keeps it).
+  (the dataset opened once, as a server keeps it); its ticket is the request, so a client
+  may skip GetFlightInfo, and a list of queries is a batch (one `to_table` each, pylance
+  having no batch search), each one's rows after its `query_index`.
 
 Single queries: each of `--queries` queries (one to three words: frequent, middling and
-rare ones) is a GetFlightInfo and a DoGet for the 10 best rows, one query at a time, the
-servers alternating query by query; every answer's ids are checked equal (tied scores
+rare ones) asks for the 10 best rows, one query at a time, the servers alternating query by
+query, in two ways: GetFlightInfo + DoGet on both ("tickets"), then one round trip on both
+(Quiver: `Client.full_text_search`'s DoExchange with the search in its descriptor; the
+reference: a DoGet of the request). Every answer's ids are checked equal (tied scores
 aside). Figures: queries per second, the median latency, the ratio (Quiver's queries per
-second / the reference's) and each server's peak RSS.
+second / the reference's).
+
+Batches: all `--queries` queries in one round trip (Quiver: `full_text_search_batch`),
+`--rounds` times, alternating; answers checked equal per query. Figures: queries per second
+of the median round, the ratio, each server's peak RSS over the whole run.
 
 Builds: `create_scalar_index("text", "INVERTED")` by pylance and by Quiver's engine on
-copies of the data, alternating, `--rounds` times; the ratio is pylance's seconds /
-Quiver's (above 1 Quiver builds faster).
+copies of the data, each in a fresh process (Quiver's with the allocator settings `quiver
+serve` runs with), alternating, `--rounds` times; the ratio is pylance's seconds / Quiver's
+(above 1 Quiver builds faster).
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -37,6 +47,7 @@ from pathlib import Path
 import lance
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.flight as flight
 
 from benchmarks.flight import Server, _linked_root
@@ -47,6 +58,7 @@ _PYLANCE_SERVER = textwrap.dedent(
     """
     import json, sys, warnings
     import lance
+    import pyarrow as pa
     import pyarrow.flight as flight
     warnings.simplefilter("ignore")
 
@@ -68,11 +80,19 @@ _PYLANCE_SERVER = textwrap.dedent(
             return flight.FlightInfo(schema, descriptor, [ep], -1, -1)
 
         def do_get(self, context, ticket):
+            # the ticket is the request: GetFlightInfo's, or a client's own (one round trip);
+            # a list of queries is a batch, each one's rows after its query_index
             req = json.loads(ticket.ticket)
-            table = open_dataset(req["dataset"]).to_table(
-                columns=req.get("columns"), full_text_query=req["full_text_query"],
-                limit=req.get("limit"))
-            return flight.RecordBatchStream(table)
+            ds, queries = open_dataset(req["dataset"]), req["full_text_query"]
+            batch = isinstance(queries, list)
+            tables = []
+            for i, q in enumerate(queries if batch else [queries]):
+                t = ds.to_table(columns=req.get("columns"), full_text_query=q,
+                                limit=req.get("limit"))
+                if batch:
+                    t = t.add_column(0, "query_index", pa.array([i] * t.num_rows, pa.int32()))
+                tables.append(t)
+            return flight.RecordBatchStream(pa.concat_tables(tables))
 
     server = PylanceServer(f"grpc://127.0.0.1:{port}")
     server.location = flight.Location.for_grpc_tcp("127.0.0.1", port)
@@ -112,11 +132,33 @@ def queries(vocabulary: list[str], n: int) -> list[str]:
     return out
 
 
-def _search(client: flight.FlightClient, query: str) -> tuple[float, pa.Table]:
-    command = {"dataset": "docs", "full_text_query": query, "limit": LIMIT, "columns": ["id"]}
+def _command(query: str | list[str]) -> bytes:
+    doc = {"dataset": "docs", "full_text_query": query, "limit": LIMIT, "columns": ["id"]}
+    return json.dumps(doc).encode()
+
+
+def _ticketed(client: flight.FlightClient, query: str) -> tuple[float, pa.Table]:
+    """GetFlightInfo + DoGet (either server)."""
     t0 = time.perf_counter()
-    info = client.get_flight_info(flight.FlightDescriptor.for_command(json.dumps(command)))
+    info = client.get_flight_info(flight.FlightDescriptor.for_command(_command(query)))
     table = client.do_get(info.endpoints[0].ticket).read_all()
+    return time.perf_counter() - t0, table
+
+
+def _one_trip(
+    name: str, client: flight.FlightClient, query: str | list[str]
+) -> tuple[float, pa.Table]:
+    """One round trip: Quiver's DoExchange with the search in its descriptor
+    (`Client.full_text_search`), the reference's DoGet of a ticket that is the request."""
+    t0 = time.perf_counter()
+    if name == "quiver":
+        descriptor = flight.FlightDescriptor.for_command(_command(query))
+        writer, reader = client.do_exchange(descriptor)
+        writer.done_writing()
+        table = reader.read_all()
+        writer.close()
+    else:
+        table = client.do_get(flight.Ticket(_command(query))).read_all()
     return time.perf_counter() - t0, table
 
 
@@ -132,7 +174,12 @@ def _same(a: pa.Table, b: pa.Table, query: str) -> None:
         assert ids_a == ids_b, query
 
 
-def single_queries(path: Path, vocabulary: list[str], n: int) -> None:
+def _qps(times: dict[str, list[float]], queries: int) -> dict[str, float]:
+    return {k: queries / sum(v) for k, v in times.items()}
+
+
+def searches(path: Path, vocabulary: list[str], n: int, rounds: int) -> None:
+    """Single queries (tickets, then one round trip) and batches against both servers."""
     with (
         tempfile.TemporaryDirectory(dir=path.parent) as a,
         tempfile.TemporaryDirectory(dir=path.parent) as b,
@@ -157,32 +204,73 @@ def single_queries(path: Path, vocabulary: list[str], n: int) -> None:
             batch = queries(vocabulary, n)
             for c in clients.values():  # warm: indices opened, files cached
                 for q in batch[:6]:
-                    _search(c, q)
+                    _ticketed(c, q)
             quiver.reset_peak()
             pylance.reset_peak()
-            times: dict[str, list[float]] = {"quiver": [], "pylance": []}
-            for i, q in enumerate(batch):
-                order = ("quiver", "pylance") if i % 2 == 0 else ("pylance", "quiver")
+            for label, run in (("tickets", None), ("one round trip", _one_trip)):
+                times: dict[str, list[float]] = {"quiver": [], "pylance": []}
+                for i, q in enumerate(batch):
+                    order = ("quiver", "pylance") if i % 2 == 0 else ("pylance", "quiver")
+                    got = {}
+                    for name in order:
+                        if run is None:
+                            seconds, got[name] = _ticketed(clients[name], q)
+                        else:
+                            seconds, got[name] = run(name, clients[name], q)
+                        times[name].append(seconds)
+                    _same(got["pylance"], got["quiver"], q)
+                qps = _qps(times, n)
+                print(f"single queries, {label} ({n}, top {LIMIT}): Quiver {qps['quiver']:.0f} "
+                      f"q/s (median {statistics.median(times['quiver']) * 1000:.2f} ms); "
+                      f"pylance server {qps['pylance']:.0f} q/s (median "
+                      f"{statistics.median(times['pylance']) * 1000:.2f} ms); ratio "
+                      f"{qps['quiver'] / qps['pylance']:.2f}x", flush=True)  # fmt: skip
+            seconds: dict[str, list[float]] = {"quiver": [], "pylance": []}
+            for r in range(rounds):
+                order = ("quiver", "pylance") if r % 2 == 0 else ("pylance", "quiver")
                 got = {}
                 for name in order:
-                    seconds, got[name] = _search(clients[name], q)
-                    times[name].append(seconds)
-                _same(got["pylance"], got["quiver"], q)
-            qps = {k: len(v) / sum(v) for k, v in times.items()}
-            print(f"single queries ({n}, top {LIMIT}): Quiver {qps['quiver']:.0f} q/s "
-                  f"(median {statistics.median(times['quiver']) * 1000:.2f} ms, peak "
-                  f"{quiver.peak_mb():.0f} MB); pylance server {qps['pylance']:.0f} q/s "
-                  f"(median {statistics.median(times['pylance']) * 1000:.2f} ms, peak "
-                  f"{pylance.peak_mb():.0f} MB); ratio {qps['quiver'] / qps['pylance']:.2f}x",
-                  flush=True)  # fmt: skip
+                    t, got[name] = _one_trip(name, clients[name], batch)
+                    seconds[name].append(t)
+                for i, q in enumerate(batch):
+                    pick = {
+                        k: v.filter(pc.equal(v["query_index"], i)).drop(["query_index"])
+                        for k, v in got.items()
+                    }
+                    _same(pick["pylance"], pick["quiver"], q)
+            med = {k: statistics.median(v) for k, v in seconds.items()}
+            print(f"batches of {n} queries (one round trip, {rounds} rounds): Quiver "
+                  f"{n / med['quiver']:.0f} q/s ({med['quiver'] * 1000:.0f} ms, peak "
+                  f"{quiver.peak_mb():.0f} MB); pylance server {n / med['pylance']:.0f} q/s "
+                  f"({med['pylance'] * 1000:.0f} ms, peak {pylance.peak_mb():.0f} MB); ratio "
+                  f"{med['pylance'] / med['quiver']:.2f}x", flush=True)  # fmt: skip
         finally:
             quiver.stop()
             pylance.stop()
 
 
-def builds(path: Path, rounds: int) -> None:
-    import quiver
+_BUILD = textwrap.dedent(
+    """
+    import sys, time, warnings
+    warnings.simplefilter("ignore")
+    engine, path = sys.argv[1], sys.argv[2]
+    if engine == "quiver":
+        import quiver
+        from quiver.flight_server.memory import tune_allocator
+        tune_allocator()  # the allocator settings `quiver serve` runs with
+        ds = quiver.dataset(path)
+    else:
+        import lance
+        ds = lance.dataset(path)
+    t0 = time.perf_counter()
+    ds.create_scalar_index("text", "INVERTED")
+    print(time.perf_counter() - t0)
+    """
+)
 
+
+def builds(path: Path, rounds: int) -> None:
+    """Each build in a fresh process (as a server or a job runs one), engines alternating."""
     table = lance.dataset(str(path)).to_table(columns=["id", "text"])
     seconds: dict[str, list[float]] = {"quiver": [], "pylance": []}
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
@@ -190,12 +278,11 @@ def builds(path: Path, rounds: int) -> None:
             for name in ("quiver", "pylance") if i % 2 == 0 else ("pylance", "quiver"):
                 copy = Path(tmp) / f"{name}-{i}.lance"
                 lance.write_dataset(table, str(copy), max_rows_per_file=250_000)
-                t0 = time.perf_counter()
-                if name == "pylance":
-                    lance.dataset(str(copy)).create_scalar_index("text", "INVERTED")
-                else:
-                    quiver.dataset(str(copy)).create_scalar_index("text", "INVERTED")
-                seconds[name].append(time.perf_counter() - t0)
+                out = subprocess.run(
+                    [sys.executable, "-c", _BUILD, name, str(copy)],
+                    capture_output=True, text=True, check=True,
+                )  # fmt: skip
+                seconds[name].append(float(out.stdout.split()[-1]))
                 shutil.rmtree(copy)
     q, p = statistics.median(seconds["quiver"]), statistics.median(seconds["pylance"])
     print(f"INVERTED build: Quiver {q:.2f} s, pylance {p:.2f} s; ratio {p / q:.2f}x", flush=True)
@@ -209,7 +296,7 @@ def main() -> None:
     args = parser.parse_args()
     path, vocabulary = corpus(args.rows)
     print(f"{args.rows:,} documents; {os.cpu_count()} cores", flush=True)
-    single_queries(path, vocabulary, args.queries)
+    searches(path, vocabulary, args.queries, args.rounds)
     builds(path, args.rounds)
 
 

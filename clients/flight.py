@@ -476,7 +476,7 @@ class Client(RowChanges, IndexActions, _nearest.Searches):
         appended_since: int | None = None,
         parallel: int = 8,
         progress: bool = False,
-        full_text_query: str | dict[str, Any] | None = None,
+        full_text_query: str | dict[str, Any] | list[Any] | None = None,
         prefilter: bool = False,
         fast_search: bool = False,
     ) -> pa.Table:
@@ -485,9 +485,9 @@ class Client(RowChanges, IndexActions, _nearest.Searches):
         The endpoints of the one `FlightInfo` are fetched by up to `parallel` threads and
         concatenated in endpoint (fragment) order. `progress=True` shows rows read on
         stderr (a tqdm bar when tqdm is installed). `appended_since=v` reads only the rows
-        appends added after version `v`. `full_text_query` (text, or `{"query", "columns"}`)
-        reads the matching rows best first with `_score`, as pylance's `to_table` does
-        (`prefilter`: the filter first; `fast_search`: only rows an index covers)."""
+        appends added after version `v`. `full_text_query` (text, `{"query", "columns"}`, a
+        structured query; a list: each one's `limit` rows after its `query_index`) reads
+        the matching rows best first with `_score`, as pylance's `to_table` does."""
         if parallel < 1:
             raise ValueError("parallel must be at least 1")
         info = self.flight_info(
@@ -517,7 +517,7 @@ class Client(RowChanges, IndexActions, _nearest.Searches):
             bar.close()
         batches = [conform(b, schema) for part in parts for b in part]
         table = pa.Table.from_batches(batches, schema=schema)
-        if limit is not None and table.num_rows > limit:
+        if limit is not None and table.num_rows > limit and not isinstance(full_text_query, list):
             table = table.slice(0, limit)
         return table
 

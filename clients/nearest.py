@@ -1,9 +1,12 @@
-"""Nearest-neighbour searches from the Python client (`Client.nearest`, `Client.nearest_batch`).
+"""Searches from the Python client: `Client.nearest`, `Client.nearest_batch`,
+`Client.full_text_search`, `Client.full_text_search_batch` and `Client.hybrid`.
 
 ```python
 with Client("grpc://127.0.0.1:8815") as qc:
     qc.nearest("docs", "vec", q, k=10, nprobes=20, filter="lang = 'en'", prefilter=True)
     qc.nearest_batch("docs", "vec", queries, k=10, nprobes=20)   # (n, dim) -> query_index
+    qc.full_text_search("docs", "lance arrow", limit=10)
+    qc.full_text_search_batch("docs", ["lance", "arrow flight"], limit=10)  # -> query_index
 ```
 
 `nearest` sends the query vector (or a few, as a list) inside a CMD descriptor and gets the
@@ -12,7 +15,8 @@ plans a GetFlightInfo + DoGet read, for clients that prefer tickets). `nearest_b
 any number of query vectors through one DoExchange, as record batches of `batch_rows`
 vectors written by a thread of their own while the answers are read, so neither side waits
 on the other; each answer row carries the `query_index` of its query (0-based, in the order
-given).
+given). The full-text searches send their queries inside the descriptor too: one round trip
+for one query or a batch of them.
 """
 
 from __future__ import annotations
@@ -48,7 +52,12 @@ def search(
     """The nearest rows to `q` (one vector, or a list of them: `query_index` first);
     `client` is a `clients.Client`."""
     nearest = nearest_object(column, np.asarray(q, dtype=np.float32), k, **search_options)
-    descriptor = flight.FlightDescriptor.for_command(_command(dataset, nearest, read_options))
+    return _answer(client, _command(dataset, nearest, read_options))
+
+
+def _answer(client: Any, command: bytes) -> pa.Table:
+    """The answer to a search a CMD descriptor holds whole: one DoExchange, nothing sent."""
+    descriptor = flight.FlightDescriptor.for_command(command)
 
     def call(c: flight.FlightClient, o: flight.FlightCallOptions) -> pa.Table:
         writer, reader = c.do_exchange(descriptor, o)
@@ -137,8 +146,46 @@ def split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
     return searching, reading
 
 
+_TEXT_OPTIONS = ("columns", "filter", "prefilter", "with_row_id", "fast_search")
+_TEXT_OPTIONS += ("version", "tag", "as_of")
+
+
+def _text_command(dataset: str, query: Any, limit: int | None, options: dict[str, Any]) -> bytes:
+    unknown = sorted(set(options) - set(_TEXT_OPTIONS))
+    if unknown:
+        raise TypeError(f"unknown full-text search option {unknown[0]!r}")
+    reading = {k: v for k, v in options.items() if v is not None}
+    return json_bytes(read_command(dataset, full_text_query=query, limit=limit, **reading))
+
+
 class Searches:
-    """The hybrid search of `clients.Client` (a mixin: it calls the client's `_rpc`)."""
+    """The full-text and hybrid searches of `clients.Client` (a mixin: it calls the
+    client's `_rpc`)."""
+
+    def full_text_search(
+        self, dataset: str, query: str | dict[str, Any], limit: int | None = 10, **options: Any
+    ) -> pa.Table:
+        """The `limit` rows matching `query` best (a string, `{"query", "columns"}` or a
+        structured query), best first with `_score`, in one round trip. Options:
+        `columns`, `filter`, `prefilter`, `with_row_id`, `fast_search`, `version` / `tag` /
+        `as_of`."""
+        if isinstance(query, list):
+            raise TypeError("full_text_search takes one query; full_text_search_batch a list")
+        return _answer(self, _text_command(dataset, query, limit, options))
+
+    def full_text_search_batch(
+        self,
+        dataset: str,
+        queries: Sequence[str | dict[str, Any]],
+        limit: int | None = 10,
+        **options: Any,
+    ) -> pa.Table:
+        """Each query's `limit` best rows, in one round trip: the queries' answers in turn,
+        each row after the `query_index` of its query (0-based, in the order given). The
+        server reads every answer's rows at once. Options as `full_text_search`'s."""
+        if isinstance(queries, (str, dict)) or not len(queries):
+            raise TypeError("queries must be a non-empty list of full-text queries")
+        return _answer(self, _text_command(dataset, list(queries), limit, options))
 
     def hybrid(
         self,

@@ -49,8 +49,9 @@ NEAREST_KIND = "qn1"
 # Query vectors one DoExchange batch may hold (each is answered with up to k rows).
 MAX_EXCHANGE_QUERIES = 65_536
 _EXCHANGE_HINT = (
-    "DoExchange serves batched nearest-neighbour searches: send a CMD descriptor "
-    '{"dataset", "nearest": {"column", "k", ...}} and record batches of query vectors'
+    "DoExchange serves searches: send a CMD descriptor "
+    '{"dataset", "nearest": {"column", "k", ...}} and record batches of query vectors, or '
+    'a descriptor that holds the whole search ("nearest" with "q", or "full_text_query")'
 )
 
 
@@ -153,7 +154,7 @@ class NearestTicket:
     with_row_id: bool
     limit: int | None
     expires: int | None
-    full_text: str | dict[str, Any] | None = None  # a full-text search instead (or too)
+    full_text: str | dict[str, Any] | list[Any] | None = None  # a full-text search instead
     fast_search: bool = False
     hybrid: dict[str, Any] | None = None
     fragment_id = None  # for the access log: a search reads every fragment
@@ -199,7 +200,7 @@ class NearestTicket:
                 fast_search=bool(p.get("s", False)),
                 hybrid=p.get("h"),
             )
-            if t.full_text is not None and not isinstance(t.full_text, (str, dict)):
+            if t.full_text is not None and not isinstance(t.full_text, (str, dict, list)):
                 raise ValueError
         except (KeyError, TypeError, ValueError):
             raise InvalidArgument("invalid ticket: malformed payload") from None
@@ -288,10 +289,7 @@ def read_nearest(reads: Any, t: NearestTicket) -> tuple[pa.Schema, Iterator[pa.R
     search = search_of(ds, t.request(), nearest)
 
     def batches() -> Iterator[pa.RecordBatch]:
-        table = search.to_table()
-        if t.limit is not None:
-            table = table.slice(0, t.limit)
-        yield from table.to_batches()
+        yield from _answer(search, t.limit).to_batches()
 
     return search.schema, batches()
 
@@ -309,13 +307,13 @@ def exchange_request(descriptor: flight.FlightDescriptor) -> ReadRequest:
             doc = parse_object(descriptor.command, "DoExchange command")
         except InvalidArgument:
             raise Unimplemented(_EXCHANGE_HINT) from None
-        if "nearest" not in doc:
+        if "nearest" not in doc and "full_text_query" not in doc:
             raise Unimplemented(_EXCHANGE_HINT) from None
         raise
-    if request.nearest is None:
+    if request.nearest is None and request.full_text_query is None:
         raise Unimplemented(_EXCHANGE_HINT)
     _check_request(request)
-    if request.limit is not None and "q" not in request.nearest:
+    if request.limit is not None and request.nearest is not None and "q" not in request.nearest:
         raise InvalidArgument("DoExchange: 'limit' does not apply to batched searches (use k)")
     return request
 
@@ -375,12 +373,9 @@ def exchange(
     service.authorize(call.identity, request.dataset, READ)
     ds = service.reads.open(request)
     call.version = ds.version
-    assert request.nearest is not None
-    if "q" in request.nearest:
-        search = search_of(ds, request, nearest_options(request.nearest, need_q=True))
-        table = search.to_table()
-        if request.limit is not None:
-            table = table.slice(0, request.limit)
+    if request.nearest is None or "q" in request.nearest:  # the whole search in the descriptor
+        search = search_of(ds, request, _options(request))
+        table = _answer(search, request.limit)
         writer.begin(search.schema)
         writer.write_table(table)
         call.rows = table.num_rows
@@ -406,6 +401,14 @@ def exchange(
         seen += len(queries)
         rows += table.num_rows
     call.rows = rows
+
+
+def _answer(search: NearestSearch | FullTextSearch | HybridSearch, limit: int | None) -> pa.Table:
+    """A search's rows, at most `limit` (a batch of text queries: `limit` each, as planned)."""
+    table = search.to_table()
+    if limit is not None and not getattr(search, "batch", False):
+        table = table.slice(0, limit)
+    return table
 
 
 def _vector(ds: LanceDataset, options: dict[str, Any]) -> bool:

@@ -210,7 +210,7 @@ class ReadRequest:
     nearest: dict[str, Any] | None = None
     prefilter: bool = False
     # a full-text search (string or {"query", "columns"}, checked by the engine)
-    full_text_query: str | dict[str, Any] | None = None
+    full_text_query: str | dict[str, Any] | list[Any] | None = None
     fast_search: bool = False
     hybrid: dict[str, Any] | None = None  # fusion options when both searches are asked
 
@@ -281,12 +281,29 @@ def read_request_from_command(cmd: bytes) -> ReadRequest:
     )
 
 
-def _full_text(f: Fields) -> str | dict[str, Any] | None:
-    """A CMD descriptor's `full_text_query`: a string or {"query", "columns"}."""
+# Text queries one batch (a `full_text_query` list) may hold.
+MAX_TEXT_QUERIES = 10_000
+
+
+def _full_text(f: Fields) -> str | dict[str, Any] | list[Any] | None:
+    """A CMD descriptor's `full_text_query`: a string, {"query", "columns"} or a structured
+    query; or a batch of those, as a list."""
     if not f.has("full_text_query"):
         return None
     value = f.doc["full_text_query"]
     if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        if not value or len(value) > MAX_TEXT_QUERIES:
+            raise InvalidArgument(
+                "CMD descriptor: a batch of 'full_text_query' holds 1 to "
+                f"{MAX_TEXT_QUERIES} queries, not {len(value)}"
+            )
+        for i, q in enumerate(value):
+            if not isinstance(q, (str, dict)):
+                raise InvalidArgument(
+                    f"CMD descriptor: 'full_text_query' item {i} must be a string or a JSON object"
+                )
         return value
     return f.obj("full_text_query")
 

@@ -289,7 +289,7 @@ def read_command(
     appended_since: int | None = None,
     nearest: dict[str, Any] | None = None,
     prefilter: bool = False,
-    full_text_query: str | dict[str, Any] | None = None,
+    full_text_query: str | dict[str, Any] | list[Any] | None = None,
     fast_search: bool = False,
     hybrid: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -299,10 +299,11 @@ def read_command(
     `version`, default the latest), each endpoint pinned to the version that added it.
     `nearest` (see `nearest_object`) asks for the nearest neighbours of a vector instead,
     with the filter applied before the search when `prefilter`. `full_text_query` (a string,
-    or `{"query", "columns"}`) asks for the rows matching it best first, with `_score`;
-    `fast_search` leaves out rows no index covers. Both `nearest` and `full_text_query`
-    make a hybrid search, fused as `hybrid` says (`fusion`: "rrf" | "linear", `rrf_k`,
-    `weight`, `normalize`: "score" | "rank").
+    `{"query", "columns"}` or a structured query) asks for the rows matching it best first,
+    with `_score`; a list of them is a batch, each query's best `limit` rows after its
+    `query_index`. `fast_search` leaves out rows no index covers. Both `nearest` and
+    `full_text_query` make a hybrid search, fused as `hybrid` says (`fusion`: "rrf" |
+    "linear", `rrf_k`, `weight`, `normalize`: "score" | "rank").
     """
     if not isinstance(dataset, str) or not dataset:
         raise TypeError("dataset must be a non-empty string")
@@ -340,8 +341,12 @@ def read_command(
     if prefilter:
         cmd["prefilter"] = True
     if full_text_query is not None:
-        if not isinstance(full_text_query, (str, dict)):
-            raise TypeError("full_text_query must be a string or {'query', 'columns'}")
+        batch = full_text_query if isinstance(full_text_query, list) else [full_text_query]
+        if not batch or not all(isinstance(q, (str, dict)) for q in batch):
+            raise TypeError(
+                "full_text_query must be a string, {'query', 'columns'}, a structured query "
+                "or a non-empty list of those"
+            )
         cmd["full_text_query"] = full_text_query
     if fast_search:
         cmd["fast_search"] = True

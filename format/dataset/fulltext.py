@@ -40,7 +40,7 @@ from quiver.format.dataset.fulltext_query import (
     columns_of,
     parse_query,
 )
-from quiver.format.dataset.nearest import RowLocator
+from quiver.format.dataset.nearest import QUERY_INDEX, RowLocator
 from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, ROW_COLUMNS, ROW_ID_FIELD, Scanner
 from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
 from quiver.format.expr import filter_mask as _filter_mask
@@ -176,10 +176,18 @@ class FullTextSearch:
         fast_search: bool = False,
     ) -> None:
         self.core = core
-        self.query = parse_query(query, core.uri)
+        self.batch = isinstance(query, list)
+        if self.batch and not query:
+            raise InvalidInputError(f"{core.uri}: a batch of full-text queries is empty")
+        self.queries = [parse_query(q, core.uri) for q in (query if self.batch else [query])]
+        self.query = self.queries[0]
         if not isinstance(prefilter, bool) or not isinstance(fast_search, bool):
             raise InvalidInputError(f"{core.uri}: prefilter and fast_search must be true or false")
         self.names = list(core.lance_schema.names) if columns is None else list(columns)
+        if self.batch and (QUERY_INDEX in core.lance_schema.names or QUERY_INDEX in self.names):
+            raise InvalidInputError(
+                f"{core.uri}: a batch of queries adds {QUERY_INDEX!r}, a column of the dataset"
+            )
         self._fragments = fragments_of(core)
         self._scanner = Scanner(
             core,
@@ -196,12 +204,12 @@ class FullTextSearch:
         self.filter, self.prefilter, self.fast_search = filter, prefilter, fast_search
         self.limit, self.offset = limit, offset or 0
         self._indexed_columns = inverted_entries(core)
-        if not self._indexed_columns and _searches_every_index(self.query):
+        if not self._indexed_columns and any(_searches_every_index(q) for q in self.queries):
             raise InvalidInputError(
                 f"{core.uri}: cannot perform full text search unless an INVERTED index has "
                 "been created on at least one column"
             )
-        for c in sorted(columns_of(self.query)):
+        for c in sorted(set().union(*(columns_of(q) for q in self.queries))):
             kind = core.lance_schema.field(c).to_arrow().type  # ColumnNotFoundError names it
             if not pa.types.is_string(kind) and not pa.types.is_large_string(kind):
                 raise InvalidInputError(f"{core.uri}: column {c!r} does not hold text")
@@ -218,6 +226,8 @@ class FullTextSearch:
         else:
             rows = [f for f in fields if f.name in ROW_COLUMNS and f.name not in self.names]
             fields = [f for f in fields if f not in rows] + [score] + rows
+        if self.batch:
+            fields.insert(0, pa.field(QUERY_INDEX, pa.int32(), nullable=False))
         return pa.schema(fields, metadata=base.metadata)
 
     projected_schema = schema
@@ -465,10 +475,11 @@ class FullTextSearch:
         }
         return found, corpus
 
-    def candidates(self) -> tuple[np.ndarray, np.ndarray]:
-        """(row ids, scores) of the answers, best first, before a postfilter."""
+    def candidates(self, query: Query | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(row ids, scores) of the answers to `query` (default: the first), best first,
+        before a postfilter."""
         stop = None if self.limit is None else self.offset + self.limit
-        ids, scores = self._evaluate(self.query, stop)
+        ids, scores = self._evaluate(self.query if query is None else query, stop)
         if stop is not None and stop < len(scores):
             # only rows scoring at least the stop-th best can be answers: sort those alone
             bar = np.partition(scores, len(scores) - stop)[len(scores) - stop]
@@ -481,8 +492,13 @@ class FullTextSearch:
         return ids, scores
 
     def to_table(self) -> pa.Table:
-        """Run the search: the answers with their `_score`, best first."""
-        ids, scores = self.candidates()
+        """Run the search: the answers with their `_score`, best first; for a batch, each
+        query's answers in turn after its `query_index`, their rows read in one take."""
+        found = [self.candidates(q) for q in self.queries]
+        ids = np.concatenate([i for i, _ in found])
+        scores = np.concatenate([s for _, s in found]).astype(np.float32)
+        query_index = np.repeat(np.arange(len(found), dtype=np.int32), [len(i) for i, _ in found])
+        unique, inverse = np.unique(ids, return_inverse=True)
         scanner = self._scanner
         projection, read_schema = scanner._projection, scanner._schema
         row_columns = {
@@ -499,15 +515,20 @@ class FullTextSearch:
             read_schema = pa.schema(
                 list(base) + [ROW_ID_FIELD, ROW_ADDRESS_FIELD], metadata=base.metadata
             )
-        rows = self.locator.take(ids, projection, read_schema, **row_columns)
+        rows = self.locator.take(unique, projection, read_schema, **row_columns)
+        if not np.array_equal(unique, ids):
+            rows = rows.take(pa.array(inverse.ravel()))
         if postfilter:
             keep = np.asarray(_filter_mask(rows, scanner._filter.expression).fill_null(False))
-            rows, scores = rows.filter(pa.array(keep)), scores[keep]
+            rows, scores, query_index = rows.filter(pa.array(keep)), scores[keep], query_index[keep]
         columns = []
         for f in self.schema:
-            columns.append(
-                pa.array(scores, pa.float32()) if f.name == SCORE else rows.column(f.name)
-            )
+            if f.name == SCORE:
+                columns.append(pa.array(scores, pa.float32()))
+            elif f.name == QUERY_INDEX and self.batch:
+                columns.append(pa.array(query_index, pa.int32()))
+            else:
+                columns.append(rows.column(f.name))
         return pa.Table.from_arrays(columns, schema=self.schema)
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:

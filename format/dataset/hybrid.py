@@ -93,6 +93,7 @@ def hybrid_table(
 ) -> pa.Table:
     """The fused answer of a vector search and a full-text search (see the module doc)."""
     check_options(core.uri, limit, fusion, rrf_k, weight, normalize)
+    _one_text(core.uri, full_text_query)
     names = list(core.lance_schema.names) if columns is None else list(columns)
     names = [n for n in names if n not in (DISTANCE, SCORE, RELEVANCE, ROW_ID_FIELD.name)]
     common: dict[str, Any] = {
@@ -167,6 +168,7 @@ class HybridSearch:
             options.get("weight", 0.7),
             options.get("normalize", "score"),
         )
+        _one_text(core.uri, full_text_query)
         self._args = (core, nearest, full_text_query)
         self._kw: dict[str, Any] = {
             "limit": 10 if limit is None else limit,
@@ -188,3 +190,8 @@ class HybridSearch:
 
     def to_table(self) -> pa.Table:
         return hybrid_table(*self._args, **self._kw).cast(self.schema)
+
+
+def _one_text(uri: str, full_text_query: Any) -> None:
+    if isinstance(full_text_query, list):
+        raise InvalidInputError(f"{uri}: a hybrid search takes one text query, not a batch")

@@ -84,7 +84,7 @@ def test_refusals(served: tuple[str, Path]) -> None:
         with pytest.raises(InvalidArgument, match="max_rows_per_endpoint"):
             qc.flight_info("docs", full_text_query="apple", max_rows_per_endpoint=5)
     client = fl.connect(uri)
-    for bad in (42, ["apple"], {"query": 1}):
+    for bad in (42, [], ["apple", 7], {"query": 1}, ["x"] * 10_001):
         cmd = {"dataset": "docs", "full_text_query": bad}
         with pytest.raises(fl.FlightError):
             client.get_flight_info(fl.FlightDescriptor.for_command(json.dumps(cmd)))
@@ -92,6 +92,45 @@ def test_refusals(served: tuple[str, Path]) -> None:
     with pytest.raises(fl.FlightError, match="hybrid"):
         client.get_flight_info(fl.FlightDescriptor.for_command(json.dumps(alone)))
     client.close()
+
+
+def test_one_round_trip_and_batches(served: tuple[str, Path]) -> None:
+    """`full_text_search` answers in one DoExchange as GetFlightInfo + DoGet answer;
+    `full_text_search_batch` answers each query as it alone would be answered, after its
+    `query_index`, also through a ticket; a postfilter, a prefilter and pins apply to each."""
+    uri, root = served
+    queries = ["apple fox", "running dogs", "café", {"query": "blue river", "columns": ["text"]}]
+    queries += ["nothing-here-at-all", "the quick brown fox"]
+    with Client(uri) as qc:
+        for extra in ({}, {"filter": "id % 2 = 0"}, {"filter": "cat = 'c1'", "prefilter": True}):
+            for q in queries:
+                one = qc.full_text_search("docs", q, limit=6, columns=["id"], **extra)
+                assert one.equals(
+                    qc.read("docs", full_text_query=q, limit=6, columns=["id"], **extra)
+                )
+                with_ids = qc.full_text_search(
+                    "docs", q, limit=6, columns=["id"], with_row_id=True, **extra
+                )
+                want = _pylance(root, full_text_query=q, limit=6, **extra)
+                assert_same_answers(want, with_ids, f"{q} {extra}")
+            batch = qc.full_text_search_batch("docs", queries, limit=6, columns=["id"], **extra)
+            assert batch.column_names == ["query_index", "id", "_score"]
+            for i, q in enumerate(queries):
+                mine = batch.filter(pa.compute.equal(batch["query_index"], i)).drop(["query_index"])
+                assert mine.equals(qc.full_text_search("docs", q, limit=6, columns=["id"], **extra))
+            ticketed = qc.read("docs", full_text_query=queries, limit=6, columns=["id"], **extra)
+            assert ticketed.equals(batch)
+        pinned = qc.full_text_search_batch("docs", ["apple"], limit=None, version=2)
+        v2 = lance.dataset(str(root / "docs.lance"), version=2)
+        assert pinned.num_rows == v2.to_table(full_text_query="apple").num_rows
+        with pytest.raises(TypeError, match="non-empty list"):
+            qc.full_text_search_batch("docs", "apple")
+        with pytest.raises(TypeError, match="full_text_search_batch"):
+            qc.full_text_search("docs", ["apple"])
+        with pytest.raises(TypeError, match="unknown full-text search option"):
+            qc.full_text_search("docs", "apple", nprobes=3)
+        with pytest.raises(InvalidArgument, match="one text query"):
+            qc.hybrid("docs", "vec", [0.0], ["a", "b"])
 
 
 def test_hybrid_over_flight(tmp_path: Path) -> None:

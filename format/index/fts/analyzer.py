@@ -69,8 +69,8 @@ class Occurrences:
     """Every token occurrence of a column, in row then position order."""
 
     rows: np.ndarray  # int64: the row (index into the column) of each occurrence
-    positions: np.ndarray  # uint32: its position in its row's base token stream
-    token_ids: np.ndarray  # int64: its token, numbered in order of first appearance
+    positions: np.ndarray  # uint32: its position in its row's base token stream (if asked)
+    token_ids: np.ndarray  # int32: its token, numbered in order of first appearance
     vocabulary: list[str]  # the tokens by id
 
 
@@ -160,11 +160,12 @@ class Analyzer:
                 out.append((position, token))
         return out
 
-    def occurrences(self, texts: pa.Array) -> Occurrences:
+    def occurrences(self, texts: pa.Array, positions: bool = True) -> Occurrences:
         """Every token of every text, as arrays: the column's analysis in bulk, which an
         index build needs. The base split runs in Arrow's kernels where it can (every
         text for the whitespace tokenizer, ASCII texts for the simple one), the rest per
-        text; the normalisation runs once per distinct word."""
+        text; the normalisation runs once per distinct word. Without `positions`, the
+        positions are not computed (left empty)."""
         texts = texts.cast(pa.large_string()) if not pa.types.is_large_string(texts.type) else texts
         n = len(texts)
         separators = _SEPARATOR_BYTES.get(self.params.base_tokenizer)
@@ -178,69 +179,82 @@ class Analyzer:
         parts = []
         if bulk.any():
             assert separators is not None
-            parts.append(self._bulk(texts, np.flatnonzero(bulk), separators, ids))
+            parts.append(self._bulk(texts, np.flatnonzero(bulk), separators, ids, positions))
         if not bulk.all():
-            parts.append(self._one_by_one(texts, np.flatnonzero(~bulk), ids))
+            parts.append(self._one_by_one(texts, np.flatnonzero(~bulk), ids, positions))
         if not parts:
             return Occurrences(
-                np.zeros(0, np.int64), np.zeros(0, np.uint32), np.zeros(0, np.int64), []
+                np.zeros(0, np.int64), np.zeros(0, np.uint32), np.zeros(0, np.int32), []
             )
-        rows, positions, tokens = (np.concatenate(x) for x in zip(*parts, strict=True))
+        rows, places, tokens = (np.concatenate(x) for x in zip(*parts, strict=True))
         vocabulary = list(ids)
         if len(parts) > 1:  # back in row order, ids renumbered by first appearance
             order = np.argsort(rows, kind="stable")
-            rows, positions, tokens = rows[order], positions[order], tokens[order]
+            rows, tokens = rows[order], tokens[order]
+            places = places[order] if positions else places
             first = np.full(len(vocabulary), len(tokens), np.int64)
             np.minimum.at(first, tokens, np.arange(len(tokens)))
             by_first = np.argsort(first, kind="stable")
-            renumber = np.empty(len(vocabulary), np.int64)
+            renumber = np.empty(len(vocabulary), np.int32)
             renumber[by_first] = np.arange(len(vocabulary))
             tokens = renumber[tokens]
             vocabulary = [vocabulary[i] for i in by_first]
-        return Occurrences(rows, positions, tokens, vocabulary)
+        return Occurrences(rows, places, tokens, vocabulary)
 
     def _bulk(
-        self, texts: pa.Array, rows: np.ndarray, separators: np.ndarray, ids: dict[str, int]
+        self,
+        texts: pa.Array,
+        rows: np.ndarray,
+        separators: np.ndarray,
+        ids: dict[str, int],
+        positions: bool,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(rows, positions, token ids) of texts `rows`, split by Arrow."""
+        """(rows, positions, token ids) of texts `rows`, split by Arrow: the words
+        dictionary-encoded as they come (empty ones between repeated separators included),
+        each distinct word judged (empty, too long) and normalised once."""
         subset = texts if len(rows) == len(texts) else texts.take(pa.array(rows))
         split = pc.split_pattern(_spaced(subset, separators), pattern=" ")
-        words = pc.list_flatten(split)
-        parents = pc.list_parent_indices(split).to_numpy()
-        nonempty = pc.greater(pc.binary_length(words), 0).to_numpy(zero_copy_only=False)
-        words, parents = words.filter(pa.array(nonempty)), parents[nonempty]
-        owner = rows[parents]
-        counts = np.bincount(parents, minlength=len(rows))
-        positions = np.arange(len(owner)) - np.repeat(np.cumsum(counts) - counts, counts)
+        encoded = pc.dictionary_encode(pc.list_flatten(split))
         limit = self.params.max_token_length
-        if limit is not None:
-            short = pc.less(pc.binary_length(words), limit).to_numpy(zero_copy_only=False)
-            words = words.filter(pa.array(short))
-            owner, positions = owner[short], positions[short]
-        encoded = pc.dictionary_encode(words)
-        mapped = np.array(
-            [_id_of(ids, self._normalize(w)) for w in encoded.dictionary.to_pylist()], np.int64
-        )
-        tokens = mapped[encoded.indices.to_numpy()] if len(mapped) else np.zeros(0, np.int64)
-        kept = tokens >= 0
-        return owner[kept], positions[kept].astype(np.uint32), tokens[kept]
+        words = encoded.dictionary.to_pylist()
+        mapped = np.full(len(words) + 1, -1, np.int32)  # the last: nothing (no words)
+        for i, w in enumerate(words):
+            size = len(w.encode("utf-8"))
+            if size and (limit is None or size < limit):
+                mapped[i] = _id_of(ids, self._normalize(w))
+        indices = encoded.indices.to_numpy()
+        tokens = mapped[indices]
+        kept = np.flatnonzero(tokens >= 0)
+        parents = pc.list_parent_indices(split).to_numpy()
+        owner = parents[kept] if len(rows) == len(texts) else rows[parents[kept]]
+        places = np.zeros(0, np.uint32)
+        if positions:  # a word's place among the row's non-empty words
+            empty = words.index("") if "" in words else len(words)
+            nonempty = np.flatnonzero(indices != empty)
+            counts = np.bincount(parents[nonempty], minlength=len(rows))
+            place = np.zeros(len(indices), np.int64)
+            place[nonempty] = np.arange(len(nonempty)) - np.repeat(
+                np.cumsum(counts) - counts, counts
+            )
+            places = place[kept].astype(np.uint32)
+        return owner, places, tokens[kept]
 
     def _one_by_one(
-        self, texts: pa.Array, rows: np.ndarray, ids: dict[str, int]
+        self, texts: pa.Array, rows: np.ndarray, ids: dict[str, int], positions: bool
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(rows, positions, token ids) of texts `rows`, analysed one text at a time."""
         out_rows: list[int] = []
-        positions: list[int] = []
+        places: list[int] = []
         tokens: list[int] = []
         for row, text in zip(rows.tolist(), texts.take(pa.array(rows)).to_pylist(), strict=True):
             for position, token in self.positioned(text):
                 out_rows.append(row)
-                positions.append(position)
+                places.append(position)
                 tokens.append(_id_of(ids, token))
         return (
             np.array(out_rows, np.int64),
-            np.array(positions, np.uint32),
-            np.array(tokens, np.int64),
+            np.array(places if positions else [], np.uint32),
+            np.array(tokens, np.int32),
         )
 
 

@@ -122,23 +122,35 @@ def details(params: dict[str, Any]) -> bytes:
 def _partition(analyzer: Analyzer, texts: pa.Array, row_ids: np.ndarray) -> dict[str, pa.Table]:
     """The three files of one partition over `texts` (by suffix: invert, docs, tokens), or
     none when no row has a token."""
-    found = analyzer.occurrences(texts)
+    found = analyzer.occurrences(texts, positions=False)
     if not len(found.rows):
         return {}
     # documents: the rows with a token, in order
-    starts = np.flatnonzero(np.diff(found.rows, prepend=-1))
+    change = np.empty(len(found.rows), bool)
+    change[0] = True
+    np.not_equal(found.rows[1:], found.rows[:-1], out=change[1:])
+    starts = np.flatnonzero(change)
     lengths = np.diff(np.append(starts, len(found.rows))).astype(np.uint32)
     doc_rows = np.asarray(row_ids)[found.rows[starts]].astype(np.uint64)
+    vocabulary = found.vocabulary
     n_docs, total = len(starts), int(lengths.sum())
-    owner = np.repeat(np.arange(n_docs, dtype=np.int64), lengths)
     # (token, document) occurrences -> per token its documents ascending and frequencies
-    key = np.sort(found.token_ids * n_docs + owner)
-    runs = np.flatnonzero(np.diff(key, prepend=-1))
+    key = found.token_ids.astype(np.int64)
+    key *= n_docs
+    key += np.cumsum(change, dtype=np.int64)
+    key -= 1
+    del change, found
+    key.sort()
+    change = np.empty(len(key), bool)
+    change[0] = True
+    np.not_equal(key[1:], key[:-1], out=change[1:])
+    runs = np.flatnonzero(change)
+    del change
     counts = np.diff(np.append(runs, len(key))).astype(np.uint32)
     uniq = key[runs]
     tok = uniq // n_docs
     doc = (uniq - tok * n_docs).astype(np.uint32)
-    df = np.bincount(tok, minlength=len(found.vocabulary)).astype(np.uint32)
+    df = np.bincount(tok, minlength=len(vocabulary)).astype(np.uint32)
     bounds = np.concatenate([[0], np.cumsum(df)]).astype(np.int64)
     # pylance's block scores: BM25 of each posting with this partition's statistics
     avgdl = np.float32(np.float32(total) / np.float32(n_docs))
@@ -153,7 +165,7 @@ def _partition(analyzer: Analyzer, texts: pa.Array, row_ids: np.ndarray) -> dict
     return {
         "invert": _invert(postings, best, df),
         "docs": _docs(doc_rows, lengths, total),
-        "tokens": _tokens(found.vocabulary),
+        "tokens": _tokens(vocabulary),
     }
 
 

@@ -83,7 +83,8 @@ def encode_postings(
     owner = np.repeat(np.arange(tokens), full)
     nth = np.arange(len(owner)) - np.repeat(np.cumsum(full) - full, full)
     full_ids = first_block[owner] + nth
-    rows = (bounds[:-1][owner] + nth * BLOCK)[:, None] + np.arange(BLOCK)
+    index = np.int32 if len(docs) < 1 << 31 else np.int64
+    rows = (bounds[:-1][owner] + nth * BLOCK).astype(index)[:, None] + np.arange(BLOCK, dtype=index)
     d = docs[rows].astype(np.uint32)
     f = freqs[rows].astype(np.uint32)
     best[full_ids] = scores[rows].max(axis=1)

@@ -312,3 +312,29 @@ def test_a_limit_reads_the_best_rows_as_the_whole_search_ranks_them(tmp_path: Pa
     check(ours, filter="cat = 1", prefilter=True)
     lance.dataset(path).delete("id % 5 = 0")
     check(dataset(path))
+
+
+def test_a_batch_answers_each_query_as_alone(tmp_path: Path) -> None:
+    """`full_text_query=[...]`: each query's answers in turn after its `query_index`, as
+    each query alone answers (limit, offset, postfilter and prefilter per query)."""
+    path = str(tmp_path / "ds")
+    lance.write_dataset(text_table(800, 21), path, max_rows_per_file=300)
+    ours = dataset(path)
+    ours.create_scalar_index("text", "INVERTED")
+    batch = [*QUERIES[:6], {"query": "blue river", "columns": ["text"]}]
+    for extra in (
+        {},
+        {"limit": 4},
+        {"limit": 3, "offset": 2},
+        {"filter": "id % 3 = 0", "limit": 5},
+        {"filter": "cat = 'c2'", "prefilter": True, "limit": 5},
+    ):
+        got = search(ours, full_text_query=batch, **extra)
+        assert got.column_names[0] == "query_index"
+        for i, q in enumerate(batch):
+            mine = got.filter(pa.compute.equal(got["query_index"], i)).drop(["query_index"])
+            assert mine.equals(search(ours, full_text_query=q, **extra)), (q, extra)
+    with pytest.raises(InvalidInputError, match="empty"):
+        ours.to_table(full_text_query=[])
+    with pytest.raises(InvalidInputError, match="query_index"):
+        ours.to_table(full_text_query=["apple"], columns=["query_index"])
