@@ -60,10 +60,10 @@ from quiver.format.io.store import FileReader
 from quiver.format.proto import encodings_v2_1_pb2 as pb
 from quiver.format.table.schema import LanceField
 
-# Mini-block page indexes kept across readers of a file: a take of a few rows from a file
-# opened again (a search's answers) then costs one read, not two. Data files never change
+# Mini-block page indexes of takes kept across readers of a file: a take of a few rows from
+# a file opened again (a search's answers) then costs one read, not two. Data files never change
 # once written; keys hold the file's size beside its path.
-PAGE_INDEXES: ByteLRU[MiniBlockIndex] = ByteLRU(32 << 20)
+PAGE_INDEXES: ByteLRU[MiniBlockIndex] = ByteLRU(16 << 20)
 
 
 @dataclass(eq=False)
@@ -319,8 +319,12 @@ class StructuralFileReader(DataFileReader):
         except DECODE_ERRORS as e:
             raise CorruptFileError(self.path, f"{where}: {e}") from None
 
-    def _page_index(self, col: _Column, k: int, ml: pb.MiniBlockLayout, where: PageWhere):
-        """A plan step returning page k's mini-block index (fetched and parsed on first use)."""
+    def _page_index(
+        self, col: _Column, k: int, ml: pb.MiniBlockLayout, where: PageWhere, share: bool = False
+    ):
+        """A plan step returning page k's mini-block index (fetched and parsed on first use;
+        with `share`, kept for later readers too: takes of a few rows, not scans, whose
+        indexes would only crowd the cache and the memory budget)."""
         index = col.indexes.get(k)
         if index is None:
             key = (self.path, self._file.size, col.info.index, k)
@@ -329,7 +333,8 @@ class StructuralFileReader(DataFileReader):
                 page = col.info.pages[k]
                 small = yield miniblock_small_ranges(ml, page.buffers, where)
                 index = miniblock_index(ml, page.buffers, page.length, small, where)
-                PAGE_INDEXES.put(key, index, index.nbytes)
+                if share:
+                    PAGE_INDEXES.put(key, index, index.nbytes)
             col.indexes[k] = index
         return index
 
@@ -373,7 +378,7 @@ class StructuralFileReader(DataFileReader):
             if kind == "mini_block_layout":
                 ml = layout.mini_block_layout
                 self._check_chunk_grammar(ml, where)
-                index = yield from self._page_index(col, k, ml, where)
+                index = yield from self._page_index(col, k, ml, where, share=not span)
                 decoded, pos = yield from plan_chunks(ml, index, rows, where)
             elif kind == "full_zip_layout":
                 fz = layout.full_zip_layout
