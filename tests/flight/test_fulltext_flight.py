@@ -108,10 +108,13 @@ def test_one_round_trip_and_batches(served: tuple[str, Path]) -> None:
                 assert one.equals(
                     qc.read("docs", full_text_query=q, limit=6, columns=["id"], **extra)
                 )
+                # a postfilter after a limit keeps what the limit cut among tied scores,
+                # which pylance orders arbitrarily: compared with pylance without a limit
+                limit = 6 if extra.get("prefilter", True) else None
                 with_ids = qc.full_text_search(
-                    "docs", q, limit=6, columns=["id"], with_row_id=True, **extra
+                    "docs", q, limit=limit, columns=["id"], with_row_id=True, **extra
                 )
-                want = _pylance(root, full_text_query=q, limit=6, **extra)
+                want = _pylance(root, full_text_query=q, limit=limit, **extra)
                 assert_same_answers(want, with_ids, f"{q} {extra}")
             batch = qc.full_text_search_batch("docs", queries, limit=6, columns=["id"], **extra)
             assert batch.column_names == ["query_index", "id", "_score"]
