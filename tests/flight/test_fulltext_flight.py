@@ -110,7 +110,7 @@ def test_one_round_trip_and_batches(served: tuple[str, Path]) -> None:
                 )
                 # a postfilter after a limit keeps what the limit cut among tied scores,
                 # which pylance orders arbitrarily: compared with pylance without a limit
-                limit = 6 if extra.get("prefilter", True) else None
+                limit = None if "filter" in extra and not extra.get("prefilter") else 6
                 with_ids = qc.full_text_search(
                     "docs", q, limit=limit, columns=["id"], with_row_id=True, **extra
                 )
