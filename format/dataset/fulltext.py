@@ -40,10 +40,9 @@ from quiver.format.dataset.fulltext_query import (
     columns_of,
     parse_query,
 )
-from quiver.format.dataset.nearest import QUERY_INDEX, RowLocator
-from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, ROW_COLUMNS, ROW_ID_FIELD, Scanner
+from quiver.format.dataset.nearest import QUERY_INDEX, RowLocator, take_answers
+from quiver.format.dataset.scan import ROW_COLUMNS, ROW_ID_FIELD, Scanner
 from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
-from quiver.format.expr import filter_mask as _filter_mask
 from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
 from quiver.format.index.fts.index import InvertedIndex, cache_arrays, open_inverted
 from quiver.format.io.lru import ByteLRU
@@ -498,29 +497,11 @@ class FullTextSearch:
         ids = np.concatenate([i for i, _ in found])
         scores = np.concatenate([s for _, s in found]).astype(np.float32)
         query_index = np.repeat(np.arange(len(found), dtype=np.int32), [len(i) for i, _ in found])
-        unique, inverse = np.unique(ids, return_inverse=True)
-        scanner = self._scanner
-        projection, read_schema = scanner._projection, scanner._schema
-        row_columns = {
-            "with_row_id": scanner._with_row_id,
-            "with_row_address": scanner._with_row_address,
-        }
         postfilter = self.filter is not None and not self.prefilter
-        if postfilter:
-            wanted = scanner._filter.columns if scanner._filter is not None else []
-            extra = [c for c in wanted if c not in projection.names and c not in ROW_COLUMNS]
-            projection = self.core.lance_schema.project(list(projection.names) + extra)
-            row_columns = {"with_row_id": True, "with_row_address": True}
-            base = projection.to_arrow(blob_descriptions=True)
-            read_schema = pa.schema(
-                list(base) + [ROW_ID_FIELD, ROW_ADDRESS_FIELD], metadata=base.metadata
-            )
-        rows = self.locator.take(unique, projection, read_schema, **row_columns)
-        if not np.array_equal(unique, ids):
-            rows = rows.take(pa.array(inverse.ravel()))
-        if postfilter:
-            keep = np.asarray(_filter_mask(rows, scanner._filter.expression).fill_null(False))
-            rows, scores, query_index = rows.filter(pa.array(keep)), scores[keep], query_index[keep]
+        # a row in several answers of a batch is read once (the locator's take)
+        rows, keep = take_answers(self.core, self._scanner, self.locator, ids, postfilter)
+        if keep is not None:
+            scores, query_index = scores[keep], query_index[keep]
         columns = []
         for f in self.schema:
             if f.name == SCORE:

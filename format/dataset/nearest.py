@@ -240,6 +240,38 @@ class RowLocator:
         return table.take(pa.array(positions))
 
 
+def take_answers(
+    core: DatasetCore,
+    scanner: Scanner,
+    locator: RowLocator,
+    row_ids: np.ndarray,
+    postfilter: bool,
+) -> tuple[pa.Table, np.ndarray | None]:
+    """A search's answer rows, in the order of `row_ids`, with the columns of `scanner`'s
+    projection (and the row id columns it asks for). With `postfilter`, the filter's
+    columns and both row id columns are read too, and the rows the filter drops are left
+    out: then also the mask of the ids kept (None without)."""
+    projection, read_schema = scanner._projection, scanner._schema
+    row_columns = {
+        "with_row_id": scanner._with_row_id,
+        "with_row_address": scanner._with_row_address,
+    }
+    if postfilter:
+        wanted = scanner._filter.columns if scanner._filter is not None else []
+        extra = [c for c in wanted if c not in projection.names and c not in ROW_COLUMNS]
+        projection = core.lance_schema.project(list(projection.names) + extra)
+        row_columns = {"with_row_id": True, "with_row_address": True}
+        base = projection.to_arrow(blob_descriptions=True)
+        read_schema = pa.schema(
+            list(base) + [ROW_ID_FIELD, ROW_ADDRESS_FIELD], metadata=base.metadata
+        )
+    rows = locator.take(row_ids, projection, read_schema, **row_columns)
+    if not postfilter or scanner._filter is None:
+        return rows, None
+    keep = np.asarray(_filter_mask(rows, scanner._filter.expression).fill_null(False))
+    return rows.filter(pa.array(keep)), keep
+
+
 def _vector_index(core: DatasetCore, column: str) -> list[IndexEntry]:
     """The index (and its deltas: same name) pylance would use for `column`, or []."""
     field_id = core.lance_schema.field(column).id
@@ -482,27 +514,11 @@ class NearestSearch:
     def to_table(self) -> pa.Table:
         """Run the search: the result rows with `_distance` (and `query_index`)."""
         found = self.candidates()
-        scanner = self._scanner
-        projection, read_schema = scanner._projection, scanner._schema
-        row_columns = {
-            "with_row_id": scanner._with_row_id,
-            "with_row_address": scanner._with_row_address,
-        }
         postfilter = self.filter is not None and not self.prefilter
-        if postfilter:
-            wanted = scanner._filter.columns if scanner._filter is not None else []
-            extra = [c for c in wanted if c not in projection.names and c not in ROW_COLUMNS]
-            projection = self.core.lance_schema.project(list(projection.names) + extra)
-            row_columns = {"with_row_id": True, "with_row_address": True}
-            base = projection.to_arrow(blob_descriptions=True)
-            read_schema = pa.schema(
-                list(base) + [ROW_ID_FIELD, ROW_ADDRESS_FIELD], metadata=base.metadata
-            )
-        rows = self.locator.take(found.row_ids, projection, read_schema, **row_columns)
+        rows, keep = take_answers(self.core, self._scanner, self.locator, found.row_ids, postfilter)
         query, distance = found.query, found.distance
-        if postfilter:
-            keep = np.asarray(_filter_mask(rows, scanner._filter.expression).fill_null(False))
-            rows, query, distance = rows.filter(pa.array(keep)), query[keep], distance[keep]
+        if keep is not None:
+            query, distance = query[keep], distance[keep]
         out = self.schema
         columns = []
         for f in out:
