@@ -1,18 +1,26 @@
-"""A thread-safe least-recently-used cache bounded by bytes (and, optionally, entries).
+"""Thread-safe least-recently-used caches.
 
 The engine keeps what it derives from immutable files across readers and searches (page
-indexes, index partitions, posting lists, scalar index pages): each cache is one of these,
-with its own budget, sized by the caller's count of each value's bytes.
+indexes, index partitions, posting lists, scalar index pages): each cache is a `ByteLRU`,
+with its own budget, sized by the caller's count of each value's bytes. Open indices are
+kept by an `OpenOnce`, bounded by their number.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable
-from typing import Generic, TypeVar
+from collections.abc import Callable, Hashable
+from typing import Generic, Protocol, TypeVar
 
 V = TypeVar("V")
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=_Closable)
 
 
 class ByteLRU(Generic[V]):
@@ -50,3 +58,34 @@ class ByteLRU(Generic[V]):
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+class OpenOnce(Generic[C]):
+    """Objects opened once per process by key (an index by its URI and uuid: its files
+    never change), the least recently used forgotten past `max_open`. A forgotten one is
+    not closed (a search may still hold it; the garbage collector closes it). Two threads
+    opening one key at once both open it; the second to finish closes its own and takes
+    the first's."""
+
+    def __init__(self, max_open: int) -> None:
+        self.max_open = max_open
+        self._items: OrderedDict[Hashable, C] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable, open_: Callable[[], C]) -> C:
+        """The object of `key`, opened by `open_()` (outside the lock) when not held."""
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+                return found
+        opened = open_()
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                opened.close()
+                return found
+            self._items[key] = opened
+            while len(self._items) > self.max_open:
+                self._items.popitem(last=False)
+            return opened

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
@@ -28,7 +27,7 @@ from quiver.format.index.files import IndexFile
 from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
 from quiver.format.index.fts.fst import FstMap
 from quiver.format.index.fts.postings import FIXED32, VARINT, decode_postings
-from quiver.format.io.lru import ByteLRU
+from quiver.format.io.lru import ByteLRU, OpenOnce
 from quiver.format.io.store import ObjectStore
 
 
@@ -179,26 +178,10 @@ class InvertedIndex:
 
 # Open indices kept (their token dictionaries and document tables: a few bytes per document).
 OPEN_INDICES = 16
-_OPEN: OrderedDict[tuple[str, str], InvertedIndex] = OrderedDict()
-_OPEN_LOCK = threading.Lock()
+_OPEN: OpenOnce[InvertedIndex] = OpenOnce(OPEN_INDICES)
 
 
 def open_inverted(store: ObjectStore, directory: str, uuid: str) -> InvertedIndex:
     """The index in `directory` of `store`, opened once per process (by URI and uuid: an
     index's files never change)."""
-    key = (store.uri_of(directory), uuid)
-    with _OPEN_LOCK:
-        found = _OPEN.get(key)
-        if found is not None:
-            _OPEN.move_to_end(key)
-            return found
-    index = InvertedIndex(store, directory)
-    with _OPEN_LOCK:
-        found = _OPEN.get(key)
-        if found is not None:
-            index.close()
-            return found
-        _OPEN[key] = index
-        while len(_OPEN) > OPEN_INDICES:
-            _OPEN.popitem(last=False)  # not closed: a search may still hold it (GC closes)
-        return index
+    return _OPEN.get((store.uri_of(directory), uuid), lambda: InvertedIndex(store, directory))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +24,7 @@ from quiver.format.index.vector.flat import FlatStorage
 from quiver.format.index.vector.ivf import IvfModel
 from quiver.format.index.vector.pq import ProductQuantizer
 from quiver.format.index.vector.sq import ScalarQuantizer
-from quiver.format.io.lru import ByteLRU
+from quiver.format.io.lru import ByteLRU, OpenOnce
 from quiver.format.io.store import ObjectStore
 
 INDEX_FILE = "index.idx"
@@ -167,25 +166,9 @@ class VectorIndex:
         self._storage_file.close()
 
 
-_OPEN: OrderedDict[tuple[str, str], VectorIndex] = OrderedDict()
-_OPEN_LOCK = threading.Lock()
+_OPEN: OpenOnce[VectorIndex] = OpenOnce(OPEN_INDICES)
 
 
 def open_vector_index(store: ObjectStore, directory: str, uuid: str, name: str) -> VectorIndex:
     """The index in `directory` of `store`, opened once per process (by URI and uuid)."""
-    key = (store.uri_of(directory), uuid)
-    with _OPEN_LOCK:
-        found = _OPEN.get(key)
-        if found is not None:
-            _OPEN.move_to_end(key)
-            return found
-    index = VectorIndex(store, directory, name)
-    with _OPEN_LOCK:
-        found = _OPEN.get(key)
-        if found is not None:
-            index.close()
-            return found
-        _OPEN[key] = index
-        while len(_OPEN) > OPEN_INDICES:
-            _OPEN.popitem(last=False)  # not closed: a search may still hold it (GC closes)
-        return index
+    return _OPEN.get((store.uri_of(directory), uuid), lambda: VectorIndex(store, directory, name))
