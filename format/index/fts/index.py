@@ -26,7 +26,13 @@ from quiver.format.errors import CorruptFileError, UnsupportedFeatureError
 from quiver.format.index.files import IndexFile
 from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
 from quiver.format.index.fts.fst import FstMap
-from quiver.format.index.fts.postings import FIXED32, VARINT, decode_postings
+from quiver.format.index.fts.postings import (
+    FIXED32,
+    VARINT,
+    decode_positions,
+    decode_positions_v1,
+    decode_postings,
+)
 from quiver.format.io.lru import ByteLRU, OpenOnce
 from quiver.format.io.store import ObjectStore
 
@@ -38,6 +44,8 @@ def cache_arrays(cache: ByteLRU[tuple[np.ndarray, ...]], key: Hashable, arrays: 
     cache.put(key, arrays, sum(a.nbytes for a in arrays))
 
 
+V2_POSITIONS = ("_compressed_position", "_position_block_offset")
+V1_POSITIONS = ("_position",)
 # (document ids, frequencies) per partition and token, kept across searches: queries repeat
 # their frequent words
 POSTINGS: ByteLRU[tuple[np.ndarray, ...]] = ByteLRU(64 << 20)
@@ -54,6 +62,7 @@ class Partition:
     invert: IndexFile
     df: np.ndarray  # documents per token id
     codec: str
+    position_columns: tuple[str, ...]  # the columns positions are in (none without)
     lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: dict[str, int | None] = field(default_factory=dict)
 
@@ -77,6 +86,33 @@ class Partition:
         blobs = cell.values.to_pylist() if cell.is_valid else []
         found = decode_postings(blobs, int(self.df[token_id]), self.codec, self.invert.path)
         cache_arrays(POSTINGS, key, found)
+        return found
+
+    def positions(self, token_id: int) -> np.ndarray:
+        """Every position of one token, its documents' in `postings` order (each
+        document's as many as its frequency); UnsupportedFeatureError without them."""
+        if not self.position_columns:
+            raise UnsupportedFeatureError(
+                f"{self.invert.path}: position is not found but required for phrase queries, "
+                "try recreating the index with position"
+            )
+        key = (self.invert.path, token_id, "positions")
+        cached = POSTINGS.get(key)
+        if cached is not None:
+            return cached[0]
+        _, freqs = self.postings(token_id)
+        with self.lock:
+            row = self.invert.take(list(self.position_columns), np.array([token_id], np.uint64))
+        where = self.invert.path
+        if self.position_columns == V2_POSITIONS:
+            stream = row.column(0)[0].as_py() or b""
+            offsets = row.column(1)[0].as_py() or []
+            found = decode_positions(stream, offsets, freqs, where)
+        else:
+            found = decode_positions_v1(row.column(0)[0].as_py() or [], where)
+        if len(found) != int(freqs.sum()):
+            raise CorruptFileError(where, f"{len(found)} positions for {int(freqs.sum())}")
+        cache_arrays(POSTINGS, key, (found,))
         return found
 
 
@@ -134,7 +170,11 @@ class InvertedIndex:
         except BaseException:
             invert.close()
             raise
-        return Partition(tokens, row_ids, lengths, total_tokens, invert, df_counts, codec)
+        names = {f.name for f in invert.schema.fields}
+        positions = next((c for c in (V2_POSITIONS, V1_POSITIONS) if set(c) <= names), ())
+        return Partition(
+            tokens, row_ids, lengths, total_tokens, invert, df_counts, codec, positions
+        )
 
     def document_frequency(self, token: str) -> int:
         """Documents of this segment holding `token`, over every partition."""

@@ -121,3 +121,72 @@ def _decode_full(blobs: Sequence[bytes], ids: np.ndarray, freqs: np.ndarray, whe
     values = firsts[:, None] + np.cumsum(deltas, axis=1, dtype=np.uint64)
     ids[: n * BLOCK] = values.reshape(-1).astype(np.uint32)
     freqs[: n * BLOCK] = counts.reshape(-1)
+
+
+def _doc_positions(deltas: np.ndarray, freqs: np.ndarray) -> np.ndarray:
+    """Positions from per-document deltas (each document's first absolute, then gaps)."""
+    c = np.cumsum(deltas.astype(np.int64))
+    starts = np.cumsum(freqs.astype(np.int64)) - freqs
+    before = np.where(starts > 0, c[np.maximum(starts - 1, 0)], 0)
+    return (c - np.repeat(before, freqs.astype(np.int64))).astype(np.uint32)
+
+
+def decode_positions(
+    stream: bytes, block_offsets: Sequence[int], freqs: np.ndarray, where: str
+) -> np.ndarray:
+    """Every position of one token's documents, document after document (`freqs` says how
+    many each has), from format 2's shared stream (``packed_delta_v1``): per posting block a
+    segment at `block_offsets[i]` of its documents' position deltas, in groups of 128
+    BitPacker4x values (a width byte first), the last group as LEB128."""
+    total = int(freqs.sum())
+    if len(block_offsets) != (len(freqs) + BLOCK - 1) // BLOCK:
+        raise CorruptFileError(where, "position segments do not match the posting blocks")
+    out = []
+    for b, start in enumerate(block_offsets):
+        end = block_offsets[b + 1] if b + 1 < len(block_offsets) else len(stream)
+        if not 0 <= start <= end <= len(stream):
+            raise CorruptFileError(where, "a position segment lies outside its stream")
+        count = int(freqs[b * BLOCK : (b + 1) * BLOCK].sum())
+        at, groups = start, []
+        for _ in range(count // BLOCK):
+            bits = stream[at] if at < end else 255
+            if bits > 32 or at + 1 + 16 * bits > end:
+                raise CorruptFileError(where, "a packed position group runs past its segment")
+            words = np.frombuffer(stream, "<u4", 4 * bits, at + 1).reshape(1, -1)
+            groups.append(unpack4x(words, bits)[0])
+            at += 1 + 16 * bits
+        rest, at = _varints(stream, at, count % BLOCK, where)
+        if at != end:
+            raise CorruptFileError(where, "a position segment has bytes left over")
+        out.extend(groups)
+        out.append(np.array(rest, np.uint32))
+    deltas = np.concatenate(out) if out else np.zeros(0, np.uint32)
+    if len(deltas) != total:
+        raise CorruptFileError(where, f"{len(deltas)} positions for {total} occurrences")
+    return _doc_positions(deltas, freqs)
+
+
+def decode_positions_v1(docs: Sequence[Sequence[bytes]], where: str) -> np.ndarray:
+    """Every position of one token's documents from format 1's per-document blobs: a u32
+    count, then per 128 positions a u32 first value, a width byte and BitPacker4x deltas
+    from it, then the rest as raw u32."""
+    out = []
+    for blobs in docs:
+        if not blobs or len(blobs[0]) < 4:
+            raise CorruptFileError(where, "a document's positions lack their count")
+        n = int.from_bytes(blobs[0][:4], "little")
+        if len(blobs) != 1 + (n + BLOCK - 1) // BLOCK:
+            raise CorruptFileError(where, f"{len(blobs) - 1} position blobs for {n} positions")
+        for blob in blobs[1 : 1 + n // BLOCK]:
+            bits = blob[4] if len(blob) > 4 else 255
+            if bits > 32 or len(blob) != 5 + 16 * bits:
+                raise CorruptFileError(where, "a packed position block of the wrong size")
+            words = np.frombuffer(blob, "<u4", 4 * bits, 5).reshape(1, -1)
+            first = int.from_bytes(blob[:4], "little")
+            out.append(first + np.cumsum(unpack4x(words, bits)[0], dtype=np.uint64))
+        if n % BLOCK:
+            tail = blobs[-1]
+            if len(tail) != 4 * (n % BLOCK):
+                raise CorruptFileError(where, "a position tail of the wrong size")
+            out.append(np.frombuffer(tail, "<u4").astype(np.uint64))
+    return np.concatenate(out).astype(np.uint32) if out else np.zeros(0, np.uint32)

@@ -338,3 +338,42 @@ def test_a_batch_answers_each_query_as_alone(tmp_path: Path) -> None:
         ours.to_table(full_text_query=[])
     with pytest.raises(InvalidInputError, match="query_index"):
         ours.to_table(full_text_query=["apple"], columns=["query_index"])
+
+
+@pytest.mark.parametrize("format_version", [1, 2])
+def test_positions_of_pylance_indices(tmp_path: Path, format_version: int) -> None:
+    """Every token's positions, read from pylance's index files (format 2's shared stream,
+    format 1's per-document blobs), are where the analyzer finds the token in each row,
+    including rows with more than 128 of them."""
+    from quiver.format.dataset.fulltext import inverted_entries
+    from quiver.format.index.fts.index import open_inverted
+
+    path = str(tmp_path / "ds")
+    texts = text_table(400, 31)["text"].to_pylist()
+    texts += [" ".join(["apple banana"] * 150), "banana " * 300 + "cherry"]
+    lance.write_dataset(pa.table({"text": texts}), path)
+    lance.dataset(path).create_scalar_index(
+        "text", "INVERTED", with_position=True, format_version=format_version
+    )
+    ours = dataset(path)
+    [entry] = inverted_entries(ours.core)["text"]
+    store, directory = ours.core.resolve(entry.directory, None, relative_to_root=True)
+    index = open_inverted(store, directory, entry.uuid)
+    analyzer = index.analyzer
+    want: dict[str, dict[int, list[int]]] = {}
+    for row, text in enumerate(texts):
+        for position, token in analyzer.positioned(text):
+            want.setdefault(token, {}).setdefault(row, []).append(position)
+    checked = 0
+    for part in index.partitions:
+        for token, by_row in want.items():
+            tid = part.token_id(token)
+            assert tid is not None, token
+            docs, freqs = part.postings(tid)
+            flat = part.positions(tid).tolist()
+            bounds = [0, *np.cumsum(freqs).tolist()]
+            for k, doc in enumerate(docs):
+                row = int(part.row_ids[doc])
+                assert flat[bounds[k] : bounds[k + 1]] == by_row[row], (token, row)
+                checked += 1
+    assert checked > 1000
