@@ -11,10 +11,10 @@ One partition of every live row of the column, written as pylance's format versi
   128 documents (BitPacker4x document-id deltas and frequencies behind the block's best
   score and first id; the last, partial block as varints) and the best score of all
   (``_max_score``). Scores in blocks are BM25 with this partition's statistics, the upper
-  bounds pylance prunes with;
-- ``metadata.lance``: the analyzer's ``params`` and the format keys.
-
-Positions (phrase queries) are not written yet: ``with_position=True`` is refused.
+  bounds pylance prunes with; with ``with_position``, each token's positions too
+  (``_compressed_position``, ``_position_block_offset``: `encode.encode_positions`);
+- ``metadata.lance``: the analyzer's ``params`` and the format keys (and the positions'
+  layout keys when it has them).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import pyarrow as pa
 from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
 from quiver.format.index.files import write_index_file
 from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
-from quiver.format.index.fts.encode import encode_postings
+from quiver.format.index.fts.encode import encode_positions, encode_postings
 from quiver.format.index.fts.postings import BLOCK, VARINT
 from quiver.format.io.store import ObjectStore
 from quiver.format.table.schema import LanceSchema
@@ -69,11 +69,6 @@ def index_params(options: dict[str, Any], where: str) -> dict[str, Any]:
     unknown = sorted(set(options) - known)
     if unknown:
         raise InvalidInputError(f"{where}: unknown INVERTED index option {unknown[0]!r}")
-    if options.get("with_position"):
-        raise UnsupportedFeatureError(
-            f"{where}: INVERTED indices with positions (phrase queries) cannot be built by "
-            "Quiver yet"
-        )
     if options.get("format_version") not in (None, 2) or options.get("block_size") not in (
         None,
         128,
@@ -122,7 +117,8 @@ def details(params: dict[str, Any]) -> bytes:
 def _partition(analyzer: Analyzer, texts: pa.Array, row_ids: np.ndarray) -> dict[str, pa.Table]:
     """The three files of one partition over `texts` (by suffix: invert, docs, tokens), or
     none when no row has a token."""
-    found = analyzer.occurrences(texts, positions=False)
+    with_positions = analyzer.params.with_position
+    found = analyzer.occurrences(texts, positions=with_positions)
     if not len(found.rows):
         return {}
     # documents: the rows with a token, in order
@@ -139,8 +135,14 @@ def _partition(analyzer: Analyzer, texts: pa.Array, row_ids: np.ndarray) -> dict
     key *= n_docs
     key += np.cumsum(change, dtype=np.int64)
     key -= 1
+    places = found.positions
     del change, found
-    key.sort()
+    if with_positions:  # the positions follow their occurrences (in order within a row)
+        order = np.argsort(key, kind="stable")
+        key, places = key[order], places[order]
+        del order
+    else:
+        key.sort()
     change = np.empty(len(key), bool)
     change[0] = True
     np.not_equal(key[1:], key[:-1], out=change[1:])
@@ -162,8 +164,9 @@ def _partition(analyzer: Analyzer, texts: pa.Array, row_ids: np.ndarray) -> dict
     # upper bounds for pruning: a hair above, so float rounding never prunes an answer
     scores = np.nextafter(scores, np.float32(np.inf))
     postings, best = encode_postings(bounds, doc, counts.astype(np.uint32), scores)
+    positions = encode_positions(bounds, counts, places) if with_positions else None
     return {
-        "invert": _invert(postings, best, df),
+        "invert": _invert(postings, best, df, positions),
         "docs": _docs(doc_rows, lengths, total),
         "tokens": _tokens(vocabulary),
     }
@@ -210,6 +213,9 @@ def build_inverted(
                     pa.array([], pa.list_(pa.large_binary())),
                     np.zeros(0, np.float32),
                     np.zeros(0, np.uint32),
+                    (pa.array([], pa.large_binary()), pa.array([], pa.list_(pa.uint32())))
+                    if params["with_position"]
+                    else None,
                 ),
                 "docs": _docs(np.zeros(0, np.uint64), np.zeros(0, np.uint32), 0),
                 "tokens": _tokens([]),
@@ -279,18 +285,30 @@ def _copy_partition(
 
 
 _FORMAT = {"format_version": "2", "posting_block_size": str(BLOCK), "posting_tail_codec": VARINT}
+_POSITIONS = {"positions_layout": "shared_stream_v2", "positions_codec": "packed_delta_v1"}
 
 
-def _invert(postings: pa.Array, best: np.ndarray, df: np.ndarray) -> pa.Table:
-    schema = pa.schema(
-        [
-            pa.field("_posting", pa.list_(pa.large_binary()), nullable=False),
-            pa.field("_max_score", pa.float32(), nullable=False),
-            pa.field("_length", pa.uint32(), nullable=False),
-        ],
-        metadata=_FORMAT,
-    )
-    return pa.table([postings, pa.array(best, pa.float32()), df], schema=schema)
+def _invert(
+    postings: pa.Array,
+    best: np.ndarray,
+    df: np.ndarray,
+    positions: tuple[pa.Array, pa.Array] | None = None,
+) -> pa.Table:
+    fields = [
+        pa.field("_posting", pa.list_(pa.large_binary()), nullable=False),
+        pa.field("_max_score", pa.float32(), nullable=False),
+        pa.field("_length", pa.uint32(), nullable=False),
+    ]
+    columns = [postings, pa.array(best, pa.float32()), df]
+    metadata = _FORMAT
+    if positions is not None:
+        fields += [
+            pa.field("_compressed_position", pa.large_binary(), nullable=False),
+            pa.field("_position_block_offset", pa.list_(pa.uint32()), nullable=False),
+        ]
+        columns += list(positions)
+        metadata = {**_FORMAT, **_POSITIONS}
+    return pa.table(columns, schema=pa.schema(fields, metadata=metadata))
 
 
 def _docs(rows: np.ndarray, lengths: np.ndarray, total: int) -> pa.Table:
@@ -331,6 +349,7 @@ def _metadata(params: dict[str, Any], partitions: int) -> pa.Table:
         [pa.field("deleted_fragments", pa.binary(), nullable=False)],
         metadata={
             **_FORMAT,
+            **(_POSITIONS if params.get("with_position") else {}),
             "params": json.dumps(doc, separators=(",", ":")),
             "partitions": json.dumps(list(range(partitions))),
             "token_set_format": "arrow",

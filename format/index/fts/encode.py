@@ -140,3 +140,74 @@ def encode_postings(
     column = pa.ListArray.from_arrays(pa.array(first_block, pa.int32()), blobs)
     top = np.maximum.reduceat(best, first_block[:-1]) if tokens else np.zeros(0, np.float32)
     return column, top.astype(np.float32)
+
+
+def encode_positions(
+    bounds: np.ndarray, freqs: np.ndarray, positions: np.ndarray
+) -> tuple[pa.Array, pa.ListArray]:
+    """Format 2's positions (``packed_delta_v1`` in a ``shared_stream_v2``): per token a
+    `_compressed_position` blob and the `_position_block_offset` of each posting block's
+    segment in it. A segment holds its block's documents' positions as deltas (each
+    document's first absolute), in groups of 128 BitPacker4x values behind a width byte,
+    the rest as LEB128. `positions` are every posting's positions in posting order
+    (`freqs` of them each), ascending within a posting."""
+    tokens = len(bounds) - 1
+    f = freqs.astype(np.int64)
+    at = np.cumsum(f) - f  # each posting's first position
+    deltas = np.diff(positions.astype(np.int64), prepend=0)
+    deltas[at[f > 0]] = positions[at[f > 0]]
+    # posting blocks: their postings, then their positions' range
+    df = np.diff(bounds).astype(np.int64)
+    per_token = (df + BLOCK - 1) // BLOCK
+    token_of = np.repeat(np.arange(tokens), per_token)
+    nth = np.arange(len(token_of)) - np.repeat(np.cumsum(per_token) - per_token, per_token)
+    first = bounds[:-1][token_of] + nth * BLOCK
+    last = np.minimum(first + BLOCK, bounds[1:][token_of])
+    ends = np.concatenate([at, [len(positions)]])
+    lo, hi = ends[first], ends[last]
+    count = hi - lo
+    groups = count // BLOCK
+    # full groups of 128 deltas, packed by width
+    owner = np.repeat(np.arange(len(lo)), groups)
+    kth = np.arange(len(owner)) - np.repeat(np.cumsum(groups) - groups, groups)
+    rows = (lo[owner] + kth * BLOCK)[:, None] + np.arange(BLOCK)
+    packed = deltas[rows].astype(np.uint32)
+    widths = _widths(packed)
+    # the rest as LEB128
+    rest = count - groups * BLOCK
+    rest_at = np.repeat(lo + groups * BLOCK, rest) + (
+        np.arange(int(rest.sum())) - np.repeat(np.cumsum(rest) - rest, rest)
+    )
+    encoded, sizes = varints(deltas[rest_at].astype(np.uint64))
+    rest_bytes = np.zeros(len(lo), np.int64)
+    np.add.at(rest_bytes, np.repeat(np.arange(len(lo)), rest), sizes)
+    group_bytes = np.zeros(len(lo), np.int64)
+    np.add.at(group_bytes, owner, 1 + 16 * widths)
+    segment = group_bytes + rest_bytes
+    seg_start = np.cumsum(segment) - segment
+    out = np.zeros(int(segment.sum()), np.uint8)
+    group_start = (
+        seg_start[owner]
+        + (np.cumsum(1 + 16 * widths) - (1 + 16 * widths))
+        - np.repeat((np.cumsum(group_bytes) - group_bytes), groups)
+    )
+    out[group_start] = widths
+    for bits in np.unique(widths):
+        if not bits:
+            continue
+        sel = np.flatnonzero(widths == bits)
+        words = pack4x(packed[sel], int(bits)).view(np.uint8)
+        out[(group_start[sel] + 1)[:, None] + np.arange(16 * int(bits))] = words
+    shift = np.repeat(seg_start + group_bytes - (np.cumsum(rest_bytes) - rest_bytes), rest_bytes)
+    out[np.arange(len(encoded)) + shift] = encoded
+    # per token: its segments' bytes as one blob, and where each segment starts in it
+    block_start = np.cumsum(per_token) - per_token
+    token_bytes = np.zeros(tokens, np.int64)
+    np.add.at(token_bytes, token_of, segment)
+    offsets = np.concatenate([[0], np.cumsum(token_bytes)]).astype(np.int64)
+    blobs = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), tokens, [None, pa.py_buffer(offsets), pa.py_buffer(out)]
+    )
+    inside = (seg_start - offsets[:-1][token_of]).astype(np.uint32)
+    list_offsets = np.concatenate([block_start, [len(token_of)]]).astype(np.int32)
+    return blobs, pa.ListArray.from_arrays(pa.array(list_offsets), pa.array(inside, pa.uint32()))

@@ -53,8 +53,9 @@ def _same_everywhere(ours: str, theirs: str, what: str, options=({}, {"limit": 6
         {"base_tokenizer": "whitespace", "lower_case": False},
         {"base_tokenizer": "raw"},
         {"max_token_length": 6},
+        {"with_position": True},
     ],
-    ids=["default", "plain", "whitespace", "raw", "short"],
+    ids=["default", "plain", "whitespace", "raw", "short", "positions"],
 )
 def test_pylance_searches_quiver_indices_as_its_own(tmp_path: Path, options: dict) -> None:
     ours, theirs = _pair(tmp_path, text_table(1500, 41), **options)
@@ -84,8 +85,6 @@ def test_replace_and_refusals(tmp_path: Path) -> None:
     ours.create_scalar_index("text", "FTS")
     ours.create_scalar_index("text", "INVERTED", stem=False)  # replaces text_idx
     assert [i["name"] for i in lance.dataset(path).list_indices()] == ["text_idx"]
-    with pytest.raises(UnsupportedFeatureError, match="positions"):
-        ours.create_scalar_index("text", "INVERTED", with_position=True)
     with pytest.raises(InvalidInputError, match="unknown INVERTED index option"):
         ours.create_scalar_index("text", "INVERTED", stemming=True)
     with pytest.raises(InvalidInputError, match="text column"):
@@ -190,3 +189,40 @@ def test_posting_encoding_decodes_to_its_postings() -> None:
         assert best[t] == mine.max()
         heads = [np.frombuffer(b[:4], "<f4")[0] for b in blobs]
         assert heads == [mine[i : i + 128].max() for i in range(0, int(n), 128)]
+
+
+def test_pylance_phrase_queries_on_quiver_positions(tmp_path: Path) -> None:
+    """Positions Quiver writes are the ones pylance writes: pylance answers phrase queries
+    (slop 0 to 2) on Quiver's index as on its own, after an append and optimize too, and
+    Quiver's encoding decodes back to the analyzer's positions."""
+    from lance.query import PhraseQuery
+
+    table = text_table(1200, 51)
+    long_rows = pa.table(
+        {
+            "id": [5000, 5001],
+            "text": [" ".join(["apple banana"] * 150), "banana " * 300 + "cherry"],
+            "title": ["x", "y"],
+            "cat": ["c0", "c1"],
+        }
+    )
+    ours, theirs = _pair(tmp_path, pa.concat_tables([table, long_rows]), with_position=True)
+    phrases = ["quick brown", "brown fox", "the lazy dog", "apple banana", "banana cherry"]
+    phrases += ["running runs", "data dataset", "blue green red"]
+
+    def same(what: str) -> None:
+        for text in phrases:
+            for slop in (0, 1, 2):
+                q = PhraseQuery(text, "text", slop=slop)
+                assert_same_answers(
+                    search(lance.dataset(theirs), full_text_query=q),
+                    search(lance.dataset(ours), full_text_query=q),
+                    f"{what} {text!r} slop {slop}",
+                )
+
+    same("built")
+    for path in (ours, theirs):
+        lance.write_dataset(text_table(200, 52, start=900), path, mode="append")
+    dataset(ours).optimize.optimize_indices()
+    lance.dataset(theirs).optimize.optimize_indices()
+    same("optimized")
