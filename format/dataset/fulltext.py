@@ -23,6 +23,7 @@ pylance orders tied scores arbitrarily, Quiver by row id.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -36,15 +37,17 @@ from quiver.format.dataset.fulltext_query import (
     AnyOf,
     Boost,
     Match,
+    Phrase,
     Query,
     columns_of,
     parse_query,
 )
 from quiver.format.dataset.nearest import QUERY_INDEX, RowLocator, take_answers
 from quiver.format.dataset.scan import ROW_COLUMNS, ROW_ID_FIELD, Scanner
-from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
+from quiver.format.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
 from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
 from quiver.format.index.fts.index import InvertedIndex, cache_arrays, open_inverted
+from quiver.format.index.fts.phrase import indexed_match, scanned_match
 from quiver.format.io.lru import ByteLRU
 from quiver.format.table.indices import IndexEntry, indices_of
 
@@ -119,9 +122,69 @@ def _best(found: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.nd
     return ids[first], scores[first]
 
 
+_PhraseSpec = tuple[list[str], list[int], int]  # tokens, their query positions, slop
+
+
+def _holds_phrase(placed: list[tuple[int, str]], phrase: _PhraseSpec) -> bool:
+    """Whether an analysed row (position, token pairs) holds the phrase (scanned rows' rule)."""
+    tokens, offsets, slop = phrase
+    where: dict[str, list[int]] = {}
+    for position, token in placed:
+        where.setdefault(token, []).append(position)
+    if any(t not in where for t in tokens):
+        return False
+    return scanned_match([where[t] for t in tokens], offsets, slop)
+
+
+def _phrase_rows(
+    indices: list[InvertedIndex], tokens: list[str], offsets: list[int], slop: int
+) -> np.ndarray:
+    """Row ids (sorted) of the indexed documents holding the phrase: per partition, the
+    documents holding every token, their positions checked by pylance's rule."""
+    distinct = list(dict.fromkeys(tokens))
+    out: list[int] = []
+    for index in indices:
+        for part in index.partitions:
+            tids = [part.token_id(t) for t in distinct]
+            if any(tid is None for tid in tids):
+                continue
+            spans = {}
+            for t, tid in zip(distinct, tids, strict=True):
+                assert tid is not None
+                if not 0 <= tid < len(part.df):
+                    raise CorruptFileError(index.where, f"token id {tid} outside the postings")
+                docs, freqs = part.postings(tid)
+                spans[t] = (docs, np.concatenate([[0], np.cumsum(freqs, dtype=np.int64)]))
+            common = functools.reduce(np.intersect1d, [spans[t][0] for t in distinct])
+            if not len(common):
+                continue
+            where = {}
+            for t, tid in zip(distinct, tids, strict=True):
+                docs, bounds = spans[t]
+                at = np.searchsorted(docs, common)
+                where[t] = (part.positions(tid), bounds[at].tolist(), bounds[at + 1].tolist())
+            for j, doc in enumerate(common.tolist()):
+                per = {t: p[lo[j] : hi[j]].tolist() for t, (p, lo, hi) in where.items()}
+                if indexed_match([per[t] for t in tokens], offsets, slop):
+                    out.append(int(part.row_ids[doc]))
+    return np.sort(np.array(out, np.uint64))
+
+
+def _phrased(
+    found: dict[str, tuple[np.ndarray, ...]], rows: np.ndarray
+) -> dict[str, tuple[np.ndarray, ...]]:
+    """`found` (per token: row ids, frequencies, lengths) kept to `rows`."""
+    out = {}
+    for token, (ids, freqs, lengths) in found.items():
+        keep = np.isin(ids, rows)
+        if keep.any():
+            out[token] = (ids[keep], freqs[keep], lengths[keep])
+    return out
+
+
 def _searches_every_index(query: Query) -> bool:
     """Whether some match of the query names no column (and so searches every index)."""
-    if isinstance(query, Match):
+    if isinstance(query, (Match, Phrase)):
         return query.columns is None
     if isinstance(query, AnyOf):
         return any(_searches_every_index(q) for q in query.queries)
@@ -258,14 +321,27 @@ class FullTextSearch:
         return np.sort(np.concatenate(ids).astype(np.uint64)) if ids else np.empty(0, np.uint64)
 
     def _column(
-        self, column: str, text: str, require_all: bool, top: int | None = None
+        self,
+        column: str,
+        text: str,
+        require_all: bool,
+        top: int | None = None,
+        slop: int | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """(row ids, scores) of every row of `column` holding any (or, with `require_all`,
-        every) token of `text`; with `top`, of a subset holding its `top` best rows."""
+        every) token of `text`; with `top`, of a subset holding its `top` best rows; with
+        `slop`, the rows holding the tokens as a phrase (`format.index.fts.phrase`)."""
         entries = self._indexed_columns.get(column, [])
         indices = [self._open(e) for e in entries]
+        if slop is not None and any(not p.position_columns for i in indices for p in i.partitions):
+            raise InvalidInputError(
+                f"{self.core.uri}: position is not found but required for phrase queries, "
+                f"try recreating the index on {column!r} with position"
+            )
         analyzer = indices[0].analyzer if indices else _UNINDEXED
-        tokens = analyzer.tokens(text)
+        placed = analyzer.positioned(text)
+        tokens = [t for _, t in placed]
+        phrase = None if slop is None else (tokens, [p for p, _ in placed], slop)
         if not tokens:
             return np.empty(0, np.uint64), np.empty(0, np.float32)
         corpus = _Corpus(
@@ -274,14 +350,16 @@ class FullTextSearch:
             Counter({t: sum(i.document_frequency(t) for i in indices) for t in set(tokens)}),
         )
         covered = self._covered(entries)
-        if top is not None and indices and not require_all:
+        if top is not None and indices and not require_all and phrase is None:
             ids, scores = self._indexed_top(indices, tokens, covered, corpus, top)
         else:
             found = self._indexed(indices, tokens, covered)
+            if phrase is not None:
+                found = _phrased(found, _phrase_rows(indices, *phrase))
             ids, scores = _score(tokens, corpus, found, require_all)
         rest = [f for f in self._fragments if f.fragment_id not in covered]
         if rest and not (self.fast_search and indices):
-            flat_found, flat_corpus = self._flat(rest, column, analyzer, set(tokens))
+            flat_found, flat_corpus = self._flat(rest, column, analyzer, set(tokens), phrase)
             flat_ids, flat_scores = _score(tokens, corpus + flat_corpus, flat_found, require_all)
             ids = np.concatenate([ids, flat_ids])
             scores = np.concatenate([scores, flat_scores])
@@ -297,6 +375,9 @@ class FullTextSearch:
             found = [self._column(c, query.text, query.require_all, top) for c in columns]
             ids, scores = _best(found)
             return ids, (scores * np.float32(query.boost)).astype(np.float32)
+        if isinstance(query, Phrase):
+            columns = query.columns or tuple(sorted(self._indexed_columns))
+            return _best([self._column(c, query.text, False, slop=query.slop) for c in columns])
         if isinstance(query, AnyOf):
             return _best([self._evaluate(q, top) for q in query.queries])
         if isinstance(query, Boost):
@@ -445,24 +526,34 @@ class FullTextSearch:
         return found
 
     def _flat(
-        self, fragments: list[LanceFragment], column: str, analyzer: Analyzer, wanted: set[str]
+        self,
+        fragments: list[LanceFragment],
+        column: str,
+        analyzer: Analyzer,
+        wanted: set[str],
+        phrase: _PhraseSpec | None = None,
     ) -> tuple[dict[str, tuple[np.ndarray, ...]], _Corpus]:
         """The query tokens' matches among rows no index covers, read and analysed, and
-        those rows' statistics."""
+        those rows' statistics; with a `phrase` (tokens, query positions, slop), only rows holding
+        the phrase match (every row counts in the statistics)."""
         filtered = self.prefilter and self.filter is not None
         corpus = _Corpus()
         hits: dict[str, tuple[list[int], list[int], list[int]]] = {t: ([], [], []) for t in wanted}
         for batch in self._rows(fragments, [column], filtered):
             ids = batch.column(ROW_ID_FIELD.name).to_numpy()
             for rid, text in zip(ids, batch.column(column).to_pylist(), strict=True):
-                toks = analyzer.tokens(text)
-                if not toks:
+                placed = analyzer.positioned(text)
+                if not placed:
                     continue
+                toks = [t for _, t in placed]
                 corpus.docs += 1
                 corpus.tokens += len(toks)
                 counts = Counter(toks)
-                for t in wanted.intersection(counts):
-                    corpus.df[t] += 1
+                present = wanted.intersection(counts)
+                corpus.df.update(present)
+                if phrase is not None and not _holds_phrase(placed, phrase):
+                    continue
+                for t in present:
                     rows, freqs, lengths = hits[t]
                     rows.append(int(rid))
                     freqs.append(counts[t])

@@ -10,7 +10,10 @@
     best match);
   - ``{"boolean": {"must"?: [q], "should"?: [q], "must_not"?: [q]}}`` (`BooleanQuery`);
   - ``{"boost": {"positive": q, "negative": q, "negative_boost"?}}`` (`BoostQuery`);
-  - ``{"phrase": {...}}`` (`PhraseQuery`) is refused: it needs positions.
+  - ``{"phrase": {"terms", "column"?, "slop"?}}`` (`PhraseQuery`: needs an index with
+    positions);
+
+  and a string whose first and last characters are double quotes is a phrase (slop 0).
 
 How each node scores is `format.dataset.fulltext`'s.
 """
@@ -32,6 +35,17 @@ class Match:
     columns: tuple[str, ...] | None = None
     require_all: bool = False
     boost: float = 1.0
+
+
+@dataclass(frozen=True)
+class Phrase:
+    """Rows holding the text's tokens in order, each adjacent pair up to `slop` extra
+    positions apart, in `columns` (None: every indexed column); scored as a match of all
+    of them."""
+
+    text: str
+    columns: tuple[str, ...] | None = None
+    slop: int = 0
 
 
 @dataclass(frozen=True)
@@ -61,7 +75,7 @@ class Boost:
     negative_boost: float = 0.5
 
 
-Query = Match | AnyOf | Boolean | Boost
+Query = Match | Phrase | AnyOf | Boolean | Boost
 _STRUCTURED = ("match", "multi_match", "boolean", "boost", "phrase")
 
 
@@ -88,12 +102,9 @@ def parse_query(value: Any, where: str) -> Query:
     return _structured(value, where)
 
 
-def _text(text: str, columns: tuple[str, ...] | None, where: str) -> Match:
-    stripped = text.strip()
-    if len(stripped) >= 2 and stripped.startswith('"') and stripped.endswith('"'):
-        raise UnsupportedFeatureError(
-            f"{where}: a quoted full-text query is a phrase query, not supported yet"
-        )
+def _text(text: str, columns: tuple[str, ...] | None, where: str) -> Match | Phrase:
+    if len(text) >= 2 and text[0] == '"' and text[-1] == '"':
+        return Phrase(text[1:-1], columns)
     return Match(text, columns)
 
 
@@ -125,9 +136,15 @@ def _structured(value: dict[str, Any], where: str) -> Query:
     if kind == "match":
         return _match(body, where)
     if kind == "phrase":
-        raise UnsupportedFeatureError(
-            f"{where}: phrase queries need token positions, which Quiver does not read yet"
-        )
+        unknown = sorted(set(body) - {"terms", "column", "slop"})
+        if unknown:
+            raise InvalidInputError(f"{where}: 'phrase' has unknown key {unknown[0]!r}")
+        terms, slop = body.get("terms"), body.get("slop", 0)
+        if not isinstance(terms, str):
+            raise InvalidInputError(f"{where}: 'phrase.terms' must be a string")
+        if isinstance(slop, bool) or not isinstance(slop, int) or slop < 0:
+            raise InvalidInputError(f"{where}: 'phrase.slop' must be a whole number >= 0")
+        return Phrase(terms, _columns(body.get("column"), where, "'phrase.column'"), slop)
     if kind == "multi_match":
         queries = body.get("match_queries")
         if not isinstance(queries, list) or not queries:
@@ -180,7 +197,7 @@ def _match(body: dict[str, Any], where: str) -> Match:
 
 def columns_of(query: Query) -> set[str]:
     """The columns a query names (its matches without columns search every index)."""
-    if isinstance(query, Match):
+    if isinstance(query, (Match, Phrase)):
         return set(query.columns or ())
     if isinstance(query, AnyOf):
         return set().union(*(columns_of(q) for q in query.queries))

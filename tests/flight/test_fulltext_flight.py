@@ -17,7 +17,7 @@ from fulltext_corpus import assert_same_answers, text_table
 from server_process import quiver_serve
 
 from quiver.clients import Client
-from quiver.clients.errors import InvalidArgument, Unimplemented
+from quiver.clients.errors import InvalidArgument
 
 pytestmark = pytest.mark.compat
 
@@ -79,8 +79,8 @@ def test_refusals(served: tuple[str, Path]) -> None:
             qc.read("plain", full_text_query="apple")
         with pytest.raises(InvalidArgument, match="does not hold text"):
             qc.read("docs", full_text_query={"query": "apple", "columns": ["id"]})
-        with pytest.raises(Unimplemented, match="phrase"):
-            qc.read("docs", full_text_query='"quick fox"')
+        with pytest.raises(InvalidArgument, match="position is not found"):
+            qc.read("docs", full_text_query='"quick fox"')  # a phrase needs positions
         with pytest.raises(InvalidArgument, match="max_rows_per_endpoint"):
             qc.flight_info("docs", full_text_query="apple", max_rows_per_endpoint=5)
     client = fl.connect(uri)

@@ -169,8 +169,8 @@ def test_refusals(tmp_path: Path) -> None:
         ours.to_table(full_text_query={"query": "apple", "columns": ["id"]})
     with pytest.raises(InvalidInputError, match="unknown key"):
         ours.to_table(full_text_query={"query": "apple", "column": "text"})
-    with pytest.raises(UnsupportedFeatureError, match="phrase"):
-        ours.to_table(full_text_query='"quick brown"')
+    with pytest.raises(InvalidInputError, match="position is not found"):
+        ours.to_table(full_text_query='"quick brown"')  # a phrase: this index has no positions
     with pytest.raises(UnsupportedFeatureError):
         ours.to_table(full_text_query=42)
 
@@ -279,7 +279,7 @@ def test_structured_queries_score_as_pylance(tmp_path: Path) -> None:
                 search(ours, full_text_query=quiver_query, **extra),
                 f"{quiver_query} {extra}",
             )
-    with pytest.raises(UnsupportedFeatureError, match="positions"):
+    with pytest.raises(InvalidInputError, match="position is not found"):
         ours.to_table(full_text_query={"phrase": {"terms": "apple fox", "column": "text"}})
     with pytest.raises(UnsupportedFeatureError, match="fuzzy"):
         ours.to_table(full_text_query=match("apple", "text", fuzziness=1))
@@ -377,3 +377,83 @@ def test_positions_of_pylance_indices(tmp_path: Path, format_version: int) -> No
                 assert flat[bounds[k] : bounds[k + 1]] == by_row[row], (token, row)
                 checked += 1
     assert checked > 1000
+
+
+def _phrase_pair(text: str, slop: int, column: str = "text") -> tuple[Any, dict[str, Any]]:
+    """The same phrase query for pylance (its query object) and Quiver (its JSON form)."""
+    from lance.query import PhraseQuery
+
+    return PhraseQuery(text, column, slop=slop), {
+        "phrase": {"terms": text, "column": column, "slop": slop}
+    }
+
+
+def test_phrases_on_every_six_word_row(tmp_path: Path) -> None:
+    """Every row of 6 words over 4 (4,096 rows): phrases with repeated words, slop 0 to 3,
+    match the rows pylance's greedy walk matches (it misses some placements when words
+    repeat, and is not monotonic in slop) with its scores."""
+    import itertools
+
+    words = {"x": "xa", "y": "yb", "z": "zc", "f": "fd"}
+    combos = list(itertools.product("xyzf", repeat=6))
+    texts = [" ".join(words[c] for c in combo) for combo in combos]
+    path = str(tmp_path / "ds")
+    lance.write_dataset(pa.table({"id": np.arange(len(texts)), "text": texts}), path)
+    lance.dataset(path).create_scalar_index("text", "INVERTED", with_position=True)
+    theirs, ours = lance.dataset(path), dataset(path)
+    for q in ["x y z", "x y", "x x", "x x x", "x y x", "x f y", "x y y", "y x y z"]:
+        text = " ".join(words[c] for c in q.split())
+        for slop in range(4):
+            pq, js = _phrase_pair(text, slop)
+            assert_same_answers(
+                search(theirs, full_text_query=pq), search(ours, full_text_query=js), f"{q} {slop}"
+            )
+
+
+def test_phrases_as_pylance_answers_them(tmp_path: Path) -> None:
+    """Phrase queries (structured and quoted strings) with pylance's answers: positions of
+    format 2 and 1, stop words keeping their slots, a single word, rows appended since the
+    index (pylance's other rule for them), deletions, prefilters, limits, optimize's second
+    partition, a column without an index; refused on an index without positions."""
+    path = str(tmp_path / "ds")
+    lance.write_dataset(text_table(1500, 61), path, max_rows_per_file=500)
+    lance.dataset(path).create_scalar_index("text", "INVERTED", with_position=True)
+    phrases = ["quick brown", "brown fox", "the lazy dog", "running runs", "data dataset"]
+    phrases += ["lazy the dog", "apple", "of the", "seven eight nine", "brown quick"]
+
+    def compare(what: str, options: list[dict[str, Any]], column: str = "text") -> None:
+        theirs, ours = lance.dataset(path), dataset(path)
+        for text in phrases:
+            for slop in (0, 1, 2):
+                pq, js = _phrase_pair(text, slop, column)
+                for extra in options:
+                    label = f"{what} {text!r} slop {slop} {extra}"
+                    want = search(theirs, full_text_query=pq, **extra)
+                    assert_same_answers(want, search(ours, full_text_query=js, **extra), label)
+            if column == "text":
+                quoted = f'"{text}"'
+                want = search(theirs, full_text_query=quoted)
+                assert_same_answers(want, search(ours, full_text_query=quoted), quoted)
+
+    limits = [{}, {"limit": 5}, {"filter": "cat = 'c1'", "prefilter": True, "limit": 7}]
+    compare("indexed", limits)
+    lance.write_dataset(text_table(300, 62, start=1500), path, mode="append")
+    lance.dataset(path).delete("id % 7 = 3")
+    compare("appended", [*limits, {"fast_search": True}])
+    lance.dataset(path).optimize.optimize_indices()
+    compare("optimized", [{}, {"limit": 4}])
+    compare("no index", [{}], column="title")
+    v1 = str(tmp_path / "v1")
+    lance.write_dataset(text_table(600, 63), v1)
+    lance.dataset(v1).create_scalar_index("text", "INVERTED", with_position=True, format_version=1)
+    for text in phrases:
+        pq, js = _phrase_pair(text, 1)
+        want = search(lance.dataset(v1), full_text_query=pq)
+        assert_same_answers(want, search(dataset(v1), full_text_query=js), f"v1 {text}")
+    plain = str(tmp_path / "plain")
+    lance.write_dataset(text_table(50, 64), plain)
+    lance.dataset(plain).create_scalar_index("text", "INVERTED")
+    with pytest.raises(InvalidInputError, match="position is not found"):
+        dataset(plain).to_table(full_text_query='"quick fox"')
+    with pytest.raises(InvalidInputError, match="slop"):
+        dataset(path).to_table(full_text_query={"phrase": {"terms": "a b", "slop": -1}})
