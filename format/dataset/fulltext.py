@@ -46,6 +46,7 @@ from quiver.format.dataset.nearest import QUERY_INDEX, RowLocator, take_answers
 from quiver.format.dataset.scan import ROW_COLUMNS, ROW_ID_FIELD, Scanner
 from quiver.format.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
 from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
+from quiver.format.index.fts.fuzzy import expand
 from quiver.format.index.fts.index import InvertedIndex, cache_arrays, open_inverted
 from quiver.format.index.fts.phrase import indexed_match, scanned_match
 from quiver.format.io.lru import ByteLRU
@@ -327,10 +328,13 @@ class FullTextSearch:
         require_all: bool,
         top: int | None = None,
         slop: int | None = None,
+        fuzzy: tuple[int, int, int] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """(row ids, scores) of every row of `column` holding any (or, with `require_all`,
         every) token of `text`; with `top`, of a subset holding its `top` best rows; with
-        `slop`, the rows holding the tokens as a phrase (`format.index.fts.phrase`)."""
+        `slop`, the rows holding the tokens as a phrase (`format.index.fts.phrase`); with
+        `fuzzy` (fuzziness, max_expansions, prefix_length), indexed rows holding the
+        expansions of its tokens (`format.index.fts.fuzzy`), the others as without."""
         entries = self._indexed_columns.get(column, [])
         indices = [self._open(e) for e in entries]
         if slop is not None and any(not p.position_columns for i in indices for p in i.partitions):
@@ -342,15 +346,24 @@ class FullTextSearch:
         placed = analyzer.positioned(text)
         tokens = [t for _, t in placed]
         phrase = None if slop is None else (tokens, [p for p, _ in placed], slop)
-        if not tokens:
+        asked: list[tuple[int, str]] = []  # a fuzzy query's own tokens (the simple split)
+        chosen: list[tuple[int, str]] = []  # and their expansions among the index's tokens
+        if fuzzy is not None and indices:
+            asked = _UNINDEXED.positioned(text)
+            vocabulary = sorted(set().union(*(i.vocabulary() for i in indices)))
+            chosen = expand(asked, vocabulary, *fuzzy)
+        if not tokens and not chosen:
             return np.empty(0, np.uint64), np.empty(0, np.float32)
+        terms = set(tokens) | {t for _, t in chosen}
         corpus = _Corpus(
             sum(i.num_docs for i in indices),
             sum(i.total_tokens for i in indices),
-            Counter({t: sum(i.document_frequency(t) for i in indices) for t in set(tokens)}),
+            Counter({t: sum(i.document_frequency(t) for i in indices) for t in terms}),
         )
         covered = self._covered(entries)
-        if top is not None and indices and not require_all and phrase is None:
+        if asked:
+            ids, scores = self._fuzzy_indexed(indices, asked, chosen, covered, corpus, require_all)
+        elif top is not None and indices and not require_all and phrase is None:
             ids, scores = self._indexed_top(indices, tokens, covered, corpus, top)
         else:
             found = self._indexed(indices, tokens, covered)
@@ -358,7 +371,7 @@ class FullTextSearch:
                 found = _phrased(found, _phrase_rows(indices, *phrase))
             ids, scores = _score(tokens, corpus, found, require_all)
         rest = [f for f in self._fragments if f.fragment_id not in covered]
-        if rest and not (self.fast_search and indices):
+        if rest and tokens and not (self.fast_search and indices):
             flat_found, flat_corpus = self._flat(rest, column, analyzer, set(tokens), phrase)
             flat_ids, flat_scores = _score(tokens, corpus + flat_corpus, flat_found, require_all)
             ids = np.concatenate([ids, flat_ids])
@@ -366,13 +379,43 @@ class FullTextSearch:
         order = np.argsort(ids, kind="stable")
         return ids[order], scores[order]
 
+    def _fuzzy_indexed(
+        self,
+        indices: list[InvertedIndex],
+        asked: list[tuple[int, str]],
+        chosen: list[tuple[int, str]],
+        covered: set[int],
+        corpus: _Corpus,
+        require_all: bool,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(row ids, scores) of the indexed rows holding a fuzzy query's expansions, each
+        a term of its own; with `require_all`, rows holding an expansion of every query
+        token (none when some token has none)."""
+        if require_all and {p for p, _ in chosen} != {p for p, _ in asked}:
+            return np.empty(0, np.uint64), np.empty(0, np.float32)
+        terms = [t for _, t in chosen]
+        found = self._indexed(indices, terms, covered)
+        ids, scores = _score(terms, corpus, found)
+        if require_all:
+            keep = np.ones(len(ids), bool)
+            for position in dict.fromkeys(p for p, _ in chosen):
+                holders = [found[t][0] for p, t in chosen if p == position and t in found]
+                keep &= np.isin(ids, np.concatenate(holders)) if holders else False
+            ids, scores = ids[keep], scores[keep]
+        return ids, scores
+
     def _evaluate(self, query: Query, top: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(row ids ascending, scores) of the rows a query matches; with `top`, of a subset
         holding its `top` best (a best-of or a positive boost keeps each part's best)."""
         if isinstance(query, Match):
             columns = query.columns or tuple(sorted(self._indexed_columns))
             top = top if query.boost > 0 else None
-            found = [self._column(c, query.text, query.require_all, top) for c in columns]
+            fuzzy = None
+            if query.fuzziness:
+                fuzzy = (query.fuzziness, query.max_expansions, query.prefix_length)
+            found = [
+                self._column(c, query.text, query.require_all, top, fuzzy=fuzzy) for c in columns
+            ]
             ids, scores = _best(found)
             return ids, (scores * np.float32(query.boost)).astype(np.float32)
         if isinstance(query, Phrase):

@@ -35,6 +35,9 @@ class Match:
     columns: tuple[str, ...] | None = None
     require_all: bool = False
     boost: float = 1.0
+    fuzziness: int = 0  # other than 0: fuzzy (`format.index.fts.fuzzy`), for indexed rows
+    max_expansions: int = 50
+    prefix_length: int = 0
 
 
 @dataclass(frozen=True)
@@ -189,10 +192,21 @@ def _match(body: dict[str, Any], where: str) -> Match:
     boost = body.get("boost", 1.0)
     if isinstance(boost, bool) or not isinstance(boost, (int, float)):
         raise InvalidInputError(f"{where}: 'match.boost' must be a number")
-    if body.get("fuzziness") not in (None, 0):
-        raise UnsupportedFeatureError(f"{where}: fuzzy matching is not supported yet")
+    fuzzy = {}
+    for key, default in (("fuzziness", 0), ("max_expansions", 50), ("prefix_length", 0)):
+        value = body.get(key)
+        value = default if value is None else value
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidInputError(f"{where}: 'match.{key}' must be a whole number >= 0")
+        fuzzy[key] = value
     column = body.get("column")
-    return Match(terms, _columns(column, where, "'match.column'"), operator == "and", float(boost))
+    return Match(
+        terms,
+        _columns(column, where, "'match.column'"),
+        operator == "and",
+        float(boost),
+        **fuzzy,
+    )
 
 
 def columns_of(query: Query) -> set[str]:

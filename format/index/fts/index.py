@@ -122,6 +122,7 @@ class InvertedIndex:
     def __init__(self, store: ObjectStore, directory: str) -> None:
         self.where = store.uri_of(directory)
         self.partitions: list[Partition] = []
+        self._vocabulary: list[str] | None = None
         with IndexFile(store, f"{directory}/metadata.lance") as meta:
             try:
                 params = json.loads(meta.text("params"))
@@ -175,6 +176,15 @@ class InvertedIndex:
         return Partition(
             tokens, row_ids, lengths, total_tokens, invert, df_counts, codec, positions
         )
+
+    def vocabulary(self) -> list[str]:
+        """Every token of this segment (all partitions'), sorted; read once."""
+        if self._vocabulary is None:
+            tokens: set[str] = set()
+            for p in self.partitions:
+                tokens.update(p.tokens if isinstance(p.tokens, dict) else dict(p.tokens.items()))
+            self._vocabulary = sorted(tokens)
+        return self._vocabulary
 
     def document_frequency(self, token: str) -> int:
         """Documents of this segment holding `token`, over every partition."""

@@ -281,8 +281,8 @@ def test_structured_queries_score_as_pylance(tmp_path: Path) -> None:
             )
     with pytest.raises(InvalidInputError, match="position is not found"):
         ours.to_table(full_text_query={"phrase": {"terms": "apple fox", "column": "text"}})
-    with pytest.raises(UnsupportedFeatureError, match="fuzzy"):
-        ours.to_table(full_text_query=match("apple", "text", fuzziness=1))
+    with pytest.raises(InvalidInputError, match="fuzziness"):
+        ours.to_table(full_text_query=match("apple", "text", fuzziness=-1))
     with pytest.raises(InvalidInputError, match="one of"):
         ours.to_table(full_text_query={"match": {"terms": "a"}, "boolean": {}})
 
@@ -457,3 +457,54 @@ def test_phrases_as_pylance_answers_them(tmp_path: Path) -> None:
         dataset(plain).to_table(full_text_query='"quick fox"')
     with pytest.raises(InvalidInputError, match="slop"):
         dataset(path).to_table(full_text_query={"phrase": {"terms": "a b", "slop": -1}})
+
+
+def test_fuzzy_matches_as_pylance_expands_them(tmp_path: Path) -> None:
+    """Fuzzy match queries with pylance's answers: the query split only (case kept), its
+    tokens expanded in byte order within the edit distance, one max_expansions budget for
+    the whole query, the prefix in characters, AND needing an expansion of every token;
+    appended rows matched exactly; a second partition after optimize."""
+    from lance.query import FullTextOperator, MatchQuery
+
+    rng = np.random.default_rng(9)
+    words = "quick quik quack qiuck quicker brown brwn brow crown frown fox fix fax box"
+    words += " jump jumps jumping café cafe cafés naïve über uber straße strasse the thy"
+    vocabulary = words.split()
+    texts = [" ".join(rng.choice(vocabulary, rng.integers(1, 9))) for _ in range(2500)]
+    path = str(tmp_path / "ds")
+    table = pa.table({"id": np.arange(len(texts)), "text": texts})
+    lance.write_dataset(table, path, max_rows_per_file=1000)
+    lance.dataset(path).create_scalar_index("text", "INVERTED")
+    queries = ["quick", "Quick brown", "QUICK", "qiuck brwn fox", "the", "jumpin", "cafe über"]
+    queries += ["strase naive", "fx bx", "brown quick"]
+    settings = [
+        {"fuzziness": 1},
+        {"fuzziness": 2},
+        {"fuzziness": 1, "max_expansions": 2},
+        {"fuzziness": 2, "max_expansions": 3},
+        {"fuzziness": 1, "prefix_length": 2},
+        {"fuzziness": 2, "prefix_length": 1, "max_expansions": 4},
+    ]
+
+    def compare(what: str, options: list[dict[str, Any]]) -> None:
+        theirs, ours = lance.dataset(path), dataset(path)
+        for q in queries:
+            for fuzzy in settings:
+                for operator in ("Or", "And"):
+                    pq = MatchQuery(
+                        q, "text", operator=getattr(FullTextOperator, operator.upper()), **fuzzy
+                    )
+                    js = {"match": {"terms": q, "column": "text", "operator": operator, **fuzzy}}
+                    for extra in options:
+                        assert_same_answers(
+                            search(theirs, full_text_query=pq, **extra),
+                            search(ours, full_text_query=js, **extra),
+                            f"{what} {q!r} {fuzzy} {operator} {extra}",
+                        )
+
+    compare("indexed", [{}, {"limit": 5}])
+    lance.write_dataset(table.slice(0, 200), path, mode="append")
+    lance.dataset(path).delete("id % 11 = 4")
+    compare("appended", [{}, {"fast_search": True}])
+    lance.dataset(path).optimize.optimize_indices()
+    compare("optimized", [{}])
