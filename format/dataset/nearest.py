@@ -15,6 +15,7 @@ to k rows per query, in query order, each query's rows by distance, then row id.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -221,23 +222,20 @@ class RowLocator:
         addr, live = self.addresses(row_ids)
         if not live.all():
             raise InvalidInputError("take of a row id that is not a live row")
-        frag = addr >> np.uint64(32)
-        pieces, order = [], []
-        for fid in np.unique(frag):
-            sel = np.flatnonzero(frag == fid)
-            offsets = addr[sel] & np.uint64(0xFFFFFFFF)
-            uniq, inverse = np.unique(offsets, return_inverse=True)
-            batch = self._frags[int(fid)].take_physical(
-                projection, read_schema, uniq, **row_columns
-            )
-            pieces.append(batch.take(pa.array(inverse)))
-            order.append(sel)
-        if not pieces:
+        if not len(addr):
             return read_schema.empty_table()
+        # each distinct address read once, fragment by fragment in address order
+        uniq, inverse = np.unique(addr, return_inverse=True)
+        frag = uniq >> np.uint64(32)
+        cuts = [0, *(np.flatnonzero(frag[1:] != frag[:-1]) + 1).tolist(), len(uniq)]
+        pieces = [
+            self._frags[int(frag[a])].take_physical(
+                projection, read_schema, uniq[a:b] & np.uint64(0xFFFFFFFF), **row_columns
+            )
+            for a, b in itertools.pairwise(cuts)
+        ]
         table = pa.Table.from_batches(pieces, schema=read_schema)
-        positions = np.empty(len(row_ids), dtype=np.int64)
-        positions[np.concatenate(order)] = np.arange(len(row_ids))
-        return table.take(pa.array(positions))
+        return table.take(pa.array(inverse.reshape(-1)))
 
 
 def take_answers(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -64,6 +65,8 @@ from quiver.format.table.schema import LanceField
 # a file opened again (a search's answers) then costs one read, not two. Data files never change
 # once written; keys hold the file's size beside its path.
 PAGE_INDEXES: ByteLRU[MiniBlockIndex] = ByteLRU(16 << 20)
+# Takes of fewer rows decode their pages in the caller's thread (see `take`).
+_PARALLEL_TAKE_ROWS = 1024
 
 
 @dataclass(eq=False)
@@ -188,11 +191,16 @@ class StructuralFileReader(DataFileReader):
         plans, owners = [], []
         for i, col in enumerate(cols):
             ps = col.info.page_starts
-            page_of = np.searchsorted(ps, idx, side="right") - 1
-            for k in np.unique(page_of).tolist():
-                plans.append(self._take_plan(col, k, idx[page_of == k] - int(ps[k])))
+            page_of = ps.searchsorted(idx, side="right") - 1
+            # idx is sorted: each page's rows are one run of it
+            cuts = [0, *(np.flatnonzero(page_of[1:] != page_of[:-1]) + 1).tolist(), len(idx)]
+            for a, b in itertools.pairwise(cuts):
+                k = int(page_of[a])
+                plans.append(self._take_plan(col, k, idx[a:b] - int(ps[k])))
                 owners.append(i)
-        results = run_plans(plans, self._container.read_ranges)
+        # a few rows decode in less time than handing their plans to the pool costs
+        parallel = len(idx) >= _PARALLEL_TAKE_ROWS
+        results = run_plans(plans, self._container.read_ranges, parallel=parallel)
         pieces: list[list[pa.Array]] = [[] for _ in cols]
         for i, arr in zip(owners, results, strict=True):
             pieces[i].append(arr)

@@ -169,6 +169,8 @@ def plan_chunks(
         ends = rows
     cum, leftover, layers = index.cum, index.leftover, index.layers
     r_max = max_rep(layers)
+    if r_max == 0 and not span:
+        return (yield from _plan_values(layout, index, rows, where))
     if leftover is not None:
         first, last = _row_chunks(cum, leftover, ends)
         if span:
@@ -197,19 +199,6 @@ def plan_chunks(
     run_first = np.concatenate(([0], brk)).astype(I64)
     run_last = (np.concatenate((brk, [len(sel)])) - 1).astype(I64)
     a, b = sel[run_first], sel[run_last]
-    if r_max == 0 and not span:
-        # One value per row: decode only the wanted values where the codec can (FSST
-        # strings), and make no more than those logical (a dictionary lookup, string checks).
-        first_row = np.where(a > 0, cum[a - 1], 0)
-        val_end = np.cumsum(table.counts)
-        run_rows = val_end[run_last] - (val_end - table.counts)[run_first]
-        pos = _positions(rows, first_row, run_rows, where)
-        rep, defs, values = decode_table(layout, table, where, select=pos)
-        check_levels(layers, rep, defs, where)
-        defs = None if defs is None else defs[pos]
-        return DecodedPage(layers, len(pos), None, defs, values, index.dictionary), slice(
-            0, len(pos)
-        )
     rep, defs, values = decode_table(layout, table, where)
     check_levels(layers, rep, defs, where)
     if rep is None:
@@ -252,6 +241,41 @@ def plan_chunks(
     else:
         pos = _positions(rows, first_row, run_rows, where)
     return page, pos
+
+
+def _plan_values(
+    layout: pb.MiniBlockLayout, index: MiniBlockIndex, rows: np.ndarray, where: PageWhere
+) -> Generator[list[tuple[int, int]], list, tuple[DecodedPage, slice]]:
+    """`plan_chunks` for pages without lists (one value per row), where a take of a few rows
+    is mostly fixed costs: fetch the chunks holding `rows`, decode only the wanted values
+    where the codec can (FSST strings), and make no more than those logical (a dictionary
+    lookup, string checks)."""
+    cum, counts = index.cum, index.counts
+    chunk = cum.searchsorted(rows, side="right")
+    if len(chunk) and int(chunk[-1]) >= len(counts):
+        raise where.corrupt("wanted rows lie beyond the page's chunks")
+    first = np.empty(len(chunk), dtype=bool)  # rows sorted: each chunk's first wanted row
+    first[:1] = True
+    np.not_equal(chunk[1:], chunk[:-1], out=first[1:])
+    sel = chunk[first]
+    sub_sizes, sub_counts = index.sizes[sel], counts[sel]
+    first_byte = index.data_pos + index.byte_starts[sel]
+    data = yield from ra.fetch_spans(first_byte, first_byte + sub_sizes)
+    arr = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
+    large = bool(layout.has_large_chunk)
+    byte_ends, value_ends = sub_sizes.cumsum(), sub_counts.cumsum()
+    table = parse_headers(layout, arr, byte_ends - sub_sizes, sub_sizes, sub_counts, large, where)
+    k = first.cumsum() - 1  # each row's chunk among those fetched
+    chunk_first_row = np.where(sel > 0, cum[np.maximum(sel - 1, 0)], 0)
+    offset = rows - chunk_first_row[k]
+    if (offset < 0).any() or (offset >= sub_counts[k]).any():
+        raise where.corrupt("the chunks' value counts do not cover the wanted rows")
+    pos = (value_ends - sub_counts)[k] + offset
+    rep, defs, values = decode_table(layout, table, where, select=pos)
+    check_levels(index.layers, rep, defs, where)
+    defs = None if defs is None else defs[pos]
+    page = DecodedPage(index.layers, len(pos), None, defs, values, index.dictionary)
+    return page, slice(0, len(pos))
 
 
 def _positions(
