@@ -3,14 +3,15 @@
     .venv/bin/python -m benchmarks.fulltext [--rows 1000000] [--queries 200] [--rounds 3]
 
 A corpus of short documents (10 words each, drawn from a 50,000-word vocabulary with
-Zipf frequencies) is written by pylance, with an INVERTED index pylance builds. Two servers,
-each in its own process, serve the same files (hard links):
+Zipf frequencies) is written by pylance, with an INVERTED and an NGRAM index pylance builds.
+Two servers, each in its own process, serve the same files (hard links):
 
 - `quiver`: `quiver serve`;
-- `pylance`: a Flight server whose DoGet runs pylance's `to_table(full_text_query=...)`
-  (the dataset opened once, as a server keeps it); its ticket is the request, so a client
-  may skip GetFlightInfo, and a list of queries is a batch (one `to_table` each, pylance
-  having no batch search), each one's rows after its `query_index`.
+- `pylance`: a Flight server whose DoGet runs pylance's `to_table(full_text_query=...)`, or
+  `to_table(filter=...)` for a filtered read (the dataset opened once, as a server keeps
+  it); its ticket is the request, so a client may skip GetFlightInfo, and a list of queries
+  is a batch (one `to_table` each, pylance having no batch search), each one's rows after
+  its `query_index`.
 
 Single queries: each of `--queries` queries (one to three words: frequent, middling and
 rare ones) asks for the 10 best rows, one query at a time, the servers alternating query by
@@ -24,8 +25,12 @@ Batches: all `--queries` queries in one round trip (Quiver: `full_text_search_ba
 `--rounds` times, alternating; answers checked equal per query. Figures: queries per second
 of the median round, the ratio, each server's peak RSS over the whole run.
 
-Builds: `create_scalar_index("text", "INVERTED")` by pylance and by Quiver's engine on
-copies of the data, each in a fresh process (Quiver's with the allocator settings `quiver
+Filters: `--queries` reads of `contains(text, needle)` (whole rare words, and four letters
+of middling words) with GetFlightInfo + DoGet of every endpoint on both servers, which
+narrow them with the NGRAM index; answers checked equal. Figures as for single queries.
+
+Builds: `create_scalar_index("text", "INVERTED")` and `("text", "NGRAM")` by pylance and by
+Quiver's engine on copies of the data, each in a fresh process (Quiver's with the allocator settings `quiver
 serve` runs with), alternating, `--rounds` times; the ratio is pylance's seconds / Quiver's
 (above 1 Quiver builds faster).
 """
@@ -74,7 +79,8 @@ _PYLANCE_SERVER = textwrap.dedent(
         def get_flight_info(self, context, descriptor):
             req = json.loads(descriptor.command)
             ds = open_dataset(req["dataset"])
-            schema = ds.scanner(columns=req.get("columns"), full_text_query=req["full_text_query"],
+            schema = ds.scanner(columns=req.get("columns"), filter=req.get("filter"),
+                                full_text_query=req.get("full_text_query"),
                                 limit=req.get("limit")).projected_schema
             ep = flight.FlightEndpoint(descriptor.command, [self.location])
             return flight.FlightInfo(schema, descriptor, [ep], -1, -1)
@@ -83,7 +89,10 @@ _PYLANCE_SERVER = textwrap.dedent(
             # the ticket is the request: GetFlightInfo's, or a client's own (one round trip);
             # a list of queries is a batch, each one's rows after its query_index
             req = json.loads(ticket.ticket)
-            ds, queries = open_dataset(req["dataset"]), req["full_text_query"]
+            ds, queries = open_dataset(req["dataset"]), req.get("full_text_query")
+            if queries is None:  # a filtered read
+                return flight.RecordBatchStream(
+                    ds.to_table(columns=req.get("columns"), filter=req["filter"]))
             batch = isinstance(queries, list)
             tables = []
             for i, q in enumerate(queries if batch else [queries]):
@@ -119,6 +128,9 @@ def corpus(rows: int) -> tuple[Path, list[str]]:
         ds = lance.write_dataset(table, str(tmp), max_rows_per_file=250_000)
         ds.create_scalar_index("text", "INVERTED")
         tmp.rename(path)
+    ds = lance.dataset(str(path))
+    if not any(i["type"] == "NGram" for i in ds.list_indices()):
+        ds.create_scalar_index("text", "NGRAM")
     return path, vocabulary
 
 
@@ -160,6 +172,33 @@ def _one_trip(
     else:
         table = client.do_get(flight.Ticket(_command(query))).read_all()
     return time.perf_counter() - t0, table
+
+
+def needles(vocabulary: list[str], n: int) -> list[str]:
+    """`contains` needles: whole rare words (a few rows each), and four letters of middling
+    words (hundreds to thousands of rows)."""
+    rng = np.random.default_rng(2)
+    out = []
+    for i in range(n):
+        if i % 2 == 0:
+            out.append(vocabulary[int(rng.integers(2_000, 50_000))])
+        else:
+            word = vocabulary[int(rng.integers(50, 2_000))]
+            start = int(rng.integers(0, 4))
+            out.append(word[start : start + 4])
+    return out
+
+
+def _filtered(client: flight.FlightClient, needle: str) -> tuple[float, pa.Table]:
+    """GetFlightInfo + DoGet of every endpoint (either server) of a `contains` read."""
+    command = json.dumps(
+        {"dataset": "docs", "columns": ["id", "text"], "filter": f"contains(text, '{needle}')"}
+    ).encode()
+    t0 = time.perf_counter()
+    info = client.get_flight_info(flight.FlightDescriptor.for_command(command))
+    parts = [client.do_get(e.ticket).read_all() for e in info.endpoints]
+    seconds = time.perf_counter() - t0
+    return seconds, pa.concat_tables(parts).sort_by("id")
 
 
 def _same(a: pa.Table, b: pa.Table, query: str) -> None:
@@ -239,11 +278,29 @@ def searches(path: Path, vocabulary: list[str], n: int, rounds: int) -> None:
                     }
                     _same(pick["pylance"], pick["quiver"], q)
             med = {k: statistics.median(v) for k, v in seconds.items()}
-            print(f"batches of {n} queries (one round trip, {rounds} rounds): Quiver "
+            batch_line = (f"batches of {n} queries (one round trip, {rounds} rounds): Quiver "
                   f"{n / med['quiver']:.0f} q/s ({med['quiver'] * 1000:.0f} ms, peak "
                   f"{quiver.peak_mb():.0f} MB); pylance server {n / med['pylance']:.0f} q/s "
                   f"({med['pylance'] * 1000:.0f} ms, peak {pylance.peak_mb():.0f} MB); ratio "
-                  f"{med['pylance'] / med['quiver']:.2f}x", flush=True)  # fmt: skip
+                  f"{med['pylance'] / med['quiver']:.2f}x")  # fmt: skip
+            print(batch_line, flush=True)
+            times = {"quiver": [], "pylance": []}
+            rows = 0
+            for i, needle in enumerate(needles(vocabulary, n)):
+                order = ("quiver", "pylance") if i % 2 == 0 else ("pylance", "quiver")
+                got = {}
+                for name in order:
+                    seconds_, got[name] = _filtered(clients[name], needle)
+                    times[name].append(seconds_)
+                assert got["quiver"].equals(got["pylance"]), needle
+                rows += got["quiver"].num_rows
+            qps = _qps(times, n)
+            print(f"contains filters through the NGRAM index ({n}, {rows / n:.0f} rows each on "
+                  f"average): Quiver {qps['quiver']:.0f} q/s (median "
+                  f"{statistics.median(times['quiver']) * 1000:.2f} ms); pylance server "
+                  f"{qps['pylance']:.0f} q/s (median "
+                  f"{statistics.median(times['pylance']) * 1000:.2f} ms); ratio "
+                  f"{qps['quiver'] / qps['pylance']:.2f}x", flush=True)  # fmt: skip
         finally:
             quiver.stop()
             pylance.stop()
@@ -253,7 +310,7 @@ _BUILD = textwrap.dedent(
     """
     import sys, time, warnings
     warnings.simplefilter("ignore")
-    engine, path = sys.argv[1], sys.argv[2]
+    engine, path, kind = sys.argv[1], sys.argv[2], sys.argv[3]
     if engine == "quiver":
         import quiver
         from quiver.flight_server.memory import tune_allocator
@@ -263,14 +320,15 @@ _BUILD = textwrap.dedent(
         import lance
         ds = lance.dataset(path)
     t0 = time.perf_counter()
-    ds.create_scalar_index("text", "INVERTED")
+    ds.create_scalar_index("text", kind)
     print(time.perf_counter() - t0)
     """
 )
 
 
-def builds(path: Path, rounds: int) -> None:
-    """Each build in a fresh process (as a server or a job runs one), engines alternating."""
+def builds(path: Path, rounds: int, kind: str) -> None:
+    """Each build of a `kind` index in a fresh process (as a server or a job runs one),
+    engines alternating."""
     table = lance.dataset(str(path)).to_table(columns=["id", "text"])
     seconds: dict[str, list[float]] = {"quiver": [], "pylance": []}
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
@@ -279,13 +337,13 @@ def builds(path: Path, rounds: int) -> None:
                 copy = Path(tmp) / f"{name}-{i}.lance"
                 lance.write_dataset(table, str(copy), max_rows_per_file=250_000)
                 out = subprocess.run(
-                    [sys.executable, "-c", _BUILD, name, str(copy)],
+                    [sys.executable, "-c", _BUILD, name, str(copy), kind],
                     capture_output=True, text=True, check=True,
                 )  # fmt: skip
                 seconds[name].append(float(out.stdout.split()[-1]))
                 shutil.rmtree(copy)
     q, p = statistics.median(seconds["quiver"]), statistics.median(seconds["pylance"])
-    print(f"INVERTED build: Quiver {q:.2f} s, pylance {p:.2f} s; ratio {p / q:.2f}x", flush=True)
+    print(f"{kind} build: Quiver {q:.2f} s, pylance {p:.2f} s; ratio {p / q:.2f}x", flush=True)
 
 
 def main() -> None:
@@ -297,7 +355,8 @@ def main() -> None:
     path, vocabulary = corpus(args.rows)
     print(f"{args.rows:,} documents; {os.cpu_count()} cores", flush=True)
     searches(path, vocabulary, args.queries, args.rounds)
-    builds(path, args.rounds)
+    builds(path, args.rounds, "INVERTED")
+    builds(path, args.rounds, "NGRAM")
 
 
 if __name__ == "__main__":

@@ -251,7 +251,7 @@ def create_index(ctx: Context, call: Call) -> dict[str, Any]:
     name = existing_table(ctx, call, WRITE)
     column = call.str("column", required=True)
     index_type = (call.str("index_type", required=True) or "").upper()
-    if index_type == "NGRAM" or index_type.startswith("IVF_HNSW"):
+    if index_type.startswith("IVF_HNSW"):
         raise ne.unsupported(f"{call.op}: {index_type} indices are not built by Quiver yet")
     body: dict[str, Any] = {"dataset": name, "column": column, "index_type": index_type}
     if index_type in ("FTS", "INVERTED"):

@@ -42,6 +42,7 @@ from quiver.format.index.scalar.build import (
     build_label_list,
     check_type,
 )
+from quiver.format.index.scalar.ngram import NGRAM_DETAILS, POSTINGS_FILE, build_ngram
 from quiver.format.index.scalar.remap import discard
 from quiver.format.index.scalar.zonemap import (
     ZONEMAP_DETAILS,
@@ -86,6 +87,7 @@ _BUILDERS: dict[str, tuple[Any, str, tuple[str, ...]]] = {
     "BITMAP": (build_bitmap, BITMAP_DETAILS, (_bitmap.LOOKUP_FILE,)),
     "ZONEMAP": (build_zonemap, ZONEMAP_DETAILS, (ZONEMAP_FILE,)),
     "LABEL_LIST": (build_label_list, LABEL_LIST_DETAILS, (_bitmap.LOOKUP_FILE,)),
+    "NGRAM": (build_ngram, NGRAM_DETAILS, (POSTINGS_FILE,)),
 }
 
 
@@ -178,9 +180,10 @@ def create_scalar_index(
     index_uuid: str | None = None,
     **options: Any,
 ) -> DatasetCore:
-    """Build a BTREE, BITMAP, LABEL_LIST, ZONEMAP or INVERTED index of `column` over every
-    live row of this version and commit it as the next version (pylance's
-    `create_scalar_index`; INVERTED takes its tokenizer `options`); the new version."""
+    """Build a BTREE, BITMAP, LABEL_LIST, ZONEMAP, NGRAM or INVERTED index of `column` over
+    every live row of this version and commit it as the next version (pylance's
+    `create_scalar_index`; INVERTED takes its tokenizer `options`, NGRAM ignores any, as
+    pylance does); the new version."""
     kind = str(index_type).upper() if isinstance(index_type, str) else None
     kind = "INVERTED" if kind == "FTS" else kind
     if kind not in SCALAR_INDEX_TYPES:
@@ -190,10 +193,10 @@ def create_scalar_index(
         )
     if kind not in _BUILDERS:
         raise UnsupportedFeatureError(
-            f"{core.uri}: Quiver builds BTREE, BITMAP, LABEL_LIST, ZONEMAP and INVERTED scalar "
-            f"indices, not {kind} yet"
+            f"{core.uri}: Quiver builds BTREE, BITMAP, LABEL_LIST, ZONEMAP, NGRAM and INVERTED "
+            f"scalar indices, not {kind} yet"
         )
-    if options and kind != "INVERTED":
+    if options and kind not in ("INVERTED", "NGRAM"):  # pylance ignores NGRAM's options
         raise InvalidInputError(f"{core.uri}: unknown {kind} index option {sorted(options)[0]!r}")
     params = _fts.index_params(options, core.uri) if kind == "INVERTED" else None
     field = _indexed_field(core, column, fragment_ids, train)
@@ -451,7 +454,8 @@ def optimize_indices(
     unsupported = sorted(n for n, k in kinds.items() if k is None)
     if unsupported:
         raise UnsupportedFeatureError(
-            f"{core.uri}: Quiver optimizes BTREE, BITMAP, LABEL_LIST, ZONEMAP and IVF indices, not "
+            f"{core.uri}: Quiver optimizes BTREE, BITMAP, LABEL_LIST, ZONEMAP, NGRAM, INVERTED and "
+            "IVF indices, not "
             f"{', '.join(unsupported)} "
             "yet (name the others in index_names)"
         )

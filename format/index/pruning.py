@@ -1,5 +1,5 @@
 """Index-pruned reads: which fragments and rows a filter can match, found with the scalar
-indices (BTREE, BITMAP) of a version, so scans and Flight plans skip the rest.
+indices (BTREE, BITMAP, NGRAM) of a version, so scans and Flight plans skip the rest.
 
 The filter's syntax tree is walked through AND, OR and NOT (pushed down by De Morgan, which
 holds in SQL's three-valued logic). Each largest subtree that reads only one indexed column
@@ -9,6 +9,10 @@ answer is (covered fragments, row addresses): within the covered fragments, no r
 the set can match; rows of other fragments (appended after the index was built) always
 may. Scans still evaluate the whole filter on the rows they read, and deletions still
 apply: pruning only ever removes rows that cannot match.
+
+An NGRAM index answers `contains(column, 'text')`, `starts_with`, LIKE and literal regular
+expressions with the rows holding every trigram of their literal text: more rows than match
+(the scan drops the others), so it answers no negated leaf.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from quiver.format.expr.parse import parse_filter
 from quiver.format.expr.typed import flatten, unparen
 from quiver.format.index.scalar.bitmap import BitmapIndex
 from quiver.format.index.scalar.btree import BTreeIndex
+from quiver.format.index.scalar.ngram import NGramIndex, text_tokens
 from quiver.format.index.scalar.query import Bounds, Leaf
 from quiver.format.index.scalar.rows import EMPTY
 from quiver.format.io.lru import ByteLRU
@@ -77,6 +82,20 @@ class IndexPruning:
         lo, hi = np.searchsorted(self.rows, [base, base + np.uint64(1 << 32)])
         return (self.rows[lo:hi] - base).astype(np.int64)
 
+    def candidates(self, fragment_id: int, ranges: Sequence[tuple[int, int]]) -> np.ndarray | None:
+        """The offsets that may match inside `ranges` (sorted physical row ranges) of one
+        fragment; None when the fragment is not covered."""
+        offsets = self.offsets(fragment_id)
+        if offsets is None:
+            return None
+        if not ranges:
+            return offsets[:0]
+        starts = np.array([s for s, _ in ranges], dtype=np.int64)
+        stops = np.array([e for _, e in ranges], dtype=np.int64)
+        at = np.searchsorted(starts, offsets, side="right") - 1
+        inside = (at >= 0) & (offsets < stops[np.maximum(at, 0)])
+        return offsets[inside]
+
     def may_match(self, fragment_id: int, row_range: tuple[int, int] | None = None) -> bool:
         """Whether a fragment (or physical rows [start, stop) of it) can hold matches."""
         offsets = self.offsets(fragment_id)
@@ -123,12 +142,14 @@ _cache: ByteLRU[Any] = ByteLRU(CACHE_BYTES, CACHE_ENTRIES)
 
 
 def scalar_kind(entry: IndexEntry) -> str | None:
-    """ "BTREE" or "BITMAP" for the scalar indices pruning reads, else None."""
+    """ "BTREE", "BITMAP" or "NGRAM" for the scalar indices pruning reads, else None."""
     kind = entry.details_type.rsplit(".", 1)[-1]
     if kind == "BTreeIndexDetails":
         return "BTREE"
     if kind == "BitmapIndexDetails":
         return "BITMAP"
+    if kind == "NGramIndexDetails":
+        return "NGRAM"
     names = {path for path, _ in entry.files}
     if not entry.details_type and "page_lookup.lance" in names:
         return "BTREE"
@@ -138,8 +159,8 @@ def scalar_kind(entry: IndexEntry) -> str | None:
 
 
 def prune(core: Core, sql: str, filter_schema: pa.Schema) -> IndexPruning | None:
-    """The fragments and rows filter `sql` can match, found with the version's BTREE and
-    BITMAP indices; None when no index narrows it. `filter_schema` is the schema the scan
+    """The fragments and rows filter `sql` can match, found with the version's BTREE,
+    BITMAP and NGRAM indices; None when no index narrows it. `filter_schema` is the schema the scan
     compiled the filter against (columns and row id columns)."""
     manifest = core.manifest
     frags = manifest.pb.fragments
@@ -151,10 +172,11 @@ def prune(core: Core, sql: str, filter_schema: pa.Schema) -> IndexPruning | None
     if any(e.is_system for e in entries):
         return None  # a fragment reuse index: row ids of indices may point at old fragments
     by_column = _usable_indices(core, entries)
-    if not by_column:
+    ngrams = _ngram_segments(core, entries)
+    if not by_column and not ngrams:
         return None
     physical = {int(f.id): int(f.physical_rows) for f in frags}
-    walker = _Walker(core, sql, filter_schema, by_column, physical)
+    walker = _Walker(core, sql, filter_schema, by_column, physical, ngrams)
     try:
         answer = walker.visit(parse_filter(sql, dataset=core.uri), False)
     except (LanceError, pa.ArrowException, ValueError, TypeError, KeyError, RecursionError) as e:
@@ -166,17 +188,36 @@ def prune(core: Core, sql: str, filter_schema: pa.Schema) -> IndexPruning | None
     return IndexPruning(answer.covered, answer.rows, tuple(sorted(walker.used)))
 
 
-def _usable_indices(core: Core, entries: list[IndexEntry]) -> dict[str, IndexEntry]:
-    """Top-level column name -> a BTREE or BITMAP index over it that pruning can read."""
-    schema = core.manifest.schema
-    top = {f.id: f.name for f in schema.fields}
-    out: dict[str, IndexEntry] = {}
+def _top_level(core: Core, entries: list[IndexEntry]) -> list[tuple[str, str, IndexEntry]]:
+    """(column name, kind, entry) of the version-0 scalar indices pruning reads that cover
+    one top-level column."""
+    top = {f.id: f.name for f in core.manifest.schema.fields}
+    out = []
     for e in entries:
         if len(e.field_ids) != 1 or e.field_ids[0] not in top or e.fragment_ids is None:
             continue
-        if scalar_kind(e) is None or e.index_version != 0:
-            continue
-        out.setdefault(top[e.field_ids[0]], e)
+        kind = scalar_kind(e)
+        if kind is not None and e.index_version == 0:
+            out.append((top[e.field_ids[0]], kind, e))
+    return out
+
+
+def _usable_indices(core: Core, entries: list[IndexEntry]) -> dict[str, IndexEntry]:
+    """Top-level column name -> a BTREE or BITMAP index over it that pruning can read."""
+    out: dict[str, IndexEntry] = {}
+    for column, kind, e in _top_level(core, entries):
+        if kind != "NGRAM":
+            out.setdefault(column, e)
+    return out
+
+
+def _ngram_segments(core: Core, entries: list[IndexEntry]) -> dict[str, list[IndexEntry]]:
+    """Top-level column name -> the segments of one NGRAM index over it (they cover
+    disjoint fragments)."""
+    out: dict[str, list[IndexEntry]] = {}
+    for column, kind, e in _top_level(core, entries):
+        if kind == "NGRAM" and (column not in out or out[column][0].name == e.name):
+            out.setdefault(column, []).append(e)
     return out
 
 
@@ -190,11 +231,13 @@ class _Walker:
         schema: pa.Schema,
         by_column: dict[str, IndexEntry],
         physical: Mapping[int, int],
+        ngrams: dict[str, list[IndexEntry]] | None = None,
     ) -> None:
         self.core = core
         self.sql = sql
         self.schema = schema
         self.by_column = by_column
+        self.ngrams = ngrams or {}
         self.physical = physical
         self.used: set[str] = set()
 
@@ -215,6 +258,15 @@ class _Walker:
         if len(binder.columns) != 1:
             return None
         (column,) = binder.columns
+        segments = self.ngrams.get(column)
+        if segments and not negated:
+            literals = _literal_texts(node, column)
+            tokens = set().union(*map(text_tokens, literals)) if literals else set()
+            if tokens:
+                answers = [self._ngram_search(e, tokens) for e in segments]
+                rows = np.concatenate([a.rows for a in answers])
+                covered = frozenset().union(*(a.covered for a in answers))
+                return _Answer(covered, np.unique(rows) if len(answers) > 1 else rows)
         entry = self.by_column.get(column)
         if entry is None:
             return None
@@ -246,6 +298,29 @@ class _Walker:
             else:
                 rows = _loaded(BitmapIndex, store, directory).search(leaf, self.physical)
             rows = _within(rows, covered)
+            _cache.put(key, rows, rows.nbytes + 256)
+        self.used.add(entry.name)
+        return _Answer(covered, rows)
+
+    def _ngram_search(self, entry: IndexEntry, tokens: set[int]) -> _Answer:
+        """The rows of an NGRAM index holding every one of `tokens`, within the fragments
+        it covers now."""
+        covered = frozenset(entry.fragment_ids or ()).intersection(self.physical)
+        key = (
+            "answer",
+            self.core.uri,
+            self.core.manifest.version,
+            entry.uuid,
+            tuple(sorted(tokens)),
+        )
+        rows = _cache.get(key)
+        if rows is None:
+            store, directory = self.core.resolve(
+                entry.directory,
+                entry.pb.base_id if entry.pb.HasField("base_id") else None,
+                relative_to_root=True,
+            )
+            rows = _within(_loaded(NGramIndex, store, directory).rows_with_all(tokens), covered)
             _cache.put(key, rows, rows.nbytes + 256)
         self.used.add(entry.name)
         return _Answer(covered, rows)
@@ -307,6 +382,43 @@ def _bare_column(node: Any, column: str) -> exp.Expression | None:
     return None
 
 
+# characters a regular expression gives a meaning to: a pattern without them is literal text
+_REGEX_SYNTAX = frozenset("\\.^$*+?()[]{}|")
+
+
+def _literal_texts(node: exp.Expression, column: str) -> list[str] | None:
+    """The texts every value matching `node` contains, when `node` is `contains`,
+    `starts_with`, LIKE (without NOT or ESCAPE, no backslash in its pattern), or
+    `regexp_like` / `regexp_match` of a literal pattern, on the bare column; else None."""
+    if isinstance(node, (exp.Contains, exp.StartsWith, exp.Like, exp.RegexpLike)):
+        subject, pattern = node.this, node.expression
+        if node.args.get("negate") or (isinstance(node, exp.RegexpLike) and node.args.get("flag")):
+            return None
+    elif (
+        isinstance(node, exp.Anonymous)
+        and str(node.this).lower() == "regexp_match"
+        and len(node.expressions) == 2
+    ):
+        subject, pattern = node.expressions
+    else:
+        return None
+    if _bare_column(subject, column) is None:
+        return None
+    if not isinstance(pattern, exp.Literal) or not pattern.is_string:
+        return None
+    text = pattern.this
+    if isinstance(node, exp.Like):
+        if "\\" in text:
+            return None
+        return [t for t in text.replace("_", "%").split("%") if t]
+    if isinstance(node, (exp.RegexpLike, exp.Anonymous)):
+        inner = text.removeprefix("^").removesuffix("$")
+        if any(c in _REGEX_SYNTAX for c in inner):
+            return None
+        return [inner]
+    return [text]
+
+
 def _has_column(node: exp.Expression) -> bool:
     return any(True for _ in node.find_all(exp.Column, exp.Dot))
 
@@ -326,7 +438,9 @@ def _loaded(kind: Any, store: ObjectStore, directory: str) -> Any:
     index = _cache.get(key)
     if index is None:
         index = kind.load(store, directory)
-        arrays = [getattr(index, a) for a in ("mins", "maxs", "keys") if hasattr(index, a)]
+        arrays = [
+            getattr(index, a) for a in ("mins", "maxs", "keys", "tokens") if hasattr(index, a)
+        ]
         _cache.put(key, index, sum(a.nbytes for a in arrays) + 1024)
     return index
 

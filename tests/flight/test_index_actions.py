@@ -61,13 +61,33 @@ def test_build_use_and_drop_over_flight(served, name) -> None:
         assert [i["name"] for i in lance.dataset(path).list_indices()] == ["id_idx"]
 
 
+def test_ngram_index_over_flight(served, name) -> None:
+    """An NGRAM index built over Flight is pylance's, and narrows `contains` reads to the
+    fragments holding the needle's trigrams."""
+    path = served.path(name)
+    texts = [f"row {i} plain words" for i in range(20_000)]
+    texts[12_345] = "row 12345 holds a rarewordx"
+    table = pa.table({"id": np.arange(20_000, dtype=np.int64), "text": texts})
+    lance.write_dataset(table, path, max_rows_per_file=5_000)
+    with Client(served.uri) as qc:
+        assert qc.create_index(name, "text", "NGRAM") == {"version": 2, "name": "text_idx"}
+        [index] = lance.dataset(path).list_indices()
+        assert index["type"] == "NGram" and index["fragment_ids"] == {0, 1, 2, 3}
+        sql = "contains(text, 'rarewordx')"
+        assert len(qc.flight_info(name, filter=sql).endpoints) == 1
+        assert qc.read(name, filter=sql).column("id").to_pylist() == [12_345]
+        assert "ScalarIndexQuery" in lance.dataset(path).scanner(filter=sql).explain_plan()
+
+
 def test_bad_index_requests_get_their_codes(served, name) -> None:
     lance.write_dataset(_rows(100), served.path(name))
     with Client(served.uri) as qc:
         with pytest.raises(InvalidArgument, match="index type"):
             qc.create_index(name, "id", "FOO")
-        with pytest.raises(Unimplemented, match="NGRAM"):
-            qc.create_index(name, "cat", "NGRAM")
+        with pytest.raises(Unimplemented, match="BLOOMFILTER"):
+            qc.create_index(name, "cat", "BLOOMFILTER")
+        with pytest.raises(InvalidArgument, match="NGRAM index needs a text column"):
+            qc.create_index(name, "id", "NGRAM")
         with pytest.raises(InvalidArgument, match="nope"):
             qc.create_index(name, "nope", "BTREE")
         with pytest.raises(InvalidArgument, match="scalar values"):

@@ -60,6 +60,14 @@ def check_type(kind: str, column: str, type_: pa.DataType) -> None:
         if not (pa.types.is_string(type_) or pa.types.is_large_string(type_)):
             raise InvalidInputError(f"an INVERTED index needs a text column: {column!r} is {type_}")
         return
+    if kind == "NGRAM":
+        if not (
+            pa.types.is_string(type_)
+            or pa.types.is_large_string(type_)
+            or pa.types.is_string_view(type_)
+        ):
+            raise InvalidInputError(f"an NGRAM index needs a text column: {column!r} is {type_}")
+        return
     if kind == "LABEL_LIST":
         if not (pa.types.is_list(type_) or pa.types.is_large_list(type_)):
             raise InvalidInputError(

@@ -17,6 +17,7 @@ from quiver.format.index.files import IndexFile
 from quiver.format.index.pruning import Core, scalar_kind
 from quiver.format.index.scalar.bitmap import BitmapIndex
 from quiver.format.index.scalar.btree import BTreeIndex
+from quiver.format.index.scalar.ngram import POSTINGS_FILE
 from quiver.format.index.vector.index import INDEX_FILE as VECTOR_INDEX_FILE
 from quiver.format.index.vector.index import open_vector_index
 from quiver.format.index.vector.ivf import IVF_KEY, read_message
@@ -116,8 +117,8 @@ def describe_indices(core: Core) -> list[IndexDescription]:
 
 def index_statistics(core: Core, name: str) -> dict[str, Any]:
     """pylance's `index_statistics(name)`: type, segments, rows and fragments indexed and
-    not, and for BTREE (min, max, pages) and BITMAP (distinct values) indices their own
-    figures."""
+    not, and for BTREE (min, max, pages), BITMAP (distinct values) and NGRAM (tokens)
+    indices their own figures."""
     segments = _by_name(core).get(name)
     if segments is None:
         known = ", ".join(sorted(_by_name(core))) or "none"
@@ -162,6 +163,9 @@ def _segment_statistics(core: Core, entry: IndexEntry) -> dict[str, Any]:
         with IndexFile(store, f"{directory}/zonemap.lance") as f:
             size = int(f.metadata.get("rows_per_zone", b"8192"))
             return {"num_zones": f.num_rows, "rows_per_zone": size}
+    if kind == "NGRAM":
+        with IndexFile(store, f"{directory}/{POSTINGS_FILE}") as f:
+            return {"num_ngrams": f.num_rows}
     if entry.details_type.endswith("LabelListIndexDetails"):
         with IndexFile(store, f"{directory}/bitmap_page_lookup.lance") as f:
             return {"num_bitmaps": f.num_rows}
