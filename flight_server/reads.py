@@ -38,6 +38,9 @@ BATCH_BYTES = 8 << 20
 # Endpoints one read may be cut into beyond one per fragment (each holds a signed ticket in
 # memory: a million of them cost gigabytes).
 MAX_ENDPOINTS = 20_000
+# A filtered read its indices narrow to at most this many candidate rows (in fragments they
+# cover) is one endpoint: a round trip per fragment would cost more than reading them.
+FEW_CANDIDATES = 16_384
 
 
 @dataclass(frozen=True)
@@ -182,8 +185,14 @@ class Reads:
         endpoints: list[PlannedEndpoint] = []
         if request.limit == 0:
             return ScanPlan(request.dataset, ds.version, schema, [], 0, expires)
-        if request.filter is not None and request.limit is not None:
-            # the limit counts matching rows over the whole dataset: one endpoint reads it all
+        few = (
+            pruning is not None
+            and len(pruning.rows) <= FEW_CANDIDATES
+            and all(f.fragment_id in pruning.covered for f in frags)
+        )
+        if request.filter is not None and (request.limit is not None or few):
+            # the limit counts matching rows over the whole dataset, and the indices' few
+            # candidates are read in less time than more round trips take: one endpoint
             if frags:
                 endpoints.append(PlannedEndpoint(ticket(None, None, request.limit), None, None, -1))
             return ScanPlan(request.dataset, ds.version, schema, endpoints, -1, expires)

@@ -175,6 +175,12 @@ def prune(core: Core, sql: str, filter_schema: pa.Schema) -> IndexPruning | None
     ngrams = _ngram_segments(core, entries)
     if not by_column and not ngrams:
         return None
+    # the same filter on the same version and indices (a read's GetFlightInfo and DoGets)
+    uuids = sorted(e.uuid for e in [*by_column.values(), *(s for v in ngrams.values() for s in v)])
+    key = ("pruning", core.uri, manifest.version, tuple(uuids), sql, filter_schema)
+    found = _cache.get(key)
+    if found is not None:
+        return found or None
     physical = {int(f.id): int(f.physical_rows) for f in frags}
     walker = _Walker(core, sql, filter_schema, by_column, physical, ngrams)
     try:
@@ -183,9 +189,11 @@ def prune(core: Core, sql: str, filter_schema: pa.Schema) -> IndexPruning | None
         # an index that cannot be used leaves the scan whole, never wrong
         log.warning("%s: indices not used for filter %r: %s", core.uri, sql, e)
         return None
-    if answer is None or not answer.covered:
-        return None
-    return IndexPruning(answer.covered, answer.rows, tuple(sorted(walker.used)))
+    pruning = None
+    if answer is not None and answer.covered:
+        pruning = IndexPruning(answer.covered, answer.rows, tuple(sorted(walker.used)))
+    _cache.put(key, pruning or False, 512 + (pruning.rows.nbytes if pruning else 0))
+    return pruning
 
 
 def _top_level(core: Core, entries: list[IndexEntry]) -> list[tuple[str, str, IndexEntry]]:

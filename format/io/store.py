@@ -36,6 +36,11 @@ _MAP_MIN = 1 << 20
 # if it is no wider than `_MAP_SPAN_MAX`.
 _MAP_GROUPS = 8
 _MAP_SPAN_MAX = 1 << 30
+# Local reads of at most this many spans read each one into place with its own system call:
+# copying them out of the mapping faults its pages in, and they leave the page tables again
+# when the read is dropped (takes of a `contains` filter's candidates: 7.7 ms with the
+# mapping, 5.6 ms read one by one)
+_PREAD_SPANS = 512
 _MAP_MIN_AVERAGE = 4096  # bytes per range (a page); smaller ones cost less to copy than to map
 # Dropping a mapped view's pages from the page tables (where the platform can), by the
 # aligned 2 MiB around them: a fault maps a large page-cache folio whole (one entry for
@@ -292,7 +297,7 @@ class FileReader:
             return np.frombuffer(self.read(lo, hi - lo), dtype=np.uint8)
         out = np.empty(int(lengths.sum()), dtype=np.uint8)
         local = self._fd is not None
-        if local and len(starts) <= _MAP_GROUPS and hi <= self._file_size:
+        if local and len(starts) <= _PREAD_SPANS and hi <= self._file_size:
             # a few spans of a local file (a take's chunks): each read straight into place
             view, pos = memoryview(out), 0
             for s, n in zip(starts.tolist(), lengths.tolist(), strict=True):
