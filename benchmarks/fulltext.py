@@ -30,9 +30,9 @@ of middling words) with GetFlightInfo + DoGet of every endpoint on both servers,
 narrow them with the NGRAM index; answers checked equal. Figures as for single queries.
 
 Builds: `create_scalar_index("text", "INVERTED")` and `("text", "NGRAM")` by pylance and by
-Quiver's engine on copies of the data, each in a fresh process (Quiver's with the allocator settings `quiver
-serve` runs with), alternating, `--rounds` times; the ratio is pylance's seconds / Quiver's
-(above 1 Quiver builds faster).
+Quiver's engine on copies of the data, each in a fresh process (Quiver's with the allocator
+settings `quiver serve` runs with), alternating, `--rounds` times; the ratio is pylance's
+seconds / Quiver's (above 1 Quiver builds faster).
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import lance
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -53,7 +54,9 @@ USERS = {
     "reader": ("reader-Pa55word!", {"read": ["q_*"]}),  # reads the q_ datasets, writes nothing
 }
 
-# name -> (dataset, Node read options). The Python client reads each the same way first.
+QUERY_VECTOR = [0.1, -0.3, 0.7, 0.0, 0.25, -0.5, 0.9, 0.05]
+# name -> (dataset, Node read options). The Python client reads each the same way first
+# (a vector or hybrid search with `Client.nearest` / `Client.hybrid`).
 READ_CASES: dict[str, tuple[str, dict]] = {
     "types_full": ("pl_types", {}),
     "types_projection": ("pl_types", {"columns": ["uint64", "dict_str", "struct", "id"]}),
@@ -79,6 +82,35 @@ READ_CASES: dict[str, tuple[str, dict]] = {
     "sales_empty": ("q_sales", {"filter": "id < 0"}),
     "wide": ("q_wide", {}),
     "texts_search": ("fts_texts", {"fullTextQuery": "apple fox", "limit": 12}),
+    "texts_batch": (
+        "fts_texts",
+        {"fullTextQuery": ["apple fox", "river", "nothing-here"], "limit": 5},
+    ),
+    "vectors_nearest": ("hy_docs", {"nearest": {"column": "v", "q": QUERY_VECTOR, "k": 7}}),
+    "vectors_nearest_two": (
+        "hy_docs",
+        {"nearest": {"column": "v", "q": [QUERY_VECTOR, [0.5] * 8], "k": 3}, "columns": ["id"]},
+    ),
+    "hybrid_rrf": (
+        "hy_docs",
+        {
+            "nearest": {"column": "v", "q": QUERY_VECTOR, "k": 10},
+            "fullTextQuery": "apple fox",
+            "limit": 10,
+            "hybrid": {"fusion": "rrf"},
+        },
+    ),
+    "hybrid_linear": (
+        "hy_docs",
+        {
+            "nearest": {"column": "v", "q": QUERY_VECTOR, "k": 6, "nprobes": 2},
+            "fullTextQuery": {"match": {"terms": "river blue", "column": "text"}},
+            "limit": 6,
+            "hybrid": {"fusion": "linear", "weight": 0.7, "normalize": "rank"},
+            "filter": "id > 10",
+            "columns": ["id", "text"],
+        },
+    ),
     "texts_structured": (
         "fts_texts",
         {
@@ -107,6 +139,9 @@ PY_OPTION = {
     "fullTextQuery": "full_text_query",
     "fastSearch": "fast_search",
 }
+
+
+SEARCH_OPTION = {"refineFactor": "refine_factor", "rrfK": "rrf_k"}
 
 
 def _node() -> str:
@@ -153,6 +188,14 @@ def _build_root(root: Path) -> None:
     _build_history(root / "pl_history.lance", "2.2")
     texts = lance.write_dataset(text_table(800, 61), str(root / "fts_texts.lance"))
     texts.create_scalar_index("text", "INVERTED")
+    # vectors beside texts: vector, full-text and hybrid searches
+    rng = np.random.default_rng(62)
+    hybrid = text_table(600, 62)
+    vectors = rng.normal(size=(hybrid.num_rows, 8)).astype(np.float32)
+    hybrid = hybrid.append_column("v", pa.FixedSizeListArray.from_arrays(vectors.ravel(), 8))
+    hy = lance.write_dataset(hybrid, str(root / "hy_docs.lance"))
+    hy.create_scalar_index("text", "INVERTED")
+    hy.create_index("v", "IVF_FLAT", num_partitions=4)
     sales = str(root / "q_sales.lance")
     write_dataset(_sales(0, 3000), sales, max_rows_per_file=400)
     write_dataset(_sales(3000, 1000), sales, mode="append", max_rows_per_file=400)
@@ -208,6 +251,23 @@ def _auth_file(path: Path) -> Path:
     return path
 
 
+def _python_read(qc: Client, dataset: str, options: dict) -> pa.Table:
+    """What the Python client reads for a case's Node options."""
+    options = dict(options)
+    nearest, hybrid = options.pop("nearest", None), options.pop("hybrid", None)
+    kw = {PY_OPTION.get(k, k): v for k, v in options.items()}
+    if nearest is None:
+        return qc.read(dataset, **kw)
+    search = {SEARCH_OPTION.get(k, k): v for k, v in nearest.items()}
+    column, q, k = search.pop("column"), search.pop("q"), search.pop("k", 10)
+    if hybrid is None:
+        return qc.nearest(dataset, column, q, k, **search, **kw)
+    text = kw.pop("full_text_query")
+    kw.pop("limit", None)
+    fusion = {SEARCH_OPTION.get(k, k): v for k, v in hybrid.items()}
+    return qc.hybrid(dataset, column, q, text, k, **fusion, **search, **kw)
+
+
 def _expected(uri: str, out: Path) -> dict:
     """Every read case through the Python client, saved as IPC streams; the cases for Node."""
     cases = {}
@@ -217,7 +277,7 @@ def _expected(uri: str, out: Path) -> dict:
             options = dict(options)
             if "asOf" in options:
                 options["asOf"] = as_of_v3
-            table = qc.read(ds, **{PY_OPTION.get(k, k): v for k, v in options.items()})
+            table = _python_read(qc, ds, options)
             path = out / f"{name}.arrows"
             with pa.ipc.new_stream(path, table.schema) as writer:
                 writer.write_table(table)

@@ -20,7 +20,9 @@ const { RecordBatch, RecordBatchReader, RecordBatchStreamWriter, Table, makeData
 
 const errors = require('./errors');
 const ipc = require('./ipc');
-const { readCommand, putCommand, commitBody, updateBody, mergeCommand, backfillCommand, jsonBytes } = require('./commands');
+const {
+  readCommand, splitSearchOptions, putCommand, commitBody, updateBody, mergeCommand, backfillCommand, jsonBytes,
+} = require('./commands');
 const { flightServiceClient } = require('./proto');
 
 const { QuiverError, Unauthenticated, Unavailable, InvalidArgument } = errors;
@@ -601,8 +603,58 @@ class Client {
     const parts = await mapBounded(info.endpoints, concurrency, (e, _i, state) => this._fetch(e, state));
     const batches = parts.flat().map((b) => conform(b, info.schema));
     let table = new Table(info.schema, batches);
-    if (limit != null && table.numRows > Number(limit)) table = table.slice(0, Number(limit));
+    // a batch of searches holds `limit` rows per query
+    const batch = Array.isArray(rest.fullTextQuery) || info.schema.fields.some((f) => f.name === 'query_index');
+    if (limit != null && !batch && table.numRows > Number(limit)) table = table.slice(0, Number(limit));
     return table;
+  }
+
+  /**
+   * The `k` rows nearest to query vector `q` by `column`, nearest first with `_distance` (an
+   * array of vectors: each one's, after its `query_index`). Options: metric, nprobes,
+   * minimumNprobes, maximumNprobes, refineFactor, useIndex, and the read options columns,
+   * filter, prefilter, withRowId, version | tag | asOf.
+   */
+  async nearest(dataset, column, q, k = 10, options = {}) {
+    const { searching, reading } = splitSearchOptions(options);
+    return this.read(dataset, { ...reading, nearest: { column, q, k, ...searching } });
+  }
+
+  /**
+   * The `limit` rows matching a full-text query best (text, `{query, columns}` or a
+   * structured query), best first with `_score`. Options: columns, filter, prefilter,
+   * fastSearch, withRowId, version | tag | asOf.
+   */
+  async fullTextSearch(dataset, query, limit = 10, options = {}) {
+    if (Array.isArray(query)) throw new TypeError('fullTextSearch takes one query; fullTextSearchBatch an array');
+    return this.read(dataset, { ...options, fullTextQuery: query, limit });
+  }
+
+  /** Each query's `limit` best rows, the answers in turn, each row after its `query_index`. */
+  async fullTextSearchBatch(dataset, queries, limit = 10, options = {}) {
+    if (!Array.isArray(queries) || queries.length === 0) {
+      throw new TypeError('queries must be a non-empty array of full-text queries');
+    }
+    return this.read(dataset, { ...options, fullTextQuery: queries, limit });
+  }
+
+  /**
+   * The `k` best rows of a vector search (`q` by `column`) and a full-text search (`text`)
+   * fused as LanceDB's hybrid search fuses them: reciprocal rank fusion (`rrfK`) or a linear
+   * combination (`fusion: 'linear'`, `weight` for the vector side), scores normalised by
+   * value or rank (`normalize`); best first with `_relevance_score`. Other options as
+   * `nearest`'s.
+   */
+  async hybrid(dataset, column, q, text, k = 10, options = {}) {
+    const { fusion = 'rrf', rrfK, weight, normalize, ...rest } = options;
+    const { searching, reading } = splitSearchOptions(rest);
+    return this.read(dataset, {
+      ...reading,
+      nearest: { column, q, k, ...searching },
+      fullTextQuery: text,
+      limit: k,
+      hybrid: { fusion, rrfK, weight, normalize },
+    });
   }
 
   /** Stream a dataset: the endpoints one after another, in order, batch by batch. */

@@ -37,12 +37,100 @@ function asOfText(asOf) {
  * The JSON object of a read CMD descriptor; only the options that are set appear.
  * @param {string} dataset
  * @param {object} [options] columns, filter, version, tag, asOf, limit, withRowId,
- *   maxRowsPerEndpoint, appendedSince
+ *   maxRowsPerEndpoint, appendedSince; a search: fullTextQuery (a query, or an array of them:
+ *   a batch), nearest ({column, q, k, metric, nprobes, minimumNprobes, maximumNprobes,
+ *   refineFactor, useIndex}), both with hybrid ({fusion, rrfK, weight, normalize}),
+ *   prefilter, fastSearch
  */
 const READ_OPTIONS = new Set([
   'columns', 'filter', 'version', 'tag', 'asOf', 'limit', 'withRowId', 'maxRowsPerEndpoint', 'appendedSince',
-  'fullTextQuery', 'prefilter', 'fastSearch',
+  'fullTextQuery', 'prefilter', 'fastSearch', 'nearest', 'hybrid',
 ]);
+// a vector search's options: the server's keys by their JavaScript names
+const NEAREST_OPTIONS = {
+  column: 'column', q: 'q', k: 'k', metric: 'metric', nprobes: 'nprobes',
+  minimumNprobes: 'minimum_nprobes', maximumNprobes: 'maximum_nprobes',
+  refineFactor: 'refine_factor', useIndex: 'use_index',
+};
+const HYBRID_OPTIONS = { fusion: 'fusion', rrfK: 'rrf_k', weight: 'weight', normalize: 'normalize' };
+const FUSIONS = ['rrf', 'linear'];
+const NORMALIZATIONS = ['score', 'rank'];
+
+function isNumbers(v) {
+  return (ArrayBuffer.isView(v) && !(v instanceof DataView))
+    || (Array.isArray(v) && v.length > 0 && v.every((x) => typeof x === 'number'));
+}
+
+/** The query vector(s) as JSON: one vector (an array or typed array of numbers) or a list. */
+function queryVectors(q) {
+  if (isNumbers(q)) return Array.from(q, Number);
+  if (Array.isArray(q) && q.length > 0 && q.every(isNumbers)) return q.map((v) => Array.from(v, Number));
+  throw new TypeError('nearest.q must be a vector (an array or typed array of numbers) or a non-empty array of them');
+}
+
+/** The `nearest` object of a read: `{column, q, k, metric, nprobes, refineFactor, ...}`. */
+function nearestObject(nearest) {
+  if (nearest === null || typeof nearest !== 'object' || Array.isArray(nearest)) {
+    throw new TypeError('nearest must be an object {column, q, k, ...}');
+  }
+  const unknown = Object.keys(nearest).filter((k) => !(k in NEAREST_OPTIONS) && nearest[k] !== undefined);
+  if (unknown.length) throw new TypeError(`unknown nearest option(s): ${unknown.join(', ')}`);
+  if (typeof nearest.column !== 'string' || nearest.column === '') {
+    throw new TypeError('nearest.column must be a non-empty string');
+  }
+  const out = {};
+  for (const [key, wire] of Object.entries(NEAREST_OPTIONS)) {
+    const value = nearest[key];
+    if (value == null) continue;
+    if (key === 'q') out.q = queryVectors(value);
+    else if (['k', 'nprobes', 'minimumNprobes', 'maximumNprobes', 'refineFactor'].includes(key)) {
+      out[wire] = integer(`nearest.${key}`, value);
+    } else out[wire] = value;
+  }
+  return out;
+}
+
+/** The fusion options of a hybrid search: `{fusion, rrfK, weight, normalize}`. */
+function hybridObject(hybrid) {
+  if (hybrid === null || typeof hybrid !== 'object' || Array.isArray(hybrid)) {
+    throw new TypeError('hybrid must be an object {fusion, rrfK, weight, normalize}');
+  }
+  const unknown = Object.keys(hybrid).filter((k) => !(k in HYBRID_OPTIONS) && hybrid[k] !== undefined);
+  if (unknown.length) throw new TypeError(`unknown hybrid option(s): ${unknown.join(', ')}`);
+  if (hybrid.fusion != null && !FUSIONS.includes(hybrid.fusion)) {
+    throw new InvalidArgument(`hybrid.fusion must be one of ${FUSIONS.join(', ')}, not ${JSON.stringify(hybrid.fusion)}`);
+  }
+  if (hybrid.normalize != null && !NORMALIZATIONS.includes(hybrid.normalize)) {
+    throw new InvalidArgument(`hybrid.normalize must be one of ${NORMALIZATIONS.join(', ')}, not ${JSON.stringify(hybrid.normalize)}`);
+  }
+  for (const key of ['rrfK', 'weight']) {
+    if (hybrid[key] != null && !(typeof hybrid[key] === 'number' && Number.isFinite(hybrid[key]))) {
+      throw new TypeError(`hybrid.${key} must be a finite number`);
+    }
+  }
+  const out = {};
+  for (const [key, wire] of Object.entries(HYBRID_OPTIONS)) if (hybrid[key] != null) out[wire] = hybrid[key];
+  return out;
+}
+
+const READ_KEYS = ['columns', 'filter', 'prefilter', 'withRowId', 'version', 'tag', 'asOf'];
+
+/** A search's options split into the vector search's and the read's (unknown ones refused). */
+function splitSearchOptions(options) {
+  const searching = {};
+  const reading = {};
+  for (const [key, value] of Object.entries(options)) {
+    if (value === undefined) continue;
+    if (key in NEAREST_OPTIONS && !['column', 'q', 'k'].includes(key)) searching[key] = value;
+    else if (READ_KEYS.includes(key)) reading[key] = value;
+    else throw new TypeError(`unknown search option: ${key}`);
+  }
+  return { searching, reading };
+}
+
+function isTextQuery(q) {
+  return typeof q === 'string' || (q !== null && typeof q === 'object' && !Array.isArray(q));
+}
 
 function readCommand(dataset, options = {}) {
   checkDataset(dataset);
@@ -50,7 +138,7 @@ function readCommand(dataset, options = {}) {
   if (unknown.length) throw new TypeError(`unknown read option(s): ${unknown.join(', ')}`);
   const {
     columns, filter, version, tag, asOf, limit, withRowId, maxRowsPerEndpoint, appendedSince,
-    fullTextQuery, prefilter, fastSearch,
+    fullTextQuery, prefilter, fastSearch, nearest, hybrid,
   } = options;
   const pins = [['version', version], ['tag', tag], ['asOf', asOf]].filter(([, v]) => v != null);
   if (pins.length > 1) {
@@ -72,10 +160,21 @@ function readCommand(dataset, options = {}) {
   if (maxRowsPerEndpoint != null) cmd.max_rows_per_endpoint = integer('maxRowsPerEndpoint', maxRowsPerEndpoint);
   if (appendedSince != null) cmd.appended_since = integer('appendedSince', appendedSince);
   if (fullTextQuery != null) {
-    if (typeof fullTextQuery !== 'string' && (typeof fullTextQuery !== 'object' || Array.isArray(fullTextQuery))) {
-      throw new TypeError('fullTextQuery must be a string, {query, columns} or a structured query object');
+    const batch = Array.isArray(fullTextQuery);
+    if (batch ? !(fullTextQuery.length > 0 && fullTextQuery.every(isTextQuery)) : !isTextQuery(fullTextQuery)) {
+      throw new TypeError(
+        'fullTextQuery must be a string, {query, columns}, a structured query object, or a non-empty array of them',
+      );
     }
     cmd.full_text_query = fullTextQuery;
+  }
+  if (nearest != null) cmd.nearest = nearestObject(nearest);
+  if (hybrid != null) {
+    if (nearest == null || fullTextQuery == null) {
+      throw new InvalidArgument('hybrid goes with both nearest and fullTextQuery');
+    }
+    if (Array.isArray(fullTextQuery)) throw new InvalidArgument('a hybrid search takes one fullTextQuery, not a batch');
+    cmd.hybrid = hybridObject(hybrid);
   }
   if (prefilter) cmd.prefilter = true;
   if (fastSearch) cmd.fast_search = true;
@@ -234,6 +333,7 @@ module.exports = {
   WHEN_MATCHED,
   BACKFILL_MODES,
   readCommand,
+  splitSearchOptions,
   putCommand,
   commitBody,
   updateBody,

@@ -30,6 +30,37 @@ describe('reads', { skip: !config && SKIP }, () => {
     });
   }
 
+  test('nearest, hybrid and full-text helpers read what the search options read', async () => {
+    const cases = config.cases;
+    const q = cases.vectors_nearest.options.nearest.q;
+    assertTablesEqual(await client.nearest('hy_docs', 'v', q, 7), readIpc(cases.vectors_nearest.expected), 'nearest');
+    assertTablesEqual(
+      await client.hybrid('hy_docs', 'v', q, 'apple fox', 10),
+      readIpc(cases.hybrid_rrf.expected),
+      'hybrid',
+    );
+    const linear = cases.hybrid_linear.options;
+    assertTablesEqual(
+      await client.hybrid('hy_docs', 'v', q, linear.fullTextQuery, 6, {
+        ...linear.hybrid, nprobes: 2, filter: linear.filter, columns: linear.columns,
+      }),
+      readIpc(cases.hybrid_linear.expected),
+      'hybrid linear',
+    );
+    assertTablesEqual(
+      await client.fullTextSearchBatch('fts_texts', cases.texts_batch.options.fullTextQuery, 5),
+      readIpc(cases.texts_batch.expected),
+      'batch',
+    );
+    assertTablesEqual(
+      await client.fullTextSearch('fts_texts', 'apple fox', 12),
+      readIpc(cases.texts_search.expected),
+      'search',
+    );
+    await assert.rejects(client.nearest('hy_docs', 'v', q, 3, { nprobe: 2 }), /unknown search option/);
+    await assert.rejects(client.fullTextSearch('fts_texts', ['a']), TypeError);
+  });
+
   test('64-bit integers stay exact BigInts, past 2^53 and at both ends of int64', async () => {
     const table = await client.read('q_sales', { columns: ['id', 'big', 'ubig'], filter: 'id < 3' });
     assert.equal(String(table.schema.fields[1].type), 'Int64');

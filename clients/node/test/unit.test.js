@@ -131,6 +131,36 @@ test('read commands carry only the options given, in the server\'s names', () =>
   assert.deepEqual(quiver.readCommand('s', { tag: undefined, version: null }), { dataset: 's' });
 });
 
+test('search read commands: nearest, hybrid, batches', () => {
+  assert.deepEqual(
+    quiver.readCommand('d', {
+      nearest: { column: 'v', q: new Float32Array([1, 0.5]), k: 3n, refineFactor: 2, useIndex: false },
+      fullTextQuery: 'fox', limit: 3, hybrid: { fusion: 'linear', weight: 0.25, normalize: 'rank' },
+    }),
+    { dataset: 'd', limit: 3, full_text_query: 'fox',
+      nearest: { column: 'v', q: [1, 0.5], k: 3, refine_factor: 2, use_index: false },
+      hybrid: { fusion: 'linear', weight: 0.25, normalize: 'rank' } },
+  );
+  assert.deepEqual(quiver.readCommand('d', { nearest: { column: 'v', q: [[1, 2], [3, 4]] } }), {
+    dataset: 'd', nearest: { column: 'v', q: [[1, 2], [3, 4]] },
+  });
+  assert.deepEqual(quiver.readCommand('d', { fullTextQuery: ['a', { match: { terms: 'b' } }] }), {
+    dataset: 'd', full_text_query: ['a', { match: { terms: 'b' } }],
+  });
+  assert.throws(() => quiver.readCommand('d', { fullTextQuery: [] }), TypeError);
+  assert.throws(() => quiver.readCommand('d', { nearest: { q: [1] } }), /nearest.column/);
+  assert.throws(() => quiver.readCommand('d', { nearest: { column: 'v', q: 'x' } }), /nearest.q/);
+  assert.throws(() => quiver.readCommand('d', { nearest: { column: 'v', nprobe: 3 } }), /unknown nearest option/);
+  assert.throws(() => quiver.readCommand('d', { hybrid: {} }), quiver.InvalidArgument);
+  const both = { nearest: { column: 'v', q: [1] }, fullTextQuery: 'x' };
+  assert.throws(() => quiver.readCommand('d', { ...both, hybrid: { fusion: 'max' } }), quiver.InvalidArgument);
+  assert.throws(() => quiver.readCommand('d', { ...both, hybrid: { rrfK: 'x' } }), TypeError);
+  assert.throws(
+    () => quiver.readCommand('d', { ...both, fullTextQuery: ['x', 'y'], hybrid: {} }),
+    /not a batch/,
+  );
+});
+
 test('put commands and commit bodies', () => {
   assert.deepEqual(quiver.putCommand('s'), { dataset: 's', mode: 'append' });
   assert.deepEqual(quiver.putCommand('s', { mode: 'create', commit: false, job: 'j' }), {
