@@ -30,9 +30,14 @@ Options (all strings, as Spark passes them; an unknown one is refused, listing t
   ...}` reads the k rows nearest to `q` (one Spark partition, `_distance` column, nearest
   first; a list of vectors adds `query_index`), with `prefilter` (`true`: the filter picks
   the rows searched; default `false`: it drops rows from the k found). See `nearest.py`.
-- `full_text_query`: the query text, or `{"query", "columns"}` as JSON, reads the matching
-  rows best first with `_score` (one Spark partition), with `limit`, `prefilter` and
-  `fast_search` (only rows an INVERTED index covers) as in pylance's `to_table`.
+- `full_text_query`: the query text, `{"query", "columns"}` or a structured query as JSON,
+  reads the matching rows best first with `_score` (one Spark partition), with `limit`,
+  `prefilter` and `fast_search` (only rows an INVERTED index covers) as in pylance's
+  `to_table`; a JSON list of queries is a batch (each one's `limit` rows after its
+  `query_index`).
+- `nearest` and `full_text_query` together: a hybrid search (`_relevance_score`, best first),
+  fused as the `hybrid` option says (`{"fusion": "rrf" | "linear", "rrf_k", "weight",
+  "normalize"}` as JSON; default reciprocal rank fusion), `limit` rows (default `k`).
 - writes: `vector_columns` (`"embedding:768,thumb:64"`): array columns stored as Lance
   vectors (fixed-size lists) when the write creates the dataset or overwrites it
 - streams: see `streaming.py`

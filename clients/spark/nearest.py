@@ -1,4 +1,5 @@
-"""Searches of the `quiver` data source: the `nearest` and `full_text_query` options.
+"""Searches of the `quiver` data source: the `nearest` and `full_text_query` options (both:
+a hybrid search, fused as the `hybrid` option says).
 
 ```python
 df = (spark.read.format("quiver").option("uri", uri).option("dataset", "docs")
@@ -8,7 +9,9 @@ df = (spark.read.format("quiver").option("uri", uri).option("dataset", "docs")
 
 The server runs the whole search (`flight_server.nearest`): the read is one endpoint, so one
 Spark partition, whose rows come nearest first with their `_distance` (and `query_index`
-when `q` is a list of vectors), or, for `full_text_query`, best first with their `_score`.
+when `q` is a list of vectors), or, for `full_text_query`, best first with their `_score`
+(`query_index` first for a list of queries), or, for a hybrid search, best first with their
+`_relevance_score`.
 Spark's filters are never pushed into such a read: with a
 prefilter they would choose the rows searched rather than drop rows from those found.
 """

@@ -78,6 +78,7 @@ KNOWN: dict[str, tuple[str, ...]] = {
         "full_text_query",
         "fast_search",
         "limit",
+        "hybrid",
     ),
     "write": (*_CONNECTION, "vector_columns", *CHANGE_OPTIONS),
     "stream read": (
@@ -238,8 +239,21 @@ def read_options(options: Any) -> dict[str, Any]:
         out["max_rows_per_endpoint"] = step
     nearest = nearest_option(options)
     text = full_text_option(options)
+    hybrid = hybrid_option(options)
+    if hybrid is not None and (nearest is None or text is None):
+        raise QuiverOptionError(
+            "the 'hybrid' option goes with both 'nearest' and 'full_text_query'"
+        )
     if nearest is not None and text is not None:
-        raise QuiverOptionError("give 'nearest' or 'full_text_query', not both")
+        if isinstance(text, list):
+            raise QuiverOptionError("a hybrid search takes one 'full_text_query', not a list")
+        if (
+            isinstance(nearest.get("q"), list)
+            and nearest["q"]
+            and isinstance(nearest["q"][0], list)
+        ):
+            raise QuiverOptionError("a hybrid search takes one query vector, not a list")
+        out["hybrid"] = hybrid or {}
     if nearest is not None:
         out["nearest"] = nearest
     if text is not None:
@@ -259,31 +273,64 @@ def read_options(options: Any) -> dict[str, Any]:
     return out
 
 
-def full_text_option(options: Any) -> str | dict[str, Any] | None:
-    """The `full_text_query` option: the query text, or a JSON object {"query", "columns"}
-    naming the columns to search."""
+def _text_query(value: Any) -> bool:
+    """Whether a parsed JSON value is one full-text query: text, {"query", "columns"} or a
+    structured query."""
+    if isinstance(value, str):
+        return True
+    return isinstance(value, dict) and (
+        isinstance(value.get("query"), str)
+        or bool(set(value) & {"match", "multi_match", "boolean", "boost", "phrase"})
+    )
+
+
+def full_text_option(options: Any) -> str | dict[str, Any] | list[Any] | None:
+    """The `full_text_query` option: the query text, a JSON object {"query", "columns"}
+    naming the columns to search or a structured query, or a JSON list of those (a batch:
+    each query's `limit` rows after its `query_index`)."""
     import json
 
     raw = options.get("full_text_query")
     if raw is None:
         return None
     text = str(raw)
-    if text.lstrip().startswith("{"):
+    if text.lstrip().startswith(("{", "[")):
         try:
             value = json.loads(text)
         except ValueError:
             value = None
-        if not isinstance(value, dict) or not (
-            isinstance(value.get("query"), str)
-            or set(value) & {"match", "multi_match", "boolean", "boost", "phrase"}
-        ):
+        one = _text_query(value) and not isinstance(value, str)
+        batch = isinstance(value, list) and bool(value) and all(map(_text_query, value))
+        if not (one or batch):
             raise QuiverOptionError(
                 "the 'full_text_query' option is the query text, a JSON object "
-                '{"query": "...", "columns": [...]} or a structured query ({"match": ...}, '
-                f"multi_match, boolean, boost), not {raw!r}"
+                '{"query": "...", "columns": [...]}, a structured query ({"match": ...}, '
+                f"multi_match, boolean, boost, phrase) or a JSON list of them, not {raw!r}"
             )
         return value
     return text
+
+
+def hybrid_option(options: Any) -> dict[str, Any] | None:
+    """The `hybrid` option: how a hybrid search (`nearest` and `full_text_query` together)
+    fuses its two lists, a JSON object {"fusion": "rrf" | "linear", "rrf_k", "weight",
+    "normalize": "score" | "rank"}; without it, reciprocal rank fusion."""
+    import json
+
+    raw = options.get("hybrid")
+    if raw is None:
+        return None
+    try:
+        value = json.loads(str(raw))
+    except ValueError:
+        value = None
+    known = {"fusion", "rrf_k", "weight", "normalize"}
+    if not isinstance(value, dict) or set(value) - known:
+        raise QuiverOptionError(
+            "the 'hybrid' option must be a JSON object with keys among fusion, rrf_k, weight "
+            f'and normalize, e.g. {{"fusion": "linear", "weight": 0.7}}, not {raw!r}'
+        )
+    return value
 
 
 def nearest_option(options: Any) -> dict[str, Any] | None:
