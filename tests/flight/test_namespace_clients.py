@@ -10,8 +10,10 @@ from pathlib import Path
 import lance
 import lance.namespace as lns
 import lancedb
+import numpy as np
 import pyarrow as pa
 import pytest
+from fulltext_corpus import text_table
 from lance_namespace import (
     CreateNamespaceRequest,
     DescribeTableRequest,
@@ -120,6 +122,33 @@ def test_lancedb_connect_namespace(served: Served) -> None:
     db.drop_table("renamed", namespace_path=["ldb"])
     db.drop_namespace(["ldb"])
     assert "ldb" not in db.list_namespaces().namespaces
+
+
+def test_lancedb_hybrid_search_through_query_table(served: Served) -> None:
+    """lancedb's hybrid search over the namespace: its vector and full-text QueryTable
+    calls answered by Quiver (the FTS index built by CreateTableIndex), fused by lancedb as
+    when it opens the same files itself."""
+    rng = np.random.default_rng(3)
+    table = text_table(400, 9).append_column(
+        "vector",
+        pa.FixedSizeListArray.from_arrays(pa.array(rng.standard_normal(1600, np.float32)), 4),
+    )
+    db = lancedb.connect_namespace(
+        "rest", {"uri": served.url}, namespace_client_pushdown_operations=["QueryTable"]
+    )
+    db.create_namespace(["hy"])
+    db.create_table("docs", table, namespace_path=["hy"])
+    remote = db.open_table("docs", namespace_path=["hy"])
+    remote.create_fts_index("text")
+    local = lancedb.connect(str(served.root / "hy")).open_table("docs")
+    q = [0.1, 0.2, -0.3, 0.5]
+    for text, limit in (("apple fox", 5), ("river blue mountains", 12), ("zzz-nothing", 4)):
+        got = remote.search(query_type="hybrid").vector(q).text(text).limit(limit).to_arrow()
+        want = local.search(query_type="hybrid").vector(q).text(text).limit(limit).to_arrow()
+        assert got["id"].to_pylist() == want["id"].to_pylist(), text
+        assert got["_relevance_score"].to_pylist() == want["_relevance_score"].to_pylist()
+    db.drop_table("docs", namespace_path=["hy"])
+    db.drop_namespace(["hy"])
 
 
 def test_data_plane_through_the_generated_rest_client(served: Served) -> None:
