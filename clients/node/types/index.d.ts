@@ -46,11 +46,52 @@ export interface ReadOptions extends VersionOptions {
    * (`{match: {terms, column, operator, boost}}`, `multi_match`, `boolean`, `boost`). The
    * rows come best first with `_score` (one endpoint).
    */
-  fullTextQuery?: string | Record<string, unknown>;
-  /** With `fullTextQuery`: apply `filter` before the search rather than after it. */
+  fullTextQuery?: string | Record<string, unknown> | Array<string | Record<string, unknown>>;
+  /**
+   * A vector search: the `k` rows nearest to `q` by `column` with `_distance` (an array of
+   * vectors: each one's rows after its `query_index`). With `fullTextQuery`: a hybrid search.
+   */
+  nearest?: NearestQuery;
+  /** How a hybrid search (`nearest` and `fullTextQuery`) fuses its two lists. */
+  hybrid?: HybridOptions;
+  /** With `fullTextQuery` or `nearest`: apply `filter` before the search rather than after it. */
   prefilter?: boolean;
   /** With `fullTextQuery`: only the rows an INVERTED index covers. */
   fastSearch?: boolean;
+}
+
+export type QueryVector = number[] | Float32Array | Float64Array;
+
+export interface NearestOptions {
+  metric?: 'l2' | 'cosine' | 'dot' | string;
+  nprobes?: number;
+  minimumNprobes?: number;
+  maximumNprobes?: number;
+  refineFactor?: number;
+  useIndex?: boolean;
+}
+
+export interface NearestQuery extends NearestOptions {
+  column: string;
+  q: QueryVector | QueryVector[];
+  k?: number;
+}
+
+export interface HybridOptions {
+  /** Reciprocal rank fusion (default) or a linear combination of normalised scores. */
+  fusion?: 'rrf' | 'linear';
+  rrfK?: number;
+  /** The vector side's weight in a linear combination. */
+  weight?: number;
+  normalize?: 'score' | 'rank';
+}
+
+/** A search's read options: the columns, filter, pins and row ids of the rows found. */
+export interface SearchReadOptions extends VersionOptions {
+  columns?: string[];
+  filter?: string;
+  prefilter?: boolean;
+  withRowId?: boolean;
 }
 
 export interface ParallelReadOptions extends ReadOptions {
@@ -171,6 +212,10 @@ export class Client {
 
   /** One dataset version as a Table, endpoints fetched in parallel, rows in endpoint order. */
   read(dataset: string, options?: ParallelReadOptions): Promise<Table>;
+  nearest(dataset: string, column: string, q: QueryVector | QueryVector[], k?: number, options?: NearestOptions & SearchReadOptions): Promise<Table>;
+  fullTextSearch(dataset: string, query: string | Record<string, unknown>, limit?: number, options?: SearchReadOptions & { fastSearch?: boolean }): Promise<Table>;
+  fullTextSearchBatch(dataset: string, queries: Array<string | Record<string, unknown>>, limit?: number, options?: SearchReadOptions & { fastSearch?: boolean }): Promise<Table>;
+  hybrid(dataset: string, column: string, q: QueryVector, text: string | Record<string, unknown>, k?: number, options?: NearestOptions & HybridOptions & SearchReadOptions): Promise<Table>;
   /** Record batches as they arrive, endpoint after endpoint. */
   stream(dataset: string, options?: ReadOptions): AsyncGenerator<RecordBatch, void, undefined>;
   flightInfo(dataset: string, options?: ReadOptions): Promise<FlightInfo>;
@@ -210,7 +255,7 @@ export class Client {
   alterColumns(dataset: string, ...alterations: { path: string; name?: string; nullable?: boolean; data_type?: string }[]): Promise<{ version: number }>;
   dropDataset(dataset: string): Promise<{ dataset: string; dropped: boolean }>;
   /** Build a BTREE or BITMAP index of `column` in the server and commit it. */
-  createIndex(dataset: string, column: string, indexType: 'BTREE' | 'BITMAP' | 'IVF_FLAT' | 'IVF_PQ' | 'IVF_SQ' | string, options?: CreateIndexOptions): Promise<{ version: number; name: string }>;
+  createIndex(dataset: string, column: string, indexType: 'BTREE' | 'BITMAP' | 'NGRAM' | 'INVERTED' | 'IVF_FLAT' | 'IVF_PQ' | 'IVF_SQ' | string, options?: CreateIndexOptions): Promise<{ version: number; name: string }>;
   /** Index the fragments no index covers (pylance's optimize_indices). */
   optimizeIndices(dataset: string, options?: { numIndicesToMerge?: number; indexNames?: string[]; retrain?: boolean; onProgress?: (stage: IndexBuildStage) => void }): Promise<{ version: number; optimized: boolean }>;
   /** Drop the index `name` (every segment) as a new version. */
