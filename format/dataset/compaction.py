@@ -19,13 +19,13 @@ the new fragments' ids (one reservation for all of them, handed out in task orde
 Rewrite version (on the version compaction read) replaces the old fragments; nothing is
 committed when there is nothing to compact. Indices keep covering the rewritten rows, as
 with pylance 14 (which remaps at once; its deferred "fragment reuse index" is opt-in):
-every BTREE, BITMAP, LABEL_LIST and IVF index over rewritten fragments that holds row
-addresses (all of them without stable row ids) is written again with the new addresses
+every BTREE, BITMAP, LABEL_LIST, NGRAM and IVF index over rewritten fragments that holds
+row addresses (all of them without stable row ids) is written again with the new addresses
 (`format.index.scalar.remap`, `format.index.vector.remap`) and the Rewrite transaction
 names the new index files (`rewritten_indices`); one holding stable row ids (BITMAP,
 INVERTED, NGRAM, LABEL_LIST, vector) just covers the new fragments (`format.table.commit`).
-Without stable row ids, INVERTED and NGRAM indices, which pylance 14 also writes again,
-stop covering the rewritten rows here (those are then searched unindexed); ZONEMAP and
+Without stable row ids, INVERTED indices, which pylance 14 also writes again, stop covering
+the rewritten rows here (those are then searched unindexed); ZONEMAP and
 BLOOMFILTER ones keep their bitmaps, as pylance leaves them. The old index files stay for
 `cleanup_old_versions`.
 """
@@ -491,8 +491,8 @@ def _remap_indices(
 
 
 def _remap_kind(entry: IndexEntry) -> str | None:
-    """How an index is remapped: "BTREE", "BITMAP", "LABEL_LIST", "VECTOR" (IVF), or None
-    (not)."""
+    """How an index is remapped: "BTREE", "BITMAP", "LABEL_LIST", "NGRAM", "VECTOR" (IVF), or
+    None (not)."""
     if entry.details_type.endswith("VectorIndexDetails"):
         return "VECTOR"
     if entry.details_type.endswith("LabelListIndexDetails"):

@@ -1,4 +1,5 @@
-"""Remapping BTREE, BITMAP and IVF indices after compaction, as pylance 14 does by default.
+"""Remapping BTREE, BITMAP, NGRAM and IVF indices after compaction, as pylance 14 does by
+default.
 
 Compaction moves the live rows of its old fragments, in order, to new fragments, so every
 row address an index holds for an old fragment either names a deleted row (dropped) or has
@@ -6,7 +7,8 @@ a new address. A remapped index is a new index directory (fresh uuid) holding th
 index with the new addresses; the old one stays for `cleanup_old_versions`. A BTREE keeps
 its sorted values and is paged again (pylance copies the page lookup, leaving pages short;
 a fresh paging keeps them aligned for every reader), a BITMAP keeps its keys and gets its
-row id maps rewritten. Addresses of fragments not rewritten are kept as they are.
+row id maps rewritten, an NGRAM keeps its tokens and gets its posting lists rewritten.
+Addresses of fragments not rewritten are kept as they are.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-from pyroaring import BitMap
+from pyroaring import BitMap, BitMap64
 
 from quiver.format.errors import CorruptFileError, LanceError
 from quiver.format.index.files import IndexFile, write_index_file
 from quiver.format.index.scalar import bitmap as _bitmap
 from quiver.format.index.scalar import btree as _btree
+from quiver.format.index.scalar import ngram as _ngram
 from quiver.format.index.vector.remap import FILES as VECTOR_FILES
 from quiver.format.index.vector.remap import remap_vector_index
 from quiver.format.io.store import ObjectStore
@@ -143,9 +146,9 @@ def remap_index(
     pb: table_pb2.IndexMetadata,
     amap: AddressMap,
 ) -> RemappedIndex:
-    """Write index `pb` (a "BTREE", "BITMAP", "LABEL_LIST" or "VECTOR" (IVF) in `directory`
-    of `store`)
-    again with the addresses of `amap`, into a fresh `_indices/<uuid>` beside it."""
+    """Write index `pb` (a "BTREE", "BITMAP", "LABEL_LIST", "NGRAM" or "VECTOR" (IVF) in
+    `directory` of `store`) again with the addresses of `amap`, into a fresh `_indices/<uuid>`
+    beside it."""
     new_uuid = _uuid.uuid4()
     parent = directory.rsplit("/", 1)[0] if "/" in directory else ""
     target = f"{parent}/{new_uuid}" if parent else str(new_uuid)
@@ -154,12 +157,17 @@ def remap_index(
             files = _remap_btree(store, directory, target, amap)
         elif kind in ("BITMAP", "LABEL_LIST"):
             files = _remap_bitmap(store, directory, target, amap)
+        elif kind == "NGRAM":
+            files = _remap_ngram(store, directory, target, amap)
         elif kind == "VECTOR":
             files = remap_vector_index(store, directory, target, amap.apply)
         else:
             raise LanceError(f"cannot remap a {kind} index")
     except BaseException:
-        names = (_btree.DATA_FILE, _btree.LOOKUP_FILE, _bitmap.LOOKUP_FILE, *VECTOR_FILES)
+        names = (
+            _btree.DATA_FILE, _btree.LOOKUP_FILE, _bitmap.LOOKUP_FILE, _ngram.POSTINGS_FILE,
+            *VECTOR_FILES,
+        )  # fmt: skip
         discard(store, target, names)
         raise
     rewritten = transaction_pb2.Transaction.Rewrite.RewrittenIndex(
@@ -293,6 +301,43 @@ def _remap_bitmap(
     finally:
         lookup.close()
     return [(_bitmap.LOOKUP_FILE, size)]
+
+
+def _remap_ngram(
+    store: ObjectStore, directory: str, target: str, amap: AddressMap
+) -> list[tuple[str, int]]:
+    """The postings with every token kept (one whose rows were all deleted keeps an empty
+    list, as pylance keeps it) and its rows moved to their new addresses."""
+    postings = IndexFile(store, f"{directory}/{_ngram.POSTINGS_FILE}")
+    names = [f.name for f in postings.schema.fields]
+    if names != [_ngram.TOKENS, _ngram.POSTINGS]:
+        postings.close()
+        raise CorruptFileError(postings.path, f"NGRAM postings have columns {names}")
+    arrow = postings.schema.to_arrow()
+
+    def moved(blob: bytes) -> bytes:
+        try:
+            rows = np.frombuffer(BitMap64.deserialize(blob).to_array(), dtype=np.uint64)
+        except ValueError as e:  # pyroaring refuses a malformed treemap
+            raise CorruptFileError(postings.path, f"bad NGRAM posting list: {e}") from None
+        new, keep = amap.apply(rows, postings.path)
+        kept = np.sort(new[keep])
+        return BitMap64(array.array("Q", kept.tobytes()), optimize=False).serialize()
+
+    def chunks() -> Iterator[pa.Table]:
+        for start in range(0, postings.num_rows, _BITMAP_CHUNK):
+            rows = postings.read(names, start, min(start + _BITMAP_CHUNK, postings.num_rows))
+            blobs = rows.column(_ngram.POSTINGS).to_pylist()
+            remapped = pa.array([moved(b) for b in blobs], arrow.field(_ngram.POSTINGS).type)
+            yield rows.set_column(1, arrow.field(_ngram.POSTINGS), remapped)
+
+    try:
+        size = write_index_file(
+            store, f"{target}/{_ngram.POSTINGS_FILE}", postings.schema, chunks(), postings.version
+        )
+    finally:
+        postings.close()
+    return [(_ngram.POSTINGS_FILE, size)]
 
 
 def remap_row_id_map(blob: bytes, amap: AddressMap, where: str) -> bytes:
