@@ -315,15 +315,9 @@ def hybrid_option(options: Any) -> dict[str, Any] | None:
     """The `hybrid` option: how a hybrid search (`nearest` and `full_text_query` together)
     fuses its two lists, a JSON object {"fusion": "rrf" | "linear", "rrf_k", "weight",
     "normalize": "score" | "rank"}; without it, reciprocal rank fusion."""
-    import json
-
-    raw = options.get("hybrid")
+    raw, value = _json_option(options, "hybrid")
     if raw is None:
         return None
-    try:
-        value = json.loads(str(raw))
-    except ValueError:
-        value = None
     known = {"fusion", "rrf_k", "weight", "normalize"}
     if not isinstance(value, dict) or set(value) - known:
         raise QuiverOptionError(
@@ -336,15 +330,9 @@ def hybrid_option(options: Any) -> dict[str, Any] | None:
 def nearest_option(options: Any) -> dict[str, Any] | None:
     """The `nearest` option: a JSON object {"column", "q": [...], "k", "nprobes", ...}
     (the Flight descriptor's `nearest`), for a nearest-neighbour read."""
-    import json
-
-    raw = options.get("nearest")
+    raw, value = _json_option(options, "nearest")
     if raw is None:
         return None
-    try:
-        value = json.loads(str(raw))
-    except ValueError:
-        value = None
     if not isinstance(value, dict) or not isinstance(value.get("column"), str):
         raise QuiverOptionError(
             "the 'nearest' option must be a JSON object with the vector 'column' and the "
@@ -353,6 +341,19 @@ def nearest_option(options: Any) -> dict[str, Any] | None:
     if "q" not in value:
         raise QuiverOptionError("the 'nearest' option needs 'q', the query vector")
     return value
+
+
+def _json_option(options: Any, name: str) -> tuple[Any, Any]:
+    """An option's raw value and its JSON reading (None when it is absent or not JSON)."""
+    import json
+
+    raw = options.get(name)
+    if raw is None:
+        return None, None
+    try:
+        return raw, json.loads(str(raw))
+    except ValueError:
+        return raw, None
 
 
 def _bool_option(options: Any, name: str) -> bool:

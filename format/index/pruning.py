@@ -18,7 +18,7 @@ expressions with the rows holding every trigram of their literal text: more rows
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -291,36 +291,30 @@ class _Walker:
         return self._search(entry, leaf)
 
     def _search(self, entry: IndexEntry, leaf: Leaf) -> _Answer:
-        """One index's answer to a leaf, restricted to the fragments it covers now."""
-        covered = frozenset(entry.fragment_ids or ()).intersection(self.physical)
-        key = ("answer", self.core.uri, self.core.manifest.version, entry.uuid, leaf.key)
-        rows = _cache.get(key)
-        if rows is None:
-            store, directory = self.core.resolve(
-                entry.directory,
-                entry.pb.base_id if entry.pb.HasField("base_id") else None,
-                relative_to_root=True,
-            )
+        """A BTREE's or BITMAP's answer to a leaf."""
+
+        def search(store: ObjectStore, directory: str) -> np.ndarray:
             if scalar_kind(entry) == "BTREE":
-                rows = _loaded(BTreeIndex, store, directory).search(leaf)
-            else:
-                rows = _loaded(BitmapIndex, store, directory).search(leaf, self.physical)
-            rows = _within(rows, covered)
-            _cache.put(key, rows, rows.nbytes + 256)
-        self.used.add(entry.name)
-        return _Answer(covered, rows)
+                return _loaded(BTreeIndex, store, directory).search(leaf)
+            return _loaded(BitmapIndex, store, directory).search(leaf, self.physical)
+
+        return self._answer(entry, leaf.key, search)
 
     def _ngram_search(self, entry: IndexEntry, tokens: set[int]) -> _Answer:
-        """The rows of an NGRAM index holding every one of `tokens`, within the fragments
-        it covers now."""
-        covered = frozenset(entry.fragment_ids or ()).intersection(self.physical)
-        key = (
-            "answer",
-            self.core.uri,
-            self.core.manifest.version,
-            entry.uuid,
+        """The rows of an NGRAM index holding every one of `tokens`."""
+        return self._answer(
+            entry,
             tuple(sorted(tokens)),
+            lambda store, directory: _loaded(NGramIndex, store, directory).rows_with_all(tokens),
         )
+
+    def _answer(
+        self, entry: IndexEntry, asked: Any, search: Callable[[ObjectStore, str], np.ndarray]
+    ) -> _Answer:
+        """One index's answer (`search` of its store and directory, kept per version and
+        `asked`), restricted to the fragments it covers now."""
+        covered = frozenset(entry.fragment_ids or ()).intersection(self.physical)
+        key = ("answer", self.core.uri, self.core.manifest.version, entry.uuid, asked)
         rows = _cache.get(key)
         if rows is None:
             store, directory = self.core.resolve(
@@ -328,7 +322,7 @@ class _Walker:
                 entry.pb.base_id if entry.pb.HasField("base_id") else None,
                 relative_to_root=True,
             )
-            rows = _within(_loaded(NGramIndex, store, directory).rows_with_all(tokens), covered)
+            rows = _within(search(store, directory), covered)
             _cache.put(key, rows, rows.nbytes + 256)
         self.used.add(entry.name)
         return _Answer(covered, rows)

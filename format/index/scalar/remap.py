@@ -258,16 +258,23 @@ def _remap_btree(
     return [(_btree.DATA_FILE, data_size), (_btree.LOOKUP_FILE, lookup_size)]
 
 
+def _opened(store: ObjectStore, path: str, columns: list[str]) -> IndexFile:
+    """An index file, checked to hold exactly `columns`."""
+    opened = IndexFile(store, path)
+    names = [f.name for f in opened.schema.fields]
+    if names != columns:
+        opened.close()
+        raise CorruptFileError(opened.path, f"index file has columns {names}, not {columns}")
+    return opened
+
+
 def _remap_bitmap(
     store: ObjectStore, directory: str, target: str, amap: AddressMap
 ) -> list[tuple[str, int]]:
     """The lookup with every key kept and its row id map rewritten (a LABEL_LIST's map of
     null lists, in global buffer 1, too)."""
-    lookup = IndexFile(store, f"{directory}/{_bitmap.LOOKUP_FILE}")
-    names = [f.name for f in lookup.schema.fields]
-    if names != [_bitmap.KEYS, _bitmap.BITMAPS]:
-        lookup.close()
-        raise CorruptFileError(lookup.path, f"BITMAP lookup has columns {names}")
+    lookup = _opened(store, f"{directory}/{_bitmap.LOOKUP_FILE}", [_bitmap.KEYS, _bitmap.BITMAPS])
+    names = [_bitmap.KEYS, _bitmap.BITMAPS]
     arrow = lookup.schema.to_arrow()
 
     def chunks() -> Iterator[pa.Table]:
@@ -308,11 +315,8 @@ def _remap_ngram(
 ) -> list[tuple[str, int]]:
     """The postings with every token kept (one whose rows were all deleted keeps an empty
     list, as pylance keeps it) and its rows moved to their new addresses."""
-    postings = IndexFile(store, f"{directory}/{_ngram.POSTINGS_FILE}")
-    names = [f.name for f in postings.schema.fields]
-    if names != [_ngram.TOKENS, _ngram.POSTINGS]:
-        postings.close()
-        raise CorruptFileError(postings.path, f"NGRAM postings have columns {names}")
+    names = [_ngram.TOKENS, _ngram.POSTINGS]
+    postings = _opened(store, f"{directory}/{_ngram.POSTINGS_FILE}", names)
     arrow = postings.schema.to_arrow()
 
     def moved(blob: bytes) -> bytes:
