@@ -53,6 +53,9 @@ _FOLD_TABLE = str.maketrans(FOLDING)
 # splitting at single spaces; the simple tokenizer only where a text is ASCII, where its
 # alphanumeric characters are [0-9A-Za-z]
 _SPACE = ord(" ")
+# rows split by Arrow at a time: each chunk's buffers (about 100 bytes a row) stay under
+# glibc's mmap threshold, so the next chunk reuses them
+_BULK_ROWS = 65536
 _SEPARATOR_BYTES = {
     "simple": np.array(
         [_SPACE if not (chr(b).isascii() and chr(b).isalnum()) else b for b in range(256)],
@@ -68,7 +71,7 @@ _SEPARATOR_BYTES = {
 class Occurrences:
     """Every token occurrence of a column, in row then position order."""
 
-    rows: np.ndarray  # int64: the row (index into the column) of each occurrence
+    rows: np.ndarray  # int32 or int64: the row (index into the column) of each occurrence
     positions: np.ndarray  # uint32: its position in its row's base token stream (if asked)
     token_ids: np.ndarray  # int32: its token, numbered in order of first appearance
     vocabulary: list[str]  # the tokens by id
@@ -209,35 +212,69 @@ class Analyzer:
         ids: dict[str, int],
         positions: bool,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(rows, positions, token ids) of texts `rows`, split by Arrow: the words
-        dictionary-encoded as they come (empty ones between repeated separators included),
-        each distinct word judged (empty, too long) and normalised once."""
-        subset = texts if len(rows) == len(texts) else texts.take(pa.array(rows))
+        """(rows, positions, token ids) of texts `rows`, split by Arrow a chunk of rows at
+        a time (Arrow's buffers then stay small enough to be reused from the heap rather
+        than mapped and faulted in afresh): the words dictionary-encoded as they come
+        (empty ones between repeated separators included), each distinct word judged
+        (empty, too long) and normalised once over the whole column."""
+        seen = _Words()
+        parts = []
+        for start in range(0, len(rows), _BULK_ROWS):
+            chunk = rows[start : start + _BULK_ROWS]
+            owner, places, tokens = self._bulk_chunk(texts, chunk, separators, ids, seen, positions)
+            parts.append((chunk[owner].astype(self._row_type(len(texts))), places, tokens))
+        if not parts:
+            return np.zeros(0, np.int64), np.zeros(0, np.uint32), np.zeros(0, np.int32)
+        return tuple(np.concatenate(x) for x in zip(*parts, strict=True))  # type: ignore[return-value]
+
+    def _bulk_chunk(
+        self,
+        texts: pa.Array,
+        rows: np.ndarray,
+        separators: np.ndarray,
+        ids: dict[str, int],
+        seen: _Words,
+        positions: bool,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`_bulk` of one chunk of rows; the rows it answers are indices into `rows`."""
+        subset = pc.take(texts, pa.array(rows))
         split = pc.split_pattern(_spaced(subset, separators), pattern=" ")
         encoded = pc.dictionary_encode(pc.list_flatten(split))
-        limit = self.params.max_token_length
-        words = encoded.dictionary.to_pylist()
-        mapped = np.full(len(words) + 1, -1, np.int32)  # the last: nothing (no words)
-        for i, w in enumerate(words):
-            size = len(w.encode("utf-8"))
-            if size and (limit is None or size < limit):
-                mapped[i] = _id_of(ids, self._normalize(w))
+        words = encoded.dictionary
+        mapped = np.append(seen.ids_of(words, lambda w: self._word_id(w, ids)), np.int32(-1))
         indices = encoded.indices.to_numpy()
         tokens = mapped[indices]
-        kept = np.flatnonzero(tokens >= 0)
-        parents = pc.list_parent_indices(split).to_numpy()
-        owner = parents[kept] if len(rows) == len(texts) else rows[parents[kept]]
+        kept = tokens >= 0
+        everything = bool(kept.all())  # no stop word, empty or long word: nothing to drop
+        words_per_text = np.diff(np.frombuffer(split.buffers()[1], np.int32)[: len(split) + 1])
+        parents = np.repeat(np.arange(len(rows), dtype=np.int32), words_per_text)
         places = np.zeros(0, np.uint32)
         if positions:  # a word's place among the row's non-empty words
-            empty = words.index("") if "" in words else len(words)
-            nonempty = np.flatnonzero(indices != empty)
+            empty = pc.index(words, "").as_py()
+            nonempty = np.flatnonzero(indices != (len(words) if empty < 0 else empty))
             counts = np.bincount(parents[nonempty], minlength=len(rows))
             place = np.zeros(len(indices), np.int64)
             place[nonempty] = np.arange(len(nonempty)) - np.repeat(
                 np.cumsum(counts) - counts, counts
             )
-            places = place[kept].astype(np.uint32)
-        return owner, places, tokens[kept]
+            places = (place if everything else place[kept]).astype(np.uint32)
+        if everything:
+            return parents, places, tokens
+        return parents[kept], places, tokens[kept]
+
+    @staticmethod
+    def _row_type(n: int) -> type:
+        """The narrowest integer type of row indices into `n` texts."""
+        return np.int32 if n < 2**31 else np.int64
+
+    def _word_id(self, word: str, ids: dict[str, int]) -> int:
+        """The token id of one word the base tokenizer gave (-1: dropped: empty, too long,
+        a stop word)."""
+        size = len(word.encode("utf-8"))
+        limit = self.params.max_token_length
+        if not size or (limit is not None and size >= limit):
+            return -1
+        return _id_of(ids, self._normalize(word))
 
     def _one_by_one(
         self, texts: pa.Array, rows: np.ndarray, ids: dict[str, int], positions: bool
@@ -256,6 +293,32 @@ class Analyzer:
             np.array(places if positions else [], np.uint32),
             np.array(tokens, np.int32),
         )
+
+
+class _Words:
+    """The token id of every distinct word seen so far (over a column's chunks), looked up
+    a chunk's dictionary at a time in Arrow's hash kernels."""
+
+    def __init__(self) -> None:
+        self._words: list[pa.Array] = []
+        self._known = pa.array([], pa.large_string())
+        self._ids = np.zeros(0, np.int32)
+
+    def ids_of(self, words: pa.Array, new_id: Callable[[str], int]) -> np.ndarray:
+        """The ids of `words` (distinct), `new_id` giving those of words not seen before,
+        in the order they come."""
+        words = words.cast(pa.large_string())
+        at = pc.index_in(words, value_set=self._known).to_numpy(zero_copy_only=False)
+        fresh = np.isnan(at) if at.dtype.kind == "f" else np.zeros(len(at), bool)
+        out = np.empty(len(words), np.int32)
+        out[~fresh] = self._ids[at[~fresh].astype(np.int64)]
+        if fresh.any():
+            added = words.filter(pa.array(fresh))
+            new = np.array([new_id(w) for w in added.to_pylist()], np.int32)
+            out[fresh] = new
+            self._known = pa.concat_arrays([self._known, added])
+            self._ids = np.concatenate([self._ids, new])
+        return out
 
 
 def _spaced(texts: pa.Array, table: np.ndarray) -> pa.Array:

@@ -133,7 +133,7 @@ def _partition(analyzer: Analyzer, texts: pa.Array, row_ids: np.ndarray) -> dict
     # (token, document) occurrences -> per token its documents ascending and frequencies
     key = found.token_ids.astype(np.int64)
     key *= n_docs
-    key += np.cumsum(change, dtype=np.int64)
+    key += np.cumsum(change, dtype=np.int32)  # the document of each occurrence, from 1
     key -= 1
     places = found.positions
     del change, found
