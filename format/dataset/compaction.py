@@ -19,13 +19,14 @@ the new fragments' ids (one reservation for all of them, handed out in task orde
 Rewrite version (on the version compaction read) replaces the old fragments; nothing is
 committed when there is nothing to compact. Indices keep covering the rewritten rows, as
 with pylance 14 (which remaps at once; its deferred "fragment reuse index" is opt-in):
-every BTREE, BITMAP, LABEL_LIST, NGRAM and IVF index over rewritten fragments that holds
-row addresses (all of them without stable row ids) is written again with the new addresses
-(`format.index.scalar.remap`, `format.index.vector.remap`) and the Rewrite transaction
-names the new index files (`rewritten_indices`); one holding stable row ids (BITMAP,
-INVERTED, NGRAM, LABEL_LIST, vector) just covers the new fragments (`format.table.commit`).
-Without stable row ids, INVERTED indices, which pylance 14 also writes again, stop covering
-the rewritten rows here (those are then searched unindexed); ZONEMAP and
+every BTREE, BITMAP, LABEL_LIST, NGRAM, INVERTED and IVF index over rewritten fragments
+that holds row addresses (all of them without stable row ids) is written again with the new
+addresses (`format.index.scalar.remap`, `format.index.fts.remap`,
+`format.index.vector.remap`) and the Rewrite transaction names the new index files
+(`rewritten_indices`); one holding stable row ids (BITMAP, INVERTED, NGRAM, LABEL_LIST,
+vector) just covers the new fragments (`format.table.commit`). Full-text indices of format
+1 (or with per-document positions) stop covering the rewritten rows (those are then
+searched unindexed); ZONEMAP and
 BLOOMFILTER ones keep their bitmaps, as pylance leaves them. The old index files stay for
 `cleanup_old_versions`.
 """
@@ -484,19 +485,26 @@ def _remap_indices(
     for e in to_remap:
         base = e.pb.base_id if e.pb.HasField("base_id") else None
         store, directory = ds.resolve(e.directory, base, relative_to_root=True)
-        r = remap_index(store, directory, str(_remap_kind(e)), e.pb, amap)
+        try:
+            r = remap_index(store, directory, str(_remap_kind(e)), e.pb, amap)
+        except UnsupportedFeatureError:
+            if _remap_kind(e) != "INVERTED":
+                raise
+            continue  # an older full-text index: it stops covering the rewritten rows
         remapped_out.append((store, r))
         out.append(r)
     return out
 
 
 def _remap_kind(entry: IndexEntry) -> str | None:
-    """How an index is remapped: "BTREE", "BITMAP", "LABEL_LIST", "NGRAM", "VECTOR" (IVF), or
-    None (not)."""
+    """How an index is remapped: "BTREE", "BITMAP", "LABEL_LIST", "NGRAM", "INVERTED",
+    "VECTOR" (IVF), or None (not)."""
     if entry.details_type.endswith("VectorIndexDetails"):
         return "VECTOR"
     if entry.details_type.endswith("LabelListIndexDetails"):
         return "LABEL_LIST"
+    if entry.details_type.endswith("InvertedIndexDetails"):
+        return "INVERTED"
     return scalar_kind(entry)
 
 

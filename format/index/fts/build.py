@@ -129,7 +129,7 @@ def _partition(analyzer: Analyzer, texts: pa.Array, row_ids: np.ndarray) -> dict
     lengths = np.diff(np.append(starts, len(found.rows))).astype(np.uint32)
     doc_rows = np.asarray(row_ids)[found.rows[starts]].astype(np.uint64)
     vocabulary = found.vocabulary
-    n_docs, total = len(starts), int(lengths.sum())
+    n_docs = len(starts)
     # (token, document) occurrences -> per token its documents ascending and frequencies
     key = found.token_ids.astype(np.int64)
     key *= n_docs
@@ -152,6 +152,26 @@ def _partition(analyzer: Analyzer, texts: pa.Array, row_ids: np.ndarray) -> dict
     uniq = key[runs]
     tok = uniq // n_docs
     doc = (uniq - tok * n_docs).astype(np.uint32)
+    return encoded_partition(
+        tok, doc, counts, places if with_positions else None, lengths, doc_rows, vocabulary
+    )
+
+
+def encoded_partition(
+    tok: np.ndarray,
+    doc: np.ndarray,
+    counts: np.ndarray,
+    places: np.ndarray | None,
+    lengths: np.ndarray,
+    doc_rows: np.ndarray,
+    vocabulary: list[str],
+) -> dict[str, pa.Table]:
+    """The three tables of one partition (by suffix: invert, docs, tokens) from its
+    postings: token id, document and frequency of each, sorted by token then document
+    (every token id of `vocabulary` holding one at least), each one's positions after
+    another's (`places`, None without positions), and per document its row id and length.
+    Block scores are BM25 with this partition's statistics."""
+    n_docs, total = len(lengths), int(lengths.sum())
     df = np.bincount(tok, minlength=len(vocabulary)).astype(np.uint32)
     bounds = np.concatenate([[0], np.cumsum(df)]).astype(np.int64)
     # pylance's block scores: BM25 of each posting with this partition's statistics
@@ -164,11 +184,26 @@ def _partition(analyzer: Analyzer, texts: pa.Array, row_ids: np.ndarray) -> dict
     # upper bounds for pruning: a hair above, so float rounding never prunes an answer
     scores = np.nextafter(scores, np.float32(np.inf))
     postings, best = encode_postings(bounds, doc, counts.astype(np.uint32), scores)
-    positions = encode_positions(bounds, counts, places) if with_positions else None
+    positions = encode_positions(bounds, counts, places) if places is not None else None
     return {
         "invert": _invert(postings, best, df, positions),
         "docs": _docs(doc_rows, lengths, total),
         "tokens": _tokens(vocabulary),
+    }
+
+
+def empty_partition(with_positions: bool) -> dict[str, pa.Table]:
+    """The tables of a partition of no document."""
+    positions = (pa.array([], pa.large_binary()), pa.array([], pa.list_(pa.uint32())))
+    return {
+        "invert": _invert(
+            pa.array([], pa.list_(pa.large_binary())),
+            np.zeros(0, np.float32),
+            np.zeros(0, np.uint32),
+            positions if with_positions else None,
+        ),
+        "docs": _docs(np.zeros(0, np.uint64), np.zeros(0, np.uint32), 0),
+        "tokens": _tokens([]),
     }
 
 
@@ -208,18 +243,7 @@ def build_inverted(
     tables = _partition(analyzer, texts, row_ids)
     if tables or not count:
         if not tables:  # an index of no document: one empty partition, as pylance writes
-            tables = {
-                "invert": _invert(
-                    pa.array([], pa.list_(pa.large_binary())),
-                    np.zeros(0, np.float32),
-                    np.zeros(0, np.uint32),
-                    (pa.array([], pa.large_binary()), pa.array([], pa.list_(pa.uint32())))
-                    if params["with_position"]
-                    else None,
-                ),
-                "docs": _docs(np.zeros(0, np.uint64), np.zeros(0, np.uint32), 0),
-                "tokens": _tokens([]),
-            }
+            tables = empty_partition(bool(params["with_position"]))
         named = {f"part_{count}_{suffix}.lance": t for suffix, t in tables.items()}
         files += _write(store, directory, named, version)
         count += 1

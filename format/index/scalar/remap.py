@@ -1,5 +1,5 @@
-"""Remapping BTREE, BITMAP, NGRAM and IVF indices after compaction, as pylance 14 does by
-default.
+"""Remapping BTREE, BITMAP, NGRAM, INVERTED (`format.index.fts.remap`) and IVF indices after
+compaction, as pylance 14 does by default.
 
 Compaction moves the live rows of its old fragments, in order, to new fragments, so every
 row address an index holds for an old fragment either names a deleted row (dropped) or has
@@ -27,6 +27,7 @@ from pyroaring import BitMap, BitMap64
 
 from quiver.format.errors import CorruptFileError, LanceError
 from quiver.format.index.files import IndexFile, write_index_file
+from quiver.format.index.fts.remap import remap_inverted
 from quiver.format.index.scalar import bitmap as _bitmap
 from quiver.format.index.scalar import btree as _btree
 from quiver.format.index.scalar import ngram as _ngram
@@ -146,9 +147,9 @@ def remap_index(
     pb: table_pb2.IndexMetadata,
     amap: AddressMap,
 ) -> RemappedIndex:
-    """Write index `pb` (a "BTREE", "BITMAP", "LABEL_LIST", "NGRAM" or "VECTOR" (IVF) in
-    `directory` of `store`) again with the addresses of `amap`, into a fresh `_indices/<uuid>`
-    beside it."""
+    """Write index `pb` (a "BTREE", "BITMAP", "LABEL_LIST", "NGRAM", "INVERTED" or "VECTOR"
+    (IVF) in `directory` of `store`) again with the addresses of `amap`, into a fresh
+    `_indices/<uuid>` beside it."""
     new_uuid = _uuid.uuid4()
     parent = directory.rsplit("/", 1)[0] if "/" in directory else ""
     target = f"{parent}/{new_uuid}" if parent else str(new_uuid)
@@ -159,6 +160,8 @@ def remap_index(
             files = _remap_bitmap(store, directory, target, amap)
         elif kind == "NGRAM":
             files = _remap_ngram(store, directory, target, amap)
+        elif kind == "INVERTED":
+            files = remap_inverted(store, directory, target, amap.apply)
         elif kind == "VECTOR":
             files = remap_vector_index(store, directory, target, amap.apply)
         else:
