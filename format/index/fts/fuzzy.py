@@ -11,6 +11,8 @@ other than 0; None and 0 are exact).
   get nothing.
 - Each expansion is a term of its own (a token chosen for two query positions counts
   twice), scored by BM25 and summed.
+- A token reached before the budget is spent whose automaton would pass pylance's 10,000
+  states refuses the query, as pylance refuses it (`format.index.fts.automaton`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from bisect import bisect_left
 from collections.abc import Sequence
 
 import numpy as np
+
+from quiver.format.errors import InvalidInputError
+from quiver.format.index.fts.automaton import too_large
 
 _LAST = chr(0x10FFFF)  # after every token that starts with a prefix (bar this character)
 
@@ -61,6 +66,9 @@ def expand(
         remaining = max_expansions - len(chosen)
         if remaining <= 0:
             break
+        refused = too_large(token, fuzziness, prefix_length)
+        if refused is not None:
+            raise InvalidInputError(f"fuzzy token {token!r} at distance {fuzziness}: {refused}")
         prefix = token[:prefix_length]
         start = bisect_left(vocabulary, prefix)
         end = bisect_left(vocabulary, prefix + _LAST) if prefix else len(vocabulary)

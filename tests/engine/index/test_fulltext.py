@@ -7,6 +7,7 @@ columns, a column without an index; the analyzer against `lance.tokenize`-visibl
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -508,3 +509,41 @@ def test_fuzzy_matches_as_pylance_expands_them(tmp_path: Path) -> None:
     compare("appended", [{}, {"fast_search": True}])
     lance.dataset(path).optimize.optimize_indices()
     compare("optimized", [{}])
+
+
+def test_fuzzy_automata_past_the_limit_are_refused_as_pylance(tmp_path: Path) -> None:
+    """pylance refuses a fuzzy token whose Levenshtein automaton passes 10,000 states (the
+    fst crate's for ASCII tokens, lance's own after the prefix for others); Quiver refuses
+    exactly the same queries with the same message, and answers the others alike."""
+    from lance.query import MatchQuery
+
+    path = str(tmp_path / "ds")
+    texts = ["abcdefghijkl quick", "mnopqrstuvwx fox", "ñandúñandú über", "quick brown"]
+    lance.write_dataset(pa.table({"id": np.arange(4), "text": texts}), path)
+    lance.dataset(path).create_scalar_index("text", "INVERTED")
+    cases = [
+        ("abcdefghijk", 3, 0),  # 9,865 states: answered
+        ("abcdefghijkl", 3, 0),  # refused
+        ("abcdefghijkl", 3, 4),  # a prefix does not help an ASCII token
+        ("a" * 40, 5, 0),  # repeated characters stay small
+        ("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVW", 2, 0),  # 9,829: answered
+        ("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWX", 2, 0),  # refused
+        ("αβγδεζηθικλμνξο", 4, 0),  # lance's Unicode builder: answered
+        ("αβγδεζηθικλμνξοπ", 4, 0),  # refused
+        ("αβγδεζηθικλμνξοπ", 4, 1),  # refused: 9,733 states only from a prefix of 2
+        ("αβγδεζηθικλμνξοπ", 4, 2),  # answered
+        ("quick abcdefghijklm", 3, 0),  # the second token refuses the query
+    ]
+    theirs, ours = lance.dataset(path), dataset(path)
+    for term, distance, prefix in cases:
+        pq = MatchQuery(term, "text", fuzziness=distance, prefix_length=prefix)
+        js = {"match": {"terms": term, "column": "text", "fuzziness": distance,
+                        "prefix_length": prefix}}  # fmt: skip
+        try:
+            want = search(theirs, full_text_query=pq)
+        except ValueError as e:
+            reason = str(e).split("failed to construct the fuzzy query: ")[1].split(",")[0]
+            with pytest.raises(InvalidInputError, match=re.escape(reason)):
+                search(ours, full_text_query=js)
+            continue
+        assert_same_answers(want, search(ours, full_text_query=js), f"{term} {distance}")
