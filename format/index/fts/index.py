@@ -139,43 +139,12 @@ class InvertedIndex:
         self.analyzer = Analyzer(self.params)
         try:
             for pid in ids:
-                self.partitions.append(self._partition(store, directory, int(pid), token_format))
+                self.partitions.append(open_partition(store, directory, int(pid), token_format))
         except BaseException:
             self.close()
             raise
         self.num_docs = sum(len(p.row_ids) for p in self.partitions)
         self.total_tokens = sum(p.total_tokens for p in self.partitions)
-
-    @staticmethod
-    def _partition(store: ObjectStore, directory: str, pid: int, token_format: str) -> Partition:
-        prefix = f"{directory}/part_{pid}"
-        with IndexFile(store, f"{prefix}_tokens.lance") as tf:
-            if token_format == "fst":
-                raw = tf.read(["_token_fst_bytes"]).column(0)[0].as_py()
-                tokens: FstMap | dict[str, int] = FstMap(raw, tf.path)
-            else:
-                t = tf.read(["_token", "_token_id"])
-                tokens = dict(zip(t.column(0).to_pylist(), t.column(1).to_pylist(), strict=True))
-        with IndexFile(store, f"{prefix}_docs.lance") as df:
-            docs = df.read(["_rowid", "_num_tokens"])
-            row_ids = docs.column(0).to_numpy().astype(np.uint64)
-            lengths = docs.column(1).to_numpy().astype(np.float32)
-            total = df.metadata.get("total_tokens")
-            total_tokens = int(total) if total is not None else int(lengths.sum())
-        invert = IndexFile(store, f"{prefix}_invert.lance")
-        try:
-            df_counts = invert.read(["_length"]).column(0).to_numpy().astype(np.int64)
-            codec = invert.metadata.get("posting_tail_codec", FIXED32.encode()).decode()
-            if codec not in (VARINT, FIXED32):
-                raise UnsupportedFeatureError(f"{invert.path}: posting codec {codec!r}")
-        except BaseException:
-            invert.close()
-            raise
-        names = {f.name for f in invert.schema.fields}
-        positions = next((c for c in (V2_POSITIONS, V1_POSITIONS) if set(c) <= names), ())
-        return Partition(
-            tokens, row_ids, lengths, total_tokens, invert, df_counts, codec, positions
-        )
 
     def vocabulary(self) -> list[str]:
         """Every token of this segment (all partitions'), sorted; read once."""
@@ -229,6 +198,37 @@ class InvertedIndex:
 # Open indices kept (their token dictionaries and document tables: a few bytes per document).
 OPEN_INDICES = 16
 _OPEN: OpenOnce[InvertedIndex] = OpenOnce(OPEN_INDICES)
+
+
+def open_partition(store: ObjectStore, directory: str, pid: int, token_format: str) -> Partition:
+    """Partition `pid` of the index segment in `directory`, open (its postings file stays
+    open: close `invert` when done)."""
+    prefix = f"{directory}/part_{pid}"
+    with IndexFile(store, f"{prefix}_tokens.lance") as tf:
+        if token_format == "fst":
+            raw = tf.read(["_token_fst_bytes"]).column(0)[0].as_py()
+            tokens: FstMap | dict[str, int] = FstMap(raw, tf.path)
+        else:
+            t = tf.read(["_token", "_token_id"])
+            tokens = dict(zip(t.column(0).to_pylist(), t.column(1).to_pylist(), strict=True))
+    with IndexFile(store, f"{prefix}_docs.lance") as df:
+        docs = df.read(["_rowid", "_num_tokens"])
+        row_ids = docs.column(0).to_numpy().astype(np.uint64)
+        lengths = docs.column(1).to_numpy().astype(np.float32)
+        total = df.metadata.get("total_tokens")
+        total_tokens = int(total) if total is not None else int(lengths.sum())
+    invert = IndexFile(store, f"{prefix}_invert.lance")
+    try:
+        df_counts = invert.read(["_length"]).column(0).to_numpy().astype(np.int64)
+        codec = invert.metadata.get("posting_tail_codec", FIXED32.encode()).decode()
+        if codec not in (VARINT, FIXED32):
+            raise UnsupportedFeatureError(f"{invert.path}: posting codec {codec!r}")
+    except BaseException:
+        invert.close()
+        raise
+    names = {f.name for f in invert.schema.fields}
+    positions = next((c for c in (V2_POSITIONS, V1_POSITIONS) if set(c) <= names), ())
+    return Partition(tokens, row_ids, lengths, total_tokens, invert, df_counts, codec, positions)
 
 
 def open_inverted(store: ObjectStore, directory: str, uuid: str) -> InvertedIndex:

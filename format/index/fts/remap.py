@@ -22,7 +22,7 @@ import pyarrow as pa
 from quiver.format.errors import CorruptFileError, UnsupportedFeatureError
 from quiver.format.index.files import IndexFile, write_index_file
 from quiver.format.index.fts.build import empty_partition, encoded_partition
-from quiver.format.index.fts.index import V2_POSITIONS, InvertedIndex, Partition
+from quiver.format.index.fts.index import V2_POSITIONS, Partition, open_partition
 from quiver.format.index.fts.postings import decode_positions, decode_postings
 from quiver.format.io.store import ObjectStore
 from quiver.format.table.schema import LanceSchema
@@ -58,7 +58,7 @@ def remap_inverted(
     written: list[tuple[str, int]] = []
     try:
         for pid in ids:
-            part = InvertedIndex._partition(store, directory, pid, token_format)
+            part = open_partition(store, directory, pid, token_format)
             try:
                 tables = _remapped(part, moves)
             finally:
