@@ -237,6 +237,7 @@ class Analyzer:
         positions: bool,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """`_bulk` of one chunk of rows; the rows it answers are indices into `rows`."""
+        # a compact copy even for a run of rows: `_spaced` maps a slice's whole buffer
         subset = pc.take(texts, pa.array(rows))
         split = pc.split_pattern(_spaced(subset, separators), pattern=" ")
         encoded = pc.dictionary_encode(pc.list_flatten(split))
