@@ -70,6 +70,7 @@ class Planning:
     pins: dict[str, int] = field(default_factory=dict)  # "name@ref" -> version to read
     resolved: dict[str, int] = field(default_factory=dict)  # "name@ref" -> version read
     tables: dict[str, QuiverTable] = field(default_factory=dict)  # dataset name -> latest table
+    opened: list[QuiverTable] = field(default_factory=list)  # every table resolved
     part: tuple[int, int] | None = None  # (i, n): tables read only their i-th of n groups
 
 
@@ -135,6 +136,7 @@ class QuiverCatalog(CatalogProvider):
             )
             if not at:
                 scope.tables[name] = quiver_table
+            scope.opened.append(quiver_table)
             return Table(quiver_table)
         if refused is not None:
             self.service.authorize(scope.identity, refused, READ)  # raises PermissionDenied

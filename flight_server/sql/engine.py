@@ -32,6 +32,7 @@ from quiver.flight_server.sql.catalog import (
 )
 from quiver.flight_server.sql.recent import RecentPlans, plan_key
 from quiver.flight_server.sql.tables import STEP_BYTES
+from quiver.flight_server.sql.topk import push_top_k
 
 if TYPE_CHECKING:
     from quiver.flight_server.service import DatasetService
@@ -129,6 +130,7 @@ class SqlEngine:
             try:
                 frame = self.context.sql(query, options=self._options, param_values=values)
                 schema = frame.schema()
+                push_top_k(frame.optimized_logical_plan(), scope.opened)
             except BaseException as e:  # noqa: BLE001 - the engine's errors are the SQL's
                 if isinstance(e, QuiverError) or classify(e)[0] != "internal":
                     raise  # resolving a table failed: a rights, name or storage error

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
+from quiver.flight_server.sql.topk import TopK, TopKScan
 from quiver.format.dataset import LanceDataset
 from quiver.format.dataset.fragment import LanceFragment
 from quiver.format.dataset.scan import Scanner
@@ -91,12 +92,20 @@ class _Scan:
 
 
 class _FragmentGroup:
-    """Several fragments scanned one after another: one partition of the engine's scan."""
+    """Several fragments scanned one after another: one partition of the engine's scan
+    (of only the rows that can be among its first k, when the query is a `TopK`)."""
 
-    def __init__(self, ds: LanceDataset, fragments: list[LanceFragment], step_bytes: int) -> None:
+    def __init__(
+        self,
+        ds: LanceDataset,
+        fragments: list[LanceFragment],
+        step_bytes: int,
+        top_k: TopK | None = None,
+    ) -> None:
         self._ds = ds
         self._fragments = fragments
         self._step_bytes = step_bytes
+        self._top_k = top_k
 
     def scanner(
         self,
@@ -105,8 +114,16 @@ class _FragmentGroup:
         filter: pc.Expression | None = None,
         batch_size: int | None = None,
         **_: Any,
-    ) -> _Scan:
-        return _Scan(self._ds, self._fragments, columns, filter, self._step_bytes)
+    ) -> _Scan | TopKScan:
+        def scan() -> _Scan:
+            return _Scan(self._ds, self._fragments, columns, filter, self._step_bytes)
+
+        if self._top_k is None:
+            return scan()
+        fallback = lambda: scan().to_batches()  # noqa: E731
+        return TopKScan(
+            self._ds, self._fragments, columns, filter, self._step_bytes, self._top_k, fallback
+        )
 
 
 class QuiverTable(pads.Dataset):
@@ -128,6 +145,8 @@ class QuiverTable(pads.Dataset):
         self._step_bytes = step_bytes
         # (i, n): only the i-th of the n fragment groups `get_fragments` deals, as one group
         self._part = part
+        # set once the query is planned, when it keeps only its first k rows by a column
+        self.top_k: TopK | None = None
 
     @property
     def schema(self) -> pa.Schema:  # type: ignore[override]
@@ -148,9 +167,12 @@ class QuiverTable(pads.Dataset):
         fragments = self._ds.get_fragments()
         if self._part is not None:
             i, n = self._part
-            return [_FragmentGroup(self._ds, fragments[i::n], self._step_bytes)]
+            return [_FragmentGroup(self._ds, fragments[i::n], self._step_bytes, self.top_k)]
         n = max(1, min(self._partitions, len(fragments)))
-        return [_FragmentGroup(self._ds, fragments[i::n], self._step_bytes) for i in range(n)]
+        return [
+            _FragmentGroup(self._ds, fragments[i::n], self._step_bytes, self.top_k)
+            for i in range(n)
+        ]
 
     def to_batches(self, **kwargs: Any) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         return self.scanner(**kwargs).to_batches()

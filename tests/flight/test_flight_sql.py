@@ -45,6 +45,13 @@ QUERIES = {
         "FROM facts GROUP BY grp ORDER BY grp"
     ),
     "top-k": "SELECT id, value FROM facts WHERE value IS NOT NULL ORDER BY value DESC, id LIMIT 7",
+    "top-k of whole rows, nulls first": (
+        "SELECT * FROM facts ORDER BY value DESC NULLS FIRST, id LIMIT 400"
+    ),
+    "top-k through aliases, with an offset": (
+        "SELECT f.id AS i, f.qty AS q FROM facts f WHERE grp = 'g1' ORDER BY q, i LIMIT 9 OFFSET 3"
+    ),
+    "top-k by time, legacy storage": "SELECT id, ts FROM legacy ORDER BY ts DESC LIMIT 5",
     "join with a dimension": (
         "SELECT d.label, count(*) AS n, sum(f.qty * d.weight) AS w FROM facts f "
         "JOIN team.dims d ON f.grp = d.grp WHERE f.flag GROUP BY d.label ORDER BY d.label"
