@@ -115,8 +115,32 @@ def compare_constants(op: str, x: float | None, y: float | None) -> bool | None:
     }[op]
 
 
+_MIRRORED = {
+    "equal": "equal",
+    "not_equal": "not_equal",
+    "less": "greater",
+    "less_equal": "greater_equal",
+    "greater": "less",
+    "greater_equal": "less_equal",
+}
+
+
 def compare(op: str, a: Side, b: Side, dtype: pa.DataType) -> pc.Expression:
     """`a <op> b` in total order; NULL when either side is NULL."""
+    if a.const and not b.const and a.nan is False:
+        return compare(_MIRRORED[op], b, a, dtype)
+    if b.const and not a.const and b.nan is False and a.neg_nan is False:
+        # against a number, a value that is no -NaN compares as in IEEE order except that
+        # a NaN is greater: one comparison (`x > 1` is `NOT (x <= 1)`, true on NaN)
+        x, c = a.expr, b.expr
+        return {
+            "equal": pc.equal(x, c),
+            "not_equal": pc.invert(pc.equal(x, c)),
+            "less": pc.less(x, c),
+            "greater_equal": pc.invert(pc.less(x, c)),
+            "greater": pc.invert(pc.less_equal(x, c)),
+            "less_equal": pc.less_equal(x, c),
+        }[op]
     # where one side may be -NaN, the other side's "not -NaN" must still be NULL on NULL
     if not isinstance(b.neg_nan, bool) and a.neg_nan is False and not a.const:
         a = replace(a, neg_nan=and_(a.nan, not_(a.nan)))
