@@ -50,6 +50,7 @@ from quiver.format.index.fts.fuzzy import expand
 from quiver.format.index.fts.index import InvertedIndex, cache_arrays, open_inverted
 from quiver.format.index.fts.phrase import indexed_match, scanned_match
 from quiver.format.io.lru import ByteLRU
+from quiver.format.numeric import unique_sorted
 from quiver.format.table.indices import IndexEntry, indices_of
 
 SCORE = "_score"
@@ -206,7 +207,7 @@ def _score(
     if not parts:
         return np.empty(0, np.uint64), np.empty(0, np.float32)
     # one token's rows are distinct already (each row is in one partition of one segment)
-    ids = np.sort(parts[0]) if len(parts) == 1 else np.unique(np.concatenate(parts))
+    ids = np.sort(parts[0]) if len(parts) == 1 else unique_sorted(np.concatenate(parts))
     scores = np.zeros(len(ids), np.float32)
     for t in tokens:
         if t not in found or not corpus.df[t]:
@@ -439,7 +440,7 @@ class FullTextSearch:
             for other, _ in must[1:]:
                 ids = np.intersect1d(ids, other)
         else:
-            ids = np.unique(np.concatenate([i for i, _ in should]))
+            ids = unique_sorted(np.concatenate([i for i, _ in should]))
         scores = np.zeros(len(ids), np.float32)
         for part_ids, part_scores in (*must, *should):
             at = np.searchsorted(part_ids, ids)
@@ -528,7 +529,7 @@ class FullTextSearch:
         longest = max(len(rows) for rows, _, _ in lists.values())
         depth = max(4 * top, 256)
         while True:
-            seen = np.unique(np.concatenate([r[o[:depth]] for r, _, o in lists.values()]))
+            seen = unique_sorted(np.concatenate([r[o[:depth]] for r, _, o in lists.values()]))
             seen = seen[live(seen)]
             scores = np.zeros(len(seen), np.float32)
             bound = np.float32(0)

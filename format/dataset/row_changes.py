@@ -28,6 +28,7 @@ from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fragment import fragments_of
 from quiver.format.dataset.write import DEFAULT_MAX_ROWS_PER_FILE, write_fragment_files
 from quiver.format.errors import CommitConflictError, InvalidInputError
+from quiver.format.numeric import unique_sorted
 from quiver.format.proto import table_pb2, transaction_pb2
 from quiver.format.table.commit import commit_transaction
 from quiver.format.table.deletion import with_deletion_file
@@ -70,7 +71,9 @@ class RowChange:
             fid = int(piece[0] >> np.uint64(32))
             offsets = (piece & _LOW32).astype(np.uint64)
             old = self.affected.get(fid)
-            self.affected[fid] = np.union1d(old, offsets) if old is not None else np.unique(offsets)
+            self.affected[fid] = (
+                np.union1d(old, offsets) if old is not None else unique_sorted(offsets)
+            )
 
     @property
     def written_files(self) -> list[str]:

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from quiver.format.dataset.core import DatasetCore
+from quiver.format.numeric import unique_sorted
 from quiver.format.proto import table_pb2
 from quiver.format.table.deletion import deletion_file_path, read_deletion_file
 
@@ -67,7 +68,7 @@ class SystemColumns:
         fids = (addresses >> np.uint64(32)).astype(np.int64)
         offsets = (addresses & np.uint64(0xFFFFFFFF)).astype(np.int64)
         out = {name: np.empty(len(addresses), np.uint64) for name in names}
-        unique = np.unique(fids)
+        unique = unique_sorted(fids)
         for fid in unique:
             sel = slice(None) if len(unique) == 1 else fids == fid
             frag = self._fragment(int(fid))

@@ -17,6 +17,7 @@ from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, ROW_COLUMNS, Scanner
 from quiver.format.dataset.system_columns import ROW_OFFSET, SYSTEM_FIELDS
 from quiver.format.errors import InvalidInputError
 from quiver.format.expr import evaluate_expressions
+from quiver.format.numeric import unique_sorted
 from quiver.format.table.schema import LanceSchema
 
 if TYPE_CHECKING:  # fragments import this module to take their own rows
@@ -47,7 +48,7 @@ def take(
         )
     which = np.searchsorted(starts, idx, side="right") - 1
     physical = np.empty(len(idx), np.int64)
-    for fi in np.unique(which):
+    for fi in unique_sorted(which):
         sel = which == fi
         physical[sel] = _physical(frags[int(fi)], idx[sel] - starts[fi])
     return gather(core, frags, which, physical, columns, with_row_id, with_row_address)
@@ -94,7 +95,7 @@ def take_rows(
         by_id = {f.fragment_id: i for i, f in enumerate(frags)}
         fids = (ids >> np.uint64(32)).astype(np.int64)
         offsets = (ids & np.uint64(0xFFFFFFFF)).astype(np.int64)
-        for fid in np.unique(fids):
+        for fid in unique_sorted(fids):
             fi = by_id.get(int(fid))
             if fi is None:
                 continue
@@ -201,7 +202,7 @@ def gather(
         schema = schema.set(at, schema.field(at).with_nullable(False))
     pieces: list[pa.RecordBatch] = []
     order: list[np.ndarray] = []
-    for fi in np.unique(which):
+    for fi in unique_sorted(which):
         sel = np.flatnonzero(which == fi)
         uniq, inverse = np.unique(physical[sel], return_inverse=True)
         batch = frags[int(fi)].take_physical(

@@ -37,6 +37,7 @@ from quiver.format.index.scalar.query import Bounds, Leaf
 from quiver.format.index.scalar.rows import EMPTY
 from quiver.format.io.lru import ByteLRU
 from quiver.format.io.store import ObjectStore
+from quiver.format.numeric import unique_sorted
 from quiver.format.table.indices import IndexEntry, indices_of
 from quiver.format.table.manifest import Manifest
 
@@ -116,7 +117,7 @@ class IndexPruning:
             return None
         if not len(offsets) or not ranges:
             return []
-        blocks = np.unique(offsets // BLOCK_ROWS)
+        blocks = unique_sorted(offsets // BLOCK_ROWS)
         # runs of consecutive blocks become one range
         breaks = np.flatnonzero(np.diff(blocks) > 1)
         starts = blocks[np.concatenate(([0], breaks + 1))] * BLOCK_ROWS
@@ -274,7 +275,7 @@ class _Walker:
                 answers = [self._ngram_search(e, tokens) for e in segments]
                 rows = np.concatenate([a.rows for a in answers])
                 covered = frozenset().union(*(a.covered for a in answers))
-                return _Answer(covered, np.unique(rows) if len(answers) > 1 else rows)
+                return _Answer(covered, unique_sorted(rows) if len(answers) > 1 else rows)
         entry = self.by_column.get(column)
         if entry is None:
             return None
@@ -473,7 +474,7 @@ def _all_of(parts: list[_Answer | None]) -> _Answer | None:
             _within(out.rows, out.covered - p.covered),
             _within(p.rows, p.covered - out.covered),
         ]
-        out = _Answer(out.covered | p.covered, np.unique(np.concatenate(pieces)))
+        out = _Answer(out.covered | p.covered, unique_sorted(np.concatenate(pieces)))
     return out
 
 
@@ -484,5 +485,5 @@ def _any_of(parts: list[_Answer | None]) -> _Answer | None:
     covered = frozenset.intersection(*(p.covered for p in parts))
     if not covered:
         return None
-    rows = np.unique(np.concatenate([_within(p.rows, covered) for p in parts]))
+    rows = unique_sorted(np.concatenate([_within(p.rows, covered) for p in parts]))
     return _Answer(covered, rows.astype(np.uint64))

@@ -67,6 +67,14 @@ from quiver.format.table.schema import LanceField
 PAGE_INDEXES: ByteLRU[MiniBlockIndex] = ByteLRU(16 << 20)
 # Takes of fewer rows decode their pages in the caller's thread (see `take`).
 _PARALLEL_TAKE_ROWS = 1024
+# Whole columns of fixed-width values, decoded once a file's column has served a few takes:
+# a search's answers are a few rows of the same files again and again, and a take of
+# decoded values costs an index, not a page's plan (ClickHouse keeps an uncompressed cache
+# for such short queries). Keyed like the page indexes; at most `TAKEN_COLUMN_BYTES` each.
+TAKEN_COLUMNS: ByteLRU[pa.Array] = ByteLRU(64 << 20)
+TAKEN_COLUMN_BYTES = 16 << 20
+_TAKES_BEFORE_KEEPING = 4
+_take_counts: ByteLRU[list[int]] = ByteLRU(1 << 20, max_entries=4096)
 
 
 @dataclass(eq=False)
@@ -103,6 +111,22 @@ class _Column:
                 out.append(k)
             k += 1
         return out
+
+
+def _fixed_width(field: LanceField) -> int | None:
+    """Bytes per row of a field whose rows are fixed-width values (validity included), or
+    None (lists, strings, structs, blobs)."""
+    if field.children or field.is_blob:
+        return None
+    t = field.arrow_type
+    if pa.types.is_dictionary(t) or isinstance(t, pa.ExtensionType):
+        return None
+    if pa.types.is_boolean(t):
+        return 1
+    try:
+        return t.bit_width // 8 + 1
+    except ValueError:  # variable width
+        return None
 
 
 class StructuralFileReader(DataFileReader):
@@ -186,6 +210,11 @@ class StructuralFileReader(DataFileReader):
     def take(self, fields: Sequence[LanceField], indices: np.ndarray) -> list[pa.Array]:
         """The rows at sorted, unique physical offsets `indices` (uint64), one array per field."""
         idx = checked_take_indices(self.path, indices, self.num_rows)
+        if len(idx) < _PARALLEL_TAKE_ROWS:
+            kept = self._taken_columns(fields)
+            if kept is not None:
+                positions = pa.array(idx)
+                return [column.take(positions) for column in kept]
         plan = self._plan(fields)
         cols = [c for _, leaves in plan for c in leaves]
         plans, owners = [], []
@@ -205,6 +234,34 @@ class StructuralFileReader(DataFileReader):
         for i, arr in zip(owners, results, strict=True):
             pieces[i].append(arr)
         return self._merge(plan, [_concat(p, c) for p, c in zip(pieces, cols, strict=True)])
+
+    def _taken_columns(self, fields: Sequence[LanceField]) -> list[pa.Array] | None:
+        """The whole decoded columns of `fields` when every one is a fixed-width leaf
+        small enough to keep: from `TAKEN_COLUMNS`, or read now once they have served
+        `_TAKES_BEFORE_KEEPING` takes; None otherwise (the take reads pages)."""
+        if not self.num_rows:
+            return None
+        keys = []
+        for f in fields:
+            width = _fixed_width(f)
+            if width is None or width * self.num_rows > TAKEN_COLUMN_BYTES:
+                return None
+            keys.append((self.path, self._file.size, f.id, str(f.arrow_type)))
+        kept = [TAKEN_COLUMNS.get(k) for k in keys]
+        if all(c is not None for c in kept):
+            return kept  # type: ignore[return-value]
+        counted = _take_counts.get(tuple(keys))
+        if counted is None:
+            _take_counts.put(tuple(keys), [1], 64)
+            return None
+        counted[0] += 1
+        if counted[0] < _TAKES_BEFORE_KEEPING:
+            return None
+        steps = list(self.read(fields, [(0, self.num_rows)], max(1, self.num_rows)))
+        columns = [pa.concat_arrays([s[i] for s in steps]) for i in range(len(fields))]
+        for key, column in zip(keys, columns, strict=True):
+            TAKEN_COLUMNS.put(key, column, column.nbytes)
+        return columns
 
     def close(self) -> None:
         """Drop cached pages and release the file handle."""

@@ -35,6 +35,7 @@ from quiver.format.file.v21.miniblock import (
     parse_headers,
 )
 from quiver.format.file.v21.page import DecodedPage, PageWhere
+from quiver.format.numeric import unique_sorted
 from quiver.format.proto import encodings_v2_1_pb2 as pb
 
 Result = tuple[DecodedPage, np.ndarray | None]
@@ -176,12 +177,12 @@ def plan_chunks(
         if span:
             sel = np.arange(int(first[0]), int(last[1]) + 1, dtype=I64)
         else:
-            sel = np.unique(ra.range_indices(first, last + 1))
+            sel = unique_sorted(ra.range_indices(first, last + 1))
     elif span:
         a, b = np.searchsorted(cum, ends, side="right")
         sel = np.arange(int(a), int(b) + 1, dtype=I64)
     else:
-        sel = np.unique(np.searchsorted(cum, rows, side="right"))
+        sel = unique_sorted(np.searchsorted(cum, rows, side="right"))
     n_chunks, sizes, counts = len(index.sizes), index.sizes, index.counts
     if len(sel) and int(sel[-1]) >= n_chunks:
         raise where.corrupt("wanted rows lie beyond the page's chunks")

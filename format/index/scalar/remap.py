@@ -34,6 +34,7 @@ from quiver.format.index.scalar import ngram as _ngram
 from quiver.format.index.vector.remap import FILES as VECTOR_FILES
 from quiver.format.index.vector.remap import remap_vector_index
 from quiver.format.io.store import ObjectStore
+from quiver.format.numeric import unique_sorted
 from quiver.format.proto import table_pb2, transaction_pb2
 
 __all__ = ["AddressMap", "Moved", "RemappedIndex", "discard", "remap_index"]
@@ -377,7 +378,7 @@ def remap_row_id_map(blob: bytes, amap: AddressMap, where: str) -> bytes:
         raise CorruptFileError(where, f"bad roaring bitmap in a bitmap index: {e}") from None
     if moved:
         new, keep = amap.apply(np.concatenate(moved), where)
-        new = np.unique(new[keep])  # may be empty: every row of the key was deleted
+        new = unique_sorted(new[keep])  # may be empty: every row of the key was deleted
         high = (new >> _SHIFT).astype(np.int64)
         frags, firsts = np.unique(high, return_index=True)
         bounds = [*firsts[1:].tolist(), len(new)] if len(new) else []

@@ -10,6 +10,7 @@ import numpy as np
 from pyroaring import BitMap
 
 from quiver.format.errors import CorruptFileError
+from quiver.format.numeric import unique_sorted
 
 EMPTY = np.empty(0, dtype=np.uint64)
 _U32 = struct.Struct("<I")
@@ -21,8 +22,8 @@ def union_all(parts: Sequence[np.ndarray]) -> np.ndarray:
     if not parts:
         return EMPTY
     if len(parts) == 1:
-        return np.unique(parts[0])
-    return np.unique(np.concatenate(parts))
+        return unique_sorted(parts[0])
+    return unique_sorted(np.concatenate(parts))
 
 
 def parse_row_id_map(blob: bytes, physical_rows: Mapping[int, int], where: str) -> np.ndarray:

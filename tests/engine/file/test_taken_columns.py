@@ -1,0 +1,67 @@
+"""Repeated takes from the same 2.1+ data files: after a few, fixed-width columns are
+served from whole decoded columns (`TAKEN_COLUMNS`), with the same rows, types and nulls
+as pylance's takes; other columns keep reading pages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from quiver.format.dataset import dataset, write_dataset
+from quiver.format.file.v21 import reader as v21
+
+
+def _table(rows: int) -> pa.Table:
+    rng = np.random.default_rng(5)
+    return pa.table(
+        {
+            "id": pa.array(np.arange(rows, dtype=np.int64)),
+            "f": pa.array(rng.random(rows).astype(np.float32), mask=rng.random(rows) < 0.1),
+            "flag": pa.array(rng.random(rows) < 0.5, mask=rng.random(rows) < 0.1),
+            "ts": pa.array(np.arange(rows, dtype=np.int64) * 1_000, pa.timestamp("us")),
+            "s": pa.array([f"s{i}" for i in range(rows)]),
+            "tags": pa.array([[i, i + 1] for i in range(rows)]),
+        }
+    )
+
+
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+def test_repeated_takes_equal_pylance_before_and_after_the_columns_are_kept(
+    tmp_path: Path, version: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(v21, "TAKEN_COLUMNS", v21.ByteLRU(64 << 20))
+    uri = str(tmp_path / "ds")
+    write_dataset(_table(9_000), uri, max_rows_per_file=3_000, data_storage_version=version)
+    ds = dataset(uri)
+    ds.delete("id % 11 = 4")
+    ds = dataset(uri)
+    oracle = lance.dataset(uri)
+    rng = np.random.default_rng(1)
+    for round_ in range(2 * v21._TAKES_BEFORE_KEEPING):
+        indices = np.sort(rng.choice(ds.count_rows(), 25, replace=False))
+        for columns in (["id", "f", "flag", "ts"], ["id", "s", "tags"], ["f"]):
+            got = ds.take(indices, columns=columns)
+            want = oracle.take(indices, columns=columns)
+            assert got.schema == want.schema, (round_, columns)
+            assert got.to_pylist() == want.to_pylist(), (round_, columns)
+    kept = {key[2] for key in v21.TAKEN_COLUMNS._items}
+    fields = {f.name: f.id for f in ds.lance_schema.fields}
+    assert {fields["id"], fields["f"], fields["flag"], fields["ts"]} <= kept
+    assert fields["s"] not in kept and fields["tags"] not in kept
+
+
+def test_a_column_too_big_to_keep_is_read_from_its_pages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(v21, "TAKEN_COLUMNS", v21.ByteLRU(64 << 20))
+    monkeypatch.setattr(v21, "TAKEN_COLUMN_BYTES", 1_000)
+    uri = str(tmp_path / "ds")
+    write_dataset(_table(2_000), uri, data_storage_version="2.2")
+    ds = dataset(uri)
+    for _ in range(2 * v21._TAKES_BEFORE_KEEPING):
+        assert ds.take([3, 1_999], columns=["id"]).column("id").to_pylist() == [3, 1_999]
+    assert len(v21.TAKEN_COLUMNS) == 0
