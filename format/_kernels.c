@@ -25,7 +25,8 @@
  *   pay for releasing it, see BEGIN_NOGIL.
  *
  * One more serves 2.0 files: `rebase_ends` turns a run of a Binary page's stored end offsets
- * into Arrow's (format.file.v20.step_rows).
+ * into Arrow's (format.file.v20.step_rows). And `unpack4x` decodes the BitPacker4x blocks of
+ * full-text posting lists (format.index.fts.postings).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1824,6 +1825,52 @@ static PyObject *rebase_ends(PyObject *self, PyObject *args)
     return res;
 }
 
+/* -- BitPacker4x (full-text posting lists) ------------------------------------------------- */
+
+PyDoc_STRVAR(unpack4x_doc,
+             "unpack4x(words, bits, out): BitPacker4x blocks of `bits`-bit values (4 * bits "
+             "uint32 words each: four interleaved lanes, lane j holding values j, j + 4, ..., "
+             "low bits first) into 128 uint32 values each.");
+
+static PyObject *unpack4x(PyObject *self, PyObject *args)
+{
+    Py_buffer words, out;
+    int bits;
+    if (!PyArg_ParseTuple(args, "y*iw*", &words, &bits, &out))
+        return NULL;
+    Py_buffer *all[] = {&words, &out};
+    PyObject *res = NULL;
+    const Py_ssize_t blocks = out.len / 512;
+    if (bits < 0 || bits > 32 || out.len % 512 || words.len / 16 != blocks * bits ||
+        words.len % 16 || !aligned(words.buf, 4) || !aligned(out.buf, 4))
+        PyErr_SetString(PyExc_ValueError, "unpack4x: bad width, lengths or alignment");
+    else {
+        const uint32_t *w = words.buf;
+        uint32_t *o = out.buf;
+        const uint64_t mask = bits == 32 ? 0xFFFFFFFFu : ((uint64_t)1 << bits) - 1;
+        BEGIN_NOGIL(out.len / 4)
+        for (Py_ssize_t b = 0; b < blocks; b++) {
+            const uint32_t *lanes = w + b * 4 * bits;
+            uint32_t *dst = o + b * 128;
+            for (int j = 0; j < 32; j++) {
+                /* a value never runs past the block: 32 values of `bits` fill `bits` words */
+                const int start = j * bits, word = start >> 5, shift = start & 31;
+                const int spill = shift + bits > 32;
+                for (int l = 0; l < 4; l++) {
+                    uint64_t v = bits ? (uint64_t)lanes[word * 4 + l] >> shift : 0;
+                    if (spill)
+                        v |= (uint64_t)lanes[(word + 1) * 4 + l] << (32 - shift);
+                    dst[j * 4 + l] = (uint32_t)(v & mask);
+                }
+            }
+        }
+        END_NOGIL
+        res = Py_NewRef(Py_None);
+    }
+    release(2, all);
+    return res;
+}
+
 /* -- module --------------------------------------------------------------------------------- */
 
 #define METHOD(name) {#name, name, METH_VARARGS, name##_doc}
@@ -1850,6 +1897,7 @@ static PyMethodDef methods[] = {
     METHOD(ivf_topk),
     METHOD(take_items),
     METHOD(rebase_ends),
+    METHOD(unpack4x),
     {NULL, NULL, 0, NULL},
 };
 

@@ -83,7 +83,7 @@ class Partition:
         with self.lock:  # one reader per file: its page caches are not shared safely
             table = self.invert.take(["_posting"], np.array([token_id], np.uint64))
         cell = table.column(0)[0]
-        blobs = cell.values.to_pylist() if cell.is_valid else []
+        blobs = cell.values if cell.is_valid else []
         found = decode_postings(blobs, int(self.df[token_id]), self.codec, self.invert.path)
         cache_arrays(POSTINGS, key, found)
         return found

@@ -19,28 +19,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import pyarrow as pa
 
+from quiver.format import _kernels
 from quiver.format.errors import CorruptFileError
+from quiver.format.numeric import unique_sorted
 
 BLOCK = 128
 VARINT = "varint_delta_v1"
 FIXED32 = "fixed32_v1"
-_LANE_VALUES = np.arange(32)
 
 
 def unpack4x(words: np.ndarray, bits: int) -> np.ndarray:
     """BitPacker4x blocks of `bits`-bit values: `words` (blocks, 4 * bits) uint32 ->
     (blocks, 128) uint32."""
-    blocks = words.shape[0]
-    if bits == 0:
-        return np.zeros((blocks, BLOCK), np.uint32)
-    lanes = words.reshape(blocks, bits, 4).astype(np.uint64)
-    lanes = np.concatenate([lanes, np.zeros((blocks, 1, 4), np.uint64)], axis=1)
-    start = _LANE_VALUES * bits
-    word, shift = start // 32, (start % 32).astype(np.uint64)
-    pair = lanes[:, word, :] | (lanes[:, word + 1, :] << np.uint64(32))
-    values = (pair >> shift[None, :, None]) & np.uint64((1 << bits) - 1)
-    return values.reshape(blocks, BLOCK).astype(np.uint32)
+    words = np.require(words, dtype="<u4", requirements=["C_CONTIGUOUS", "ALIGNED"])
+    out = np.empty((words.shape[0], BLOCK), np.uint32)
+    _kernels.unpack4x(words, bits, out)
+    return out
 
 
 def _varints(blob: bytes, at: int, count: int, where: str) -> tuple[list[int], int]:
@@ -61,18 +57,23 @@ def _varints(blob: bytes, at: int, count: int, where: str) -> tuple[list[int], i
 
 
 def decode_postings(
-    blobs: Sequence[bytes], length: int, codec: str, where: str
+    blobs: Sequence[bytes] | pa.BinaryArray | pa.LargeBinaryArray,
+    length: int,
+    codec: str,
+    where: str,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(document ids uint32, frequencies uint32) of one token's posting blocks."""
+    """(document ids uint32, frequencies uint32) of one token's posting blocks (a list of
+    bytes, or the Arrow binary array they are read as)."""
+    data, offsets = _blocks(blobs)
     full, rest = divmod(length, BLOCK)
-    if len(blobs) != full + (1 if rest else 0):
-        raise CorruptFileError(where, f"{len(blobs)} posting blocks for {length} documents")
+    if len(offsets) - 1 != full + (1 if rest else 0):
+        raise CorruptFileError(where, f"{len(offsets) - 1} posting blocks for {length} documents")
     ids = np.empty(length, np.uint32)
     freqs = np.empty(length, np.uint32)
     if full:
-        _decode_full(blobs[:full], ids, freqs, where)
+        _decode_full(data, offsets[: full + 1], ids, freqs, where)
     if rest:
-        blob = blobs[full]
+        blob = data[offsets[full] : offsets[full + 1]].tobytes()
         first = full * BLOCK
         if codec == FIXED32:
             if len(blob) != 4 + 8 * rest:
@@ -89,36 +90,61 @@ def decode_postings(
     return ids, freqs
 
 
-def _decode_full(blobs: Sequence[bytes], ids: np.ndarray, freqs: np.ndarray, where: str) -> None:
-    """Full blocks: headers read one by one, the packed values decoded per bit width."""
-    n = len(blobs)
-    firsts = np.empty(n, np.uint64)
-    id_groups: dict[int, list[tuple[int, bytes]]] = {}
-    freq_groups: dict[int, list[tuple[int, bytes]]] = {}
-    for i, blob in enumerate(blobs):
-        if len(blob) < 10:
-            raise CorruptFileError(where, "posting block shorter than its header")
-        firsts[i] = int.from_bytes(blob[4:8], "little")
-        bits = blob[8]
-        at = 9 + 16 * bits
-        if bits > 32 or at >= len(blob):
-            raise CorruptFileError(where, "posting block shorter than its document ids")
-        fbits = blob[at]
-        if fbits > 32 or at + 1 + 16 * fbits != len(blob):
-            raise CorruptFileError(where, "posting block of the wrong size")
-        id_groups.setdefault(bits, []).append((i, blob[9:at]))
-        freq_groups.setdefault(fbits, []).append((i, blob[at + 1 :]))
+def _blocks(
+    blobs: Sequence[bytes] | pa.BinaryArray | pa.LargeBinaryArray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The blocks' bytes back to back (uint8) and their offsets (int64, one more)."""
+    if isinstance(blobs, pa.BinaryArray | pa.LargeBinaryArray):
+        if blobs.null_count:
+            blobs = blobs.fill_null(b"")
+        kind = "<i8" if isinstance(blobs, pa.LargeBinaryArray) else "<i4"
+        _, offset_buffer, data_buffer = blobs.buffers()
+        n = len(blobs)
+        offsets = np.frombuffer(offset_buffer, kind, n + 1, blobs.offset * np.dtype(kind).itemsize)
+        data = (
+            np.frombuffer(data_buffer, np.uint8)
+            if data_buffer is not None
+            else np.empty(0, np.uint8)
+        )
+        return data, offsets.astype(np.int64)
+    sizes = np.fromiter((len(b) for b in blobs), np.int64, len(blobs))
+    offsets = np.zeros(len(blobs) + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    return np.frombuffer(b"".join(blobs), np.uint8), offsets
+
+
+def _packed(data: np.ndarray, at: np.ndarray, bits: int) -> np.ndarray:
+    """The BitPacker4x blocks of `bits`-bit values starting at byte positions `at`."""
+    if not bits:
+        return np.zeros((len(at), BLOCK), np.uint32)
+    raw = data[at[:, None] + np.arange(16 * bits)]
+    return unpack4x(np.ascontiguousarray(raw).view("<u4").reshape(-1, 4 * bits), bits)
+
+
+def _decode_full(
+    data: np.ndarray, offsets: np.ndarray, ids: np.ndarray, freqs: np.ndarray, where: str
+) -> None:
+    """Full blocks (between `offsets`), every header read at once, the packed values
+    decoded per bit width."""
+    starts, ends = offsets[:-1], offsets[1:]
+    n = len(starts)
+    if (ends - starts < 10).any():
+        raise CorruptFileError(where, "posting block shorter than its header")
+    firsts = np.ascontiguousarray(data[starts[:, None] + np.arange(4, 8)]).view("<u4")[:, 0]
+    bits = data[starts + 8].astype(np.int64)
+    at = starts + 9 + 16 * bits
+    if (bits > 32).any() or (at >= ends).any():
+        raise CorruptFileError(where, "posting block shorter than its document ids")
+    fbits = data[at].astype(np.int64)
+    if (fbits > 32).any() or (at + 1 + 16 * fbits != ends).any():
+        raise CorruptFileError(where, "posting block of the wrong size")
     deltas = np.empty((n, BLOCK), np.uint32)
     counts = np.empty((n, BLOCK), np.uint32)
-    for target, groups in ((deltas, id_groups), (counts, freq_groups)):
-        for bits, members in groups.items():
-            rows = np.array([i for i, _ in members])
-            if not bits:
-                target[rows] = 0
-                continue
-            words = np.frombuffer(b"".join(b for _, b in members), "<u4").reshape(-1, 4 * bits)
-            target[rows] = unpack4x(words, bits)
-    values = firsts[:, None] + np.cumsum(deltas, axis=1, dtype=np.uint64)
+    for target, widths, first_byte in ((deltas, bits, starts + 9), (counts, fbits, at + 1)):
+        for width in unique_sorted(widths):
+            rows = np.flatnonzero(widths == width)
+            target[rows] = _packed(data, first_byte[rows], int(width))
+    values = firsts.astype(np.uint64)[:, None] + np.cumsum(deltas, axis=1, dtype=np.uint64)
     ids[: n * BLOCK] = values.reshape(-1).astype(np.uint32)
     freqs[: n * BLOCK] = counts.reshape(-1)
 
