@@ -18,12 +18,15 @@ from quiver.format.errors import CorruptFileError
 from quiver.format.file.base import (
     DEFAULT_BATCH_SIZE,
     DataFileReader,
+    checked_take_indices,
     page_aligned_ranges,
     split_ranges,
 )
 from quiver.format.file.open import open_data_file
+from quiver.format.file.v21.reader import kept_column
 from quiver.format.proto import table_pb2
 from quiver.format.table.deletion import deletion_file_path, live_mask, read_deletion_file
+from quiver.format.table.manifest import storage_version_of_file
 from quiver.format.table.rowids import decode_row_ids, decode_row_versions
 from quiver.format.table.schema import LanceField, LanceSchema
 
@@ -301,10 +304,50 @@ class LanceFragment:
         with_row_address: bool = False,
     ) -> pa.RecordBatch:
         """The rows at sorted unique physical `offsets`, as one batch."""
+        kept = self._kept_columns(projection)
+        if kept is not None:  # every column decoded already: no file opened
+            where = f"fragment {self.fragment_id}"
+            idx = checked_take_indices(where, np.asarray(offsets), self.physical_rows)
+            positions = pa.array(idx)
+            arrays = [column.take(positions) for column in kept]
+            arrays += self._extra_columns(idx.astype(np.uint64), with_row_id, with_row_address)
+            return _make_batch(arrays, out_schema, len(idx))
         with self.reader(projection) as r:
             return r.take(
                 out_schema, offsets, with_row_id=with_row_id, with_row_address=with_row_address
             )
+
+    def _kept_columns(self, projection: LanceSchema) -> list[pa.Array] | None:
+        """The whole decoded columns of `projection` when each is a top-level column that
+        takes have kept decoded (`format.file.v21.reader.TAKEN_COLUMNS`); None otherwise."""
+        files = self._field_files
+        kept = []
+        for f in projection.fields:
+            where = files.get(f.id)
+            if where is None or f.children:
+                return None
+            column = kept_column(where[0], where[1], f)
+            if column is None:
+                return None
+            kept.append(column)
+        return kept
+
+    @cached_property
+    def _field_files(self) -> dict[int, tuple[str, int]]:
+        """Field id -> (name, size) of the 2.1+ data file holding it, as its reader names
+        it, for files whose size the manifest records."""
+        out: dict[int, tuple[str, int]] = {}
+        for df in self.metadata.files:
+            version = storage_version_of_file(df.file_major_version, df.file_minor_version)
+            if version not in ("2.1", "2.2", "2.3") or not df.file_size_bytes:
+                continue
+            store, path = self._core.resolve(
+                f"data/{df.path}", df.base_id if df.HasField("base_id") else None
+            )
+            for i in df.fields:
+                if i != TOMBSTONE:
+                    out[i] = (store.uri_of(path), int(df.file_size_bytes))
+        return out
 
     # -- pylance-style conveniences -----------------------------------------------------
     def take(

@@ -113,6 +113,16 @@ class _Column:
         return out
 
 
+def kept_column(path: str, size: int, field: LanceField) -> pa.Array | None:
+    """The whole decoded column of `field` in the data file `path` (as its readers name
+    it) of `size` bytes, when takes have kept it in `TAKEN_COLUMNS`; None otherwise."""
+    return TAKEN_COLUMNS.get(_kept_key(path, size, field))
+
+
+def _kept_key(path: str, size: int, field: LanceField) -> tuple:
+    return (path, size, field.id, field.logical_type)
+
+
 def _fixed_width(field: LanceField) -> int | None:
     """Bytes per row of a field whose rows are fixed-width values (validity included), or
     None (lists, strings, structs, blobs)."""
@@ -246,7 +256,7 @@ class StructuralFileReader(DataFileReader):
             width = _fixed_width(f)
             if width is None or width * self.num_rows > TAKEN_COLUMN_BYTES:
                 return None
-            keys.append((self.path, self._file.size, f.id, str(f.arrow_type)))
+            keys.append(_kept_key(self.path, self._file.size, f))
         kept = [TAKEN_COLUMNS.get(k) for k in keys]
         if all(c is not None for c in kept):
             return kept  # type: ignore[return-value]

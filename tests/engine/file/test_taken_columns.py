@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 from quiver.format.dataset import dataset, write_dataset
+from quiver.format.dataset.fragment import LanceFragment
 from quiver.format.file.v21 import reader as v21
 
 
@@ -52,6 +53,16 @@ def test_repeated_takes_equal_pylance_before_and_after_the_columns_are_kept(
     fields = {f.name: f.id for f in ds.lance_schema.fields}
     assert {fields["id"], fields["f"], fields["flag"], fields["ts"]} <= kept
     assert fields["s"] not in kept and fields["tags"] not in kept
+
+    # kept columns are taken without opening a data file, row id columns beside them
+    def no_files(*_: object) -> None:
+        raise AssertionError("a data file was opened")
+
+    monkeypatch.setattr(LanceFragment, "reader", no_files)
+    indices = [0, 5, 1_000, ds.count_rows() - 1]
+    got = ds.take(indices, columns=["ts", "id"], with_row_id=True, with_row_address=True)
+    whole = oracle.to_table(columns=["ts", "id"], with_row_id=True, with_row_address=True)
+    assert got.to_pylist() == whole.take(indices).to_pylist()
 
 
 def test_a_column_too_big_to_keep_is_read_from_its_pages(
