@@ -92,17 +92,47 @@ class FstMap:
         addr, total = self._root, 0
         try:
             for byte in token.encode("utf-8"):
-                for inp, output, target in self._node(addr)[2]:
-                    if inp == byte:
-                        total += output
-                        addr = target
-                        break
-                else:
+                step = self._follow(addr, byte)
+                if step is None:
                     return None
+                output, addr = step
+                total += output
             final, final_output, _ = self._node(addr)
         except IndexError:
             raise CorruptFileError(self._where, "token dictionary node outside the data") from None
         return total + final_output if final else None
+
+    def _follow(self, addr: int, byte: int) -> tuple[int, int] | None:
+        """(output, target) of the transition on `byte` out of node `addr`, or None: the
+        one transition decoded, not every one (`_node`), for lookups."""
+        if addr == _EMPTY:
+            return None
+        d = self._data
+        state = d[addr]
+        if state >> 7:  # kinds 0b10 and 0b11: one transition
+            inp, output, target = self._node(addr)[2][0]
+            return (output, target) if inp == byte else None
+        final = bool(state & 0x40)
+        n = state & 0x3F
+        width = 0 if n else 1
+        if not n:
+            n = d[addr - 1]
+            if n == 1:
+                n = 256
+        sizes = d[addr - width - 1]
+        tsize, osize = sizes >> 4, sizes & 0x0F
+        index = 256 if self._version >= 2 and n > _INDEX_THRESHOLD else 0
+        base = addr - width - 1 - index
+        # inputs lie backwards before `base` (input i at base - 1 - i), each at most once
+        at = d.find(bytes((byte,)), base - n, base)
+        if at < 0:
+            return None
+        i = base - 1 - at
+        outputs_at = addr - width - 1 - (n + n * tsize + index)
+        end = outputs_at - n * osize - (osize if final else 0)
+        delta = _uint(d, base - n - (i + 1) * tsize, tsize)
+        output = _uint(d, outputs_at - (i + 1) * osize, osize)
+        return output, (_EMPTY if delta == 0 else end - delta)
 
     def items(self) -> Iterator[tuple[str, int]]:
         """Every (token, id), in byte order of the tokens."""

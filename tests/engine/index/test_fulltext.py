@@ -203,6 +203,28 @@ def test_analyzer_matches_the_indexed_tokens(tmp_path: Path) -> None:
         assert set(held) == set(counts)
         for token, n in counts.items():
             assert index.document_frequency(token) == n, token
+        # lookups follow one transition per byte: the same ids as the whole walk
+        lookup = index.partitions[0].tokens
+        for token, tid in held.items():
+            assert lookup.get(token) == tid, token
+        for absent in ("", "zzzzzzzzzz", "é", *(t + "q" for t in list(held)[:200])):
+            assert lookup.get(absent) == held.get(absent), absent
+
+
+@pytest.mark.parametrize("bits", range(33))
+def test_bitpacker_every_width(bits: int) -> None:
+    """The kernel unpacks three blocks of every width as the layout says, lane by lane."""
+    rng = np.random.default_rng(bits)
+    values = rng.integers(0, 1 << bits, (3, 128), dtype=np.uint64).astype(np.uint32)
+    words = np.zeros((3, bits, 4), np.uint32)
+    for b in range(3):
+        for j in range(4):
+            stream = 0
+            for m, v in enumerate(values[b, j::4].tolist()):
+                stream |= v << (m * bits)
+            for k in range(bits):
+                words[b, k, j] = (stream >> (32 * k)) & 0xFFFFFFFF
+    np.testing.assert_array_equal(unpack4x(words.reshape(3, -1), bits), values)
 
 
 def test_bitpacker_layout() -> None:
