@@ -104,6 +104,13 @@ class _Ranked:
 # per query word, its rows' weights, ranked best first as deep as searches went: what a
 # search with a limit reads of a frequent word
 RANKED: ByteLRU[_Ranked] = ByteLRU(128 << 20)
+
+
+def _ranked_key(indices: list[InvertedIndex], token: str, corpus: _Corpus) -> tuple:
+    """A word's `RANKED` key: the segments and the corpus statistics its weights use."""
+    return (tuple(i.where for i in indices), token, corpus.docs, corpus.tokens, corpus.df[token])
+
+
 # how pylance analyses a column no index covers: the simple split alone (no lower-casing,
 # stemming, stop words, folding or length limit)
 _UNINDEXED = Analyzer(
@@ -566,7 +573,12 @@ class FullTextSearch:
         summed, in the order scores are summed, so float rounding cannot break the bound).
         A frequent word costs its best rows, not all of them."""
         live = self._live(covered)
-        lists = {t: self._ranked(indices, t, corpus) for t in dict.fromkeys(tokens) if corpus.df[t]}
+        words = [t for t in dict.fromkeys(tokens) if corpus.df[t]]
+        unranked = [t for t in words if RANKED.get(_ranked_key(indices, t, corpus)) is None]
+        if len(unranked) > 1:
+            for index in indices:  # their posting lists in one read
+                index.prefetch(unranked)
+        lists = {t: self._ranked(indices, t, corpus) for t in words}
         if not lists or top <= 0:
             return np.empty(0, np.uint64), np.empty(0, np.float32)
         longest = max(len(ranked.rows) for ranked in lists.values())
@@ -595,7 +607,7 @@ class FullTextSearch:
     def _ranked(self, indices: list[InvertedIndex], token: str, corpus: _Corpus) -> _Ranked:
         """A word's rows (ascending) and weights over every segment, computed once per word
         and corpus statistics."""
-        key = (tuple(i.where for i in indices), token, corpus.docs, corpus.tokens, corpus.df[token])
+        key = _ranked_key(indices, token, corpus)
         found = RANKED.get(key)
         if found is None:
             parts = [i.matches(token) for i in indices]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -76,17 +76,31 @@ class Partition:
 
     def postings(self, token_id: int) -> tuple[np.ndarray, np.ndarray]:
         """(document ids, frequencies) of one token (decoded once, then cached)."""
-        key = (self.invert.path, token_id)
-        cached = POSTINGS.get(key)
+        cached = POSTINGS.get((self.invert.path, token_id))
         if cached is not None:
             return cached[0], cached[1]
-        with self.lock:  # one reader per file: its page caches are not shared safely
-            table = self.invert.take(["_posting"], np.array([token_id], np.uint64))
-        cell = table.column(0)[0]
-        blobs = cell.values if cell.is_valid else []
-        found = decode_postings(blobs, int(self.df[token_id]), self.codec, self.invert.path)
-        cache_arrays(POSTINGS, key, found)
-        return found
+        return self.fetch([token_id])[0]
+
+    def fetch(self, token_ids: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """`postings` of several distinct tokens, the uncached ones read in one take (a
+        query's words: one read of the posting column, not one per word)."""
+        found: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for tid in token_ids:
+            cached = POSTINGS.get((self.invert.path, tid))
+            if cached is not None:
+                found[tid] = (cached[0], cached[1])
+        wanted = sorted({t for t in token_ids if t not in found})
+        if wanted:
+            with self.lock:  # one reader per file: its page caches are not shared safely
+                table = self.invert.take(["_posting"], np.array(wanted, np.uint64))
+            column = table.column(0)
+            for i, tid in enumerate(wanted):
+                cell = column[i]
+                blobs = cell.values if cell.is_valid else []
+                postings = decode_postings(blobs, int(self.df[tid]), self.codec, self.invert.path)
+                cache_arrays(POSTINGS, (self.invert.path, tid), postings)
+                found[tid] = postings
+        return [found[t] for t in token_ids]
 
     def positions(self, token_id: int) -> np.ndarray:
         """Every position of one token, its documents' in `postings` order (each
@@ -163,6 +177,14 @@ class InvertedIndex:
             if tid is not None and 0 <= tid < len(p.df):
                 total += int(p.df[tid])
         return total
+
+    def prefetch(self, tokens: Sequence[str]) -> None:
+        """Read the posting lists of `tokens` not cached yet, one take per partition."""
+        for p in self.partitions:
+            ids = [t for t in (p.token_id(token) for token in tokens) if t is not None]
+            ids = [t for t in ids if 0 <= t < len(p.df)]
+            if len(ids) > 1:
+                p.fetch(ids)
 
     def matches(self, token: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(row ids, frequencies, document lengths) of the documents holding `token`."""
