@@ -56,6 +56,16 @@ class ByteLRU(Generic[V]):
                 _, (_, size) = self._items.popitem(last=False)
                 self._bytes -= size
 
+    def first_dropped(self, nbytes: int) -> Hashable | None:
+        """The key a `put` of `nbytes` more would drop first (the least recently used),
+        or None when they fit: for callers that admit a value only if it is worth more
+        than what it would push out."""
+        with self._lock:
+            fits = self._bytes + nbytes <= self.max_bytes
+            if fits and (self.max_entries is None or len(self._items) < self.max_entries):
+                return None
+            return next(iter(self._items), None)
+
     def __len__(self) -> int:
         return len(self._items)
 

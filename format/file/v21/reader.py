@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import itertools
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -74,7 +75,32 @@ _PARALLEL_TAKE_ROWS = 1024
 TAKEN_COLUMNS: ByteLRU[pa.Array] = ByteLRU(64 << 20)
 TAKEN_COLUMN_BYTES = 16 << 20
 _TAKES_BEFORE_KEEPING = 4
-_take_counts: ByteLRU[list[int]] = ByteLRU(1 << 20, max_entries=4096)
+# Takes per column, the admission test of `TAKEN_COLUMNS` (a column is kept only if it has
+# served more takes than the one it would push out, so takes spread over more columns than
+# fit do not decode column after column); halved every `_TAKES_PER_AGE` takes.
+_take_counts: dict[tuple, int] = {}
+_TAKES_PER_AGE = 1 << 14
+_counting = threading.Lock()
+_counted = 0
+
+
+def _count_takes(keys: list[tuple]) -> list[int]:
+    """Count one take of each column `keys` names; their counts (aged, bounded)."""
+    global _counted
+    with _counting:
+        _counted += 1
+        if _counted >= _TAKES_PER_AGE or len(_take_counts) > 4 * _TAKES_PER_AGE:
+            _counted = 0
+            for key, n in list(_take_counts.items()):
+                if n > 1:
+                    _take_counts[key] = n // 2
+                else:
+                    del _take_counts[key]
+        counts = []
+        for key in keys:
+            _take_counts[key] = n = _take_counts.get(key, 0) + 1
+            counts.append(n)
+        return counts
 
 
 @dataclass(eq=False)
@@ -116,7 +142,11 @@ class _Column:
 def kept_column(path: str, size: int, field: LanceField) -> pa.Array | None:
     """The whole decoded column of `field` in the data file `path` (as its readers name
     it) of `size` bytes, when takes have kept it in `TAKEN_COLUMNS`; None otherwise."""
-    return TAKEN_COLUMNS.get(_kept_key(path, size, field))
+    key = _kept_key(path, size, field)
+    column = TAKEN_COLUMNS.get(key)
+    if column is not None:
+        _count_takes([key])
+    return column
 
 
 def _kept_key(path: str, size: int, field: LanceField) -> tuple:
@@ -251,22 +281,25 @@ class StructuralFileReader(DataFileReader):
         `_TAKES_BEFORE_KEEPING` takes; None otherwise (the take reads pages)."""
         if not self.num_rows:
             return None
-        keys = []
+        keys, sizes = [], []
         for f in fields:
             width = _fixed_width(f)
             if width is None or width * self.num_rows > TAKEN_COLUMN_BYTES:
                 return None
             keys.append(_kept_key(self.path, self._file.size, f))
+            sizes.append(width * self.num_rows)
         kept = [TAKEN_COLUMNS.get(k) for k in keys]
+        counts = _count_takes(keys)
         if all(c is not None for c in kept):
             return kept  # type: ignore[return-value]
-        counted = _take_counts.get(tuple(keys))
-        if counted is None:
-            _take_counts.put(tuple(keys), [1], 64)
+        if min(counts) < _TAKES_BEFORE_KEEPING:
             return None
-        counted[0] += 1
-        if counted[0] < _TAKES_BEFORE_KEEPING:
-            return None
+        for n, size, column in zip(counts, sizes, kept, strict=True):
+            if column is not None:
+                continue
+            victim = TAKEN_COLUMNS.first_dropped(size)
+            if victim is not None and _take_counts.get(victim, 0) >= n:
+                return None  # worth no more than what it would push out: read pages
         steps = list(self.read(fields, [(0, self.num_rows)], max(1, self.num_rows)))
         columns = [pa.concat_arrays([s[i] for s in steps]) for i in range(len(fields))]
         for key, column in zip(keys, columns, strict=True):

@@ -76,3 +76,31 @@ def test_a_column_too_big_to_keep_is_read_from_its_pages(
     for _ in range(2 * v21._TAKES_BEFORE_KEEPING):
         assert ds.take([3, 1_999], columns=["id"]).column("id").to_pylist() == [3, 1_999]
     assert len(v21.TAKEN_COLUMNS) == 0
+
+
+def test_a_column_is_kept_only_over_one_with_fewer_takes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Takes spread over more columns than fit do not decode column after column: a new
+    column replaces a kept one only once it has served more takes."""
+    uri = str(tmp_path / "ds")
+    write_dataset(_table(2_000), uri, max_rows_per_file=1_000, data_storage_version="2.2")
+    ds = dataset(uri)
+    one_column = 1_000 * 9  # int64 values and their validity, as the reader sizes them
+    monkeypatch.setattr(v21, "TAKEN_COLUMNS", v21.ByteLRU(one_column + 100))
+    monkeypatch.setattr(v21, "_take_counts", {})
+    first, second = ds.get_fragments()
+
+    names = {f.data_files()[0].path: i for i, f in enumerate((first, second))}
+
+    def kept() -> list[int]:  # which fragments' columns are kept
+        return sorted(names[key[0].rsplit("/", 1)[1]] for key in v21.TAKEN_COLUMNS._items)
+
+    for _ in range(6):
+        assert first.take([1, 2], columns=["id"]).column("id").to_pylist() == [1, 2]
+    assert kept() == [0]
+    for _ in range(6):  # as many takes as the kept column: not worth more
+        assert second.take([3], columns=["id"]).column("id").to_pylist() == [1_003]
+    assert kept() == [0]
+    assert second.take([4], columns=["id"]).column("id").to_pylist() == [1_004]
+    assert kept() == [1]
