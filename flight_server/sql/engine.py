@@ -30,9 +30,9 @@ from quiver.flight_server.sql.catalog import (
     QuiverCatalog,
     planning,
 )
+from quiver.flight_server.sql.pushdown import push_down
 from quiver.flight_server.sql.recent import RecentPlans, plan_key
 from quiver.flight_server.sql.tables import STEP_BYTES
-from quiver.flight_server.sql.topk import push_top_k
 
 if TYPE_CHECKING:
     from quiver.flight_server.service import DatasetService
@@ -130,7 +130,7 @@ class SqlEngine:
             try:
                 frame = self.context.sql(query, options=self._options, param_values=values)
                 schema = frame.schema()
-                push_top_k(frame.optimized_logical_plan(), scope.opened)
+                push_down(frame.optimized_logical_plan(), scope.opened)
             except BaseException as e:  # noqa: BLE001 - the engine's errors are the SQL's
                 if isinstance(e, QuiverError) or classify(e)[0] != "internal":
                     raise  # resolving a table failed: a rights, name or storage error

@@ -6,7 +6,8 @@ fetch over the table's scan: every projected column of every row is decoded and 
 it, to keep ten. It pushes such a limit into its own Parquet scans, not into a Python
 dataset. So when a sort with a fetch reads straight from one Quiver table (through
 projections and aliases only) and its first key is a column of a number, date, time or
-duration type, `push_top_k` marks the table with a `TopK`, and each fragment group's scan
+duration type, `flight_server.sql.pushdown` marks the table with a `TopK`, and each
+fragment group's scan
 (`TopKScan`) reads the key column alone (with the filter the engine pushed, and the row
 addresses), keeps the rows that can still be among the first k under a threshold that
 tightens as it goes, and takes the projected columns of those rows only. The engine's sort
@@ -55,48 +56,24 @@ class TopK:
     ties: bool
 
 
-def push_top_k(plan: Any, tables: Sequence[Any]) -> TopK | None:
-    """Mark `tables` (every Quiver table the statement resolved) with the `TopK` that
-    DataFusion's optimized logical `plan` allows, when it scans exactly one table and its
-    sort with a fetch reads from that scan through projections and aliases only; the
-    `TopK` set, or None."""
-    if _count_scans(plan) != 1:
-        return None
-    node = plan
-    while type(variant := node.to_variant()).__name__ != "Sort":
-        inputs = node.inputs()
-        if len(inputs) != 1 or type(variant).__name__ == "TableScan":
-            return None
-        node = inputs[0]
-    k = variant.get_fetch_val()
-    keys = variant.sort_exprs()
+def top_k_of(sort: Any, source: Any, schema: pa.Schema) -> TopK | None:
+    """The `TopK` a logical sort node (`sort`, its variant) over `source` (the node it
+    reads) allows for a table of `schema`: a fetch of at most `MAX_K` rows, its first key a
+    copy of an orderable column of the scanned table; None otherwise."""
+    k = sort.get_fetch_val()
+    keys = sort.sort_exprs()
     if k is None or not 0 < k <= MAX_K or not keys:
         return None
     first = keys[0]
-    column = _scanned_column(node.inputs()[0], first.expr())
-    if column is None:
+    name = scanned_column(source, first.expr())
+    if name is None or not _orderable(schema, name):
         return None
-    name = column[1]
-    if not tables or not all(_orderable(table.schema, name) for table in tables):
-        return None
-    top_k = TopK(name, not first.ascending(), first.nulls_first(), k, len(keys) > 1)
-    for table in tables:
-        table.top_k = top_k
-    return top_k
+    return TopK(name, not first.ascending(), first.nulls_first(), k, len(keys) > 1)
 
 
-def _count_scans(plan: Any) -> int:
-    pending, scans = [plan], 0
-    while pending:
-        node = pending.pop()
-        scans += type(node.to_variant()).__name__ == "TableScan"
-        pending.extend(node.inputs())
-    return scans
-
-
-def _scanned_column(node: Any, expr: Any) -> tuple[str, str] | None:
-    """(the scan's table name, its column) that `expr`, a column of `node`'s output, is a
-    copy of, through projections and aliases; None if it is anything else."""
+def scanned_column(node: Any, expr: Any) -> str | None:
+    """The column of the table scan under `node` that `expr`, a column of `node`'s
+    output, is a copy of, through projections and aliases; None if it is anything else."""
     column = expr.to_variant()
     if type(column).__name__ != "Column":
         return None
@@ -108,7 +85,7 @@ def _scanned_column(node: Any, expr: Any) -> tuple[str, str] | None:
             table = variant.table_name()
             if relation not in (None, table) or name not in {n for _, n in variant.projection()}:
                 return None
-            return table, name
+            return name
         if kind == "SubqueryAlias":
             if relation not in (None, variant.alias()):
                 return None

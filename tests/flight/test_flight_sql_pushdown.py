@@ -1,8 +1,12 @@
-"""Top-k pushdown (`flight_server.sql.topk`): `ORDER BY key LIMIT k` queries answered from
-each fragment group's best rows equal DataFusion's answers over the whole table, read by
-pylance: every orderable key type, both directions, nulls first and last, NaN of both
-signs, -0.0 and infinities, ties, filters, deletions; and the queries the pushdown must
-leave alone are left alone."""
+"""What Flight SQL pushes into Quiver's scans beyond columns and filters
+(`flight_server.sql.pushdown`), checked against DataFusion's answers over the whole table
+read by pylance.
+
+- Top-k (`flight_server.sql.topk`): `ORDER BY key LIMIT k` answered from each fragment
+  group's best rows: every orderable key type, both directions, nulls first and last, NaN
+  of both signs, -0.0 and infinities, ties, filters, deletions.
+- Limits: a scan stops after the rows a `LIMIT` asks for.
+- The queries neither may touch are left alone."""
 
 from __future__ import annotations
 
@@ -153,6 +157,50 @@ def test_queries_the_pushdown_leaves_alone(engine, oracle, query: str) -> None:
     assert pushed is None
     want = oracle.sql(query).to_arrow_table()
     assert got.num_rows == want.num_rows
+
+
+@pytest.mark.parametrize(
+    ("query", "limit"),
+    [
+        ("SELECT * FROM t LIMIT 7", 7),
+        ("SELECT id, s FROM t WHERE s <> 's3' AND id > 100 LIMIT 50 OFFSET 10", 60),
+        ("SELECT id FROM t WHERE f IS NULL LIMIT 1000", 1000),
+    ],
+)
+def test_a_scan_stops_after_the_rows_a_limit_asks_for(
+    engine, oracle, query: str, limit: int
+) -> None:
+    planned = engine.plan(query, None)
+    assert {t.limit for t in planned.planning.opened} == {limit}
+    got = pa.Table.from_batches(list(engine.stream(planned)), schema=planned.schema)
+    everything = oracle.sql(query.split(" LIMIT")[0]).to_arrow_table()
+    want_rows = min(everything.num_rows, oracle.sql(query).to_arrow_table().num_rows)
+    assert got.num_rows == want_rows
+    assert got.schema == everything.schema
+    rows = got.to_pylist()
+    assert len({r["id"] for r in rows}) == len(rows)  # no row twice
+    allowed = {r["id"]: r for r in everything.to_pylist()}
+    assert all(_same_row(r, allowed[r["id"]]) for r in rows)  # rows the query may answer
+
+
+def _same_row(a: dict, b: dict) -> bool:
+    return all((x != x and y != y) or x == y for x, y in zip(a.values(), b.values(), strict=True))
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT id FROM t WHERE id % 3 <> 0 LIMIT 5",  # a filter the scan can't run
+        "SELECT a.id FROM t a JOIN t b ON a.id = b.id LIMIT 5",  # two scans
+        "SELECT count(*) AS n FROM t LIMIT 1",  # over an aggregate
+        "SELECT id FROM t ORDER BY id LIMIT 5",  # a sort's fetch: a top-k, not a limit
+    ],
+)
+def test_limits_the_scan_may_not_stop_at(engine, oracle, query: str) -> None:
+    planned = engine.plan(query, None)
+    assert {t.limit for t in planned.planning.opened} == {None}
+    got = pa.Table.from_batches(list(engine.stream(planned)), schema=planned.schema)
+    assert got.num_rows == oracle.sql(query).to_arrow_table().num_rows
 
 
 def test_a_group_whose_ties_outgrow_the_limit_scans_in_full(engine, oracle, monkeypatch) -> None:

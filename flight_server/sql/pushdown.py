@@ -1,0 +1,62 @@
+"""What a planned statement lets Quiver's scans do for DataFusion beyond columns and
+filters, read off its optimized logical plan.
+
+DataFusion hands a Python dataset the columns and filters it pushes down, and nothing
+else: a `LIMIT` it pushes into a table scan (`TableScan ... fetch=10`) and the fetch of a
+sort (`ORDER BY ... LIMIT k`) stay in its own operators, over every row the scan hands
+them. When the statement scans exactly one table, `push_down` marks that table's
+`QuiverTable`s with both, and each fragment group's scan stops after the fetch
+(`QuiverTable.limit`) or hands over only the rows that can be among the first k
+(`QuiverTable.top_k`, `flight_server.sql.topk`). DataFusion's operators still run above
+them, so the answer is the one it gives over every row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from quiver.flight_server.sql.topk import top_k_of
+
+
+def push_down(plan: Any, tables: Sequence[Any]) -> None:
+    """Mark `tables` (every Quiver table the statement resolved) with the limit and the
+    top-k the optimized logical `plan` allows, when it scans exactly one table."""
+    scans = _scans(plan)
+    if len(scans) != 1 or not tables:
+        return
+    fetch = scans[0].to_variant().fetch()
+    if fetch is not None and fetch >= 0:
+        for table in tables:
+            table.limit = int(fetch)
+    sort = _sort(plan)
+    if sort is None:
+        return
+    variant, source = sort
+    for table in tables:
+        top_k = top_k_of(variant, source, table.schema)
+        if top_k is None:
+            return
+    for table in tables:
+        table.top_k = top_k
+
+
+def _scans(plan: Any) -> list[Any]:
+    pending, scans = [plan], []
+    while pending:
+        node = pending.pop()
+        if type(node.to_variant()).__name__ == "TableScan":
+            scans.append(node)
+        pending.extend(node.inputs())
+    return scans
+
+
+def _sort(plan: Any) -> tuple[Any, Any] | None:
+    """The first sort below `plan` along single-input nodes: (its variant, its input)."""
+    node = plan
+    while type(variant := node.to_variant()).__name__ != "Sort":
+        inputs = node.inputs()
+        if len(inputs) != 1 or type(variant).__name__ == "TableScan":
+            return None
+        node = inputs[0]
+    return variant, node.inputs()[0]
