@@ -7,6 +7,7 @@ vector search, `describe`) goes through `indices_of`, so the section is parsed o
 from __future__ import annotations
 
 import uuid as _uuid
+import weakref
 from dataclasses import dataclass
 
 from quiver.format.proto import table_pb2
@@ -70,10 +71,20 @@ def index_entry(pb: table_pb2.IndexMetadata) -> IndexEntry:
     )
 
 
+# a version's index entries, parsed once per manifest object (manifests never change; a
+# search planned for GetFlightInfo and again for DoGet read them four times): id -> (a weak
+# reference to the manifest, its entries), dropped with the manifest
+_ENTRIES: dict[int, tuple[weakref.ref, tuple[IndexEntry, ...]]] = {}
+
+
 def indices_of(manifest: Manifest, *, system: bool = False) -> list[IndexEntry]:
     """The indices of a version in manifest order; system indices only when asked."""
-    section = index_section(manifest)
-    if section is None:
-        return []
-    out = [index_entry(pb) for pb in section.indices]
-    return out if system else [i for i in out if not i.is_system]
+    key = id(manifest)
+    held = _ENTRIES.get(key)
+    if held is not None and held[0]() is manifest:
+        out = held[1]
+    else:
+        section = index_section(manifest)
+        out = () if section is None else tuple(index_entry(pb) for pb in section.indices)
+        _ENTRIES[key] = (weakref.ref(manifest, lambda _, k=key: _ENTRIES.pop(k, None)), out)
+    return list(out) if system else [i for i in out if not i.is_system]
