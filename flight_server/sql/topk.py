@@ -7,11 +7,11 @@ it, to keep ten. It pushes such a limit into its own Parquet scans, not into a P
 dataset. So when a sort with a fetch reads straight from one Quiver table (through
 projections and aliases only) and its first key is a column of a number, date, time or
 duration type, `flight_server.sql.pushdown` marks the table with a `TopK`, and each
-fragment group's scan
-(`TopKScan`) reads the key column alone (with the filter the engine pushed, and the row
-addresses), keeps the rows that can still be among the first k under a threshold that
-tightens as it goes, and takes the projected columns of those rows only. The engine's sort
-then runs over at most k rows per group, and gives the answer it gives over the whole table.
+fragment group's scan (`TopKScan`) reads the key column alone (with the filter the engine
+pushed, and the row addresses), keeps the rows that can still be among the first k under a
+threshold that tightens as it goes, and takes the projected columns of those rows only. The
+engine's sort then runs over at most k rows per group, and gives the answer it gives over
+the whole table.
 
 The order is DataFusion's: numbers as they compare, floats in IEEE total order (a NaN with
 its sign bit set first, then -inf ... -0.0, 0.0 ... inf, then NaN), nulls first or last as
