@@ -66,6 +66,20 @@ class FstMap:
             output = _uint(d, addr - width - 1 - tsize - osize, osize)
             end = addr - width - 1 - tsize - osize
             return False, 0, [(byte, output, _EMPTY if delta == 0 else end - delta)]
+        final, n, tsize, osize, base, outputs_at, end = self._many(addr, state)
+        transitions = []
+        for i in range(n):
+            delta = _uint(d, base - n - (i + 1) * tsize, tsize)
+            output = _uint(d, outputs_at - (i + 1) * osize, osize)
+            transitions.append((d[base - 1 - i], output, _EMPTY if delta == 0 else end - delta))
+        final_output = _uint(d, outputs_at - n * osize - osize, osize) if final else 0
+        return final, final_output, transitions
+
+    def _many(self, addr: int, state: int) -> tuple[bool, int, int, int, int, int, int]:
+        """Where a node of several transitions keeps them: (final, transitions, target
+        width, output width, the end of its inputs, the end of its outputs, the address
+        target deltas count back from)."""
+        d = self._data
         final = bool(state & 0x40)
         n = state & 0x3F
         width = 0 if n else 1
@@ -79,13 +93,7 @@ class FstMap:
         base = addr - width - 1 - index
         outputs_at = addr - width - 1 - (n + n * tsize + index)
         end = outputs_at - n * osize - (osize if final else 0)
-        transitions = []
-        for i in range(n):
-            delta = _uint(d, base - n - (i + 1) * tsize, tsize)
-            output = _uint(d, outputs_at - (i + 1) * osize, osize)
-            transitions.append((d[base - 1 - i], output, _EMPTY if delta == 0 else end - delta))
-        final_output = _uint(d, outputs_at - n * osize - osize, osize) if final else 0
-        return final, final_output, transitions
+        return final, n, tsize, osize, base, outputs_at, end
 
     def get(self, token: str) -> int | None:
         """The id of `token`, or None when the dictionary does not hold it."""
@@ -112,24 +120,12 @@ class FstMap:
         if state >> 7:  # kinds 0b10 and 0b11: one transition
             inp, output, target = self._node(addr)[2][0]
             return (output, target) if inp == byte else None
-        final = bool(state & 0x40)
-        n = state & 0x3F
-        width = 0 if n else 1
-        if not n:
-            n = d[addr - 1]
-            if n == 1:
-                n = 256
-        sizes = d[addr - width - 1]
-        tsize, osize = sizes >> 4, sizes & 0x0F
-        index = 256 if self._version >= 2 and n > _INDEX_THRESHOLD else 0
-        base = addr - width - 1 - index
+        _, n, tsize, osize, base, outputs_at, end = self._many(addr, state)
         # inputs lie backwards before `base` (input i at base - 1 - i), each at most once
         at = d.find(bytes((byte,)), base - n, base)
         if at < 0:
             return None
         i = base - 1 - at
-        outputs_at = addr - width - 1 - (n + n * tsize + index)
-        end = outputs_at - n * osize - (osize if final else 0)
         delta = _uint(d, base - n - (i + 1) * tsize, tsize)
         output = _uint(d, outputs_at - (i + 1) * osize, osize)
         return output, (_EMPTY if delta == 0 else end - delta)
