@@ -1871,6 +1871,100 @@ static PyObject *unpack4x(PyObject *self, PyObject *args)
     return res;
 }
 
+/* -- full-zip entries (2.1+ pages of variable-width values) ------------------------------- */
+
+enum { FZ_OK, FZ_CONTROL, FZ_TOP, FZ_LENGTH, FZ_PAST };
+
+/* Walk the entries of rows [starts[r], ends[r]) of a full-zip page: a control word of `cwb`
+ * bytes (repetition above `bits_def` bits of definition), then, for a visible value
+ * (definition 0), its length in `lw` bytes and its bytes. Counts the entries, and writes them
+ * when `rep` is given. Returns a FZ_ status; `*bad` is the row it concerns. */
+static int fz_walk(const Py_buffer *data, const Py_buffer *st, const Py_buffer *en, int cwb,
+                   int bits_def, long long vis_max, int lw, long long top, int64_t *rep,
+                   int64_t *def, int64_t *vstart, int64_t *vlen, int64_t cap, int64_t *count,
+                   Py_ssize_t *bad)
+{
+    const uint8_t *d = data->buf;
+    const int64_t size = data->len, n = len64(st);
+    const uint64_t mask = bits_def >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << bits_def) - 1;
+    int64_t k = 0;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        const int64_t s = at64(st, r), e = at64(en, r);
+        *bad = r;
+        if (s < 0 || e < s || e > size)
+            return FZ_PAST;
+        int64_t at = s;
+        int first = 1;
+        while (at < e) {
+            if (cwb > e - at)
+                return FZ_CONTROL;
+            const uint64_t cw = cwb ? load_le(d + at, cwb) : 0;
+            const int64_t rp = bits_def >= 64 ? 0 : (int64_t)(cw >> bits_def);
+            const int64_t df = (int64_t)(cw & mask);
+            if (first && top && rp != top)
+                return FZ_TOP;
+            first = 0;
+            at += cwb;
+            uint64_t length = 0;
+            if (df <= vis_max && df == 0) {
+                if (lw > e - at)
+                    return FZ_LENGTH;
+                length = load_le(d + at, lw);
+                at += lw;
+            }
+            if (rep) {
+                if (k >= cap)
+                    return FZ_PAST; /* a second walk found more entries than the first */
+                rep[k] = rp, def[k] = df, vstart[k] = at, vlen[k] = (int64_t)length;
+            }
+            k++;
+            if (length > (uint64_t)(e - at))
+                return FZ_PAST;
+            at += (int64_t)length;
+        }
+    }
+    *count = k;
+    return FZ_OK;
+}
+
+PyDoc_STRVAR(fullzip_walk_doc,
+             "fullzip_walk(data, starts, ends, cwb, bits_def, vis_max, lw, top, rep, def, "
+             "vstart, vlen) -> (status, row, entries): the entries of full-zip rows "
+             "[starts, ends) of variable-width values (FZ_ statuses: CONTROL, TOP, LENGTH, "
+             "PAST, naming the row). With output arrays (int64, one per entry) they are "
+             "written; with zero-length ones only counted.");
+
+static PyObject *fullzip_walk(PyObject *self, PyObject *args)
+{
+    Py_buffer data, st, en, rep, def, vs, vl;
+    int cwb, bits_def, lw;
+    long long vis_max, top;
+    if (!PyArg_ParseTuple(args, "y*y*y*iiLiLw*w*w*w*", &data, &st, &en, &cwb, &bits_def,
+                          &vis_max, &lw, &top, &rep, &def, &vs, &vl))
+        return NULL;
+    Py_buffer *all[] = {&data, &st, &en, &rep, &def, &vs, &vl};
+    PyObject *res = NULL;
+    const int64_t cap = len64(&rep);
+    if (cwb < 0 || cwb > 8 || (lw != 4 && lw != 8) || bits_def < 0 || st.len != en.len ||
+        def.len != rep.len || vs.len != rep.len || vl.len != rep.len ||
+        (cap && !(aligned(rep.buf, 8) && aligned(def.buf, 8) && aligned(vs.buf, 8) &&
+                  aligned(vl.buf, 8))))
+        PyErr_SetString(PyExc_ValueError, "fullzip_walk: bad widths or lengths");
+    else {
+        int64_t count = 0;
+        Py_ssize_t bad = 0;
+        int status;
+        BEGIN_NOGIL(data.len)
+        status = fz_walk(&data, &st, &en, cwb, bits_def, vis_max, lw, top,
+                         cap ? (int64_t *)rep.buf : NULL, (int64_t *)def.buf,
+                         (int64_t *)vs.buf, (int64_t *)vl.buf, cap, &count, &bad);
+        END_NOGIL
+        res = Py_BuildValue("(inL)", status, bad, (long long)count);
+    }
+    release(7, all);
+    return res;
+}
+
 /* -- module --------------------------------------------------------------------------------- */
 
 #define METHOD(name) {#name, name, METH_VARARGS, name##_doc}
@@ -1898,6 +1992,7 @@ static PyMethodDef methods[] = {
     METHOD(take_items),
     METHOD(rebase_ends),
     METHOD(unpack4x),
+    METHOD(fullzip_walk),
     {NULL, NULL, 0, NULL},
 };
 
@@ -1945,6 +2040,10 @@ PyMODINIT_FUNC PyInit__kernels(void)
         {"METRIC_L2", METRIC_L2},
         {"METRIC_COSINE", METRIC_COSINE},
         {"METRIC_DOT", METRIC_DOT},
+        {"FZ_CONTROL", FZ_CONTROL},
+        {"FZ_TOP", FZ_TOP},
+        {"FZ_LENGTH", FZ_LENGTH},
+        {"FZ_PAST", FZ_PAST},
     };
     for (size_t i = 0; i < sizeof constants / sizeof constants[0]; i++) {
         if (PyModule_AddIntConstant(m, constants[i].name, constants[i].value) < 0) {

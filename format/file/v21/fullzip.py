@@ -14,14 +14,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from quiver.format import _kernels
 from quiver.format.file.v21 import compression as cz
 from quiver.format.file.v21.gather import I64, gather, read_uint
 from quiver.format.file.v21.layers import max_rep, max_visible_def, parse_layers
 from quiver.format.file.v21.page import DecodedPage, PageWhere
 from quiver.format.proto import encodings_v2_1_pb2 as pb
-
-# rows at most for which `walk` goes entry by entry in Python rather than in numpy lock step
-_FEW_ROWS = 4
 
 
 def control_width(layout: pb.FullZipLayout) -> int:
@@ -64,13 +62,13 @@ def walk(
     lw = 0 if fixed else int(layout.bits_per_offset) // 8
     if not fixed and lw not in (4, 8):
         raise where.corrupt(f"full-zip lengths of {8 * lw} bits")
+    if not fixed:
+        return _walk_variable(data, starts, ends, cwb, bits_def, vis_max, lw, layers, where)
     w = where.full
-    if not fixed and len(starts) <= _FEW_ROWS:
-        return _walk_few(data, starts, ends, cwb, bits_def, vis_max, lw, layers, where)
     rows = np.arange(len(starts), dtype=I64)
     pos = starts.astype(I64, copy=True)
     out: list[tuple[np.ndarray, ...]] = []
-    if fixed and cwb and max_rep(layers):
+    if cwb and max_rep(layers):
         rows, pos = _fixed_stride_rows(layout, layers, data, starts, ends, out, where)
     first = True
     while len(rows):
@@ -84,17 +82,8 @@ def walk(
         first = False
         pos = pos + cwb
         visible = d <= vis_max
-        if fixed:
-            vstart, vlen = pos, np.where(visible, vb, 0)
-            pos = pos + vlen
-        else:
-            has = visible & (d == 0)
-            lens = np.zeros(len(rows), dtype=I64)
-            if has.any():
-                lens[has] = read_uint(data, pos[has], lw, w, "full-zip value length").astype(I64)
-            vstart = pos + np.where(has, lw, 0)
-            vlen = lens
-            pos = vstart + lens
+        vstart, vlen = pos, np.where(visible, vb, 0)
+        pos = pos + vlen
         out.append((rows, rep, d, visible, vstart, vlen))
         over = pos > ends[rows]
         if over.any():
@@ -109,7 +98,15 @@ def walk(
     return tuple(c[order] for c in cols[1:])  # type: ignore[return-value]
 
 
-def _walk_few(
+_WALK_ERRORS = {
+    _kernels.FZ_CONTROL: "a row ends inside a control word",
+    _kernels.FZ_TOP: "a row does not start with the top repetition level",
+    _kernels.FZ_LENGTH: "a row ends inside a value length",
+    _kernels.FZ_PAST: "a row runs past its end",
+}
+
+
+def _walk_variable(
     data: np.ndarray,
     starts: np.ndarray,
     ends: np.ndarray,
@@ -120,48 +117,21 @@ def _walk_few(
     layers: list,
     where: PageWhere,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """`walk` of a few rows of variable-width values, entry by entry in plain Python: a
-    lock-step numpy walk costs a step per entry, and a take of one long list (an index's
-    posting list of thousands of blocks) is one row of many entries."""
-    reps: list[int] = []
-    defs: list[int] = []
-    vstarts: list[int] = []
-    vlens: list[int] = []
-    mask = (1 << bits_def) - 1
-    top = max_rep(layers)
-    for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
-        row = data[start:end].tobytes()
-        at, first = 0, True
-        while at < len(row):
-            cw = int.from_bytes(row[at : at + cwb], "little") if cwb else 0
-            if at + cwb > len(row):
-                raise where.corrupt("a row ends inside a control word")
-            rep, d = cw >> bits_def, cw & mask
-            if first and top and rep != top:
-                raise where.corrupt("a row does not start with the top repetition level")
-            first = False
-            at += cwb
-            length = 0
-            if d <= vis_max and d == 0:
-                if at + lw > len(row):
-                    raise where.corrupt("a row ends inside a value length")
-                length = int.from_bytes(row[at : at + lw], "little")
-                at += lw
-            reps.append(rep)
-            defs.append(d)
-            vstarts.append(start + at)
-            vlens.append(length)
-            at += length
-        if at > len(row):
-            raise where.corrupt("a row runs past its end")
-    d_arr = np.array(defs, dtype=I64)
-    return (
-        np.array(reps, dtype=I64),
-        d_arr,
-        d_arr <= vis_max,
-        np.array(vstarts, dtype=I64),
-        np.array(vlens, dtype=I64),
-    )
+    """`walk` of rows of variable-width values, entry by entry in a kernel: counted, then
+    written (a take of one long list, an index's posting list of thousands of blocks, is
+    one row of many entries)."""
+    st = np.ascontiguousarray(starts, dtype=I64)
+    en = np.ascontiguousarray(ends, dtype=I64)
+    args = (data, st, en, cwb, bits_def, vis_max, lw, max_rep(layers))
+    none = np.empty(0, I64)
+    status, _, count = _kernels.fullzip_walk(*args, none, none, none, none)
+    if status != _kernels.OK:
+        raise where.corrupt(_WALK_ERRORS[status])
+    rep, defs, vstarts, vlens = (np.empty(count, I64) for _ in range(4))
+    status, _, written = _kernels.fullzip_walk(*args, rep, defs, vstarts, vlens)
+    if status != _kernels.OK or written != count:
+        raise where.corrupt(_WALK_ERRORS.get(status, "a row runs past its end"))
+    return rep, defs, defs <= vis_max, vstarts, vlens
 
 
 def _fixed_stride_rows(
