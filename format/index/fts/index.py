@@ -76,9 +76,6 @@ class Partition:
 
     def postings(self, token_id: int) -> tuple[np.ndarray, np.ndarray]:
         """(document ids, frequencies) of one token (decoded once, then cached)."""
-        cached = POSTINGS.get((self.invert.path, token_id))
-        if cached is not None:
-            return cached[0], cached[1]
         return self.fetch([token_id])[0]
 
     def fetch(self, token_ids: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -122,7 +122,7 @@ def _postings(
     for t in range(len(part.df)):
         cell = blobs[t]
         ids, fr = decode_postings(
-            cell.values.to_pylist() if cell.is_valid else [], int(part.df[t]), part.codec, where
+            cell.values if cell.is_valid else [], int(part.df[t]), part.codec, where
         )
         docs.append(ids)
         freqs.append(fr)
