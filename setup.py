@@ -25,8 +25,9 @@ setup(
             "quiver.format._kernels",
             ["format/_kernels.c"],
             # -O3 vectorises the unpacking and copy loops; no -march: wheels run on any x86_64
-            # or aarch64.
-            extra_compile_args=["-O3"],
+            # or aarch64; no fused multiply-adds, so float kernels round each step as numpy
+            # does (BM25 weights equal pylance's to the bit).
+            extra_compile_args=["-O3", "-ffp-contract=off"],
         ),
         # keeps gRPC threads' Python thread states across Flight calls (flight_server.metrics pins)
         Extension("quiver.flight_server._threadstate", ["flight_server/_threadstate.c"]),

@@ -25,8 +25,8 @@
  *   pay for releasing it, see BEGIN_NOGIL.
  *
  * One more serves 2.0 files: `rebase_ends` turns a run of a Binary page's stored end offsets
- * into Arrow's (format.file.v20.step_rows). And `unpack4x` decodes the BitPacker4x blocks of
- * full-text posting lists (format.index.fts.postings).
+ * into Arrow's (format.file.v20.step_rows). And `unpack4x` / `postings_full` decode the
+ * BitPacker4x blocks of full-text posting lists (format.index.fts.postings).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1827,6 +1827,28 @@ static PyObject *rebase_ends(PyObject *self, PyObject *args)
 
 /* -- BitPacker4x (full-text posting lists) ------------------------------------------------- */
 
+/* One BitPacker4x block at `src` (4 * bits little-endian u32 words, any alignment: four
+ * interleaved lanes, lane j holding values j, j + 4, ..., low bits first) into 128 values. */
+static inline void unpack4x_block(const uint8_t *src, int bits, uint32_t *dst)
+{
+    if (!bits) {
+        memset(dst, 0, 128 * sizeof *dst);
+        return;
+    }
+    const uint64_t mask = bits == 32 ? 0xFFFFFFFFu : ((uint64_t)1 << bits) - 1;
+    for (int j = 0; j < 32; j++) {
+        /* a value never runs past the block: 32 values of `bits` fill `bits` words */
+        const int start = j * bits, word = start >> 5, shift = start & 31;
+        const int spill = shift + bits > 32;
+        for (int l = 0; l < 4; l++) {
+            uint64_t v = load_le(src + 4 * (word * 4 + l), 4) >> shift;
+            if (spill)
+                v |= load_le(src + 4 * ((word + 1) * 4 + l), 4) << (32 - shift);
+            dst[j * 4 + l] = (uint32_t)(v & mask);
+        }
+    }
+}
+
 PyDoc_STRVAR(unpack4x_doc,
              "unpack4x(words, bits, out): BitPacker4x blocks of `bits`-bit values (4 * bits "
              "uint32 words each: four interleaved lanes, lane j holding values j, j + 4, ..., "
@@ -1845,29 +1867,138 @@ static PyObject *unpack4x(PyObject *self, PyObject *args)
         words.len % 16 || !aligned(words.buf, 4) || !aligned(out.buf, 4))
         PyErr_SetString(PyExc_ValueError, "unpack4x: bad width, lengths or alignment");
     else {
-        const uint32_t *w = words.buf;
+        const uint8_t *w = words.buf;
         uint32_t *o = out.buf;
-        const uint64_t mask = bits == 32 ? 0xFFFFFFFFu : ((uint64_t)1 << bits) - 1;
         BEGIN_NOGIL(out.len / 4)
-        for (Py_ssize_t b = 0; b < blocks; b++) {
-            const uint32_t *lanes = w + b * 4 * bits;
-            uint32_t *dst = o + b * 128;
-            for (int j = 0; j < 32; j++) {
-                /* a value never runs past the block: 32 values of `bits` fill `bits` words */
-                const int start = j * bits, word = start >> 5, shift = start & 31;
-                const int spill = shift + bits > 32;
-                for (int l = 0; l < 4; l++) {
-                    uint64_t v = bits ? (uint64_t)lanes[word * 4 + l] >> shift : 0;
-                    if (spill)
-                        v |= (uint64_t)lanes[(word + 1) * 4 + l] << (32 - shift);
-                    dst[j * 4 + l] = (uint32_t)(v & mask);
-                }
-            }
-        }
+        for (Py_ssize_t b = 0; b < blocks; b++)
+            unpack4x_block(w + (size_t)b * 16 * bits, bits, o + b * 128);
         END_NOGIL
         res = Py_NewRef(Py_None);
     }
     release(2, all);
+    return res;
+}
+
+enum { PB_OK, PB_HEADER, PB_IDS, PB_SIZE };
+
+PyDoc_STRVAR(postings_full_doc,
+             "postings_full(data, offsets, ids, freqs) -> (status, block): decode the full "
+             "posting blocks between int64 `offsets` of `data` (each: f32 best score, u32 "
+             "first document, a width byte and BitPacker4x document deltas, a width byte and "
+             "BitPacker4x frequencies) into 128 uint32 `ids` and `freqs` per block; ids are "
+             "the first document plus the running sum of the deltas (modulo 2^32). Stops at "
+             "the first malformed block: PB_HEADER (shorter than its header), PB_IDS (width "
+             "over 32, or ids running past the block), PB_SIZE (frequencies of a bad width "
+             "or not ending the block).");
+
+static PyObject *postings_full(PyObject *self, PyObject *args)
+{
+    Py_buffer data, offsets, ids, freqs;
+    if (!PyArg_ParseTuple(args, "y*y*w*w*", &data, &offsets, &ids, &freqs))
+        return NULL;
+    Py_buffer *all[] = {&data, &offsets, &ids, &freqs};
+    PyObject *res = NULL;
+    const Py_ssize_t blocks = len64(&offsets) - 1;
+    if (blocks < 0 || ids.len != blocks * 512 || freqs.len != blocks * 512 ||
+        !aligned(ids.buf, 4) || !aligned(freqs.buf, 4))
+        PyErr_SetString(PyExc_ValueError, "postings_full: bad lengths or alignment");
+    else {
+        const uint8_t *d = data.buf;
+        const int64_t size = data.len;
+        uint32_t *out_ids = ids.buf, *out_freqs = freqs.buf;
+        int status = PB_OK;
+        Py_ssize_t b = 0;
+        BEGIN_NOGIL(blocks * 128)
+        for (; b < blocks; b++) {
+            const int64_t s = at64(&offsets, b), e = at64(&offsets, b + 1);
+            if (s < 0 || e < s || e > size || e - s < 10) {
+                status = PB_HEADER;
+                break;
+            }
+            const int bits = d[s + 8];
+            const int64_t at = s + 9 + 16 * (int64_t)bits;
+            if (bits > 32 || at >= e) {
+                status = PB_IDS;
+                break;
+            }
+            const int fbits = d[at];
+            if (fbits > 32 || at + 1 + 16 * (int64_t)fbits != e) {
+                status = PB_SIZE;
+                break;
+            }
+            uint32_t *dst = out_ids + b * 128;
+            unpack4x_block(d + s + 9, bits, dst);
+            uint32_t v = (uint32_t)load_le(d + s + 4, 4);
+            for (int i = 0; i < 128; i++) {
+                v += dst[i];
+                dst[i] = v;
+            }
+            unpack4x_block(d + at + 1, fbits, out_freqs + b * 128);
+        }
+        END_NOGIL
+        res = Py_BuildValue("(in)", status, b);
+    }
+    release(4, all);
+    return res;
+}
+
+PyDoc_STRVAR(bm25_gather_doc,
+             "bm25_gather(docs, freqs, row_ids, lengths, idf, avgdl, rows, weights) -> "
+             "(bad, ascending): for each posting (uint32 document id and frequency), its row "
+             "id (uint64 `row_ids[doc]`) and BM25 weight from its document's length "
+             "(float32 `lengths[doc]`), in float32 in pylance's order of operations: "
+             "idf * ((K1 + 1) * f / (f + K1 * ((1 - B) + B * length / avgdl))) with K1 = 1.2, "
+             "B = 0.75. `bad` is the first posting whose document is out of range (-1: none); "
+             "`ascending` says whether the row ids are non-decreasing.");
+
+static PyObject *bm25_gather(PyObject *self, PyObject *args)
+{
+    Py_buffer docs, freqs, row_ids, lengths, rows, weights;
+    float idf, avgdl;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*ffw*w*", &docs, &freqs, &row_ids, &lengths, &idf,
+                          &avgdl, &rows, &weights))
+        return NULL;
+    Py_buffer *all[] = {&docs, &freqs, &row_ids, &lengths, &rows, &weights};
+    PyObject *res = NULL;
+    const Py_ssize_t n = docs.len / 4, n_docs = row_ids.len / 8;
+    if (docs.len % 4 || freqs.len != docs.len || row_ids.len % 8 ||
+        lengths.len != n_docs * 4 || rows.len != n * 8 || weights.len != n * 4 ||
+        !aligned(docs.buf, 4) || !aligned(freqs.buf, 4) || !aligned(row_ids.buf, 8) ||
+        !aligned(lengths.buf, 4) || !aligned(rows.buf, 8) || !aligned(weights.buf, 4))
+        PyErr_SetString(PyExc_ValueError, "bm25_gather: bad lengths or alignment");
+    else {
+        const uint32_t *d = docs.buf, *f = freqs.buf;
+        const uint64_t *ids = row_ids.buf;
+        const float *len = lengths.buf;
+        uint64_t *out_rows = rows.buf;
+        float *out_w = weights.buf;
+        /* each step rounds to float32 as numpy's does (the build compiles without FMA
+         * contraction) */
+        const float k1 = 1.2f, b = 0.75f, k1p1 = k1 + 1.0f, omb = 1.0f - b;
+        Py_ssize_t bad = -1;
+        int ascending = 1;
+        uint64_t last = 0;
+        BEGIN_NOGIL(n)
+        for (Py_ssize_t i = 0; i < n; i++) {
+            const uint32_t doc = d[i];
+            if (doc >= (uint64_t)n_docs) {
+                bad = i;
+                break;
+            }
+            const uint64_t row = ids[doc];
+            ascending &= row >= last;
+            last = row;
+            out_rows[i] = row;
+            const float bl = b * len[doc];
+            const float norm = k1 * (omb + bl / avgdl);
+            const float fq = (float)f[i];
+            const float tf = (k1p1 * fq) / (fq + norm);
+            out_w[i] = idf * tf;
+        }
+        END_NOGIL
+        res = Py_BuildValue("(ni)", bad, ascending);
+    }
+    release(6, all);
     return res;
 }
 
@@ -1992,6 +2123,8 @@ static PyMethodDef methods[] = {
     METHOD(take_items),
     METHOD(rebase_ends),
     METHOD(unpack4x),
+    METHOD(postings_full),
+    METHOD(bm25_gather),
     METHOD(fullzip_walk),
     {NULL, NULL, 0, NULL},
 };
@@ -2044,6 +2177,9 @@ PyMODINIT_FUNC PyInit__kernels(void)
         {"FZ_TOP", FZ_TOP},
         {"FZ_LENGTH", FZ_LENGTH},
         {"FZ_PAST", FZ_PAST},
+        {"PB_HEADER", PB_HEADER},
+        {"PB_IDS", PB_IDS},
+        {"PB_SIZE", PB_SIZE},
     };
     for (size_t i = 0; i < sizeof constants / sizeof constants[0]; i++) {
         if (PyModule_AddIntConstant(m, constants[i].name, constants[i].value) < 0) {

@@ -46,6 +46,7 @@ from quiver.format.dataset.fulltext_query import (
 from quiver.format.dataset.nearest import QUERY_INDEX, RowLocator, take_answers
 from quiver.format.dataset.scan import ROW_COLUMNS, ROW_ID_FIELD, Scanner
 from quiver.format.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
+from quiver.format.index.fts import bm25
 from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
 from quiver.format.index.fts.fuzzy import expand
 from quiver.format.index.fts.index import InvertedIndex, open_inverted
@@ -55,8 +56,6 @@ from quiver.format.numeric import unique_sorted
 from quiver.format.table.indices import IndexEntry, indices_of
 
 SCORE = "_score"
-K1 = np.float32(1.2)
-B = np.float32(0.75)
 _INVERTED = "InvertedIndexDetails"
 _F = np.float32
 
@@ -93,12 +92,52 @@ class _Ranked:
             return best
         with self._lock:
             if len(self._best) < wanted:
-                n = len(self.weights)
-                k = min(n, max(wanted, 2 * len(self._best)))
-                order = -self.weights
-                top = np.argpartition(order, k - 1)[:k] if k < n else np.arange(n)
-                self._best = top[np.lexsort((top, order[top]))]
+                k = min(len(self.weights), max(wanted, 2 * len(self._best)))
+                self._best = best_positions(self.weights, k)
             return self._best
+
+
+def best_positions(weights: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the `k` (<= len) best `weights`, best first, ties by position, without
+    sorting them all: a strided sample sets a bar about 4k weights from the top, and only
+    the weights above it are sorted. Weights tie a lot (short documents give a word a few
+    distinct weights), so the ones at the bar are taken in position order as far as needed,
+    never all gathered."""
+    n = len(weights)
+    if k >= n:
+        return np.lexsort((np.arange(n), -weights))
+    sample = weights[:: max(1, n // (16 * k))]
+    rank = len(sample) - 1 - 4 * k * len(sample) // n
+    if rank > 0:
+        bar = np.partition(sample, rank)[rank]
+        above = np.flatnonzero(weights > bar)
+        if len(above) < k:
+            ties = _first_equal(weights, bar, k - len(above))
+            if len(ties) == k - len(above):
+                return np.concatenate([above[np.lexsort((above, -weights[above]))], ties])
+        elif len(above) <= n // 2:
+            return above[_best_of(weights[above], k)]
+    return _best_of(weights, k)
+
+
+def _best_of(values: np.ndarray, k: int) -> np.ndarray:
+    """`best_positions` by one partition of all `values`."""
+    bar = np.partition(values, len(values) - k)[len(values) - k]
+    above = np.flatnonzero(values > bar)
+    above = above[np.lexsort((above, -values[above]))]
+    return np.concatenate([above, _first_equal(values, bar, k - len(above))])
+
+
+def _first_equal(values: np.ndarray, value: np.float32, m: int) -> np.ndarray:
+    """The first `m` positions holding `value` (fewer if there are not as many)."""
+    found, count, step = [], 0, max(4096, 8 * m)
+    for start in range(0, len(values), step):
+        hits = np.flatnonzero(values[start : start + step] == value) + start
+        found.append(hits)
+        count += len(hits)
+        if count >= m:
+            break
+    return np.concatenate(found)[:m] if found else np.empty(0, np.int64)
 
 
 # per query word, its rows' weights, ranked best first as deep as searches went: what a
@@ -150,14 +189,14 @@ class _Corpus:
     def __add__(self, other: _Corpus) -> _Corpus:
         return _Corpus(self.docs + other.docs, self.tokens + other.tokens, self.df + other.df)
 
+    def statistics(self, token: str) -> tuple[np.float32, np.float32]:
+        """(idf, avgdl) BM25 weighs `token`'s postings with."""
+        return _F(bm25.idf(self.df[token], self.docs)), bm25.mean_length(self.tokens, self.docs)
+
     def weights(self, token: str, freqs: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """Each document's BM25 weight for `token` (float32, pylance's order of operations)."""
-        n, total = _F(self.df[token]), _F(self.docs)
-        idf = _F(np.log(_F(_F(total - n + _F(0.5)) / _F(n + _F(0.5)) + _F(1))))
-        avgdl = _F(_F(self.tokens) / total)
-        f = freqs.astype(np.float32)
-        norm = K1 * (_F(1) - B + B * lengths.astype(np.float32) / avgdl)
-        return (idf * ((K1 + _F(1)) * f / (f + norm))).astype(np.float32)
+        idf, avgdl = self.statistics(token)
+        return bm25.weights(idf, freqs, bm25.norms(lengths, avgdl))
 
 
 def _best(found: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
@@ -600,6 +639,10 @@ class FullTextSearch:
                     bound = np.float32(bound + ranked.weight_after(depth))
             if depth >= longest:
                 return seen, scores
+            if len(seen) >= top and len(lists) == 1:
+                # one word: its ranking is the answers' order (weight, then row id), so its
+                # first rows are the best even where weights tie at the bound
+                return seen, scores
             if len(seen) >= top and np.partition(scores, len(seen) - top)[len(seen) - top] > bound:
                 return seen, scores
             depth *= 4
@@ -610,12 +653,18 @@ class FullTextSearch:
         key = _ranked_key(indices, token, corpus)
         found = RANKED.get(key)
         if found is None:
-            parts = [i.matches(token) for i in indices]
-            rows, freqs, lengths = (np.concatenate([p[k] for p in parts]) for k in range(3))
-            if len(rows) > 1 and not (rows[1:] >= rows[:-1]).all():
+            idf, avgdl = corpus.statistics(token)
+            parts = [part for i in indices for part in i.weighted(token, idf, avgdl)]
+            if len(parts) == 1:
+                rows, weights, ascending = parts[0]
+            else:
+                rows = np.concatenate([p[0] for p in parts])
+                weights = np.concatenate([p[1] for p in parts])
+                ascending = len(rows) < 2 or bool((rows[1:] >= rows[:-1]).all())
+            if not ascending:
                 by_row = np.argsort(rows, kind="stable")
-                rows, freqs, lengths = rows[by_row], freqs[by_row], lengths[by_row]
-            found = _Ranked(rows, corpus.weights(token, freqs, lengths))
+                rows, weights = rows[by_row], weights[by_row]
+            found = _Ranked(rows, weights)
             RANKED.put(key, found, found.nbytes)
         return found
 

@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
 from quiver.format.index.files import write_index_file
+from quiver.format.index.fts import bm25
 from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
 from quiver.format.index.fts.encode import encode_positions, encode_postings
 from quiver.format.index.fts.postings import BLOCK, VARINT
@@ -46,7 +47,6 @@ def files_of(partitions: int) -> tuple[str, ...]:
 
 
 _EMPTY_ROARING = bytes.fromhex("3a30000000000000")
-_K1, _B = np.float32(1.2), np.float32(0.75)
 # pylance's index parameters and their defaults (create_scalar_index's keyword arguments)
 DEFAULT_PARAMS: dict[str, Any] = {
     "base_tokenizer": "simple",
@@ -175,12 +175,8 @@ def encoded_partition(
     df = np.bincount(tok, minlength=len(vocabulary)).astype(np.uint32)
     bounds = np.concatenate([[0], np.cumsum(df)]).astype(np.int64)
     # pylance's block scores: BM25 of each posting with this partition's statistics
-    avgdl = np.float32(np.float32(total) / np.float32(n_docs))
-    n = df.astype(np.float32)
-    idf = np.log((np.float32(n_docs) - n + np.float32(0.5)) / (n + np.float32(0.5)) + 1)
-    norm = _K1 * (np.float32(1) - _B + _B * lengths.astype(np.float32) / avgdl)
-    f32 = counts.astype(np.float32)
-    scores = idf.astype(np.float32)[tok] * ((_K1 + 1) * f32 / (f32 + norm[doc]))
+    norm = bm25.norms(lengths, bm25.mean_length(total, n_docs))
+    scores = bm25.weights(bm25.idf(df, n_docs)[tok], counts, norm[doc])
     # upper bounds for pruning: a hair above, so float rounding never prunes an answer
     scores = np.nextafter(scores, np.float32(np.inf))
     postings, best = encode_postings(bounds, doc, counts.astype(np.uint32), scores)

@@ -24,6 +24,7 @@ import numpy as np
 
 from quiver.format.errors import CorruptFileError, UnsupportedFeatureError
 from quiver.format.index.files import IndexFile
+from quiver.format.index.fts import bm25
 from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
 from quiver.format.index.fts.fst import FstMap
 from quiver.format.index.fts.postings import (
@@ -182,6 +183,24 @@ class InvertedIndex:
             ids = [t for t in ids if 0 <= t < len(p.df)]
             if len(ids) > 1:
                 p.fetch(ids)
+
+    def weighted(
+        self, token: str, token_idf: np.float32, avgdl: np.float32
+    ) -> list[tuple[np.ndarray, np.ndarray, bool]]:
+        """Per partition holding `token`: its documents' row ids, their BM25 weights under
+        the given statistics, and whether the row ids ascend."""
+        out = []
+        for p in self.partitions:
+            tid = p.token_id(token)
+            if tid is None:
+                continue
+            if not 0 <= tid < len(p.df):
+                raise CorruptFileError(self.where, f"token id {tid} outside the postings")
+            docs, counts = p.postings(tid)
+            out.append(
+                bm25.gathered(docs, counts, p.row_ids, p.lengths, token_idf, avgdl, self.where)
+            )
+        return out
 
     def matches(self, token: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(row ids, frequencies, document lengths) of the documents holding `token`."""

@@ -11,7 +11,7 @@ ascending, the last one partial:
   then deltas) and LEB128 frequencies (``varint_delta_v1``), or raw u32 ids and frequencies
   (``fixed32_v1``, index format 1).
 
-Full blocks are decoded together, vectorised by bit width.
+Full blocks are decoded by one kernel (`_kernels.postings_full`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import pyarrow as pa
 
 from quiver.format import _kernels
 from quiver.format.errors import CorruptFileError
-from quiver.format.numeric import unique_sorted
 
 BLOCK = 128
 VARINT = "varint_delta_v1"
@@ -113,40 +112,24 @@ def _blocks(
     return np.frombuffer(b"".join(blobs), np.uint8), offsets
 
 
-def _packed(data: np.ndarray, at: np.ndarray, bits: int) -> np.ndarray:
-    """The BitPacker4x blocks of `bits`-bit values starting at byte positions `at`."""
-    if not bits:
-        return np.zeros((len(at), BLOCK), np.uint32)
-    raw = data[at[:, None] + np.arange(16 * bits)]
-    return unpack4x(np.ascontiguousarray(raw).view("<u4").reshape(-1, 4 * bits), bits)
+_PROBLEMS = {
+    _kernels.PB_HEADER: "posting block shorter than its header",
+    _kernels.PB_IDS: "posting block shorter than its document ids",
+    _kernels.PB_SIZE: "posting block of the wrong size",
+}
 
 
 def _decode_full(
     data: np.ndarray, offsets: np.ndarray, ids: np.ndarray, freqs: np.ndarray, where: str
 ) -> None:
-    """Full blocks (between `offsets`), every header read at once, the packed values
-    decoded per bit width."""
-    starts, ends = offsets[:-1], offsets[1:]
-    n = len(starts)
-    if (ends - starts < 10).any():
-        raise CorruptFileError(where, "posting block shorter than its header")
-    firsts = np.ascontiguousarray(data[starts[:, None] + np.arange(4, 8)]).view("<u4")[:, 0]
-    bits = data[starts + 8].astype(np.int64)
-    at = starts + 9 + 16 * bits
-    if (bits > 32).any() or (at >= ends).any():
-        raise CorruptFileError(where, "posting block shorter than its document ids")
-    fbits = data[at].astype(np.int64)
-    if (fbits > 32).any() or (at + 1 + 16 * fbits != ends).any():
-        raise CorruptFileError(where, "posting block of the wrong size")
-    deltas = np.empty((n, BLOCK), np.uint32)
-    counts = np.empty((n, BLOCK), np.uint32)
-    for target, widths, first_byte in ((deltas, bits, starts + 9), (counts, fbits, at + 1)):
-        for width in unique_sorted(widths):
-            rows = np.flatnonzero(widths == width)
-            target[rows] = _packed(data, first_byte[rows], int(width))
-    values = firsts.astype(np.uint64)[:, None] + np.cumsum(deltas, axis=1, dtype=np.uint64)
-    ids[: n * BLOCK] = values.reshape(-1).astype(np.uint32)
-    freqs[: n * BLOCK] = counts.reshape(-1)
+    """Full blocks (between `offsets`) into the first 128 per block of `ids` and `freqs`,
+    in one pass of a kernel (headers checked, both packed runs unpacked, ids summed)."""
+    n = len(offsets) - 1
+    status, block = _kernels.postings_full(
+        data, np.ascontiguousarray(offsets, np.int64), ids[: n * BLOCK], freqs[: n * BLOCK]
+    )
+    if status != _kernels.OK:
+        raise CorruptFileError(where, f"{_PROBLEMS[status]} (block {block})")
 
 
 def _doc_positions(deltas: np.ndarray, freqs: np.ndarray) -> np.ndarray:

@@ -245,6 +245,37 @@ def test_posting_encoding_decodes_to_its_postings() -> None:
         assert heads == [mine[i : i + 128].max() for i in range(0, int(n), 128)]
 
 
+def test_malformed_posting_blocks_are_refused() -> None:
+    """A full block cut short, or with a width over 32, or with bytes after its
+    frequencies: a CorruptFileError naming the file and the block, never a wrong list."""
+    import numpy as np
+
+    from quiver.format.errors import CorruptFileError
+    from quiver.format.index.fts.encode import encode_postings
+    from quiver.format.index.fts.postings import VARINT, decode_postings
+
+    n = 3 * 128
+    column, _ = encode_postings(
+        np.array([0, n]),
+        np.arange(0, 2 * n, 2, dtype=np.uint32),
+        np.ones(n, np.int64),
+        np.ones(n, np.float32),
+    )
+    blobs = column[0].as_py()
+    ids, _ = decode_postings(blobs, n, VARINT, "part_0_invert.lance")
+    np.testing.assert_array_equal(ids, np.arange(0, 2 * n, 2))
+    second = blobs[1]
+    wide = second[:8] + bytes([33]) + second[9:]
+    for bad, problem in (
+        (second[:9], "shorter than its header"),
+        (second[:-1], "of the wrong size"),
+        (second + b"\0", "of the wrong size"),
+        (wide, "shorter than its document ids"),
+    ):
+        with pytest.raises(CorruptFileError, match=rf"part_0_invert.lance.*{problem}.*block 1"):
+            decode_postings([blobs[0], bad, blobs[2]], n, VARINT, "part_0_invert.lance")
+
+
 def test_pylance_phrase_queries_on_quiver_positions(tmp_path: Path) -> None:
     """Positions Quiver writes are the ones pylance writes: pylance answers phrase queries
     (slop 0 to 2) on Quiver's index as on its own, after an append and optimize too, and

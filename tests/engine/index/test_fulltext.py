@@ -569,3 +569,24 @@ def test_fuzzy_automata_past_the_limit_are_refused_as_pylance(tmp_path: Path) ->
                 search(ours, full_text_query=js)
             continue
         assert_same_answers(want, search(ours, full_text_query=js), f"{term} {distance}")
+
+
+def test_best_positions_rank_as_a_full_sort() -> None:
+    """A frequent word's best rows: the positions a full sort by weight (best first, ties
+    by position) puts first, whatever the weights' ties and order."""
+    from quiver.format.dataset.fulltext import best_positions
+
+    rng = np.random.default_rng(7)
+    shapes = (
+        lambda n: rng.random(n),
+        lambda n: np.round(rng.random(n) * 3, 1),
+        lambda n: np.full(n, 1.5),
+        lambda n: np.sort(rng.random(n)),
+        lambda n: np.where(rng.random(n) < 0.999, 0.5, rng.random(n)),
+    )
+    for trial in range(1500):
+        n = int(rng.integers(1, 5000)) if trial % 10 else int(rng.integers(50_000, 200_000))
+        weights = shapes[trial % len(shapes)](n).astype(np.float32)
+        k = int(rng.integers(1, min(n, 3000) + 1))
+        expected = np.lexsort((np.arange(n), -weights))[:k]
+        np.testing.assert_array_equal(best_positions(weights, k), expected, err_msg=f"{n} {k}")

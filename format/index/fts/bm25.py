@@ -1,0 +1,71 @@
+"""BM25 as pylance 14 scores full-text matches, to the bit: every step in float32, in
+pylance's order of operations (k1 = 1.2, b = 0.75).
+
+A posting's weight for a token is ``idf * ((k1 + 1) * f / (f + k1 * ((1 - b) + b * length
+/ avgdl)))``, with ``idf = ln((N - n + 0.5) / (n + 0.5) + 1)`` for N documents of which n
+hold the token, f its frequency in the document and avgdl the documents' mean length in
+tokens. Searches weigh with the statistics of every segment searched; index builds store
+each block's best weight under their partition's statistics.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from quiver.format import _kernels
+from quiver.format.errors import CorruptFileError
+
+K1 = np.float32(1.2)
+B = np.float32(0.75)
+_F = np.float32
+
+
+def idf(matching: np.ndarray | int, documents: int) -> np.ndarray:
+    """Inverse document frequency of tokens held by `matching` of `documents` documents."""
+    n, total = np.asarray(matching, np.float32), _F(documents)
+    return np.log((total - n + _F(0.5)) / (n + _F(0.5)) + _F(1)).astype(np.float32)
+
+
+def mean_length(tokens: int, documents: int) -> np.float32:
+    """avgdl: the documents' mean length in tokens."""
+    return _F(_F(tokens) / _F(documents))
+
+
+def norms(lengths: np.ndarray, avgdl: np.float32) -> np.ndarray:
+    """Each document's length term, ``k1 * ((1 - b) + b * length / avgdl)``."""
+    return K1 * (_F(1) - B + B * lengths.astype(np.float32) / avgdl)
+
+
+def weights(token_idf: np.ndarray | np.float32, freqs: np.ndarray, norm: np.ndarray) -> np.ndarray:
+    """Postings' weights from their frequencies and their documents' `norms`."""
+    f = freqs.astype(np.float32)
+    return (token_idf * ((K1 + _F(1)) * f / (f + norm))).astype(np.float32)
+
+
+def gathered(
+    docs: np.ndarray,
+    freqs: np.ndarray,
+    row_ids: np.ndarray,
+    lengths: np.ndarray,
+    token_idf: np.float32,
+    avgdl: np.float32,
+    where: str,
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """One token's postings in a partition (document ids and frequencies, uint32) as
+    (row ids, weights, whether the row ids ascend), from the partition's row id and length
+    per document: one pass of a kernel, the same bits as `weights` over `norms`."""
+    rows = np.empty(len(docs), np.uint64)
+    out = np.empty(len(docs), np.float32)
+    bad, ascending = _kernels.bm25_gather(
+        np.ascontiguousarray(docs, np.uint32),
+        np.ascontiguousarray(freqs, np.uint32),
+        np.ascontiguousarray(row_ids, np.uint64),
+        np.ascontiguousarray(lengths, np.float32),
+        float(token_idf),
+        float(avgdl),
+        rows,
+        out,
+    )
+    if bad >= 0:
+        raise CorruptFileError(where, "a posting names a document that is not there")
+    return rows, out, bool(ascending)
