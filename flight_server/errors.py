@@ -33,10 +33,12 @@ from quiver.format.errors import (
     IndexNotFoundError,
     InvalidInputError,
     SchemaMismatchError,
+    StorageUnavailableError,
     TagNotFoundError,
     UnsupportedFeatureError,
     VersionNotFoundError,
 )
+from quiver.format.io.store import is_transient
 from quiver.wire.errors import (
     AlreadyExists,
     Cancelled,
@@ -90,6 +92,7 @@ ENGINE_ERRORS: list[tuple[type[BaseException], str]] = [
     (CommitConflictError, "commit_conflict"),
     (UnsupportedFeatureError, "unimplemented"),
     (CorruptFileError, "data_corrupt"),
+    (StorageUnavailableError, "unavailable"),
 ]
 
 # absolute paths that survived scrubbing (e.g. from an fsspec message)
@@ -139,6 +142,8 @@ def classify(exc: BaseException) -> tuple[str, dict[str, object]]:
             return code, {}
     if isinstance(exc, CleanupError):
         return "failed_precondition", {}
+    if is_transient(exc):
+        return "unavailable", {}
     if isinstance(exc, flight.FlightCancelledError):
         return "cancelled", {}
     return "internal", {}

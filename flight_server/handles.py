@@ -17,11 +17,17 @@ from typing import Any
 
 from quiver.flight_server.confine import check_dataset_dir
 from quiver.flight_server.corruption import data_corrupt
-from quiver.flight_server.errors import InvalidArgument, NotFound, Scrubber, Unimplemented
+from quiver.flight_server.errors import (
+    InvalidArgument,
+    NotFound,
+    Scrubber,
+    Unavailable,
+    Unimplemented,
+)
 from quiver.flight_server.names import dataset_uri, normalize_root
 from quiver.format.dataset import DatasetCore, LanceDataset, dataset
-from quiver.format.errors import CorruptFileError, DatasetNotFoundError
-from quiver.format.io.store import ObjectStore, open_store
+from quiver.format.errors import CorruptFileError, DatasetNotFoundError, StorageUnavailableError
+from quiver.format.io.store import ObjectStore, is_transient, open_store
 from quiver.format.proto import table_pb2
 from quiver.format.table.versions import ManifestEntry, latest_entry, load_manifest
 
@@ -87,7 +93,13 @@ class DatasetHandles:
         fragment_id: int | None = None,
     ) -> BaseException:
         """`exc` as a client should see it: a damaged file of dataset `name` becomes
-        DataCorrupt naming the version, fragment and file (`flight_server.corruption`)."""
+        DataCorrupt naming the version, fragment and file (`flight_server.corruption`); a
+        storage failure past the store's retries becomes Unavailable naming the dataset."""
+        if name and is_transient(exc) and not isinstance(exc, StorageUnavailableError):
+            what = f"dataset {name!r}" + (f" version {version}" if version is not None else "")
+            return Unavailable(
+                f"{what}: the storage kept failing ({type(exc).__name__}: {exc}); retry later"
+            )
         if not isinstance(exc, CorruptFileError) or not name:
             return exc
         try:

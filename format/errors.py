@@ -77,6 +77,12 @@ class CommitConflictError(LanceError):
         self.retryable = retryable
 
 
+class StorageUnavailableError(LanceError, OSError):
+    """The object store kept failing (throttling, server errors, timeouts) past its retries;
+    the operation may be retried later. A commit that raises it may or may not have landed:
+    retry it with the same idempotency key."""
+
+
 class NotAppendOnlyError(LanceError):
     """A version in a range did more than append rows (overwrite, update, schema change...),
     so "the rows appended since version N" is not defined across it."""

@@ -685,6 +685,37 @@ class ObjectStore:
                 os.rmdir(self.full_path(path))
 
 
+# errno values object stores' clients give failures worth retrying later (s3fs: 503
+# SlowDown and 409 are EBUSY, 500 InternalError is EREMOTEIO)
+_TRANSIENT_ERRNOS = {
+    errno.EBUSY,
+    errno.EAGAIN,
+    errno.ETIMEDOUT,
+    errno.ECONNRESET,
+    errno.ECONNABORTED,
+    errno.ECONNREFUSED,
+    errno.EPIPE,
+    getattr(errno, "EREMOTEIO", 121),
+}
+_TRANSIENT_NAMES = ("Timeout", "Connection", "Disconnected", "Payload", "IncompleteRead")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a storage call's error says "try again later" (throttling, a server error,
+    a timeout, a dropped connection) rather than "this cannot work" (missing, forbidden,
+    malformed)."""
+    if isinstance(exc, FileExistsError | FileNotFoundError | PermissionError):
+        return False
+    if isinstance(exc, TimeoutError | ConnectionError):
+        return True
+    if isinstance(exc, OSError) and exc.errno in _TRANSIENT_ERRNOS:
+        return True
+    module = type(exc).__module__ or ""
+    if module.startswith(("aiohttp", "botocore", "urllib3", "http.client")):
+        return any(n in type(exc).__name__ for n in _TRANSIENT_NAMES)
+    return False
+
+
 def open_store(uri: str, storage_options: dict[str, Any] | None = None) -> ObjectStore:
     """Open the store rooted at `uri` (a local path, ``file://``, ``memory://`` or ``s3://``)."""
     fs, root = _split_uri(uri, storage_options)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import json
 import random
 import struct
@@ -18,8 +19,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from quiver.format.errors import CommitConflictError, CorruptFileError, VersionNotFoundError
-from quiver.format.io.store import ObjectStore
+from quiver.format.errors import (
+    CommitConflictError,
+    CorruptFileError,
+    StorageUnavailableError,
+    VersionNotFoundError,
+)
+from quiver.format.io.store import ObjectStore, is_transient
 from quiver.format.proto import table_pb2, transaction_pb2
 from quiver.format.table import versions as _versions
 from quiver.format.table.conflicts import Resolution, check
@@ -50,8 +56,12 @@ HINT_FILE = "_versions/latest_version_hint.json"
 DEFAULT_MAX_RETRIES = 20
 
 
-# Versions searched for an idempotency key when the caller gives no read version.
-IDEMPOTENCY_SCAN_LIMIT = 1000
+# Where a keyed commit records, before it commits, the version its first attempt read: a
+# retry then searches the versions since, not the whole history (one small object per key).
+KEYS_DIR = "_quiver_keys"
+# A commit whose manifest write keeps failing this many times in a row gives up with
+# StorageUnavailableError (its outcome unknown: a retry with its idempotency key settles it).
+STORAGE_FAILURES = 6
 
 
 @dataclass(frozen=True)
@@ -83,16 +93,52 @@ def read_transaction(store: ObjectStore, manifest: Manifest) -> transaction_pb2.
     return txn
 
 
-def find_idempotent_commit(store: ObjectStore, key: str, after: int | None) -> int | None:
-    """The version a commit carrying idempotency `key` made after version `after` (None: among
-    the newest `IDEMPOTENCY_SCAN_LIMIT` versions), or None if no such commit landed."""
-    entries = _versions.list_manifests(store)
-    if not entries:
+def _key_path(key: str) -> str:
+    return f"{KEYS_DIR}/{hashlib.sha256(key.encode()).hexdigest()}.json"
+
+
+def claim_key(store: ObjectStore, key: str, read_version: int) -> int:
+    """Record that a commit carrying idempotency `key` is planned on `read_version`, unless
+    an earlier attempt did; returns the version the key's first attempt read (any commit
+    the key made is newer)."""
+    path = _key_path(key)
+    try:
+        store.put_if_absent(path, json.dumps({"read_version": read_version}).encode())
+        return read_version
+    except FileExistsError:
+        pass
+    first = _key_floor(store, key)
+    return read_version if first is None else min(first, read_version)
+
+
+def _key_floor(store: ObjectStore, key: str) -> int | None:
+    """The version the first attempt with `key` read, None if no attempt recorded it."""
+    try:
+        doc = json.loads(store.read_all(_key_path(key)))
+        return int(doc["read_version"])
+    except FileNotFoundError:
         return None
-    floor = after if after is not None else max(entries) - IDEMPOTENCY_SCAN_LIMIT
+    except (ValueError, KeyError, TypeError):
+        raise CorruptFileError(store.uri_of(_key_path(key)), "not an idempotency record") from None
+
+
+def find_idempotent_commit(
+    store: ObjectStore, key: str, after: int | None, upto: int | None = None
+) -> int | None:
+    """The version a commit carrying idempotency `key` made after version `after` (None:
+    after the version its first attempt read, which the key's record gives) and up to
+    `upto` (None: the latest), or None if no such commit landed. A key never used costs
+    one read; a used one, the versions since its first attempt."""
+    if after is None:
+        after = _key_floor(store, key)
+        if after is None:
+            return None
+    entries = _versions.list_manifests(store)
     for v in sorted(entries, reverse=True):
-        if v <= floor:
+        if v <= after:
             break
+        if upto is not None and v > upto:
+            continue
         try:
             txn = read_transaction(store, _versions.load_manifest(store, entries[v]))
         except (VersionNotFoundError, CorruptFileError):
@@ -475,6 +521,17 @@ def commit_transaction(
         result = _commit_attempts(store, txn, txn_name, ctx, max_retries, affected)
         landed = not result.duplicate
         return result
+    except StorageUnavailableError:
+        landed = True  # perhaps it did: its manifest would name the transaction file
+        raise
+    except Exception as e:
+        if not is_transient(e):
+            raise
+        landed = True  # as above: the store failed, the outcome is unknown
+        raise StorageUnavailableError(
+            f"{store.uri}: a commit's storage request failed ({type(e).__name__}: {e}); "
+            "whether it landed is unknown: retry with the same idempotency key"
+        ) from None
     finally:
         if not landed:  # a refused commit leaves nothing behind (its manifest never came)
             with contextlib.suppress(Exception):
@@ -492,7 +549,15 @@ def _commit_attempts(
     """Write the next manifest, checking and rebasing over concurrent commits."""
     key = txn.transaction_properties.get(IDEMPOTENCY_KEY)
     checked = int(txn.read_version)
+    if key:
+        # an earlier attempt with this key may have landed before this one's read version
+        first = claim_key(store, key, checked)
+        found = find_idempotent_commit(store, key, first, checked) if first < checked else None
+        if found is not None:
+            entry = _versions.find_entry(store, found)
+            return CommitResult(_versions.load_manifest(store, entry), duplicate=True)
     delay = 0.01
+    failures = 0
     for _attempt in range(max_retries + 1):
         entries = _versions.list_manifests(store)
         latest_version = max(entries) if entries else 0
@@ -500,6 +565,9 @@ def _commit_attempts(
             if v not in entries:
                 continue  # cleaned up; its effects are in the latest manifest
             theirs_manifest = _versions.load_manifest(store, entries[v])
+            if theirs_manifest.pb.transaction_file == txn_name:
+                # this commit's own manifest, written by an attempt whose answer was lost
+                return CommitResult(theirs_manifest)
             theirs = read_transaction(store, theirs_manifest)
             if (
                 key
@@ -548,6 +616,23 @@ def _commit_attempts(
         try:
             store.put_if_absent(path, data)
         except FileExistsError:
+            # another commit's, or this one's from an attempt whose answer was lost: the
+            # next round's check tells them apart by the manifest's transaction file
+            failures = 0
+            time.sleep(delay * (1 + random.random()))
+            delay = min(delay * 2, 1.0)
+            continue
+        except Exception as e:
+            if not is_transient(e):
+                raise
+            # the store failed past its own retries: the manifest may or may not be there
+            failures += 1
+            if failures >= STORAGE_FAILURES:
+                raise StorageUnavailableError(
+                    f"{store.uri}: the commit of version {version} could not be confirmed, "
+                    f"the store kept failing ({type(e).__name__}: {e}); retry with the "
+                    "same idempotency key"
+                ) from None
             time.sleep(delay * (1 + random.random()))
             delay = min(delay * 2, 1.0)
             continue
