@@ -25,6 +25,8 @@ import datetime as dt
 import json
 import os
 import threading
+import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any, TypeAlias, TypeVar
@@ -615,12 +617,35 @@ class Client(RowChanges, IndexActions, _nearest.Searches):
             raise QuiverError("the server answered DoPut without a JSON PutResult")
         return result
 
-    def write(self, dataset: str, data: DataLike, *, mode: str = "append") -> dict[str, Any]:
+    def write(
+        self,
+        dataset: str,
+        data: DataLike,
+        *,
+        mode: str = "append",
+        idempotency_key: str | None = None,
+        retries: int = 3,
+    ) -> dict[str, Any]:
         """Write and commit in one call (`mode`: append, create or overwrite).
 
-        Returns the server's answer, `{"version": N, "rows": R}`.
+        Returns the server's answer, `{"version": N, "rows": R}` (and `"duplicate": True`
+        when the key had committed already). Every write carries an idempotency key (a
+        fresh one unless given): when the server answers `Unavailable` (its storage kept
+        failing, the commit may or may not have landed), data that can be sent again (a
+        table, a batch, rows; not a stream) is sent again up to `retries` times with the
+        same key, so the rows are committed once.
         """
-        return self._put(put_command(dataset, mode=mode), data)
+        key = idempotency_key or uuid.uuid4().hex
+        command = put_command(dataset, mode=mode, idempotency_key=key)
+        again = isinstance(data, pa.Table | pa.RecordBatch | Mapping | list)
+        for attempt in range(retries + 1):
+            try:
+                return self._put(command, data)
+            except Unavailable:
+                if not again or attempt == retries:
+                    raise
+                time.sleep(min(0.5 * 2**attempt, 8.0))
+        raise AssertionError("unreachable")
 
     def stage(
         self, dataset: str, data: DataLike, *, mode: str = "append", job: str | None = None

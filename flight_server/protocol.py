@@ -326,6 +326,7 @@ class PutRequest:
     job: str | None = None  # staging only: groups the puts one commit or abort settles
     merge: MergeRequest | None = None  # a merge of the rows into the dataset
     backfill: str | None = None  # add_columns / update_columns by the rows' _rowaddr
+    idempotency_key: str | None = None  # a committing put repeated with it commits once
 
 
 @dataclass(frozen=True)
@@ -389,6 +390,9 @@ def job_field(f: Fields) -> str | None:
     return job
 
 
+MAX_IDEMPOTENCY_KEY = 256
+
+
 def put_request_from_command(cmd: bytes) -> PutRequest:
     """Parse a DoPut CMD: {"dataset", "mode": append|create|overwrite, "commit"?: bool,
     "job"?: str}, or {"dataset", "merge": {...}} (see `wire.requests.merge_command`)."""
@@ -406,9 +410,15 @@ def put_request_from_command(cmd: bytes) -> PutRequest:
             )
         return PutRequest(name, "backfill", True, None, None, backfill)
     if "merge" in f.doc:
-        if "mode" in f.doc or "job" in f.doc or not f.bool("commit", default=True):
+        if (
+            "mode" in f.doc
+            or "job" in f.doc
+            or "idempotency_key" in f.doc
+            or not f.bool("commit", default=True)
+        ):
             raise InvalidArgument(
-                "DoPut command: a merge commits at once; it takes no 'mode', 'commit' or 'job'"
+                "DoPut command: a merge commits at once; it takes no 'mode', 'commit', 'job' "
+                "or 'idempotency_key'"
             )
         return PutRequest(name, "merge", True, None, merge_request(f.doc["merge"]))
     mode = f.str("mode") or "append"
@@ -422,7 +432,18 @@ def put_request_from_command(cmd: bytes) -> PutRequest:
     job = job_field(f)
     if job is not None and commit:
         raise InvalidArgument("DoPut command: 'job' is for staging puts ('commit': false)")
-    return PutRequest(name, mode, commit, job)
+    key = f.str("idempotency_key")
+    if key is not None:
+        if not commit:
+            raise InvalidArgument(
+                "DoPut command: 'idempotency_key' is for committing puts; a staged put's "
+                "key goes with its commit action"
+            )
+        if not 0 < len(key) <= MAX_IDEMPOTENCY_KEY:
+            raise InvalidArgument(
+                f"DoPut command: 'idempotency_key' must be 1 to {MAX_IDEMPOTENCY_KEY} characters"
+            )
+    return PutRequest(name, mode, commit, job, idempotency_key=key)
 
 
 def put_request_from_path(path: Sequence[bytes | str]) -> PutRequest:

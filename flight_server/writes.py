@@ -38,7 +38,7 @@ from quiver.format.errors import (
 from quiver.format.io.store import ObjectStore
 from quiver.format.proto import table_pb2
 from quiver.format.table import versions as _versions
-from quiver.format.table.commit import find_idempotent_commit
+from quiver.format.table.commit import find_idempotent_commit, read_transaction
 from quiver.format.table.manifest import storage_version_of_file
 from quiver.format.table.schema import LanceSchema, check_new_schema
 from quiver.format.table.versions import data_file_paths, referenced_data_files
@@ -182,6 +182,13 @@ class Writes:
         if request.merge is not None:
             return changes.merge_put(self, name, request.merge, schema, batches, cancelled)
         existing = self.handles.try_latest(name)
+        key = request.idempotency_key
+        if key is not None and existing is not None:
+            repeated = self._repeated_put(name, key)
+            if repeated is not None:
+                for _ in checked_stream(schema, batches, cancelled):
+                    pass  # the rows were committed by the first put: read and drop them
+                return repeated
         if mode == "create" and existing is not None:
             raise AlreadyExists(f"dataset {name!r} already exists (use mode append or overwrite)")
         appending = mode == "append" and existing is not None
@@ -236,8 +243,24 @@ class Writes:
         else:
             operation = LanceOperation.Overwrite(schema, written)
             read_version = existing.version if existing is not None and mode == "overwrite" else 0
-        new = self._commit(name, operation, read_version, written, None, mode, clean=True)
+        new = self._commit(name, operation, read_version, written, key, mode, clean=True)
         return {"version": new.version, "rows": rows}
+
+    def _repeated_put(self, name: str, key: str) -> dict[str, Any] | None:
+        """The answer of the put that committed with idempotency `key` (its version and
+        rows, `duplicate`), None if none did: the key's record makes this one read when
+        the key is new, and otherwise a search of the versions since its first attempt."""
+        store = self.handles.store(name)
+        found = find_idempotent_commit(store, key, None)
+        if found is None:
+            return None
+        manifest = self.handles.open_version(name, found).manifest
+        txn = read_transaction(store, manifest)
+        body = txn.append if txn is not None and txn.HasField("append") else None
+        if body is None and txn is not None and txn.HasField("overwrite"):
+            body = txn.overwrite
+        rows = sum(int(f.physical_rows) for f in body.fragments) if body is not None else 0
+        return {"version": found, "rows": rows, "duplicate": True}
 
     def stage_written(
         self,

@@ -55,7 +55,15 @@ NEAREST_KEYS: tuple[str, ...] = (
     "refine_factor",
     "use_index",
 )
-PUT_KEYS: tuple[str, ...] = ("dataset", "mode", "commit", "job", "merge", "backfill")
+PUT_KEYS: tuple[str, ...] = (
+    "dataset",
+    "mode",
+    "commit",
+    "job",
+    "merge",
+    "backfill",
+    "idempotency_key",
+)
 # A merge DoPut's "merge" object: pylance's merge_insert clauses (see `merge_command`)
 MERGE_KEYS: tuple[str, ...] = (
     "on",
@@ -376,9 +384,15 @@ def nearest_object(column: str, q: Any = None, k: int | None = None, **options: 
 
 
 def put_command(
-    dataset: str, *, mode: str = "append", commit: bool = True, job: str | None = None
+    dataset: str,
+    *,
+    mode: str = "append",
+    commit: bool = True,
+    job: str | None = None,
+    idempotency_key: str | None = None,
 ) -> dict[str, Any]:
-    """The JSON object of a DoPut CMD descriptor."""
+    """The JSON object of a DoPut CMD descriptor (`idempotency_key`: a committing put's;
+    a put repeated with it answers the version the first one made)."""
     if not isinstance(dataset, str) or not dataset:
         raise TypeError("dataset must be a non-empty string")
     if mode not in PUT_MODES:
@@ -390,6 +404,10 @@ def put_command(
         cmd["commit"] = False
     if job is not None:
         cmd["job"] = job
+    if idempotency_key is not None:
+        if not commit:
+            raise InvalidArgument("idempotency_key is for committing puts (commit=True)")
+        cmd["idempotency_key"] = idempotency_key
     return cmd
 
 

@@ -1,0 +1,235 @@
+"""Commits under storage faults: moto's S3 behind a fault-injecting proxy (`s3_faults`).
+
+What the proxy does to a request is what S3 and the network do to real ones: throttling,
+server errors, resets mid-body, answers lost after the write happened. None of it may lose
+a row, duplicate a commit or leave a version pylance cannot read.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+pytest.importorskip("s3fs")
+pytest.importorskip("moto.server")
+
+import lance  # noqa: E402
+from moto_atomic import moto_s3  # noqa: E402
+from s3_faults import FaultProxy, Rule, fault_proxy  # noqa: E402
+
+from quiver.format.dataset import dataset, write_dataset  # noqa: E402
+from quiver.format.errors import StorageUnavailableError  # noqa: E402
+from quiver.format.table import versions  # noqa: E402
+
+MANIFEST_PUT = r"/_versions/[^/?]+\.manifest"
+
+
+@pytest.fixture(scope="module")
+def moto() -> Iterator[str]:
+    with moto_s3("faults") as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def proxy(moto: str) -> Iterator[FaultProxy]:
+    with fault_proxy(moto) as p:
+        yield p
+
+
+def _options(endpoint: str) -> dict[str, Any]:
+    return {
+        "key": "testing",
+        "secret": "testing",
+        "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
+    }
+
+
+def _uri(name: str) -> str:
+    return f"s3://faults/{name}-{uuid.uuid4().hex[:8]}.lance"
+
+
+def _rows(start: int, n: int) -> pa.Table:
+    return pa.table({"id": pa.array(range(start, start + n), pa.int64())})
+
+
+def _check_every_version(uri: str, moto: str, expected_ids: list[int]) -> None:
+    """Every version opens in pylance (straight to moto); the latest holds each id once."""
+    ds = lance.dataset(uri, storage_options=_lance_options(moto))
+    for v in ds.versions():
+        lance.dataset(uri, version=v["version"], storage_options=_lance_options(moto)).to_table()
+    ids = sorted(ds.to_table(columns=["id"]).column("id").to_pylist())
+    assert ids == sorted(expected_ids)
+
+
+def _lance_options(endpoint: str) -> dict[str, str]:
+    return {
+        "aws_access_key_id": "testing",
+        "aws_secret_access_key": "testing",
+        "aws_endpoint": endpoint,
+        "aws_region": "us-east-1",
+        "allow_http": "true",
+    }
+
+
+def test_a_lost_manifest_answer_commits_once(proxy: FaultProxy, moto: str) -> None:
+    """The manifest PUT is written but its answer lost, and the requests on that key that
+    follow fail too: the commit finds its own manifest (by its transaction file) rather
+    than committing the rows again as the next version."""
+    uri = _uri("lost")
+    opts = _options(proxy.endpoint)
+    write_dataset(_rows(0, 10), uri, storage_options=opts)
+    proxy.set_rules(
+        Rule("lost", method="PUT", key=MANIFEST_PUT, times=1),
+        Rule("slowdown", key=r"/_versions/", times=4),
+    )
+    ds = write_dataset(_rows(10, 10), uri, mode="append", storage_options=opts)
+    proxy.set_rules()
+    assert proxy.injected["lost"] == 1
+    assert ds.version == 2
+    assert sorted(versions.list_manifests(dataset(uri, storage_options=opts)._core.store)) == [
+        1,
+        2,
+    ]
+    _check_every_version(uri, moto, list(range(20)))
+
+
+def test_a_store_that_keeps_failing_is_unavailable_and_the_key_settles_it(
+    proxy: FaultProxy, moto: str
+) -> None:
+    """Every request on the manifest fails after the PUT was written: the commit gives up
+    with StorageUnavailableError (outcome unknown); the same write retried with its
+    idempotency key answers the version that landed, and no rows are doubled."""
+    uri = _uri("down")
+    opts = _options(proxy.endpoint)
+    write_dataset(_rows(0, 5), uri, storage_options=opts)
+    lost = Rule("lost", method="PUT", key=MANIFEST_PUT, times=1)
+    proxy.set_rules(lost, Rule("error500", key=r"/_versions/|list-type", after=lost))
+    with pytest.raises(StorageUnavailableError, match="retry with the same idempotency key"):
+        write_dataset(
+            _rows(5, 5), uri, mode="append", storage_options=opts, idempotency_key="job-1"
+        )
+    proxy.set_rules()
+    again = write_dataset(
+        _rows(5, 5), uri, mode="append", storage_options=opts, idempotency_key="job-1"
+    )
+    assert again.version == 2
+    _check_every_version(uri, moto, list(range(10)))
+
+
+def test_keyed_lookups_read_no_manifest_for_a_new_key(proxy: FaultProxy, moto: str) -> None:
+    """A keyed commit's search for an earlier attempt costs one read of the key's record
+    when the key is new, whatever the number of versions: no manifest is read for it."""
+    uri = _uri("keys")
+    opts = _options(proxy.endpoint)
+    write_dataset(_rows(0, 1), uri, storage_options=opts)
+    for i in range(1, 30):
+        write_dataset(_rows(i, 1), uri, mode="append", storage_options=opts)
+    from quiver.format.table.commit import find_idempotent_commit
+
+    store = dataset(uri, storage_options=opts)._core.store
+    before = proxy.requests
+    assert find_idempotent_commit(store, "never-used", None) is None
+    assert proxy.requests - before <= 2  # the record's read, at 30 versions as at 1
+    ds = write_dataset(_rows(30, 1), uri, mode="append", storage_options=opts, idempotency_key="k")
+    before = proxy.requests
+    assert find_idempotent_commit(store, "k", None) == ds.version
+    assert proxy.requests - before <= 6  # the record, a listing, the one newer manifest
+
+
+def test_concurrent_flight_appends_under_faults_lose_and_double_nothing(
+    proxy: FaultProxy, moto: str
+) -> None:
+    """Three clients append through one server whose storage throttles, errs, resets and
+    loses answers on about one request in eight; each client's write carries an
+    idempotency key and is retried on Unavailable. Every row lands exactly once and every
+    version opens in pylance."""
+    from quiver.clients import Client
+    from quiver.flight_server.config import ServerConfig
+    from quiver.flight_server.server import build_server
+
+    root = f"s3://faults/root-{uuid.uuid4().hex[:8]}"
+    server = build_server(
+        ServerConfig(
+            root=root,
+            port=0,
+            storage_options=_options(proxy.endpoint),
+            ticket_key=b"fault-tests-ticket-key-0123456789",
+        )
+    )
+    try:
+        Client(server.locations[0]).write("t", _rows(0, 3), mode="create")
+        proxy.set_rules(
+            Rule("slowdown", probability=0.04),
+            Rule("error500", probability=0.03),
+            Rule("reset", method="GET", probability=0.03),
+            Rule("lost", method="PUT", probability=0.05),
+        )
+        errors: list[BaseException] = []
+
+        def writer(w: int) -> None:
+            client = Client(server.locations[0])
+            try:
+                for i in range(6):
+                    start = 1000 * (w + 1) + 10 * i
+                    client.write("t", _rows(start, 10), retries=6)
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=writer, args=(w,)) for w in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        proxy.set_rules()
+        assert not errors, errors
+        assert sum(proxy.injected.values()) > 0
+        expected = list(range(3)) + [
+            1000 * (w + 1) + 10 * i + j for w in range(3) for i in range(6) for j in range(10)
+        ]
+        _check_every_version(f"{root}/t.lance", moto, expected)
+    finally:
+        server.shutdown()
+
+
+def test_a_doput_repeated_with_its_key_commits_once(tmp_path: Any) -> None:
+    """A committing DoPut sent twice with one idempotency key: the second answers the
+    first's version and rows with `duplicate`, writes nothing, and the rows are there once;
+    a key on a staged put, or an empty one, is refused."""
+    from quiver.clients import Client
+    from quiver.clients.errors import InvalidArgument
+    from quiver.flight_server.config import ServerConfig
+    from quiver.flight_server.server import build_server
+
+    server = build_server(
+        ServerConfig(root=str(tmp_path), port=0, ticket_key=b"fault-tests-ticket-key-0123456789")
+    )
+    try:
+        client = Client(server.locations[0])
+        first = client.write("t", _rows(0, 4), mode="create", idempotency_key="create-1")
+        assert first == {"version": 1, "rows": 4}
+        assert client.write("t", _rows(0, 4), mode="create", idempotency_key="create-1") == {
+            "version": 1,
+            "rows": 4,
+            "duplicate": True,
+        }
+        client.write("t", _rows(4, 2), idempotency_key="append-1")
+        client.write("t", _rows(6, 1))  # another key: a new version in between
+        again = client.write("t", _rows(4, 2), idempotency_key="append-1")
+        assert again == {"version": 2, "rows": 2, "duplicate": True}
+        ids = sorted(dataset(str(tmp_path / "t.lance")).to_table().column("id").to_pylist())
+        assert ids == list(range(7))
+        files = sorted(p.name for p in (tmp_path / "t.lance" / "data").iterdir())
+        assert len(files) == 3  # the repeated puts wrote nothing
+        from quiver.wire.requests import put_command
+
+        with pytest.raises(InvalidArgument, match="committing puts"):
+            client._put({**put_command("t"), "commit": False, "idempotency_key": "k"}, _rows(0, 1))
+        with pytest.raises(InvalidArgument, match="non-empty"):
+            client._put({**put_command("t"), "idempotency_key": ""}, _rows(0, 1))
+    finally:
+        server.shutdown()
