@@ -13,7 +13,8 @@ real server unless a rule injects a fault into it:
 - ``stale_list``: forward a listing and remove from its answer the keys the rule matches,
   as a listing that lags behind the newest objects.
 
-A rule matches by method, by a regular expression on the object key and by probability,
+A rule matches by method, by a regular expression on the request's path (for
+``stale_list``: on the listed keys to hide) and by probability,
 optionally only its first `times` matches or only once another rule
 has injected; each injection is counted by fault.
 """
@@ -57,7 +58,10 @@ class Rule:
             return False
         if self.method is not None and method != self.method:
             return False
-        if self.key is not None and not re.search(self.key, path):
+        if self.fault == "stale_list":  # listings only; `key` picks the keys to hide
+            if "list-type=" not in path and "prefix=" not in path:
+                return False
+        elif self.key is not None and not re.search(self.key, path):
             return False
         if self.times is not None and self.matched >= self.times:
             return False

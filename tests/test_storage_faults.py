@@ -233,3 +233,21 @@ def test_a_doput_repeated_with_its_key_commits_once(tmp_path: Any) -> None:
             client._put({**put_command("t"), "idempotency_key": ""}, _rows(0, 1))
     finally:
         server.shutdown()
+
+
+def test_a_listing_that_lags_does_not_stop_a_commit(proxy: FaultProxy, moto: str) -> None:
+    """Listings through the proxy miss the newest manifest (written by another writer):
+    the commit's conditional create finds that version taken, reads it by name, checks
+    it and commits after it, keeping both writers' rows."""
+    from quiver.format.table.manifest import manifest_name
+
+    uri = _uri("lag")
+    direct = _options(moto)
+    write_dataset(_rows(0, 3), uri, storage_options=direct)
+    write_dataset(_rows(3, 3), uri, mode="append", storage_options=direct)  # version 2
+    hidden = manifest_name(2, v2=True).replace(".", r"\.")
+    proxy.set_rules(Rule("stale_list", method="GET", key=hidden))
+    ds = write_dataset(_rows(6, 3), uri, mode="append", storage_options=_options(proxy.endpoint))
+    assert proxy.injected["stale_list"] >= 1
+    assert ds.version == 3
+    _check_every_version(uri, moto, list(range(9)))

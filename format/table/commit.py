@@ -558,8 +558,9 @@ def _commit_attempts(
             return CommitResult(_versions.load_manifest(store, entry), duplicate=True)
     delay = 0.01
     failures = 0
+    taken = 0  # the highest version a conditional create found taken
     for _attempt in range(max_retries + 1):
-        entries = _versions.list_manifests(store)
+        entries = _versions.list_manifests_through(store, taken)
         latest_version = max(entries) if entries else 0
         for v in range(checked + 1, latest_version + 1):
             if v not in entries:
@@ -617,8 +618,10 @@ def _commit_attempts(
             store.put_if_absent(path, data)
         except FileExistsError:
             # another commit's, or this one's from an attempt whose answer was lost: the
-            # next round's check tells them apart by the manifest's transaction file
+            # next round's check tells them apart by the manifest's transaction file (and
+            # finds it by name if the listing lags behind it)
             failures = 0
+            taken = version
             time.sleep(delay * (1 + random.random()))
             delay = min(delay * 2, 1.0)
             continue

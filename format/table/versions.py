@@ -65,6 +65,34 @@ def list_manifests(store: ObjectStore) -> dict[int, ManifestEntry]:
     return out
 
 
+def list_manifests_through(store: ObjectStore, version: int) -> dict[int, ManifestEntry]:
+    """`list_manifests`, and when the listing stops short of `version` (known to exist: a
+    listing may lag behind the newest objects), the versions after it found by name, up to
+    `version` and on as far as they go."""
+    entries = list_manifests(store)
+    v = max(entries) if entries else 0
+    if v >= version:
+        return entries
+    while True:
+        v += 1
+        entry = _entry_by_name(store, v)
+        if entry is not None:
+            entries[v] = entry
+        elif v > version:
+            return entries
+
+
+def _entry_by_name(store: ObjectStore, version: int) -> ManifestEntry | None:
+    """The manifest of `version` by its V2 or V1 name, None if neither exists."""
+    for v2 in (True, False):
+        name = manifest_name(version, v2=v2)
+        try:
+            return ManifestEntry(version, name, store.size(f"{VERSIONS_DIR}/{name}"), v2)
+        except FileNotFoundError:
+            continue
+    return None
+
+
 def latest_entry(store: ObjectStore) -> ManifestEntry:
     """The newest manifest; DatasetNotFoundError if there is none."""
     entries = list_manifests(store)
@@ -113,13 +141,9 @@ def find_entry(store: ObjectStore, version: int) -> ManifestEntry:
     """The manifest entry of one version, trying the V2 then the V1 name."""
     if version < 1:
         raise VersionNotFoundError(f"{store.uri}: version {version} does not exist (first is 1)")
-    for v2 in (True, False):
-        name = manifest_name(version, v2=v2)
-        try:
-            size = store.size(f"{VERSIONS_DIR}/{name}")
-        except FileNotFoundError:
-            continue
-        return ManifestEntry(version, name, size, v2)
+    entry = _entry_by_name(store, version)
+    if entry is not None:
+        return entry
     if not list_manifests(store):
         raise DatasetNotFoundError(f"no Lance dataset at {store.uri}")
     raise VersionNotFoundError(f"{store.uri}: version {version} does not exist")
