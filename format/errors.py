@@ -83,6 +83,11 @@ class StorageUnavailableError(LanceError, OSError):
     retry it with the same idempotency key."""
 
 
+class CommitUnconfirmedError(StorageUnavailableError):
+    """A commit wrote (or tried to write) its manifest but the store failed before it could
+    tell whether the version landed; retrying with the same idempotency key settles it."""
+
+
 class NotAppendOnlyError(LanceError):
     """A version in a range did more than append rows (overwrite, update, schema change...),
     so "the rows appended since version N" is not defined across it."""

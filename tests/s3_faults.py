@@ -136,6 +136,9 @@ class FaultProxy:
 
     def _handle(self, h: BaseHTTPRequestHandler) -> None:
         body = _read_body(h)
+        if body is None:  # the client went away before its whole body came: S3 stores nothing
+            _drop(h)
+            return
         rule = self._choose(h.command, h.path)
         fault = rule.fault if rule else None
         if fault in ("slowdown", "error500"):
@@ -193,7 +196,8 @@ class FaultProxy:
             conn.close()
 
 
-def _read_body(h: BaseHTTPRequestHandler) -> bytes:
+def _read_body(h: BaseHTTPRequestHandler) -> bytes | None:
+    """The request's body; None when the connection ends before all of it came."""
     if h.headers.get("Transfer-Encoding", "").lower() == "chunked":
         out = bytearray()
         while True:
@@ -205,7 +209,8 @@ def _read_body(h: BaseHTTPRequestHandler) -> bytes:
             out += h.rfile.read(size)
             h.rfile.readline()
     length = int(h.headers.get("Content-Length") or 0)
-    return h.rfile.read(length) if length else b""
+    body = h.rfile.read(length) if length else b""
+    return body if len(body) == length else None
 
 
 def _drop(h: BaseHTTPRequestHandler) -> None:

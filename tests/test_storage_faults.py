@@ -23,7 +23,7 @@ from moto_atomic import moto_s3  # noqa: E402
 from s3_faults import FaultProxy, Rule, fault_proxy  # noqa: E402
 
 from quiver.format.dataset import dataset, write_dataset  # noqa: E402
-from quiver.format.errors import StorageUnavailableError  # noqa: E402
+from quiver.format.errors import CommitUnconfirmedError  # noqa: E402
 from quiver.format.table import versions  # noqa: E402
 
 MANIFEST_PUT = r"/_versions/[^/?]+\.manifest"
@@ -99,17 +99,20 @@ def test_a_lost_manifest_answer_commits_once(proxy: FaultProxy, moto: str) -> No
 
 
 def test_a_store_that_keeps_failing_is_unavailable_and_the_key_settles_it(
-    proxy: FaultProxy, moto: str
+    proxy: FaultProxy, moto: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every request on the manifest fails after the PUT was written: the commit gives up
-    with StorageUnavailableError (outcome unknown); the same write retried with its
+    with CommitUnconfirmedError (outcome unknown); the same write retried with its
     idempotency key answers the version that landed, and no rows are doubled."""
+    from quiver.format.io import store
+
+    monkeypatch.setattr(store, "_BACKOFF", 0.01)  # the same path, faster
     uri = _uri("down")
-    opts = _options(proxy.endpoint)
+    opts = {**_options(proxy.endpoint), "config_kwargs": {"retries": {"max_attempts": 2}}}
     write_dataset(_rows(0, 5), uri, storage_options=opts)
     lost = Rule("lost", method="PUT", key=MANIFEST_PUT, times=1)
     proxy.set_rules(lost, Rule("error500", key=r"/_versions/|list-type", after=lost))
-    with pytest.raises(StorageUnavailableError, match="retry with the same idempotency key"):
+    with pytest.raises(CommitUnconfirmedError, match="retry with the same idempotency key"):
         write_dataset(
             _rows(5, 5), uri, mode="append", storage_options=opts, idempotency_key="job-1"
         )

@@ -14,21 +14,23 @@ import io
 import mmap
 import os
 import posixpath
+import random
 import stat
 import tempfile
 import threading
+import time
 import uuid
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import fsspec
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
 from quiver.format._kernels import copy_ranges
-from quiver.format.errors import UnsupportedFeatureError
+from quiver.format.errors import StorageUnavailableError, UnsupportedFeatureError
 
 # Local reads at least this large are mapped rather than copied (see `FileReader.read`).
 _MAP_MIN = 1 << 20
@@ -204,7 +206,10 @@ class FileReader:
                 return self._mapped(start, length)
             data = os.pread(self._fd, length, start)
         else:
-            data = self.store.fs.cat_file(self.full_path, start=start, end=start + length)
+            data = remote_call(
+                lambda: self.store.fs.cat_file(self.full_path, start=start, end=start + length),
+                f"{self.store.uri_of(self.path)}: read of {start}+{length}",
+            )
         if len(data) != length:
             raise EOFError(f"{self.store.uri_of(self.path)}: short read at {start}+{length}")
         return data
@@ -339,8 +344,11 @@ class FileReader:
         else:
             if groups[-1][1] > self.size:
                 raise EOFError(f"{self.store.uri_of(self.path)}: range ends past {self.size}")
-            blobs = self.store.fs.cat_ranges(
-                [self.full_path] * len(groups), [s for s, _ in groups], [e for _, e in groups]
+            blobs = remote_call(
+                lambda: self.store.fs.cat_ranges(
+                    [self.full_path] * len(groups), [s for s, _ in groups], [e for _, e in groups]
+                ),
+                f"{self.store.uri_of(self.path)}: read of {len(groups)} ranges",
             )
         for (g_s, g_e), blob in zip(groups, blobs, strict=True):
             if len(blob) != g_e - g_s:
@@ -470,7 +478,7 @@ class _RemoteUpload(_StagedFile):
 
     def _publish(self) -> None:
         try:
-            self.fs.put_file(self.tmp, self.final)
+            remote_call(lambda: self.fs.put_file(self.tmp, self.final), f"upload of {self.final}")
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.tmp)
@@ -523,7 +531,8 @@ class ObjectStore:
             if self.is_local:  # as fsspec's, without its per-call path handling
                 with open(self.full_path(path), "rb") as f:
                     return f.read()
-            return self.fs.cat_file(self.full_path(path))
+            full = self.full_path(path)
+            return remote_call(lambda: self.fs.cat_file(full), f"{self.uri_of(path)}: read")
         except (IsADirectoryError, NotADirectoryError):
             raise NotARegularFile(f"{self.uri_of(path)} is not a regular file") from None
         except FileNotFoundError:
@@ -532,13 +541,15 @@ class ObjectStore:
     def size(self, path: str) -> int:
         """Size in bytes of a file."""
         try:
-            return int(self.fs.size(self.full_path(path)))
+            full = self.full_path(path)
+            return int(remote_call(lambda: self.fs.size(full), f"{self.uri_of(path)}: size"))
         except FileNotFoundError:
             raise FileNotFoundError(f"{self.uri_of(path)} does not exist") from None
 
     def exists(self, path: str) -> bool:
         """Whether a file or directory exists."""
-        return bool(self.fs.exists(self.full_path(path)))
+        full = self.full_path(path)
+        return bool(remote_call(lambda: self.fs.exists(full), f"{self.uri_of(path)}: lookup"))
 
     def list_dir(self, path: str) -> list[tuple[str, int, float | None]]:
         """(name, size, mtime seconds or None) of the files directly under `path`; [] if absent."""
@@ -562,7 +573,9 @@ class ObjectStore:
         with contextlib.suppress(Exception):
             self.fs.invalidate_cache(full)  # a cached listing would hide new versions
         try:
-            entries = self.fs.ls(full, detail=True)
+            entries = remote_call(
+                lambda: self.fs.ls(full, detail=True), f"{self.uri_of(path)}: listing"
+            )
         except (FileNotFoundError, NotADirectoryError):
             return []
         out = []
@@ -582,7 +595,9 @@ class ObjectStore:
         with contextlib.suppress(Exception):
             self.fs.invalidate_cache(full)
         try:
-            entries = self.fs.ls(full, detail=True)
+            entries = remote_call(
+                lambda: self.fs.ls(full, detail=True), f"{self.uri_of(path)}: listing"
+            )
         except (FileNotFoundError, NotADirectoryError):
             return []
         return sorted(
@@ -602,7 +617,7 @@ class ObjectStore:
                 f.write(data)
             os.replace(tmp, full)
         else:
-            self.fs.pipe_file(full, data)
+            remote_call(lambda: self.fs.pipe_file(full, data), f"{self.uri_of(path)}: write")
 
     def open_write(self, path: str) -> BinaryIO:
         """A streaming writer for a new file; the file appears whole only once closed.
@@ -665,16 +680,21 @@ class ObjectStore:
             # is in flight. Nothing of ours was written; report it as a lost race.
             if e.errno != errno.EBUSY:
                 raise
-        # Lost the race, unless a retried request of ours is what created the object.
-        with contextlib.suppress(OSError):
+        # Lost the race, unless a retried request of ours is what created the object (when
+        # that cannot be read either, the commit checks the manifest it finds there).
+        try:
             if self.fs.cat_file(full) == data:
                 return
+        except Exception as e:
+            if not is_transient(e) and not isinstance(e, FileNotFoundError):
+                raise
         raise FileExistsError(f"{self.uri_of(path)} already exists")
 
     def delete(self, path: str) -> None:
         """Remove a file; a missing file is not an error."""
+        full = self.full_path(path)
         try:
-            self.fs.rm_file(self.full_path(path))
+            remote_call(lambda: self.fs.rm_file(full), f"{self.uri_of(path)}: removal")
         except FileNotFoundError:
             pass
 
@@ -697,7 +717,14 @@ _TRANSIENT_ERRNOS = {
     errno.EPIPE,
     getattr(errno, "EREMOTEIO", 121),
 }
-_TRANSIENT_NAMES = ("Timeout", "Connection", "Disconnected", "Payload", "IncompleteRead")
+_TRANSIENT_NAMES = (
+    "Timeout",
+    "Connection",
+    "Disconnected",
+    "Payload",
+    "IncompleteRead",
+    "Checksum",  # a body cut short or damaged on the way
+)
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -714,6 +741,35 @@ def is_transient(exc: BaseException) -> bool:
     if module.startswith(("aiohttp", "botocore", "urllib3", "http.client")):
         return any(n in type(exc).__name__ for n in _TRANSIENT_NAMES)
     return False
+
+
+_T = TypeVar("_T")
+# Beyond the storage client's own retries (s3fs, botocore: throttling, 5xx, dropped
+# connections), a remote call that still fails transiently, or fails in a way they do not
+# retry (a body cut short and caught by its checksum), is tried again this many times,
+# with jittered exponential backoff, within the deadline; then StorageUnavailableError.
+REMOTE_ATTEMPTS = 4
+REMOTE_DEADLINE = 30.0
+_BACKOFF = 0.2
+
+
+def remote_call(call: Callable[[], _T], what: str) -> _T:
+    """`call()` (one idempotent request of a remote store), retried while its failures
+    are transient; `what` names the operation and object for the final error."""
+    start = time.monotonic()
+    for attempt in range(REMOTE_ATTEMPTS):
+        try:
+            return call()
+        except Exception as e:
+            if not is_transient(e):
+                raise
+            wait = _BACKOFF * 2**attempt * (0.5 + random.random())
+            if attempt + 1 == REMOTE_ATTEMPTS or time.monotonic() - start + wait > REMOTE_DEADLINE:
+                raise StorageUnavailableError(
+                    f"{what}: the store kept failing ({type(e).__name__}: {e}); retry later"
+                ) from None
+            time.sleep(wait)
+    raise AssertionError("unreachable")
 
 
 def open_store(uri: str, storage_options: dict[str, Any] | None = None) -> ObjectStore:

@@ -21,6 +21,7 @@ import numpy as np
 
 from quiver.format.errors import (
     CommitConflictError,
+    CommitUnconfirmedError,
     CorruptFileError,
     StorageUnavailableError,
     VersionNotFoundError,
@@ -517,20 +518,20 @@ def commit_transaction(
     txn_name = transaction_file_name(txn)
     store.put(f"{TRANSACTIONS_DIR}/{txn_name}", txn.SerializeToString())
     landed = False
+    tried: list[int] = []  # versions whose manifest this commit tried to create
     try:
-        result = _commit_attempts(store, txn, txn_name, ctx, max_retries, affected)
+        result = _commit_attempts(store, txn, txn_name, ctx, max_retries, affected, tried)
         landed = not result.duplicate
         return result
-    except StorageUnavailableError:
-        landed = True  # perhaps it did: its manifest would name the transaction file
-        raise
     except Exception as e:
-        if not is_transient(e):
+        if not (isinstance(e, StorageUnavailableError) or is_transient(e)) or not tried:
+            raise  # (when no manifest write was tried, the commit certainly did not land)
+        landed = True  # perhaps it did: its manifest would name the transaction file
+        if isinstance(e, CommitUnconfirmedError):
             raise
-        landed = True  # as above: the store failed, the outcome is unknown
-        raise StorageUnavailableError(
-            f"{store.uri}: a commit's storage request failed ({type(e).__name__}: {e}); "
-            "whether it landed is unknown: retry with the same idempotency key"
+        raise CommitUnconfirmedError(
+            f"{store.uri}: the commit of version {tried[-1]} could not be confirmed, a "
+            f"storage request failed ({e}); retry with the same idempotency key"
         ) from None
     finally:
         if not landed:  # a refused commit leaves nothing behind (its manifest never came)
@@ -545,8 +546,11 @@ def _commit_attempts(
     ctx: ManifestContext,
     max_retries: int,
     affected: dict[int, np.ndarray] | None = None,
+    tried: list[int] | None = None,
 ) -> CommitResult:
-    """Write the next manifest, checking and rebasing over concurrent commits."""
+    """Write the next manifest, checking and rebasing over concurrent commits (the versions
+    it tries to create are appended to `tried`)."""
+    tried = [] if tried is None else tried
     key = txn.transaction_properties.get(IDEMPOTENCY_KEY)
     checked = int(txn.read_version)
     if key:
@@ -614,6 +618,7 @@ def _commit_attempts(
             prefix=_dictionary_prefix(pb, base, ctx),
         )
         path = f"{_versions.VERSIONS_DIR}/{manifest_name(version, v2=v2_names)}"
+        tried.append(version)
         try:
             store.put_if_absent(path, data)
         except FileExistsError:
@@ -631,7 +636,7 @@ def _commit_attempts(
             # the store failed past its own retries: the manifest may or may not be there
             failures += 1
             if failures >= STORAGE_FAILURES:
-                raise StorageUnavailableError(
+                raise CommitUnconfirmedError(
                     f"{store.uri}: the commit of version {version} could not be confirmed, "
                     f"the store kept failing ({type(e).__name__}: {e}); retry with the "
                     "same idempotency key"
