@@ -25,8 +25,6 @@ import datetime as dt
 import json
 import os
 import threading
-import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any, TypeAlias, TypeVar
@@ -38,7 +36,6 @@ from quiver.clients import nearest as _nearest
 from quiver.clients.changes import RowChanges
 from quiver.clients.data import DataLike, conform, to_batches
 from quiver.clients.errors import (
-    InvalidArgument,
     QuiverError,
     Unauthenticated,
     Unavailable,
@@ -47,8 +44,9 @@ from quiver.clients.errors import (
 )
 from quiver.clients.indices import IndexActions
 from quiver.clients.progress import Progress
-from quiver.wire.requests import MODES, put_command, read_command
+from quiver.clients.writes import Writes
 from quiver.wire.requests import json_bytes as _json_bytes
+from quiver.wire.requests import put_command, read_command
 
 __all__ = ["Client", "DataLike", "put_command", "read_command", "read_descriptor"]
 
@@ -125,7 +123,7 @@ def _translated() -> Iterator[None]:
 # The client
 
 
-class Client(RowChanges, IndexActions, _nearest.Searches):
+class Client(Writes, RowChanges, IndexActions, _nearest.Searches):
     """A connection to a Quiver Flight server.
 
     `uri` is `grpc://host:port` or `grpc+tls://host:port` (a bare `host:port` means
@@ -616,94 +614,6 @@ class Client(RowChanges, IndexActions, _nearest.Searches):
         if not isinstance(result, dict):
             raise QuiverError("the server answered DoPut without a JSON PutResult")
         return result
-
-    def write(
-        self,
-        dataset: str,
-        data: DataLike,
-        *,
-        mode: str = "append",
-        idempotency_key: str | None = None,
-        retries: int = 3,
-    ) -> dict[str, Any]:
-        """Write and commit in one call (`mode`: append, create or overwrite).
-
-        Returns the server's answer, `{"version": N, "rows": R}` (and `"duplicate": True`
-        when the key had committed already). Every write carries an idempotency key (a
-        fresh one unless given): when the server answers `Unavailable` (its storage kept
-        failing, the commit may or may not have landed), data that can be sent again (a
-        table, a batch, rows; not a stream) is sent again up to `retries` times with the
-        same key, so the rows are committed once.
-        """
-        key = idempotency_key or uuid.uuid4().hex
-        command = put_command(dataset, mode=mode, idempotency_key=key)
-        again = isinstance(data, pa.Table | pa.RecordBatch | Mapping | list)
-        for attempt in range(retries + 1):
-            try:
-                return self._put(command, data)
-            except Unavailable:
-                if not again or attempt == retries:
-                    raise
-                time.sleep(min(0.5 * 2**attempt, 8.0))
-        raise AssertionError("unreachable")
-
-    def stage(
-        self, dataset: str, data: DataLike, *, mode: str = "append", job: str | None = None
-    ) -> list[str]:
-        """Write data files without committing; the opaque fragments to `commit` or `abort`.
-
-        Stage with the mode of the commit to come: fragments staged for `append` can only
-        be committed by an append (the server refuses them for create or overwrite). Puts
-        staged under one `job` are settled together: the job's commit or abort removes the
-        files of its puts the commit does not list (e.g. failed task attempts), and the job
-        takes no puts after that.
-        """
-        answer = self._put(put_command(dataset, mode=mode, commit=False, job=job), data)
-        fragments = answer.get("fragments")
-        if not isinstance(fragments, list):
-            raise QuiverError("the server answered a staged DoPut without fragments")
-        return [str(f) for f in fragments]
-
-    def commit(
-        self,
-        dataset: str,
-        fragments: Sequence[str],
-        *,
-        operation: str = "append",
-        read_version: int | None = None,
-        idempotency_key: str | None = None,
-        job: str | None = None,
-    ) -> dict[str, Any]:
-        """Make staged fragments visible in one new version (all or none).
-
-        Raises `CommitConflict` (with `.retryable` and `.version`) when a concurrent commit
-        won; the same `idempotency_key` never commits twice. With `job`, also ends that
-        staging job, removing its puts' files that are not committed.
-        """
-        if operation not in MODES:
-            raise InvalidArgument(f"operation must be one of {', '.join(MODES)}, not {operation!r}")
-        body: dict[str, Any] = {
-            "dataset": dataset,
-            "operation": operation,
-            "fragments": list(fragments),
-        }
-        if read_version is not None:
-            body["read_version"] = read_version
-        if idempotency_key is not None:
-            body["idempotency_key"] = idempotency_key
-        if job is not None:
-            body["job"] = job
-        return self.action("commit", body)
-
-    def abort(
-        self, dataset: str, fragments: Sequence[str] = (), *, job: str | None = None
-    ) -> dict[str, Any] | None:
-        """Remove the files of staged fragments that will never be committed; with `job`,
-        those of every put staged under the job too, and end the job."""
-        body: dict[str, Any] = {"dataset": dataset, "fragments": list(fragments)}
-        if job is not None:
-            body["job"] = job
-        return self.action("abort", body)
 
     # -- table operations -------------------------------------------------------------------
 

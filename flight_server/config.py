@@ -29,6 +29,8 @@ A flag wins over its environment variable, which wins over the default:
 | --ticket-ttl SECONDS        | QUIVER_TICKET_TTL              | 86400 (0: never expire) |
 | --staged-ttl SECONDS        | QUIVER_STAGED_TTL              | 86400 (min 60) |
 | --sweep-interval SECONDS    | QUIVER_SWEEP_INTERVAL          | 600 (0: no sweep) |
+| --maintenance-interval SECONDS | QUIVER_MAINTENANCE_INTERVAL | 0 (off)       |
+| --maintenance-fragments N   | QUIVER_MAINTENANCE_FRAGMENTS   | 16            |
 | --ticket-key-file PATH      | QUIVER_TICKET_KEY_FILE         | none          |
 | (environment only)          | QUIVER_TICKET_KEY              | random per process |
 | (environment only)          | QUIVER_STORAGE_OPTIONS (JSON)  | {}            |
@@ -58,6 +60,11 @@ and joins; beyond it they spill to files under --spill-dir.
 
 Staged fragments (DoPut with commit=false) can be committed for --staged-ttl seconds; every
 --sweep-interval the server removes the files of stagings that expired uncommitted.
+
+With --maintenance-interval, every that many seconds each dataset under the root that has
+--maintenance-fragments small fragments (under half a compacted fragment) or more is
+compacted, and indices that miss fragments are brought up to date (`flight_server.
+maintenance`); a round that loses to a concurrent commit leaves the dataset for the next.
 
 The ticket key signs tickets and staged fragments; replicas behind one address must share
 it. It is read from the environment or a file, never from a flag (flags show in `ps`).
@@ -99,6 +106,7 @@ DEFAULT_NAMESPACE_MAX_BODY = 256 * 1024 * 1024
 DEFAULT_VEND_SECONDS = 3600
 VEND_MODES = ("none", "static", "sts")
 DEFAULT_SWEEP_INTERVAL = 600
+DEFAULT_MAINTENANCE_FRAGMENTS = 16
 MIN_STAGED_TTL = 60
 _SCHEMES = ("grpc", "grpc+tcp", "grpc+tls")
 _SIZE_UNITS = {
@@ -158,6 +166,8 @@ class ServerConfig:
     ticket_ttl: int = DEFAULT_TICKET_TTL
     staged_ttl: int = DEFAULT_STAGED_TTL
     sweep_interval: int = DEFAULT_SWEEP_INTERVAL
+    maintenance_interval: int = 0
+    maintenance_fragments: int = DEFAULT_MAINTENANCE_FRAGMENTS
     ticket_key: bytes | None = field(default=None, repr=False)
     storage_options: dict[str, Any] = field(default_factory=dict, repr=False)
     log_level: str = "INFO"
@@ -264,6 +274,14 @@ class ServerConfig:
             )
         if not isinstance(self.sweep_interval, int) or self.sweep_interval < 0:
             raise ConfigError(f"--sweep-interval must be >= 0 seconds, not {self.sweep_interval!r}")
+        if not isinstance(self.maintenance_interval, int) or self.maintenance_interval < 0:
+            raise ConfigError(
+                f"--maintenance-interval must be >= 0 seconds, not {self.maintenance_interval!r}"
+            )
+        if not isinstance(self.maintenance_fragments, int) or self.maintenance_fragments < 2:
+            raise ConfigError(
+                f"--maintenance-fragments must be >= 2, not {self.maintenance_fragments!r}"
+            )
         if self.ticket_key is not None and len(self.ticket_key) < 16:
             raise ConfigError("the ticket key (QUIVER_TICKET_KEY) needs at least 16 bytes")
         if not isinstance(self.storage_options, dict):
@@ -391,6 +409,14 @@ class ServerConfig:
             ),
             sweep_interval=integer(  # type: ignore[arg-type]
                 "sweep_interval", "QUIVER_SWEEP_INTERVAL", DEFAULT_SWEEP_INTERVAL
+            ),
+            maintenance_interval=integer(  # type: ignore[arg-type]
+                "maintenance_interval", "QUIVER_MAINTENANCE_INTERVAL", 0
+            ),
+            maintenance_fragments=integer(  # type: ignore[arg-type]
+                "maintenance_fragments",
+                "QUIVER_MAINTENANCE_FRAGMENTS",
+                DEFAULT_MAINTENANCE_FRAGMENTS,
             ),
             ticket_key=key,
             storage_options=options,
@@ -534,6 +560,18 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="how often to remove the files of expired, uncommitted stagings "
         "(env QUIVER_SWEEP_INTERVAL, default 600; 0: never)",
+    )
+    a(
+        "--maintenance-interval",
+        metavar="SECONDS",
+        help="how often to compact datasets with many small fragments and bring their "
+        "indices up to date (env QUIVER_MAINTENANCE_INTERVAL, default 0: never)",
+    )
+    a(
+        "--maintenance-fragments",
+        metavar="N",
+        help="small fragments a dataset has before maintenance compacts it "
+        "(env QUIVER_MAINTENANCE_FRAGMENTS, default 16)",
     )
     a(
         "--ticket-key-file",

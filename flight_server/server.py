@@ -44,6 +44,7 @@ from quiver.flight_server.errors import (
 )
 from quiver.flight_server.grpc_status import add_details
 from quiver.flight_server.health import Drain
+from quiver.flight_server.maintenance import Maintenance
 from quiver.flight_server.memory import (
     IdleTrim,
     release_free_memory,
@@ -194,11 +195,19 @@ class QuiverFlightServer(flight.FlightServerBase):
         if config.sweep_interval > 0:
             sweep = counting_sweep(service.sweep_staging)
             self.sweeper = Sweeper(sweep, config.sweep_interval).start()
+        self.maintainer: Sweeper | None = None
+        if config.maintenance_interval > 0:
+            rounds = Maintenance(service.handles, config.maintenance_fragments)
+            self.maintainer = Sweeper(
+                rounds.run, config.maintenance_interval, "maintenance"
+            ).start()
 
     def shutdown(self) -> None:
-        """Stop the staging sweep, then the server (running calls finish first)."""
-        if self.sweeper is not None:
-            self.sweeper.stop()
+        """Stop the staging sweep and maintenance, then the server (running calls finish
+        first)."""
+        for runner in (self.sweeper, self.maintainer):
+            if runner is not None:
+                runner.stop()
         super().shutdown()
 
     # -- plumbing -----------------------------------------------------------------------

@@ -127,13 +127,18 @@ class StagingLedger:
 
 
 class Sweeper:
-    """Runs `sweep()` every `interval` seconds on a daemon thread until stopped."""
+    """Runs `sweep()` every `interval` seconds on a daemon thread until stopped (the staging
+    sweep, and scheduled maintenance under the name `what`)."""
 
-    def __init__(self, sweep: Callable[[], object], interval: float) -> None:
+    def __init__(
+        self, sweep: Callable[[], object], interval: float, what: str = "staging sweep"
+    ) -> None:
         self._sweep = sweep
         self._interval = interval
+        self._what = what
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="quiver-staging-sweep", daemon=True)
+        name = "quiver-" + what.replace(" ", "-")
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> Sweeper:
         """Start sweeping (the first sweep runs one interval from now)."""
@@ -150,6 +155,6 @@ class Sweeper:
         while not self._stop.wait(self._interval):
             try:
                 stats = self._sweep()
-                log.debug("staging sweep: %s", stats)
+                log.debug("%s: %s", self._what, stats)
             except Exception:  # noqa: BLE001 - keep sweeping; the next run may succeed
-                log.exception("staging sweep failed")
+                log.exception("%s failed", self._what)

@@ -166,6 +166,20 @@ def _resolve_options(ds: DatasetCore, given: dict[str, Any]) -> _Options:
     )
 
 
+def target_rows(ds: DatasetCore) -> int:
+    """The rows per fragment `compact_files` aims at by default for this dataset (its
+    `lance.compaction.target_rows_per_fragment` config, else pylance's default)."""
+    unset = dict.fromkeys(
+        (
+            "target_rows_per_fragment",
+            "max_rows_per_group",
+            "materialize_deletions",
+            "materialize_deletions_threshold",
+        )
+    )
+    return _resolve_options(ds, unset).target_rows_per_fragment
+
+
 def _index_fragment_sets(ds: DatasetCore) -> list[frozenset[int]]:
     """The fragment ids each (non-system) index of this version covers."""
     out = []
