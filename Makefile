@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint docs protos serve bench bench-write bench-flight bench-memory bench-spark bench-vector bench-changes bench-backfill bench-indices bench-vector-index bench-sql bench-sql-memory bench-namespace bench-fts spark-example clean
+.PHONY: test lint docs protos serve bench bench-write bench-flight bench-memory bench-spark bench-vector bench-changes bench-backfill bench-indices bench-vector-index bench-sql bench-sql-memory bench-namespace bench-fts bench-soak spark-example clean
 
 # setup.py builds the C kernels: an edited kernel is recompiled by the next `make test`.
 $(STAMP): pyproject.toml setup.py format/_kernels.c flight_server/_threadstate.c \
@@ -110,6 +110,11 @@ bench-fts: $(STAMP)
 
 bench-sql-memory: $(STAMP)
 	$(PY) -m benchmarks.sql --memory
+
+# One server on S3 (moto) under 16 readers, 4 appenders, 2 upserters, cleanup and scheduled
+# maintenance for 30 minutes (SOAK_MINUTES=5 for a shorter run).
+bench-soak: $(STAMP)
+	$(PY) -m benchmarks.soak --minutes $(or $(SOAK_MINUTES),30)
 
 # The Spark pipeline example: its own server on a temporary demo root, or a running one
 # with `make spark-example URI=grpc://127.0.0.1:8815` (after `make serve`).

@@ -9,22 +9,29 @@ Each round opens every dataset's latest version and
   their own) when one of them misses a fragment.
 
 Both are ordinary commits, safe beside writers: a compaction that loses to a concurrent
-delete or update of its fragments, or any other failure, leaves the dataset for the next
-round (logged, counted under the `maintenance` commits' failures).
+delete or update of its fragments is planned again on the new version (up to
+`COMPACTION_ATTEMPTS` times); that and any other failure leaves the dataset for the next
+round (logged).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from quiver.flight_server import metrics
 from quiver.flight_server.names import discover
 from quiver.format.dataset import LanceDataset, dataset
 from quiver.format.dataset.compaction import target_rows
+from quiver.format.errors import CommitConflictError
 
 log = logging.getLogger("quiver.maintenance")
+_T = TypeVar("_T")
+# A compaction that loses to a concurrent update of its fragments is planned again on the
+# new version this many times in one round.
+COMPACTION_ATTEMPTS = 4
 
 
 @dataclass
@@ -35,6 +42,7 @@ class RoundStats:
     compacted: int = 0
     fragments_removed: int = 0
     indices_updated: int = 0
+    conflicts: int = 0  # compactions planned again after losing to a concurrent commit
     failed: int = 0
 
 
@@ -51,21 +59,41 @@ class Maintenance:
         for found in discover(h.root, h.storage_options):
             stats.datasets += 1
             try:
-                ds = dataset(h.uri(found.name), storage_options=h.storage_options)
-                self._compact(found.name, ds, stats)
-                self._update_indices(found.name, ds, stats)
+                self._compact(found.name, stats)
+                self._update_indices(found.name, stats)
             except Exception as e:  # noqa: BLE001 - one dataset must not stop the round
                 stats.failed += 1
                 log.warning("maintenance of %r skipped this round: %s", found.name, e)
         log.debug("maintenance round: %s", stats)
         return stats
 
-    def _compact(self, name: str, ds: LanceDataset, stats: RoundStats) -> None:
+    def _latest(self, name: str) -> LanceDataset:
+        return dataset(self.handles.uri(name), storage_options=self.handles.storage_options)
+
+    def _retried(self, name: str, step: Callable[[LanceDataset], _T], stats: RoundStats) -> _T:
+        """`step` on the latest version, planned again on the newer one when a concurrent
+        commit wins (an update or delete of the same fragments: upserts touch small
+        fragments all the time)."""
+        for attempt in range(COMPACTION_ATTEMPTS):
+            try:
+                return step(self._latest(name))
+            except CommitConflictError as e:
+                if not e.retryable or attempt + 1 == COMPACTION_ATTEMPTS:
+                    raise
+                stats.conflicts += 1
+        raise AssertionError("unreachable")
+
+    def _compact(self, name: str, stats: RoundStats) -> None:
+        ds = self._latest(name)
         target = target_rows(ds.core)
         small = sum(1 for f in ds.manifest.pb.fragments if int(f.physical_rows) < target)
         if small < self.min_fragments:
             return
-        done = ds.optimize.compact_files()
+
+        def compact(d: LanceDataset) -> tuple[Any, int]:
+            return d.optimize.compact_files(), d.version
+
+        done, version = self._retried(name, compact, stats)
         if done.fragments_removed:
             metrics.committed("compact")
             stats.compacted += 1
@@ -75,21 +103,26 @@ class Maintenance:
                 name,
                 done.fragments_removed,
                 done.fragments_added,
-                ds.version,
+                version,
             )
 
-    def _update_indices(self, name: str, ds: LanceDataset, stats: RoundStats) -> None:
-        fragments = {int(f.id) for f in ds.manifest.pb.fragments}
-        stale = [
-            i["name"]
-            for i in ds.list_indices()
-            if not fragments <= set(i.get("fragment_ids") or ()) and not i["name"].startswith("__")
-        ]
-        if not stale:
-            return
-        before = ds.version
-        ds.optimize.optimize_indices(index_names=sorted(set(stale)))
-        if ds.version != before:
+    def _update_indices(self, name: str, stats: RoundStats) -> None:
+        def update(ds: LanceDataset) -> list[str]:
+            fragments = {int(f.id) for f in ds.manifest.pb.fragments}
+            stale = sorted(
+                {
+                    i["name"]
+                    for i in ds.list_indices()
+                    if not fragments <= set(i.get("fragment_ids") or ())
+                    and not i["name"].startswith("__")
+                }
+            )
+            if stale:
+                ds.optimize.optimize_indices(index_names=stale)
+            return stale
+
+        stale = self._retried(name, update, stats)
+        if stale:
             metrics.committed("optimize_indices")
             stats.indices_updated += 1
-            log.info("maintenance updated the indices %s of %r", sorted(set(stale)), name)
+            log.info("maintenance updated the indices %s of %r", stale, name)
