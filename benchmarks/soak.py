@@ -1,6 +1,6 @@
 """Soak: one Quiver server on S3 (moto) under long mixed load, with maintenance on.
 
-    .venv/bin/python -m benchmarks.soak [--minutes 30] [--window 60] [--readers 16]
+    .venv/bin/python -m benchmarks.soak [--minutes 30] [--window 60] [--readers 16] [--read-every 1]
         [--appenders 4] [--append-every 2] [--upserters 2] [--upsert-every 5]
         [--maintenance 15] [--cleanup 120]
     make bench-soak
@@ -9,7 +9,8 @@ moto's S3 server runs in its own process; `quiver serve` on an `s3://` root in a
 with `--maintenance-interval` (compaction and index updates). A table of 10,000 rows with a
 BTREE index on `id` takes, at once and for the whole run, from this process's threads:
 
-- `--readers` readers, each a filtered read of 1,000 consecutive ids (the index answers);
+- `--readers` readers, each a filtered read of 1,000 consecutive ids every `--read-every`
+  seconds (the index answers for indexed fragments; two endpoints at a time);
 - `--appenders` appenders, each appending 100 new rows every `--append-every` seconds
   (Client.write: an idempotency key, resent on unavailable);
 - `--upserters` upserting writers, each merging on `id`, every `--upsert-every` seconds,
@@ -140,7 +141,8 @@ def soak(args: argparse.Namespace) -> int:
             while not stop.is_set():
                 lo = rng.randrange(0, BASE_ROWS - 1000)
                 where = f"id >= {lo} AND id < {lo + 1000}"
-                rec.timed("read", lambda where=where: client.read("t", filter=where))
+                rec.timed("read", lambda where=where: client.read("t", filter=where, parallel=2))
+                stop.wait(args.read_every)
 
         def appender(a: int) -> None:
             client, step = Client(uri), 0
@@ -261,6 +263,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=30)
     parser.add_argument("--window", type=float, default=60)
     parser.add_argument("--readers", type=int, default=16)
+    parser.add_argument("--read-every", type=float, default=1)
     parser.add_argument("--appenders", type=int, default=4)
     parser.add_argument("--append-every", type=float, default=2)
     parser.add_argument("--upserters", type=int, default=2)

@@ -617,13 +617,6 @@ class Client(Writes, RowChanges, IndexActions, _nearest.Searches):
 
     # -- table operations -------------------------------------------------------------------
 
-    def delete(self, dataset: str, predicate: str) -> dict[str, Any]:
-        """Delete the rows matching a SQL predicate, in one new version.
-
-        Returns `{"version": N, "deleted_rows": R}`.
-        """
-        return self.action("delete", {"dataset": dataset, "predicate": predicate})
-
     def versions(self, dataset: str) -> list[dict[str, Any]]:
         """Every version of a dataset, oldest first: `{"version", "timestamp", "rows", ...}`."""
         return _listed(self.action("list_versions", {"dataset": dataset}), "versions")

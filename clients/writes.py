@@ -16,6 +16,11 @@ from quiver.clients.errors import InvalidArgument, QuiverError, Unavailable
 from quiver.wire.requests import MODES, put_command
 
 
+def new_key() -> str:
+    """A fresh idempotency key (a write's own, when the caller gives none)."""
+    return uuid.uuid4().hex
+
+
 class Writes:
     """`Client` methods that write data (they call its `_put` and `action`)."""
 
@@ -37,12 +42,27 @@ class Writes:
         table, a batch, rows; not a stream) is sent again up to `retries` times with the
         same key, so the rows are committed once.
         """
-        key = idempotency_key or uuid.uuid4().hex
-        command = put_command(dataset, mode=mode, idempotency_key=key)
+        key = idempotency_key or new_key()
+        return self._resent(put_command(dataset, mode=mode, idempotency_key=key), data, retries)
+
+    def _acted(self, name: str, body: dict[str, Any], retries: int) -> Any:
+        """The action `name` with a keyed `body`, sent again (same key) on `Unavailable`."""
+        for attempt in range(retries + 1):
+            try:
+                return self.action(name, body)  # type: ignore[attr-defined]
+            except Unavailable:
+                if attempt == retries:
+                    raise
+                time.sleep(min(0.5 * 2**attempt, 8.0))
+        raise AssertionError("unreachable")
+
+    def _resent(self, command: Mapping[str, Any], data: DataLike, retries: int) -> Any:
+        """`_put` of a keyed `command`, sent again (same key) on `Unavailable` when `data`
+        can be sent again (a table, a batch, rows; not a stream)."""
         again = isinstance(data, pa.Table | pa.RecordBatch | Mapping | list)
         for attempt in range(retries + 1):
             try:
-                return self._put(command, data)
+                return self._put(command, data)  # type: ignore[attr-defined]
             except Unavailable:
                 if not again or attempt == retries:
                     raise

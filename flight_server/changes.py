@@ -77,12 +77,25 @@ def merge_put(
     schema: pa.Schema,
     batches: Iterable[pa.RecordBatch],
     cancelled: Callable[[], bool],
+    key: str | None = None,
 ) -> dict[str, Any]:
     """Merge the uploaded rows into the dataset and commit one version: the stream is
     read whole first (a retry merges it again on the newest version), and a cancelled or
-    broken upload commits nothing."""
-    ds = writes.handles.open_latest(name)
-    return _merge(ds, spec, _uploaded(schema, batches, cancelled), None)
+    broken upload commits nothing. A merge repeated with its idempotency key answers the
+    first one's version."""
+    source = _uploaded(schema, batches, cancelled)
+    repeated = _repeated(writes, name, key, source.num_rows)
+    if repeated is not None:
+        return repeated
+    return _merge(writes.handles.open_latest(name), spec, source, key)
+
+
+def _repeated(writes: Writes, name: str, key: str | None, rows: int) -> dict[str, Any] | None:
+    """The answer to a change whose idempotency `key` committed already (None if none)."""
+    if key is None:
+        return None
+    found = find_idempotent_commit(writes.handles.store(name), key, None)
+    return None if found is None else {"version": found, "rows": rows, "duplicate": True}
 
 
 def _uploaded(
@@ -120,10 +133,15 @@ def backfill_put(
     schema: pa.Schema,
     batches: Iterable[pa.RecordBatch],
     cancelled: Callable[[], bool],
+    key: str | None = None,
 ) -> dict[str, Any]:
-    """Apply uploaded `_rowaddr`-keyed rows as a backfill and commit one version."""
-    ds = writes.handles.open_latest(name)
-    return _backfill(ds, backfill, _uploaded(schema, batches, cancelled), None)
+    """Apply uploaded `_rowaddr`-keyed rows as a backfill and commit one version (once per
+    idempotency key)."""
+    source = _uploaded(schema, batches, cancelled)
+    repeated = _repeated(writes, name, key, source.num_rows)
+    if repeated is not None:
+        return repeated
+    return _backfill(writes.handles.open_latest(name), backfill, source, key)
 
 
 def stage_source(
@@ -215,10 +233,9 @@ def apply_staged(
         writes.abort(name, staged, job)
         return {"version": ds.version, "rows": 0}
     try:
-        if idempotency_key is not None:
-            found = find_idempotent_commit(store, idempotency_key, None)
-            if found is not None:
-                return {"version": found, "rows": rows, "duplicate": True}
+        repeated = _repeated(writes, name, idempotency_key, rows)
+        if repeated is not None:
+            return repeated
         for s in staged:
             for df in s.fragment.files:
                 if not store.exists(f"data/{df.path}"):

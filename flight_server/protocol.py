@@ -404,23 +404,20 @@ def put_request_from_command(cmd: bytes) -> PutRequest:
             raise InvalidArgument(
                 f"DoPut command: 'backfill' must be one of {', '.join(BACKFILLS)}"
             )
-        if set(f.doc) != {"dataset", "backfill"}:
+        if not set(f.doc) <= {"dataset", "backfill", "idempotency_key"}:
             raise InvalidArgument(
-                "DoPut command: a backfill commits at once; it takes only 'dataset' and 'backfill'"
+                "DoPut command: a backfill commits at once; it takes only 'dataset', "
+                "'backfill' and 'idempotency_key'"
             )
-        return PutRequest(name, "backfill", True, None, None, backfill)
+        return PutRequest(name, "backfill", True, None, None, backfill, _key(f))
     if "merge" in f.doc:
-        if (
-            "mode" in f.doc
-            or "job" in f.doc
-            or "idempotency_key" in f.doc
-            or not f.bool("commit", default=True)
-        ):
+        if "mode" in f.doc or "job" in f.doc or not f.bool("commit", default=True):
             raise InvalidArgument(
-                "DoPut command: a merge commits at once; it takes no 'mode', 'commit', 'job' "
-                "or 'idempotency_key'"
+                "DoPut command: a merge commits at once; it takes no 'mode', 'commit' or 'job'"
             )
-        return PutRequest(name, "merge", True, None, merge_request(f.doc["merge"]))
+        return PutRequest(
+            name, "merge", True, None, merge_request(f.doc["merge"]), idempotency_key=_key(f)
+        )
     mode = f.str("mode") or "append"
     if mode not in PUT_MODES:
         raise InvalidArgument(f"DoPut command: 'mode' must be one of {', '.join(PUT_MODES)}")
@@ -432,18 +429,23 @@ def put_request_from_command(cmd: bytes) -> PutRequest:
     job = job_field(f)
     if job is not None and commit:
         raise InvalidArgument("DoPut command: 'job' is for staging puts ('commit': false)")
-    key = f.str("idempotency_key")
-    if key is not None:
-        if not commit:
-            raise InvalidArgument(
-                "DoPut command: 'idempotency_key' is for committing puts; a staged put's "
-                "key goes with its commit action"
-            )
-        if not 0 < len(key) <= MAX_IDEMPOTENCY_KEY:
-            raise InvalidArgument(
-                f"DoPut command: 'idempotency_key' must be 1 to {MAX_IDEMPOTENCY_KEY} characters"
-            )
+    key = _key(f)
+    if key is not None and not commit:
+        raise InvalidArgument(
+            "DoPut command: 'idempotency_key' is for committing puts; a staged put's "
+            "key goes with its commit action"
+        )
     return PutRequest(name, mode, commit, job, idempotency_key=key)
+
+
+def _key(f: Fields) -> str | None:
+    """A DoPut's idempotency key, checked."""
+    key = f.str("idempotency_key")
+    if key is not None and not 0 < len(key) <= MAX_IDEMPOTENCY_KEY:
+        raise InvalidArgument(
+            f"DoPut command: 'idempotency_key' must be 1 to {MAX_IDEMPOTENCY_KEY} characters"
+        )
+    return key
 
 
 def put_request_from_path(path: Sequence[bytes | str]) -> PutRequest:

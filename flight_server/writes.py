@@ -176,13 +176,15 @@ class Writes:
         uri = self.handles.uri(name)
         if mode == "source":
             return changes.stage_source(self, request, schema, batches, cancelled)
+        key = request.idempotency_key
         if request.backfill is not None:
-            return changes.backfill_put(self, name, request.backfill, schema, batches, cancelled)
+            return changes.backfill_put(
+                self, name, request.backfill, schema, batches, cancelled, key
+            )
         check_new_schema(schema, name)  # reserved, duplicate names; empty fixed-size lists
         if request.merge is not None:
-            return changes.merge_put(self, name, request.merge, schema, batches, cancelled)
+            return changes.merge_put(self, name, request.merge, schema, batches, cancelled, key)
         existing = self.handles.try_latest(name)
-        key = request.idempotency_key
         if key is not None and existing is not None:
             repeated = self._repeated_put(name, key)
             if repeated is not None:

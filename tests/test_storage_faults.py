@@ -254,3 +254,32 @@ def test_a_listing_that_lags_does_not_stop_a_commit(proxy: FaultProxy, moto: str
     assert proxy.injected["stale_list"] >= 1
     assert ds.version == 3
     _check_every_version(uri, moto, list(range(9)))
+
+
+def test_merges_and_backfills_repeated_with_their_key_commit_once(tmp_path: Any) -> None:
+    """A merge DoPut and a backfill DoPut sent twice with their keys: one version each,
+    the second answers `duplicate` and changes nothing."""
+    from quiver.clients import Client
+    from quiver.flight_server.config import ServerConfig
+    from quiver.flight_server.server import build_server
+
+    server = build_server(
+        ServerConfig(root=str(tmp_path), port=0, ticket_key=b"fault-tests-ticket-key-0123456789")
+    )
+    try:
+        client = Client(server.locations[0])
+        client.write("t", pa.table({"id": pa.array([1, 2, 3], pa.int64()), "v": [0, 0, 0]}))
+        upsert = pa.table({"id": pa.array([2, 4], pa.int64()), "v": [5, 5]})
+        first = client.merge("t", upsert, "id", idempotency_key="m-1")
+        again = client.merge("t", upsert, "id", idempotency_key="m-1")
+        assert again == {"version": first["version"], "rows": 2, "duplicate": True}
+        rows = client.read("t", columns=["id", "v", "_rowaddr"]).sort_by("id")
+        assert rows.column("v").to_pylist() == [0, 5, 0, 5]
+        extra = pa.table({"_rowaddr": rows.column("_rowaddr"), "w": [7, 7, 7, 7]})
+        added = client.backfill("t", extra, idempotency_key="b-1")
+        assert client.backfill("t", extra, idempotency_key="b-1")["duplicate"] is True
+        ds = dataset(str(tmp_path / "t.lance"))
+        assert ds.version == added["version"] == first["version"] + 1
+        assert ds.to_table().sort_by("id").column("w").to_pylist() == [7, 7, 7, 7]
+    finally:
+        server.shutdown()

@@ -149,15 +149,16 @@ ACTION_SHAPES: tuple[ActionShape, ...] = (
     ),
     ActionShape(
         "delete",
-        "Delete the rows matching a SQL predicate: {dataset, predicate} -> {version, deleted_rows}",
-        ("dataset", "predicate"),
+        "Delete the rows matching a SQL predicate: {dataset, predicate, idempotency_key?} -> "
+        "{version, deleted_rows}",
+        ("dataset", "predicate", "idempotency_key"),
         WRITE,
     ),
     ActionShape(
         "update",
         "Set columns to SQL expressions on the rows matching a filter: {dataset, updates: "
-        "{column: expr}, where?} -> {version, updated_rows}",
-        ("dataset", "updates", "where"),
+        "{column: expr}, where?, idempotency_key?} -> {version, updated_rows}",
+        ("dataset", "updates", "where", "idempotency_key"),
         WRITE,
     ),
     ActionShape(
@@ -421,9 +422,11 @@ def merge_command(
     when_not_matched_by_source: str | None = None,
     by_source_filter: str | None = None,
     conflict_retries: int | None = None,
+    idempotency_key: str | None = None,
 ) -> dict[str, Any]:
     """The JSON object of a merge DoPut's CMD: the uploaded rows merged into `dataset` on
-    the `on` columns (default: its primary key) and committed as one version.
+    the `on` columns (default: its primary key) and committed as one version (once per
+    `idempotency_key`).
 
     `when_matched` is "update_all" (only where `matched_condition`, SQL over `source.` and
     `target.` columns, holds), "delete", "fail" or "nothing"; `when_not_matched`
@@ -452,18 +455,26 @@ def merge_command(
     ):
         if value is not None:
             merge[key] = list(value) if key == "on" else value
-    return {"dataset": dataset, "merge": merge}
+    cmd: dict[str, Any] = {"dataset": dataset, "merge": merge}
+    if idempotency_key is not None:
+        cmd["idempotency_key"] = idempotency_key
+    return cmd
 
 
-def backfill_command(dataset: str, backfill: str = "add_columns") -> dict[str, Any]:
+def backfill_command(
+    dataset: str, backfill: str = "add_columns", idempotency_key: str | None = None
+) -> dict[str, Any]:
     """The JSON object of a backfill DoPut's CMD: rows naming their `_rowaddr` that add
     columns ("add_columns") or correct existing ones in place ("update_columns"), applied
-    and committed at once."""
+    and committed at once (once per `idempotency_key`)."""
     if not isinstance(dataset, str) or not dataset:
         raise TypeError("dataset must be a non-empty string")
     if backfill not in BACKFILLS:
         raise InvalidArgument(f"backfill must be one of {', '.join(BACKFILLS)}, not {backfill!r}")
-    return {"dataset": dataset, "backfill": backfill}
+    cmd: dict[str, Any] = {"dataset": dataset, "backfill": backfill}
+    if idempotency_key is not None:
+        cmd["idempotency_key"] = idempotency_key
+    return cmd
 
 
 def json_bytes(value: Any) -> bytes:

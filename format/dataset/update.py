@@ -125,10 +125,12 @@ def update(
     *,
     conflict_retries: int = DEFAULT_CONFLICT_RETRIES,
     retry_timeout: dt.timedelta = DEFAULT_RETRY_TIMEOUT,
+    properties: Mapping[str, str] | None = None,
 ) -> tuple[DatasetCore, dict[str, int]]:
     """Set `updates` ({column: SQL expression}) on the rows matching `where` (all rows
     when None), as one new version (committed even when no row matches, as pylance
-    does); returns it and `{"num_rows_updated": n}`."""
+    does); returns it and `{"num_rows_updated": n}`. `properties` go into the
+    transaction (an idempotency key, say)."""
     if not isinstance(updates, Mapping) or not updates:
         raise InvalidInputError(
             f"{core.uri}: update needs a non-empty mapping of column names to SQL expressions"
@@ -141,8 +143,16 @@ def update(
         raise InvalidInputError(f"{core.uri}: update's where must be a SQL filter, not {where!r}")
     retries, timeout = check_retry_options(conflict_retries, retry_timeout)
     _compiled(core, updates)  # bad columns and expressions fail before any scan
-    new, stats = run_with_retries(core, lambda c: _plan(c, updates, where), retries, timeout)
+    new, stats = run_with_retries(
+        core, lambda c: _with(_plan(c, updates, where), properties), retries, timeout
+    )
     return new, stats
+
+
+def _with(change: RowChange, properties: Mapping[str, str] | None) -> RowChange:
+    """`change` carrying `properties` in its transaction."""
+    change.properties.update(properties or {})
+    return change
 
 
 def _plan_delete(core: DatasetCore, predicate: str | pc.Expression) -> RowChange:
@@ -166,8 +176,10 @@ def delete(
     *,
     conflict_retries: int = DEFAULT_CONFLICT_RETRIES,
     retry_timeout: dt.timedelta = DEFAULT_RETRY_TIMEOUT,
+    properties: Mapping[str, str] | None = None,
 ) -> tuple[DatasetCore, dict[str, int]]:
-    """Delete the rows matching `predicate` as one new version (a `Delete` transaction);
+    """Delete the rows matching `predicate` as one new version (a `Delete` transaction,
+    carrying `properties`);
     returns it and `{"num_deleted_rows": n}`, the rows this call deleted (a concurrent
     delete of the same rows, merged at commit, does not change it). A version is
     committed even when no row matches, as pylance does."""
@@ -176,5 +188,7 @@ def delete(
     ):
         raise InvalidInputError("delete needs a SQL predicate string")
     retries, timeout = check_retry_options(conflict_retries, retry_timeout)
-    new, stats = run_with_retries(core, lambda c: _plan_delete(c, predicate), retries, timeout)
+    new, stats = run_with_retries(
+        core, lambda c: _with(_plan_delete(c, predicate), properties), retries, timeout
+    )
     return new, stats

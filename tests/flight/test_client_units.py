@@ -371,8 +371,9 @@ def test_errors_cross_the_wire(fake: _FakeServer) -> None:
             qc.commit("sales", ["f1"], read_version=3, idempotency_key="k")
         assert info.value.retryable is False and info.value.version == 9
         assert qc.datasets() == ["a", "team/b"]
-        echo = qc.delete("sales", "id < 5")
-        assert echo == {"echo": "delete", "body": {"dataset": "sales", "predicate": "id < 5"}}
+        echo = qc.delete("sales", "id < 5", idempotency_key="k")
+        body = {"dataset": "sales", "predicate": "id < 5", "idempotency_key": "k"}
+        assert echo == {"echo": "delete", "body": body}
     with Client(uri, token="wrong") as qc, pytest.raises(Unauthenticated):
         qc.datasets()
     with Client("grpc://127.0.0.1:1", timeout=5) as qc, pytest.raises(Unavailable):

@@ -264,7 +264,10 @@ def test_backfill_puts(served: Served, name: str, tmp_path) -> None:
     before = files_under(ours)
     for cmd, message in [
         ({"backfill": "explode"}, "backfill"),
-        ({"backfill": "add_columns", "mode": "append"}, "only 'dataset' and 'backfill'"),
+        (
+            {"backfill": "add_columns", "mode": "append"},
+            "only 'dataset', 'backfill' and 'idempotency_key'",
+        ),
     ]:
         with pytest.raises(fl.FlightError, match=message):
             _merge_put(served, {"dataset": name, **cmd}, source)
