@@ -1,7 +1,7 @@
 """Soak: one Quiver server on S3 (moto) under long mixed load, with maintenance on.
 
-    .venv/bin/python -m benchmarks.soak [--minutes 30] [--window 60] [--readers 16] [--read-every 1]
-        [--appenders 4] [--append-every 2] [--upserters 2] [--upsert-every 5]
+    .venv/bin/python -m benchmarks.soak [--minutes 30] [--window 60] [--readers 16] [--read-every 4]
+        [--appenders 4] [--append-every 4] [--upserters 2] [--upsert-every 10]
         [--maintenance 15] [--cleanup 120]
     make bench-soak
 
@@ -263,11 +263,11 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=30)
     parser.add_argument("--window", type=float, default=60)
     parser.add_argument("--readers", type=int, default=16)
-    parser.add_argument("--read-every", type=float, default=1)
+    parser.add_argument("--read-every", type=float, default=4)
     parser.add_argument("--appenders", type=int, default=4)
-    parser.add_argument("--append-every", type=float, default=2)
+    parser.add_argument("--append-every", type=float, default=4)
     parser.add_argument("--upserters", type=int, default=2)
-    parser.add_argument("--upsert-every", type=float, default=5)
+    parser.add_argument("--upsert-every", type=float, default=10)
     parser.add_argument("--maintenance", type=int, default=15)
     parser.add_argument("--cleanup", type=float, default=120)
     sys.exit(soak(parser.parse_args()))

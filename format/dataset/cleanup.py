@@ -29,6 +29,7 @@ from quiver.format.errors import (
 from quiver.format.io.store import ObjectStore
 from quiver.format.proto import table_pb2
 from quiver.format.table import versions as _versions
+from quiver.format.table.commit import KEYS_DIR
 from quiver.format.table.deletion import deletion_file_path
 from quiver.format.table.indices import indices_of
 from quiver.format.table.manifest import Manifest
@@ -173,6 +174,8 @@ def _inspect(
 
 
 _DATA, _TXN, _INDEX, _DELETION, _TMP_MANIFEST = "data", "txn", "index", "deletion", "tmp"
+_KEY = "key"  # an idempotency key's record (Quiver's own, `format.table.commit.KEYS_DIR`)
+KEY_RECORD_GRACE = dt.timedelta(hours=1)
 
 
 def _classify(f: _Listed, in_progress: bool, insp: _Inspection) -> str | None:
@@ -338,7 +341,16 @@ def _delete_unreferenced(
             kind = _classify(f, in_progress, insp)
             if kind is not None:
                 doomed.append((f, kind))
-    counts = dict.fromkeys((_DATA, _TXN, _INDEX, _DELETION, _TMP_MANIFEST), 0)
+    if cutoff is not None:
+        # a key's record has outlived its retries once it is older than every kept version
+        # (by a margin: the record is written just before its commit's manifest)
+        keys_cutoff = cutoff - (KEY_RECORD_GRACE // dt.timedelta(microseconds=1)) * 1000
+        doomed += [
+            (f, _KEY)
+            for f in _list_tree(store, KEYS_DIR)
+            if f.mtime_ns is not None and f.mtime_ns < keys_cutoff
+        ]
+    counts = dict.fromkeys((_DATA, _TXN, _INDEX, _DELETION, _TMP_MANIFEST, _KEY), 0)
     removed_bytes = 0
     failed = 0
     emptied_dirs: set[str] = set()
