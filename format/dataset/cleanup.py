@@ -175,7 +175,7 @@ def _inspect(
 
 _DATA, _TXN, _INDEX, _DELETION, _TMP_MANIFEST = "data", "txn", "index", "deletion", "tmp"
 _KEY = "key"  # an idempotency key's record (Quiver's own, `format.table.commit.KEYS_DIR`)
-KEY_RECORD_GRACE = dt.timedelta(hours=1)
+KEY_RECORD_GRACE = dt.timedelta(minutes=5)
 
 
 def _classify(f: _Listed, in_progress: bool, insp: _Inspection) -> str | None:

@@ -470,15 +470,16 @@ class _RemoteUpload(_StagedFile):
     S3 objects only become visible once a PUT or multipart upload completes.
     """
 
-    def __init__(self, fs: Any, final: str) -> None:
+    def __init__(self, fs: Any, final: str, shown: str) -> None:
         self.fs = fs
         self.final = final
+        self.shown = shown  # the object's URI, as errors name it
         fd, self.tmp = tempfile.mkstemp(prefix="quiver-upload-")
         super().__init__(fd, "wb", closefd=True)
 
     def _publish(self) -> None:
         try:
-            remote_call(lambda: self.fs.put_file(self.tmp, self.final), f"upload of {self.final}")
+            remote_call(lambda: self.fs.put_file(self.tmp, self.final), f"{self.shown}: upload")
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.tmp)
@@ -630,7 +631,7 @@ class ObjectStore:
         if self.is_local:
             os.makedirs(os.path.dirname(full), exist_ok=True)
             return _AtomicLocalFile(full)
-        return _RemoteUpload(self.fs, full)
+        return _RemoteUpload(self.fs, full, self.uri_of(path))
 
     def put_if_absent(self, path: str, data: bytes) -> None:
         """Create a file only if nothing exists at `path`; raises FileExistsError otherwise.

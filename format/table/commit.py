@@ -61,7 +61,7 @@ DEFAULT_MAX_RETRIES = 20
 # retry then searches the versions since, not the whole history (one small object per key).
 KEYS_DIR = "_quiver_keys"
 # A commit whose manifest write keeps failing this many times in a row gives up with
-# StorageUnavailableError (its outcome unknown: a retry with its idempotency key settles it).
+# CommitUnconfirmedError (its outcome unknown: a retry with its idempotency key settles it).
 STORAGE_FAILURES = 6
 
 

@@ -14,6 +14,7 @@
 //   every call and renewed once when a call is refused as unauthenticated;
 // - every failure is a QuiverError subclass chosen by the code in the error's details.
 
+const crypto = require('crypto');
 const fs = require('fs');
 const grpc = require('@grpc/grpc-js');
 const { RecordBatch, RecordBatchReader, RecordBatchStreamWriter, Table, makeData, Struct } = require('apache-arrow');
@@ -24,6 +25,15 @@ const {
   readCommand, splitSearchOptions, putCommand, commitBody, updateBody, mergeCommand, backfillCommand, jsonBytes,
 } = require('./commands');
 const { flightServiceClient } = require('./proto');
+
+/** A write's idempotency key: the caller's, or a fresh one. */
+function keyOf(key) {
+  if (key == null) return crypto.randomUUID();
+  if (typeof key !== 'string' || key === '' || key.length > 256) {
+    throw new TypeError('idempotencyKey must be a string of 1 to 256 characters');
+  }
+  return key;
+}
 
 const { QuiverError, Unauthenticated, Unavailable, InvalidArgument } = errors;
 
@@ -726,8 +736,28 @@ class Client {
    * Write and commit in one DoPut (`mode`: append, create or overwrite). `data` is an Arrow
    * Table, a RecordBatch or an (async) iterable of RecordBatches. Returns `{version, rows}`.
    */
-  async write(dataset, data, { mode = 'append' } = {}) {
-    return this._put(putCommand(dataset, { mode }), data);
+  async write(dataset, data, { mode = 'append', idempotencyKey, retries = 3 } = {}) {
+    const cmd = putCommand(dataset, { mode });
+    cmd.idempotency_key = keyOf(idempotencyKey);
+    return this._resent(() => this._put(cmd, data), data, retries);
+  }
+
+  /**
+   * `send()` (a keyed write), sent again with the same key when the server answers
+   * `Unavailable` (its storage kept failing: the write may or may not have committed), up
+   * to `retries` times with backoff, when `data` can be sent again (a Table or a
+   * RecordBatch; not a stream). The key makes a resent write commit once.
+   */
+  async _resent(send, data, retries) {
+    const again = data === undefined || data instanceof Table || data instanceof RecordBatch;
+    for (let attempt = 0; ; attempt += 1) {
+      try {
+        return await send();
+      } catch (err) {
+        if (!(err instanceof errors.Unavailable) || !again || attempt >= retries) throw err;
+        await new Promise((resolve) => setTimeout(resolve, Math.min(500 * 2 ** attempt, 8000)));
+      }
+    }
   }
 
   /** Write data files without committing; the opaque fragments to `commit` or `abort`. */
@@ -753,17 +783,23 @@ class Client {
 
   // -- table operations --------------------------------------------------------------------
 
-  /** Delete the rows matching a SQL predicate: `{version, deleted_rows}`. */
-  async delete(dataset, predicate) {
-    return this.action('delete', { dataset, predicate });
+  /**
+   * Delete the rows matching a SQL predicate: `{version, deleted_rows}`. Keyed and sent
+   * again on `Unavailable` as `write` is (options `idempotencyKey`, `retries`).
+   */
+  async delete(dataset, predicate, { idempotencyKey, retries = 3 } = {}) {
+    const body = { dataset, predicate, idempotency_key: keyOf(idempotencyKey) };
+    return this._resent(() => this.action('delete', body), undefined, retries);
   }
 
   /**
    * Set columns to SQL expressions (`{score: 'score * 2'}`) on the rows matching the SQL
    * `where` (every row when absent), in one new version: `{version, updated_rows}`.
    */
-  async update(dataset, updates, where) {
-    return this.action('update', updateBody(dataset, updates, where));
+  async update(dataset, updates, where, { idempotencyKey, retries = 3 } = {}) {
+    const body = updateBody(dataset, updates, where);
+    body.idempotency_key = keyOf(idempotencyKey);
+    return this._resent(() => this.action('update', body), undefined, retries);
   }
 
   /**
@@ -776,7 +812,10 @@ class Client {
    * `conflictRetries`. Returns `{version, rows, inserted_rows, updated_rows, deleted_rows}`.
    */
   async merge(dataset, data, on, options = {}) {
-    return this._put(mergeCommand(dataset, on, options), data);
+    const { idempotencyKey, retries = 3, ...clauses } = options || {};
+    const cmd = mergeCommand(dataset, on, clauses);
+    cmd.idempotency_key = keyOf(idempotencyKey);
+    return this._resent(() => this._put(cmd, data), data, retries);
   }
 
   /**
@@ -787,8 +826,10 @@ class Client {
    * `updated_rows` for 'update_columns'); an address that is not a live row is refused by
    * the server (`InvalidArgument`) and commits nothing.
    */
-  async backfill(dataset, data, mode = 'add_columns') {
-    return this._put(backfillCommand(dataset, mode), data);
+  async backfill(dataset, data, mode = 'add_columns', { idempotencyKey, retries = 3 } = {}) {
+    const cmd = backfillCommand(dataset, mode);
+    cmd.idempotency_key = keyOf(idempotencyKey);
+    return this._resent(() => this._put(cmd, data), data, retries);
   }
 
   /** Every version, oldest first. */

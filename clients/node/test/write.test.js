@@ -108,6 +108,28 @@ describe('writes', { skip: !config && SKIP }, () => {
     leave('node_overwritten', after);
   });
 
+  test('a write, an update and a delete repeated with their idempotency keys commit once', async () => {
+    const first = rows(0, 20, ['a']);
+    assert.deepEqual(await client.write('node_keyed', first, { mode: 'create', idempotencyKey: 'c-1' }), { version: 1, rows: 20 });
+    const again = await client.write('node_keyed', first, { mode: 'create', idempotencyKey: 'c-1' });
+    assert.deepEqual(again, { version: 1, rows: 20, duplicate: true });
+    const more = rows(20, 5, ['b']);
+    assert.equal((await client.write('node_keyed', more, { idempotencyKey: 'a-1' })).version, 2);
+    assert.deepEqual(await client.write('node_keyed', more, { idempotencyKey: 'a-1' }), { version: 2, rows: 5, duplicate: true });
+    const updated = await client.update('node_keyed', { n: 'n + 1000' }, 'id < 3', { idempotencyKey: 'u-1' });
+    assert.deepEqual(await client.update('node_keyed', { n: 'n + 1000' }, 'id < 3', { idempotencyKey: 'u-1' }), { version: updated.version, duplicate: true });
+    const deleted = await client.delete('node_keyed', 'id >= 20', { idempotencyKey: 'd-1' });
+    assert.deepEqual(await client.delete('node_keyed', 'id >= 20', { idempotencyKey: 'd-1' }), { version: deleted.version, duplicate: true });
+    const back = await client.read('node_keyed');
+    assert.equal(back.numRows, 20);
+    const n = new Map(back.toArray().map((r) => [r.id, r.n]));
+    for (let i = 0n; i < 3n; i += 1n) {
+      const original = first.toArray().find((r) => r.id === i).n;
+      assert.equal(n.get(i), original === null ? null : original + 1000); // once, not twice
+    }
+    await assert.rejects(client.write('node_keyed', more, { idempotencyKey: '' }), TypeError);
+  });
+
   test('staged puts become visible at commit only; keys commit once; abort removes files', async () => {
     const a = rows(0, 300, ['x']);
     const b = rows(300, 200, ['y']);

@@ -154,7 +154,13 @@ export interface CommitOptions {
 
 export type WhenMatched = 'update_all' | 'delete' | 'fail' | 'nothing';
 
-export interface MergeOptions {
+/** A write's idempotency key (default: a fresh one) and how often it is resent on `Unavailable`. */
+export interface KeyedOptions {
+  idempotencyKey?: string;
+  retries?: number;
+}
+
+export interface MergeOptions extends KeyedOptions {
   /** What matched target rows become (default `'update_all'`). */
   whenMatched?: WhenMatched;
   /** With `'update_all'`: update only where this SQL over `source.` and `target.` columns holds. */
@@ -172,9 +178,11 @@ export interface MergeResult {
   version: number;
   /** Source rows uploaded. */
   rows: number;
-  inserted_rows: number;
-  updated_rows: number;
-  deleted_rows: number;
+  inserted_rows?: number;
+  updated_rows?: number;
+  deleted_rows?: number;
+  /** The idempotency key had committed already (the counts are then absent). */
+  duplicate?: boolean;
 }
 
 /** 'add_columns': new columns (rows not named get NULL); 'update_columns': new values of existing ones. */
@@ -186,6 +194,7 @@ export interface BackfillResult {
   rows: number;
   /** With 'update_columns': the rows given new values. */
   updated_rows?: number;
+  duplicate?: boolean;
 }
 
 export interface Describe {
@@ -226,8 +235,12 @@ export class Client {
   /** Dataset names (that the user may read), optionally those starting with `prefix`. */
   datasets(prefix?: string): Promise<string[]>;
 
-  /** One DoPut, committed by the server: `{version, rows}`. */
-  write(dataset: string, data: WriteData, options?: { mode?: WriteMode }): Promise<{ version: number; rows: number }>;
+  /**
+   * One DoPut, committed by the server: `{version, rows}`. It carries an idempotency key (a
+   * fresh one unless given) and is sent again up to `retries` (3) times on `Unavailable`
+   * when `data` is a Table or a RecordBatch: it commits once (`duplicate: true` on a repeat).
+   */
+  write(dataset: string, data: WriteData, options?: { mode?: WriteMode } & KeyedOptions): Promise<{ version: number; rows: number; duplicate?: boolean }>;
   /** Data files written, nothing visible: the fragments to `commit` or `abort`. */
   stage(dataset: string, data: WriteData, options?: { mode?: WriteMode; job?: string }): Promise<string[]>;
   commit(dataset: string, fragments: Iterable<string>, options?: CommitOptions): Promise<{ version: number; rows: number; duplicate?: boolean }>;
@@ -237,13 +250,14 @@ export class Client {
   action(name: string, body?: Record<string, unknown>): Promise<any>;
   listActions(): Promise<Record<string, string>>;
   healthcheck(): Promise<{ status: string }>;
-  delete(dataset: string, predicate: string): Promise<{ version: number; deleted_rows: number }>;
-  /** Set columns to SQL expressions on the rows matching `where` (every row without it). */
-  update(dataset: string, updates: Record<string, string> | Map<string, string>, where?: string | null): Promise<{ version: number; updated_rows: number }>;
+  /** Keyed and sent again on `Unavailable` as `write` is. */
+  delete(dataset: string, predicate: string, options?: KeyedOptions): Promise<{ version: number; deleted_rows: number; duplicate?: boolean }>;
+  /** Set columns to SQL expressions on the rows matching `where` (every row without it); keyed as `write`. */
+  update(dataset: string, updates: Record<string, string> | Map<string, string>, where?: string | null, options?: KeyedOptions): Promise<{ version: number; updated_rows: number; duplicate?: boolean }>;
   /** Merge `data` on the `on` columns (null/absent: the primary key); the defaults upsert. */
   merge(dataset: string, data: WriteData, on?: string | string[] | null, options?: MergeOptions): Promise<MergeResult>;
   /** Apply rows naming their `_rowaddr` (uint64, as a read of `_rowaddr` gives it): new columns or new values. */
-  backfill(dataset: string, data: WriteData, mode?: BackfillMode): Promise<BackfillResult>;
+  backfill(dataset: string, data: WriteData, mode?: BackfillMode, options?: KeyedOptions): Promise<BackfillResult>;
   versions(dataset: string): Promise<{ version: number; timestamp: string; rows: number; fragments: number }[]>;
   tags(dataset: string): Promise<Record<string, { version: number; created_at: string; updated_at: string }>>;
   createTag(dataset: string, tag: string, version?: number): Promise<{ tag: string; version: number }>;
