@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -189,7 +189,13 @@ class InvertedIndex:
     ) -> list[tuple[np.ndarray, np.ndarray, bool]]:
         """Per partition holding `token`: its documents' row ids, their BM25 weights under
         the given statistics, and whether the row ids ascend."""
-        out = []
+        return [
+            bm25.gathered(docs, counts, p.row_ids, p.lengths, token_idf, avgdl, self.where)
+            for p, docs, counts in self._postings(token)
+        ]
+
+    def _postings(self, token: str) -> Iterator[tuple[Partition, np.ndarray, np.ndarray]]:
+        """Per partition holding `token`: it, and the token's (document ids, frequencies)."""
         for p in self.partitions:
             tid = p.token_id(token)
             if tid is None:
@@ -197,21 +203,12 @@ class InvertedIndex:
             if not 0 <= tid < len(p.df):
                 raise CorruptFileError(self.where, f"token id {tid} outside the postings")
             docs, counts = p.postings(tid)
-            out.append(
-                bm25.gathered(docs, counts, p.row_ids, p.lengths, token_idf, avgdl, self.where)
-            )
-        return out
+            yield p, docs, counts
 
     def matches(self, token: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(row ids, frequencies, document lengths) of the documents holding `token`."""
         ids, freqs, lengths = [], [], []
-        for p in self.partitions:
-            tid = p.token_id(token)
-            if tid is None:
-                continue
-            if not 0 <= tid < len(p.df):
-                raise CorruptFileError(self.where, f"token id {tid} outside the postings")
-            docs, counts = p.postings(tid)
+        for p, docs, counts in self._postings(token):
             if len(docs) and int(docs.max()) >= len(p.row_ids):
                 raise CorruptFileError(self.where, "a posting names a document that is not there")
             ids.append(p.row_ids[docs])
