@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -47,27 +47,14 @@ class Writes:
 
     def _acted(self, name: str, body: dict[str, Any], retries: int) -> Any:
         """The action `name` with a keyed `body`, sent again (same key) on `Unavailable`."""
-        for attempt in range(retries + 1):
-            try:
-                return self.action(name, body)  # type: ignore[attr-defined]
-            except Unavailable:
-                if attempt == retries:
-                    raise
-                time.sleep(min(0.5 * 2**attempt, 8.0))
-        raise AssertionError("unreachable")
+        return _again(lambda: self.action(name, body), retries)  # type: ignore[attr-defined]
 
     def _resent(self, command: Mapping[str, Any], data: DataLike, retries: int) -> Any:
         """`_put` of a keyed `command`, sent again (same key) on `Unavailable` when `data`
         can be sent again (a table, a batch, rows; not a stream)."""
         again = isinstance(data, pa.Table | pa.RecordBatch | Mapping | list)
-        for attempt in range(retries + 1):
-            try:
-                return self._put(command, data)  # type: ignore[attr-defined]
-            except Unavailable:
-                if not again or attempt == retries:
-                    raise
-                time.sleep(min(0.5 * 2**attempt, 8.0))
-        raise AssertionError("unreachable")
+        send = self._put  # type: ignore[attr-defined]
+        return _again(lambda: send(command, data), retries if again else 0)
 
     def stage(
         self, dataset: str, data: DataLike, *, mode: str = "append", job: str | None = None
@@ -126,3 +113,16 @@ class Writes:
         if job is not None:
             body["job"] = job
         return self.action("abort", body)
+
+
+def _again(send: Callable[[], Any], retries: int) -> Any:
+    """`send()`, called again up to `retries` times, with backoff, while it raises
+    `Unavailable` (a keyed write whose outcome the server could not tell)."""
+    for attempt in range(retries + 1):
+        try:
+            return send()
+        except Unavailable:
+            if attempt == retries:
+                raise
+            time.sleep(min(0.5 * 2**attempt, 8.0))
+    raise AssertionError("unreachable")

@@ -24,8 +24,8 @@ from quiver.flight_server.budget import MemoryBudget
 from quiver.flight_server.errors import InvalidArgument, NotFound, Unavailable, Unimplemented
 from quiver.flight_server.handles import DatasetHandles, live_rows
 from quiver.flight_server.protocol import (
-    MAX_IDEMPOTENCY_KEY,
     Fields,
+    idempotency_key,
     job_field,
     merge_request,
     parse_object,
@@ -40,7 +40,6 @@ from quiver.format.errors import DatasetNotFoundError
 from quiver.format.index.vector.build import VECTOR_INDEX_TYPES
 from quiver.format.io.store import filesystem
 from quiver.format.table import versions as _versions
-from quiver.format.table.commit import find_idempotent_commit
 from quiver.format.table.schema import RESERVED_COLUMNS
 from quiver.format.table.transaction import IDEMPOTENCY_KEY
 from quiver.wire.requests import ACTION_SHAPES, BACKFILLS, MODES, VECTOR_OPTIONS
@@ -186,34 +185,18 @@ def _delete_tag(ctx: ActionContext, f: Fields) -> dict[str, Any]:
 def _delete(ctx: ActionContext, f: Fields) -> dict[str, Any]:
     name = f.dataset()
     predicate = f.str("predicate", required=True)
-    key = _action_key(f)
-    repeated = _repeated_change(ctx, name, key)
-    if repeated is not None:
-        return repeated
+    key = idempotency_key(f)
+    done = changes.repeated(ctx.handles, name, key)  # the first call's counts are not kept
+    if done is not None:
+        return done
     ds = ctx.handles.open_latest(name)
     core, stats = delete_rows(ds.core, predicate, properties=_keyed(key))
     metrics.committed("delete")
     return {"version": core.version, "deleted_rows": stats["num_deleted_rows"]}
 
 
-def _action_key(f: Fields) -> str | None:
-    key = f.str("idempotency_key")
-    if key is not None and not 0 < len(key) <= MAX_IDEMPOTENCY_KEY:
-        raise InvalidArgument(f"'idempotency_key' must be 1 to {MAX_IDEMPOTENCY_KEY} characters")
-    return key
-
-
 def _keyed(key: str | None) -> dict[str, str] | None:
     return {IDEMPOTENCY_KEY: key} if key is not None else None
-
-
-def _repeated_change(ctx: ActionContext, name: str, key: str | None) -> dict[str, Any] | None:
-    """A delete's or update's answer when its idempotency key committed already: that
-    version, `duplicate` (the first call's row counts are not kept)."""
-    if key is None:
-        return None
-    found = find_idempotent_commit(ctx.handles.store(name), key, None)
-    return None if found is None else {"version": found, "duplicate": True}
 
 
 def _update(ctx: ActionContext, f: Fields) -> dict[str, Any]:
@@ -224,10 +207,10 @@ def _update(ctx: ActionContext, f: Fields) -> dict[str, Any]:
     ):
         raise InvalidArgument("update body: 'updates' must map column names to SQL expressions")
     where = f.str("where")
-    key = _action_key(f)
-    repeated = _repeated_change(ctx, name, key)
-    if repeated is not None:
-        return repeated
+    key = idempotency_key(f)
+    done = changes.repeated(ctx.handles, name, key)  # the first call's counts are not kept
+    if done is not None:
+        return done
     ds = ctx.handles.open_latest(name)
     core, stats = update_rows(ds.core, dict(updates), where, properties=_keyed(key))
     metrics.committed("update")

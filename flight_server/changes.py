@@ -38,6 +38,7 @@ from quiver.format.table.schema import LanceSchema
 from quiver.format.table.transaction import IDEMPOTENCY_KEY
 
 if TYPE_CHECKING:
+    from quiver.flight_server.handles import DatasetHandles
     from quiver.flight_server.writes import StagedFragment, Writes
 
 # the extension of a staged source's file (Arrow IPC) under the dataset's `data/`
@@ -84,18 +85,21 @@ def merge_put(
     broken upload commits nothing. A merge repeated with its idempotency key answers the
     first one's version."""
     source = _uploaded(schema, batches, cancelled)
-    repeated = _repeated(writes, name, key, source.num_rows)
-    if repeated is not None:
-        return repeated
+    done = repeated(writes.handles, name, key, rows=source.num_rows)
+    if done is not None:
+        return done
     return _merge(writes.handles.open_latest(name), spec, source, key)
 
 
-def _repeated(writes: Writes, name: str, key: str | None, rows: int) -> dict[str, Any] | None:
-    """The answer to a change whose idempotency `key` committed already (None if none)."""
+def repeated(
+    handles: DatasetHandles, name: str, key: str | None, **answer: Any
+) -> dict[str, Any] | None:
+    """The answer to a write whose idempotency `key` committed already: that version,
+    `answer`'s fields and `duplicate` (None if the key has not committed)."""
     if key is None:
         return None
-    found = find_idempotent_commit(writes.handles.store(name), key, None)
-    return None if found is None else {"version": found, "rows": rows, "duplicate": True}
+    found = find_idempotent_commit(handles.store(name), key, None)
+    return None if found is None else {"version": found, **answer, "duplicate": True}
 
 
 def _uploaded(
@@ -138,9 +142,9 @@ def backfill_put(
     """Apply uploaded `_rowaddr`-keyed rows as a backfill and commit one version (once per
     idempotency key)."""
     source = _uploaded(schema, batches, cancelled)
-    repeated = _repeated(writes, name, key, source.num_rows)
-    if repeated is not None:
-        return repeated
+    done = repeated(writes.handles, name, key, rows=source.num_rows)
+    if done is not None:
+        return done
     return _backfill(writes.handles.open_latest(name), backfill, source, key)
 
 
@@ -233,9 +237,9 @@ def apply_staged(
         writes.abort(name, staged, job)
         return {"version": ds.version, "rows": 0}
     try:
-        repeated = _repeated(writes, name, idempotency_key, rows)
-        if repeated is not None:
-            return repeated
+        done = repeated(writes.handles, name, idempotency_key, rows=rows)
+        if done is not None:
+            return done
         for s in staged:
             for df in s.fragment.files:
                 if not store.exists(f"data/{df.path}"):

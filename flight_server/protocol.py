@@ -409,14 +409,19 @@ def put_request_from_command(cmd: bytes) -> PutRequest:
                 "DoPut command: a backfill commits at once; it takes only 'dataset', "
                 "'backfill' and 'idempotency_key'"
             )
-        return PutRequest(name, "backfill", True, None, None, backfill, _key(f))
+        return PutRequest(name, "backfill", True, None, None, backfill, idempotency_key(f))
     if "merge" in f.doc:
         if "mode" in f.doc or "job" in f.doc or not f.bool("commit", default=True):
             raise InvalidArgument(
                 "DoPut command: a merge commits at once; it takes no 'mode', 'commit' or 'job'"
             )
         return PutRequest(
-            name, "merge", True, None, merge_request(f.doc["merge"]), idempotency_key=_key(f)
+            name,
+            "merge",
+            True,
+            None,
+            merge_request(f.doc["merge"]),
+            idempotency_key=idempotency_key(f),
         )
     mode = f.str("mode") or "append"
     if mode not in PUT_MODES:
@@ -429,7 +434,7 @@ def put_request_from_command(cmd: bytes) -> PutRequest:
     job = job_field(f)
     if job is not None and commit:
         raise InvalidArgument("DoPut command: 'job' is for staging puts ('commit': false)")
-    key = _key(f)
+    key = idempotency_key(f)
     if key is not None and not commit:
         raise InvalidArgument(
             "DoPut command: 'idempotency_key' is for committing puts; a staged put's "
@@ -438,12 +443,12 @@ def put_request_from_command(cmd: bytes) -> PutRequest:
     return PutRequest(name, mode, commit, job, idempotency_key=key)
 
 
-def _key(f: Fields) -> str | None:
-    """A DoPut's idempotency key, checked."""
+def idempotency_key(f: Fields) -> str | None:
+    """A DoPut's or an action's idempotency key, checked."""
     key = f.str("idempotency_key")
     if key is not None and not 0 < len(key) <= MAX_IDEMPOTENCY_KEY:
         raise InvalidArgument(
-            f"DoPut command: 'idempotency_key' must be 1 to {MAX_IDEMPOTENCY_KEY} characters"
+            f"{f.what}: 'idempotency_key' must be 1 to {MAX_IDEMPOTENCY_KEY} characters"
         )
     return key
 

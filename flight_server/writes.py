@@ -252,17 +252,16 @@ class Writes:
         """The answer of the put that committed with idempotency `key` (its version and
         rows, `duplicate`), None if none did: the key's record makes this one read when
         the key is new, and otherwise a search of the versions since its first attempt."""
-        store = self.handles.store(name)
-        found = find_idempotent_commit(store, key, None)
-        if found is None:
+        done = changes.repeated(self.handles, name, key)
+        if done is None:
             return None
-        manifest = self.handles.open_version(name, found).manifest
-        txn = read_transaction(store, manifest)
+        manifest = self.handles.open_version(name, done["version"]).manifest
+        txn = read_transaction(self.handles.store(name), manifest)
         body = txn.append if txn is not None and txn.HasField("append") else None
         if body is None and txn is not None and txn.HasField("overwrite"):
             body = txn.overwrite
         rows = sum(int(f.physical_rows) for f in body.fragments) if body is not None else 0
-        return {"version": found, "rows": rows, "duplicate": True}
+        return {"version": done["version"], "rows": rows, "duplicate": True}
 
     def stage_written(
         self,

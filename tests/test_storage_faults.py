@@ -234,6 +234,8 @@ def test_a_doput_repeated_with_its_key_commits_once(tmp_path: Any) -> None:
             client._put({**put_command("t"), "commit": False, "idempotency_key": "k"}, _rows(0, 1))
         with pytest.raises(InvalidArgument, match="non-empty"):
             client._put({**put_command("t"), "idempotency_key": ""}, _rows(0, 1))
+        with pytest.raises(InvalidArgument, match="'idempotency_key' must be 1 to 256"):
+            client.update("t", {"id": "id"}, idempotency_key="k" * 257)
     finally:
         server.shutdown()
 
