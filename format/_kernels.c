@@ -1882,24 +1882,25 @@ static PyObject *unpack4x(PyObject *self, PyObject *args)
 enum { PB_OK, PB_HEADER, PB_IDS, PB_SIZE };
 
 PyDoc_STRVAR(postings_full_doc,
-             "postings_full(data, offsets, ids, freqs) -> (status, block): decode the full "
-             "posting blocks between int64 `offsets` of `data` (each: f32 best score, u32 "
-             "first document, a width byte and BitPacker4x document deltas, a width byte and "
-             "BitPacker4x frequencies) into 128 uint32 `ids` and `freqs` per block; ids are "
-             "the first document plus the running sum of the deltas (modulo 2^32). Stops at "
-             "the first malformed block: PB_HEADER (shorter than its header), PB_IDS (width "
-             "over 32, or ids running past the block), PB_SIZE (frequencies of a bad width "
-             "or not ending the block).");
+             "postings_full(data, starts, ends, ids, freqs) -> (status, block): decode full "
+             "posting blocks, block b the bytes of `data` from int64 `starts[b]` to `ends[b]` "
+             "(each: f32 best score, u32 first document, a width byte and BitPacker4x "
+             "document deltas, a width byte and BitPacker4x frequencies) into 128 uint32 `ids` "
+             "and `freqs` per block; ids are the first document plus the running sum of the "
+             "deltas (modulo 2^32). Stops at the first malformed block: PB_HEADER (shorter "
+             "than its header), PB_IDS (width over 32, or ids running past the block), PB_SIZE "
+             "(frequencies of a bad width or not ending the block).");
 
 static PyObject *postings_full(PyObject *self, PyObject *args)
 {
-    Py_buffer data, offsets, ids, freqs;
-    if (!PyArg_ParseTuple(args, "y*y*w*w*", &data, &offsets, &ids, &freqs))
+    Py_buffer data, starts, ends, ids, freqs;
+    if (!PyArg_ParseTuple(args, "y*y*y*w*w*", &data, &starts, &ends, &ids, &freqs))
         return NULL;
-    Py_buffer *all[] = {&data, &offsets, &ids, &freqs};
+    Py_buffer *all[] = {&data, &starts, &ends, &ids, &freqs};
     PyObject *res = NULL;
-    const Py_ssize_t blocks = len64(&offsets) - 1;
-    if (blocks < 0 || ids.len != blocks * 512 || freqs.len != blocks * 512 ||
+    const Py_ssize_t blocks = len64(&starts);
+    if (blocks < 0 || len64(&ends) != blocks || ids.len != blocks * 512 ||
+        freqs.len != blocks * 512 ||
         !aligned(ids.buf, 4) || !aligned(freqs.buf, 4))
         PyErr_SetString(PyExc_ValueError, "postings_full: bad lengths or alignment");
     else {
@@ -1910,7 +1911,7 @@ static PyObject *postings_full(PyObject *self, PyObject *args)
         Py_ssize_t b = 0;
         BEGIN_NOGIL(blocks * 128)
         for (; b < blocks; b++) {
-            const int64_t s = at64(&offsets, b), e = at64(&offsets, b + 1);
+            const int64_t s = at64(&starts, b), e = at64(&ends, b);
             if (s < 0 || e < s || e > size || e - s < 10) {
                 status = PB_HEADER;
                 break;
@@ -1938,8 +1939,23 @@ static PyObject *postings_full(PyObject *self, PyObject *args)
         END_NOGIL
         res = Py_BuildValue("(in)", status, b);
     }
-    release(4, all);
+    release(5, all);
     return res;
+}
+
+/* BM25 weights in place: `w` holds each posting's document length and receives its weight
+ * (frequency `f`). Each step rounds to float32 as numpy's does (the build compiles without
+ * FMA contraction); no branches or indirection, so the compiler vectorises it (not inlined:
+ * inlined into its caller, it was not). */
+static __attribute__((noinline)) void bm25_weigh(float *restrict w, const uint32_t *restrict f,
+                                                 Py_ssize_t n, float idf, float avgdl)
+{
+    const float k1 = 1.2f, b = 0.75f, k1p1 = k1 + 1.0f, omb = 1.0f - b;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const float norm = k1 * (omb + (b * w[i]) / avgdl);
+        const float fq = (float)(int32_t)f[i]; /* signed: SSE2 converts it 4 at a time */
+        w[i] = idf * ((k1p1 * fq) / (fq + norm));
+    }
 }
 
 PyDoc_STRVAR(bm25_gather_doc,
@@ -1972,13 +1988,11 @@ static PyObject *bm25_gather(PyObject *self, PyObject *args)
         const float *len = lengths.buf;
         uint64_t *out_rows = rows.buf;
         float *out_w = weights.buf;
-        /* each step rounds to float32 as numpy's does (the build compiles without FMA
-         * contraction) */
-        const float k1 = 1.2f, b = 0.75f, k1p1 = k1 + 1.0f, omb = 1.0f - b;
         Py_ssize_t bad = -1;
         int ascending = 1;
         uint64_t last = 0;
         BEGIN_NOGIL(n)
+        /* gather first (rows, and each posting's document length into `out_w`), then weigh */
         for (Py_ssize_t i = 0; i < n; i++) {
             const uint32_t doc = d[i];
             if (doc >= (uint64_t)n_docs) {
@@ -1989,12 +2003,10 @@ static PyObject *bm25_gather(PyObject *self, PyObject *args)
             ascending &= row >= last;
             last = row;
             out_rows[i] = row;
-            const float bl = b * len[doc];
-            const float norm = k1 * (omb + bl / avgdl);
-            const float fq = (float)f[i];
-            const float tf = (k1p1 * fq) / (fq + norm);
-            out_w[i] = idf * tf;
+            out_w[i] = len[doc];
         }
+        if (bad < 0)
+            bm25_weigh(out_w, f, n, idf, avgdl);
         END_NOGIL
         res = Py_BuildValue("(ni)", bad, ascending);
     }

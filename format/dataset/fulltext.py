@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -48,6 +48,7 @@ from quiver.format.dataset.scan import ROW_COLUMNS, ROW_ID_FIELD, Scanner
 from quiver.format.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
 from quiver.format.index.fts import bm25
 from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
+from quiver.format.index.fts.blockmax import BlockMax, word_blocks
 from quiver.format.index.fts.fuzzy import expand
 from quiver.format.index.fts.index import InvertedIndex, open_inverted
 from quiver.format.index.fts.phrase import indexed_match, scanned_match
@@ -143,6 +144,10 @@ def _first_equal(values: np.ndarray, value: np.float32, m: int) -> np.ndarray:
 # per query word, its rows' weights, ranked best first as deep as searches went: what a
 # search with a limit reads of a frequent word
 RANKED: ByteLRU[_Ranked] = ByteLRU(128 << 20)
+
+
+# per query word, its posting blocks and the rows block-max searches decoded from them
+BLOCK_MAX: ByteLRU[BlockMax] = ByteLRU(64 << 20)
 
 
 def _ranked_key(indices: list[InvertedIndex], token: str, corpus: _Corpus) -> tuple:
@@ -614,6 +619,11 @@ class FullTextSearch:
         live = self._live(covered)
         words = [t for t in dict.fromkeys(tokens) if corpus.df[t]]
         unranked = [t for t in words if RANKED.get(_ranked_key(indices, t, corpus)) is None]
+        if len(tokens) == 1 and words and top > 0:
+            # one word: the blocks its best rows can be in, not all of them
+            found = self._block_max(indices, words[0], corpus, top, live)
+            if found is not None:
+                return found
         if len(unranked) > 1:
             for index in indices:  # their posting lists in one read
                 index.prefetch(unranked)
@@ -646,6 +656,25 @@ class FullTextSearch:
             if len(seen) >= top and np.partition(scores, len(seen) - top)[len(seen) - top] > bound:
                 return seen, scores
             depth *= 4
+
+    def _block_max(
+        self,
+        indices: list[InvertedIndex],
+        token: str,
+        corpus: _Corpus,
+        top: int,
+        live: Callable[[np.ndarray], np.ndarray],
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """`BlockMax.best` of one word, its blocks and what searches decoded of them kept
+        per word and corpus statistics."""
+        key = _ranked_key(indices, token, corpus)
+        blocks = BLOCK_MAX.get(key)
+        if blocks is None:
+            blocks = word_blocks(indices, token, *corpus.statistics(token))
+            BLOCK_MAX.put(key, blocks, blocks.nbytes)
+        found = blocks.best(top, live)
+        BLOCK_MAX.resize(key, blocks.nbytes)
+        return found
 
     def _ranked(self, indices: list[InvertedIndex], token: str, corpus: _Corpus) -> _Ranked:
         """A word's rows (ascending) and weights over every segment, computed once per word

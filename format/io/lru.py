@@ -56,6 +56,20 @@ class ByteLRU(Generic[V]):
                 _, (_, size) = self._items.popitem(last=False)
                 self._bytes -= size
 
+    def resize(self, key: Hashable, nbytes: int) -> None:
+        """A held value now takes `nbytes` (it grew): dropping the least recently used
+        others (or it) while the budget is exceeded."""
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is None:
+                return
+            self._items[key] = (hit[0], nbytes)
+            self._items.move_to_end(key)
+            self._bytes += nbytes - hit[1]
+            while self._bytes > self.max_bytes and self._items:
+                _, (_, size) = self._items.popitem(last=False)
+                self._bytes -= size
+
     def first_dropped(self, nbytes: int) -> Hashable | None:
         """The key a `put` of `nbytes` more would drop first (the least recently used),
         or None when they fit: for callers that admit a value only if it is worth more

@@ -30,9 +30,11 @@ from quiver.format.index.fts.fst import FstMap
 from quiver.format.index.fts.postings import (
     FIXED32,
     VARINT,
+    block_scores,
+    decode_blocks,
     decode_positions,
     decode_positions_v1,
-    decode_postings,
+    posting_blocks,
 )
 from quiver.format.io.lru import ByteLRU, OpenOnce
 from quiver.format.io.store import ObjectStore
@@ -50,6 +52,8 @@ V1_POSITIONS = ("_position",)
 # (document ids, frequencies) per partition and token, kept across searches: queries repeat
 # their frequent words
 POSTINGS: ByteLRU[tuple[np.ndarray, ...]] = ByteLRU(64 << 20)
+# (block bytes, offsets, stored best scores, blocks best first) per partition and token
+BLOCKS: ByteLRU[tuple[np.ndarray, ...]] = ByteLRU(64 << 20)
 
 
 @dataclass
@@ -87,17 +91,41 @@ class Partition:
             cached = POSTINGS.get((self.invert.path, tid))
             if cached is not None:
                 found[tid] = (cached[0], cached[1])
+        wanted = [t for t in token_ids if t not in found]
+        if wanted:
+            for tid, (data, offsets, *_) in zip(wanted, self.blocks(wanted), strict=True):
+                postings = decode_blocks(
+                    data, offsets, None, int(self.df[tid]), self.codec, self.invert.path
+                )
+                cache_arrays(POSTINGS, (self.invert.path, tid), postings)
+                found[tid] = postings
+        return [found[t] for t in token_ids]
+
+    def blocks(self, token_ids: Sequence[int]) -> list[tuple[np.ndarray, ...]]:
+        """Per token: its posting blocks as stored (bytes, offsets), their stored best
+        scores and the block numbers best score first. The uncached ones are read in one
+        take and kept: a few bits per posting, and a search of one word decodes only the
+        blocks its best rows can be in."""
+        found: dict[int, tuple[np.ndarray, ...]] = {}
+        for tid in token_ids:
+            cached = BLOCKS.get((self.invert.path, tid))
+            if cached is not None:
+                found[tid] = cached
         wanted = sorted({t for t in token_ids if t not in found})
         if wanted:
             with self.lock:  # one reader per file: its page caches are not shared safely
                 table = self.invert.take(["_posting"], np.array(wanted, np.uint64))
             column = table.column(0)
+            where = self.invert.path
             for i, tid in enumerate(wanted):
                 cell = column[i]
                 blobs = cell.values if cell.is_valid else []
-                postings = decode_postings(blobs, int(self.df[tid]), self.codec, self.invert.path)
-                cache_arrays(POSTINGS, (self.invert.path, tid), postings)
-                found[tid] = postings
+                data, offsets = posting_blocks(blobs, int(self.df[tid]), where)
+                scores = block_scores(data, offsets, where)
+                order = np.argsort(-scores, kind="stable")  # best first
+                read = (np.array(data), offsets, scores, order)
+                cache_arrays(BLOCKS, (where, tid), read)
+                found[tid] = read
         return [found[t] for t in token_ids]
 
     def positions(self, token_id: int) -> np.ndarray:
@@ -194,16 +222,26 @@ class InvertedIndex:
             for p, docs, counts in self._postings(token)
         ]
 
+    def blocks(self, token: str) -> list[tuple[Partition, int, tuple[np.ndarray, ...]]]:
+        """Per partition holding `token`: it, the token's id there and its posting blocks
+        as stored, with their best scores (`Partition.blocks`)."""
+        return [(p, tid, p.blocks([tid])[0]) for p, tid in self._holding(token)]
+
     def _postings(self, token: str) -> Iterator[tuple[Partition, np.ndarray, np.ndarray]]:
         """Per partition holding `token`: it, and the token's (document ids, frequencies)."""
+        for p, tid in self._holding(token):
+            docs, counts = p.postings(tid)
+            yield p, docs, counts
+
+    def _holding(self, token: str) -> Iterator[tuple[Partition, int]]:
+        """The partitions holding `token`, and its id in each."""
         for p in self.partitions:
             tid = p.token_id(token)
             if tid is None:
                 continue
             if not 0 <= tid < len(p.df):
                 raise CorruptFileError(self.where, f"token id {tid} outside the postings")
-            docs, counts = p.postings(tid)
-            yield p, docs, counts
+            yield p, tid
 
     def matches(self, token: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(row ids, frequencies, document lengths) of the documents holding `token`."""

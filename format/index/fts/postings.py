@@ -11,7 +11,8 @@ ascending, the last one partial:
   then deltas) and LEB128 frequencies (``varint_delta_v1``), or raw u32 ids and frequencies
   (``fixed32_v1``, index format 1).
 
-Full blocks are decoded by one kernel (`_kernels.postings_full`).
+Full blocks are decoded by one kernel (`_kernels.postings_full`), all of a token's or the
+few a search needs (`decode_blocks`).
 """
 
 from __future__ import annotations
@@ -63,30 +64,81 @@ def decode_postings(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(document ids uint32, frequencies uint32) of one token's posting blocks (a list of
     bytes, or the Arrow binary array they are read as)."""
+    data, offsets = posting_blocks(blobs, length, where)
+    return decode_blocks(data, offsets, None, length, codec, where)
+
+
+def posting_blocks(
+    blobs: Sequence[bytes] | pa.BinaryArray | pa.LargeBinaryArray, length: int, where: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """A token's blocks back to back (uint8, a view of what was read) and their offsets
+    (int64, one more, from 0), checked to be as many as its `length` documents fill."""
     data, offsets = _blocks(blobs)
     full, rest = divmod(length, BLOCK)
     if len(offsets) - 1 != full + (1 if rest else 0):
         raise CorruptFileError(where, f"{len(offsets) - 1} posting blocks for {length} documents")
-    ids = np.empty(length, np.uint32)
-    freqs = np.empty(length, np.uint32)
-    if full:
-        _decode_full(data, offsets[: full + 1], ids, freqs, where)
-    if rest:
+    if int(offsets[0]):
+        data, offsets = data[offsets[0] : offsets[-1]], offsets - offsets[0]
+    return data, offsets
+
+
+def block_scores(data: np.ndarray, offsets: np.ndarray, where: str) -> np.ndarray:
+    """Each block's stored best score (float32, its first four bytes)."""
+    starts = offsets[:-1]
+    if len(starts) and int(np.diff(offsets).min()) < 4:
+        raise CorruptFileError(where, "posting block shorter than its best score")
+    heads = data[starts[:, None] + np.arange(4)]
+    return heads.view("<f4").reshape(len(starts)).astype(np.float32)
+
+
+def decode_blocks(
+    data: np.ndarray,
+    offsets: np.ndarray,
+    blocks: np.ndarray | None,
+    length: int,
+    codec: str,
+    where: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(document ids, frequencies) of some of a token's blocks (`posting_blocks`): the
+    ascending block numbers `blocks` (None: all of them), in their order."""
+    full, rest = divmod(length, BLOCK)
+    if blocks is None:
+        chosen, tail = np.arange(full), bool(rest)
+    else:
+        tail = bool(rest) and len(blocks) > 0 and int(blocks[-1]) == full
+        chosen = blocks[:-1] if tail else blocks
+    n = len(chosen) * BLOCK
+    count = n + (rest if tail else 0)
+    ids = np.empty(count, np.uint32)
+    freqs = np.empty(count, np.uint32)
+    if len(chosen):
+        status, block = _kernels.postings_full(
+            data,
+            np.ascontiguousarray(offsets[chosen], np.int64),
+            np.ascontiguousarray(offsets[chosen + 1], np.int64),
+            ids[:n],
+            freqs[:n],
+        )
+        if status != _kernels.OK:
+            raise CorruptFileError(where, f"{_PROBLEMS[status]} (block {int(chosen[block])})")
+    if tail:
         blob = data[offsets[full] : offsets[full + 1]].tobytes()
-        first = full * BLOCK
-        if codec == FIXED32:
-            if len(blob) != 4 + 8 * rest:
-                raise CorruptFileError(where, "posting tail block of the wrong size")
-            ids[first:] = np.frombuffer(blob, "<u4", rest, 4)
-            freqs[first:] = np.frombuffer(blob, "<u4", rest, 4 + 4 * rest)
-        else:
-            deltas, at = _varints(blob, 4, rest, where)
-            counts, at = _varints(blob, at, rest, where)
-            if at != len(blob):
-                raise CorruptFileError(where, "posting tail block longer than its numbers")
-            ids[first:] = np.cumsum(np.array(deltas, np.uint64)).astype(np.uint32)
-            freqs[first:] = counts
+        ids[n:], freqs[n:] = _tail(blob, rest, codec, where)
     return ids, freqs
+
+
+def _tail(blob: bytes, rest: int, codec: str, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """The last, partial block's `rest` document ids and frequencies."""
+    if codec == FIXED32:
+        if len(blob) != 4 + 8 * rest:
+            raise CorruptFileError(where, "posting tail block of the wrong size")
+        return np.frombuffer(blob, "<u4", rest, 4), np.frombuffer(blob, "<u4", rest, 4 + 4 * rest)
+    deltas, at = _varints(blob, 4, rest, where)
+    counts, at = _varints(blob, at, rest, where)
+    if at != len(blob):
+        raise CorruptFileError(where, "posting tail block longer than its numbers")
+    ids = np.cumsum(np.array(deltas, np.uint64)).astype(np.uint32)
+    return ids, np.array(counts, np.uint32)
 
 
 def _blocks(
@@ -117,19 +169,6 @@ _PROBLEMS = {
     _kernels.PB_IDS: "posting block shorter than its document ids",
     _kernels.PB_SIZE: "posting block of the wrong size",
 }
-
-
-def _decode_full(
-    data: np.ndarray, offsets: np.ndarray, ids: np.ndarray, freqs: np.ndarray, where: str
-) -> None:
-    """Full blocks (between `offsets`) into the first 128 per block of `ids` and `freqs`,
-    in one pass of a kernel (headers checked, both packed runs unpacked, ids summed)."""
-    n = len(offsets) - 1
-    status, block = _kernels.postings_full(
-        data, np.ascontiguousarray(offsets, np.int64), ids[: n * BLOCK], freqs[: n * BLOCK]
-    )
-    if status != _kernels.OK:
-        raise CorruptFileError(where, f"{_PROBLEMS[status]} (block {block})")
 
 
 def _doc_positions(deltas: np.ndarray, freqs: np.ndarray) -> np.ndarray:

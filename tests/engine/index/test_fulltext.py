@@ -20,6 +20,8 @@ from fulltext_corpus import QUERIES, assert_same_answers, search, text_table
 
 from quiver.format.dataset import dataset
 from quiver.format.errors import ColumnNotFoundError, InvalidInputError, UnsupportedFeatureError
+from quiver.format.index.fts import blockmax
+from quiver.format.index.fts import index as index_module
 from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
 from quiver.format.index.fts.postings import unpack4x
 
@@ -335,6 +337,79 @@ def test_a_limit_reads_the_best_rows_as_the_whole_search_ranks_them(tmp_path: Pa
     check(ours, filter="cat = 1", prefilter=True)
     lance.dataset(path).delete("id % 5 = 0")
     check(dataset(path))
+
+
+def test_one_word_decodes_only_the_blocks_its_best_rows_can_be_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A one-word search with a limit decodes the posting blocks whose stored best scores,
+    rescaled to the search's statistics, can beat its answers (block-max pruning), and
+    answers as the whole search ranks: on pylance's index (several partitions) and
+    Quiver's, with unindexed rows, a delta segment, deletions and a prefilter. Stored
+    scores that do not bound the weights are caught, and the whole list is searched."""
+    rng = np.random.default_rng(9)
+    words = np.array([f"w{i}" for i in range(60)])
+    p = 1.0 / np.arange(1, 61)
+    n = 40_000
+    texts = [" ".join(rng.choice(words, rng.integers(1, 14), p=p / p.sum())) for _ in range(n)]
+    table = pa.table({"id": np.arange(n), "text": texts, "cat": np.arange(n) % 3})
+    queries = ["w0", "w1", "w5", "w30", "w59"]
+    decoded: list[int] = []
+    decode = blockmax.decode_blocks
+
+    def counted(data: Any, offsets: Any, blocks: Any, *rest: Any) -> Any:
+        decoded.append(len(blocks))
+        return decode(data, offsets, blocks, *rest)
+
+    monkeypatch.setattr(blockmax, "decode_blocks", counted)
+
+    def check(path: str, **extra: Any) -> None:
+        ds = dataset(path)
+        for q in queries:
+            whole = search(ds, full_text_query=q, **extra)
+            for limit in (1, 10, 100, 1000):
+                part = search(ds, full_text_query=q, limit=limit, **extra)
+                assert part.equals(whole.slice(0, limit)), (path, q, limit, extra)
+
+    for builder in ("pylance", "quiver"):
+        path = str(tmp_path / builder)
+        lance.write_dataset(table, path, max_rows_per_file=15_000)
+        if builder == "pylance":
+            lance.dataset(path).create_scalar_index("text", "INVERTED", memory_limit=1)
+        else:
+            dataset(path).create_scalar_index("text", "INVERTED")
+        decoded.clear()
+        search(dataset(path), full_text_query="w0", limit=10)
+        # w0 is in about a third of the rows: 100 blocks and more; its ten best in a few
+        assert 0 < sum(decoded) < 40, (builder, decoded)
+        decoded.clear()
+        search(dataset(path), full_text_query="w0", limit=10)
+        assert not decoded  # what a search decoded serves the word's next searches
+        check(path)
+        check(path, filter="cat = 1", prefilter=True)
+        lance.write_dataset(table.slice(0, 3000), path, mode="append")
+        check(path)  # unindexed rows: the search's statistics are not the index's
+        lance.dataset(path).optimize.optimize_indices()
+        check(path)  # a delta segment
+        lance.dataset(path).delete("id % 7 = 0")
+        check(path)
+
+    original = index_module.block_scores
+    monkeypatch.setattr(index_module, "block_scores", lambda *a: original(*a) * np.float32(0.5))
+    path = str(tmp_path / "scaled")  # a new index: its blocks are read with the scores halved
+    lance.write_dataset(table, path)
+    dataset(path).create_scalar_index("text", "INVERTED")
+    answers: list[object] = []
+    best = blockmax.BlockMax.best
+
+    def watched(self: blockmax.BlockMax, *args: Any) -> Any:
+        found = best(self, *args)
+        answers.append(found)
+        return found
+
+    monkeypatch.setattr(blockmax.BlockMax, "best", watched)
+    check(path)
+    assert answers and all(found is None for found in answers)
 
 
 def test_a_batch_answers_each_query_as_alone(tmp_path: Path) -> None:
