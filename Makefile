@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint docs protos serve bench bench-write bench-flight bench-memory bench-spark bench-vector bench-changes bench-backfill bench-indices bench-vector-index bench-sql bench-sql-memory bench-namespace bench-fts bench-soak spark-example clean
+.PHONY: test lint docs protos serve bench bench-write bench-flight bench-memory bench-spark bench-vector bench-changes bench-backfill bench-indices bench-vector-index bench-sql bench-sql-memory bench-namespace bench-fts bench-soak kill-trials spark-example clean
 
 # setup.py builds the C kernels: an edited kernel is recompiled by the next `make test`.
 $(STAMP): pyproject.toml setup.py format/_kernels.c flight_server/_threadstate.c \
@@ -115,6 +115,10 @@ bench-sql-memory: $(STAMP)
 # maintenance for 30 minutes (SOAK_MINUTES=5 for a shorter run).
 bench-soak: $(STAMP)
 	$(PY) -m benchmarks.soak --minutes $(or $(SOAK_MINUTES),30)
+
+# The server killed during every kind of commit, nightly-sized (make test runs 14 trials).
+kill-trials: $(STAMP)
+	QUIVER_KILL_TRIALS=$(or $(KILL_TRIALS),140) $(PY) -m pytest -q -s tests/test_server_kills.py
 
 # The Spark pipeline example: its own server on a temporary demo root, or a running one
 # with `make spark-example URI=grpc://127.0.0.1:8815` (after `make serve`).
