@@ -40,7 +40,9 @@ class DatasetHandles:
     def __init__(self, root: str, storage_options: dict[str, Any] | None = None) -> None:
         self.root = normalize_root(root)
         self.storage_options = dict(storage_options or {})
-        self.scrub = Scrubber([(self.root, "<root>"), (f"file://{self.root}", "<root>")])
+        self.scrub = Scrubber(
+            [(self.root, "<root>"), (f"file://{self.root}", "<root>"), (_bare(self.root), "<root>")]
+        )
         # (uri, version) -> (read-only handle, the listed manifest it was read from or None)
         self._cache: OrderedDict[tuple[str, int], tuple[LanceDataset, ManifestEntry | None]] = (
             OrderedDict()
@@ -83,7 +85,7 @@ class DatasetHandles:
             uri = dataset_uri(self.root, name)
         except InvalidArgument:
             return self.scrub
-        return self.scrub.with_pairs([(uri, name)])
+        return self.scrub.with_pairs([(uri, name), (_bare(uri), name)])
 
     def explain(
         self,
@@ -95,8 +97,10 @@ class DatasetHandles:
         """`exc` as a client should see it: a damaged file of dataset `name` becomes
         DataCorrupt naming the version, fragment and file (`flight_server.corruption`); a
         storage failure past the store's retries becomes Unavailable naming the dataset."""
-        if name and is_transient(exc) and not isinstance(exc, StorageUnavailableError):
-            what = f"dataset {name!r}" + (f" version {version}" if version is not None else "")
+        what = f"dataset {name!r}" + (f" version {version}" if version is not None else "")
+        if name and isinstance(exc, StorageUnavailableError):
+            return Unavailable(f"{what}: {exc}")  # the object and operation that failed
+        if name and is_transient(exc):
             return Unavailable(
                 f"{what}: the storage kept failing ({type(exc).__name__}: {exc}); retry later"
             )
@@ -219,3 +223,10 @@ def known_live_rows(frag: Any) -> int:
     if pb.deletion_file.num_deleted_rows:
         return live_rows(pb)
     return int(frag.count_rows())  # older writers leave the count out
+
+
+def _bare(uri: str) -> str:
+    """A remote URI as its store's client names objects in errors (``bucket/key``, without
+    the scheme); "" for a local path."""
+    scheme, sep, rest = uri.partition("://")
+    return rest if sep and scheme.lower() != "file" else ""

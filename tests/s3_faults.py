@@ -10,8 +10,8 @@ real server unless a rule injects a fault into it:
   the body and drop the connection: a reset mid-body;
 - ``lost``: forward (a PUT is written), then drop the connection without an answer: the
   client cannot know the write happened;
-- ``stale_list``: forward a listing and remove from its answer the keys the rule matches,
-  as a listing that lags behind the newest objects.
+- ``stale_list``: forward a listing and remove from its answer the keys the rule matches
+  (or only the `newest` few of them), as a listing that lags behind the newest objects.
 
 A rule matches by method, by a regular expression on the request's path (for
 ``stale_list``: on the listed keys to hide) and by probability,
@@ -46,6 +46,7 @@ class Rule:
     key: str | None = None  # regular expression searched in the request's path
     times: int | None = None  # inject into the first `times` matches only
     seconds: float = 0.5  # for delay
+    newest: int | None = None  # for stale_list: hide only the newest this many of the keys
     after: Rule | None = None  # only once that rule has injected a fault
     matched: int = 0
 
@@ -150,7 +151,8 @@ class FaultProxy:
             if status == 503:
                 h.send_header("Retry-After", "0")
             h.end_headers()
-            h.wfile.write(payload)
+            if h.command != "HEAD":  # an answer to HEAD has no body
+                h.wfile.write(payload)
             return
         if fault == "delay":
             time.sleep(rule.seconds)  # type: ignore[union-attr]
@@ -159,18 +161,15 @@ class FaultProxy:
             _drop(h)
             return
         if fault == "stale_list" and h.command == "GET" and b"<Contents>" in answer:
-            pattern = re.compile(rule.key or "")  # type: ignore[union-attr]
-            answer = re.sub(
-                rb"<Contents>(?:(?!</Contents>).)*</Contents>",
-                lambda m: b"" if pattern.search(m.group(0).decode()) else m.group(0),
-                answer,
-                flags=re.S,
-            )
+            answer = _hide_listed(answer, rule)  # type: ignore[arg-type]
         h.send_response(status, reason)
+        length = str(len(answer))
         for name, value in headers:
-            if name.lower() not in ("content-length", "transfer-encoding", "connection"):
+            if name.lower() == "content-length" and h.command == "HEAD":
+                length = value  # the object's size, which an answer to HEAD carries alone
+            elif name.lower() not in ("content-length", "transfer-encoding", "connection"):
                 h.send_header(name, value)
-        h.send_header("Content-Length", str(len(answer)))
+        h.send_header("Content-Length", length)
         h.end_headers()
         if fault == "reset":
             if h.command != "HEAD":
@@ -194,6 +193,24 @@ class FaultProxy:
             return r.status, r.reason, r.getheaders(), answer
         finally:
             conn.close()
+
+
+def _hide_listed(answer: bytes, rule: Rule) -> bytes:
+    """A listing without the entries whose XML matches the rule's `key` (with `newest`,
+    only the most recently modified of those)."""
+    pattern = re.compile(rule.key or "")
+    entries = re.findall(rb"<Contents>(?:(?!</Contents>).)*</Contents>", answer, flags=re.S)
+    hidden = [e for e in entries if pattern.search(e.decode())]
+    if rule.newest is not None:
+
+        def modified(entry: bytes) -> bytes:
+            found = re.search(rb"<LastModified>([^<]*)</LastModified>", entry)
+            return found.group(1) if found else b""
+
+        hidden = sorted(hidden, key=modified)[-rule.newest :] if rule.newest else []
+    for entry in hidden:
+        answer = answer.replace(entry, b"", 1)
+    return answer
 
 
 def _read_body(h: BaseHTTPRequestHandler) -> bytes | None:

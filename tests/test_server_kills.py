@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import lance
-import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from commit_kinds import KINDS, Model
 
 from quiver.clients import Client
 from quiver.format.dataset import dataset
@@ -111,72 +110,6 @@ class Servers:
         self.proc.wait(timeout=30)
 
 
-class Model:
-    """The rows the changes make: id -> v."""
-
-    def __init__(self, n: int) -> None:
-        self.rows = dict.fromkeys(range(n), 0)
-        self.next_id = n
-
-    def table(self) -> pa.Table:
-        ids = np.array(sorted(self.rows), np.int64)
-        return pa.table({"id": ids, "v": np.array([self.rows[i] for i in ids], np.int64)})
-
-
-def _rows(ids: np.ndarray, v: int) -> pa.Table:
-    return pa.table({"id": pa.array(ids, pa.int64()), "v": pa.array(np.full(len(ids), v))})
-
-
-Request = Callable[[Client, str], Any]
-
-
-def _append(model: Model, trial: int) -> Request:
-    new = np.arange(model.next_id, model.next_id + 300)
-    model.next_id += 300
-    for i in new.tolist():
-        model.rows[i] = 0
-    return lambda c, k: c.write("t", _rows(new, 0), idempotency_key=k, retries=0)
-
-
-def _merge(model: Model, trial: int) -> Request:
-    rng = np.random.default_rng(trial)
-    old = np.sort(rng.choice(sorted(model.rows), 60, replace=False))
-    fresh = np.arange(model.next_id, model.next_id + 10)
-    model.next_id += 10
-    for i in [*old.tolist(), *fresh.tolist()]:
-        model.rows[i] = trial
-    upsert = _rows(np.concatenate([old, fresh]), trial)
-    return lambda c, k: c.merge("t", upsert, "id", idempotency_key=k, retries=0)
-
-
-def _update(model: Model, trial: int) -> Request:
-    m = trial % 7
-    for i in model.rows:
-        if i % 7 == m:
-            model.rows[i] += 1
-    return lambda c, k: c.update("t", {"v": "v + 1"}, f"id % 7 = {m}", idempotency_key=k, retries=0)
-
-
-def _delete(model: Model, trial: int) -> Request:
-    m = trial % 97
-    for i in [i for i in model.rows if i % 97 == m]:
-        del model.rows[i]
-    return lambda c, k: c.delete("t", f"id % 97 = {m}", idempotency_key=k, retries=0)
-
-
-# each kind of commit: the request (a client and a key -> the answer), its effect on the
-# model applied once
-KINDS: dict[str, Callable[[Model, int], Request]] = {
-    "append": _append,
-    "merge": _merge,
-    "update": _update,
-    "delete": _delete,
-    "compact": lambda m, t: lambda c, k: c.compact("t", target_rows_per_fragment=2_000),
-    "index": lambda m, t: lambda c, k: c.create_index("t", "id", "BTREE", replace=True),
-    "cleanup": lambda m, t: lambda c, k: c.cleanup("t", older_than=0),
-}
-
-
 def _run(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
     """`call()` in a thread; its answer or error, then the seconds it took, in the list."""
     out: list[Any] = []
@@ -257,7 +190,7 @@ def test_server_killed_during_every_kind_of_commit(storage: Storage) -> None:
             request = KINDS[name](model, trial)
             key = f"trial-{trial}"
             thread, answer = _run(
-                lambda request=request, client=client, key=key: request(client, key)
+                lambda request=request, client=client, key=key: request(client, key, 0)
             )
             # half the kills anywhere in the request, half near its end, where it commits
             late = rng.random() < 0.5
@@ -268,7 +201,7 @@ def test_server_killed_during_every_kind_of_commit(storage: Storage) -> None:
             client = servers.start()
             # the same request again: a change that landed before the kill is not made twice
             start = time.monotonic()
-            again = request(client, key)
+            again = request(client, key, 0)
             if not isinstance(answer[0], Exception):
                 outcome = "answered before the kill"
                 took[name] = answer[1]

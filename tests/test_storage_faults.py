@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 pytest.importorskip("s3fs")
@@ -306,3 +307,115 @@ def test_cleanup_removes_key_records_older_than_every_kept_version(tmp_path: Any
     dataset(uri).cleanup_old_versions(older_than=dt.timedelta(0))
     assert not old.exists() and len(list(records.iterdir())) == 1
     assert sorted(dataset(uri).to_table().column("id").to_pylist()) == [0, 1]
+
+
+@pytest.mark.parametrize(
+    "rules",
+    [
+        [Rule("slowdown", probability=0.05)],
+        [Rule("error500", probability=0.05)],
+        [Rule("reset", method="GET", probability=0.05)],
+        [Rule("lost", method="PUT", probability=0.1)],
+        [Rule("delay", probability=0.03, seconds=0.3)],
+        [Rule("stale_list", method="GET", key="_versions/", newest=1, probability=0.3)],
+    ],
+    ids=["slowdown", "error500", "reset", "lost", "delay", "stale_list"],
+)
+def test_every_kind_of_commit_under_each_fault(
+    proxy: FaultProxy, moto: str, rules: list[Rule]
+) -> None:
+    """Appends, merges, updates, deletes, compaction, index builds and cleanup through one
+    server whose storage injects one kind of fault, with reads between them: keyed writes
+    retried on Unavailable with their key, the others (which change no row) retried as
+    they are. Every change lands exactly once, reads answer the rows the changes made
+    (through the index once built; where listings lag, once they catch up), and every
+    version opens in pylance."""
+    from commit_kinds import KINDS, Model
+
+    from quiver.clients import Client
+    from quiver.clients.errors import Unavailable
+    from quiver.flight_server.config import ServerConfig
+    from quiver.flight_server.server import build_server
+
+    root = f"s3://faults/root-{uuid.uuid4().hex[:8]}"
+    server = build_server(
+        ServerConfig(
+            root=root,
+            port=0,
+            storage_options=_options(proxy.endpoint),
+            ticket_key=b"fault-tests-ticket-key-0123456789",
+        )
+    )
+    model = Model(2000)
+    try:
+        client = Client(server.locations[0])
+        client.write("t", model.table(), mode="create")
+        proxy.set_rules(*rules)
+
+        def settled(call: Any) -> Any:
+            """`call()`, again while the server answers Unavailable (up to 6 times)."""
+            for attempt in range(6):
+                try:
+                    return call()
+                except Unavailable:
+                    if attempt == 5:
+                        raise
+            raise AssertionError("unreachable")
+
+        def rows(**options: Any) -> pa.Table:
+            return settled(lambda: client.read("t", columns=["id", "v"], **options)).sort_by("id")
+
+        lagging = rules[0].fault == "stale_list"
+        for trial, kind in enumerate(KINDS):
+            request = KINDS[kind](model, trial)
+            settled(lambda: request(client, f"fault-{trial}", 6))  # noqa: B023 - called now
+            expected = model.table()
+            few = expected.filter(pc.less(expected["id"], 300))
+            for _ in range(20 if lagging else 1):  # a lagging listing: an older version
+                got, got_few = rows(), rows(filter="id < 300")
+                if got.equals(expected) and got_few.equals(few):
+                    break
+            assert got.equals(expected), f"{kind}: the rows"
+            assert got_few.equals(few), f"{kind}: the rows through the filter"
+        proxy.set_rules()
+        assert sum(proxy.injected.values()) > 0
+        _check_every_version(f"{root}/t.lance", moto, sorted(model.rows))
+    finally:
+        server.shutdown()
+
+
+def test_unavailable_names_the_dataset_and_no_storage_location(
+    proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read whose storage keeps failing answers Unavailable naming the dataset; neither
+    the bucket nor the server's root reaches the client, in any form the store's client
+    writes them."""
+    from quiver.clients import Client
+    from quiver.clients.errors import Unavailable
+    from quiver.flight_server.config import ServerConfig
+    from quiver.flight_server.server import build_server
+    from quiver.format.io import store
+
+    monkeypatch.setattr(store, "_BACKOFF", 0.01)
+    secret = f"hidden-{uuid.uuid4().hex[:8]}"
+    options = {**_options(proxy.endpoint), "config_kwargs": {"retries": {"max_attempts": 1}}}
+    server = build_server(
+        ServerConfig(
+            root=f"s3://faults/{secret}",
+            port=0,
+            storage_options=options,
+            ticket_key=b"fault-tests-ticket-key-0123456789",
+        )
+    )
+    try:
+        client = Client(server.locations[0])
+        client.write("t", _rows(0, 10), mode="create", retries=0)
+        proxy.set_rules(Rule("error500", method="GET"), Rule("error500", method="HEAD"))
+        with pytest.raises(Unavailable) as failed:
+            client.read("t")
+        message = str(failed.value)
+        assert "'t'" in message, message
+        assert secret not in message and "faults/" not in message, message
+    finally:
+        proxy.set_rules()
+        server.shutdown()
