@@ -126,12 +126,14 @@ class RowChanges:
         backfill: str | None = None,
         job: str | None = None,
         idempotency_key: str | None = None,
+        retries: int = 3,
     ) -> dict[str, Any]:
         """Apply staged sources (of many writers) as one change, committed once: a merge
         (`merge` is `merge_command(...)["merge"]`) or a backfill by row address
         (`backfill`: "add_columns" or "update_columns"). With `job`, the job's other
         attempts' files go too; with `idempotency_key`, a repeated call answers the version
-        the first made (`"duplicate": true`) instead of applying the rows again."""
+        the first made (`"duplicate": true`) instead of applying the rows again, and the
+        call is sent again (same key) up to `retries` times on `Unavailable`."""
         body: dict[str, Any] = {"dataset": dataset, "fragments": list(fragments)}
         if merge is not None:
             body["merge"] = dict(merge)
@@ -139,6 +141,7 @@ class RowChanges:
             body["backfill"] = backfill
         if job is not None:
             body["job"] = job
-        if idempotency_key is not None:
-            body["idempotency_key"] = idempotency_key
-        return self.action("apply_staged", body)
+        if idempotency_key is None:
+            return self.action("apply_staged", body)  # type: ignore[attr-defined]
+        body["idempotency_key"] = idempotency_key
+        return self._acted("apply_staged", body, retries)  # type: ignore[attr-defined]

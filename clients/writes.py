@@ -82,12 +82,15 @@ class Writes:
         read_version: int | None = None,
         idempotency_key: str | None = None,
         job: str | None = None,
+        retries: int = 3,
     ) -> dict[str, Any]:
         """Make staged fragments visible in one new version (all or none).
 
         Raises `CommitConflict` (with `.retryable` and `.version`) when a concurrent commit
         won; the same `idempotency_key` never commits twice. With `job`, also ends that
-        staging job, removing its puts' files that are not committed.
+        staging job, removing its puts' files that are not committed. A keyed commit is
+        sent again (same key) up to `retries` times on `Unavailable`: the server could not
+        tell whether it landed, and the key settles it.
         """
         if operation not in MODES:
             raise InvalidArgument(f"operation must be one of {', '.join(MODES)}, not {operation!r}")
@@ -102,7 +105,9 @@ class Writes:
             body["idempotency_key"] = idempotency_key
         if job is not None:
             body["job"] = job
-        return self.action("commit", body)
+        if idempotency_key is None:
+            return self.action("commit", body)  # type: ignore[attr-defined]
+        return self._acted("commit", body, retries)
 
     def abort(
         self, dataset: str, fragments: Sequence[str] = (), *, job: str | None = None

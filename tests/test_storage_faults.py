@@ -419,3 +419,51 @@ def test_unavailable_names_the_dataset_and_no_storage_location(
     finally:
         proxy.set_rules()
         server.shutdown()
+
+
+def test_a_spark_job_commit_of_unknown_outcome_keeps_its_files(
+    proxy: FaultProxy, moto: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Spark job's commit is written but the server cannot confirm it (its answer lost,
+    the store failing after): the client resends it with the job's key, and when the store
+    keeps failing the abort Spark calls next removes nothing, since the version may stand.
+    Once the store answers, the version is there with its files, and the job's commit sent
+    again answers it without committing the rows twice."""
+    pytest.importorskip("pyspark")
+    from quiver.clients.errors import Unavailable
+    from quiver.clients.spark.batch import QuiverWriter
+    from quiver.clients.spark.options import Conn
+    from quiver.flight_server.config import ServerConfig
+    from quiver.flight_server.server import build_server
+    from quiver.format.io import store
+
+    monkeypatch.setattr(store, "_BACKOFF", 0.01)
+    options = {**_options(proxy.endpoint), "config_kwargs": {"retries": {"max_attempts": 1}}}
+    root = f"s3://faults/root-{uuid.uuid4().hex[:8]}"
+    server = build_server(
+        ServerConfig(
+            root=root, port=0, storage_options=options, ticket_key=b"fault-tests-0123456789abcdef"
+        )
+    )
+    try:
+        conn = Conn(uri=server.locations[0], dataset="t")
+        with conn.client() as client:
+            client.write("t", _rows(0, 10), mode="create")
+            target = client.schema("t").serialize().to_pybytes()
+        writer = QuiverWriter(conn, overwrite=False, target=target)
+        message = writer.write(iter(_rows(10, 10).to_batches()))
+        lost = Rule("lost", method="PUT", key=MANIFEST_PUT, times=1)
+        proxy.set_rules(lost, Rule("error500", key=r"/_versions/|list-type", after=lost))
+        with pytest.raises(Unavailable):
+            writer.commit([message])
+        assert writer.unsettled
+        writer.abort([message])  # Spark's abort after a failed commit: nothing removed
+        proxy.set_rules()
+        _check_every_version(f"{root}/t.lance", moto, list(range(20)))
+        writer.commit([message])  # the job's commit again: the version that landed
+        _check_every_version(f"{root}/t.lance", moto, list(range(20)))
+        with conn.client() as client:
+            assert client.describe("t")["version"] == 2
+    finally:
+        proxy.set_rules()
+        server.shutdown()

@@ -15,6 +15,8 @@ job, so the commit or abort also removes what failed or speculative attempts sta
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import queue
 import threading
 import uuid
@@ -35,6 +37,8 @@ from pyspark.sql.types import StructType
 from quiver.clients.spark.convert import QuiverWriteError, arrow_schema, conform, to_dataset
 from quiver.clients.spark.options import Conn
 from quiver.clients.spark.pushdown import PushFilters, filter_sql
+
+log = logging.getLogger("quiver.spark")
 
 ROW_ADDRESS = "_rowaddr"  # what a backfill's DataFrame names its rows by
 
@@ -251,6 +255,10 @@ class QuiverWriter(DataSourceArrowWriter):
         self.job = self.idempotency_key
         self.target = target  # the existing dataset's schema (IPC), None for a new one
         self.vectors = dict(vectors or {})
+        # the commit answered Unavailable past its retries: it may have landed, so the
+        # abort Spark calls next must not remove the job's files (the staging sweep removes
+        # them once they have expired, if no version references them)
+        self.unsettled = False
 
     @property
     def mode(self) -> str:
@@ -311,7 +319,7 @@ class QuiverWriter(DataSourceArrowWriter):
         change, every task's source applied as one change)."""
         if self.change is not None:
             fragments = [f for m in messages if m is not None for f in m.fragments]
-            with self.conn.client() as client:
+            with self.conn.client() as client, self.settling():
                 client.apply_staged(
                     self.conn.dataset,
                     fragments,
@@ -320,7 +328,19 @@ class QuiverWriter(DataSourceArrowWriter):
                     **self.change,
                 )
             return
-        self.commit_staged(messages, self.idempotency_key, self.job)
+        with self.settling():
+            self.commit_staged(messages, self.idempotency_key, self.job)
+
+    @contextlib.contextmanager
+    def settling(self) -> Iterator[None]:
+        """Marks the writer `unsettled` when the commit inside answers Unavailable."""
+        from quiver.clients.errors import Unavailable
+
+        try:
+            yield
+        except Unavailable:
+            self.unsettled = True
+            raise
 
     def commit_staged(
         self,
@@ -346,7 +366,14 @@ class QuiverWriter(DataSourceArrowWriter):
 
     def abort(self, messages: Sequence[QuiverCommitMessage | None]) -> None:
         """Remove every file the job's tasks staged, including those of attempts whose
-        messages never reached the driver."""
+        messages never reached the driver; nothing after a commit that may have landed."""
+        if self.unsettled:
+            log.warning(
+                "dataset %r: the job's commit may have landed; its staged files are left "
+                "to the server's staging sweep",
+                self.conn.dataset,
+            )
+            return
         fragments = [f for m in messages if m is not None for f in m.fragments]
         with self.conn.client() as client:
             client.abort(self.conn.dataset, fragments, job=self.job)

@@ -188,12 +188,15 @@ class QuiverStreamWriter(DataSourceStreamArrowWriter):
             if not self._exists():  # complete mode, no rows yet: nothing to create
                 return
         # an empty append commits nothing (a failed attempt's files, if any, are swept)
-        answer = self.batch.commit_staged(messages, key, job)
+        with self.batch.settling():
+            answer = self.batch.commit_staged(messages, key, job)
         if answer is not None and answer.get("duplicate") and job is None:
             # a replayed batch: its rows are in already; its own staged files go
             self._abort([f for m in messages if m is not None for f in m.fragments], None)
 
     def abort(self, messages: Sequence[QuiverCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        if self.batch.unsettled:  # the batch's commit may have landed: the sweep decides
+            return
         _, job = self._ids(messages, batchId)
         self._abort([f for m in messages if m is not None for f in m.fragments], job)
 

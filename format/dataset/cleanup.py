@@ -26,6 +26,7 @@ from quiver.format.errors import (
     UnsupportedFeatureError,
     VersionNotFoundError,
 )
+from quiver.format.file.v21.reader import forget_files
 from quiver.format.io.store import ObjectStore
 from quiver.format.proto import table_pb2
 from quiver.format.table import versions as _versions
@@ -354,6 +355,7 @@ def _delete_unreferenced(
     removed_bytes = 0
     failed = 0
     emptied_dirs: set[str] = set()
+    removed: set[str] = set()  # as readers name them, for their caches
     for f, kind in doomed:
         try:
             store.delete(f.path)
@@ -362,6 +364,7 @@ def _delete_unreferenced(
             continue
         counts[kind] += 1
         removed_bytes += f.size
+        removed.add(store.uri_of(f.path))
         parent = posixpath.dirname(f.path)
         if kind in (_INDEX, _DATA) and parent not in ("_indices", "data"):
             emptied_dirs.add(parent)
@@ -376,6 +379,7 @@ def _delete_unreferenced(
             continue
         old_versions += 1
         removed_bytes += size
+    forget_files(removed)
     if store.is_local:
         for d in sorted(emptied_dirs, key=len, reverse=True):
             with contextlib.suppress(OSError):

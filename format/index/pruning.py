@@ -49,10 +49,16 @@ BLOCK_ROWS = 1024
 # IN lists longer than this choose BTREE pages as one interval from their least to their
 # greatest item rather than one per item.
 MAX_IN_INTERVALS = 64
-# Loaded index lookups and answers kept per process (index files never change once
-# written: their directory is a fresh uuid).
-CACHE_ENTRIES = 256
-CACHE_BYTES = 256 << 20
+# Loaded index lookups kept per process (index files never change once written: their
+# directory is a fresh uuid).
+LOOKUP_ENTRIES = 256
+LOOKUP_BYTES = 256 << 20
+# A filter's pruning and its indices' answers, per version: what one read's GetFlightInfo
+# and DoGets share. A filter seldom comes back once the dataset has moved on a version, so
+# only the recent few are kept (a budget of the lookups' size filled with one-off answers
+# within minutes under steady reads and writes).
+ANSWER_ENTRIES = 64
+ANSWER_BYTES = 32 << 20
 
 
 class Core(Protocol):
@@ -139,7 +145,8 @@ class _Answer:
     rows: np.ndarray
 
 
-_cache: ByteLRU[Any] = ByteLRU(CACHE_BYTES, CACHE_ENTRIES)
+_lookups: ByteLRU[Any] = ByteLRU(LOOKUP_BYTES, LOOKUP_ENTRIES)
+_answers: ByteLRU[Any] = ByteLRU(ANSWER_BYTES, ANSWER_ENTRIES)
 
 
 def scalar_kind(entry: IndexEntry) -> str | None:
@@ -179,7 +186,7 @@ def prune(core: Core, sql: str, filter_schema: pa.Schema) -> IndexPruning | None
     # the same filter on the same version and indices (a read's GetFlightInfo and DoGets)
     uuids = sorted(e.uuid for e in [*by_column.values(), *(s for v in ngrams.values() for s in v)])
     key = ("pruning", core.uri, manifest.version, tuple(uuids), sql, filter_schema)
-    found = _cache.get(key)
+    found = _answers.get(key)
     if found is not None:
         return found or None
     physical = {int(f.id): int(f.physical_rows) for f in frags}
@@ -193,7 +200,7 @@ def prune(core: Core, sql: str, filter_schema: pa.Schema) -> IndexPruning | None
     pruning = None
     if answer is not None and answer.covered:
         pruning = IndexPruning(answer.covered, answer.rows, tuple(sorted(walker.used)))
-    _cache.put(key, pruning or False, 512 + (pruning.rows.nbytes if pruning else 0))
+    _answers.put(key, pruning or False, 512 + (pruning.rows.nbytes if pruning else 0))
     return pruning
 
 
@@ -316,7 +323,7 @@ class _Walker:
         `asked`), restricted to the fragments it covers now."""
         covered = frozenset(entry.fragment_ids or ()).intersection(self.physical)
         key = ("answer", self.core.uri, self.core.manifest.version, entry.uuid, asked)
-        rows = _cache.get(key)
+        rows = _answers.get(key)
         if rows is None:
             store, directory = self.core.resolve(
                 entry.directory,
@@ -324,7 +331,7 @@ class _Walker:
                 relative_to_root=True,
             )
             rows = _within(search(store, directory), covered)
-            _cache.put(key, rows, rows.nbytes + 256)
+            _answers.put(key, rows, rows.nbytes + 256)
         self.used.add(entry.name)
         return _Answer(covered, rows)
 
@@ -438,13 +445,13 @@ def _is_null_test(node: exp.Expression, column: str) -> bool:
 def _loaded(kind: Any, store: ObjectStore, directory: str) -> Any:
     """An index's lookup, read once per process."""
     key = ("index", kind.__name__, store.uri, directory)
-    index = _cache.get(key)
+    index = _lookups.get(key)
     if index is None:
         index = kind.load(store, directory)
         arrays = [
             getattr(index, a) for a in ("mins", "maxs", "keys", "tokens") if hasattr(index, a)
         ]
-        _cache.put(key, index, sum(a.nbytes for a in arrays) + 1024)
+        _lookups.put(key, index, sum(a.nbytes for a in arrays) + 1024)
     return index
 
 

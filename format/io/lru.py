@@ -70,6 +70,14 @@ class ByteLRU(Generic[V]):
                 _, (_, size) = self._items.popitem(last=False)
                 self._bytes -= size
 
+    def drop_where(self, doomed: Callable[[Hashable], bool]) -> int:
+        """Drop the values whose key `doomed` picks; returns how many went."""
+        with self._lock:
+            keys = [k for k in self._items if doomed(k)]
+            for k in keys:
+                self._bytes -= self._items.pop(k)[1]
+            return len(keys)
+
     def first_dropped(self, nbytes: int) -> Hashable | None:
         """The key a `put` of `nbytes` more would drop first (the least recently used),
         or None when they fit: for callers that admit a value only if it is worth more

@@ -20,7 +20,7 @@ import bisect
 import contextlib
 import itertools
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -147,6 +147,16 @@ def kept_column(path: str, size: int, field: LanceField) -> pa.Array | None:
     if column is not None:
         _count_takes([key])
     return column
+
+
+def forget_files(paths: Collection[str]) -> None:
+    """Drop what the caches keep of these files (data and index files, as their readers
+    name them): cleanup removed them, so nothing reads them again, and under steady
+    compaction and index updates the dead files' columns would otherwise hold the caches'
+    whole budget."""
+    if paths:
+        TAKEN_COLUMNS.drop_where(lambda key: key[0] in paths)  # type: ignore[index]
+        PAGE_INDEXES.drop_where(lambda key: key[0] in paths)  # type: ignore[index]
 
 
 def _kept_key(path: str, size: int, field: LanceField) -> tuple:

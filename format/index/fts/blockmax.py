@@ -101,7 +101,9 @@ class BlockMax:
 
     @property
     def nbytes(self) -> int:
-        return 32 * len(self.bounds) + 12 * (len(self.ranked[0]) + len(self._waiting[0]))
+        """The bytes it holds: the blocks as read, their bounds and order, what was decoded."""
+        read = sum(x.data.nbytes + x.offsets.nbytes for x in self.lists)
+        return read + 32 * len(self.bounds) + 12 * (len(self.ranked[0]) + len(self._waiting[0]))
 
     def best(
         self, top: int, live: Callable[[np.ndarray], np.ndarray]

@@ -4,6 +4,7 @@ as pylance's takes; other columns keep reading pages."""
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import lance
@@ -104,3 +105,30 @@ def test_a_column_is_kept_only_over_one_with_fewer_takes(
     assert kept() == [0]
     assert second.take([4], columns=["id"]).column("id").to_pylist() == [1_004]
     assert kept() == [1]
+
+
+def test_cleanup_drops_the_kept_columns_and_page_indexes_of_the_files_it_removes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Compaction replaces the files, cleanup removes them: what the caches kept of those
+    files goes with them (nothing reads them again), what they keep of live files stays."""
+    monkeypatch.setattr(v21, "TAKEN_COLUMNS", v21.ByteLRU(64 << 20))
+    monkeypatch.setattr(v21, "PAGE_INDEXES", v21.ByteLRU(16 << 20))
+    uri = str(tmp_path / "ds")
+    write_dataset(_table(9_000), uri, max_rows_per_file=3_000, data_storage_version="2.1")
+    write_dataset(_table(300), uri, mode="append", data_storage_version="2.1")
+
+    def take_often() -> set[str]:
+        ds = dataset(uri)
+        for _ in range(2 * v21._TAKES_BEFORE_KEEPING):
+            ds.take(np.arange(0, ds.count_rows(), 97), columns=["id", "f"])
+        return {key[0] for key in v21.TAKEN_COLUMNS._items}
+
+    before = take_often()
+    assert len(before) == 4 and {key[0] for key in v21.PAGE_INDEXES._items}
+    dataset(uri).optimize.compact_files(target_rows_per_fragment=20_000)
+    after = take_often() - before  # the compacted file's columns, beside the old ones
+    assert len(after) == 1
+    dataset(uri).cleanup_old_versions(older_than=dt.timedelta(0))
+    assert {key[0] for key in v21.TAKEN_COLUMNS._items} == after
+    assert {key[0] for key in v21.PAGE_INDEXES._items} <= after
