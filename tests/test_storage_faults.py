@@ -77,6 +77,25 @@ def _lance_options(endpoint: str) -> dict[str, str]:
     }
 
 
+def _server(root: str, storage_options: dict[str, Any] | None = None) -> Any:
+    """A Flight server in this process over `root`, on a free port."""
+    from quiver.flight_server.config import ServerConfig
+    from quiver.flight_server.server import build_server
+
+    return build_server(
+        ServerConfig(
+            root=root,
+            port=0,
+            storage_options=storage_options or {},
+            ticket_key=b"fault-tests-ticket-key-0123456789",
+        )
+    )
+
+
+def _fresh_root() -> str:
+    return f"s3://faults/root-{uuid.uuid4().hex[:8]}"
+
+
 def test_a_lost_manifest_answer_commits_once(proxy: FaultProxy, moto: str) -> None:
     """The manifest PUT is written but its answer lost, and the requests on that key that
     follow fail too: the commit finds its own manifest (by its transaction file) rather
@@ -153,18 +172,9 @@ def test_concurrent_flight_appends_under_faults_lose_and_double_nothing(
     idempotency key and is retried on Unavailable. Every row lands exactly once and every
     version opens in pylance."""
     from quiver.clients import Client
-    from quiver.flight_server.config import ServerConfig
-    from quiver.flight_server.server import build_server
 
-    root = f"s3://faults/root-{uuid.uuid4().hex[:8]}"
-    server = build_server(
-        ServerConfig(
-            root=root,
-            port=0,
-            storage_options=_options(proxy.endpoint),
-            ticket_key=b"fault-tests-ticket-key-0123456789",
-        )
-    )
+    root = _fresh_root()
+    server = _server(root, _options(proxy.endpoint))
     try:
         Client(server.locations[0]).write("t", _rows(0, 3), mode="create")
         proxy.set_rules(
@@ -206,12 +216,8 @@ def test_a_doput_repeated_with_its_key_commits_once(tmp_path: Any) -> None:
     a key on a staged put, or an empty one, is refused."""
     from quiver.clients import Client
     from quiver.clients.errors import InvalidArgument
-    from quiver.flight_server.config import ServerConfig
-    from quiver.flight_server.server import build_server
 
-    server = build_server(
-        ServerConfig(root=str(tmp_path), port=0, ticket_key=b"fault-tests-ticket-key-0123456789")
-    )
+    server = _server(str(tmp_path))
     try:
         client = Client(server.locations[0])
         first = client.write("t", _rows(0, 4), mode="create", idempotency_key="create-1")
@@ -263,12 +269,8 @@ def test_merges_and_backfills_repeated_with_their_key_commit_once(tmp_path: Any)
     """A merge DoPut and a backfill DoPut sent twice with their keys: one version each,
     the second answers `duplicate` and changes nothing."""
     from quiver.clients import Client
-    from quiver.flight_server.config import ServerConfig
-    from quiver.flight_server.server import build_server
 
-    server = build_server(
-        ServerConfig(root=str(tmp_path), port=0, ticket_key=b"fault-tests-ticket-key-0123456789")
-    )
+    server = _server(str(tmp_path))
     try:
         client = Client(server.locations[0])
         client.write("t", pa.table({"id": pa.array([1, 2, 3], pa.int64()), "v": [0, 0, 0]}))
@@ -334,18 +336,9 @@ def test_every_kind_of_commit_under_each_fault(
 
     from quiver.clients import Client
     from quiver.clients.errors import Unavailable
-    from quiver.flight_server.config import ServerConfig
-    from quiver.flight_server.server import build_server
 
-    root = f"s3://faults/root-{uuid.uuid4().hex[:8]}"
-    server = build_server(
-        ServerConfig(
-            root=root,
-            port=0,
-            storage_options=_options(proxy.endpoint),
-            ticket_key=b"fault-tests-ticket-key-0123456789",
-        )
-    )
+    root = _fresh_root()
+    server = _server(root, _options(proxy.endpoint))
     model = Model(2000)
     try:
         client = Client(server.locations[0])
@@ -392,21 +385,12 @@ def test_unavailable_names_the_dataset_and_no_storage_location(
     writes them."""
     from quiver.clients import Client
     from quiver.clients.errors import Unavailable
-    from quiver.flight_server.config import ServerConfig
-    from quiver.flight_server.server import build_server
     from quiver.format.io import store
 
     monkeypatch.setattr(store, "_BACKOFF", 0.01)
     secret = f"hidden-{uuid.uuid4().hex[:8]}"
     options = {**_options(proxy.endpoint), "config_kwargs": {"retries": {"max_attempts": 1}}}
-    server = build_server(
-        ServerConfig(
-            root=f"s3://faults/{secret}",
-            port=0,
-            storage_options=options,
-            ticket_key=b"fault-tests-ticket-key-0123456789",
-        )
-    )
+    server = _server(f"s3://faults/{secret}", options)
     try:
         client = Client(server.locations[0])
         client.write("t", _rows(0, 10), mode="create", retries=0)
@@ -433,18 +417,12 @@ def test_a_spark_job_commit_of_unknown_outcome_keeps_its_files(
     from quiver.clients.errors import Unavailable
     from quiver.clients.spark.batch import QuiverWriter
     from quiver.clients.spark.options import Conn
-    from quiver.flight_server.config import ServerConfig
-    from quiver.flight_server.server import build_server
     from quiver.format.io import store
 
     monkeypatch.setattr(store, "_BACKOFF", 0.01)
     options = {**_options(proxy.endpoint), "config_kwargs": {"retries": {"max_attempts": 1}}}
-    root = f"s3://faults/root-{uuid.uuid4().hex[:8]}"
-    server = build_server(
-        ServerConfig(
-            root=root, port=0, storage_options=options, ticket_key=b"fault-tests-0123456789abcdef"
-        )
-    )
+    root = _fresh_root()
+    server = _server(root, options)
     try:
         conn = Conn(uri=server.locations[0], dataset="t")
         with conn.client() as client:
