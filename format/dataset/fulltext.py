@@ -618,12 +618,12 @@ class FullTextSearch:
         A frequent word costs its best rows, not all of them."""
         live = self._live(covered)
         words = [t for t in dict.fromkeys(tokens) if corpus.df[t]]
-        unranked = [t for t in words if RANKED.get(_ranked_key(indices, t, corpus)) is None]
         if len(tokens) == 1 and words and top > 0:
             # one word: the blocks its best rows can be in, not all of them
             found = self._block_max(indices, words[0], corpus, top, live)
             if found is not None:
                 return found
+        unranked = [t for t in words if RANKED.get(_ranked_key(indices, t, corpus)) is None]
         if len(unranked) > 1:
             for index in indices:  # their posting lists in one read
                 index.prefetch(unranked)
