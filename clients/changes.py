@@ -141,7 +141,7 @@ class RowChanges:
             body["backfill"] = backfill
         if job is not None:
             body["job"] = job
-        if idempotency_key is None:
-            return self.action("apply_staged", body)  # type: ignore[attr-defined]
-        body["idempotency_key"] = idempotency_key
-        return self._acted("apply_staged", body, retries)  # type: ignore[attr-defined]
+        if idempotency_key is not None:
+            body["idempotency_key"] = idempotency_key
+        resent = retries if idempotency_key is not None else 0  # only a key makes it safe
+        return self._acted("apply_staged", body, resent)  # type: ignore[attr-defined]

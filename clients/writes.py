@@ -46,7 +46,8 @@ class Writes:
         return self._resent(put_command(dataset, mode=mode, idempotency_key=key), data, retries)
 
     def _acted(self, name: str, body: dict[str, Any], retries: int) -> Any:
-        """The action `name` with a keyed `body`, sent again (same key) on `Unavailable`."""
+        """The action `name`, sent again (the same body, so the same key) up to `retries`
+        times on `Unavailable`; 0 for a body without a key."""
         return _again(lambda: self.action(name, body), retries)  # type: ignore[attr-defined]
 
     def _resent(self, command: Mapping[str, Any], data: DataLike, retries: int) -> Any:
@@ -105,9 +106,7 @@ class Writes:
             body["idempotency_key"] = idempotency_key
         if job is not None:
             body["job"] = job
-        if idempotency_key is None:
-            return self.action("commit", body)  # type: ignore[attr-defined]
-        return self._acted("commit", body, retries)
+        return self._acted("commit", body, retries if idempotency_key is not None else 0)
 
     def abort(
         self, dataset: str, fragments: Sequence[str] = (), *, job: str | None = None

@@ -46,7 +46,8 @@ class _List:
         avgdl: np.float32,
     ) -> None:
         self.part, self.length = part, int(part.df[token_id])
-        self.data, self.offsets, scores, self.order = blocks
+        self.data, self.offsets, scores = blocks
+        self.order = np.argsort(-scores, kind="stable")  # best first
         docs = len(part.row_ids)
         own_idf = float(bm25.idf(self.length, docs))
         own_avgdl = float(bm25.mean_length(part.total_tokens, docs))

@@ -52,7 +52,7 @@ V1_POSITIONS = ("_position",)
 # (document ids, frequencies) per partition and token, kept across searches: queries repeat
 # their frequent words
 POSTINGS: ByteLRU[tuple[np.ndarray, ...]] = ByteLRU(64 << 20)
-# (block bytes, offsets, stored best scores, blocks best first) per partition and token
+# (block bytes, offsets, stored best scores) per partition and token, as read
 BLOCKS: ByteLRU[tuple[np.ndarray, ...]] = ByteLRU(64 << 20)
 
 
@@ -93,7 +93,7 @@ class Partition:
                 found[tid] = (cached[0], cached[1])
         wanted = [t for t in token_ids if t not in found]
         if wanted:
-            for tid, (data, offsets, *_) in zip(wanted, self.blocks(wanted), strict=True):
+            for tid, (data, offsets, _) in zip(wanted, self.blocks(wanted), strict=True):
                 postings = decode_blocks(
                     data, offsets, None, int(self.df[tid]), self.codec, self.invert.path
                 )
@@ -102,10 +102,9 @@ class Partition:
         return [found[t] for t in token_ids]
 
     def blocks(self, token_ids: Sequence[int]) -> list[tuple[np.ndarray, ...]]:
-        """Per token: its posting blocks as stored (bytes, offsets), their stored best
-        scores and the block numbers best score first. The uncached ones are read in one
-        take and kept: a few bits per posting, and a search of one word decodes only the
-        blocks its best rows can be in."""
+        """Per token: its posting blocks as stored (bytes, offsets) and their stored best
+        scores. The uncached ones are read in one take and kept: a few bits per posting,
+        and a search of one word decodes only the blocks its best rows can be in."""
         found: dict[int, tuple[np.ndarray, ...]] = {}
         for tid in token_ids:
             cached = BLOCKS.get((self.invert.path, tid))
@@ -121,9 +120,7 @@ class Partition:
                 cell = column[i]
                 blobs = cell.values if cell.is_valid else []
                 data, offsets = posting_blocks(blobs, int(self.df[tid]), where)
-                scores = block_scores(data, offsets, where)
-                order = np.argsort(-scores, kind="stable")  # best first
-                read = (np.array(data), offsets, scores, order)
+                read = (np.array(data), offsets, block_scores(data, offsets, where))
                 cache_arrays(BLOCKS, (where, tid), read)
                 found[tid] = read
         return [found[t] for t in token_ids]
