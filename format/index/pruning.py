@@ -262,18 +262,17 @@ class _Walker:
         if isinstance(node, exp.Not):
             return self.visit(node.this, not negated)
         if isinstance(node, (exp.And, exp.Or)):
+            children = flatten(node, type(node))
+            if isinstance(node, exp.And) and not negated:
+                return _all_of([self._conjunct(c) for c in self._ranges_joined(children)])
             conjunction = isinstance(node, exp.And) != negated
-            parts = [self.visit(c, negated) for c in flatten(node, type(node))]
+            parts = [self.visit(c, negated) for c in children]
             return _all_of(parts) if conjunction else _any_of(parts)
-        binder = Binder(self.sql, self.schema, self.core.uri)
         target = exp.Not(this=node.copy()) if negated else node
-        try:
-            predicate = binder.bind_root(target).expression()
-        except (LanceError, pa.ArrowException, ValueError, TypeError, KeyError, AttributeError):
-            return None  # the whole filter bound, so this only leaves the subtree unpruned
-        if len(binder.columns) != 1:
+        bound = self._bind(target)
+        if bound is None:
             return None
-        (column,) = binder.columns
+        column, predicate = bound
         segments = self.ngrams.get(column)
         if segments and not negated:
             literals = _literal_texts(node, column)
@@ -297,6 +296,65 @@ class _Walker:
             only_nulls=not negated and _is_null_test(node, column),
         )
         return self._search(entry, leaf)
+
+    def _bind(self, target: exp.Expression) -> tuple[str, Any] | None:
+        """(the one column `target` reads, its Arrow predicate), or None when it reads
+        several columns or does not bind on its own."""
+        binder = Binder(self.sql, self.schema, self.core.uri)
+        try:
+            predicate = binder.bind_root(target).expression()
+        except (LanceError, pa.ArrowException, ValueError, TypeError, KeyError, AttributeError):
+            return None  # the whole filter bound, so this only leaves the subtree unpruned
+        if len(binder.columns) != 1:
+            return None
+        (column,) = binder.columns
+        return column, predicate
+
+    def _ranges_joined(self, conjuncts: list[exp.Expression]) -> list[Any]:
+        """The conjuncts of an AND, those comparing one BTREE- or BITMAP-indexed column
+        with constants gathered into one `_Range` per column: `id >= 5 AND id < 9` is one
+        lookup of the rows in [5, 9), not the rows of each side intersected (each side
+        alone may hold most of the table)."""
+        out: list[Any] = []
+        ranges: dict[str, _Range] = {}
+        for node in map(unparen, conjuncts):
+            column = self._compared_column(node)
+            intervals = self._intervals(node, column) if column is not None else None
+            if column is None or intervals is None:
+                out.append(node)
+            elif column in ranges:
+                ranges[column].add(node, intervals)
+            else:
+                ranges[column] = _Range(column, [node], intervals)
+                out.append(ranges[column])
+        return out
+
+    def _compared_column(self, node: exp.Expression) -> str | None:
+        """The indexed column (BTREE or BITMAP, no NGRAM) `node` compares, when one side
+        of a comparison, BETWEEN or IN is that bare column."""
+        if not isinstance(node, (exp.EQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between, exp.In)):
+            return None
+        sides = [node.this] + ([node.expression] if not isinstance(node, exp.In) else [])
+        for column in self.by_column:
+            if column not in self.ngrams and any(_bare_column(s, column) for s in sides):
+                return column
+        return None
+
+    def _conjunct(self, part: Any) -> _Answer | None:
+        """The answer to one conjunct of an AND: a node, or a `_Range` of several."""
+        if not isinstance(part, _Range):
+            return self.visit(part, False)
+        if len(part.nodes) == 1:
+            return self.visit(part.nodes[0], False)
+        target = part.nodes[0].copy()
+        for node in part.nodes[1:]:
+            target = exp.And(this=target, expression=node.copy())
+        bound = self._bind(target)
+        field = self.schema.field(part.column) if bound is not None else None
+        if bound is None or bound[0] != part.column or pa.types.is_dictionary(field.type):
+            return _all_of([self.visit(n, False) for n in part.nodes])
+        leaf = Leaf(field, bound[1], key=f"{target.sql()}::{field.type}", intervals=part.intervals)
+        return self._search(self.by_column[part.column], leaf)
 
     def _search(self, entry: IndexEntry, leaf: Leaf) -> _Answer:
         """A BTREE's or BITMAP's answer to a leaf."""
@@ -374,6 +432,32 @@ class _Walker:
             return Binder(self.sql, self.schema, self.core.uri).bind_root(node).expression()
 
         return Bounds(bind(lower, lo), bind(upper, hi))
+
+
+@dataclass
+class _Range:
+    """Conjuncts comparing one indexed column with constants, and the intervals outside
+    which their AND cannot be TRUE (each pair of intervals met)."""
+
+    column: str
+    nodes: list[exp.Expression]
+    intervals: tuple[Bounds, ...]
+
+    def add(self, node: exp.Expression, intervals: tuple[Bounds, ...]) -> None:
+        self.nodes.append(node)
+        if len(self.intervals) * len(intervals) <= MAX_IN_INTERVALS:
+            self.intervals = tuple(_meet(a, b) for a in self.intervals for b in intervals)
+        elif len(intervals) < len(self.intervals):
+            self.intervals = intervals  # either side's intervals hold every match
+
+
+def _meet(a: Bounds, b: Bounds) -> Bounds:
+    """The interval where both `a` and `b` hold: each side's predicates ANDed."""
+
+    def both(x: Any, y: Any) -> Any:
+        return y if x is None else x if y is None else x & y
+
+    return Bounds(both(a.lower, b.lower), both(a.upper, b.upper))
 
 
 _FLIPPED = {exp.EQ: exp.EQ, exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE}

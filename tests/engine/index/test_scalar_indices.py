@@ -15,6 +15,7 @@ from compare import assert_same_table
 
 from quiver.format.dataset import dataset, write_dataset
 from quiver.format.expr import apply_filter, compile_filter
+from quiver.format.index import pruning
 from quiver.format.index.pruning import BLOCK_ROWS
 
 ROWS = 9000  # three BTREE pages of 4096 values
@@ -71,6 +72,12 @@ FILTERS = [
     "isnan(f)",
     "f IN (-0.5, 1.5)",
     "NOT (f < 200) AND i > 10",
+    "i > 7000 AND i <= 7010 AND i IN (7001, 7002, 7005, 1)",
+    "i >= 10 AND 40 >= i AND s = 'k01'",
+    "i > 100 AND i > 7000 AND plain = 3",
+    "f > 0 AND f < 1.0",
+    "f >= -1 AND f IS NOT NULL AND f < CAST('NaN' AS DOUBLE)",
+    "s >= 'k05' AND s < 'k07' AND d >= DATE '2020-03-01' AND d < DATE '2020-03-09'",
 ]
 
 
@@ -107,6 +114,19 @@ def test_indexed_filter_is_the_scan(indexed: str, sql: str) -> None:
     ref = lance.dataset(indexed)
     assert_same_table(got, ref.to_table(filter=sql), f"{sql} vs pylance")
     assert ours.count_rows(sql) == ref.count_rows(sql) == got.num_rows
+
+
+def test_a_range_is_one_lookup(indexed: str) -> None:
+    """`i >= 100 AND i < 160` asks the index once for the rows in the range, rather than
+    for the rows of each side (most of the table) intersected."""
+    pruning._answers.drop_where(lambda key: True)
+    sql = "i >= 100 AND 160 > i AND plain < 5"
+    found = dataset(indexed).scanner(filter=sql).index_pruning
+    answers = [
+        rows for key, (rows, _) in list(pruning._answers._items.items()) if key[0] == "answer"
+    ]
+    assert len(answers) == 1 and 0 < len(answers[0]) <= 120  # each value at most twice
+    assert found is not None and np.array_equal(found.rows, answers[0])
 
 
 def test_unindexed_rows_and_deletions(indexed: str) -> None:
