@@ -55,6 +55,10 @@ class TagNotFoundError(LanceError, LookupError):
     """The requested tag does not exist in the dataset."""
 
 
+class BranchNotFoundError(LanceError, LookupError):
+    """A branch name with no `_refs/branches` entry."""
+
+
 class CorruptFileError(LanceError):
     """A manifest, data, deletion or transaction file is truncated or malformed."""
 

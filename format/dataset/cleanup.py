@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 import os
 import posixpath
 import time
@@ -21,9 +20,7 @@ from dataclasses import dataclass, field
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.errors import (
     CleanupError,
-    CorruptFileError,
     InvalidInputError,
-    UnsupportedFeatureError,
     VersionNotFoundError,
 )
 from quiver.format.file.v21.reader import forget_files
@@ -144,7 +141,10 @@ def _inspect(
     before_ns: int | None,
     before_version: int | None,
     versions: set | None,
+    branch_parents: frozenset[int] = frozenset(),
 ) -> _Inspection:
+    """What every version references, kept or removed. A version kept only because a
+    branch was created from it keeps its files but not its transaction, as in pylance."""
     insp = _Inspection()
     read_version = ds.version
     for v, entry in sorted(_versions.list_manifests(store).items()):
@@ -159,10 +159,15 @@ def _inspect(
         is_latest = read_version <= manifest.version
         is_tagged = manifest.version in tagged
         old = _should_clean(manifest, before_ns, before_version, versions)
-        keep = is_latest or not old or is_tagged
+        parent_only = old and not is_latest and not is_tagged and v in branch_parents
+        keep = is_latest or not old or is_tagged or parent_only
         if is_tagged and not is_latest and old:
             insp.tagged_old_versions.add(manifest.version)
         _record(manifest, insp.referenced if keep else insp.verified)
+        if parent_only and manifest.pb.transaction_file:
+            txn = f"_transactions/{manifest.pb.transaction_file}"
+            insp.referenced.transactions.discard(txn)
+            insp.verified.transactions.add(txn)
         ts = manifest.pb.timestamp.ToNanoseconds()
         if keep:
             if insp.earliest_retained_ns is None or ts < insp.earliest_retained_ns:
@@ -223,25 +228,12 @@ def _classify(f: _Listed, in_progress: bool, insp: _Inspection) -> str | None:
     return None
 
 
-def _branch_parents(store: ObjectStore) -> set[int]:
-    """Versions of the main line that branches were created from: kept by a cleanup, as
-    pylance keeps them (a branch reads its parent version's files through a base path)."""
-    kept = set()
-    for name, _, _ in store.list_dir("_refs/branches"):
-        if not name.endswith(".json"):
-            continue
-        path = f"_refs/branches/{posixpath.basename(name)}"
-        try:
-            doc = json.loads(store.read_all(path))
-        except (ValueError, FileNotFoundError) as e:
-            raise CorruptFileError(store.uri_of(path), f"bad branch file: {e}") from None
-        if not isinstance(doc, dict) or doc.get("parentBranch") is not None:
-            continue  # a branch of a branch: its parent's versions are not ours
-        parent = doc.get("parentVersion")
-        if not isinstance(parent, int):
-            raise CorruptFileError(store.uri_of(path), "branch file has no parentVersion")
-        kept.add(parent)
-    return kept
+def _branch_parents(root: ObjectStore, branch: str | None) -> set[int]:
+    """Versions of `branch` (None: the main line) that other branches were created from:
+    kept by a cleanup, as pylance keeps them (a branch reads its parent version's files
+    through a base path)."""
+    found = _versions.list_branches(root).values()
+    return {b.parent_version for b in found if b.parent_branch == branch}
 
 
 def cleanup_old_versions(
@@ -260,6 +252,7 @@ def cleanup_old_versions(
     `retain_versions` versions, is in `versions` (when given; all given conditions must
     hold), is older than the version `ds` reads, and is not tagged; a tagged version that
     would otherwise go raises CleanupError unless `error_if_tagged_old_versions` is False.
+    On a branch, only the branch's versions and the files it wrote are considered.
     Data, deletion, transaction and index files referenced by a kept version are kept;
     files referenced only by removed versions are removed; files no manifest references
     are removed only once 7 days old (any age with `delete_unverified`), as they may belong
@@ -270,11 +263,6 @@ def cleanup_old_versions(
         older_than = DEFAULT_OLDER_THAN
     if older_than is not None and not isinstance(older_than, dt.timedelta):
         raise InvalidInputError(f"older_than must be a datetime.timedelta, not {older_than!r}")
-    if ds.manifest.pb.HasField("branch"):
-        raise UnsupportedFeatureError(
-            f"{ds.uri}: cleaning up a branch (rather than the main line) is not supported by "
-            "this engine"
-        )
     now_ns = time.time_ns()
     before_ns = None
     if older_than is not None:
@@ -296,11 +284,11 @@ def cleanup_old_versions(
         if not chosen:
             raise InvalidInputError("versions must not be empty when given")
 
-    tags = {name: t for name, t in _versions.list_tags(store).items() if not t.branch}
+    root = ds.root_store
+    tags = {n: t for n, t in _versions.list_tags(root).items() if t.branch == ds.branch}
     tagged = {t.version for t in tags.values()}
-    branch_parents = _branch_parents(store)
-    insp = _inspect(ds, store, tagged | branch_parents, before_ns, before_version, chosen)
-    insp.tagged_old_versions -= branch_parents - tagged  # kept silently, as pylance does
+    branch_parents = _branch_parents(root, ds.branch)
+    insp = _inspect(ds, store, tagged, before_ns, before_version, chosen, frozenset(branch_parents))
     if error_if_tagged_old_versions and insp.tagged_old_versions:
         hit = {
             n: t.version for n, t in sorted(tags.items()) if t.version in insp.tagged_old_versions

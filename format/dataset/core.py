@@ -44,13 +44,13 @@ class DatasetCore:
     def open(
         cls,
         uri: str,
-        version: int | str | None = None,
+        version: _versions.Reference = None,
         asof: Any = None,
         storage_options: dict[str, Any] | None = None,
     ) -> DatasetCore:
         """The dataset at `uri` at its latest version, a version number, a tag (possibly on
         a branch) or the last version committed at or before `asof`."""
-        store, number = _versions.resolve_ref(open_store(str(uri), storage_options), version)
+        store, _, number = _versions.resolve_ref(open_store(str(uri), storage_options), version)
         return cls(store, _versions.resolve(store, number, asof), storage_options)
 
     # -- identity -------------------------------------------------------------------------
@@ -63,6 +63,17 @@ class DatasetCore:
     def version(self) -> int:
         """The version this core reads."""
         return self.manifest.version
+
+    @property
+    def branch(self) -> str | None:
+        """The branch this version is on; None for the main line."""
+        pb = self.manifest.pb
+        return pb.branch if pb.HasField("branch") and pb.branch else None
+
+    @cached_property
+    def root_store(self) -> ObjectStore:
+        """The store of the dataset's root, where its tags and branches are."""
+        return _versions.root_store(self.store, self.branch)
 
     @property
     def lance_schema(self) -> LanceSchema:
@@ -124,9 +135,10 @@ class DatasetCore:
         """The manifest of another version of this dataset (branch)."""
         return _versions.load_manifest(self.store, _versions.find_entry(self.store, version))
 
-    def checkout(self, version: int | str) -> DatasetCore:
-        """The same dataset at another version number or tag."""
-        store, number = _versions.resolve_ref(self.store, version)
+    def checkout(self, version: _versions.Reference) -> DatasetCore:
+        """The same dataset at another version: a number on this branch, a tag, or
+        (branch, number) where None is the main line or the latest version."""
+        store, _, number = _versions.resolve_ref(self.store, version, self.branch)
         return DatasetCore(store, _versions.resolve(store, number), self.storage_options)
 
     def commit(

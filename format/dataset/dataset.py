@@ -8,7 +8,6 @@ version they commit, as pylance's do. `dataset()` and `write_dataset()` open and
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,26 +28,26 @@ from quiver.format.dataset.fulltext import FullTextSearch
 from quiver.format.dataset.hybrid import hybrid_table
 from quiver.format.dataset.merge_insert import MergeInsertBuilder
 from quiver.format.dataset.nearest import NearestSearch, nearest_table
+from quiver.format.dataset.refs import Branches, Tags, create_branch, shallow_clone
 from quiver.format.dataset.row_changes import DEFAULT_CONFLICT_RETRIES, DEFAULT_RETRY_TIMEOUT
 from quiver.format.dataset.scan import Scanner
 from quiver.format.errors import (
-    DatasetAlreadyExistsError,
     InvalidInputError,
 )
 from quiver.format.file.base import DEFAULT_BATCH_SIZE
 from quiver.format.index.scalar import catalog as _catalog
-from quiver.format.io.store import ObjectStore, open_store
-from quiver.format.proto import table_pb2, transaction_pb2
+from quiver.format.io.store import open_store
+from quiver.format.proto import transaction_pb2
 from quiver.format.table import versions as _versions
-from quiver.format.table.commit import commit_clone
 from quiver.format.table.manifest import Manifest
 from quiver.format.table.schema import LanceSchema
 from quiver.format.table.transaction import new_transaction
+from quiver.format.table.versions import Reference
 
 
 def dataset(
     uri: str,
-    version: int | str | None = None,
+    version: Reference = None,
     asof: dt.datetime | str | None = None,
     storage_options: dict[str, Any] | None = None,
 ) -> LanceDataset:
@@ -58,7 +57,7 @@ def dataset(
 
 def write_dataset(
     data: Any,
-    uri: str,
+    uri: str | LanceDataset,
     schema: pa.Schema | None = None,
     mode: _write.Mode = "create",
     *,
@@ -72,7 +71,11 @@ def write_dataset(
     config: dict[str, str] | None = None,
 ) -> LanceDataset:
     """Create, append to or overwrite a Lance dataset from Arrow data (pylance's signature;
-    see `format.dataset.write.write_dataset`)."""
+    see `format.dataset.write.write_dataset`); `uri` may be a dataset, to write to the
+    branch it is on."""
+    if isinstance(uri, LanceDataset):
+        storage_options = storage_options or uri.core.storage_options
+        uri = uri.uri
     return LanceDataset(
         _write.write_dataset(
             data,
@@ -97,76 +100,6 @@ def _local_time(ns: int) -> dt.datetime:
     microsecond before their commit, so `asof` of the time shown would find the version
     before."""
     return dt.datetime.fromtimestamp(ns // 10**9) + dt.timedelta(microseconds=ns % 10**9 // 1000)
-
-
-class Tags:
-    """Read access to a dataset's tags (pylance's `ds.tags`)."""
-
-    def __init__(self, store: ObjectStore) -> None:
-        self._store = store
-
-    def list(self) -> dict[str, dict[str, Any]]:
-        """Every tag: name -> {"version", "manifest_size", "created_at", ...}."""
-        return {
-            name: {
-                "version": t.version,
-                "manifest_size": t.manifest_size,
-                "created_at": t.created_at,
-                "updated_at": t.updated_at,
-                "metadata": t.metadata,
-            }
-            for name, t in sorted(_versions.list_tags(self._store).items())
-        }
-
-    def get_version(self, tag: str) -> int:
-        """The version a tag points to."""
-        return _versions.read_tag(self._store, tag).version
-
-    def create(self, tag: str, version: int) -> None:
-        """Create a tag on an existing version; refuses an existing tag name."""
-        self._write(tag, version, create=True)
-
-    def update(self, tag: str, version: int) -> None:
-        """Point an existing tag at another version."""
-        _versions.read_tag(self._store, tag)  # must exist
-        self._write(tag, version, create=False)
-
-    def delete(self, tag: str) -> None:
-        """Remove a tag."""
-        store = self._store
-        _versions.read_tag(store, tag)
-        store.delete(_versions.tag_path(tag))
-
-    def _write(self, tag: str, version: int, *, create: bool) -> None:
-        store = self._store
-        _versions.check_tag_name(tag)
-        entry = _versions.find_entry(store, version)
-        now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        created = now
-        if not create:
-            old = _versions.read_tag(store, tag).created_at
-            created = old.strftime("%Y-%m-%dT%H:%M:%S.%fZ") if old else now
-        body = json.dumps(
-            {
-                "branch": None,
-                "version": version,
-                "createdAt": created,
-                "updatedAt": now,
-                "manifestSize": entry.size,
-                "metadata": {},
-            },
-            indent=2,
-        ).encode()
-        path = _versions.tag_path(tag)
-        if create:
-            try:
-                store.put_if_absent(path, body)
-            except FileExistsError:
-                raise DatasetAlreadyExistsError(
-                    f"{store.uri}: tag {tag!r} already exists"
-                ) from None
-        else:
-            store.put(path, body)
 
 
 class LanceDataset:
@@ -224,7 +157,17 @@ class LanceDataset:
     @property
     def tags(self) -> Tags:
         """The dataset's tags."""
-        return Tags(self._core.store)
+        return Tags(self._core)
+
+    @property
+    def branches(self) -> Branches:
+        """The dataset's branches."""
+        return Branches(self._core)
+
+    def create_branch(self, branch: str, reference: Reference = None) -> LanceDataset:
+        """Create a branch from a version (this one by default; a number on this branch, a
+        tag, or (branch, number)) and return the dataset on it."""
+        return LanceDataset(create_branch(self._core, branch, reference))
 
     @property
     def config(self) -> dict[str, str]:
@@ -266,8 +209,9 @@ class LanceDataset:
             )
         return out
 
-    def checkout_version(self, version: int | str) -> LanceDataset:
-        """The same dataset at another version (number or tag)."""
+    def checkout_version(self, version: Reference) -> LanceDataset:
+        """The same dataset at another version: a number on this branch, a tag, or
+        (branch, number), where a None branch is the main line and None the latest."""
         return LanceDataset(self._core.checkout(version))
 
     # -- fragments and scans ----------------------------------------------------------
@@ -674,7 +618,7 @@ class LanceDataset:
     def shallow_clone(
         self,
         target_path: str,
-        reference: int | str | None = None,
+        reference: Reference = None,
         storage_options: dict[str, Any] | None = None,
     ) -> LanceDataset:
         """A new dataset at `target_path` sharing this one's files through a base path.
@@ -682,30 +626,10 @@ class LanceDataset:
         The clone starts at the referenced version (number, tag, or this version) and
         copies no data: its manifest points every existing file at the source's root.
         """
-        source = self if reference is None else self.checkout_version(reference)
+        source = self._core if reference is None else self._core.checkout(reference)
         target = open_store(str(target_path), storage_options)
-        if _versions.list_manifests(target):
-            raise DatasetAlreadyExistsError(f"a dataset already exists at {target_path}")
-        pb = table_pb2.Manifest()
-        pb.CopyFrom(source.manifest.pb)
-        base_id = max((b.id for b in pb.base_paths), default=-1) + 1
-        root = source.uri if "://" in source.uri else source.core.store.full_path("")
-        pb.base_paths.append(table_pb2.BasePath(id=base_id, is_dataset_root=True, path=root))
-        for frag in pb.fragments:
-            for df in frag.files:
-                if not df.HasField("base_id"):
-                    df.base_id = base_id
-            if frag.HasField("deletion_file") and not frag.deletion_file.HasField("base_id"):
-                frag.deletion_file.base_id = base_id
-        body = transaction_pb2.Transaction.Clone(
-            is_shallow=True, ref_version=source.version, ref_path=root
-        )
-        if isinstance(reference, str):
-            body.ref_name = reference
-        txn = new_transaction(source.version, "clone", body)
-        return LanceDataset(
-            DatasetCore(target, commit_clone(target, txn, pb, source.manifest), storage_options)
-        )
+        tag = reference if isinstance(reference, str) else None
+        return LanceDataset(shallow_clone(source, target, tag=tag, storage_options=storage_options))
 
     @property
     def optimize(self) -> DatasetOptimizer:

@@ -699,6 +699,21 @@ class ObjectStore:
         except FileNotFoundError:
             pass
 
+    def delete_tree(self, path: str, keep: Callable[[str], bool] = lambda _: False) -> None:
+        """Remove every file under directory `path` but those `keep` holds on to (paths
+        relative to this store); a missing directory is not an error."""
+        full = self.full_path(path)
+        try:
+            found = remote_call(lambda: self.fs.find(full), f"{self.uri_of(path)}: listing")
+        except FileNotFoundError:
+            return
+        for name in (n[len(self.root.rstrip("/")) + 1 :] for n in sorted(found)):
+            if not keep(name):
+                self.delete(name)
+        for directory, _, _ in sorted(os.walk(full) if self.is_local else (), reverse=True):
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
+
     def remove_empty_dir(self, path: str) -> None:
         """Remove a directory if it exists and is empty (object stores have none to remove)."""
         if self.is_local:

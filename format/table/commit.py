@@ -660,8 +660,10 @@ def commit_clone(
     txn: transaction_pb2.Transaction,
     pb: table_pb2.Manifest,
     source: Manifest,
+    indices: table_pb2.IndexSection | None = None,
 ) -> Manifest:
-    """Create a shallow clone's first manifest (same version number as its source)."""
+    """Create a shallow clone's first manifest (same version number as its source), with
+    the source's `indices` (their files reached through base paths)."""
     pb.ClearField("transaction_section")
     pb.ClearField("transaction_section_deprecated")
     pb.ClearField("index_section")
@@ -671,7 +673,10 @@ def commit_clone(
     apply_feature_flags(pb, flags)
     store.put(f"{TRANSACTIONS_DIR}/{pb.transaction_file}", txn.SerializeToString())
     data = encode_manifest(
-        pb, transaction=txn, prefix=_dictionary_prefix(pb, source, ManifestContext())
+        pb,
+        transaction=txn,
+        index_section=indices.SerializeToString() if indices is not None else None,
+        prefix=_dictionary_prefix(pb, source, ManifestContext()),
     )
     path = f"{_versions.VERSIONS_DIR}/{manifest_name(pb.version)}"
     try:

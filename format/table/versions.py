@@ -13,6 +13,7 @@ import urllib.parse
 from dataclasses import dataclass
 
 from quiver.format.errors import (
+    BranchNotFoundError,
     CorruptFileError,
     DatasetNotFoundError,
     InvalidInputError,
@@ -29,6 +30,8 @@ from quiver.format.table.manifest import (
 
 VERSIONS_DIR = "_versions"
 TAGS_DIR = "_refs/tags"
+BRANCHES_DIR = "_refs/branches"
+TREE_DIR = "tree"
 
 
 @dataclass(frozen=True)
@@ -214,11 +217,6 @@ def tag_path(name: str) -> str:
     return f"{TAGS_DIR}/{urllib.parse.quote(name, safe='')}.json"
 
 
-def branch_store(store: ObjectStore, branch: str) -> ObjectStore:
-    """The store of a branch, a shallow clone under `tree/` (with '/' encoded as %2F)."""
-    return store.child(f"tree/{branch.replace('/', '%2F')}")
-
-
 # A tag is stored as "_refs/tags/<percent-encoded name>.json", written through a temporary
 # "<that>#<32 hex digits>": both must fit the 255 bytes of a file name.
 MAX_TAG_BYTES = 200
@@ -245,12 +243,135 @@ def check_tag_name(name: str) -> None:
         )
 
 
-def resolve_ref(store: ObjectStore, version: int | str | None) -> tuple[ObjectStore, int | None]:
-    """Follow a tag name to (the store of its branch, its version number)."""
+def branch_store(root: ObjectStore, branch: str) -> ObjectStore:
+    """The store of a branch: a shallow clone at `tree/{branch}` under the dataset's root
+    (a '/' in the name nests directories, as pylance lays them out)."""
+    return root.child(f"{TREE_DIR}/{branch}")
+
+
+def root_store(store: ObjectStore, branch: str | None) -> ObjectStore:
+    """The dataset's root store, given the store of `branch` (None: the main line)."""
+    if not branch:
+        return store
+    suffix = f"/{TREE_DIR}/{branch}"
+    root, uri = store.root.rstrip("/"), store.uri.rstrip("/")
+    if not root.endswith(suffix) or not uri.endswith(suffix):
+        raise InvalidInputError(f"{store.uri} is on branch {branch!r} but not in its directory")
+    return ObjectStore(store.fs, root[: -len(suffix)], uri[: -len(suffix)])
+
+
+@dataclass(frozen=True)
+class Branch:
+    """A branch (`_refs/branches/{name}.json`): where it was created from, and the chain
+    of (parent version, id) that tells it apart from an earlier branch of the same name."""
+
+    name: str
+    parent_branch: str | None
+    parent_version: int
+    identifier: tuple[tuple[int, str], ...]
+    create_at: int  # seconds since the epoch
+    manifest_size: int | None
+    metadata: dict[str, str]
+
+    def to_json(self) -> bytes:
+        """The ref file's contents, as pylance writes them."""
+        doc = {
+            "parentBranch": self.parent_branch,
+            "identifier": {"version_mapping": [list(pair) for pair in self.identifier]},
+            "parentVersion": self.parent_version,
+            "createAt": self.create_at,
+            "manifestSize": self.manifest_size,
+            "metadata": self.metadata,
+        }
+        return json.dumps(doc, indent=2).encode()
+
+
+def branch_path(name: str) -> str:
+    """Where a branch's ref is stored; pylance percent-encodes the name ('/' too)."""
+    return f"{BRANCHES_DIR}/{urllib.parse.quote(name, safe='')}.json"
+
+
+def check_branch_name(name: str) -> None:
+    """Refuse what pylance refuses as a branch name: empty, "main", a leading or trailing
+    '/', '..', or a '/'-separated segment with characters other than letters, digits, '.',
+    '-' and '_' (nor names too long for a file name once percent-encoded)."""
+    if not isinstance(name, str) or not name:
+        raise InvalidInputError("a branch name cannot be empty")
+    if name == "main":
+        raise InvalidInputError('"main" is reserved for the default branch')
+    if name.startswith("/") or name.endswith("/"):
+        raise InvalidInputError(f"branch name {name[:40]!r} cannot start or end with '/'")
+    if ".." in name or "\\" in name:
+        raise InvalidInputError(f"branch name {name[:40]!r} cannot contain '..' or '\\'")
+    for segment in name.split("/"):
+        if not segment or not all(c.isalnum() or c in ".-_" for c in segment):
+            raise InvalidInputError(
+                f"branch name {name[:40]!r}: segment {segment[:40]!r} must be letters, digits, "
+                "'.', '-' or '_'"
+            )
+    if len(urllib.parse.quote(name, safe="")) > MAX_TAG_BYTES:
+        raise InvalidInputError(f"branch name {name[:40]!r}... is too long")
+
+
+def read_branch(root: ObjectStore, name: str) -> Branch:
+    """Read one branch's ref; BranchNotFoundError if there is none."""
+    path = branch_path(name)
+    try:
+        raw = root.read_all(path)
+    except FileNotFoundError:
+        raise BranchNotFoundError(f"{root.uri}: branch {name!r} does not exist") from None
+    try:
+        doc = json.loads(raw)
+        mapping = doc.get("identifier", {}).get("version_mapping", [])
+        return Branch(
+            name=name,
+            parent_branch=doc.get("parentBranch"),
+            parent_version=int(doc["parentVersion"]),
+            identifier=tuple((int(v), str(i)) for v, i in mapping),
+            create_at=int(doc.get("createAt") or 0),
+            manifest_size=doc.get("manifestSize"),
+            metadata=dict(doc.get("metadata") or {}),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise CorruptFileError(root.uri_of(path), f"bad branch file: {e}") from None
+
+
+def list_branches(root: ObjectStore) -> dict[str, Branch]:
+    """Every branch, by name."""
+    out = {}
+    for file, _, _ in root.list_dir(BRANCHES_DIR):
+        if file.endswith(".json"):
+            name = urllib.parse.unquote(file[: -len(".json")])
+            out[name] = read_branch(root, name)
+    return out
+
+
+# A version as pylance's APIs take one: a number on the current branch, a tag name, or
+# (branch, number) where a None branch or "main" is the main line and a None number the
+# latest version.
+Reference = int | str | tuple[str | None, int | None] | None
+
+
+def resolve_ref(
+    store: ObjectStore, version: Reference, branch: str | None = None
+) -> tuple[ObjectStore, str | None, int | None]:
+    """(The store of the branch a reference names, that branch or None for the main line,
+    its version number or None for the latest), from the store of `branch`, the one a
+    plain number refers to."""
+    if isinstance(version, tuple):
+        if len(version) != 2:
+            raise InvalidInputError(f"a version reference is (branch, version), not {version!r}")
+        name, number = version
+        root = root_store(store, branch)
+        if name is None or name == "main":
+            return root, None, number
+        read_branch(root, name)
+        return branch_store(root, name), name, number
     if not isinstance(version, str):
-        return store, version
-    tag = read_tag(store, version)
-    return (branch_store(store, tag.branch) if tag.branch else store), tag.version
+        return store, branch, version
+    root = root_store(store, branch)
+    tag = read_tag(root, version)
+    return (branch_store(root, tag.branch) if tag.branch else root), tag.branch, tag.version
 
 
 def resolve(
