@@ -95,11 +95,10 @@ def write_dataset(
 
 
 def _local_time(ns: int) -> dt.datetime:
-    """A commit time as pylance's versions() shows it (naive local time), but truncated to
-    the microsecond exactly: pylance's float rounding puts about 3 % of versions a
-    microsecond before their commit, so `asof` of the time shown would find the version
-    before."""
-    return dt.datetime.fromtimestamp(ns // 10**9) + dt.timedelta(microseconds=ns % 10**9 // 1000)
+    """A commit time as pylance's versions() shows it: naive local time, computed as pylance
+    computes it, in floating point (so a few versions show a microsecond before or after
+    their commit; `asof` of the time shown finds what it finds in pylance)."""
+    return dt.datetime.fromtimestamp(ns // 1e9) + dt.timedelta(microseconds=(ns % 1e9) // 1e3)
 
 
 class LanceDataset:

@@ -635,9 +635,9 @@ def _nested_paths(
     for c in names:
         if c in schema.names or c in row_columns or "." not in c:
             continue
-        parts = c.split(".")
-        dtype = schema.field(parts[0]).type if parts[0] in schema.names else None
-        for part in parts[1:]:
+        parts = path_parts(c)
+        dtype = schema.field(parts[0]).type if parts and parts[0] in schema.names else None
+        for part in parts[1:] or [""]:
             if dtype is None or not pa.types.is_struct(dtype) or dtype.get_field_index(part) < 0:
                 raise ColumnNotFoundError(
                     f"{dataset}: no column {c!r}; columns are {', '.join(schema.names)}"
@@ -647,12 +647,35 @@ def _nested_paths(
     return paths
 
 
+def path_parts(path: str) -> list[str]:
+    """The field names of a dotted path, a name in backquotes holding any character
+    ("st.`in ner`"); [] for a path that does not parse (an unclosed quote)."""
+    parts: list[str] = []
+    i = 0
+    while i <= len(path):
+        if path.startswith("`", i):
+            end = path.find("`", i + 1)
+            if end < 0 or (end + 1 < len(path) and path[end + 1] != "."):
+                return []
+            parts.append(path[i + 1 : end])
+            i = end + 2
+        else:
+            end = path.find(".", i)
+            end = len(path) if end < 0 else end
+            parts.append(path[i:end])
+            i = end + 1
+    return parts
+
+
 def _path_field(schema: pa.Schema, name: str, parts: list[str]) -> pa.Field:
-    """The output field of the nested field at `parts`, named by its path."""
-    dtype = schema.field(parts[0]).type
+    """The output field of the nested field at `parts`, named by its path: its type and
+    metadata, nullable when it or a struct on the way is."""
+    field = schema.field(parts[0])
+    nullable = field.nullable
     for part in parts[1:]:
-        dtype = dtype.field(part).type
-    return pa.field(name, dtype)
+        field = field.type.field(part)
+        nullable |= field.nullable
+    return pa.field(name, field.type, nullable, field.metadata)
 
 
 class _StepRows:

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from quiver.format.dataset.core import DatasetCore
-from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, ROW_COLUMNS, Scanner
+from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, ROW_COLUMNS, Scanner, path_parts
 from quiver.format.dataset.system_columns import ROW_OFFSET, SYSTEM_FIELDS
 from quiver.format.errors import InvalidInputError
 from quiver.format.expr import evaluate_expressions
@@ -141,7 +141,7 @@ def _pruned_projection(
     for c in columns:
         top, wanted = c, None
         if c not in schema.names and c not in ROW_COLUMNS and c not in SYSTEM_FIELDS:
-            top, *path = c.split(".")
+            top, *path = path_parts(c)  # checked by the scanner: it parses
             field = schema.field(top)
             for part in path:
                 field = next(ch for ch in field.children if ch.name == part)
