@@ -21,6 +21,7 @@ call raises a subclass of `clients.errors.QuiverError` chosen by the server's er
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime as dt
 import json
 import os
@@ -45,8 +46,8 @@ from quiver.clients.errors import (
 from quiver.clients.indices import IndexActions
 from quiver.clients.progress import Progress
 from quiver.clients.writes import Writes
+from quiver.wire.requests import BRANCHED_ACTIONS, put_command, read_command
 from quiver.wire.requests import json_bytes as _json_bytes
-from quiver.wire.requests import put_command, read_command
 
 __all__ = ["Client", "DataLike", "put_command", "read_command", "read_descriptor"]
 
@@ -163,6 +164,7 @@ class Client(Writes, RowChanges, IndexActions, _nearest.Searches):
             value = token if token.lower().startswith("bearer ") else f"Bearer {token}"
             self._token_header = (b"authorization", value.encode("utf-8"))
         self._lock = threading.Lock()
+        self._branch: str | None = None  # see `branch`
         self._clients: dict[str, flight.FlightClient] = {}
         self._headers: dict[str, list[tuple[bytes, bytes]]] = {}
         self._closed = False
@@ -268,9 +270,25 @@ class Client(Writes, RowChanges, IndexActions, _nearest.Searches):
 
     # -- calls ------------------------------------------------------------------------------
 
+    def branch(self, name: str) -> Client:
+        """This client on branch `name` of every dataset it names: reads, searches, writes,
+        row changes, indices, maintenance, versions and tags act on that branch ("main":
+        the main line). It shares this client's connections (closing one closes both)."""
+        view = copy.copy(self)
+        view._branch = None if name == "main" else str(name)
+        return view
+
+    def _scoped(self, command: Mapping[str, Any]) -> dict[str, Any]:
+        """`command` on this client's branch, unless it names one itself."""
+        out = dict(command)
+        if self._branch is not None and "branch" not in out:
+            out["branch"] = self._branch
+        return out
+
     def action(self, name: str, body: Mapping[str, Any] | None = None) -> Any:
         """Run `DoAction(name)` with a JSON body; the JSON result (a list if several)."""
-        action = flight.Action(name, _json_bytes(dict(body or {})))
+        body = self._scoped(body or {}) if name in BRANCHED_ACTIONS else dict(body or {})
+        action = flight.Action(name, _json_bytes(body))
         answers = self._rpc(lambda c, o: [r.body.to_pybytes() for r in c.do_action(action, o)])
         results = [_parse_json(a, f"action {name!r}") for a in answers]
         if not results:
@@ -309,7 +327,7 @@ class Client(Writes, RowChanges, IndexActions, _nearest.Searches):
 
     def flight_info(self, dataset: str, **options: Any) -> flight.FlightInfo:
         """The `FlightInfo` of a read (options as in `read`): schema and endpoints."""
-        descriptor = read_descriptor(dataset, **options)
+        descriptor = read_descriptor(dataset, **self._scoped(options))
         return self._rpc(lambda c, o: c.get_flight_info(descriptor, o))
 
     def schema(
@@ -323,9 +341,8 @@ class Client(Writes, RowChanges, IndexActions, _nearest.Searches):
         with_row_id: bool = False,
     ) -> pa.Schema:
         """The Arrow schema a read with these options returns."""
-        descriptor = read_descriptor(
-            name, columns=columns, version=version, tag=tag, as_of=as_of, with_row_id=with_row_id
-        )
+        options = {"columns": columns, "version": version, "tag": tag, "as_of": as_of}
+        descriptor = read_descriptor(name, with_row_id=with_row_id, **self._scoped(options))
 
         def call(c: flight.FlightClient, o: flight.FlightCallOptions) -> pa.Schema:
             try:
@@ -479,8 +496,9 @@ class Client(Writes, RowChanges, IndexActions, _nearest.Searches):
         full_text_query: str | dict[str, Any] | list[Any] | None = None,
         prefilter: bool = False,
         fast_search: bool = False,
+        branch: str | None = None,
     ) -> pa.Table:
-        """Read a dataset (one version of it) into a `pyarrow.Table`.
+        """Read a dataset (one version of it, on `branch` if given) into a `pyarrow.Table`.
 
         The endpoints of the one `FlightInfo` are fetched by up to `parallel` threads and
         concatenated in endpoint (fragment) order. `progress=True` shows rows read on
@@ -503,6 +521,7 @@ class Client(Writes, RowChanges, IndexActions, _nearest.Searches):
             full_text_query=full_text_query,
             prefilter=prefilter,
             fast_search=fast_search,
+            **({"branch": branch} if branch is not None else {}),
         )
         schema = info.schema
         endpoints = list(info.endpoints)
@@ -561,6 +580,7 @@ class Client(Writes, RowChanges, IndexActions, _nearest.Searches):
         as_of: str | dt.datetime | dt.date | None = None,
         limit: int | None = None,
         with_row_id: bool = False,
+        branch: str | None = None,
     ) -> pa.RecordBatchReader:
         """Stream a dataset: the endpoints one after another, in order, batch by batch."""
         info = self.flight_info(
@@ -572,6 +592,7 @@ class Client(Writes, RowChanges, IndexActions, _nearest.Searches):
             as_of=as_of,
             limit=limit,
             with_row_id=with_row_id,
+            **({"branch": branch} if branch is not None else {}),
         )
         schema = info.schema
         endpoints = list(info.endpoints)
@@ -594,7 +615,7 @@ class Client(Writes, RowChanges, IndexActions, _nearest.Searches):
 
     def _put(self, command: Mapping[str, Any], data: DataLike) -> Any:
         schema, batches = to_batches(data)
-        descriptor = flight.FlightDescriptor.for_command(_json_bytes(dict(command)))
+        descriptor = flight.FlightDescriptor.for_command(_json_bytes(self._scoped(command)))
         with _translated():
             # no re-authentication here: a refused upload cannot be replayed
             writer, metadata = self._connection(self.uri).do_put(
@@ -622,7 +643,7 @@ class Client(Writes, RowChanges, IndexActions, _nearest.Searches):
         return _listed(self.action("list_versions", {"dataset": dataset}), "versions")
 
     def tags(self, dataset: str) -> dict[str, dict[str, Any]]:
-        """The tags of a dataset: name → `{"version", "created_at", "updated_at"}`."""
+        """The tags of a dataset: name → `{"branch", "version", "created_at", "updated_at"}`."""
         answer = self.action("list_tags", {"dataset": dataset})
         if isinstance(answer, dict) and isinstance(answer.get("tags"), dict):
             return answer["tags"]
@@ -638,6 +659,26 @@ class Client(Writes, RowChanges, IndexActions, _nearest.Searches):
     def delete_tag(self, dataset: str, tag: str) -> dict[str, Any]:
         """Remove a tag (the version it names stays)."""
         return self.action("delete_tag", {"dataset": dataset, "tag": tag})
+
+    def create_branch(
+        self, dataset: str, name: str, version: int | str | None = None
+    ) -> dict[str, Any]:
+        """Create branch `name` of a dataset from a version of this client's branch (a
+        number, a tag name, or None for the latest); `{"name", "version"}`."""
+        body: dict[str, Any] = {"dataset": dataset, "name": name}
+        if version is not None:
+            body["tag" if isinstance(version, str) else "version"] = version
+        return self.action("create_branch", body)
+
+    def branches(self, dataset: str) -> list[dict[str, Any]]:
+        """The branches of a dataset, oldest parent version first: `{"name",
+        "parent_branch", "parent_version", "create_at", "metadata"}`."""
+        return _listed(self.action("list_branches", {"dataset": dataset}), "branches")
+
+    def delete_branch(self, dataset: str, name: str) -> dict[str, Any]:
+        """Delete a branch and the files it wrote (refused while other branches were
+        created from it)."""
+        return self.action("delete_branch", {"dataset": dataset, "name": name})
 
     def restore(self, dataset: str, version: int | str) -> dict[str, Any]:
         """Make an old version (a number, or a tag name) the latest, as a new version."""

@@ -35,8 +35,8 @@ from quiver.wire.requests import json_bytes, nearest_object, read_command
 BATCH_ROWS = 1024
 
 
-def _command(dataset: str, nearest: dict[str, Any], options: dict[str, Any]) -> bytes:
-    return json_bytes(read_command(dataset, nearest=nearest, **options))
+def _command(client: Any, dataset: str, nearest: dict[str, Any], options: dict[str, Any]) -> bytes:
+    return json_bytes(read_command(dataset, nearest=nearest, **client._scoped(options)))
 
 
 def search(
@@ -52,7 +52,7 @@ def search(
     """The nearest rows to `q` (one vector, or a list of them: `query_index` first);
     `client` is a `clients.Client`."""
     nearest = nearest_object(column, np.asarray(q, dtype=np.float32), k, **search_options)
-    return _answer(client, _command(dataset, nearest, read_options))
+    return _answer(client, _command(client, dataset, nearest, read_options))
 
 
 def _answer(client: Any, command: bytes) -> pa.Table:
@@ -100,7 +100,9 @@ def search_batch(
         raise ValueError("batch_rows must be at least 1")
     schema, batches = _query_batches(queries, batch_rows)
     nearest = nearest_object(column, None, k, **search_options)
-    descriptor = flight.FlightDescriptor.for_command(_command(dataset, nearest, read_options))
+    descriptor = flight.FlightDescriptor.for_command(
+        _command(client, dataset, nearest, read_options)
+    )
 
     def call(c: flight.FlightClient, o: flight.FlightCallOptions) -> pa.Table:
         writer, reader = c.do_exchange(descriptor, o)
@@ -134,6 +136,7 @@ def split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
     search_keys = ("metric", "nprobes", "minimum_nprobes", "maximum_nprobes", "refine_factor")
     search_keys += ("use_index",)
     read_keys = ("columns", "filter", "prefilter", "with_row_id", "version", "tag", "as_of")
+    read_keys += ("branch",)
     unknown = sorted(set(options) - set(search_keys) - set(read_keys))
     if unknown:
         raise TypeError(f"unknown nearest option {unknown[0]!r}")
@@ -147,14 +150,16 @@ def split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
 
 
 _TEXT_OPTIONS = ("columns", "filter", "prefilter", "with_row_id", "fast_search")
-_TEXT_OPTIONS += ("version", "tag", "as_of")
+_TEXT_OPTIONS += ("version", "tag", "as_of", "branch")
 
 
-def _text_command(dataset: str, query: Any, limit: int | None, options: dict[str, Any]) -> bytes:
+def _text_command(
+    client: Any, dataset: str, query: Any, limit: int | None, options: dict[str, Any]
+) -> bytes:
     unknown = sorted(set(options) - set(_TEXT_OPTIONS))
     if unknown:
         raise TypeError(f"unknown full-text search option {unknown[0]!r}")
-    reading = {k: v for k, v in options.items() if v is not None}
+    reading = client._scoped({k: v for k, v in options.items() if v is not None})
     return json_bytes(read_command(dataset, full_text_query=query, limit=limit, **reading))
 
 
@@ -171,7 +176,7 @@ class Searches:
         `as_of`."""
         if isinstance(query, list):
             raise TypeError("full_text_search takes one query; full_text_search_batch a list")
-        return _answer(self, _text_command(dataset, query, limit, options))
+        return _answer(self, _text_command(self, dataset, query, limit, options))
 
     def full_text_search_batch(
         self,
@@ -185,7 +190,7 @@ class Searches:
         server reads every answer's rows at once. Options as `full_text_search`'s."""
         if isinstance(queries, (str, dict)) or not len(queries):
             raise TypeError("queries must be a non-empty list of full-text queries")
-        return _answer(self, _text_command(dataset, list(queries), limit, options))
+        return _answer(self, _text_command(self, dataset, list(queries), limit, options))
 
     def hybrid(
         self,

@@ -23,6 +23,7 @@ from quiver.flight_server import changes, metrics
 from quiver.flight_server.budget import MemoryBudget
 from quiver.flight_server.errors import InvalidArgument, NotFound, Unavailable, Unimplemented
 from quiver.flight_server.handles import DatasetHandles, live_rows
+from quiver.flight_server.names import on_branch
 from quiver.flight_server.protocol import (
     Fields,
     idempotency_key,
@@ -97,6 +98,7 @@ def _describe(ctx: ActionContext, f: Fields) -> dict[str, Any]:
     segments = ds.list_indices()
     return {
         "dataset": name,
+        "branch": ds.core.branch,
         "version": ds.version,
         "latest_version": ds.latest_version,
         "timestamp": _iso(ds.manifest.timestamp),
@@ -157,6 +159,7 @@ def _list_tags(ctx: ActionContext, f: Fields) -> dict[str, Any]:
     return {
         "tags": {
             t: {
+                "branch": info["branch"],
                 "version": info["version"],
                 "created_at": _iso(info["created_at"]),
                 "updated_at": _iso(info["updated_at"]),
@@ -180,6 +183,40 @@ def _delete_tag(ctx: ActionContext, f: Fields) -> dict[str, Any]:
     tag = f.str("tag", required=True)
     ctx.handles.open_latest(name).tags.delete(tag)
     return {"tag": tag, "deleted": True}
+
+
+def _create_branch(ctx: ActionContext, f: Fields) -> dict[str, Any]:
+    source = f.dataset()  # on the branch the new one starts from
+    new = f.str("name", required=True)
+    version, tag = f.int("version", minimum=1), f.str("tag")
+    if version is not None and tag is not None:
+        raise InvalidArgument("create_branch body: give at most one of 'version' and 'tag'")
+    created = ctx.handles.open_latest(source).create_branch(new, tag or version)
+    return {"name": new, "version": created.version}
+
+
+def _list_branches(ctx: ActionContext, f: Fields) -> dict[str, Any]:
+    ds = ctx.handles.open_latest(f.dataset())
+    return {
+        "branches": [
+            {
+                "name": name,
+                "parent_branch": b["parent_branch"],
+                "parent_version": b["parent_version"],
+                "create_at": b["create_at"],
+                "metadata": b["metadata"],
+            }
+            for name, b in ds.branches.list_ordered("asc")
+        ]
+    }
+
+
+def _delete_branch(ctx: ActionContext, f: Fields) -> dict[str, Any]:
+    name = f.dataset()
+    branch = f.str("name", required=True)
+    ctx.handles.open_latest(name).branches.delete(branch)
+    ctx.handles.forget(on_branch(name, branch))
+    return {"name": branch, "deleted": True}
 
 
 def _delete(ctx: ActionContext, f: Fields) -> dict[str, Any]:
@@ -526,6 +563,9 @@ _HANDLERS: dict[str, Handler] = {
     "compact": _compact,
     "cleanup": _cleanup,
     "drop_dataset": _drop_dataset,
+    "create_branch": _create_branch,
+    "list_branches": _list_branches,
+    "delete_branch": _delete_branch,
     "healthcheck": _healthcheck,
 }
 if set(_HANDLERS) != {shape.name for shape in ACTION_SHAPES}:

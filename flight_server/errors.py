@@ -25,6 +25,7 @@ import pyarrow.lib as pa_lib
 
 from quiver.flight_server import grpc_status
 from quiver.format.errors import (
+    BranchNotFoundError,
     CleanupError,
     CommitConflictError,
     CorruptFileError,
@@ -85,6 +86,7 @@ ENGINE_ERRORS: list[tuple[type[BaseException], str]] = [
     (DatasetNotFoundError, "not_found"),
     (VersionNotFoundError, "not_found"),
     (TagNotFoundError, "not_found"),
+    (BranchNotFoundError, "not_found"),
     (IndexNotFoundError, "not_found"),
     (DatasetAlreadyExistsError, "already_exists"),
     (SchemaMismatchError, "invalid_argument"),

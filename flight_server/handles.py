@@ -22,14 +22,13 @@ from quiver.flight_server.errors import (
     NotFound,
     Scrubber,
     Unavailable,
-    Unimplemented,
 )
 from quiver.flight_server.names import dataset_uri, normalize_root
 from quiver.format.dataset import DatasetCore, LanceDataset, dataset
 from quiver.format.errors import CorruptFileError, DatasetNotFoundError, StorageUnavailableError
 from quiver.format.io.store import ObjectStore, is_transient, open_store
 from quiver.format.proto import table_pb2
-from quiver.format.table.versions import ManifestEntry, latest_entry, load_manifest
+from quiver.format.table.versions import TREE_DIR, ManifestEntry, latest_entry, load_manifest
 
 _CACHE_SIZE = 64
 
@@ -60,7 +59,8 @@ class DatasetHandles:
         uri = dataset_uri(self.root, name)
         if "://" not in self.root:
             check_dataset_dir(self.root, uri, name)
-        return uri
+        branch = getattr(name, "branch", None)
+        return f"{uri}/{TREE_DIR}/{branch}" if branch else uri
 
     def store(self, name: str) -> ObjectStore:
         """The object store of dataset `name` (which need not exist yet)."""
@@ -129,10 +129,15 @@ class DatasetHandles:
             raise NotFound(f"dataset {name!r} does not exist") from None
 
     def try_latest(self, name: str) -> LanceDataset | None:
-        """The latest version, or None when the dataset does not exist."""
+        """The latest version, or None when the dataset does not exist (NotFound for a
+        branch: a write never creates one, `create_branch` does)."""
         try:
             return self.open_latest(name)
         except NotFound:
+            if getattr(name, "branch", None):
+                raise NotFound(
+                    f"dataset {name!r} does not exist: create the branch with create_branch"
+                ) from None
             return None
 
     def open_version(self, name: str, version: int) -> LanceDataset:
@@ -183,25 +188,32 @@ class DatasetHandles:
     def forget(self, name: str) -> None:
         """Drop the cached handles of dataset `name` (it was dropped, replaced or cleaned)."""
         uri = self.uri(name)
+        branches = f"{uri}/{TREE_DIR}/"  # a dataset's branches go with it
         with self._lock:
-            for key in [k for k in self._cache if k[0] == uri]:
+            for key in [k for k in self._cache if k[0] == uri or k[0].startswith(branches)]:
                 del self._cache[key]
 
     def open_ref(
         self, name: str, version: int | None, tag: str | None, as_of: str | None
     ) -> LanceDataset:
-        """The dataset at a version number, tag, timestamp, or the latest (read-only)."""
+        """The dataset at a version number, tag, timestamp, or the latest (read-only); a
+        tag must be on the branch `name` is on."""
         if version is not None:
             return self.open_version(name, version)
         if tag is None and as_of is None:
             return self.open_current(name)
-        uri = self.uri(name)
+        branch = getattr(name, "branch", None)
+        # tags live at the dataset's root, whichever branch they point into
+        uri = self.uri(str(name) if tag is not None else name)
         try:
             ds = dataset(uri, version=tag, asof=as_of, storage_options=self.storage_options)
         except DatasetNotFoundError:
             raise NotFound(f"dataset {name!r} does not exist") from None
-        if ds.uri != uri:
-            raise Unimplemented(f"tag {tag!r} of dataset {name!r} is on a branch; not served")
+        if ds.core.branch != branch:
+            where = f"branch {ds.core.branch!r}" if ds.core.branch else "the main line"
+            raise InvalidArgument(
+                f"tag {tag!r} of dataset {str(name)!r} is on {where}: read it there"
+            )
         return ds
 
 

@@ -21,7 +21,9 @@ from typing import Any
 from fsspec.implementations.local import LocalFileSystem
 
 from quiver.flight_server.errors import InvalidArgument
+from quiver.format.errors import InvalidInputError
 from quiver.format.io.store import filesystem
+from quiver.format.table.versions import check_branch_name
 
 log = logging.getLogger("quiver.names")
 
@@ -71,6 +73,60 @@ def validate_name(name: object) -> str:
                 f"invalid dataset name {_shown(name)}: only the last segment may end in '.lance'"
             )
     return name
+
+
+class DatasetName(str):
+    """A validated dataset name, on one of the dataset's branches when `branch` is set.
+
+    It is the name everywhere a name is used (rights, metrics, logs, JSON), so every
+    request path serves a branch unchanged; `DatasetHandles.uri` sends it to the branch's
+    directory. Two names on different branches are different keys (a cached plan of
+    version 3 of the main line is not version 3 of a branch).
+    """
+
+    branch: str | None
+
+    def __new__(cls, name: str, branch: str | None = None) -> DatasetName:
+        out = super().__new__(cls, name)
+        out.branch = branch or None
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        return str.__eq__(self, other) is True and getattr(other, "branch", None) == self.branch
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash((str(self), self.branch)) if self.branch else str.__hash__(self)
+
+    def __repr__(self) -> str:
+        shown = str.__repr__(self)
+        return f"{shown} (branch {self.branch!r})" if self.branch else shown
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (DatasetName, (str(self), self.branch))
+
+
+def on_branch(name: str, branch: object) -> DatasetName:
+    """`name` (validated) on `branch` (a branch name, or None for the main line)."""
+    if branch is None:
+        return DatasetName(validate_name(name))
+    if not isinstance(branch, str):
+        raise InvalidArgument(f"branch must be a string, not {type(branch).__name__}")
+    if branch == "main":
+        return DatasetName(validate_name(name))
+    try:
+        check_branch_name(branch)
+    except InvalidInputError as e:
+        raise InvalidArgument(str(e)) from None
+    return DatasetName(validate_name(name), branch)
+
+
+def branch_of(name: str) -> dict[str, str]:
+    """The branch field of a signed token for `name`: {"b": branch}, or {} on the main line."""
+    branch = getattr(name, "branch", None)
+    return {"b": branch} if branch else {}
 
 
 def name_from_path(path: Sequence[bytes | str]) -> str:

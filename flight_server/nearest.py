@@ -32,6 +32,7 @@ import pyarrow.flight as flight
 
 from quiver.flight_server.errors import InvalidArgument, Unimplemented
 from quiver.flight_server.handles import stamp
+from quiver.flight_server.names import DatasetName, branch_of
 from quiver.flight_server.protocol import (
     Fields,
     ReadRequest,
@@ -172,6 +173,7 @@ class NearestTicket:
             "i": self.with_row_id,
             "l": self.limit,
             "e": self.expires,
+            **branch_of(self.dataset),
         }
         if self.full_text is not None:
             payload["f"] = self.full_text
@@ -186,7 +188,7 @@ class NearestTicket:
         p = signer.verify(NEAREST_KIND, token)
         try:
             t = cls(
-                dataset=str(p["d"]),
+                dataset=DatasetName(str(p["d"]), p.get("b")),
                 version=int(p["v"]),
                 stamp=None if p["t"] is None else int(p["t"]),
                 nearest=dict(p["n"]),

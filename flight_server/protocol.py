@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from quiver.flight_server.errors import InvalidArgument
-from quiver.flight_server.names import name_from_path, validate_name
+from quiver.flight_server.names import name_from_path, on_branch
 from quiver.flight_server.staging import valid_job
 from quiver.wire.requests import BACKFILLS, MERGE_KEYS, PUT_KEYS, PUT_MODES, READ_KEYS, WHEN_MATCHED
 
@@ -186,8 +186,9 @@ class Fields:
         return value
 
     def dataset(self) -> str:
-        """The required, validated "dataset" name."""
-        return validate_name(self.str("dataset", required=True))
+        """The required, validated "dataset" name, on the "branch" the body names (where
+        a branch is allowed)."""
+        return on_branch(self.str("dataset", required=True), self.doc.get("branch"))
 
 
 # -- reads ----------------------------------------------------------------------------------
@@ -404,7 +405,7 @@ def put_request_from_command(cmd: bytes) -> PutRequest:
             raise InvalidArgument(
                 f"DoPut command: 'backfill' must be one of {', '.join(BACKFILLS)}"
             )
-        if not set(f.doc) <= {"dataset", "backfill", "idempotency_key"}:
+        if not set(f.doc) <= {"dataset", "branch", "backfill", "idempotency_key"}:
             raise InvalidArgument(
                 "DoPut command: a backfill commits at once; it takes only 'dataset', "
                 "'backfill' and 'idempotency_key'"

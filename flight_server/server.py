@@ -127,6 +127,8 @@ class _Call:
             "status": self.status,
             "peer": _peer(self.context),
         }
+        if getattr(self.dataset, "branch", None):
+            record["branch"] = self.dataset.branch
         if self.identity is not None:
             record["identity"] = str(getattr(self.identity, "user", self.identity))
         access_log.info(_compact_json(record))

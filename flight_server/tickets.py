@@ -15,7 +15,8 @@ the same rows:
     {"d": dataset name, "v": resolved version, "f": fragment id | null (all fragments),
      "r": [first, end) physical rows of the fragment | null, "c": columns | null,
      "q": filter | null, "l": limit | null, "i": with_row_id, "e": expiry (unix s) | null,
-     "t": commit time of the version (ns), which tells a recreated dataset's version apart}
+     "t": commit time of the version (ns), which tells a recreated dataset's version apart,
+     "b": the branch, when not the main line}
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from quiver.flight_server.errors import InvalidArgument
+from quiver.flight_server.names import DatasetName, branch_of
 
 TICKET_KIND = "qt1"
 FRAGMENT_KIND = "qf1"
@@ -146,6 +148,7 @@ class ReadTicket:
             "i": self.with_row_id,
             "e": self.expires,
             "t": self.stamp,
+            **branch_of(self.dataset),
         }
         return signer.sign(TICKET_KIND, payload).encode("ascii")
 
@@ -155,7 +158,7 @@ class ReadTicket:
         p = signer.verify(TICKET_KIND, token)
         try:
             ticket = cls(
-                dataset=_typed(p["d"], str),
+                dataset=DatasetName(_typed(p["d"], str), _typed(p.get("b"), str, optional=True)),
                 version=_typed(p["v"], int),
                 fragment_id=_typed(p["f"], int, optional=True),
                 row_range=_range(p["r"]),

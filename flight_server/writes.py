@@ -23,7 +23,7 @@ import pyarrow as pa
 from quiver.flight_server import changes, metrics
 from quiver.flight_server.errors import AlreadyExists, Cancelled, InvalidArgument, Unimplemented
 from quiver.flight_server.handles import DatasetHandles
-from quiver.flight_server.names import discover
+from quiver.flight_server.names import DatasetName, branch_of, discover
 from quiver.flight_server.protocol import PutRequest
 from quiver.flight_server.staging import AUTO_JOB_PREFIX, STAGING_DIR, StagingLedger, new_job
 from quiver.flight_server.tickets import FRAGMENT_KIND, Signer
@@ -96,6 +96,7 @@ class Writes:
             "j": job,
             "r": record,
             "e": int(time.time()) + self.staged_ttl,
+            **branch_of(name),
         }
         if source:
             payload["u"] = "source"  # the rows of a change, never the dataset's own
@@ -112,7 +113,7 @@ class Writes:
             schema = None
             if p["s"] is not None:
                 schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(p["s"], validate=True)))
-            sig, owner = p["h"], p["d"]
+            sig, owner = p["h"], DatasetName(p["d"], p.get("b"))
             job, record, expires = p["j"], p["r"], p["e"]
             if not all(isinstance(x, str) for x in (sig, owner, job, record)):
                 raise ValueError

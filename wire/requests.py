@@ -27,6 +27,7 @@ from quiver.wire.errors import InvalidArgument
 
 READ_KEYS: tuple[str, ...] = (
     "dataset",
+    "branch",
     "version",
     "tag",
     "as_of",
@@ -57,6 +58,7 @@ NEAREST_KEYS: tuple[str, ...] = (
 )
 PUT_KEYS: tuple[str, ...] = (
     "dataset",
+    "branch",
     "mode",
     "commit",
     "job",
@@ -260,7 +262,56 @@ ACTION_SHAPES: tuple[ActionShape, ...] = (
     ActionShape(
         "drop_dataset", "Delete a dataset and all its files: {dataset}", ("dataset",), WRITE
     ),
+    ActionShape(
+        "create_branch",
+        "Create a branch from a version: {dataset, name, branch?, version?|tag?} -> "
+        "{name, version}",
+        ("dataset", "name", "version", "tag"),
+        WRITE,
+    ),
+    ActionShape(
+        "list_branches",
+        "Every branch: {dataset} -> {branches: [{name, parent_branch, parent_version, "
+        "create_at, metadata}]}",
+        ("dataset",),
+        READ,
+    ),
+    ActionShape(
+        "delete_branch",
+        "Delete a branch and the files it wrote: {dataset, name} -> {name, deleted}",
+        ("dataset", "name"),
+        WRITE,
+    ),
     ActionShape("healthcheck", "Whether this server can serve: {} -> {status}", (), None),
+)
+# Actions that act on one branch of their dataset, named by "branch" (default: the main line)
+BRANCHED_ACTIONS = frozenset(
+    {
+        "commit",
+        "apply_staged",
+        "abort",
+        "describe",
+        "list_versions",
+        "delete",
+        "update",
+        "restore",
+        "create_tag",
+        "add_columns",
+        "drop_columns",
+        "alter_columns",
+        "create_index",
+        "optimize_indices",
+        "drop_index",
+        "compact",
+        "cleanup",
+        "create_branch",
+    }
+)
+ACTION_SHAPES = tuple(
+    ActionShape(a.name, a.summary, (*a.keys, "branch"), a.right)
+    if a.name in BRANCHED_ACTIONS
+    else a
+    for a in ACTION_SHAPES
 )
 ACTIONS: dict[str, ActionShape] = {a.name: a for a in ACTION_SHAPES}
 
@@ -301,8 +352,11 @@ def read_command(
     full_text_query: str | dict[str, Any] | list[Any] | None = None,
     fast_search: bool = False,
     hybrid: dict[str, Any] | None = None,
+    branch: str | None = None,
 ) -> dict[str, Any]:
     """The JSON object of a read CMD descriptor; only the options that are set appear.
+
+    `branch` reads a branch of the dataset (its latest version, or `version` on it).
 
     `appended_since=v` reads only the rows that appends added after version `v` (up to
     `version`, default the latest), each endpoint pinned to the version that added it.
@@ -322,6 +376,8 @@ def read_command(
     if len(pins) > 1:
         raise InvalidArgument(f"give at most one of version, tag and as_of (got {', '.join(pins)})")
     cmd: dict[str, Any] = {"dataset": dataset}
+    if branch is not None:
+        cmd["branch"] = str(branch)
     if version is not None:
         cmd["version"] = _int_option("version", version)
     if tag is not None:

@@ -16,6 +16,8 @@ df.write.format("quiver").option("uri", "grpc://host:8815").option("dataset", "s
 Options (all strings, as Spark passes them; an unknown one is refused, listing those known):
 - `uri` (required), `dataset` (required; or the path given to `load()` / `save()`)
 - `version` | `tag` | `as_of` (at most one): time travel
+- `branch`: a branch of the dataset (created with `Client.create_branch`, pylance's
+  `create_branch` or lance-spark): reads, writes, row changes and streams act on it
 - `filter`: a server-side SQL predicate; `columns`: comma-separated projection (PySpark has
   no column-pruning hook, so a user `.schema(...)` also projects: its names are requested)
 - `token`, or `username` + `password`; `tls_root_certs`, `cert_chain`, `private_key` (paths

@@ -48,6 +48,7 @@ _CONNECTION = (
     "cert_chain",
     "private_key",
     "timeout",
+    "branch",  # a branch of the dataset (default: the main line)
 )
 _READ = ("version", "tag", "as_of", "filter", "columns", "max_rows_per_endpoint")
 # A batch write that changes rows instead of appending them (see `change_option`)
@@ -153,6 +154,7 @@ class Conn:
     cert_chain: str | None = None
     private_key: str | None = None
     timeout: float | None = None
+    branch: str | None = None  # every read, write and stream acts on this branch
 
     @classmethod
     def from_options(cls, options: Any) -> Conn:
@@ -176,6 +178,7 @@ class Conn:
             cert_chain=options.get("cert_chain"),
             private_key=options.get("private_key"),
             timeout=_timeout(options),
+            branch=options.get("branch") or None,
         )
 
     def shared_client(self) -> Any:
@@ -191,7 +194,7 @@ class Conn:
     def client(self) -> Any:
         from quiver.clients.flight import Client
 
-        return Client(
+        client = Client(
             self.uri,
             token=self.token,
             username=self.username,
@@ -201,6 +204,7 @@ class Conn:
             private_key=self.private_key,
             timeout=self.timeout,
         )
+        return client.branch(self.branch) if self.branch else client
 
 
 # ---------------------------------------------------------------------------------------------

@@ -206,3 +206,35 @@ def test_bad_options_are_refused(spark, uri, root) -> None:
     assert pc.sum(lance.dataset(str(root / "sp_opts.lance")).to_table()["id"]).as_py() == sum(
         range(60)
     )
+
+
+def test_a_branch_read_and_written_by_spark(spark, uri, root) -> None:
+    """The `branch` option: appends, upserts and reads go to the branch, checked against
+    pylance on that branch; the main line is never touched."""
+    name = "sp_branch"
+    path = str(root / f"{name}.lance")
+    with Client(uri) as qc:
+        qc.write(name, _rows(0, 30), mode="create")
+        qc.create_branch(name, "dev")
+    conn = {"uri": uri, "dataset": name, "branch": "dev"}
+    _df(spark, _rows(100, 12)).write.format("quiver").options(**conn).mode("append").save()
+    _df(spark, _rows(20, 15, scale=-2.0)).write.format("quiver").options(**conn).option(
+        "operation", "upsert"
+    ).option("on", "id").mode("append").save()
+    ref = lance.write_dataset(_rows(0, 30), str(root / f"{name}-ref.lance"))
+    lance.write_dataset(_rows(100, 12), ref, mode="append")
+    ref = lance.dataset(ref.uri)
+    ref.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(
+        _rows(20, 15, scale=-2.0)
+    )
+    dev = lance.dataset(path).checkout_version(("dev", None))
+    assert dev.version == 3  # one commit per job
+    assert_same_table(dev.to_table().sort_by("id"), ref.to_table().sort_by("id"), "branch")
+    read = spark.read.format("quiver").options(**conn).load().toArrow().sort_by("id")
+    assert read.column("id").to_pylist() == dev.to_table().sort_by("id").column("id").to_pylist()
+    assert (
+        read.column("value").to_pylist() == dev.to_table().sort_by("id").column("value").to_pylist()
+    )
+    assert lance.dataset(path).version == 1 and lance.dataset(path).count_rows() == 30
+    with pytest.raises(Exception, match="branch 'nope'"):
+        spark.read.format("quiver").options(**{**conn, "branch": "nope"}).load().collect()

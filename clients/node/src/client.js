@@ -22,7 +22,8 @@ const { RecordBatch, RecordBatchReader, RecordBatchStreamWriter, Table, makeData
 const errors = require('./errors');
 const ipc = require('./ipc');
 const {
-  readCommand, splitSearchOptions, putCommand, commitBody, updateBody, mergeCommand, backfillCommand, jsonBytes,
+  BRANCHED_ACTIONS, readCommand, splitSearchOptions, putCommand, commitBody, updateBody, mergeCommand,
+  backfillCommand, jsonBytes,
 } = require('./commands');
 const { flightServiceClient } = require('./proto');
 
@@ -290,6 +291,7 @@ class Client {
     this._username = username ?? null;
     this._password = password ?? null;
     this._token = token == null ? null : /^bearer /i.test(token) ? token : `Bearer ${token}`;
+    this._branch = null; // see `branch`
     this._connections = new Map(); // uri -> Promise<{uri, stub, authorization}>
     this._stubs = new Set();
     this._closed = false;
@@ -428,9 +430,27 @@ class Client {
 
   // -- calls -----------------------------------------------------------------------------
 
+  /**
+   * This client on branch `name` of every dataset it names: reads, searches, writes, row
+   * changes, indices, maintenance, versions and tags act on that branch ('main': the main
+   * line). It shares this client's connections.
+   */
+  branch(name) {
+    const view = Object.create(this);
+    view._branch = name === 'main' ? null : String(name);
+    return view;
+  }
+
+  /** A command or action body on this client's branch, unless it names one itself. */
+  _scoped(body) {
+    if (this._branch === null || (body && body.branch != null)) return body;
+    return { ...body, branch: this._branch };
+  }
+
   /** `DoAction(name)` with a JSON body; the JSON result (an array if several, null if none). */
   async action(name, body = {}) {
-    const request = { type: String(name), body: jsonBytes(body ?? {}) };
+    const scoped = BRANCHED_ACTIONS.has(name) ? this._scoped(body ?? {}) : body ?? {};
+    const request = { type: String(name), body: jsonBytes(scoped) };
     const answers = await this._rpc((stub, md, o) => collect(stub.DoAction(request, md, o)));
     const results = answers.map((r) => parseJson(r.body, `action ${JSON.stringify(name)}`));
     if (results.length === 0) return null;
@@ -464,7 +484,7 @@ class Client {
 
   /** The FlightInfo of a read: Arrow schema, endpoints (tickets, locations), totals. */
   async flightInfo(dataset, options = {}) {
-    const descriptor = { type: 'CMD', cmd: jsonBytes(readCommand(dataset, options)) };
+    const descriptor = { type: 'CMD', cmd: jsonBytes(readCommand(dataset, this._scoped(options))) };
     const info = await this._rpc((stub, md, o) => unary(stub, 'GetFlightInfo', descriptor, md, o));
     return {
       schema: ipc.decodeSchema(info.schema),
@@ -484,7 +504,7 @@ class Client {
   /** The Arrow schema a read with these options returns (GetSchema). */
   async schema(dataset, { columns, version, tag, asOf, withRowId } = {}) {
     const options = { columns, version, tag, asOf, withRowId };
-    const descriptor = { type: 'CMD', cmd: jsonBytes(readCommand(dataset, options)) };
+    const descriptor = { type: 'CMD', cmd: jsonBytes(readCommand(dataset, this._scoped(options))) };
     try {
       const answer = await this._rpc((stub, md, o) => unary(stub, 'GetSchema', descriptor, md, o));
       return ipc.decodeSchema(answer.schema);
@@ -711,7 +731,7 @@ class Client {
         if (failure) break;
         const flightData = { data_header: message.header, data_body: message.body };
         if (first) {
-          flightData.flight_descriptor = { type: 'CMD', cmd: jsonBytes(command) };
+          flightData.flight_descriptor = { type: 'CMD', cmd: jsonBytes(this._scoped(command)) };
           first = false;
         }
         if (!call.write(flightData)) {
@@ -855,6 +875,24 @@ class Client {
   }
 
   /** Make an old version (a number, or a tag name) the latest, as a new version. */
+  /** Create branch `name` from a version of this client's branch (a number, a tag, or the latest). */
+  async createBranch(dataset, name, version) {
+    const body = { dataset, name };
+    if (version != null) body[typeof version === 'string' ? 'tag' : 'version'] = version;
+    return this.action('create_branch', body);
+  }
+
+  /** The branches of a dataset, oldest parent version first. */
+  async branches(dataset) {
+    const answer = await this.action('list_branches', { dataset });
+    return answer && Array.isArray(answer.branches) ? answer.branches : [];
+  }
+
+  /** Delete a branch and the files it wrote (refused while branches were created from it). */
+  async deleteBranch(dataset, name) {
+    return this.action('delete_branch', { dataset, name });
+  }
+
   async restore(dataset, version) {
     return this.action('restore', typeof version === 'string' ? { dataset, tag: version } : { dataset, version: Number(version) });
   }

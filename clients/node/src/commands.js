@@ -43,7 +43,7 @@ function asOfText(asOf) {
  *   prefilter, fastSearch
  */
 const READ_OPTIONS = new Set([
-  'columns', 'filter', 'version', 'tag', 'asOf', 'limit', 'withRowId', 'maxRowsPerEndpoint', 'appendedSince',
+  'branch', 'columns', 'filter', 'version', 'tag', 'asOf', 'limit', 'withRowId', 'maxRowsPerEndpoint', 'appendedSince',
   'fullTextQuery', 'prefilter', 'fastSearch', 'nearest', 'hybrid',
 ]);
 // a vector search's options: the server's keys by their JavaScript names
@@ -113,7 +113,14 @@ function hybridObject(hybrid) {
   return out;
 }
 
-const READ_KEYS = ['columns', 'filter', 'prefilter', 'withRowId', 'version', 'tag', 'asOf'];
+const READ_KEYS = ['columns', 'filter', 'prefilter', 'withRowId', 'version', 'tag', 'asOf', 'branch'];
+
+// The actions that act on one branch of their dataset (the server's `BRANCHED_ACTIONS`)
+const BRANCHED_ACTIONS = new Set([
+  'commit', 'apply_staged', 'abort', 'describe', 'list_versions', 'delete', 'update', 'restore',
+  'create_tag', 'add_columns', 'drop_columns', 'alter_columns', 'create_index', 'optimize_indices',
+  'drop_index', 'compact', 'cleanup', 'create_branch',
+]);
 
 /** A search's options split into the vector search's and the read's (unknown ones refused). */
 function splitSearchOptions(options) {
@@ -137,7 +144,7 @@ function readCommand(dataset, options = {}) {
   const unknown = Object.keys(options).filter((k) => !READ_OPTIONS.has(k) && options[k] !== undefined);
   if (unknown.length) throw new TypeError(`unknown read option(s): ${unknown.join(', ')}`);
   const {
-    columns, filter, version, tag, asOf, limit, withRowId, maxRowsPerEndpoint, appendedSince,
+    branch, columns, filter, version, tag, asOf, limit, withRowId, maxRowsPerEndpoint, appendedSince,
     fullTextQuery, prefilter, fastSearch, nearest, hybrid,
   } = options;
   const pins = [['version', version], ['tag', tag], ['asOf', asOf]].filter(([, v]) => v != null);
@@ -145,6 +152,7 @@ function readCommand(dataset, options = {}) {
     throw new InvalidArgument(`give at most one of version, tag and asOf (got ${pins.map(([n]) => n).join(', ')})`);
   }
   const cmd = { dataset };
+  if (branch != null) cmd.branch = String(branch);
   if (version != null) cmd.version = integer('version', version);
   if (tag != null) cmd.tag = String(tag);
   if (asOf != null) cmd.as_of = asOfText(asOf);
@@ -328,6 +336,7 @@ function jsonBytes(value) {
 }
 
 module.exports = {
+  BRANCHED_ACTIONS,
   PUT_MODES,
   COMMIT_OPERATIONS,
   WHEN_MATCHED,

@@ -9,7 +9,7 @@ const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
 
-const { Client, CommitConflict, AlreadyExists, arrow } = require('../src');
+const { Client, CommitConflict, AlreadyExists, NotFound, arrow } = require('../src');
 const { serverConfig, SKIP, assertTablesEqual } = require('./helpers');
 
 const config = serverConfig();
@@ -179,6 +179,25 @@ describe('writes', { skip: !config && SKIP }, () => {
     assert.equal(err.version, won.version);
     assert.equal((await client.read('node_conflict')).numRows, 5);
     await client.abort('node_conflict', staged);
+  });
+
+  test('a branch: written and read through a branch view, the main line untouched', async () => {
+    const base = rows(0, 20, ['a']);
+    await client.write('node_branched', base, { mode: 'create' });
+    assert.deepEqual(await client.createBranch('node_branched', 'dev'), { name: 'dev', version: 1 });
+    const dev = client.branch('dev');
+    assert.deepEqual(await dev.write('node_branched', rows(20, 5, ['b'])), { version: 2, rows: 5 });
+    assert.deepEqual(await dev.delete('node_branched', 'id < 3'), { version: 3, deleted_rows: 3 });
+    const onDev = await dev.read('node_branched', { columns: ['id'] });
+    assert.deepEqual(Array.from(onDev.getChild('id')), Array.from({ length: 22 }, (_, k) => BigInt(k + 3)));
+    assert.equal((await client.read('node_branched', { branch: 'dev', version: 2 })).numRows, 25);
+    assert.equal((await dev.describe('node_branched')).branch, 'dev');
+    assertTablesEqual(await client.read('node_branched'), base, 'the main line');
+    const listed = (await client.branches('node_branched')).map((b) => [b.name, b.parent_branch, b.parent_version]);
+    assert.deepEqual(listed, [['dev', null, 1]]);
+    assert.deepEqual(await client.deleteBranch('node_branched', 'dev'), { name: 'dev', deleted: true });
+    await assert.rejects(dev.read('node_branched'), NotFound);
+    leave('node_branched', base);
   });
 
   test('tags, delete, restore and schema evolution through actions', async () => {

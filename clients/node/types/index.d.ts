@@ -33,6 +33,8 @@ export interface VersionOptions {
 }
 
 export interface ReadOptions extends VersionOptions {
+  /** A branch of the dataset (default: the main line). */
+  branch?: string;
   columns?: string[];
   /** A SQL filter evaluated by the server: `"x > 5 AND s LIKE 'a%'"`. */
   filter?: string;
@@ -259,11 +261,17 @@ export class Client {
   /** Apply rows naming their `_rowaddr` (uint64, as a read of `_rowaddr` gives it): new columns or new values. */
   backfill(dataset: string, data: WriteData, mode?: BackfillMode, options?: KeyedOptions): Promise<BackfillResult>;
   versions(dataset: string): Promise<{ version: number; timestamp: string; rows: number; fragments: number }[]>;
-  tags(dataset: string): Promise<Record<string, { version: number; created_at: string; updated_at: string }>>;
+  tags(dataset: string): Promise<Record<string, { branch: string | null; version: number; created_at: string; updated_at: string }>>;
   createTag(dataset: string, tag: string, version?: number): Promise<{ tag: string; version: number }>;
   deleteTag(dataset: string, tag: string): Promise<{ tag: string; deleted: boolean }>;
   /** A version number, or a tag name. */
   restore(dataset: string, version: number | string): Promise<{ version: number; restored: number }>;
+  /** This client on a branch of every dataset it names ('main': the main line); connections shared. */
+  branch(name: string): Client;
+  /** Create a branch from a version of this client's branch (a number, a tag, or the latest). */
+  createBranch(dataset: string, name: string, version?: number | string): Promise<{ name: string; version: number }>;
+  branches(dataset: string): Promise<Array<{ name: string; parent_branch: string | null; parent_version: number; create_at: number; metadata: Record<string, string> }>>;
+  deleteBranch(dataset: string, name: string): Promise<{ name: string; deleted: boolean }>;
   addColumns(dataset: string, columns: Record<string, string>): Promise<{ version: number }>;
   dropColumns(dataset: string, columns: string | string[]): Promise<{ version: number }>;
   alterColumns(dataset: string, ...alterations: { path: string; name?: string; nullable?: boolean; data_type?: string }[]): Promise<{ version: number }>;
