@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from quiver.format.dataset import backfill, cleanup, compaction, evolution
 from quiver.format.dataset import indexing as _indexing
+from quiver.format.dataset import metadata as _metadata
 from quiver.format.dataset import take as _take
 from quiver.format.dataset import update as _update
 from quiver.format.dataset import write as _write
@@ -168,10 +169,58 @@ class LanceDataset:
         tag, or (branch, number)) and return the dataset on it."""
         return LanceDataset(create_branch(self._core, branch, reference))
 
-    @property
     def config(self) -> dict[str, str]:
-        """Table configuration of this version."""
+        """Table configuration of this version (a method, as pylance's)."""
         return dict(self._core.manifest.pb.config)
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        """The table metadata of this version."""
+        return dict(self._core.manifest.pb.table_metadata)
+
+    @property
+    def schema_metadata(self) -> dict[str, str]:
+        """The schema's metadata of this version."""
+        return {k: v.decode() for k, v in self._core.manifest.pb.schema_metadata.items()}
+
+    def update_config(
+        self, values: dict[str, str | None], *, replace: bool = False
+    ) -> dict[str, str]:
+        """Set (or with None remove) table config keys; the config after."""
+        self._advance(_metadata.update_config(self._core, values, replace=replace))
+        return self.config()
+
+    def delete_config_keys(self, keys: list[str]) -> None:
+        """Remove table config keys."""
+        self._advance(_metadata.delete_config_keys(self._core, keys))
+
+    def update_metadata(
+        self, values: dict[str, str | None], *, replace: bool = False
+    ) -> dict[str, str]:
+        """Set (or remove) table metadata keys; the table metadata after."""
+        self._advance(_metadata.update_metadata(self._core, values, replace=replace))
+        return self.metadata
+
+    def update_schema_metadata(
+        self, values: dict[str, str | None], *, replace: bool = False
+    ) -> dict[str, str]:
+        """Set (or remove) schema metadata keys; the schema metadata after."""
+        self._advance(_metadata.update_schema_metadata(self._core, values, replace=replace))
+        return self.schema_metadata
+
+    def update_field_metadata(
+        self, field_updates: dict[str, dict[str, str | None]], *, replace: bool = False
+    ) -> None:
+        """Set (or remove) metadata keys of fields named by path ("st.x")."""
+        self._advance(_metadata.update_field_metadata(self._core, field_updates, replace=replace))
+
+    def replace_schema_metadata(self, new_metadata: dict[str, str]) -> None:
+        """The schema's metadata replaced (pylance's older form)."""
+        self.update_schema_metadata(new_metadata, replace=True)
+
+    def replace_field_metadata(self, field_name: str, new_metadata: dict[str, str]) -> None:
+        """A field's metadata replaced (pylance's older form)."""
+        self.update_field_metadata({field_name: new_metadata}, replace=True)
 
     def __repr__(self) -> str:
         return f"LanceDataset(uri={self.uri!r}, version={self.version})"

@@ -418,7 +418,7 @@ def _apply_update_map(target: object, update: transaction_pb2.Transaction.Update
 
 
 def _apply_config(m: table_pb2.Manifest, body: transaction_pb2.Transaction.UpdateConfig) -> None:
-    """Config, table metadata and schema metadata updates, new and legacy field forms."""
+    """Config, table, schema and field metadata updates, new and legacy field forms."""
     if body.HasField("config_updates"):
         _apply_update_map(m.config, body.config_updates)
     if body.HasField("table_metadata_updates"):
@@ -428,6 +428,13 @@ def _apply_config(m: table_pb2.Manifest, body: transaction_pb2.Transaction.Updat
         _apply_update_map(meta, body.schema_metadata_updates)
         m.schema_metadata.clear()
         m.schema_metadata.update({k: v.encode() for k, v in meta.items()})
+    for field_id, update in body.field_metadata_updates.items():
+        for proto in m.fields:
+            if proto.id == field_id:
+                meta = {k: v.decode() for k, v in proto.metadata.items()}
+                _apply_update_map(meta, update)
+                proto.metadata.clear()
+                proto.metadata.update({k: v.encode() for k, v in meta.items()})
     m.config.update(body.upsert_values)
     for key in body.delete_keys:
         m.config.pop(key, None)

@@ -203,11 +203,53 @@ class _Sequence:
         if indices:
             dropped = self.rng.choice(indices)
             ops.append((f"drop_index {dropped}", lambda e, u: e.dataset(u).drop_index(dropped)))
+        self.branch_ops(ops, k, mod, rem)
         what, run = self.rng.choice(ops)
         self.reordered |= what.startswith("merge_insert")
         self.log.append(f"{k}: {what} ({name} here, {other} on the twin)")
         run(ENGINES[name], self.uri)
         run(ENGINES[other], self.twin)
+
+    def branch_ops(self, ops: list, k: int, mod: int, rem: int) -> None:
+        """Branches: one created from the latest version, rows appended to, deleted from,
+        compacted and cleaned up on an existing one, and a branch without children deleted."""
+        new = f"b{k}" if self.rng.random() < 0.5 else f"nest/b{k}"
+        ops.append((f"create_branch {new}", lambda e, u: e.dataset(u).create_branch(new)))
+        branches = lance.dataset(self.uri).branches.list()
+        if not branches:
+            return
+        branch = self.rng.choice(sorted(branches))
+
+        def on(e: Any, u: str) -> Any:
+            return e.dataset(u).checkout_version((branch, None))
+
+        rows = self.rows(on(lance, self.uri).schema, self.rng.randint(1, 8))
+        ops.append(
+            (f"append on {branch}", lambda e, u: e.write_dataset(rows, on(e, u), mode="append"))
+        )
+        ops.append(
+            (
+                f"delete id % {mod} = {rem} on {branch}",
+                lambda e, u: on(e, u).delete(f"id % {mod} = {rem}"),
+            )
+        )
+        ops.append(
+            (
+                f"compact_files on {branch}",
+                lambda e, u: on(e, u).optimize.compact_files(target_rows_per_fragment=1000),
+            )
+        )
+        ops.append(
+            (
+                f"cleanup_old_versions on {branch}",
+                lambda e, u: on(e, u).cleanup_old_versions(older_than=dt.timedelta(0)),
+            )
+        )
+        parents = {b["parent_branch"] for b in branches.values()}
+        leaves = sorted(b for b in branches if b not in parents)
+        if leaves:
+            gone = self.rng.choice(leaves)
+            ops.append((f"delete_branch {gone}", lambda e, u: e.dataset(u).branches.delete(gone)))
 
     def row_changes(self, ops: list, schema: pa.Schema, others: list[str]) -> None:
         """A random merge_insert (source: some existing ids and new ones) and update."""
@@ -285,6 +327,33 @@ class _Sequence:
         ]
         for uri in (self.uri, self.twin):
             self.compare_engines(uri)
+            self.compare_branches(uri)
+        ours, theirs = lance.dataset(self.uri).branches.list(), twin.branches.list()
+        assert {b: v["parent_version"] for b, v in ours.items()} == {
+            b: v["parent_version"] for b, v in theirs.items()
+        }
+        for branch in ours:
+            assert_same_table(
+                rows_of(twin.checkout_version((branch, None))),
+                rows_of(here.checkout_version((branch, None))),
+                f"the twin's branch {branch}",
+            )
+
+    def compare_branches(self, uri: str) -> None:
+        """Every branch alike in both engines: its ref, and every version of it."""
+        ref, mine = lance.dataset(uri).branches.list(), dataset(uri).branches.list()
+        assert ref.keys() == mine.keys()
+        for name, theirs in ref.items():
+            for key in ("parent_branch", "parent_version", "manifest_size"):
+                assert mine[name][key] == theirs[key], (name, key)
+            head = lance.dataset(uri).checkout_version((name, None))
+            for v in [v["version"] for v in head.versions()]:
+                assert [v["version"] for v in dataset(uri).checkout_version((name, v)).versions()]
+                assert_same_table(
+                    dataset(uri).checkout_version((name, v)).to_table(),
+                    lance.dataset(uri).checkout_version((name, v)).to_table(),
+                    f"branch {name} version {v}",
+                )
 
     def compare_engines(self, uri: str) -> None:
         """Every version, read through both engines, alike; the same versions and tags."""
