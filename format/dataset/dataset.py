@@ -32,6 +32,7 @@ from quiver.format.dataset.nearest import NearestSearch, nearest_table
 from quiver.format.dataset.refs import Branches, Tags, create_branch, shallow_clone
 from quiver.format.dataset.row_changes import DEFAULT_CONFLICT_RETRIES, DEFAULT_RETRY_TIMEOUT
 from quiver.format.dataset.scan import Scanner
+from quiver.format.dataset.stats import LanceStats
 from quiver.format.errors import (
     InvalidInputError,
 )
@@ -158,6 +159,11 @@ class LanceDataset:
     def tags(self) -> Tags:
         """The dataset's tags."""
         return Tags(self._core)
+
+    @property
+    def stats(self) -> LanceStats:
+        """Statistics of this version (pylance's `ds.stats`)."""
+        return LanceStats(self._core, self.index_statistics)
 
     @property
     def branches(self) -> Branches:
@@ -411,6 +417,10 @@ class LanceDataset:
             with_row_id=with_row_id,
             with_row_address=with_row_address,
         ).to_table()
+
+    def to_pandas(self, **kwargs: Any) -> Any:
+        """`to_table(**kwargs)` as a pandas DataFrame."""
+        return self.to_table(**kwargs).to_pandas()
 
     def to_batches(self, **kwargs: Any) -> Any:
         """Stream rows as record batches (same options as `scanner`)."""

@@ -215,3 +215,37 @@ def test_nested_fields_by_path_keep_their_metadata(tmp_path: Path, nullable: boo
     for columns in (["st.`o"], ["st.x"], ["st.o.p"]):
         with pytest.raises(ColumnNotFoundError, match="no column"):
             dataset(uri).to_table(columns=columns)
+
+
+@pytest.mark.parametrize("storage_version", ["legacy", "2.0", "2.1", "2.2"])
+@pytest.mark.parametrize("writer", ["pylance", "quiver"])
+def test_stats_are_pylance_s(tmp_path: Path, storage_version: str, writer: str):
+    """ds.stats: dataset statistics and every field's bytes on disk (dictionaries, nulls,
+    lists, structs, fixed-size lists, binaries; two data files in a fragment after
+    add_columns; deletions), read by both engines from what either wrote."""
+    import numpy as np
+
+    from quiver.format.dataset import write_dataset
+
+    n = 3000
+    table = pa.table(
+        {
+            "a": np.arange(n),
+            "s": pa.array([None if i % 7 == 0 else f"x{i}" for i in range(n)]),
+            "d": pa.array([f"c{i % 5}" for i in range(n)]).dictionary_encode(),
+            "st": pa.array([{"x": i, "y": "q"} for i in range(n)]),
+            "l": pa.array([[i] * 3 if i % 3 else None for i in range(n)]),
+            "v": pa.FixedSizeListArray.from_arrays(pa.array(np.arange(n * 4, dtype=np.float32)), 4),
+            "b": pa.array([b"z" * (i % 50) for i in range(n)], pa.large_binary()),
+        }
+    )
+    uri = str(tmp_path / "t")
+    write = lance.write_dataset if writer == "pylance" else write_dataset
+    write(table, uri, data_storage_version=storage_version, max_rows_per_file=1200)
+    dataset(uri).delete("a % 11 = 0")
+    lance.dataset(uri).add_columns({"z": "a * 2"})
+    ours, theirs = dataset(uri).stats, lance.dataset(uri).stats
+    assert ours.dataset_stats() == theirs.dataset_stats()
+    assert [(f.id, f.bytes_on_disk) for f in ours.data_stats().fields] == [
+        (f.id, f.bytes_on_disk) for f in theirs.data_stats().fields
+    ]
