@@ -33,6 +33,7 @@ from quiver.format.dataset.refs import Branches, Tags, create_branch, shallow_cl
 from quiver.format.dataset.row_changes import DEFAULT_CONFLICT_RETRIES, DEFAULT_RETRY_TIMEOUT
 from quiver.format.dataset.scan import Scanner
 from quiver.format.dataset.stats import LanceStats
+from quiver.format.dataset.validate import validate as _validate
 from quiver.format.errors import (
     InvalidInputError,
 )
@@ -417,6 +418,10 @@ class LanceDataset:
             with_row_id=with_row_id,
             with_row_address=with_row_address,
         ).to_table()
+
+    def validate(self) -> None:
+        """Check this version's consistency as pylance does (CorruptFileError if not)."""
+        _validate(self._core)
 
     def to_pandas(self, **kwargs: Any) -> Any:
         """`to_table(**kwargs)` as a pandas DataFrame."""

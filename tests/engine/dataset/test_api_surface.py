@@ -15,6 +15,7 @@ from compare import assert_same_table
 from quiver.format.dataset import dataset
 from quiver.format.errors import (
     ColumnNotFoundError,
+    CorruptFileError,
     FilterBindError,
     FilterSyntaxError,
     InvalidInputError,
@@ -249,3 +250,33 @@ def test_stats_are_pylance_s(tmp_path: Path, storage_version: str, writer: str):
     assert [(f.id, f.bytes_on_disk) for f in ours.data_stats().fields] == [
         (f.id, f.bytes_on_disk) for f in theirs.data_stats().fields
     ]
+
+
+def test_validate_as_pylance(tmp_path: Path):
+    """validate() passes on sound datasets of every storage version (deletions, several
+    data files per fragment, indices) and fails, as pylance's does, on a data file that
+    holds fewer rows than its fragment lists."""
+    import shutil
+
+    for version in ("legacy", "2.0", "2.2"):
+        uri = str(tmp_path / version)
+        lance.write_dataset(
+            pa.table({"a": list(range(300))}),
+            uri,
+            data_storage_version=version,
+            max_rows_per_file=100,
+        )
+        lance.dataset(uri).delete("a % 7 = 0")
+        lance.dataset(uri).add_columns({"b": "a * 2"})
+        if version != "legacy":
+            lance.dataset(uri).create_scalar_index("a", "BTREE")
+        lance.write_dataset(pa.table({"a": [1000], "b": [0]}), uri, mode="append")
+        assert dataset(uri).validate() is None and lance.dataset(uri).validate() is None
+    uri = str(tmp_path / "broken")
+    lance.write_dataset(pa.table({"a": list(range(30))}), uri, max_rows_per_file=20)
+    first, second = (f.data_files()[0].path for f in lance.dataset(uri).get_fragments())
+    shutil.copy(f"{uri}/data/{second}", f"{uri}/data/{first}")  # 10 rows where 20 are listed
+    with pytest.raises(OSError):
+        lance.dataset(uri).validate()
+    with pytest.raises(CorruptFileError, match=first):  # its listed size is past its end
+        dataset(uri).validate()
