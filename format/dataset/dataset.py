@@ -22,6 +22,7 @@ from quiver.format.dataset import take as _take
 from quiver.format.dataset import update as _update
 from quiver.format.dataset import write as _write
 from quiver.format.dataset.cleanup import CleanupStats
+from quiver.format.dataset.clone import deep_clone, shallow_clone
 from quiver.format.dataset.compaction import CompactionMetrics
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fragment import LanceFragment, fragment_of, fragments_of
@@ -29,7 +30,7 @@ from quiver.format.dataset.fulltext import FullTextSearch
 from quiver.format.dataset.hybrid import hybrid_table
 from quiver.format.dataset.merge_insert import MergeInsertBuilder
 from quiver.format.dataset.nearest import NearestSearch, nearest_table
-from quiver.format.dataset.refs import Branches, Tags, create_branch, shallow_clone
+from quiver.format.dataset.refs import Branches, Tags, create_branch
 from quiver.format.dataset.row_changes import DEFAULT_CONFLICT_RETRIES, DEFAULT_RETRY_TIMEOUT
 from quiver.format.dataset.scan import Scanner
 from quiver.format.dataset.stats import LanceStats
@@ -693,6 +694,18 @@ class LanceDataset:
         target = open_store(str(target_path), storage_options)
         tag = reference if isinstance(reference, str) else None
         return LanceDataset(shallow_clone(source, target, tag=tag, storage_options=storage_options))
+
+    def deep_clone(
+        self,
+        target_path: str,
+        reference: Reference = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> LanceDataset:
+        """A new dataset at `target_path` with a copy of every file the referenced version
+        (this one by default) uses: it needs nothing of this dataset afterwards."""
+        source = self._core if reference is None else self._core.checkout(reference)
+        target = open_store(str(target_path), storage_options)
+        return LanceDataset(deep_clone(source, target, storage_options=storage_options))
 
     @property
     def optimize(self) -> DatasetOptimizer:

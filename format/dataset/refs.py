@@ -1,8 +1,9 @@
 """A dataset's named references: tags (`ds.tags`), branches (`ds.branches`,
-`create_branch`) and the shallow clone a branch is made of, as pylance 14 writes them.
+`create_branch`), as pylance 14 writes them.
 
 A branch lives in two places: its ref, `_refs/branches/{name}.json` under the dataset's
-root (where it was created from), and its versions, a shallow clone at `tree/{name}/`
+root (where it was created from), and its versions, a shallow clone (`clone.py`) at
+`tree/{name}/`
 whose first manifest points every file of the version it was created from at that
 version's root through a base path. Writes to a branch are commits under `tree/{name}/`;
 the main line never sees them.
@@ -16,18 +17,14 @@ import time
 import uuid
 from typing import Any
 
+from quiver.format.dataset.clone import shallow_clone
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.errors import (
     CommitConflictError,
     DatasetAlreadyExistsError,
     InvalidInputError,
 )
-from quiver.format.io.store import ObjectStore
-from quiver.format.proto import table_pb2, transaction_pb2
 from quiver.format.table import versions as _versions
-from quiver.format.table.commit import commit_clone
-from quiver.format.table.indices import index_section
-from quiver.format.table.transaction import new_transaction
 
 
 def _iso_now() -> str:
@@ -211,60 +208,3 @@ def create_branch(
     except BaseException:
         root.delete(path)
         raise
-
-
-def shallow_clone(
-    source: DatasetCore,
-    target: ObjectStore,
-    *,
-    branch: str | None = None,
-    tag: str | None = None,
-    storage_options: dict[str, Any] | None = None,
-) -> DatasetCore:
-    """A new dataset (or `branch`) at `target` sharing `source`'s files and indices
-    through a base path at `source`'s root: its first manifest has `source`'s version
-    number and copies no data."""
-    if _versions.list_manifests(target):
-        where = f"branch {branch!r}" if branch else "a dataset"
-        raise DatasetAlreadyExistsError(f"{where} already exists at {target.uri}")
-    pb = table_pb2.Manifest()
-    pb.CopyFrom(source.manifest.pb)
-    base_id = max((b.id for b in pb.base_paths), default=-1) + 1
-    root = source.uri if "://" in source.uri else source.store.full_path("")
-    pb.base_paths.append(
-        table_pb2.BasePath(id=base_id, is_dataset_root=True, path=root, name=source.branch or "")
-    )
-    for frag in pb.fragments:
-        for df in frag.files:
-            if not df.HasField("base_id"):
-                df.base_id = base_id
-        if frag.HasField("deletion_file") and not frag.deletion_file.HasField("base_id"):
-            frag.deletion_file.base_id = base_id
-    indices = index_section(source.manifest)
-    if indices is not None:
-        indices = _with_base(indices, base_id)
-    if branch:
-        pb.branch = branch
-    else:
-        pb.ClearField("branch")
-    body = transaction_pb2.Transaction.Clone(
-        is_shallow=True, ref_version=source.version, ref_path=root
-    )
-    if branch:
-        body.branch_name = branch
-    if tag or source.branch:
-        body.ref_name = tag or source.branch or ""
-    txn = new_transaction(source.version, "clone", body)
-    manifest = commit_clone(target, txn, pb, source.manifest, indices)
-    return DatasetCore(target, manifest, storage_options or source.storage_options)
-
-
-def _with_base(section: table_pb2.IndexSection, base_id: int) -> table_pb2.IndexSection:
-    """A copy of an index section with every index of the source's own root read
-    through base path `base_id`."""
-    out = table_pb2.IndexSection()
-    out.CopyFrom(section)
-    for entry in out.indices:
-        if not entry.HasField("base_id"):
-            entry.base_id = base_id
-    return out
