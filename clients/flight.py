@@ -273,7 +273,7 @@ class Client(Writes, RowChanges, IndexActions, _nearest.Searches):
     def branch(self, name: str) -> Client:
         """This client on branch `name` of every dataset it names: reads, searches, writes,
         row changes, indices, maintenance, versions and tags act on that branch ("main":
-        the main line). It shares this client's connections (closing one closes both)."""
+        the main line). It shares this client's connections: close the client it came from."""
         view = copy.copy(self)
         view._branch = None if name == "main" else str(name)
         return view
