@@ -29,6 +29,14 @@ vector) just covers the new fragments (`format.table.commit`). Full-text indices
 searched unindexed); ZONEMAP and
 BLOOMFILTER ones keep their bitmaps, as pylance leaves them. The old index files stay for
 `cleanup_old_versions`.
+
+pylance 14's newer options: `excluded_fragment_ids` (never candidates, so no task spans
+them), `max_source_fragments` / `_rows` / `_bytes` (tasks taken in fragment order while
+all stay within), `data_storage_version` of the new files (another 2.x version sets the
+mixed-file-versions flag, as pylance does), `max_bytes_per_file` (a file closes once its
+flushed pages reach it), `batch_size`, and `compaction_mode` "reencode" or
+"try_binary_copy" (both re-encode); each also from the `lance.compaction.*` config.
+"force_binary_copy" and `defer_index_remap` (a fragment reuse index) are refused.
 """
 
 from __future__ import annotations
@@ -54,6 +62,7 @@ from quiver.format.errors import (
     LanceError,
     UnsupportedFeatureError,
 )
+from quiver.format.file.base import DEFAULT_BATCH_SIZE
 from quiver.format.index.pruning import scalar_kind
 from quiver.format.index.scalar.remap import AddressMap, Moved, RemappedIndex, discard, remap_index
 from quiver.format.proto import table_pb2, transaction_pb2
@@ -88,6 +97,13 @@ class _Options:
     max_rows_per_group: int
     materialize_deletions: bool
     materialize_deletions_threshold: float
+    max_bytes_per_file: int | None = None
+    # how much one run compacts: tasks are taken in fragment order while within all three
+    max_source_fragments: int | None = None
+    max_source_rows: int | None = None
+    max_source_bytes: int | None = None
+    data_storage_version: str | None = None  # of the new files (default: the dataset's)
+    batch_size: int | None = None  # rows per batch read from the old fragments
 
 
 @dataclass
@@ -125,8 +141,14 @@ def _parse_config(config: dict[str, str]) -> dict[str, Any]:
             continue
         name = key[len(COMPACTION_CONFIG_PREFIX) :]
         try:
-            if name in ("target_rows_per_fragment", "max_rows_per_group"):
+            if name in _COUNTS:
                 out[name] = int(value)
+            elif name in ("data_storage_version", "compaction_mode"):
+                out[name] = value
+            elif name == "defer_index_remap":
+                if value.lower() not in ("true", "false"):
+                    raise ValueError(value)
+                out[name] = value.lower() == "true"
             elif name == "materialize_deletions":
                 if value.lower() not in ("true", "false"):
                     raise ValueError(value)
@@ -138,46 +160,94 @@ def _parse_config(config: dict[str, str]) -> dict[str, Any]:
     return out
 
 
+# the integer options (positive when set), config keys included
+_COUNTS = (
+    "target_rows_per_fragment",
+    "max_rows_per_group",
+    "max_bytes_per_file",
+    "batch_size",
+    "binary_copy_read_batch_bytes",
+    "max_source_fragments",
+    "max_source_rows",
+    "max_source_bytes",
+)
+_DEFAULTS: dict[str, Any] = {
+    "target_rows_per_fragment": DEFAULT_TARGET_ROWS_PER_FRAGMENT,
+    "max_rows_per_group": DEFAULT_MAX_ROWS_PER_GROUP,
+    "materialize_deletions": True,
+    "materialize_deletions_threshold": DEFAULT_MATERIALIZE_DELETIONS_THRESHOLD,
+    "max_bytes_per_file": None,
+    "batch_size": None,
+    "binary_copy_read_batch_bytes": None,
+    "max_source_fragments": None,
+    "max_source_rows": None,
+    "max_source_bytes": None,
+    "data_storage_version": None,
+    "compaction_mode": "reencode",
+    "defer_index_remap": False,
+}
+COMPACTION_MODES = ("reencode", "try_binary_copy", "force_binary_copy")
+
+
 def _resolve_options(ds: DatasetCore, given: dict[str, Any]) -> _Options:
     """Explicit arguments, then the dataset's `lance.compaction.*` config, then defaults."""
     config = _parse_config(dict(ds.manifest.pb.config))
-    defaults = {
-        "target_rows_per_fragment": DEFAULT_TARGET_ROWS_PER_FRAGMENT,
-        "max_rows_per_group": DEFAULT_MAX_ROWS_PER_GROUP,
-        "materialize_deletions": True,
-        "materialize_deletions_threshold": DEFAULT_MATERIALIZE_DELETIONS_THRESHOLD,
-    }
     values = {
-        k: given[k] if given[k] is not None else config.get(k, v) for k, v in defaults.items()
+        k: given.get(k) if given.get(k) is not None else config.get(k, v)
+        for k, v in _DEFAULTS.items()
     }
-    for name in ("target_rows_per_fragment", "max_rows_per_group"):
+    for name in _COUNTS:
         v = values[name]
+        if v is None:
+            continue
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise InvalidInputError(f"{name} must be a positive integer, not {v!r}")
+    mode = values["compaction_mode"]
+    if mode not in COMPACTION_MODES:
+        raise InvalidInputError(
+            f"compaction_mode must be one of {', '.join(COMPACTION_MODES)}, not {mode!r}"
+        )
+    if mode == "force_binary_copy":
+        raise UnsupportedFeatureError(
+            f"{ds.uri}: compaction_mode 'force_binary_copy' (copying pages without decoding "
+            "them) is not supported by this engine; 'try_binary_copy' re-encodes"
+        )
+    if values["defer_index_remap"]:
+        raise UnsupportedFeatureError(
+            f"{ds.uri}: defer_index_remap (a fragment reuse index) is not supported by this "
+            "engine; indices are remapped as compaction commits"
+        )
     threshold = float(values["materialize_deletions_threshold"])
     materialize = bool(values["materialize_deletions"])
     if materialize and threshold >= 1.0:  # pylance: a 100% threshold turns it off
         materialize = False
+    version = values["data_storage_version"]
+    if version is not None:
+        version = normalize_storage_version(version)
+        current = normalize_storage_version(ds.data_storage_version)
+        if (version == "0.1") != (current == "0.1"):
+            raise InvalidInputError(
+                f"{ds.uri}: compaction cannot write {version} files into a dataset of "
+                f"{current} files (legacy and 2.x files do not mix)"
+            )
     return _Options(
         int(values["target_rows_per_fragment"]),
         int(values["max_rows_per_group"]),
         materialize,
         threshold,
+        values["max_bytes_per_file"],
+        values["max_source_fragments"],
+        values["max_source_rows"],
+        values["max_source_bytes"],
+        version,
+        values["batch_size"],
     )
 
 
 def target_rows(ds: DatasetCore) -> int:
     """The rows per fragment `compact_files` aims at by default for this dataset (its
     `lance.compaction.target_rows_per_fragment` config, else pylance's default)."""
-    unset = dict.fromkeys(
-        (
-            "target_rows_per_fragment",
-            "max_rows_per_group",
-            "materialize_deletions",
-            "materialize_deletions_threshold",
-        )
-    )
-    return _resolve_options(ds, unset).target_rows_per_fragment
+    return _resolve_options(ds, {}).target_rows_per_fragment
 
 
 def _index_fragment_sets(ds: DatasetCore) -> list[frozenset[int]]:
@@ -202,8 +272,10 @@ def _num_deletions(frag: LanceFragment) -> int:
     return frag.num_deletions
 
 
-def _plan(ds: DatasetCore, opts: _Options) -> list[_Bin]:
-    """The compaction tasks: runs of adjacent candidate fragments, split by size."""
+def _plan(ds: DatasetCore, opts: _Options, excluded: frozenset[int] = frozenset()) -> list[_Bin]:
+    """The compaction tasks: runs of adjacent candidate fragments, split by size (an
+    excluded fragment is no candidate, so no task spans it), as many as the limits on
+    one run's sources allow."""
     index_sets = _index_fragment_sets(ds)
     threshold = np.float32(opts.materialize_deletions_threshold)
     bins: list[_Bin] = []
@@ -220,6 +292,8 @@ def _plan(ds: DatasetCore, opts: _Options) -> list[_Bin]:
         else:
             itself = None
         indices = tuple(i for i, s in enumerate(index_sets) if frag.fragment_id in s)
+        if frag.fragment_id in excluded:
+            itself = None
         if itself is None:
             if current is not None:
                 bins.append(current)
@@ -239,7 +313,24 @@ def _plan(ds: DatasetCore, opts: _Options) -> list[_Bin]:
     for b in bins:
         if not b.is_noop():
             tasks.extend(b.split_for_size(opts.target_rows_per_fragment))
-    return tasks
+    return _within_limits(tasks, opts)
+
+
+def _within_limits(tasks: list[_Bin], opts: _Options) -> list[_Bin]:
+    """The first tasks whose sources stay within `max_source_fragments`, `_rows` (live rows)
+    and `_bytes` (their data and deletion files' sizes) together."""
+    limits = (opts.max_source_fragments, opts.max_source_rows, opts.max_source_bytes)
+    if all(limit is None for limit in limits):
+        return tasks
+    kept: list[_Bin] = []
+    totals = np.zeros(3, dtype=np.int64)
+    for task in tasks:
+        size = sum(int(df.file_size_bytes) for f in task.fragments for df in f.metadata.files)
+        totals += (len(task.fragments), sum(task.row_counts), size)
+        if any(limit is not None and t > limit for t, limit in zip(totals, limits, strict=True)):
+            break
+        kept.append(task)
+    return kept
 
 
 def _output_sizes(rows: int, target: int) -> list[int]:
@@ -320,7 +411,10 @@ def _rewrite(
     schema = ds.lance_schema
     arrow = ds.schema
     source = RowSource(
-        itertools.chain.from_iterable(f.read_batches(schema, arrow) for f in task.fragments),
+        itertools.chain.from_iterable(
+            f.read_batches(schema, arrow, batch_size=opts.batch_size or DEFAULT_BATCH_SIZE)
+            for f in task.fragments
+        ),
         short="compaction read fewer rows than the fragments hold",
         long=f"{ds.uri}: compaction read more rows than the fragments hold",
     )
@@ -335,21 +429,22 @@ def _rewrite(
             storage_version,
             max_rows_per_file=size,
             max_rows_per_group=min(opts.max_rows_per_group, opts.target_rows_per_fragment),
+            max_bytes_per_file=opts.max_bytes_per_file,
         )
         written.extend(df.path for f in frags for df in f.files)
-        if len(frags) != 1 or frags[0].physical_rows != size:
+        if sum(f.physical_rows for f in frags) != size:
             raise LanceError(
                 f"{ds.uri}: compaction wrote {[f.physical_rows for f in frags]} rows "
                 f"where {size} were expected"
             )
-        frag = frags[0]
-        if identity is not None:
-            sl = slice(offset, offset + size)
-            frag.inline_row_ids = encode_row_ids(identity.ids[sl])
-            frag.inline_created_at_versions = encode_row_versions(identity.created[sl])
-            frag.inline_last_updated_at_versions = encode_row_versions(identity.updated[sl])
-        new.append(frag)
-        offset += size
+        for frag in frags:  # several when max_bytes_per_file cut the rows short
+            if identity is not None:
+                sl = slice(offset, offset + frag.physical_rows)
+                frag.inline_row_ids = encode_row_ids(identity.ids[sl])
+                frag.inline_created_at_versions = encode_row_versions(identity.created[sl])
+                frag.inline_last_updated_at_versions = encode_row_versions(identity.updated[sl])
+            new.append(frag)
+            offset += frag.physical_rows
     source.check_exhausted()
     return new
 
@@ -362,6 +457,8 @@ def compact_files(
     materialize_deletions: bool | None = None,
     materialize_deletions_threshold: float | None = None,
     num_threads: int | None = None,
+    excluded_fragment_ids: Sequence[int] | None = None,
+    **options: Any,
 ) -> tuple[DatasetCore, CompactionMetrics]:
     """Rewrite small fragments (and ones with many deletions) into fewer, larger ones.
 
@@ -374,6 +471,9 @@ def compact_files(
     are carried over; BTREE and BITMAP indices are remapped to the new rows, indices holding
     stable row ids cover them as they are, others lose the rewritten fragments (see above).
     """
+    unknown = sorted(set(options) - set(_DEFAULTS))
+    if unknown:
+        raise InvalidInputError(f"compact_files got an unknown option {unknown[0]!r}")
     opts = _resolve_options(
         ds,
         {
@@ -381,15 +481,18 @@ def compact_files(
             "max_rows_per_group": max_rows_per_group,
             "materialize_deletions": materialize_deletions,
             "materialize_deletions_threshold": materialize_deletions_threshold,
+            **options,
         },
     )
     if num_threads is not None and (isinstance(num_threads, bool) or num_threads < 1):
         raise InvalidInputError(f"num_threads must be a positive integer, not {num_threads!r}")
     check_writable(ds.manifest, ds.uri)
-    tasks = _plan(ds, opts)
+    tasks = _plan(ds, opts, frozenset(int(i) for i in excluded_fragment_ids or ()))
     if not tasks:
         return ds, CompactionMetrics()
-    storage_version = normalize_storage_version(ds.data_storage_version)
+    storage_version = opts.data_storage_version or normalize_storage_version(
+        ds.data_storage_version
+    )
     written: list[str] = []
     remapped_out: list[tuple[Any, RemappedIndex]] = []
     committing = False

@@ -751,9 +751,10 @@ class DatasetOptimizer:
         materialize_deletions: bool | None = None,
         materialize_deletions_threshold: float | None = None,
         num_threads: int | None = None,
+        **options: Any,
     ) -> CompactionMetrics:
-        """Compact small fragments (see `compaction.compact_files`); the dataset moves to
-        the version committed, if any."""
+        """Compact small fragments (see `compaction.compact_files` for the other options
+        pylance takes); the dataset moves to the version committed, if any."""
         core, metrics = compaction.compact_files(
             self._ds.core,
             target_rows_per_fragment=target_rows_per_fragment,
@@ -761,6 +762,7 @@ class DatasetOptimizer:
             materialize_deletions=materialize_deletions,
             materialize_deletions_threshold=materialize_deletions_threshold,
             num_threads=num_threads,
+            **options,
         )
         self._ds._advance(core)
         return metrics

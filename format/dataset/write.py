@@ -181,8 +181,11 @@ def write_fragment_files(
     max_rows_per_group: int = DEFAULT_MAX_ROWS_PER_GROUP,
     columns: list[str] | None = None,
     dictionaries: dict[int, pa.Array] | None = None,
+    max_bytes_per_file: int | None = None,
 ) -> list[table_pb2.DataFragment]:
     """Write the stream into data files of at most `max_rows_per_file` rows; one fragment each.
+    With `max_bytes_per_file`, a file is also closed once it holds that many bytes (after the
+    batch that reached it).
 
     The fragments have no id yet (the commit assigns them). On error every file written
     so far is removed. Legacy files' dictionary values are collected into `dictionaries`.
@@ -224,7 +227,8 @@ def write_fragment_files(
                 current.writer.write(batch.slice(offset, take))
                 current.rows += take
                 offset += take
-                if current.rows >= max_rows_per_file:
+                full = max_bytes_per_file is not None and current.sink.tell() >= max_bytes_per_file
+                if current.rows >= max_rows_per_file or full:
                     finish()
         if current is not None:
             finish()

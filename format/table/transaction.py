@@ -30,6 +30,7 @@ from quiver.format.table.manifest import (
     FLAG_USE_V2_FORMAT_DEPRECATED,
     READABLE_FLAGS,
     Manifest,
+    storage_version_of_file,
 )
 from quiver.format.table.rowids import (
     decode_row_ids,
@@ -190,6 +191,13 @@ def apply_feature_flags(manifest: table_pb2.Manifest, previous: int) -> None:
         flags |= FLAG_STABLE_ROW_IDS
     if manifest.base_paths:
         flags |= FLAG_BASE_PATHS
+    default = manifest.data_format.version
+    if default and any(
+        storage_version_of_file(df.file_major_version, df.file_minor_version) != default
+        for f in manifest.fragments
+        for df in f.files
+    ):
+        flags |= FLAG_MIXED_DATA_FILE_VERSIONS  # e.g. compaction into another file version
     manifest.reader_feature_flags = flags
     writer = flags | (FLAG_TABLE_CONFIG if manifest.config else 0)
     manifest.writer_feature_flags = writer
