@@ -27,22 +27,21 @@ from quiver.format.dataset.compaction import CompactionMetrics
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fragment import LanceFragment, fragment_of, fragments_of
 from quiver.format.dataset.fulltext import FullTextSearch
+from quiver.format.dataset.history import version_history
 from quiver.format.dataset.hybrid import hybrid_table
 from quiver.format.dataset.merge_insert import MergeInsertBuilder
 from quiver.format.dataset.nearest import NearestSearch, nearest_table
+from quiver.format.dataset.ordering import OrderedScan, scan_options
 from quiver.format.dataset.refs import Branches, Tags, create_branch
 from quiver.format.dataset.row_changes import DEFAULT_CONFLICT_RETRIES, DEFAULT_RETRY_TIMEOUT
 from quiver.format.dataset.scan import Scanner
 from quiver.format.dataset.stats import LanceStats
 from quiver.format.dataset.validate import validate as _validate
-from quiver.format.errors import (
-    InvalidInputError,
-)
+from quiver.format.errors import InvalidInputError
 from quiver.format.file.base import DEFAULT_BATCH_SIZE
 from quiver.format.index.scalar import catalog as _catalog
 from quiver.format.io.store import open_store
 from quiver.format.proto import transaction_pb2
-from quiver.format.table import versions as _versions
 from quiver.format.table.manifest import Manifest
 from quiver.format.table.schema import LanceSchema
 from quiver.format.table.transaction import new_transaction
@@ -96,13 +95,6 @@ def write_dataset(
             config=config,
         )
     )
-
-
-def _local_time(ns: int) -> dt.datetime:
-    """A commit time as pylance's versions() shows it: naive local time, computed as pylance
-    computes it, in floating point (so a few versions show a microsecond before or after
-    their commit; `asof` of the time shown finds what it finds in pylance)."""
-    return dt.datetime.fromtimestamp(ns // 1e9) + dt.timedelta(microseconds=(ns % 1e9) // 1e3)
 
 
 class LanceDataset:
@@ -236,34 +228,7 @@ class LanceDataset:
     # -- versions ---------------------------------------------------------------------
     def versions(self) -> list[dict[str, Any]]:
         """Every version with its commit time and summary statistics, oldest first."""
-        out = []
-        store = self._core.store
-        entries = _versions.list_manifests(store)
-        for v in sorted(entries):
-            m = _versions.load_manifest(store, entries[v])
-            frags = m.pb.fragments
-            deleted = sum(f.deletion_file.num_deleted_rows for f in frags)
-            physical = sum(f.physical_rows for f in frags)
-            out.append(
-                {
-                    "version": v,
-                    "timestamp": _local_time(m.pb.timestamp.ToNanoseconds()),
-                    "metadata": {
-                        "total_data_file_rows": str(physical),
-                        "total_data_files": str(sum(len(f.files) for f in frags)),
-                        "total_deletion_file_rows": str(deleted),
-                        "total_deletion_files": str(
-                            sum(1 for f in frags if f.HasField("deletion_file"))
-                        ),
-                        "total_files_size": str(
-                            sum(d.file_size_bytes for f in frags for d in f.files)
-                        ),
-                        "total_fragments": str(len(frags)),
-                        "total_rows": str(physical - deleted),
-                    },
-                }
-            )
-        return out
+        return version_history(self._core.store)
 
     def checkout_version(self, version: Reference) -> LanceDataset:
         """The same dataset at another version: a number on this branch, a tag, or
@@ -298,7 +263,8 @@ class LanceDataset:
         prefilter: bool = False,
         full_text_query: str | dict[str, Any] | None = None,
         fast_search: bool = False,
-    ) -> Scanner | NearestSearch | FullTextSearch:
+        **options: Any,
+    ) -> Scanner | NearestSearch | FullTextSearch | OrderedScan:
         """Plan a scan: projection (names, or a dict of SQL projections), filter (SQL or a
         `pyarrow.compute.Expression`), limit/offset, row id and system columns; with one
         fragment, `physical_range` (start, stop) limits it to those physical rows. Fragments
@@ -307,7 +273,22 @@ class LanceDataset:
         about that many bytes (never under 1024 rows) as well as `batch_size` rows.
         `nearest` plans a nearest-neighbour search instead (`format.dataset.nearest`), with
         the filter applied before it when `prefilter`; `full_text_query` a full-text search
-        (`format.dataset.fulltext`; `fast_search` leaves out rows no index covers)."""
+        (`format.dataset.fulltext`; `fast_search` leaves out rows no index covers).
+        pylance's `order_by` sorts the rows (`format.dataset.ordering`); `use_scalar_index`
+        False reads without index pruning; `late_materialization`, `scan_in_order` and
+        `strict_batch_size` change no result here (batches already hold `batch_size` rows,
+        in order)."""
+        order_by, use_scalar_index = scan_options(self.uri, options)
+        if order_by:
+            names = None if columns is None else list(columns)
+            if isinstance(columns, dict):
+                raise InvalidInputError(f"{self.uri}: order_by with SQL projections")
+            extra = [k.column_name for k in order_by if names and k.column_name not in names]
+            inner = self.scanner(names and names + extra, filter, batch_size=batch_size,
+                                 with_row_id=with_row_id, with_row_address=with_row_address,
+                                 use_scalar_index=use_scalar_index)  # fmt: skip
+            return OrderedScan(inner, order_by, limit=limit, offset=offset,
+                               batch_size=batch_size, dropped=extra)  # fmt: skip
         if full_text_query is not None:
             if nearest is not None:
                 raise InvalidInputError(
@@ -350,6 +331,7 @@ class LanceDataset:
             physical_range=physical_range,
             readahead_bytes=readahead_bytes,
             batch_bytes=batch_bytes,
+            use_scalar_index=use_scalar_index,
         )
 
     def to_table(
@@ -367,12 +349,19 @@ class LanceDataset:
         full_text_query: str | dict[str, Any] | None = None,
         fast_search: bool = False,
         hybrid: dict[str, Any] | None = None,
+        **options: Any,
     ) -> pa.Table:
         """Read the (projected, filtered, limited) rows as one table; with `nearest`, the
         nearest neighbours of a query vector (or of each of a batch), pylance's shape; with
         `full_text_query`, the rows matching it best first, with `_score`; with both, the
         two fused as LanceDB's hybrid search fuses them (`format.dataset.hybrid`; `hybrid`:
-        fusion "rrf" | "linear", rrf_k, weight, normalize "score" | "rank")."""
+        fusion "rrf" | "linear", rrf_k, weight, normalize "score" | "rank"); scan options
+        (`order_by`...) as `scanner`'s."""
+        if options:
+            return self.scanner(
+                columns, filter, limit, offset, batch_size, with_row_id=with_row_id,
+                with_row_address=with_row_address, **options,
+            ).to_table()  # fmt: skip
         if full_text_query is not None and nearest is not None:
             return hybrid_table(
                 self._core,

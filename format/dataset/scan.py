@@ -87,8 +87,10 @@ class Scanner:
         physical_range: tuple[int, int] | None = None,
         readahead_bytes: int | None = None,
         batch_bytes: int | None = None,
+        use_scalar_index: bool = True,
     ) -> None:
         self._dataset = dataset
+        self._use_scalar_index = use_scalar_index
         self._fragment_readahead = 2 if fragment_readahead is None else fragment_readahead
         self._readahead_bytes = READAHEAD_BYTES if readahead_bytes is None else readahead_bytes
         schema = dataset.lance_schema
@@ -228,7 +230,7 @@ class Scanner:
     def index_pruning(self) -> IndexPruning | None:
         """The fragments and rows the dataset's scalar indices leave this scan's filter
         (`format.index.pruning`); None when there is no filter or no index narrows it."""
-        if self._filter is None:
+        if self._filter is None or not self._use_scalar_index:
             return None
         schema = pa.schema(list(self._dataset.schema) + [ROW_ID_FIELD, ROW_ADDRESS_FIELD])
         return prune(self._dataset, self._filter.sql, schema)

@@ -19,6 +19,7 @@ from quiver.format.errors import (
     FilterBindError,
     FilterSyntaxError,
     InvalidInputError,
+    UnsupportedFeatureError,
 )
 
 pytestmark = pytest.mark.compat
@@ -280,3 +281,40 @@ def test_validate_as_pylance(tmp_path: Path):
         lance.dataset(uri).validate()
     with pytest.raises(CorruptFileError, match=first):  # its listed size is past its end
         dataset(uri).validate()
+
+
+def test_scan_options_as_pylance(tmp_path: Path):
+    """order_by (names and orderings: descending, nulls first, several keys, a key not
+    projected, with offset and limit), use_scalar_index=False, and the options that change
+    no result, against pylance; include_deleted_rows is refused by name."""
+    from lance.dataset import ColumnOrdering
+
+    uri = str(tmp_path / "t")
+    rows = {
+        "a": [3, 1, None, 2, 5, 2, float("nan"), 7],
+        "s": ["x", "y", "z", None, "w", "y", "q", None],
+        "k": list(range(8)),
+    }
+    lance.write_dataset(pa.table(rows), uri, max_rows_per_file=3)
+    lance.dataset(uri).create_scalar_index("k", "BTREE")
+    lance.dataset(uri).delete("k = 1")
+    cases = [
+        {"order_by": ["a"]},
+        {"order_by": [ColumnOrdering("a", ascending=False)]},
+        {"order_by": [ColumnOrdering("s", True, True), ColumnOrdering("a", False, False)]},
+        {"order_by": ["s"], "columns": ["k", "s"], "limit": 3, "offset": 1},
+        {"order_by": ["a"], "filter": "k > 2", "limit": 2},
+        {"filter": "k >= 3", "use_scalar_index": False},
+        {"late_materialization": True, "scan_in_order": False, "strict_batch_size": True},
+    ]
+    for kwargs in cases:
+        got = dataset(uri).scanner(**kwargs).to_table()
+        assert_same_table(got, lance.dataset(uri).scanner(**kwargs).to_table(), str(kwargs))
+        if "strict_batch_size" not in kwargs:  # pylance's to_table takes the others
+            assert_same_table(dataset(uri).to_table(**kwargs), got, str(kwargs))
+    # a sort key left out of the projection (pylance fails to plan it): sorted, then dropped
+    ordered = lance.dataset(uri).to_table(columns=["k", "s"], order_by=["s"])
+    assert dataset(uri).to_table(columns=["k"], order_by=["s"]) == ordered.select(["k"])
+    assert dataset(uri).scanner(filter="k > 2", use_scalar_index=False).index_pruning is None
+    with pytest.raises(UnsupportedFeatureError, match="include_deleted_rows"):
+        dataset(uri).to_table(include_deleted_rows=True, with_row_id=True)
