@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from quiver.format.dataset.explain import explain
 from quiver.format.errors import ColumnNotFoundError, InvalidInputError, UnsupportedFeatureError
 
 
@@ -105,6 +106,11 @@ class OrderedScan:
 
     def count_rows(self) -> int:
         return self.to_table().num_rows
+
+    def explain_plan(self, verbose: bool = False) -> str:
+        """What this scan will do (`format.dataset.explain`)."""
+        window = (self._offset, self._limit)
+        return explain(self._scan, verbose=verbose, order=self._order, window=window)
 
 
 def scan_options(uri: str, options: dict[str, Any]) -> tuple[list[ColumnOrdering], bool]:

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from quiver.format.dataset.core import DatasetCore
+from quiver.format.dataset.explain import explain
 from quiver.format.dataset.readahead import ordered_readahead
 from quiver.format.dataset.system_columns import FILTERABLE, SYSTEM_FIELDS, SystemColumns
 from quiver.format.errors import ColumnNotFoundError, InvalidInputError
@@ -225,6 +226,10 @@ class Scanner:
         base = self._dataset.projected_arrow(tuple(names))  # read's, built once per version
         extra = [ROW_ID_FIELD] * row_id + [ROW_ADDRESS_FIELD] * row_addr
         return read, pa.schema(list(base) + extra, metadata=base.metadata), row_id, row_addr
+
+    def explain_plan(self, verbose: bool = False) -> str:
+        """What this scan will do: fragments, columns, filter and index pruning, limits."""
+        return explain(self, verbose=verbose)
 
     @cached_property
     def index_pruning(self) -> IndexPruning | None:

@@ -13,6 +13,7 @@ import pytest
 from compare import assert_same_table
 
 from quiver.format.dataset import dataset
+from quiver.format.dataset.ordering import ColumnOrdering
 from quiver.format.errors import (
     ColumnNotFoundError,
     CorruptFileError,
@@ -318,3 +319,23 @@ def test_scan_options_as_pylance(tmp_path: Path):
     assert dataset(uri).scanner(filter="k > 2", use_scalar_index=False).index_pruning is None
     with pytest.raises(UnsupportedFeatureError, match="include_deleted_rows"):
         dataset(uri).to_table(include_deleted_rows=True, with_row_id=True)
+
+
+def test_explain_plan_says_what_the_scan_does(tmp_path: Path):
+    uri = str(tmp_path / "t")
+    lance.write_dataset(
+        pa.table({"a": list(range(3000)), "s": ["x"] * 3000}), uri, max_rows_per_file=1000
+    )
+    lance.dataset(uri).create_scalar_index("a", "BTREE")
+    lance.dataset(uri).delete("a < 10")
+    plan = (
+        dataset(uri).scanner(columns=["s"], filter="a >= 1500 AND a < 1600", limit=5).explain_plan()
+    )
+    assert "fragments: 3, 2,990 live rows" in plan and "columns returned: s" in plan
+    assert "filter: a >= 1500 AND a < 1600 (reads a)" in plan
+    assert "narrowed by a_idx: 2 fragments skipped, 100 candidate rows" in plan
+    assert "offset 0, limit 5" in plan
+    plan = dataset(uri).scanner(filter="s = 'x'", use_scalar_index=False).explain_plan()
+    assert "no index narrows it" in plan
+    plan = dataset(uri).scanner(order_by=[ColumnOrdering("a", False)], limit=2).explain_plan()
+    assert "sorted by a DESC NULLS LAST" in plan and "offset 0, limit 2" in plan
