@@ -25,6 +25,7 @@ from quiver.format.dataset.cleanup import CleanupStats
 from quiver.format.dataset.clone import deep_clone, shallow_clone
 from quiver.format.dataset.compaction import CompactionMetrics
 from quiver.format.dataset.core import DatasetCore
+from quiver.format.dataset.deleted_rows import DeletedRowsScan
 from quiver.format.dataset.fragment import LanceFragment, fragment_of, fragments_of
 from quiver.format.dataset.fulltext import FullTextSearch
 from quiver.format.dataset.history import version_history
@@ -264,7 +265,7 @@ class LanceDataset:
         full_text_query: str | dict[str, Any] | None = None,
         fast_search: bool = False,
         **options: Any,
-    ) -> Scanner | NearestSearch | FullTextSearch | OrderedScan:
+    ) -> Scanner | NearestSearch | FullTextSearch | OrderedScan | DeletedRowsScan:
         """Plan a scan: projection (names, or a dict of SQL projections), filter (SQL or a
         `pyarrow.compute.Expression`), limit/offset, row id and system columns; with one
         fragment, `physical_range` (start, stop) limits it to those physical rows. Fragments
@@ -279,6 +280,10 @@ class LanceDataset:
         `strict_batch_size` change no result here (batches already hold `batch_size` rows,
         in order)."""
         order_by, use_scalar_index = scan_options(self.uri, options)
+        if options.get("include_deleted_rows"):
+            ids = {"with_row_id": with_row_id, "with_row_address": with_row_address}
+            inner = self.scanner(columns, None, limit, offset, batch_size, **ids)
+            return DeletedRowsScan(inner, self.uri, filtered=filter is not None)  # type: ignore
         if order_by:
             names = None if columns is None else list(columns)
             if isinstance(columns, dict):

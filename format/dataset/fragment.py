@@ -279,8 +279,10 @@ class LanceFragment:
         batch_size: int = DEFAULT_BATCH_SIZE,
         with_row_id: bool = False,
         with_row_address: bool = False,
+        keep_deleted: bool = False,
     ) -> Iterator[pa.RecordBatch]:
-        """Stream live rows of `projection` (plus row id columns) over physical ranges."""
+        """Stream live rows (every row with `keep_deleted`) of `projection` (plus row id
+        columns) over physical ranges."""
         if ranges is None:
             ranges = self.live_ranges(batch_size)
         if not ranges:
@@ -292,6 +294,7 @@ class LanceFragment:
                 batch_size,
                 with_row_id=with_row_id,
                 with_row_address=with_row_address,
+                keep_deleted=keep_deleted,
             )
 
     def take_physical(
@@ -427,12 +430,14 @@ class FragmentReader:
         *,
         with_row_id: bool = False,
         with_row_address: bool = False,
+        keep_deleted: bool = False,
     ) -> Iterator[pa.RecordBatch]:
-        """Live rows over sorted physical `ranges`, one batch per `split_ranges` step (steps
-        whose rows are all deleted yield empty batches, so callers can keep steps aligned)."""
+        """Live rows (every row with `keep_deleted`) over sorted physical `ranges`, one batch
+        per `split_ranges` step (steps whose rows are all deleted yield empty batches, so
+        callers can keep steps aligned)."""
         frag, plans = self.fragment, self._plans
         streams = [p.reader.read(p.fields, ranges, batch_size) for p in plans]
-        mask = frag.live_mask
+        mask = None if keep_deleted else frag.live_mask
         routes = frag._whole_fields(self.projection, plans)
         try:
             for s, e in split_ranges(ranges, batch_size):

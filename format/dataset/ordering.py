@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from quiver.format.dataset.explain import explain
-from quiver.format.errors import ColumnNotFoundError, InvalidInputError, UnsupportedFeatureError
+from quiver.format.errors import ColumnNotFoundError, InvalidInputError
 
 
 @dataclass(frozen=True)
@@ -117,9 +117,8 @@ def scan_options(uri: str, options: dict[str, Any]) -> tuple[list[ColumnOrdering
     """pylance's scan options: (`order_by` keys, `use_scalar_index`); the others checked."""
     known = {"order_by", "use_scalar_index", "late_materialization", "scan_in_order"}
     unknown = sorted(set(options) - known - {"strict_batch_size", "include_deleted_rows"})
+    # include_deleted_rows is read by `LanceDataset.scanner` (`format.dataset.deleted_rows`)
     if unknown:
         raise InvalidInputError(f"{uri}: unknown scan option {unknown[0]!r}")
-    if options.get("include_deleted_rows"):
-        raise UnsupportedFeatureError(f"{uri}: include_deleted_rows is not supported yet")
     order_by = options.get("order_by")
     return (orderings(order_by) if order_by else []), options.get("use_scalar_index") is not False

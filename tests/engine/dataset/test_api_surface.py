@@ -20,7 +20,6 @@ from quiver.format.errors import (
     FilterBindError,
     FilterSyntaxError,
     InvalidInputError,
-    UnsupportedFeatureError,
 )
 
 pytestmark = pytest.mark.compat
@@ -287,7 +286,7 @@ def test_validate_as_pylance(tmp_path: Path):
 def test_scan_options_as_pylance(tmp_path: Path):
     """order_by (names and orderings: descending, nulls first, several keys, a key not
     projected, with offset and limit), use_scalar_index=False, and the options that change
-    no result, against pylance; include_deleted_rows is refused by name."""
+    no result, and include_deleted_rows (deleted rows with a null _rowid), against pylance."""
     from lance.dataset import ColumnOrdering
 
     uri = str(tmp_path / "t")
@@ -317,8 +316,19 @@ def test_scan_options_as_pylance(tmp_path: Path):
     ordered = lance.dataset(uri).to_table(columns=["k", "s"], order_by=["s"])
     assert dataset(uri).to_table(columns=["k"], order_by=["s"]) == ordered.select(["k"])
     assert dataset(uri).scanner(filter="k > 2", use_scalar_index=False).index_pruning is None
-    with pytest.raises(UnsupportedFeatureError, match="include_deleted_rows"):
-        dataset(uri).to_table(include_deleted_rows=True, with_row_id=True)
+    for kwargs in ({}, {"columns": ["s"]}, {"with_row_address": True}):
+        kwargs = {**kwargs, "include_deleted_rows": True, "with_row_id": True}
+        assert_same_table(
+            dataset(uri).to_table(**kwargs), lance.dataset(uri).to_table(**kwargs), str(kwargs)
+        )
+    assert dataset(uri).scanner(include_deleted_rows=True, with_row_id=True).count_rows() == 8
+    with pytest.raises(InvalidInputError, match="with_row_id is false"):
+        dataset(uri).to_table(include_deleted_rows=True)
+    with pytest.raises(ValueError, match="with_row_id is false"):
+        lance.dataset(uri).to_table(include_deleted_rows=True)
+    # pylance answers a filter its index serves and refuses others: Quiver takes none
+    with pytest.raises(InvalidInputError, match="does not take a filter"):
+        dataset(uri).to_table(include_deleted_rows=True, with_row_id=True, filter="k > 2")
 
 
 def test_explain_plan_says_what_the_scan_does(tmp_path: Path):
