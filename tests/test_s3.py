@@ -444,3 +444,31 @@ def test_namespace_on_s3_root_vends_what_clients_need(s3, vend):
     finally:
         namespace.stop()
         server.shutdown()
+
+
+def test_the_latest_version_is_one_small_listing_away(s3):
+    """On S3 the newest manifest is found by one listing of at most 16 names, at 41
+    versions as at one (V2 names sort newest first), a temporary file before it or not."""
+    from quiver.format.table.versions import FIRST_NAMES, latest_entry, list_manifests
+
+    uri = _uri("latest")
+    write_dataset(_table(1), uri, storage_options=s3)
+    for i in range(40):
+        write_dataset(_table(1, i + 1), uri, mode="append", storage_options=s3)
+    store = open_store(uri, s3)
+    store.put("_versions/.tmp_abandoned", b"partial")  # sorts before every manifest name
+    calls: list[tuple[str, Any]] = []
+    real = store.fs.call_s3
+
+    def spy(method: str, **kwargs: Any) -> Any:
+        calls.append((method, kwargs.get("MaxKeys")))
+        return real(method, **kwargs)
+
+    store.fs.call_s3 = spy  # the filesystem object is shared: put back below
+    try:
+        entry = latest_entry(store)
+    finally:
+        del store.fs.call_s3
+    assert entry.version == 41 == max(list_manifests(store))
+    assert calls == [("list_objects_v2", FIRST_NAMES)]
+    assert dataset(uri, storage_options=s3).version == 41

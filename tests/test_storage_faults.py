@@ -124,9 +124,9 @@ def test_a_store_that_keeps_failing_is_unavailable_and_the_key_settles_it(
     """Every request on the manifest fails after the PUT was written: the commit gives up
     with CommitUnconfirmedError (outcome unknown); the same write retried with its
     idempotency key answers the version that landed, and no rows are doubled."""
-    from quiver.format.io import store
+    from quiver.format.io import retry
 
-    monkeypatch.setattr(store, "_BACKOFF", 0.01)  # the same path, faster
+    monkeypatch.setattr(retry, "_BACKOFF", 0.01)  # the same path, faster
     uri = _uri("down")
     opts = {**_options(proxy.endpoint), "config_kwargs": {"retries": {"max_attempts": 2}}}
     write_dataset(_rows(0, 5), uri, storage_options=opts)
@@ -385,9 +385,9 @@ def test_unavailable_names_the_dataset_and_no_storage_location(
     writes them."""
     from quiver.clients import Client
     from quiver.clients.errors import Unavailable
-    from quiver.format.io import store
+    from quiver.format.io import retry
 
-    monkeypatch.setattr(store, "_BACKOFF", 0.01)
+    monkeypatch.setattr(retry, "_BACKOFF", 0.01)
     secret = f"hidden-{uuid.uuid4().hex[:8]}"
     options = {**_options(proxy.endpoint), "config_kwargs": {"retries": {"max_attempts": 1}}}
     server = _server(f"s3://faults/{secret}", options)
@@ -417,9 +417,9 @@ def test_a_spark_job_commit_of_unknown_outcome_keeps_its_files(
     from quiver.clients.errors import Unavailable
     from quiver.clients.spark.batch import QuiverWriter
     from quiver.clients.spark.options import Conn
-    from quiver.format.io import store
+    from quiver.format.io import retry
 
-    monkeypatch.setattr(store, "_BACKOFF", 0.01)
+    monkeypatch.setattr(retry, "_BACKOFF", 0.01)
     options = {**_options(proxy.endpoint), "config_kwargs": {"retries": {"max_attempts": 1}}}
     root = _fresh_root()
     server = _server(root, options)

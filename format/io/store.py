@@ -14,23 +14,22 @@ import io
 import mmap
 import os
 import posixpath
-import random
 import stat
 import tempfile
 import threading
-import time
 import uuid
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, BinaryIO
 
 import fsspec
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
 from quiver.format._kernels import copy_ranges
-from quiver.format.errors import StorageUnavailableError, UnsupportedFeatureError
+from quiver.format.errors import UnsupportedFeatureError
+from quiver.format.io.retry import is_transient, remote_call
 
 # Local reads at least this large are mapped rather than copied (see `FileReader.read`).
 _MAP_MIN = 1 << 20
@@ -590,6 +589,24 @@ class ObjectStore:
             out.append((name, int(e.get("size") or 0), mtime))
         return out
 
+    def list_first(self, path: str, count: int) -> list[tuple[str, int, float | None]] | None:
+        """The first `count` files directly under `path` in name order, by one small listing
+        where the store can ask for that (S3); None where it cannot (then `list_dir`)."""
+        if self.is_local or not _is_s3(self.fs):
+            return None
+        bucket, _, key = self.full_path(path).partition("/")
+        prefix = key.rstrip("/") + "/"
+        found = remote_call(
+            lambda: self.fs.call_s3(
+                "list_objects_v2", Bucket=bucket, Prefix=prefix, Delimiter="/", MaxKeys=count
+            ),
+            f"{self.uri_of(path)}: listing",
+        )
+        return [
+            (c["Key"][len(prefix) :], int(c.get("Size") or 0), c["LastModified"].timestamp())
+            for c in found.get("Contents", [])
+        ]
+
     def list_subdirs(self, path: str) -> list[str]:
         """Names of the directories directly under `path`; [] if absent."""
         full = self.full_path(path)
@@ -719,73 +736,6 @@ class ObjectStore:
         if self.is_local:
             with contextlib.suppress(OSError):
                 os.rmdir(self.full_path(path))
-
-
-# errno values object stores' clients give failures worth retrying later (s3fs: 503
-# SlowDown and 409 are EBUSY, 500 InternalError is EREMOTEIO)
-_TRANSIENT_ERRNOS = {
-    errno.EBUSY,
-    errno.EAGAIN,
-    errno.ETIMEDOUT,
-    errno.ECONNRESET,
-    errno.ECONNABORTED,
-    errno.ECONNREFUSED,
-    errno.EPIPE,
-    getattr(errno, "EREMOTEIO", 121),
-}
-_TRANSIENT_NAMES = (
-    "Timeout",
-    "Connection",
-    "Disconnected",
-    "Payload",
-    "IncompleteRead",
-    "Checksum",  # a body cut short or damaged on the way
-)
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Whether a storage call's error says "try again later" (throttling, a server error,
-    a timeout, a dropped connection) rather than "this cannot work" (missing, forbidden,
-    malformed)."""
-    if isinstance(exc, FileExistsError | FileNotFoundError | PermissionError):
-        return False
-    if isinstance(exc, TimeoutError | ConnectionError):
-        return True
-    if isinstance(exc, OSError) and exc.errno in _TRANSIENT_ERRNOS:
-        return True
-    module = type(exc).__module__ or ""
-    if module.startswith(("aiohttp", "botocore", "urllib3", "http.client")):
-        return any(n in type(exc).__name__ for n in _TRANSIENT_NAMES)
-    return False
-
-
-_T = TypeVar("_T")
-# Beyond the storage client's own retries (s3fs, botocore: throttling, 5xx, dropped
-# connections), a remote call that still fails transiently, or fails in a way they do not
-# retry (a body cut short and caught by its checksum), is tried again this many times,
-# with jittered exponential backoff, within the deadline; then StorageUnavailableError.
-REMOTE_ATTEMPTS = 4
-REMOTE_DEADLINE = 30.0
-_BACKOFF = 0.2
-
-
-def remote_call(call: Callable[[], _T], what: str) -> _T:
-    """`call()` (one idempotent request of a remote store), retried while its failures
-    are transient; `what` names the operation and object for the final error."""
-    start = time.monotonic()
-    for attempt in range(REMOTE_ATTEMPTS):
-        try:
-            return call()
-        except Exception as e:
-            if not is_transient(e):
-                raise
-            wait = _BACKOFF * 2**attempt * (0.5 + random.random())
-            if attempt + 1 == REMOTE_ATTEMPTS or time.monotonic() - start + wait > REMOTE_DEADLINE:
-                raise StorageUnavailableError(
-                    f"{what}: the store kept failing ({type(e).__name__}: {e}); retry later"
-                ) from None
-            time.sleep(wait)
-    raise AssertionError("unreachable")
 
 
 def open_store(uri: str, storage_options: dict[str, Any] | None = None) -> ObjectStore:

@@ -96,8 +96,22 @@ def _entry_by_name(store: ObjectStore, version: int) -> ManifestEntry | None:
     return None
 
 
+# V2 names sort newest first: on S3 the newest is in the first few names of `_versions/`
+# (temporary files, ".tmp...", sort before them)
+FIRST_NAMES = 16
+
+
 def latest_entry(store: ObjectStore) -> ManifestEntry:
-    """The newest manifest; DatasetNotFoundError if there is none."""
+    """The newest manifest; DatasetNotFoundError if there is none. Where the store lists
+    in name order a page at a time (S3), the V2 naming scheme puts the newest first, so one
+    small listing finds it however many versions there are."""
+    first = store.list_first(VERSIONS_DIR, FIRST_NAMES)
+    for name, size, mtime in sorted(first or ()):
+        parsed = parse_manifest_name(name)
+        if parsed is not None:
+            if parsed[1]:  # V2; V1 names do not sort by version: list them all
+                return ManifestEntry(parsed[0], name, size, True, mtime)
+            break
     entries = list_manifests(store)
     if not entries:
         raise DatasetNotFoundError(f"no Lance dataset at {store.uri} (no manifests in _versions/)")
