@@ -216,19 +216,28 @@ def read_tag(store: ObjectStore, name: str) -> Tag:
     )
 
 
+def _ref_names(store: ObjectStore, directory: str) -> list[str]:
+    """The names of the refs (tags or branches) stored under `directory`."""
+    return [
+        urllib.parse.unquote(file[: -len(".json")])
+        for file, _, _ in store.list_dir(directory)
+        if file.endswith(".json")
+    ]
+
+
+def _ref_path(directory: str, name: str) -> str:
+    """Where a ref is stored; pylance percent-encodes the name ('/' too)."""
+    return f"{directory}/{urllib.parse.quote(name, safe='')}.json"
+
+
 def list_tags(store: ObjectStore) -> dict[str, Tag]:
     """All tags, by name."""
-    tags = {}
-    for name, _, _ in store.list_dir(TAGS_DIR):
-        if name.endswith(".json"):
-            tag = urllib.parse.unquote(name[: -len(".json")])
-            tags[tag] = read_tag(store, tag)
-    return tags
+    return {tag: read_tag(store, tag) for tag in _ref_names(store, TAGS_DIR)}
 
 
 def tag_path(name: str) -> str:
-    """Where a tag is stored; pylance percent-encodes the name."""
-    return f"{TAGS_DIR}/{urllib.parse.quote(name, safe='')}.json"
+    """Where a tag is stored."""
+    return _ref_path(TAGS_DIR, name)
 
 
 # A tag is stored as "_refs/tags/<percent-encoded name>.json", written through a temporary
@@ -301,8 +310,8 @@ class Branch:
 
 
 def branch_path(name: str) -> str:
-    """Where a branch's ref is stored; pylance percent-encodes the name ('/' too)."""
-    return f"{BRANCHES_DIR}/{urllib.parse.quote(name, safe='')}.json"
+    """Where a branch's ref is stored."""
+    return _ref_path(BRANCHES_DIR, name)
 
 
 def check_branch_name(name: str) -> None:
@@ -352,12 +361,7 @@ def read_branch(root: ObjectStore, name: str) -> Branch:
 
 def list_branches(root: ObjectStore) -> dict[str, Branch]:
     """Every branch, by name."""
-    out = {}
-    for file, _, _ in root.list_dir(BRANCHES_DIR):
-        if file.endswith(".json"):
-            name = urllib.parse.unquote(file[: -len(".json")])
-            out[name] = read_branch(root, name)
-    return out
+    return {name: read_branch(root, name) for name in _ref_names(root, BRANCHES_DIR)}
 
 
 # A version as pylance's APIs take one: a number on the current branch, a tag name, or
