@@ -423,11 +423,8 @@ def resolve_asof(store: ObjectStore, asof: dt.datetime | str) -> Manifest:
     entries = list_manifests(store)
     if not entries:
         raise DatasetNotFoundError(f"no Lance dataset at {store.uri}")
-    # compared in nanoseconds, as pylance compares: a commit 0.3 µs after `asof` is after it
-    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
-    asof_ns = (asof - epoch) // dt.timedelta(microseconds=1) * 1000
     for v in sorted(entries, reverse=True):
         manifest = load_manifest(store, entries[v])
-        if manifest.pb.timestamp.ToNanoseconds() <= asof_ns:
+        if manifest.timestamp <= asof:
             return manifest
     raise VersionNotFoundError(f"{store.uri}: no version was committed at or before {asof}")
