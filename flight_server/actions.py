@@ -101,7 +101,7 @@ def _describe(ctx: ActionContext, f: Fields) -> dict[str, Any]:
         "branch": ds.core.branch,
         "version": ds.version,
         "latest_version": ds.latest_version,
-        "timestamp": _iso(ds.manifest.timestamp),
+        "timestamp": _as_of_time(_versions.shown_time(ds.manifest.pb.timestamp.ToNanoseconds())),
         "data_storage_version": ds.data_storage_version,
         "rows": sum(live_rows(fr) for fr in frags),
         "fragments": len(frags),
@@ -145,7 +145,7 @@ def _list_versions(ctx: ActionContext, f: Fields) -> dict[str, Any]:
         "versions": [
             {
                 "version": v["version"],
-                "timestamp": _iso(v["timestamp"]),
+                "timestamp": _as_of_time(v["timestamp"]),
                 "rows": int(v["metadata"]["total_rows"]),
                 "fragments": int(v["metadata"]["total_fragments"]),
             }
@@ -598,6 +598,13 @@ def parse_body(action: Action, body: bytes | None) -> Fields:
 
 
 # ------------------------------------------------------------------------------- helpers
+def _as_of_time(shown: dt.datetime) -> str | None:
+    """A version's time as `list_versions` and `describe` give it, from the time pylance's
+    `versions()` shows: the earliest `as_of` that reads the version (`as_of` finds the newest
+    version shown strictly before it, as in pylance)."""
+    return _iso(shown + dt.timedelta(microseconds=1))
+
+
 def _iso(t: dt.datetime | None) -> str | None:
     if t is None:
         return None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 from quiver.format.io.store import ObjectStore
@@ -22,7 +21,7 @@ def version_history(store: ObjectStore) -> list[dict[str, Any]]:
         out.append(
             {
                 "version": v,
-                "timestamp": _local_time(m.pb.timestamp.ToNanoseconds()),
+                "timestamp": _versions.shown_time(m.pb.timestamp.ToNanoseconds()),
                 "metadata": {
                     "total_data_file_rows": str(physical),
                     "total_data_files": str(sum(len(f.files) for f in frags)),
@@ -37,10 +36,3 @@ def version_history(store: ObjectStore) -> list[dict[str, Any]]:
             }
         )
     return out
-
-
-def _local_time(ns: int) -> dt.datetime:
-    """A commit time as pylance's versions() shows it: naive local time, computed as pylance
-    computes it, in floating point (so a few versions show a microsecond before or after
-    their commit; `asof` of the time shown finds what it finds in pylance)."""
-    return dt.datetime.fromtimestamp(ns // 1e9) + dt.timedelta(microseconds=(ns % 1e9) // 1e3)

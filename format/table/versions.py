@@ -412,19 +412,28 @@ def resolve(
 
 
 def resolve_asof(store: ObjectStore, asof: dt.datetime | str) -> Manifest:
-    """The newest version committed at or before `asof` (naive datetimes are local time)."""
+    """The newest version whose commit time, as `versions()` shows it, is before `asof`
+    (naive datetimes are local time). That is pylance's rule: strictly before, so the time
+    shown for a version finds the version before it."""
     if isinstance(asof, str):
         try:
             asof = dt.datetime.fromisoformat(asof.replace("Z", "+00:00"))
         except ValueError:
             raise InvalidInputError(f"asof {asof!r} is not an ISO-8601 timestamp") from None
-    if asof.tzinfo is None:
-        asof = asof.astimezone()
+    if asof.tzinfo is not None:
+        asof = asof.astimezone().replace(tzinfo=None)
     entries = list_manifests(store)
     if not entries:
         raise DatasetNotFoundError(f"no Lance dataset at {store.uri}")
     for v in sorted(entries, reverse=True):
         manifest = load_manifest(store, entries[v])
-        if manifest.timestamp <= asof:
+        if shown_time(manifest.pb.timestamp.ToNanoseconds()) < asof:
             return manifest
-    raise VersionNotFoundError(f"{store.uri}: no version was committed at or before {asof}")
+    raise VersionNotFoundError(f"{store.uri}: no version was committed before {asof}")
+
+
+def shown_time(ns: int) -> dt.datetime:
+    """A commit time (nanoseconds since the epoch) as pylance's `versions()` shows it: naive
+    local time, computed in floating point as pylance computes it (so some versions show a
+    microsecond before or after their commit)."""
+    return dt.datetime.fromtimestamp(ns // 1e9) + dt.timedelta(microseconds=(ns % 1e9) // 1e3)
