@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from quiver.format.dataset import backfill, cleanup, compaction, evolution
+from quiver.format.dataset import blobs as _blobs
 from quiver.format.dataset import indexing as _indexing
 from quiver.format.dataset import metadata as _metadata
 from quiver.format.dataset import take as _take
@@ -301,27 +302,15 @@ class LanceDataset:
                     "call to_table"
                 )
             return FullTextSearch(
-                self._core,
-                full_text_query,
-                columns=columns,  # type: ignore[arg-type]
-                filter=filter,  # type: ignore[arg-type]
-                prefilter=prefilter,
-                with_row_id=with_row_id,
-                with_row_address=with_row_address,
-                limit=limit,
-                offset=offset,
-                fast_search=fast_search,
-            )
+                self._core, full_text_query, columns=columns, filter=filter,  # type: ignore[arg-type]
+                prefilter=prefilter, with_row_id=with_row_id, with_row_address=with_row_address,
+                limit=limit, offset=offset, fast_search=fast_search,
+            )  # fmt: skip
         if nearest is not None:
             return NearestSearch(
-                self._core,
-                nearest,
-                columns=columns,
-                filter=filter,
-                prefilter=prefilter,
-                with_row_id=with_row_id,
-                with_row_address=with_row_address,
-            )
+                self._core, nearest, columns=columns, filter=filter, prefilter=prefilter,
+                with_row_id=with_row_id, with_row_address=with_row_address,
+            )  # fmt: skip
         return Scanner(
             self._core,
             fragments if fragments is not None else fragments_of(self._core),
@@ -381,17 +370,10 @@ class LanceDataset:
             )
         if full_text_query is not None:
             return self.scanner(
-                columns,
-                filter,
-                limit,
-                offset,
-                with_row_id=with_row_id,
-                with_row_address=with_row_address,
-                nearest=nearest,
-                prefilter=prefilter,
-                full_text_query=full_text_query,
-                fast_search=fast_search,
-            ).to_table()
+                columns, filter, limit, offset, with_row_id=with_row_id,
+                with_row_address=with_row_address, prefilter=prefilter,
+                full_text_query=full_text_query, fast_search=fast_search,
+            ).to_table()  # fmt: skip
         if nearest is not None:
             return nearest_table(
                 self._core,
@@ -540,6 +522,34 @@ class LanceDataset:
         (`columns` a list, or a dict of SQL projections, as in `scanner`)."""
         frags = self.get_fragments()
         return _take.take(self._core, frags, indices, columns, with_row_id, with_row_address)
+
+    def take_blobs(
+        self,
+        blob_column: str,
+        ids: _take.Indices | None = None,
+        addresses: _take.Indices | None = None,
+        indices: _take.Indices | None = None,
+        *,
+        buffer_size: int = _blobs.DEFAULT_BUFFER_SIZE,
+    ) -> list[_blobs.BlobFile | None]:
+        """The blobs of the selected rows (exactly one of row `ids`, row `addresses` or
+        `indices`) as file-like objects reading them on demand; None for a null value."""
+        where = _blobs.locate_blobs(self._core, self.get_fragments(), blob_column,
+                                    ids, addresses, indices)  # fmt: skip
+        return [loc and _blobs.BlobFile(loc, buffer_size) for _, loc in where]
+
+    def read_blobs(
+        self,
+        blob_column: str,
+        ids: _take.Indices | None = None,
+        addresses: _take.Indices | None = None,
+        indices: _take.Indices | None = None,
+        **options: Any,
+    ) -> list[tuple[int, bytes | None]]:
+        """(row address, bytes or None) of the selected rows' blobs, read together."""
+        where = _blobs.locate_blobs(self._core, self.get_fragments(), blob_column,
+                                    ids, addresses, indices)  # fmt: skip
+        return _blobs.read_located(where)
 
     def take_rows(
         self,

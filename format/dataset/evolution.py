@@ -55,7 +55,7 @@ from quiver.format.errors import (
     UnsupportedFeatureError,
 )
 from quiver.format.expr import compile_expression, evaluate_expressions
-from quiver.format.file.base import DEFAULT_BATCH_SIZE, split_ranges
+from quiver.format.file.base import DEFAULT_BATCH_SIZE, TOMBSTONE, split_ranges
 from quiver.format.file.open import open_data_file
 from quiver.format.proto import table_pb2, transaction_pb2
 from quiver.format.table.indices import indices_of
@@ -63,7 +63,6 @@ from quiver.format.table.manifest import Manifest
 from quiver.format.table.schema import LanceField, LanceSchema, check_primary_key_nullability
 from quiver.format.table.transaction import new_transaction
 
-TOMBSTONE = -2
 _ALTER_KEYS = {"path", "name", "nullable", "data_type"}
 
 __all__ = ["add_columns", "alter_columns", "drop_columns", "max_field_id"]

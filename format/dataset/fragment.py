@@ -17,6 +17,7 @@ from quiver.format.dataset.take import take_from_fragment
 from quiver.format.errors import CorruptFileError
 from quiver.format.file.base import (
     DEFAULT_BATCH_SIZE,
+    TOMBSTONE,
     DataFileReader,
     checked_take_indices,
     page_aligned_ranges,
@@ -32,7 +33,6 @@ from quiver.format.table.schema import LanceField, LanceSchema
 
 ROW_ID = "_rowid"
 ROW_ADDRESS = "_rowaddr"
-TOMBSTONE = -2
 
 
 def _leaf_ids(f: LanceField) -> set[int]:

@@ -78,9 +78,9 @@ def take_rows(
     """Rows by row id (stable row ids, else row addresses), in the order given; ids of
     deleted or missing rows are left out, as pylance's `_take_rows` does."""
     ids = check_indices(row_ids, "row ids").astype(np.uint64)
-    which = np.full(len(ids), -1, np.int64)
-    physical = np.zeros(len(ids), np.int64)
     if core.manifest.uses_stable_row_ids:
+        which = np.full(len(ids), -1, np.int64)
+        physical = np.zeros(len(ids), np.int64)
         for fi, frag in enumerate(frags):
             stored = frag.row_ids
             if stored is None or not len(stored):
@@ -92,21 +92,40 @@ def take_rows(
                 hit &= frag.live_mask[offsets]
             which[hit], physical[hit] = fi, offsets[hit]
     else:
-        by_id = {f.fragment_id: i for i, f in enumerate(frags)}
-        fids = (ids >> np.uint64(32)).astype(np.int64)
-        offsets = (ids & np.uint64(0xFFFFFFFF)).astype(np.int64)
-        for fid in unique_sorted(fids):
-            fi = by_id.get(int(fid))
-            if fi is None:
-                continue
-            sel = np.flatnonzero(fids == fid)
-            frag = frags[fi]
-            ok = offsets[sel] < frag.physical_rows
-            if frag.live_mask is not None:
-                ok &= frag.live_mask[np.minimum(offsets[sel], frag.physical_rows - 1)]
-            which[sel[ok]], physical[sel[ok]] = fi, offsets[sel[ok]]
+        which, physical = _by_address(frags, ids)
     keep = which >= 0
     return gather(core, frags, which[keep], physical[keep], columns, with_row_id, with_row_address)
+
+
+def take_addresses(
+    core: DatasetCore, frags: Sequence[LanceFragment], addresses: Indices, columns: Columns = None
+) -> pa.Table:
+    """Rows by row address (fragment id << 32 | offset), in the order given, with their
+    `_rowaddr`; addresses of deleted or missing rows are left out."""
+    addrs = check_indices(addresses, "row addresses").astype(np.uint64)
+    which, physical = _by_address(frags, addrs)
+    keep = which >= 0
+    return gather(core, frags, which[keep], physical[keep], columns, False, True)
+
+
+def _by_address(frags: Sequence[LanceFragment], ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(fragment index, physical offset) of each row address; -1 where no live row is."""
+    which = np.full(len(ids), -1, np.int64)
+    physical = np.zeros(len(ids), np.int64)
+    by_id = {f.fragment_id: i for i, f in enumerate(frags)}
+    fids = (ids >> np.uint64(32)).astype(np.int64)
+    offsets = (ids & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    for fid in unique_sorted(fids):
+        fi = by_id.get(int(fid))
+        if fi is None:
+            continue
+        sel = np.flatnonzero(fids == fid)
+        frag = frags[fi]
+        ok = offsets[sel] < frag.physical_rows
+        if frag.live_mask is not None:
+            ok &= frag.live_mask[np.minimum(offsets[sel], frag.physical_rows - 1)]
+        which[sel[ok]], physical[sel[ok]] = fi, offsets[sel[ok]]
+    return which, physical
 
 
 def _physical(frag: LanceFragment, live: np.ndarray) -> np.ndarray:

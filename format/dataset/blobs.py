@@ -1,0 +1,275 @@
+"""Blob columns read as files: `take_blobs` (file-like handles doing ranged reads) and
+`read_blobs` (whole payloads, coalesced per file), over every blob layout pylance 14 writes.
+
+A scan returns a blob column as descriptions of where each value's bytes are; this module
+turns them into bytes. Legacy blobs (2.0 / 2.1 files, a binary field marked
+`lance-encoding:blob`) are (position, size) ranges of the data file itself. Blob v2 (2.2
+files, the `lance.blob.v2` type) adds a kind: inline (a range of the data file), packed (a
+range of a sidecar file shared by several values), dedicated (a whole sidecar file) or
+external (a range of any URI). Sidecars sit in a directory named for the data file,
+`data/<stem>/<blob_id>.blob`, the id written as 32 bits in reverse, as data files are named.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+from quiver.format.dataset import take as _take
+from quiver.format.dataset.core import DatasetCore
+from quiver.format.dataset.scan import ROW_ADDRESS_FIELD
+from quiver.format.errors import CorruptFileError, InvalidInputError
+from quiver.format.io.store import FileReader, ObjectStore, open_store
+
+if TYPE_CHECKING:
+    from quiver.format.dataset.fragment import LanceFragment
+
+DEFAULT_BUFFER_SIZE = 512 * 1024  # sequential read-ahead of a BlobFile, as pylance's
+
+INLINE, PACKED, DEDICATED, EXTERNAL = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class BlobLocation:
+    """Where one blob's bytes are: `size` bytes at `position` of `path` in `store`."""
+
+    store: ObjectStore
+    path: str
+    position: int
+    size: int
+
+    @property
+    def uri(self) -> str:
+        return self.store.uri_of(self.path)
+
+
+def sidecar_name(blob_id: int) -> str:
+    """The file name of a blob v2 sidecar: the id's 32 bits, lowest first."""
+    return format(blob_id, "032b")[::-1] + ".blob"
+
+
+def locate_blobs(
+    core: DatasetCore,
+    frags: Sequence[LanceFragment],
+    column: str,
+    ids: _take.Indices | None = None,
+    addresses: _take.Indices | None = None,
+    indices: _take.Indices | None = None,
+) -> list[tuple[int, BlobLocation | None]]:
+    """(row address, where its blob is) of `column` for the rows selected by exactly one of
+    row `ids`, row `addresses` or `indices` (positions among the live rows), in the order
+    given; None for a null value. Ids and addresses of deleted or missing rows are left
+    out, as pylance leaves them out."""
+    if sum(v is not None for v in (ids, addresses, indices)) != 1:
+        raise InvalidInputError("give exactly one of ids, addresses or indices")
+    field = core.manifest.schema.field(column, dataset=core.uri)
+    if not field.is_blob:
+        raise InvalidInputError(f"{core.uri}: column {column!r} is not a blob column")
+    projection = [column]
+    if indices is not None:
+        rows = _take.take(core, frags, indices, projection, with_row_address=True)
+    elif addresses is not None:
+        rows = _take.take_addresses(core, frags, addresses, projection)
+    else:
+        rows = _take.take_rows(core, frags, ids, projection, with_row_address=True)
+    desc = rows.column(column).combine_chunks()
+    addrs = rows.column(ROW_ADDRESS_FIELD.name).to_numpy()
+    by_id = {f.fragment_id: f for f in frags}
+    files: dict[int, tuple[ObjectStore, str]] = {}
+    out: list[tuple[int, BlobLocation | None]] = []
+    valid = desc.is_valid().to_numpy(zero_copy_only=False)
+    fields = {name: desc.field(name).to_numpy(zero_copy_only=False) for name in _names(desc)}
+    for i, addr in enumerate(addrs.tolist()):
+        if not valid[i]:
+            out.append((addr, None))
+            continue
+        fid = addr >> 32
+        if fid not in files:
+            files[fid] = _data_file(core, by_id[fid], field.id)
+        store, path = files[fid]
+        position, size = int(fields["position"][i]), int(fields["size"][i])
+        if "kind" not in fields:
+            if size == 0 and position == 1 and core.data_storage_version == "2.0":
+                out.append((addr, None))  # the 2.0 writer describes a null as (1, 0)
+                continue
+            out.append((addr, BlobLocation(store, path, position, size)))
+            continue
+        kind = int(fields["kind"][i])
+        if kind in (PACKED, DEDICATED):
+            stem = path.rsplit(".", 1)[0]
+            path = f"{stem}/{sidecar_name(int(fields['blob_id'][i]))}"
+        elif kind == EXTERNAL:
+            store, path = _external(core, str(fields["blob_uri"][i]))
+        elif kind != INLINE:
+            raise CorruptFileError(core.store.uri_of(path), f"blob of unknown kind {kind}")
+        out.append((addr, BlobLocation(store, path, position, size)))
+    return out
+
+
+def _names(desc: pa.StructArray) -> list[str]:
+    return [desc.type.field(i).name for i in range(desc.type.num_fields)]
+
+
+def _data_file(core: DatasetCore, frag: LanceFragment, field_id: int) -> tuple[ObjectStore, str]:
+    """The store and path of the data file holding `field_id` in `frag`."""
+    for df in frag.metadata.files:
+        if field_id in df.fields:
+            return core.resolve(f"data/{df.path}", df.base_id if df.HasField("base_id") else None)
+    raise CorruptFileError(
+        core.store.uri_of(core.manifest.path),
+        f"fragment {frag.fragment_id} has no data file holding field {field_id}",
+    )
+
+
+def _external(core: DatasetCore, uri: str) -> tuple[ObjectStore, str]:
+    """An external blob's URI as a store (its directory) and a file name."""
+    parent, _, name = uri.rstrip("/").rpartition("/")
+    if not parent or not name:
+        raise CorruptFileError(core.uri, f"external blob URI {uri!r} names no file")
+    return open_store(parent, core.storage_options), name
+
+
+def read_located(
+    located: Sequence[tuple[int, BlobLocation | None]],
+) -> list[tuple[int, bytes | None]]:
+    """(row address, bytes) of each located blob, the ranges of one file read together
+    (coalesced)."""
+    locations = [loc for _, loc in located]
+    out: list[bytes | None] = [None] * len(locations)
+    by_file: dict[tuple[str, str], list[int]] = {}
+    for i, loc in enumerate(locations):
+        if loc is not None:
+            by_file.setdefault((loc.store.uri, loc.path), []).append(i)
+    for members in by_file.values():
+        first = locations[members[0]]
+        assert first is not None
+        with first.store.open(first.path) as reader:
+            ranges = [(locations[i].position, locations[i].size) for i in members]  # type: ignore[union-attr]
+            _check_ranges(reader, ranges)
+            for i, data in zip(members, reader.read_ranges(ranges), strict=True):
+                out[i] = bytes(data)
+    return [(addr, data) for (addr, _), data in zip(located, out, strict=True)]
+
+
+def _check_ranges(reader: FileReader, ranges: Sequence[tuple[int, int]]) -> None:
+    ends = np.array([p + s for p, s in ranges], dtype=np.uint64)
+    if len(ends) and int(ends.max()) > reader.size:
+        raise CorruptFileError(
+            reader.store.uri_of(reader.path),
+            f"a blob ends at byte {int(ends.max())} of a file of {reader.size} bytes",
+        )
+
+
+class BlobFile(io.BufferedIOBase):
+    """One blob as a read-only, seekable binary file: reads are ranged reads of the file
+    holding it (a local pread or an object-store range request), sequential ones through a
+    read-ahead buffer of `buffer_size` bytes."""
+
+    def __init__(self, location: BlobLocation, buffer_size: int = DEFAULT_BUFFER_SIZE) -> None:
+        super().__init__()
+        if buffer_size < 0:
+            raise InvalidInputError(f"buffer_size must be >= 0, not {buffer_size}")
+        self.location = location
+        self._buffer_size = buffer_size
+        self._pos = 0
+        self._buf = b""
+        self._buf_at = 0
+        self._reader: FileReader | None = None
+
+    def size(self) -> int:
+        """The blob's length in bytes."""
+        return self.location.size
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        self._check_open()
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._check_open()
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size()}.get(whence)
+        if base is None:
+            raise ValueError(f"invalid whence: {whence}")
+        if base + offset < 0:
+            raise ValueError(f"negative seek position {base + offset}")
+        self._pos = base + offset
+        return self._pos
+
+    def read(self, size: int | None = -1) -> bytes:
+        self._check_open()
+        end = self.size() if size is None or size < 0 else min(self.size(), self._pos + size)
+        if end <= self._pos:
+            return b""
+        if not (self._buf_at <= self._pos and end <= self._buf_at + len(self._buf)):
+            fetch = max(end - self._pos, self._buffer_size)
+            fetch = min(fetch, self.size() - self._pos)
+            self._buf, self._buf_at = self._fetch(self._pos, fetch), self._pos
+        data = self._buf[self._pos - self._buf_at : end - self._buf_at]
+        self._pos = end
+        return data
+
+    read1 = read
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        data = self.read(len(b))
+        memoryview(b).cast("B")[: len(data)] = data
+        return len(data)
+
+    readinto1 = readinto
+
+    def read_range(self, offset: int, length: int) -> bytes:
+        """`length` bytes at `offset` of the blob, without moving the cursor."""
+        return self.read_ranges([(offset, length)])[0]
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Several (offset, length) ranges of the blob in one coalesced read, without
+        moving the cursor."""
+        self._check_open()
+        for offset, length in ranges:
+            if offset < 0 or length < 0 or offset + length > self.size():
+                raise InvalidInputError(
+                    f"range {offset}+{length} is outside the blob of {self.size()} bytes"
+                )
+        base = self.location.position
+        return [bytes(d) for d in self._open().read_ranges([(base + o, n) for o, n in ranges])]
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        self._buf = b""
+        super().close()
+
+    def __repr__(self) -> str:
+        return f"<BlobFile size={self.size()}>"
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ValueError("I/O operation on closed blob file")
+
+    def _open(self) -> FileReader:
+        if self._reader is None:
+            self._reader = self.location.store.open(self.location.path)
+            end = self.location.position + self.location.size
+            if end > self._reader.size:
+                raise CorruptFileError(
+                    self.location.uri,
+                    f"the blob ends at byte {end} of a file of {self._reader.size} bytes",
+                )
+        return self._reader
+
+    def _fetch(self, offset: int, length: int) -> bytes:
+        return bytes(self._open().read(self.location.position + offset, length))
