@@ -13,7 +13,7 @@ external (a range of any URI). Sidecars sit in a directory named for the data fi
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -22,9 +22,10 @@ import pyarrow as pa
 
 from quiver.format.dataset import take as _take
 from quiver.format.dataset.core import DatasetCore
-from quiver.format.dataset.scan import ROW_ADDRESS_FIELD
+from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, Scanner
 from quiver.format.errors import CorruptFileError, InvalidInputError
 from quiver.format.io.store import FileReader, ObjectStore, open_store
+from quiver.format.table.schema import LanceField
 
 if TYPE_CHECKING:
     from quiver.format.dataset.fragment import LanceFragment
@@ -79,27 +80,32 @@ def locate_blobs(
         rows = _take.take_rows(core, frags, ids, projection, with_row_address=True)
     desc = rows.column(column).combine_chunks()
     addrs = rows.column(ROW_ADDRESS_FIELD.name).to_numpy()
-    by_id = {f.fragment_id: f for f in frags}
+    return _locations(core, {f.fragment_id: f for f in frags}, field.id, desc, addrs)
+
+
+def _locations(
+    core: DatasetCore,
+    by_id: dict[int, LanceFragment],
+    field_id: int,
+    desc: pa.StructArray,
+    addrs: np.ndarray,
+) -> list[tuple[int, BlobLocation | None]]:
+    """(row address, location) of each blob description of the field `field_id`."""
     files: dict[int, tuple[ObjectStore, str]] = {}
     out: list[tuple[int, BlobLocation | None]] = []
     valid = desc.is_valid().to_numpy(zero_copy_only=False)
     fields = {name: desc.field(name).to_numpy(zero_copy_only=False) for name in _names(desc)}
+    legacy_nulls = core.data_storage_version == "2.0"  # the 2.0 writer describes one as (1, 0)
     for i, addr in enumerate(addrs.tolist()):
-        if not valid[i]:
+        position, size = int(fields["position"][i]), int(fields["size"][i])
+        if not valid[i] or (legacy_nulls and size == 0 and position == 1):
             out.append((addr, None))
             continue
         fid = addr >> 32
         if fid not in files:
-            files[fid] = _data_file(core, by_id[fid], field.id)
+            files[fid] = _data_file(core, by_id[fid], field_id)
         store, path = files[fid]
-        position, size = int(fields["position"][i]), int(fields["size"][i])
-        if "kind" not in fields:
-            if size == 0 and position == 1 and core.data_storage_version == "2.0":
-                out.append((addr, None))  # the 2.0 writer describes a null as (1, 0)
-                continue
-            out.append((addr, BlobLocation(store, path, position, size)))
-            continue
-        kind = int(fields["kind"][i])
+        kind = int(fields["kind"][i]) if "kind" in fields else INLINE
         if kind in (PACKED, DEDICATED):
             stem = path.rsplit(".", 1)[0]
             path = f"{stem}/{sidecar_name(int(fields['blob_id'][i]))}"
@@ -273,3 +279,73 @@ class BlobFile(io.BufferedIOBase):
 
     def _fetch(self, offset: int, length: int) -> bytes:
         return bytes(self._open().read(self.location.position + offset, length))
+
+
+BLOB_HANDLING = ("blobs_descriptions", "all_descriptions", "all_binary")
+
+
+def as_bytes(uri: str, handling: str | None) -> bool:
+    """Whether a scan's `blob_handling` asks for blob bytes rather than descriptions."""
+    if handling is not None and handling not in BLOB_HANDLING:
+        raise InvalidInputError(
+            f"{uri}: blob_handling {handling!r} is not one of {', '.join(BLOB_HANDLING)}"
+        )
+    return handling == "all_binary"
+
+
+class BlobBytesScan:
+    """pylance's `blob_handling="all_binary"`: a scan whose blob columns hold their bytes
+    (large_binary) instead of their descriptions, each batch's blobs read together."""
+
+    def __init__(self, scan: object, core: DatasetCore, *, keep_address: bool) -> None:
+        if not isinstance(scan, Scanner):
+            raise InvalidInputError(
+                f"{core.uri}: blob_handling='all_binary' applies to plain scans (not to "
+                "nearest, full-text, ordered or deleted-row scans)"
+            )
+        self._scan = scan
+        self._core = core
+        self._keep_address = keep_address
+        self._by_id = {f.fragment_id: f for f in scan._fragments}
+        out = scan.projected_schema
+        self._blob_ids: dict[str, int] = {}
+        fields = []
+        for f in out:
+            lance_field = _top_level_blob(core, f.name)
+            if lance_field is not None:
+                self._blob_ids[f.name] = lance_field.id
+                meta = None if lance_field.is_blob_v2 else f.metadata
+                f = pa.field(f.name, pa.large_binary(), f.nullable, meta)
+            if f.name != ROW_ADDRESS_FIELD.name or keep_address:
+                fields.append(f)
+        self.projected_schema = pa.schema(fields, metadata=out.metadata)
+
+    def to_batches(self) -> Iterator[pa.RecordBatch]:
+        for batch in self._scan.to_batches():
+            addrs = batch.column(ROW_ADDRESS_FIELD.name).to_numpy(zero_copy_only=False)
+            columns = []
+            for f in self.projected_schema:
+                col = batch.column(f.name)
+                if f.name in self._blob_ids:
+                    located = _locations(
+                        self._core, self._by_id, self._blob_ids[f.name], col, addrs
+                    )
+                    col = pa.array([data for _, data in read_located(located)], pa.large_binary())
+                columns.append(col)
+            yield pa.RecordBatch.from_arrays(columns, schema=self.projected_schema)
+
+    def to_table(self) -> pa.Table:
+        return pa.Table.from_batches(list(self.to_batches()), schema=self.projected_schema)
+
+    def to_reader(self) -> pa.RecordBatchReader:
+        return pa.RecordBatchReader.from_batches(self.projected_schema, self.to_batches())
+
+    def count_rows(self) -> int:
+        return self._scan.count_rows()
+
+
+def _top_level_blob(core: DatasetCore, name: str) -> LanceField | None:
+    for f in core.manifest.schema.fields:
+        if f.name == name:
+            return f if f.is_blob else None
+    return None

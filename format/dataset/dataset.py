@@ -22,6 +22,7 @@ from quiver.format.dataset import metadata as _metadata
 from quiver.format.dataset import take as _take
 from quiver.format.dataset import update as _update
 from quiver.format.dataset import write as _write
+from quiver.format.dataset.blobs import BlobBytesScan
 from quiver.format.dataset.cleanup import CleanupStats
 from quiver.format.dataset.clone import deep_clone, shallow_clone
 from quiver.format.dataset.compaction import CompactionMetrics
@@ -48,6 +49,8 @@ from quiver.format.table.manifest import Manifest
 from quiver.format.table.schema import LanceSchema
 from quiver.format.table.transaction import new_transaction
 from quiver.format.table.versions import Reference
+
+AnyScan = Scanner | NearestSearch | FullTextSearch | OrderedScan | DeletedRowsScan | BlobBytesScan
 
 
 def dataset(
@@ -81,22 +84,13 @@ def write_dataset(
     if isinstance(uri, LanceDataset):
         storage_options = storage_options or uri.core.storage_options
         uri = uri.uri
-    return LanceDataset(
-        _write.write_dataset(
-            data,
-            uri,
-            schema,
-            mode,
-            max_rows_per_file=max_rows_per_file,
-            max_rows_per_group=max_rows_per_group,
-            data_storage_version=data_storage_version,
-            enable_stable_row_ids=enable_stable_row_ids,
-            storage_options=storage_options,
-            commit_message=commit_message,
-            idempotency_key=idempotency_key,
-            config=config,
-        )
-    )
+    core = _write.write_dataset(
+        data, uri, schema, mode, max_rows_per_file=max_rows_per_file,
+        max_rows_per_group=max_rows_per_group, data_storage_version=data_storage_version,
+        enable_stable_row_ids=enable_stable_row_ids, storage_options=storage_options,
+        commit_message=commit_message, idempotency_key=idempotency_key, config=config,
+    )  # fmt: skip
+    return LanceDataset(core)
 
 
 class LanceDataset:
@@ -266,7 +260,7 @@ class LanceDataset:
         full_text_query: str | dict[str, Any] | None = None,
         fast_search: bool = False,
         **options: Any,
-    ) -> Scanner | NearestSearch | FullTextSearch | OrderedScan | DeletedRowsScan:
+    ) -> AnyScan:
         """Plan a scan: projection (names, or a dict of SQL projections), filter (SQL or a
         `pyarrow.compute.Expression`), limit/offset, row id and system columns; with one
         fragment, `physical_range` (start, stop) limits it to those physical rows. Fragments
@@ -280,6 +274,10 @@ class LanceDataset:
         False reads without index pruning; `late_materialization`, `scan_in_order` and
         `strict_batch_size` change no result here (batches already hold `batch_size` rows,
         in order)."""
+        if _blobs.as_bytes(self.uri, options.pop("blob_handling", None)):
+            inner = self.scanner(columns, filter, limit, offset, batch_size, fragments=fragments,
+                with_row_id=with_row_id, with_row_address=True, **options)  # fmt: skip
+            return BlobBytesScan(inner, self._core, keep_address=with_row_address)
         order_by, use_scalar_index = scan_options(self.uri, options)
         if options.get("include_deleted_rows"):
             ids = {"with_row_id": with_row_id, "with_row_address": with_row_address}

@@ -112,3 +112,24 @@ def test_blob_selection_errors(blobs: str) -> None:
         ours.take_blobs("nope", indices=[0])
     with pytest.raises(InvalidInputError, match="out of range"):
         ours.take_blobs("b", indices=[10_000])
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"columns": ["b"], "with_row_id": True}, {"filter": "id > 4", "with_row_address": True}],
+)
+def test_scans_with_blob_bytes_match_pylance(blobs: str, options: dict) -> None:
+    for handling in ("all_binary", "blobs_descriptions", "all_descriptions"):
+        ours = dataset(blobs).to_table(blob_handling=handling, **options)
+        theirs = lance.dataset(blobs).to_table(blob_handling=handling, **options)
+        assert ours.schema.equals(theirs.schema, check_metadata=True), handling
+        assert ours.equals(theirs), handling
+    batches = list(dataset(blobs).scanner(blob_handling="all_binary", batch_size=3).to_batches())
+    assert [b.num_rows for b in batches][:2] == [3, 3]
+
+
+def test_blob_handling_is_checked(blobs: str) -> None:
+    with pytest.raises(InvalidInputError, match="blob_handling 'bytes'"):
+        dataset(blobs).to_table(blob_handling="bytes")
+    with pytest.raises(InvalidInputError, match="plain scans"):
+        dataset(blobs).to_table(blob_handling="all_binary", order_by=["id"])
