@@ -497,6 +497,7 @@ class Client(Writes, RowChanges, IndexActions, _nearest.Searches):
         prefilter: bool = False,
         fast_search: bool = False,
         branch: str | None = None,
+        blob_handling: str | None = None,
     ) -> pa.Table:
         """Read a dataset (one version of it, on `branch` if given) into a `pyarrow.Table`.
 
@@ -505,7 +506,9 @@ class Client(Writes, RowChanges, IndexActions, _nearest.Searches):
         stderr (a tqdm bar when tqdm is installed). `appended_since=v` reads only the rows
         appends added after version `v`. `full_text_query` (text, `{"query", "columns"}`, a
         structured query; a list: each one's `limit` rows after its `query_index`) reads
-        the matching rows best first with `_score`, as pylance's `to_table` does."""
+        the matching rows best first with `_score`, as pylance's `to_table` does.
+        `blob_handling="all_binary"` reads blob columns as their bytes (by default a scan
+        returns their descriptions, as pylance's does; `take_blobs` reads ranges of them)."""
         if parallel < 1:
             raise ValueError("parallel must be at least 1")
         info = self.flight_info(
@@ -522,6 +525,7 @@ class Client(Writes, RowChanges, IndexActions, _nearest.Searches):
             prefilter=prefilter,
             fast_search=fast_search,
             **({"branch": branch} if branch is not None else {}),
+            **({"blob_handling": blob_handling} if blob_handling is not None else {}),
         )
         schema = info.schema
         endpoints = list(info.endpoints)
@@ -581,6 +585,7 @@ class Client(Writes, RowChanges, IndexActions, _nearest.Searches):
         limit: int | None = None,
         with_row_id: bool = False,
         branch: str | None = None,
+        blob_handling: str | None = None,
     ) -> pa.RecordBatchReader:
         """Stream a dataset: the endpoints one after another, in order, batch by batch."""
         info = self.flight_info(
@@ -593,6 +598,7 @@ class Client(Writes, RowChanges, IndexActions, _nearest.Searches):
             limit=limit,
             with_row_id=with_row_id,
             **({"branch": branch} if branch is not None else {}),
+            **({"blob_handling": blob_handling} if blob_handling is not None else {}),
         )
         schema = info.schema
         endpoints = list(info.endpoints)

@@ -18,7 +18,15 @@ from typing import Any
 from quiver.flight_server.errors import InvalidArgument
 from quiver.flight_server.names import name_from_path, on_branch
 from quiver.flight_server.staging import valid_job
-from quiver.wire.requests import BACKFILLS, MERGE_KEYS, PUT_KEYS, PUT_MODES, READ_KEYS, WHEN_MATCHED
+from quiver.wire.requests import (
+    BACKFILLS,
+    BLOB_HANDLING,
+    MERGE_KEYS,
+    PUT_KEYS,
+    PUT_MODES,
+    READ_KEYS,
+    WHEN_MATCHED,
+)
 
 MAX_JSON_BYTES = 256 << 20
 MAX_INT = (1 << 63) - 1
@@ -214,6 +222,7 @@ class ReadRequest:
     full_text_query: str | dict[str, Any] | list[Any] | None = None
     fast_search: bool = False
     hybrid: dict[str, Any] | None = None  # fusion options when both searches are asked
+    blob_handling: str | None = None  # "all_binary": blob columns as bytes
 
     @property
     def search(self) -> bool:
@@ -279,7 +288,21 @@ def read_request_from_command(cmd: bytes) -> ReadRequest:
         full_text_query=_full_text(f),
         fast_search=f.bool("fast_search", default=False),
         hybrid=f.obj("hybrid"),
+        blob_handling=_blob_handling(f),
     )
+
+
+def _blob_handling(f: Fields) -> str | None:
+    value = f.str("blob_handling")
+    if value is not None and value not in BLOB_HANDLING:
+        raise InvalidArgument(
+            f"CMD descriptor: 'blob_handling' must be one of {', '.join(BLOB_HANDLING)}"
+        )
+    if value == "all_binary" and (f.has("nearest") or f.has("full_text_query")):
+        raise InvalidArgument(
+            "CMD descriptor: 'blob_handling' all_binary applies to scans, not to searches"
+        )
+    return None if value == "blobs_descriptions" else value
 
 
 # Text queries one batch (a `full_text_query` list) may hold.

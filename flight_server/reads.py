@@ -176,6 +176,7 @@ class Reads:
                 with_row_id=request.with_row_id,
                 expires=expires,
                 stamp=pinned,
+                blob_handling=request.blob_handling,
             ).encode(self.signer)
 
         frags = [f for f in ds.get_fragments() if f.physical_rows]
@@ -263,6 +264,7 @@ class Reads:
                     with_row_id=request.with_row_id,
                     expires=expires,
                     stamp=stamp(pinned),
+                    blob_handling=request.blob_handling,
                 ).encode(self.signer)
                 shown = rows if request.filter is None else -1
                 endpoints.append(PlannedEndpoint(token, a.fragment_id, rng, shown, a.version))
@@ -321,6 +323,7 @@ class Reads:
             readahead_bytes=1,
             batch_bytes=BATCH_BYTES,
             physical_range=physical_range,
+            **({"blob_handling": t.blob_handling} if t.blob_handling else {}),
         )
         nbytes = scanner.memory_estimate()
         # the scanner's generator rather than to_reader(): closing it stops the readahead
@@ -333,6 +336,7 @@ def _scanner(ds: LanceDataset, request: ReadRequest) -> Any:
         filter=request.filter,
         limit=request.limit,
         with_row_id=request.with_row_id,
+        **({"blob_handling": request.blob_handling} if request.blob_handling else {}),
     )
 
 

@@ -16,7 +16,7 @@ the same rows:
      "r": [first, end) physical rows of the fragment | null, "c": columns | null,
      "q": filter | null, "l": limit | null, "i": with_row_id, "e": expiry (unix s) | null,
      "t": commit time of the version (ns), which tells a recreated dataset's version apart,
-     "b": the branch, when not the main line}
+     "b": the branch, when not the main line, "h": blob_handling, when not the default}
 """
 
 from __future__ import annotations
@@ -134,6 +134,7 @@ class ReadTicket:
     with_row_id: bool = False
     expires: int | None = None
     stamp: int | None = None
+    blob_handling: str | None = None
 
     def encode(self, signer: Signer) -> bytes:
         """The signed ticket bytes."""
@@ -149,6 +150,7 @@ class ReadTicket:
             "e": self.expires,
             "t": self.stamp,
             **branch_of(self.dataset),
+            **({"h": self.blob_handling} if self.blob_handling is not None else {}),
         }
         return signer.sign(TICKET_KIND, payload).encode("ascii")
 
@@ -168,6 +170,7 @@ class ReadTicket:
                 with_row_id=_typed(p["i"], bool),
                 expires=_typed(p["e"], int, optional=True),
                 stamp=_typed(p["t"], int, optional=True),
+                blob_handling=_typed(p.get("h"), str, optional=True),
             )
         except (KeyError, TypeError, ValueError):
             raise InvalidArgument("invalid ticket: malformed payload") from None

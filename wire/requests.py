@@ -42,7 +42,11 @@ READ_KEYS: tuple[str, ...] = (
     "full_text_query",
     "fast_search",
     "hybrid",
+    "blob_handling",
 )
+# How a read returns blob columns (pylance's `blob_handling`): their descriptions (where
+# the bytes are), or "all_binary", their bytes.
+BLOB_HANDLING: tuple[str, ...] = ("blobs_descriptions", "all_descriptions", "all_binary")
 # The `nearest` object of a read (pylance's `nearest=` dict): q is one vector (a list of
 # numbers) or, for GetFlightInfo, a list of them; DoExchange takes the vectors as a stream.
 NEAREST_KEYS: tuple[str, ...] = (
@@ -353,6 +357,7 @@ def read_command(
     fast_search: bool = False,
     hybrid: dict[str, Any] | None = None,
     branch: str | None = None,
+    blob_handling: str | None = None,
 ) -> dict[str, Any]:
     """The JSON object of a read CMD descriptor; only the options that are set appear.
 
@@ -366,7 +371,8 @@ def read_command(
     with `_score`; a list of them is a batch, each query's best `limit` rows after its
     `query_index`. `fast_search` leaves out rows no index covers. Both `nearest` and
     `full_text_query` make a hybrid search, fused as `hybrid` says (`fusion`: "rrf" |
-    "linear", `rrf_k`, `weight`, `normalize`: "score" | "rank").
+    "linear", `rrf_k`, `weight`, `normalize`: "score" | "rank"). `blob_handling`
+    "all_binary" returns blob columns as their bytes instead of their descriptions.
     """
     if not isinstance(dataset, str) or not dataset:
         raise TypeError("dataset must be a non-empty string")
@@ -417,6 +423,12 @@ def read_command(
         cmd["fast_search"] = True
     if hybrid is not None:
         cmd["hybrid"] = dict(hybrid)
+    if blob_handling is not None:
+        if blob_handling not in BLOB_HANDLING:
+            raise InvalidArgument(
+                f"blob_handling must be one of {', '.join(BLOB_HANDLING)}, not {blob_handling!r}"
+            )
+        cmd["blob_handling"] = blob_handling
     return cmd
 
 

@@ -64,8 +64,7 @@ def locate_blobs(
 ) -> list[tuple[int, BlobLocation | None]]:
     """(row address, where its blob is) of `column` for the rows selected by exactly one of
     row `ids`, row `addresses` or `indices` (positions among the live rows), in the order
-    given; None for a null value. Ids and addresses of deleted or missing rows are left
-    out, as pylance leaves them out."""
+    given; None for a null value. A deleted or missing row is an error, as in pylance."""
     if sum(v is not None for v in (ids, addresses, indices)) != 1:
         raise InvalidInputError("give exactly one of ids, addresses or indices")
     field = core.manifest.schema.field(column, dataset=core.uri)
@@ -78,6 +77,15 @@ def locate_blobs(
         rows = _take.take_addresses(core, frags, addresses, projection)
     else:
         rows = _take.take_rows(core, frags, ids, projection, with_row_address=True)
+    asked = len(
+        _take.check_indices(next(v for v in (ids, addresses, indices) if v is not None), "rows")
+    )
+    if rows.num_rows != asked:
+        what = "row ids" if ids is not None else "row addresses"
+        raise InvalidInputError(
+            f"{core.uri} version {core.version}: {asked - rows.num_rows} of the {what} asked "
+            "for are deleted or not in this version"
+        )
     desc = rows.column(column).combine_chunks()
     addrs = rows.column(ROW_ADDRESS_FIELD.name).to_numpy()
     return _locations(core, {f.fragment_id: f for f in frags}, field.id, desc, addrs)
@@ -110,7 +118,10 @@ def _locations(
             stem = path.rsplit(".", 1)[0]
             path = f"{stem}/{sidecar_name(int(fields['blob_id'][i]))}"
         elif kind == EXTERNAL:
-            store, path = _external(core, str(fields["blob_uri"][i]))
+            base = int(fields["blob_id"][i])
+            store, path = _external(core, str(fields["blob_uri"][i]), base or None)
+            if position == 0 and size == 0:  # the whole object
+                size = store.size(path)
         elif kind != INLINE:
             raise CorruptFileError(core.store.uri_of(path), f"blob of unknown kind {kind}")
         out.append((addr, BlobLocation(store, path, position, size)))
@@ -132,8 +143,11 @@ def _data_file(core: DatasetCore, frag: LanceFragment, field_id: int) -> tuple[O
     )
 
 
-def _external(core: DatasetCore, uri: str) -> tuple[ObjectStore, str]:
-    """An external blob's URI as a store (its directory) and a file name."""
+def _external(core: DatasetCore, uri: str, base_id: int | None) -> tuple[ObjectStore, str]:
+    """An external blob as a store and a path: a path relative to a registered base path
+    (`base_id`), or an absolute URI (its directory and file name)."""
+    if base_id is not None:
+        return core.resolve(uri, base_id, relative_to_root=True)
     parent, _, name = uri.rstrip("/").rpartition("/")
     if not parent or not name:
         raise CorruptFileError(core.uri, f"external blob URI {uri!r} names no file")
@@ -282,6 +296,7 @@ class BlobFile(io.BufferedIOBase):
 
 
 BLOB_HANDLING = ("blobs_descriptions", "all_descriptions", "all_binary")
+BLOB_BATCH_BYTES = 64 << 20  # the blob bytes one batch of an all_binary scan holds at most
 
 
 def as_bytes(uri: str, handling: str | None) -> bool:
@@ -320,19 +335,35 @@ class BlobBytesScan:
                 fields.append(f)
         self.projected_schema = pa.schema(fields, metadata=out.metadata)
 
+    def __getattr__(self, name: str) -> object:  # the scan's planning: pruning, estimates
+        return getattr(self._scan, name)
+
     def to_batches(self) -> Iterator[pa.RecordBatch]:
+        """The scan's batches with their blobs read; a batch whose blobs would hold more
+        than `BLOB_BATCH_BYTES` is cut into several (one row at least), so memory stays
+        bounded by the budget and the largest blob."""
         for batch in self._scan.to_batches():
-            addrs = batch.column(ROW_ADDRESS_FIELD.name).to_numpy(zero_copy_only=False)
-            columns = []
-            for f in self.projected_schema:
-                col = batch.column(f.name)
-                if f.name in self._blob_ids:
-                    located = _locations(
-                        self._core, self._by_id, self._blob_ids[f.name], col, addrs
-                    )
-                    col = pa.array([data for _, data in read_located(located)], pa.large_binary())
-                columns.append(col)
-            yield pa.RecordBatch.from_arrays(columns, schema=self.projected_schema)
+            sizes = np.zeros(batch.num_rows, np.int64)
+            for name in self._blob_ids:
+                col = batch.column(name)
+                sizes += np.nan_to_num(col.field("size").to_numpy(zero_copy_only=False)).astype(
+                    np.int64
+                )
+            start = 0
+            for stop in _cuts(sizes, BLOB_BATCH_BYTES):
+                yield self._with_bytes(batch.slice(start, stop - start))
+                start = stop
+
+    def _with_bytes(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        addrs = batch.column(ROW_ADDRESS_FIELD.name).to_numpy(zero_copy_only=False)
+        columns = []
+        for f in self.projected_schema:
+            col = batch.column(f.name)
+            if f.name in self._blob_ids:
+                located = _locations(self._core, self._by_id, self._blob_ids[f.name], col, addrs)
+                col = pa.array([data for _, data in read_located(located)], pa.large_binary())
+            columns.append(col)
+        return pa.RecordBatch.from_arrays(columns, schema=self.projected_schema)
 
     def to_table(self) -> pa.Table:
         return pa.Table.from_batches(list(self.to_batches()), schema=self.projected_schema)
@@ -342,6 +373,18 @@ class BlobBytesScan:
 
     def count_rows(self) -> int:
         return self._scan.count_rows()
+
+
+def _cuts(sizes: np.ndarray, budget: int) -> list[int]:
+    """Ends of consecutive row ranges each holding at most `budget` bytes (or one row)."""
+    ends, total = [], 0
+    for i, n in enumerate(sizes.tolist()):
+        if total and total + n > budget:
+            ends.append(i)
+            total = 0
+        total += n
+    ends.append(len(sizes))
+    return ends
 
 
 def _top_level_blob(core: DatasetCore, name: str) -> LanceField | None:

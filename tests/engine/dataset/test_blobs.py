@@ -6,6 +6,7 @@ empty values, after deletes and appends, selected by index, row id and row addre
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import lance
 import pyarrow as pa
@@ -133,3 +134,52 @@ def test_blob_handling_is_checked(blobs: str) -> None:
         dataset(blobs).to_table(blob_handling="bytes")
     with pytest.raises(InvalidInputError, match="plain scans"):
         dataset(blobs).to_table(blob_handling="all_binary", order_by=["id"])
+
+
+def test_external_blobs_by_uri_and_through_a_base_path(tmp_path: Path) -> None:
+    from lance.blob import Blob, blob_array
+
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"0123456789abcdef")
+    base = tmp_path / "media"
+    base.mkdir()
+    (base / "clip.bin").write_bytes(b"ZYXWVUTS")
+    uri = str(tmp_path / "ext.lance")
+    values = blob_array(
+        [
+            Blob.from_uri(outside.as_uri()),  # the whole object
+            Blob.from_uri(outside.as_uri(), position=4, size=6),
+            Blob.from_bytes(b"inline"),
+            None,
+        ]
+    )
+    lance.write_dataset(
+        pa.table({"id": [1, 2, 3, 4], "b": values}), uri, allow_external_blob_outside_bases=True
+    )
+    assert dataset(uri).read_blobs("b", indices=[0, 1, 2, 3]) == [
+        (0, b"0123456789abcdef"),
+        (1, b"456789"),
+        (2, b"inline"),
+        (3, None),
+    ]
+    based = str(tmp_path / "based.lance")
+    clip = blob_array([Blob.from_uri((base / "clip.bin").as_uri(), position=2, size=3)])
+    lance.write_dataset(
+        pa.table({"id": [1], "b": clip}),
+        based,
+        initial_bases=[lance.DatasetBasePath(base.as_uri(), name="media")],
+    )
+    assert lance.dataset(based).to_table()["b"][0]["blob_uri"].as_py() == "clip.bin"
+    (f,) = dataset(based).take_blobs("b", indices=[0])
+    assert f.readall() == b"XWV" == lance.dataset(based).take_blobs("b", indices=[0])[0].readall()
+
+
+def test_deleted_rows_are_refused_as_pylance_refuses_them(blobs: str) -> None:
+    ref = lance.dataset(blobs)
+    gone = ref.to_table(columns=["id"], with_row_address=True)["_rowaddr"][0].as_py() + 3
+    # id 3 was deleted: its address is the fourth of the first fragment
+    with pytest.raises(NotImplementedError):
+        ref.take_blobs("b", addresses=[gone])
+    with pytest.raises(InvalidInputError, match="deleted or not in this version"):
+        dataset(blobs).take_blobs("b", addresses=[gone])
+    assert dataset(blobs).take_blobs("b", indices=[]) == []
