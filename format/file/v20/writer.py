@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from quiver.format.errors import InvalidInputError, SchemaMismatchError, UnsupportedFeatureError
 from quiver.format.file.base import DataFileWriter, WrittenFile
+from quiver.format.file.blob_values import LEGACY_DESCRIPTION, BlobSpill
 from quiver.format.file.container import (
     ALIGNMENT,
     ARRAY_ENCODING_URL,
@@ -41,6 +42,13 @@ _GATHER_LIMIT = 1024 * 1024
 _COLUMN_ENCODING = any_bytes(
     COLUMN_ENCODING_URL,
     encodings_v2_0_pb2.ColumnEncoding(values={}).SerializeToString(),
+)
+# A blob column's: its pages hold the descriptions of values written out of line.
+_BLOB_COLUMN_ENCODING = any_bytes(
+    COLUMN_ENCODING_URL,
+    encodings_v2_0_pb2.ColumnEncoding(
+        blob=encodings_v2_0_pb2.Blob(inner=encodings_v2_0_pb2.ColumnEncoding(values={}))
+    ).SerializeToString(),
 )
 
 
@@ -112,9 +120,15 @@ def _build_v20(
                 f"use file version 2.1 or later"
             )
         if f.is_blob:
-            raise UnsupportedFeatureError(
-                f"{where}: blob field {path!r}: blob columns are not written"
-            )
+            if f.is_blob_v2 or f.parent_id != -1:
+                what = "blob v2" if f.is_blob_v2 else "a blob column inside a struct or list"
+                raise UnsupportedFeatureError(
+                    f"{where}: field {path!r}: Lance file version 2.0 cannot store {what}"
+                )
+            # the values go out of line (`blob_values`); the column packs their descriptions
+            blob = v20.ValueEncoder(f, path, column, emit, opts, packed=True)
+            blob.type = LEGACY_DESCRIPTION
+            return blob
         if lt == "struct" and f.is_packed:
             for c in f.children:
                 if v20.packable_width(v20.storage_type(c.arrow_type)) is None:
@@ -239,6 +253,10 @@ class V2FileWriter(DataFileWriter):
         self._finished = False
         self._global_buffers: list[tuple[int, int]] = []
         self._failed = False
+        self._blobs = {e.column for e in self._encoders if e.field.is_blob}
+        self._spill = BlobSpill(
+            lambda data: self._out.buffer(data)[0], lambda: self._out.pos, None, self.path
+        )
 
     # -- pages --------------------------------------------------------------------------
     def _emit_page(
@@ -286,6 +304,8 @@ class V2FileWriter(DataFileWriter):
         columns = []
         for i, enc in enumerate(self._encoders):
             col = batch.column(i)
+            if enc.column in self._blobs:  # the bytes go into the file now
+                col = self._spill.legacy(col, null_description=False)
             if enc.needs_check:
                 enc.check(col)
             columns.append(col)
@@ -313,8 +333,9 @@ class V2FileWriter(DataFileWriter):
         # Column metadata, back to back, then the two offset tables and the footer.
         meta_start = out.pos
         column_table = []
-        for cm in self._metadata:
-            cm.encoding.direct.encoding = _COLUMN_ENCODING
+        for column, cm in enumerate(self._metadata):
+            blob = column in self._blobs
+            cm.encoding.direct.encoding = _BLOB_COLUMN_ENCODING if blob else _COLUMN_ENCODING
             raw = cm.SerializeToString()
             column_table.append((out.pos, len(raw)))
             out.write(raw)

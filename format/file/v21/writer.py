@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
 from quiver.format.file.base import DataFileWriter, WrittenFile
+from quiver.format.file.blob_values import BlobSpill, SidecarOpener, thresholds
 from quiver.format.file.container import (
     COLUMN_ENCODING_URL,
     FOOTER_VERSIONS,
@@ -34,6 +35,12 @@ from quiver.format.file.v20.encode import DEFAULT_PAGE_BYTES, MAX_PAGE_BYTES
 from quiver.format.file.v20.writer import _Output, check_batch_schema, check_writer_args
 from quiver.format.file.v21 import planar
 from quiver.format.file.v21 import shred as sh
+from quiver.format.file.v21.blob import (
+    encode_blob_legacy,
+    encode_blob_v2,
+    file_blob_field,
+    file_blob_field_children,
+)
 from quiver.format.file.v21.layers import max_def
 from quiver.format.file.v21.page_encoders import EncodedPage, PageInput, TooDense, encode_page
 from quiver.format.proto import encodings_v2_0_pb2, file2_pb2, file_pb2
@@ -112,7 +119,10 @@ class StructuralFileWriter(DataFileWriter):
         page_bytes: int = DEFAULT_PAGE_BYTES,
         max_page_bytes: int = MAX_PAGE_BYTES,
         dictionaries: bool = True,
+        sidecars: SidecarOpener | None = None,
     ) -> None:
+        """`sidecars` opens the data file's blob sidecars (blob v2 values too large to keep
+        inline); without it such values are refused."""
         self.path = path_for_errors
         if version not in SUPPORTED_VERSIONS:
             raise UnsupportedFeatureError(
@@ -135,6 +145,15 @@ class StructuralFileWriter(DataFileWriter):
                     f"{self.path}: field {f.name!r} holds a map, which Lance file version 2.1 "
                     "cannot store; use file version 2.2"
                 )
+            if f.is_blob_v2 and version == "2.1":
+                raise UnsupportedFeatureError(
+                    f"{self.path}: blob v2 field {f.name!r} needs file version 2.2 or later"
+                )
+            if f.is_blob and version == "2.3":
+                raise UnsupportedFeatureError(
+                    f"{self.path}: blob field {f.name!r}: blob columns are not written in "
+                    "Lance 2.3 files"
+                )
             leaves = []
             for path in sh.leaf_paths(f, self.path):
                 leaves.append(_Leaf(path, column, file2_pb2.ColumnMetadata()))
@@ -146,6 +165,9 @@ class StructuralFileWriter(DataFileWriter):
         self._finished = False
         self._global_buffers: list[tuple[int, int]] = []
         self._failed = False
+        self._spill = BlobSpill(
+            lambda data: self._out.buffer(data)[0], lambda: self._out.pos, sidecars, self.path
+        )
 
     # -- public API ---------------------------------------------------------------------
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
@@ -164,6 +186,8 @@ class StructuralFileWriter(DataFileWriter):
             return
         try:
             for f, leaves, col in zip(self.schema.fields, self._leaves, batch.columns, strict=True):
+                if f.is_blob:  # the bytes go out of line now; the column holds where
+                    col = self._blob_descriptions(f, col)
                 self._append(f, leaves, col)
             self._drain()
         except BaseException:
@@ -188,6 +212,17 @@ class StructuralFileWriter(DataFileWriter):
                 leaf.peak = max(leaf.peak, leaf.buffered)
                 if leaf.buffered >= self.page_bytes:
                     self._flush(leaf)
+
+    def _blob_descriptions(self, f, col: pa.Array) -> pa.Array:  # noqa: ANN001
+        where = f"{self.path}: blob field {f.name!r}"
+        if f.is_blob_v2:
+            return self._spill.v2(col, thresholds(f.metadata, where))
+        return self._spill.legacy(col, null_description=True)
+
+    @property
+    def sidecars(self) -> list[str]:
+        """File names of the blob sidecars written so far (next to the data file)."""
+        return list(self._spill.sidecars)
 
     # -- pages ----------------------------------------------------------------------------
     def _flush(self, leaf: _Leaf) -> None:
@@ -254,6 +289,9 @@ class StructuralFileWriter(DataFileWriter):
 
     def _encode(self, leaf: _Leaf, data: sh.Shredded, where: str, **kw: bool) -> EncodedPage:
         inp = self._page_input(leaf, data)
+        if leaf.path.field.is_blob:
+            blob_v2 = leaf.path.field.is_blob_v2
+            return encode_blob_v2(inp) if blob_v2 else encode_blob_legacy(inp)
         page = encode_page(inp, where, **kw)
         return planar.planar_page(page, inp) if self.version == "2.3" else page
 
@@ -316,16 +354,23 @@ class StructuralFileWriter(DataFileWriter):
         if self._failed:
             raise InvalidInputError(f"{self.path}: the writer failed earlier; start a new file")
         self._finished = True
+        self._spill.close()
         leaves = [leaf for group in self._leaves for leaf in group]
         for leaf in leaves:
             self._flush(leaf)
         self._drain()
         out = self._out
         desc = file_pb2.FileDescriptor(length=self.num_rows)
+        blob_v2 = {f.id for f in self.schema.fields if f.is_blob_v2}
         for pb in self.schema.to_protos():
             if pb.logical_type.startswith("dict:"):
                 pb.dictionary.SetInParent()
+            if pb.parent_id in blob_v2:
+                continue  # a blob v2 field's data file lists its descriptions' fields
             desc.schema.fields.append(pb)
+            if pb.id in blob_v2:
+                desc.schema.fields[-1].CopyFrom(file_blob_field(pb))
+                desc.schema.fields.extend(file_blob_field_children())
         for k, v in self.schema.metadata.items():
             desc.schema.metadata[k] = v if isinstance(v, bytes) else str(v).encode()
         global_buffers = [out.buffer(desc.SerializeToString())] + self._global_buffers

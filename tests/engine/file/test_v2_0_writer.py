@@ -756,7 +756,15 @@ def test_packed_struct(tmp_path: Path, with_fsl: bool) -> None:
         w.write(bad.to_batches()[0])
 
 
-def test_blob_columns_are_refused(tmp_path: Path) -> None:
-    schema = pa.schema([pa.field("b", pa.large_binary(), metadata={"lance-encoding:blob": "true"})])
-    with pytest.raises(UnsupportedFeatureError, match="blob field 'b'"):
-        _writer(tmp_path, schema)
+def test_blob_v2_and_nested_blob_columns_are_refused(tmp_path: Path) -> None:
+    """2.0 files store legacy blob columns (`test_blob_writes.py`), nothing newer."""
+    blob = {"lance-encoding:blob": "true"}
+    v2 = pa.field(
+        "b",
+        pa.struct([("data", pa.large_binary()), ("uri", pa.utf8())]),
+        metadata={"ARROW:extension:name": "lance.blob.v2"},
+    )
+    nested = pa.field("s", pa.struct([pa.field("b", pa.large_binary(), metadata=blob)]))
+    for field, text in ((v2, "cannot store blob v2"), (nested, "inside a struct or list")):
+        with pytest.raises(UnsupportedFeatureError, match=text):
+            _writer(tmp_path, pa.schema([field]))
