@@ -15,24 +15,21 @@ from __future__ import annotations
 import io
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
 from quiver.format.dataset import take as _take
+from quiver.format.dataset.blob_writes import to_blob_v2
 from quiver.format.dataset.core import DatasetCore
+from quiver.format.dataset.fragment import LanceFragment, fragments_of
 from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, Scanner
-from quiver.format.errors import CorruptFileError, InvalidInputError
+from quiver.format.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
+from quiver.format.file.blob_values import DEDICATED, EXTERNAL, INLINE, PACKED, sidecar_name
 from quiver.format.io.store import FileReader, ObjectStore, open_store
 from quiver.format.table.schema import LanceField
 
-if TYPE_CHECKING:
-    from quiver.format.dataset.fragment import LanceFragment
-
 DEFAULT_BUFFER_SIZE = 512 * 1024  # sequential read-ahead of a BlobFile, as pylance's
-
-INLINE, PACKED, DEDICATED, EXTERNAL = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -47,11 +44,6 @@ class BlobLocation:
     @property
     def uri(self) -> str:
         return self.store.uri_of(self.path)
-
-
-def sidecar_name(blob_id: int) -> str:
-    """The file name of a blob v2 sidecar: the id's 32 bits, lowest first."""
-    return format(blob_id, "032b")[::-1] + ".blob"
 
 
 def locate_blobs(
@@ -126,6 +118,42 @@ def _locations(
             raise CorruptFileError(core.store.uri_of(path), f"blob of unknown kind {kind}")
         out.append((addr, BlobLocation(store, path, position, size)))
     return out
+
+
+def with_blob_values(
+    core: DatasetCore, rows: pa.Table | pa.RecordBatch, addresses: np.ndarray
+) -> pa.Table | pa.RecordBatch:
+    """`rows` (columns of `core`'s version, blob columns as their descriptions) with every
+    blob column holding its values again, as the dataset's schema types them (binary, or
+    the `lance.blob.v2` struct), to be written anew: what compaction, updates and merges
+    rewrite. `addresses` are the rows' addresses. External references cannot be written
+    yet, so rows holding one are refused rather than copied in."""
+    schema = core.manifest.schema
+    by_id: dict[int, LanceFragment] | None = None
+    for name in rows.schema.names:
+        field = _top_level_blob(core, name)
+        if field is None:
+            continue
+        if by_id is None:
+            by_id = {f.fragment_id: f for f in fragments_of(core)}
+        desc = rows.column(name)
+        if isinstance(desc, pa.ChunkedArray):
+            desc = desc.combine_chunks()
+        located = _locations(core, by_id, field.id, desc, addresses)
+        if "kind" in _names(desc):
+            kinds = desc.field("kind").to_numpy(zero_copy_only=False)
+            if (np.nan_to_num(kinds) == EXTERNAL).any():
+                raise UnsupportedFeatureError(
+                    f"{core.uri}: column {name!r} holds external blob references, which "
+                    "rows rewritten here (compaction, update, merge) cannot keep yet"
+                )
+        values = pa.array([data for _, data in read_located(located)], pa.large_binary())
+        target = schema.field(name, dataset=core.uri).to_arrow()
+        if field.is_blob_v2:
+            values = to_blob_v2(values, target, core.uri)
+        at = rows.schema.get_field_index(name)
+        rows = rows.set_column(at, target, values)
+    return rows
 
 
 def _names(desc: pa.StructArray) -> list[str]:

@@ -88,9 +88,15 @@ def deep_clone(
     def based(message: Any) -> int | None:
         return message.base_id if message.HasField("base_id") else None
 
+    sidecars = any(f.is_blob_v2 for f in source.manifest.schema.fields)
     for frag in pb.fragments:
         for df in frag.files:
             _copy(source, based(df), f"data/{df.path}", target)
+            if sidecars:  # blob v2 values too large for the data file: data/<stem>/*.blob
+                stem = f"data/{df.path.rsplit('.', 1)[0]}"
+                store, found = source.resolve(stem, based(df))
+                for name, _, _ in store.list_dir(found):
+                    _copy_between(store, f"{found}/{name}", target, f"{stem}/{name}")
             df.ClearField("base_id")
         if frag.HasField("deletion_file"):
             d = frag.deletion_file

@@ -44,7 +44,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,8 +52,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from quiver.format.dataset.blobs import with_blob_values
 from quiver.format.dataset.core import DatasetCore
-from quiver.format.dataset.fragment import LanceFragment, fragments_of
+from quiver.format.dataset.fragment import ROW_ADDRESS, LanceFragment, fragments_of
 from quiver.format.dataset.rows import RowSource
 from quiver.format.dataset.write import normalize_storage_version, write_fragment_files
 from quiver.format.errors import (
@@ -396,6 +397,19 @@ def _live_identity(ds: DatasetCore, frags: Sequence[LanceFragment]) -> _LiveIden
     return _LiveIdentity(cat(ids), cat(created), cat(updated))
 
 
+def _live_rows(ds: DatasetCore, frag: LanceFragment, batch_size: int) -> Iterator[pa.RecordBatch]:
+    """A fragment's live rows as the dataset's schema types them: blob columns are read as
+    descriptions with the rows' addresses, then their values (`blobs.with_blob_values`)."""
+    schema = ds.lance_schema
+    if not any(f.is_blob for f in schema.fields):
+        yield from frag.read_batches(schema, ds.schema, batch_size=batch_size)
+        return
+    described = ds.projected_arrow(tuple(schema.names)).append(pa.field(ROW_ADDRESS, pa.uint64()))
+    for batch in frag.read_batches(schema, described, batch_size=batch_size, with_row_address=True):
+        addresses = batch.column(ROW_ADDRESS).to_numpy()
+        yield with_blob_values(ds, batch.drop_columns([ROW_ADDRESS]), addresses)
+
+
 def _rewrite(
     ds: DatasetCore, task: _Bin, opts: _Options, storage_version: str, written: list[str]
 ) -> list[table_pb2.DataFragment]:
@@ -412,8 +426,7 @@ def _rewrite(
     arrow = ds.schema
     source = RowSource(
         itertools.chain.from_iterable(
-            f.read_batches(schema, arrow, batch_size=opts.batch_size or DEFAULT_BATCH_SIZE)
-            for f in task.fragments
+            _live_rows(ds, f, opts.batch_size or DEFAULT_BATCH_SIZE) for f in task.fragments
         ),
         short="compaction read fewer rows than the fragments hold",
         long=f"{ds.uri}: compaction read more rows than the fragments hold",

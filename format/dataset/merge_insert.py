@@ -37,6 +37,8 @@ from quiver.format.dataset.backfill import (
     ColumnChange,
     plan_column_update,
 )
+from quiver.format.dataset.blob_writes import fits_blob_v2, is_blob_v2, to_blob_v2
+from quiver.format.dataset.blobs import with_blob_values
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fragment import fragments_of
 from quiver.format.dataset.row_changes import (
@@ -158,6 +160,8 @@ def _source_table(core: DatasetCore, data: Any, schema: pa.Schema | None) -> pa.
                 f"(columns: {', '.join(target.names)})"
             )
         f = target.field(name)
+        if is_blob_v2(f) and not col.type.equals(f.type) and fits_blob_v2(col.type, f):
+            col = to_blob_v2(col, f, core.uri)
         if not col.type.equals(f.type):
             try:
                 col = col.cast(f.type)
@@ -263,7 +267,7 @@ def _join(
 def _target_rows(core: DatasetCore, addresses: np.ndarray, *, with_row_id: bool) -> pa.Table:
     """The target rows at sorted unique `addresses`, every column (and `_rowid`)."""
     projection = core.lance_schema
-    out = projection.to_arrow()
+    out = core.projected_arrow(tuple(projection.names))  # blob columns: descriptions
     if with_row_id:
         out = out.append(pa.field("_rowid", pa.uint64()))
     frags = {f.fragment_id: f for f in fragments_of(core)}
@@ -274,7 +278,8 @@ def _target_rows(core: DatasetCore, addresses: np.ndarray, *, with_row_id: bool)
         frag = frags[int(piece[0] >> np.uint64(32))]
         offsets = (piece & np.uint64(0xFFFFFFFF)).astype(np.int64)
         pieces.append(frag.take_physical(projection, out, offsets, with_row_id=with_row_id))
-    return pa.Table.from_batches(pieces, schema=out) if pieces else out.empty_table()
+    rows = pa.Table.from_batches(pieces, schema=out) if pieces else out.empty_table()
+    return with_blob_values(core, rows, addresses)
 
 
 def _in_schema(table: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from quiver.format.dataset.blobs import with_blob_values
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fragment import fragments_of
 from quiver.format.dataset.row_changes import (
@@ -29,7 +30,12 @@ from quiver.format.dataset.row_changes import (
     write_rows,
 )
 from quiver.format.dataset.scan import Scanner
-from quiver.format.errors import ColumnNotFoundError, InvalidInputError, SchemaMismatchError
+from quiver.format.errors import (
+    ColumnNotFoundError,
+    InvalidInputError,
+    SchemaMismatchError,
+    UnsupportedFeatureError,
+)
 from quiver.format.expr import CompiledExpression, compile_expression, evaluate_expressions
 
 __all__ = ["cast_values", "delete", "update"]
@@ -72,6 +78,11 @@ def _compiled(core: DatasetCore, updates: Mapping[str, str]) -> list[tuple[str, 
                 f"{core.uri}: cannot update column {name!r}: it is not in the dataset "
                 f"(columns: {', '.join(schema.names)})"
             )
+        if core.lance_schema.field(name).is_blob:
+            raise UnsupportedFeatureError(
+                f"{core.uri}: cannot update blob column {name!r} with an expression, as in "
+                "pylance; rewrite the rows (merge_insert) to change blob values"
+            )
         out.append((name, compile_expression(sql, schema, dataset=core.uri)))
     return out
 
@@ -102,7 +113,7 @@ def _plan(core: DatasetCore, updates: Mapping[str, str], where: str | None) -> R
             addresses.append(batch.column("_rowaddr").to_numpy())
             if stable:
                 carried.append(batch.column("_rowid").to_numpy())
-            data = batch.select(schema.names)
+            data = with_blob_values(core, batch.select(schema.names), addresses[-1])
             values = evaluate_expressions(data, compiled)
             columns = list(data.columns)
             for name, _ in compiled:

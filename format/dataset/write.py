@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
+from quiver.format.dataset.blob_writes import fits_blob_v2, is_blob_v2, stored_schema, to_blob_v2
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.errors import (
     DatasetAlreadyExistsError,
@@ -24,6 +25,7 @@ from quiver.format.errors import (
     UnsupportedFeatureError,
 )
 from quiver.format.file.base import DataFileWriter, WrittenFile
+from quiver.format.file.blob_values import SidecarOpener
 from quiver.format.io.store import ObjectStore, open_store
 from quiver.format.proto import table_pb2, transaction_pb2
 from quiver.format.table import versions as _versions
@@ -108,9 +110,16 @@ def conform_batch(batch: pa.RecordBatch, schema: pa.Schema, where: str) -> pa.Re
 
 
 def open_writer(
-    sink: Any, schema: LanceSchema, storage_version: str, *, max_rows_per_group: int, path: str
+    sink: Any,
+    schema: LanceSchema,
+    storage_version: str,
+    *,
+    max_rows_per_group: int,
+    path: str,
+    sidecars: SidecarOpener | None = None,
 ) -> DataFileWriter:
-    """A data file writer for one storage version."""
+    """A data file writer for one storage version (`sidecars` opens the file's blob
+    sidecars, for blob v2 values too large to keep inline)."""
     if storage_version == "0.1":
         from quiver.format.file.legacy_writer import LegacyFileWriter
 
@@ -120,7 +129,9 @@ def open_writer(
     if storage_version in ("2.1", "2.2", "2.3"):
         from quiver.format.file.v21.writer import StructuralFileWriter
 
-        return StructuralFileWriter(sink, schema, version=storage_version, path_for_errors=path)
+        return StructuralFileWriter(
+            sink, schema, version=storage_version, path_for_errors=path, sidecars=sidecars
+        )
     from quiver.format.file.v20.writer import V2FileWriter
 
     return V2FileWriter(sink, schema, version=storage_version, path_for_errors=path)
@@ -140,7 +151,9 @@ def check_append_schema(
     wrong = [
         f"{f.name} ({have[f.name].type} instead of {f.type})"
         for f in want
-        if f.name in have and not _stored_type(have[f.name].type).equals(f.type)
+        if f.name in have
+        and not _stored_type(have[f.name].type).equals(f.type)
+        and not (is_blob_v2(f) and fits_blob_v2(have[f.name].type, f))
     ]
     problems = []
     if missing:
@@ -222,6 +235,7 @@ def write_fragment_files(
                         storage_version,
                         max_rows_per_group=max_rows_per_group,
                         path=store.uri_of(f"data/{name}"),
+                        sidecars=_sidecars(store, name),
                     )
                 take = min(batch.num_rows - offset, max_rows_per_file - current.rows)
                 current.writer.write(batch.slice(offset, take))
@@ -240,8 +254,19 @@ def write_fragment_files(
         for name in written:
             with contextlib.suppress(Exception):
                 store.delete(f"data/{name}")
+            with contextlib.suppress(Exception):
+                store.delete_tree(f"data/{_stem(name)}")
         raise
     return fragments
+
+
+def _stem(name: str) -> str:
+    return name.rsplit(".", 1)[0]
+
+
+def _sidecars(store: ObjectStore, name: str) -> SidecarOpener:
+    """Opens the blob sidecars of data file `name`: `data/<stem>/<sidecar name>`."""
+    return lambda sidecar: store.open_write(f"data/{_stem(name)}/{sidecar}")
 
 
 def _batches(
@@ -254,7 +279,11 @@ def _batches(
         if not batch.schema.equals(schema, check_metadata=False):
             try:  # views to plain types, list item names; columns already right stay as they are
                 arrays = [
-                    c if c.type.equals(f.type) else c.cast(f.type)
+                    c
+                    if c.type.equals(f.type)
+                    else to_blob_v2(c, f, uri)
+                    if is_blob_v2(f)
+                    else c.cast(f.type)
                     for c, f in zip(batch.columns, schema, strict=True)
                 ]
                 batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
@@ -344,7 +373,7 @@ def write_dataset(
         else:
             version = normalize_storage_version(data_storage_version)
         check_new_schema(reader.schema, uri)
-        lance_schema = LanceSchema.from_arrow(reader.schema)
+        lance_schema = LanceSchema.from_arrow(stored_schema(reader.schema, version, uri))
         dictionaries: dict[int, pa.Array] = {}
         frags = write_fragment_files(
             store,

@@ -466,9 +466,17 @@ class LanceSchema:
             pk = is_primary_key(f)
             position = meta.get(PRIMARY_KEY_METADATA + ":position", b"")
             position = int(position) if pk and position.isdigit() else 0
+            extension = ""
+            if isinstance(f.type, pa.ExtensionType):  # stored as its storage, named
+                extension = f.type.extension_name
+                meta = {_EXTENSION_NAME: extension.encode(), **meta}
+                f = pa.field(f.name, f.type.storage_type, f.nullable, f.metadata)
+            elif meta.get(_EXTENSION_NAME) == BLOB_V2_EXTENSION.encode():
+                extension = BLOB_V2_EXTENSION
             lf = LanceField(
                 id=next_id[0],
                 name=f.name,
+                extension_name=extension if extension == BLOB_V2_EXTENSION else "",
                 logical_type=logical_type_of(f.type),
                 nullable=f.nullable,
                 parent_id=parent,
