@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from quiver.clients import nearest as _nearest
+from quiver.clients.blobs import Blobs
 from quiver.clients.changes import RowChanges
 from quiver.clients.data import DataLike, conform, to_batches
 from quiver.clients.errors import (
@@ -124,7 +125,7 @@ def _translated() -> Iterator[None]:
 # The client
 
 
-class Client(Writes, RowChanges, IndexActions, _nearest.Searches):
+class Client(Writes, RowChanges, IndexActions, _nearest.Searches, Blobs):
     """A connection to a Quiver Flight server.
 
     `uri` is `grpc://host:port` or `grpc+tls://host:port` (a bare `host:port` means

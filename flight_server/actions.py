@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 from fsspec.implementations.local import LocalFileSystem
 
-from quiver.flight_server import changes, metrics
+from quiver.flight_server import blob_reads, changes, metrics
 from quiver.flight_server.budget import MemoryBudget
 from quiver.flight_server.errors import InvalidArgument, NotFound, Unavailable, Unimplemented
 from quiver.flight_server.handles import DatasetHandles, live_rows
@@ -553,6 +553,8 @@ _HANDLERS: dict[str, Handler] = {
     "restore": _restore,
     "create_tag": _create_tag,
     "delete_tag": _delete_tag,
+    "take_blobs": blob_reads.take_blobs,
+    "read_blob": blob_reads.read_blob,  # type: ignore[dict-item]  # answers bytes
     "list_tags": _list_tags,
     "add_columns": _add_columns,
     "drop_columns": _drop_columns,

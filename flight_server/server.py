@@ -33,6 +33,7 @@ from quiver.flight_server.auth import (
     HandshakeAuthHandler,
     NoAuthHandler,
 )
+from quiver.flight_server.blob_reads import BlobBytes
 from quiver.flight_server.budget import Lease, MemoryBudget
 from quiver.flight_server.config import ConfigError, ServerConfig
 from quiver.flight_server.errors import (
@@ -473,6 +474,10 @@ class QuiverFlightServer(flight.FlightServerBase):
             return self._with_progress(call, action.type, body)
         with call:
             result = self.service.action(action.type, body, call.identity)
+            if isinstance(result, BlobBytes):  # a ranged blob read: a header, then bytes
+                call.rows = 1
+                chunks = [flight.Result(pa.py_buffer(c)) for c in result.chunks()]
+                return iter([flight.Result(_json(result.header)), *chunks])
             self._account(call, result)
             return iter([flight.Result(_json(result))])
 

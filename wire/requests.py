@@ -181,6 +181,21 @@ ACTION_SHAPES: tuple[ActionShape, ...] = (
     ),
     ActionShape("delete_tag", "Remove a tag: {dataset, tag}", ("dataset", "tag"), WRITE),
     ActionShape(
+        "take_blobs",
+        "Locate the blobs of a blob column for some rows: {dataset, column, indices | ids | "
+        "addresses, version? | tag? | as_of?} -> {version, blobs: [{row_address, size}]} "
+        "(size null for a null blob)",
+        ("dataset", "column", "indices", "ids", "addresses", "version", "tag", "as_of"),
+        READ,
+    ),
+    ActionShape(
+        "read_blob",
+        "Read a byte range of one blob: {dataset, version, column, address, offset?, length?} "
+        "-> a JSON header {row_address, size, offset, length}, then the bytes in Results",
+        ("dataset", "version", "column", "address", "offset", "length"),
+        READ,
+    ),
+    ActionShape(
         "list_tags",
         "Every tag of a dataset and its version: {dataset} -> {tags}",
         ("dataset",),
@@ -309,6 +324,8 @@ BRANCHED_ACTIONS = frozenset(
         "compact",
         "cleanup",
         "create_branch",
+        "take_blobs",
+        "read_blob",
     }
 )
 ACTION_SHAPES = tuple(

@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from quiver.format.dataset import write as _write
+from quiver.format.dataset.blob_writes import stored_schema
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.dataset import LanceDataset
 from quiver.format.dataset.merge_insert import Transaction
@@ -78,7 +79,15 @@ class LanceOperation:
                 schema = self.new_schema
             else:
                 check_new_schema(self.new_schema, "Overwrite")
-                schema = LanceSchema.from_arrow(self.new_schema)
+                # blob columns as the fragments' files store them (blob v2 from 2.2 on)
+                files = [f for frag in self.fragments for f in frag.files]
+                arrow = self.new_schema
+                if files:
+                    version = storage_version_of_file(
+                        files[0].file_major_version, files[0].file_minor_version
+                    )
+                    arrow = stored_schema(arrow, version, "Overwrite")
+                schema = LanceSchema.from_arrow(arrow)
             body = T.Overwrite(fragments=list(self.fragments), schema=schema.to_protos())
             for k, v in schema.metadata.items():
                 body.schema_metadata[k] = v
@@ -204,7 +213,11 @@ def write_fragments(
     version = _write.normalize_storage_version(data_storage_version)
     check_new_schema(reader.schema, store.uri)
     return _write.write_fragment_files(
-        store, reader, LanceSchema.from_arrow(reader.schema), version, **kwargs
+        store,
+        reader,
+        LanceSchema.from_arrow(stored_schema(reader.schema, version, store.uri)),
+        version,
+        **kwargs,
     )
 
 

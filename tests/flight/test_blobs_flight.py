@@ -69,3 +69,70 @@ def test_bad_blob_handling_is_an_invalid_argument(served: Served, name: str) -> 
         with pytest.raises(fl.FlightError) as e:
             served.info(cmd)
         assert text in assert_clean_error(e.value, "invalid_argument", served.root)
+
+
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+def test_take_blobs_reads_ranges_as_pylance(served: Served, name: str, version: str) -> None:
+    ref = _blobs_dataset(served, name, version)
+    client = Client(served.uri)
+    picks = [3, 0, 5, 1]
+    files = client.take_blobs(name, "b", indices=picks, buffer_size=4096)
+    theirs = ref.take_blobs("b", indices=picks)
+    assert [f is None for f in files] == [f is None for f in theirs] == [False, False, True, False]
+    big, mine = files[0], theirs[0]
+    assert big.size() == mine.size() == 3_000_000
+    assert big.read(10) == mine.read(10) and big.tell() == 10
+    big.seek(-7, 2)
+    assert big.read() == mine.read_range(3_000_000 - 7, 7)
+    ranges = [(0, 5), (1_500_000, 1000), (2_999_999, 1)]
+    assert big.read_ranges(ranges) == mine.read_ranges(ranges)
+    assert files[1].read() == b"A" * 5 and files[3].read() == b""
+    assert client.read_blobs(name, "b", indices=picks) == ref.read_blobs("b", indices=picks)
+    rows = ref.to_table(columns=["id"], with_row_id=True)
+    ids = rows["_rowid"].to_pylist()
+    assert client.read_blobs(name, "b", ids=ids) == ref.read_blobs("b", ids=ids)
+    # the blobs located stay readable after the dataset changes (pinned to their version)
+    lance.dataset(served.path(name)).delete("id = 3")
+    assert big.read_range(0, 4) == b"DDDD"
+
+
+def test_bad_blob_reads_are_clean_errors(served: Served, name: str) -> None:
+    _blobs_dataset(served, name, "2.2")
+    bad = [
+        ({"dataset": name, "column": "b"}, "exactly one"),
+        ({"dataset": name, "column": "id", "indices": [0]}, "not a blob column"),
+        ({"dataset": name, "column": "b", "indices": [99]}, "out of range"),
+        ({"dataset": name, "column": "b", "indices": [-1]}, "non-negative"),
+    ]
+    for body, text in bad:
+        with pytest.raises(fl.FlightError) as e:
+            served.action("take_blobs", body)
+        assert text in assert_clean_error(e.value, "invalid_argument", served.root)
+    found = served.action("take_blobs", {"dataset": name, "column": "b", "indices": [5, 2]})
+    null_address = found["blobs"][0]["row_address"]
+    assert found["blobs"][0]["size"] is None and found["blobs"][1]["size"] == 70_000
+    base = {"dataset": name, "column": "b", "version": found["version"]}
+    for extra, text in (
+        ({"address": null_address}, "null"),
+        ({"address": found["blobs"][1]["row_address"], "offset": 70_001}, "past the blob"),
+        ({"address": found["blobs"][1]["row_address"], "length": 70_001}, "ends past"),
+    ):
+        with pytest.raises(fl.FlightError) as e:
+            served.action("read_blob", {**base, **extra})
+        assert text in assert_clean_error(e.value, "invalid_argument", served.root)
+
+
+def test_blob_columns_written_over_flight(served: Served, name: str) -> None:
+    """A DoPut of a blob column (a binary field marked `lance-encoding:blob`) writes it as
+    pylance would: blob v2 in a new dataset, its large values in sidecars."""
+    values = [b"small", None, b"p" * 100_000, b"d" * 5_000_000]
+    rows = pa.table({"id": range(4), "b": values}, schema=SCHEMA)
+    client = Client(served.uri)
+    client.write(name, rows, mode="create")
+    client.write(name, rows.slice(0, 2), mode="append")
+    ref = lance.dataset(served.path(name))
+    assert ref.schema.field("b").type.extension_name == "lance.blob.v2"
+    got = [f and f.readall() for f in ref.take_blobs("b", indices=range(6))]
+    assert got == values + values[:2]
+    kinds = [d and d["kind"] for d in ref.to_table()["b"].to_pylist()]
+    assert kinds == [0, None, 1, 2, 0, None]
