@@ -13,8 +13,9 @@ external (a range of any URI). Sidecars sit in a directory named for the data fi
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -420,3 +421,80 @@ def _top_level_blob(core: DatasetCore, name: str) -> LanceField | None:
         if f.name == name:
             return f if f.is_blob else None
     return None
+
+
+class BlobMethods:
+    """pylance's blob methods of `LanceDataset` (a mixin over its `_core` and fragments)."""
+
+    _core: DatasetCore
+    get_fragments: Callable[[], list[LanceFragment]]
+
+    def take_blobs(
+        self,
+        blob_column: str,
+        ids: _take.Indices | None = None,
+        addresses: _take.Indices | None = None,
+        indices: _take.Indices | None = None,
+        *,
+        buffer_size: int = DEFAULT_BUFFER_SIZE,
+    ) -> list[BlobFile | None]:
+        """The blobs of the selected rows (exactly one of row `ids`, row `addresses` or
+        `indices`) as file-like objects reading them on demand; None for a null value."""
+        where = locate_blobs(self._core, self.get_fragments(), blob_column, ids, addresses, indices)
+        return [loc and BlobFile(loc, buffer_size) for _, loc in where]
+
+    def read_blobs(
+        self,
+        blob_column: str,
+        ids: _take.Indices | None = None,
+        addresses: _take.Indices | None = None,
+        indices: _take.Indices | None = None,
+        **options: Any,
+    ) -> list[tuple[int, bytes | None]]:
+        """(row address, bytes or None) of the selected rows' blobs, read together
+        (pylance's `io_buffer_size` and `preserve_order` change nothing here: the answer is
+        in the order asked)."""
+        _check_options(options)
+        where = locate_blobs(self._core, self.get_fragments(), blob_column, ids, addresses, indices)
+        return read_located(where)
+
+    def read_blob_ranges(
+        self,
+        blob_column: str,
+        requests: Sequence[tuple[int, int, int]],
+        *,
+        selector: str,
+        **options: Any,
+    ) -> list[tuple[int, int, bytes | None]]:
+        """(request index, row address, bytes) of each `(row, offset, length)` request, the
+        row an id, address or index as `selector` says; None for a null blob."""
+        _check_options(options)
+        if selector not in ("ids", "addresses", "indices"):
+            raise InvalidInputError(
+                f"selector must be one of 'ids', 'addresses', or 'indices', got {selector!r}"
+            )
+        rows = [int(r) for r, _, _ in requests]
+        found = dict.fromkeys(rows)
+        unique = list(found)
+        where = locate_blobs(self._core, self.get_fragments(), blob_column, **{selector: unique})
+        found.update(zip(unique, where, strict=True))
+        out: list[tuple[int, int, bytes | None]] = []
+        files: dict[int, BlobFile] = {}
+        try:
+            for i, (row, offset, length) in enumerate(requests):
+                addr, loc = found[int(row)]  # type: ignore[misc]
+                if loc is None:
+                    out.append((i, addr, None))
+                    continue
+                blob = files.setdefault(addr, BlobFile(loc, buffer_size=0))
+                out.append((i, addr, blob.read_range(int(offset), int(length))))
+        finally:
+            for blob in files.values():
+                blob.close()
+        return out
+
+
+def _check_options(options: dict[str, Any]) -> None:
+    unknown = sorted(set(options) - {"io_buffer_size", "preserve_order"})
+    if unknown:
+        raise InvalidInputError(f"unexpected blob read option {unknown[0]!r}")

@@ -93,7 +93,7 @@ def write_dataset(
     return LanceDataset(core)
 
 
-class LanceDataset:
+class LanceDataset(_blobs.BlobMethods):
     """A dataset pinned to one version: pylance's API over a `DatasetCore`. Mutations
     commit a new version and move this object to it, as pylance's do."""
 
@@ -520,34 +520,6 @@ class LanceDataset:
         (`columns` a list, or a dict of SQL projections, as in `scanner`)."""
         frags = self.get_fragments()
         return _take.take(self._core, frags, indices, columns, with_row_id, with_row_address)
-
-    def take_blobs(
-        self,
-        blob_column: str,
-        ids: _take.Indices | None = None,
-        addresses: _take.Indices | None = None,
-        indices: _take.Indices | None = None,
-        *,
-        buffer_size: int = _blobs.DEFAULT_BUFFER_SIZE,
-    ) -> list[_blobs.BlobFile | None]:
-        """The blobs of the selected rows (exactly one of row `ids`, row `addresses` or
-        `indices`) as file-like objects reading them on demand; None for a null value."""
-        where = _blobs.locate_blobs(self._core, self.get_fragments(), blob_column,
-                                    ids, addresses, indices)  # fmt: skip
-        return [loc and _blobs.BlobFile(loc, buffer_size) for _, loc in where]
-
-    def read_blobs(
-        self,
-        blob_column: str,
-        ids: _take.Indices | None = None,
-        addresses: _take.Indices | None = None,
-        indices: _take.Indices | None = None,
-        **options: Any,
-    ) -> list[tuple[int, bytes | None]]:
-        """(row address, bytes or None) of the selected rows' blobs, read together."""
-        where = _blobs.locate_blobs(self._core, self.get_fragments(), blob_column,
-                                    ids, addresses, indices)  # fmt: skip
-        return _blobs.read_located(where)
 
     def take_rows(
         self,

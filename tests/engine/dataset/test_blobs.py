@@ -183,3 +183,20 @@ def test_deleted_rows_are_refused_as_pylance_refuses_them(blobs: str) -> None:
     with pytest.raises(InvalidInputError, match="deleted or not in this version"):
         dataset(blobs).take_blobs("b", addresses=[gone])
     assert dataset(blobs).take_blobs("b", indices=[]) == []
+
+
+def test_read_blob_ranges_match_pylance(blobs: str) -> None:
+    ours, ref = dataset(blobs), lance.dataset(blobs)
+    requests = [(5, 0, 10), (1, 3, 0), (5, 1_000_000, 48_576), (0, 2, 5), (5, 7, 1)]
+    assert ours.read_blob_ranges("b", requests, selector="indices") == ref.read_blob_ranges(
+        "b", requests, selector="indices"
+    )
+    ids = ref.to_table(columns=["id"], with_row_id=True)["_rowid"].to_pylist()
+    by_id = [(ids[r], o, n) for r, o, n in requests]
+    assert ours.read_blob_ranges("b", by_id, selector="ids") == ref.read_blob_ranges(
+        "b", by_id, selector="ids"
+    )
+    with pytest.raises(InvalidInputError, match="selector"):
+        ours.read_blob_ranges("b", requests, selector="rows")
+    with pytest.raises(InvalidInputError, match="outside the blob"):
+        ours.read_blob_ranges("b", [(0, 0, 1 << 30)], selector="indices")
