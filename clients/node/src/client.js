@@ -19,6 +19,7 @@ const fs = require('fs');
 const grpc = require('@grpc/grpc-js');
 const { RecordBatch, RecordBatchReader, RecordBatchStreamWriter, Table, makeData, Struct } = require('apache-arrow');
 
+const blobs = require('./blobs');
 const errors = require('./errors');
 const ipc = require('./ipc');
 const {
@@ -455,6 +456,26 @@ class Client {
     const results = answers.map((r) => parseJson(r.body, `action ${JSON.stringify(name)}`));
     if (results.length === 0) return null;
     return results.length === 1 ? results[0] : results;
+  }
+
+  /** `DoAction(name)` answered as its raw Results (for actions that answer bytes). */
+  async _doAction(name, body) {
+    const request = { type: String(name), body: jsonBytes(body) };
+    return this._rpc((stub, md, o) => collect(stub.DoAction(request, md, o)));
+  }
+
+  /**
+   * The blobs of `column` for the rows selected by one of `indices`, `ids` or `addresses`
+   * (and `version` / `tag` / `asOf`): a RemoteBlob per row (null for a null blob) whose
+   * `read(offset, length)` fetches only that byte range, pinned to the version located.
+   */
+  async takeBlobs(dataset, column, options = {}) {
+    return blobs.takeBlobs(this, dataset, column, options);
+  }
+
+  /** [rowAddress, Buffer | null] of the selected rows' blobs, read whole. */
+  async readBlobs(dataset, column, options = {}) {
+    return blobs.readBlobs(this, dataset, column, options);
   }
 
   /** The server's actions, name → one-line description. */

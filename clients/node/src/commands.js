@@ -40,12 +40,13 @@ function asOfText(asOf) {
  *   maxRowsPerEndpoint, appendedSince; a search: fullTextQuery (a query, or an array of them:
  *   a batch), nearest ({column, q, k, metric, nprobes, minimumNprobes, maximumNprobes,
  *   refineFactor, useIndex}), both with hybrid ({fusion, rrfK, weight, normalize}),
- *   prefilter, fastSearch
+ *   prefilter, fastSearch; blobHandling ('all_binary': blob columns as their bytes)
  */
 const READ_OPTIONS = new Set([
   'branch', 'columns', 'filter', 'version', 'tag', 'asOf', 'limit', 'withRowId', 'maxRowsPerEndpoint', 'appendedSince',
-  'fullTextQuery', 'prefilter', 'fastSearch', 'nearest', 'hybrid',
+  'fullTextQuery', 'prefilter', 'fastSearch', 'nearest', 'hybrid', 'blobHandling',
 ]);
+const BLOB_HANDLING = ['blobs_descriptions', 'all_descriptions', 'all_binary'];
 // a vector search's options: the server's keys by their JavaScript names
 const NEAREST_OPTIONS = {
   column: 'column', q: 'q', k: 'k', metric: 'metric', nprobes: 'nprobes',
@@ -119,7 +120,7 @@ const READ_KEYS = ['columns', 'filter', 'prefilter', 'withRowId', 'version', 'ta
 const BRANCHED_ACTIONS = new Set([
   'commit', 'apply_staged', 'abort', 'describe', 'list_versions', 'delete', 'update', 'restore',
   'create_tag', 'add_columns', 'drop_columns', 'alter_columns', 'create_index', 'optimize_indices',
-  'drop_index', 'compact', 'cleanup', 'create_branch',
+  'drop_index', 'compact', 'cleanup', 'create_branch', 'take_blobs', 'read_blob',
 ]);
 
 /** A search's options split into the vector search's and the read's (unknown ones refused). */
@@ -145,7 +146,7 @@ function readCommand(dataset, options = {}) {
   if (unknown.length) throw new TypeError(`unknown read option(s): ${unknown.join(', ')}`);
   const {
     branch, columns, filter, version, tag, asOf, limit, withRowId, maxRowsPerEndpoint, appendedSince,
-    fullTextQuery, prefilter, fastSearch, nearest, hybrid,
+    fullTextQuery, prefilter, fastSearch, nearest, hybrid, blobHandling,
   } = options;
   const pins = [['version', version], ['tag', tag], ['asOf', asOf]].filter(([, v]) => v != null);
   if (pins.length > 1) {
@@ -186,6 +187,12 @@ function readCommand(dataset, options = {}) {
   }
   if (prefilter) cmd.prefilter = true;
   if (fastSearch) cmd.fast_search = true;
+  if (blobHandling != null) {
+    if (!BLOB_HANDLING.includes(blobHandling)) {
+      throw new InvalidArgument(`blobHandling must be one of ${BLOB_HANDLING.join(', ')}, not ${JSON.stringify(blobHandling)}`);
+    }
+    cmd.blob_handling = blobHandling;
+  }
   return cmd;
 }
 

@@ -4,10 +4,12 @@
 const arrow = require('apache-arrow');
 const errors = require('./errors');
 const { Client } = require('./client');
+const { RemoteBlob } = require('./blobs');
 const { readCommand, putCommand, commitBody, updateBody, mergeCommand, backfillCommand } = require('./commands');
 
 module.exports = {
   Client,
+  RemoteBlob,
   ...errors,
   readCommand,
   putCommand,

@@ -181,6 +181,32 @@ describe('writes', { skip: !config && SKIP }, () => {
     await client.abort('node_conflict', staged);
   });
 
+  test('blob columns: written, read as bytes and by byte ranges', async () => {
+    const sizes = [5, 0, 100_000, 5_000_000];
+    const values = sizes.map((n, i) => Buffer.alloc(n, 65 + i));
+    values.splice(1, 0, null); // a null blob
+    const blobField = new arrow.Field('b', new arrow.LargeBinary(), true, new Map([['lance-encoding:blob', 'true']]));
+    const table = new arrow.Table({
+      id: arrow.vectorFromArray(values.map((_, i) => BigInt(i)), new arrow.Int64()),
+      b: arrow.vectorFromArray(values, blobField.type),
+    });
+    const withMeta = new arrow.Table(new arrow.Schema([table.schema.fields[0], blobField]), table.batches.map(
+      (batch) => new arrow.RecordBatch(new arrow.Schema([table.schema.fields[0], blobField]), batch.data),
+    ));
+    await client.write('node_blobs', withMeta, { mode: 'create' });
+    const blobs = await client.takeBlobs('node_blobs', 'b', { indices: [4, 1, 0] });
+    assert.equal(blobs[1], null);
+    assert.equal(blobs[0].size, 5_000_000);
+    assert.deepEqual(await blobs[0].read(4_999_990), Buffer.alloc(10, 68));
+    assert.deepEqual(await blobs[2].readAll(), Buffer.from('AAAAA'));
+    const whole = await client.readBlobs('node_blobs', 'b', { indices: [3, 2] });
+    assert.deepEqual(whole.map(([, data]) => data && data.length), [100_000, 0]);
+    const bytes = await client.read('node_blobs', { columns: ['b'], blobHandling: 'all_binary' });
+    assert.deepEqual(Array.from(bytes.getChild('b'), (v) => v && v.length), [5, null, 0, 100_000, 5_000_000]);
+    await assert.rejects(client.takeBlobs('node_blobs', 'id', { indices: [0] }), (e) => e.grpcCode === 3 && /not a blob column/.test(e.message));
+    await assert.rejects(blobs[0].read(0, 5_000_001), RangeError);
+  });
+
   test('a branch: written and read through a branch view, the main line untouched', async () => {
     const base = rows(0, 20, ['a']);
     await client.write('node_branched', base, { mode: 'create' });

@@ -60,6 +60,24 @@ export interface ReadOptions extends VersionOptions {
   prefilter?: boolean;
   /** With `fullTextQuery`: only the rows an INVERTED index covers. */
   fastSearch?: boolean;
+  /** 'all_binary': blob columns as their bytes (by default, their descriptions). */
+  blobHandling?: 'blobs_descriptions' | 'all_descriptions' | 'all_binary';
+}
+
+/** Which rows' blobs: exactly one of `indices`, `ids` or `addresses`, at a version. */
+export interface BlobSelection extends VersionOptions {
+  indices?: number[];
+  ids?: number[];
+  addresses?: number[];
+}
+
+/** One blob on the server, read by byte ranges. */
+export class RemoteBlob {
+  readonly size: number;
+  readonly rowAddress: number;
+  /** `length` bytes at `offset` (default: to the end). */
+  read(offset?: number, length?: number): Promise<Buffer>;
+  readAll(): Promise<Buffer>;
 }
 
 export type QueryVector = number[] | Float32Array | Float64Array;
@@ -272,6 +290,8 @@ export class Client {
   createBranch(dataset: string, name: string, version?: number | string): Promise<{ name: string; version: number }>;
   branches(dataset: string): Promise<Array<{ name: string; parent_branch: string | null; parent_version: number; create_at: number; metadata: Record<string, string> }>>;
   deleteBranch(dataset: string, name: string): Promise<{ name: string; deleted: boolean }>;
+  takeBlobs(dataset: string, column: string, selection: BlobSelection): Promise<Array<RemoteBlob | null>>;
+  readBlobs(dataset: string, column: string, selection: BlobSelection): Promise<Array<[number, Buffer | null]>>;
   addColumns(dataset: string, columns: Record<string, string>): Promise<{ version: number }>;
   dropColumns(dataset: string, columns: string | string[]): Promise<{ version: number }>;
   alterColumns(dataset: string, ...alterations: { path: string; name?: string; nullable?: boolean; data_type?: string }[]): Promise<{ version: number }>;

@@ -33,6 +33,11 @@ async function usage(): Promise<void> {
   const corrected: BackfillResult = await client.backfill('sales', addresses.batches, 'update_columns');
   console.log(added.version, corrected.updated_rows ?? 0, backfillCommand('sales', 'update_columns').backfill);
   const names: string[] = await client.datasets();
+  const [clip] = await client.takeBlobs('clips', 'video', { indices: [7], version: 2 });
+  const head: Buffer | undefined = await clip?.read(0, 188);
+  const whole: Array<[number, Buffer | null]> = await client.readBlobs('clips', 'video', { ids: [3] });
+  const bytes: arrow.Table = await client.read('clips', { columns: ['video'], blobHandling: 'all_binary' });
+  console.log(clip?.size, head?.length, whole.length, bytes.numRows);
   try {
     await client.read('missing');
   } catch (err) {
