@@ -340,9 +340,12 @@ class Client(Writes, RowChanges, IndexActions, _nearest.Searches, Blobs):
         tag: str | None = None,
         as_of: str | dt.datetime | dt.date | None = None,
         with_row_id: bool = False,
+        blob_handling: str | None = None,
     ) -> pa.Schema:
         """The Arrow schema a read with these options returns."""
         options = {"columns": columns, "version": version, "tag": tag, "as_of": as_of}
+        if blob_handling is not None:
+            options["blob_handling"] = blob_handling
         descriptor = read_descriptor(name, with_row_id=with_row_id, **self._scoped(options))
 
         def call(c: flight.FlightClient, o: flight.FlightCallOptions) -> pa.Schema:

@@ -40,6 +40,8 @@ Options (all strings, as Spark passes them; an unknown one is refused, listing t
 - `nearest` and `full_text_query` together: a hybrid search (`_relevance_score`, best first),
   fused as the `hybrid` option says (`{"fusion": "rrf" | "linear", "rrf_k", "weight",
   "normalize"}` as JSON; default reciprocal rank fusion), `limit` rows (default `k`).
+- `blob_handling`: `all_binary` reads blob columns as their bytes (binary columns) instead
+  of their descriptions (structs of where the bytes are), as pylance's scans
 - writes: `vector_columns` (`"embedding:768,thumb:64"`): array columns stored as Lance
   vectors (fixed-size lists) when the write creates the dataset or overwrites it
 - streams: see `streaming.py`

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from quiver.wire.errors import InvalidArgument
-from quiver.wire.requests import MERGE_KEYS, merge_command
+from quiver.wire.requests import BLOB_HANDLING, MERGE_KEYS, merge_command
 
 __all__ = [
     "CHANGE_OPTIONS",
@@ -80,6 +80,7 @@ KNOWN: dict[str, tuple[str, ...]] = {
         "fast_search",
         "limit",
         "hybrid",
+        "blob_handling",
     ),
     "write": (*_CONNECTION, "vector_columns", *CHANGE_OPTIONS),
     "stream read": (
@@ -241,6 +242,14 @@ def read_options(options: Any) -> dict[str, Any]:
     step = positive_option(options, "max_rows_per_endpoint")
     if step is not None:
         out["max_rows_per_endpoint"] = step
+    handling = options.get("blob_handling")
+    if handling is not None:
+        if str(handling) not in BLOB_HANDLING:
+            raise QuiverOptionError(
+                f"the 'blob_handling' option must be one of {', '.join(BLOB_HANDLING)}, "
+                f"not {handling!r}"
+            )
+        out["blob_handling"] = str(handling)
     nearest = nearest_option(options)
     text = full_text_option(options)
     hybrid = hybrid_option(options)

@@ -28,6 +28,7 @@ from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, Scanner
 from quiver.format.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
 from quiver.format.file.blob_values import DEDICATED, EXTERNAL, INLINE, PACKED, sidecar_name
 from quiver.format.io.store import FileReader, ObjectStore, open_store
+from quiver.format.table.manifest import storage_version_of_file
 from quiver.format.table.schema import LanceField
 
 DEFAULT_BUFFER_SIZE = 512 * 1024  # sequential read-ahead of a BlobFile, as pylance's
@@ -92,20 +93,20 @@ def _locations(
     addrs: np.ndarray,
 ) -> list[tuple[int, BlobLocation | None]]:
     """(row address, location) of each blob description of the field `field_id`."""
-    files: dict[int, tuple[ObjectStore, str]] = {}
+    files: dict[int, tuple[ObjectStore, str, bool]] = {}
     out: list[tuple[int, BlobLocation | None]] = []
     valid = desc.is_valid().to_numpy(zero_copy_only=False)
     fields = {name: desc.field(name).to_numpy(zero_copy_only=False) for name in _names(desc)}
-    legacy_nulls = core.data_storage_version == "2.0"  # the 2.0 writer describes one as (1, 0)
     for i, addr in enumerate(addrs.tolist()):
         position, size = int(fields["position"][i]), int(fields["size"][i])
-        if not valid[i] or (legacy_nulls and size == 0 and position == 1):
+        fid = addr >> 32
+        if valid[i] and fid not in files:
+            files[fid] = _data_file(core, by_id[fid], field_id)
+        # the 2.0 writer describes a null as (1, 0)
+        if not valid[i] or (files[fid][2] and size == 0 and position == 1):
             out.append((addr, None))
             continue
-        fid = addr >> 32
-        if fid not in files:
-            files[fid] = _data_file(core, by_id[fid], field_id)
-        store, path = files[fid]
+        store, path, _ = files[fid]
         kind = int(fields["kind"][i]) if "kind" in fields else INLINE
         if kind in (PACKED, DEDICATED):
             stem = path.rsplit(".", 1)[0]
@@ -157,15 +158,43 @@ def with_blob_values(
     return rows
 
 
+def blob_value_steps(
+    core: DatasetCore, rows: pa.RecordBatch, addresses: np.ndarray
+) -> Iterator[pa.RecordBatch]:
+    """`with_blob_values` of `rows` in pieces holding at most `BLOB_BATCH_BYTES` of blobs
+    (one row at least), so a rewrite's memory stays bounded whatever the blobs' sizes."""
+    sizes = _blob_sizes(core, rows)
+    start = 0
+    for stop in _cuts(sizes, BLOB_BATCH_BYTES):
+        yield with_blob_values(core, rows.slice(start, stop - start), addresses[start:stop])
+        start = stop
+
+
+def _blob_sizes(core: DatasetCore, rows: pa.RecordBatch) -> np.ndarray:
+    """Bytes of blobs per row of `rows` (blob columns as descriptions)."""
+    sizes = np.zeros(rows.num_rows, np.int64)
+    for name in rows.schema.names:
+        if _top_level_blob(core, name) is not None:
+            size = rows.column(name).field("size").to_numpy(zero_copy_only=False)
+            sizes += np.nan_to_num(size).astype(np.int64)
+    return sizes
+
+
 def _names(desc: pa.StructArray) -> list[str]:
     return [desc.type.field(i).name for i in range(desc.type.num_fields)]
 
 
-def _data_file(core: DatasetCore, frag: LanceFragment, field_id: int) -> tuple[ObjectStore, str]:
-    """The store and path of the data file holding `field_id` in `frag`."""
+def _data_file(
+    core: DatasetCore, frag: LanceFragment, field_id: int
+) -> tuple[ObjectStore, str, bool]:
+    """The store and path of the data file holding `field_id` in `frag`, and whether it is a
+    2.0 file."""
     for df in frag.metadata.files:
         if field_id in df.fields:
-            return core.resolve(f"data/{df.path}", df.base_id if df.HasField("base_id") else None)
+            base = df.base_id if df.HasField("base_id") else None
+            store, path = core.resolve(f"data/{df.path}", base)
+            v20 = storage_version_of_file(df.file_major_version, df.file_minor_version) == "2.0"
+            return store, path, v20
     raise CorruptFileError(
         core.store.uri_of(core.manifest.path),
         f"fragment {frag.fragment_id} has no data file holding field {field_id}",
@@ -372,12 +401,7 @@ class BlobBytesScan:
         than `BLOB_BATCH_BYTES` is cut into several (one row at least), so memory stays
         bounded by the budget and the largest blob."""
         for batch in self._scan.to_batches():
-            sizes = np.zeros(batch.num_rows, np.int64)
-            for name in self._blob_ids:
-                col = batch.column(name)
-                sizes += np.nan_to_num(col.field("size").to_numpy(zero_copy_only=False)).astype(
-                    np.int64
-                )
+            sizes = _blob_sizes(self._core, batch)
             start = 0
             for stop in _cuts(sizes, BLOB_BATCH_BYTES):
                 yield self._with_bytes(batch.slice(start, stop - start))

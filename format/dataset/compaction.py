@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from quiver.format.dataset.blobs import with_blob_values
+from quiver.format.dataset.blobs import blob_value_steps
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fragment import ROW_ADDRESS, LanceFragment, fragments_of
 from quiver.format.dataset.rows import RowSource
@@ -407,7 +407,7 @@ def _live_rows(ds: DatasetCore, frag: LanceFragment, batch_size: int) -> Iterato
     described = ds.projected_arrow(tuple(schema.names)).append(pa.field(ROW_ADDRESS, pa.uint64()))
     for batch in frag.read_batches(schema, described, batch_size=batch_size, with_row_address=True):
         addresses = batch.column(ROW_ADDRESS).to_numpy()
-        yield with_blob_values(ds, batch.drop_columns([ROW_ADDRESS]), addresses)
+        yield from blob_value_steps(ds, batch.drop_columns([ROW_ADDRESS]), addresses)
 
 
 def _rewrite(

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quiver.format.dataset.blobs import with_blob_values
+from quiver.format.dataset.blobs import blob_value_steps
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fragment import fragments_of
 from quiver.format.dataset.row_changes import (
@@ -113,13 +113,13 @@ def _plan(core: DatasetCore, updates: Mapping[str, str], where: str | None) -> R
             addresses.append(batch.column("_rowaddr").to_numpy())
             if stable:
                 carried.append(batch.column("_rowid").to_numpy())
-            data = with_blob_values(core, batch.select(schema.names), addresses[-1])
-            values = evaluate_expressions(data, compiled)
-            columns = list(data.columns)
-            for name, _ in compiled:
-                at = schema.get_field_index(name)
-                columns[at] = cast_values(values.column(name), schema.field(at), where_text)
-            yield pa.RecordBatch.from_arrays(columns, schema=schema)
+            for data in blob_value_steps(core, batch.select(schema.names), addresses[-1]):
+                values = evaluate_expressions(data, compiled)
+                columns = list(data.columns)
+                for name, _ in compiled:
+                    at = schema.get_field_index(name)
+                    columns[at] = cast_values(values.column(name), schema.field(at), where_text)
+                yield pa.RecordBatch.from_arrays(columns, schema=schema)
 
     write_rows(change, rewritten(), carried_row_ids=carried if stable else None)
     rows = int(sum(len(a) for a in addresses))

@@ -36,6 +36,8 @@ ALL_ACTIONS = {
     "update",
     "restore",
     "create_tag",
+    "take_blobs",
+    "read_blob",
     "create_branch",
     "list_branches",
     "delete_branch",

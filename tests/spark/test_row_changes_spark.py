@@ -238,3 +238,22 @@ def test_a_branch_read_and_written_by_spark(spark, uri, root) -> None:
     assert lance.dataset(path).version == 1 and lance.dataset(path).count_rows() == 30
     with pytest.raises(Exception, match="branch 'nope'"):
         spark.read.format("quiver").options(**{**conn, "branch": "nope"}).load().collect()
+
+
+def test_blob_columns_read_by_spark(spark, uri, root) -> None:
+    """Blob columns in Spark: their descriptions by default (structs of where the bytes
+    are, as pylance scans them), their bytes with `blob_handling` all_binary."""
+    name = "sp_blobs"
+    blob = pa.field("b", pa.large_binary(), metadata={"lance-encoding:blob": "true"})
+    values = [b"small", None, b"p" * 100_000, b"d" * 5_000_000]
+    rows = pa.table({"id": range(4), "b": values}, schema=pa.schema([("id", pa.int64()), blob]))
+    ref = lance.write_dataset(rows, str(root / f"{name}.lance"))
+    conn = {"uri": uri, "dataset": name}
+    described = spark.read.format("quiver").options(**conn).load().toArrow().sort_by("id")
+    want = ref.to_table().sort_by("id")
+    assert described.column("b").to_pylist() == want.column("b").to_pylist()
+    read = spark.read.format("quiver").options(**conn).option("blob_handling", "all_binary")
+    got = read.load().toArrow().sort_by("id")
+    assert got.column("b").to_pylist() == values
+    with pytest.raises(Exception, match="blob_handling"):
+        spark.read.format("quiver").options(**conn).option("blob_handling", "x").load().collect()

@@ -170,3 +170,28 @@ def test_rows_rewritten_by_quiver_keep_their_blobs(tmp_path: Path, version: str)
     lance.dataset(uri).optimize.compact_files()  # and pylance rewrites Quiver's files
     assert len(lance.dataset(uri).get_fragments()) == 1
     assert _by_id(uri) == want
+
+
+def test_rewrites_read_blobs_in_bounded_steps(tmp_path: Path, monkeypatch) -> None:
+    """Compaction and updates read the blobs they copy a budget at a time (here 100 KB:
+    about one large value per step), and the result is the same."""
+    from quiver.format.dataset import blobs
+
+    steps: list[int] = []
+    real = blobs.with_blob_values
+
+    def counted(core, rows, addresses):  # noqa: ANN001, ANN202
+        steps.append(rows.num_rows)
+        return real(core, rows, addresses)
+
+    monkeypatch.setattr(blobs, "BLOB_BATCH_BYTES", 100_000)
+    monkeypatch.setattr(blobs, "with_blob_values", counted)
+    uri = str(tmp_path / "steps")
+    write_dataset(_table(), uri)
+    write_dataset(_table(100), uri, mode="append")
+    want = _by_id(uri)
+    dataset(uri).update({"id": "id + 1000"}, where="id < 100")
+    want = {(k + 1000 if k < 100 else k): v for k, v in want.items()}
+    dataset(uri).optimize.compact_files()
+    assert _by_id(uri) == want
+    assert max(steps) < len(SIZES) and len(steps) > 4
