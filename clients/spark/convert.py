@@ -89,7 +89,9 @@ def spark_type(t: pa.DataType) -> pa.DataType:
     if pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
         return pa.list_(t.value_field.with_type(spark_type(t.value_type)))
     if pa.types.is_struct(t):
-        return pa.struct([f.with_type(spark_type(f.type)) for f in t])
+        # children nullable: a null struct's children hold nulls, which Spark's Arrow
+        # conversion refuses under a non-nullable field (blob descriptions are such structs)
+        return pa.struct([f.with_type(spark_type(f.type)).with_nullable(True) for f in t])
     return t
 
 
