@@ -82,6 +82,15 @@ def nearest_options(value: dict[str, Any], *, need_q: bool) -> dict[str, Any]:
     use_index = f.bool("use_index")
     if use_index is not None:
         out["use_index"] = use_index
+    bounds = f.list("distance_range")
+    if bounds is not None:
+        if len(bounds) != 2 or not all(
+            b is None or (isinstance(b, (int, float)) and not isinstance(b, bool)) for b in bounds
+        ):
+            raise InvalidArgument(
+                "CMD descriptor: 'nearest.distance_range' must be [lower, upper], numbers or null"
+            )
+        out["distance_range"] = tuple(bounds)
     return out
 
 

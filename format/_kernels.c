@@ -1630,9 +1630,9 @@ static int tuple_buffers(PyObject *tuple, Py_buffer *out, int optional, const ch
 PyDoc_STRVAR(
     ivf_topk_doc,
     "ivf_topk(kind, metric, queries, width, scale, start, step, pair_query, pair_slot, "
-    "pair_base, data, ids, bias, fetch, out_ids, out_dist, out_count): score the rows of "
-    "each (query, partition) pair and keep, per query, the `fetch` best by (distance, row "
-    "id), NaN last. data[slot] holds a partition's PQ codes (n, m) uint8, SQ "
+    "pair_base, data, ids, bias, fetch, out_ids, out_dist, out_count, lower, upper): score the "
+    "rows of each (query, partition) pair and keep, per query, the `fetch` best by (distance, "
+    "row id), NaN last, of those at lower <= distance < upper when a bound is finite. data[slot] holds a partition's PQ codes (n, m) uint8, SQ "
     "codes (n, dim) uint8 or vectors (n, dim) float32, ids[slot] its row ids (uint64), "
     "bias[slot] its per-row PQ terms (float64) or bias is None; queries holds `width` float64 "
     "values a query (PQ: its m x 256 table). out_ids / out_dist (queries x fetch) and "
@@ -1643,13 +1643,15 @@ static PyObject *ivf_topk(PyObject *self, PyObject *args)
 {
     int kind, metric;
     Py_ssize_t width, fetch;
-    double scale, start, step;
+    double scale, start, step, lower = -INFINITY, upper = INFINITY;
     Py_buffer qs, pq, ps, pb, oi, od, oc;
     PyObject *data, *ids, *bias;
-    if (!PyArg_ParseTuple(args, "iiy*ndddy*y*y*O!O!Onw*w*w*", &kind, &metric, &qs, &width,
+    if (!PyArg_ParseTuple(args, "iiy*ndddy*y*y*O!O!Onw*w*w*|dd", &kind, &metric, &qs, &width,
                           &scale, &start, &step, &pq, &ps, &pb, &PyTuple_Type, &data,
-                          &PyTuple_Type, &ids, &bias, &fetch, &oi, &od, &oc))
+                          &PyTuple_Type, &ids, &bias, &fetch, &oi, &od, &oc, &lower, &upper))
         return NULL;
+    /* a distance range: rows outside it (NaN included) are never kept */
+    const int ranged = lower > -INFINITY || upper < INFINITY;
     Py_buffer *all[] = {&qs, &pq, &ps, &pb, &oi, &od, &oc};
     PyObject *res = NULL;
     const Py_ssize_t parts = PyTuple_GET_SIZE(data);
@@ -1727,9 +1729,12 @@ static PyObject *ivf_topk(PyObject *self, PyObject *args)
                 ivf_score_pq(&p, queries + q * width, base[i], bd[s].buf, bb[s].buf, r0, m, dist);
             else
                 ivf_score_dense(&p, queries + q * width, bd[s].buf, r0, m, dist);
-            for (Py_ssize_t b = 0; b < m; b++)
+            for (Py_ssize_t b = 0; b < m; b++) {
+                if (ranged && !(dist[b] >= lower && dist[b] < upper))
+                    continue;
                 if (h.n < h.cap || !(dist[b] > h.d[0])) /* row ids read only for contenders */
                     ivf_push(&h, dist[b], row[r0 + b]);
+            }
         }
         count[q] = h.n;
     }

@@ -59,6 +59,7 @@ NEAREST_KEYS: tuple[str, ...] = (
     "maximum_nprobes",
     "refine_factor",
     "use_index",
+    "distance_range",
 )
 PUT_KEYS: tuple[str, ...] = (
     "dataset",
@@ -465,7 +466,7 @@ def nearest_object(column: str, q: Any = None, k: int | None = None, **options: 
         if key not in NEAREST_KEYS or key in ("column", "q", "k"):
             raise InvalidArgument(f"nearest: unknown key {key!r}")
         if value is not None:
-            out[key] = value
+            out[key] = list(value) if key == "distance_range" else value
     return out
 
 

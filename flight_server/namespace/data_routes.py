@@ -189,6 +189,9 @@ def _nearest(call: Call, ds: Any, vector: list[Any], k: int) -> dict[str, Any]:
             nearest[key] = value
     if call.bool("bypass_vector_index"):
         nearest["use_index"] = False
+    lower, upper = call.number("lower_bound"), call.number("upper_bound")
+    if lower is not None or upper is not None:
+        nearest["distance_range"] = (lower, upper)
     assert set(nearest) <= set(NEAREST_KEYS)
     return nearest
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +49,7 @@ NEAREST_KEYS = (
     "refine_factor",
     "use_index",
     "ef",
+    "distance_range",
 )
 _FLOATS = (pa.float16(), pa.float32(), pa.float64())
 
@@ -75,6 +77,8 @@ class NearestQuery:
     maximum_nprobes: int | None
     refine_factor: int | None
     use_index: bool
+    # distances kept: lower <= d < upper (pylance's distance_range; infinities: no bound)
+    distance_range: tuple[float, float] = (-math.inf, math.inf)
 
     @classmethod
     def parse(cls, core: DatasetCore, nearest: Any) -> NearestQuery:
@@ -120,7 +124,29 @@ class NearestQuery:
             maximum_nprobes=hi,
             refine_factor=_count(where, "refine_factor", nearest.get("refine_factor"), 1),
             use_index=use_index,
+            distance_range=_distance_range(where, nearest.get("distance_range")),
         )
+
+
+def _distance_range(where: str, value: Any) -> tuple[float, float]:
+    """pylance's `distance_range`: (lower, upper), either None (no bound)."""
+    if value is None:
+        return (-math.inf, math.inf)
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__len__") or len(value) != 2:
+        raise InvalidInputError(
+            f"{where}: distance_range must be a tuple of (lower_bound, upper_bound)"
+        )
+    bounds = []
+    for bound, default in zip(value, (-math.inf, math.inf), strict=True):
+        if bound is None:
+            bounds.append(default)
+        elif isinstance(bound, bool) or not isinstance(bound, (int, float, np.number)):
+            raise InvalidInputError(f"{where}: distance_range bounds must be numbers or None")
+        elif math.isnan(float(bound)):
+            raise InvalidInputError(f"{where}: a distance_range bound is NaN")
+        else:
+            bounds.append(float(bound))
+    return bounds[0], bounds[1]
 
 
 def _query_matrix(q: Any, dim: int, where: str) -> tuple[np.ndarray, bool]:
@@ -371,7 +397,7 @@ class NearestSearch:
 
     def _exact(self, fragments: Sequence[LanceFragment], k: int) -> Candidates:
         """The k nearest rows per query among `fragments` (filtered when prefiltering)."""
-        top = TopK(self.metric, self.query.queries, k)
+        top = TopK(self.metric, self.query.queries, k, self.query.distance_range)
         col = self.query.column
         for batch in self._scan(fragments, [col], self.prefilter and self.filter is not None):
             ids = batch.column(ROW_ID_FIELD.name).to_numpy().astype(np.uint64, copy=False)
@@ -458,8 +484,11 @@ class NearestSearch:
         return covered
 
     def candidates(self) -> Candidates:
-        """The rows found per query, best first (before a postfilter)."""
+        """The rows found per query, best first (before a postfilter), only those within the
+        query's distance range: an index keeps the nearest rows inside it by its own
+        distances, a refine measures them again and keeps those still inside."""
         q, k = self.query, self.query.k
+        lower, upper = q.distance_range
         if not self.indices:
             return self._exact(self._fragments, k)
         allowed, allowed_ids = self._allowed()
@@ -473,16 +502,17 @@ class NearestSearch:
             maximum=q.maximum_nprobes,
             allowed=self._per_segment(allowed),
             allowed_ids=allowed_ids,
+            distance_range=q.distance_range,
         )
         if q.refine_factor is not None:
-            found = self._measure(found).best(k)
+            found = self._measure(found).within(lower, upper).best(k)
         covered = self._covered()
         rest = [f for f in self._fragments if f.fragment_id not in covered]
         if rest:
             if q.refine_factor is None:
-                found = self._measure(found)
+                found = self._measure(found).within(lower, upper)
             found = Candidates.concat([found, self._exact(rest, k)]).best(k)
-        return found
+        return found.within(lower, upper)
 
     @property
     def projected_schema(self) -> pa.Schema:

@@ -172,6 +172,9 @@ def test_query_options(served: Served) -> None:
     near = query(k=2, offset=1, vector={"single_vector": [5.0, 0.0]}, columns=["id"])
     assert near["id"].to_pylist() == [4, 6]  # after the nearest (5), k = 2 more
     assert near.column_names == ["id", "_distance"]
+    # lower_bound <= distance < upper_bound: squared distances 0, 1, 1, 4, 4, ... from 5
+    ranged = query(k=5, vector={"single_vector": [5.0, 0.0]}, lower_bound=0.5, upper_bound=4.0)
+    assert sorted(ranged["id"].to_pylist()) == [4, 6]
     assert query(k=0)["id"].to_pylist() == list(range(10))
     filtered = query(k=10, filter="id >= 8", version=1)
     assert filtered["id"].to_pylist() == [8, 9]

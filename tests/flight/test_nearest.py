@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import flight_helpers
+import lance
 import numpy as np
 import pyarrow as pa
 import pyarrow.flight as fl
@@ -154,6 +155,26 @@ def test_client_nearest_matches_pylance(client: Client, datasets) -> None:
     assert_same_neighbours(
         got, pylance_nearest(datasets["flat_cos"], nearest=nearest, columns=["id"]), "client"
     )
+
+
+def test_distance_range_over_flight_matches_pylance(
+    served: Served, client: Client, datasets
+) -> None:
+    q = queries(11, 1)[0]
+    ref = lance.dataset(datasets["pq"])
+    whole = {"column": "vec", "q": q, "k": 300, "use_index": False}
+    d = np.sort(ref.to_table(nearest=whole, columns=["id"]).column("_distance").to_numpy())
+    bounds = (float(d[3] + d[4]) / 2, float(d[30] + d[31]) / 2)
+    nearest = {"column": "vec", "q": q, "k": 10, "nprobes": 2, "distance_range": bounds}
+    want = pylance_nearest(datasets["pq"], nearest=nearest, columns=["id"])
+    got = client.nearest("pq", "vec", q, k=10, nprobes=2, distance_range=bounds, columns=["id"])
+    assert_same_neighbours(got, want, "client")
+    raw = served.read(command("pq", q, nearest={"distance_range": [bounds[0], None]}))
+    open_above = {**nearest, "distance_range": (bounds[0], None)}
+    assert_same_neighbours(raw, pylance_nearest(datasets["pq"], nearest=open_above), "descriptor")
+    with pytest.raises(fl.FlightError) as e:
+        served.info(command("pq", q, nearest={"distance_range": [1.0]}))
+    assert "distance_range" in assert_clean_error(e.value, "invalid_argument", served.root)
 
 
 def test_ticket_pins_the_version(served: Served, client: Client, datasets) -> None:

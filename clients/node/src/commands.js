@@ -51,7 +51,7 @@ const BLOB_HANDLING = ['blobs_descriptions', 'all_descriptions', 'all_binary'];
 const NEAREST_OPTIONS = {
   column: 'column', q: 'q', k: 'k', metric: 'metric', nprobes: 'nprobes',
   minimumNprobes: 'minimum_nprobes', maximumNprobes: 'maximum_nprobes',
-  refineFactor: 'refine_factor', useIndex: 'use_index',
+  refineFactor: 'refine_factor', useIndex: 'use_index', distanceRange: 'distance_range',
 };
 const HYBRID_OPTIONS = { fusion: 'fusion', rrfK: 'rrf_k', weight: 'weight', normalize: 'normalize' };
 const FUSIONS = ['rrf', 'linear'];

@@ -89,6 +89,8 @@ export interface NearestOptions {
   maximumNprobes?: number;
   refineFactor?: number;
   useIndex?: boolean;
+  /** Keep rows at lower <= distance < upper (null: no bound), as pylance's distance_range. */
+  distanceRange?: [number | null, number | null];
 }
 
 export interface NearestQuery extends NearestOptions {

@@ -62,8 +62,16 @@ def vector_matrix(vectors: pa.Array) -> np.ndarray:
 class TopK:
     """The k nearest rows per query seen so far, fed batch by batch (row ids, vectors)."""
 
-    def __init__(self, metric: str, queries: np.ndarray, k: int) -> None:
+    def __init__(
+        self,
+        metric: str,
+        queries: np.ndarray,
+        k: int,
+        distance_range: tuple[float, float] = (-np.inf, np.inf),
+    ) -> None:
+        """`distance_range` (lower, upper): only rows at lower <= distance < upper count."""
         self.metric, self.queries, self.k = metric, queries, k
+        self.lower, self.upper = distance_range
         self._query: list[np.ndarray] = []
         self._ids: list[np.ndarray] = []
         self._dist: list[np.ndarray] = []
@@ -77,12 +85,20 @@ class TopK:
         if not len(row_ids):
             return
         dist = matrix(self.metric, vector_matrix(vectors), self.queries).astype(np.float32)
+        ranged = self.lower > -np.inf or self.upper < np.inf
+        if ranged:  # out of range: never kept (NaN, not in any range, neither)
+            dist[~((dist >= self.lower) & (dist < self.upper))] = np.inf
         keep = smallest(dist, self.k)
         nq = len(self.queries)
-        self._query.append(np.repeat(np.arange(nq, dtype=np.int64), keep.shape[1]))
-        self._ids.append(row_ids[keep].ravel())
-        self._dist.append(np.take_along_axis(dist, keep, axis=1).ravel())
-        self._held += keep.size
+        query = np.repeat(np.arange(nq, dtype=np.int64), keep.shape[1])
+        ids, kept = row_ids[keep].ravel(), np.take_along_axis(dist, keep, axis=1).ravel()
+        if ranged:
+            inside = kept < np.inf
+            query, ids, kept = query[inside], ids[inside], kept[inside]
+        self._query.append(query)
+        self._ids.append(ids)
+        self._dist.append(kept)
+        self._held += len(ids)
         if self._held > 8 * self.k * nq + 65536:
             self._compact()
 

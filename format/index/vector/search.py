@@ -61,6 +61,13 @@ class Candidates:
             np.concatenate([p.distance for p in parts]).astype(np.float32, copy=False),
         )
 
+    def within(self, lower: float, upper: float) -> Candidates:
+        """The candidates at lower <= distance < upper."""
+        if lower == -np.inf and upper == np.inf:
+            return self
+        keep = (self.distance >= lower) & (self.distance < upper)
+        return Candidates(self.query[keep], self.row_ids[keep], self.distance[keep])
+
     def best(self, k: int) -> Candidates:
         """The k best per query, by (query, distance, row id)."""
         keep = top_k_per_query(self.query, self.row_ids, self.distance, k)
@@ -80,9 +87,15 @@ class _Search:
     """One delta's probing state for a batch of queries."""
 
     def __init__(
-        self, index: VectorIndex, queries: np.ndarray, fetch: int, allowed: RowFilter | None
+        self,
+        index: VectorIndex,
+        queries: np.ndarray,
+        fetch: int,
+        allowed: RowFilter | None,
+        distance_range: tuple[float, float],
     ):
         self.index, self.fetch, self.allowed = index, fetch, allowed
+        self.lower, self.upper = distance_range
         self.queries = normalize(queries) if index.metric == "cosine" else queries
         self.centroid_dist = index.ivf.distances(self.queries, index.metric)
         self.row_cost = index.row_cost
@@ -151,6 +164,8 @@ class _Search:
                 out_ids,
                 out_dist,
                 count,
+                self.lower,
+                self.upper,
             )
             held = np.arange(self.fetch) < count[:, None]
             query = np.broadcast_to(np.arange(first, last)[:, None], held.shape)
@@ -174,8 +189,10 @@ def ivf_search(
     maximum: int | None,
     allowed: RowFilter | Sequence[RowFilter | None] | None = None,
     allowed_ids: np.ndarray | None = None,
+    distance_range: tuple[float, float] = (-np.inf, np.inf),
 ) -> Candidates:
-    """The best `fetch` rows per query over every delta of an index.
+    """The best `fetch` rows per query over every delta of an index, only rows at
+    `distance_range` (lower <= distance < upper, as the index measures it) counting.
 
     `allowed` tells which row ids may be returned (deleted rows and, with a prefilter, rows
     not matching it are refused), one filter for every delta or one per delta (each answers
@@ -190,7 +207,15 @@ def ivf_search(
     found = []
     for start in range(0, len(queries), step):
         part = _search(
-            indices, queries[start : start + step], k, fetch, minimum, maximum, allowed, allowed_ids
+            indices,
+            queries[start : start + step],
+            k,
+            fetch,
+            minimum,
+            maximum,
+            allowed,
+            allowed_ids,
+            distance_range,
         )
         found.append(dataclasses.replace(part, query=part.query + start))
     return Candidates.concat(found)
@@ -205,10 +230,14 @@ def _search(
     maximum: int | None,
     allowed: Sequence[RowFilter | None],
     allowed_ids: np.ndarray | None,
+    distance_range: tuple[float, float],
 ) -> Candidates:
     """`ivf_search` of a chunk of queries."""
     nq = len(queries)
-    searches = [_Search(ix, queries, fetch, f) for ix, f in zip(indices, allowed, strict=True)]
+    searches = [
+        _Search(ix, queries, fetch, f, distance_range)
+        for ix, f in zip(indices, allowed, strict=True)
+    ]
     found_parts: list[Candidates] = []
     plans = []
     for s in searches:

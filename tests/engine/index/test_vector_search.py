@@ -121,6 +121,37 @@ def test_batches_of_queries_match_pylance(indexed, kind: str) -> None:
     assert third.equals(one)
 
 
+@pytest.mark.parametrize("metric", ["l2", "cosine"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_distance_range_matches_pylance(indexed, kind: str, metric: str) -> None:
+    """pylance's `distance_range` (lower <= d < upper): the k nearest rows inside it, by the
+    index's distances, again after a refine, exactly for rows no index covers."""
+    uri = indexed[(kind, metric)]
+    batch = np.stack(queries(9, 3))
+    everything = {"column": "vec", "k": 400, "use_index": False, "metric": metric}
+    for i, q in enumerate(batch):
+        exact = lance.dataset(uri).to_table(nearest={**everything, "q": q}, columns=["id"])
+        d = np.sort(exact.column("_distance").to_numpy())
+        # bounds halfway between rows, so that no engine's rounding decides a row
+        lower, upper = float(d[4] + d[5]) / 2, float(d[40] + d[41]) / 2
+        for bounds in ((lower, upper), (None, upper), (lower, None), (upper, lower)):
+            for search in (
+                {"nprobes": 2},
+                {"nprobes": 3, "refine_factor": 2},
+                {"use_index": False},
+            ):
+                for options in ({}, {"filter": "id % 3 = 0", "prefilter": True}):
+                    nearest = {"column": "vec", "q": q, "k": 10, "distance_range": bounds, **search}
+                    what = f"{kind}/{metric} query {i} {bounds} {search} {options}"
+                    compare(uri, what, nearest=nearest, **options)
+        got = dataset(uri).to_table(
+            nearest={**everything, "q": q, "distance_range": (lower, upper)}
+        )
+        assert got.num_rows == 36  # every row inside: rows 5 to 40 of the exact order
+    nearest = {"column": "vec", "q": batch, "k": 6, "nprobes": 2, "distance_range": (lower, None)}
+    compare(uri, f"batch {kind}/{metric}", nearest=nearest, columns=["id"])
+
+
 @pytest.mark.parametrize("metric", METRICS)
 @pytest.mark.parametrize("kind", KINDS)
 def test_threads_and_query_chunks_match_pylance(
@@ -217,6 +248,9 @@ def test_bad_requests_name_what_is_wrong(indexed) -> None:
             InvalidInputError,
             "minimum_nprobes",
         ),
+        ({"column": "vec", "q": q, "distance_range": (1.0,)}, InvalidInputError, "lower_bound"),
+        ({"column": "vec", "q": q, "distance_range": ("a", 1)}, InvalidInputError, "numbers"),
+        ({"column": "vec", "q": q, "distance_range": (float("nan"), 1)}, InvalidInputError, "NaN"),
     ]
     for nearest, error, text in cases:
         with pytest.raises(error, match=text) as info:
