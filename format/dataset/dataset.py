@@ -281,8 +281,8 @@ class LanceDataset(_blobs.BlobMethods):
         order_by, use_scalar_index = scan_options(self.uri, options)
         if options.get("include_deleted_rows"):
             ids = {"with_row_id": with_row_id, "with_row_address": with_row_address}
-            inner = self.scanner(columns, None, limit, offset, batch_size, **ids)
-            return DeletedRowsScan(inner, self.uri, filtered=filter is not None)  # type: ignore
+            inner = self.scanner(columns, filter, limit, offset, batch_size, **ids)
+            return DeletedRowsScan(inner, self.uri)  # type: ignore[arg-type]
         if order_by:
             names = None if columns is None else list(columns)
             if isinstance(columns, dict):

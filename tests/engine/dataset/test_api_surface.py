@@ -326,9 +326,25 @@ def test_scan_options_as_pylance(tmp_path: Path):
         dataset(uri).to_table(include_deleted_rows=True)
     with pytest.raises(ValueError, match="with_row_id is false"):
         lance.dataset(uri).to_table(include_deleted_rows=True)
-    # pylance answers a filter its index serves and refuses others: Quiver takes none
-    with pytest.raises(InvalidInputError, match="does not take a filter"):
-        dataset(uri).to_table(include_deleted_rows=True, with_row_id=True, filter="k > 2")
+    # with a filter: the physical rows it matches, deleted ones too, as pylance answers
+    # the filters it plans without late materialization (and refuses the others)
+    base = {"include_deleted_rows": True, "with_row_id": True}
+    for kwargs in (
+        {"filter": "k > 2"},
+        {"filter": "k < 3"},
+        {"filter": "k < 3", "limit": 1},
+        {"filter": "s = 'y'"},
+        {"filter": "s = 'y'", "limit": 1, "columns": ["s"]},
+        {"filter": "s = 'y'", "use_scalar_index": False, "with_row_address": True},
+    ):
+        want = lance.dataset(uri).to_table(**base, **kwargs)
+        assert_same_table(dataset(uri).to_table(**base, **kwargs), want, str(kwargs))
+    assert [r["_rowid"] for r in want.to_pylist()] == [None, 4294967298]
+    with pytest.raises(ValueError, match="not supported when taking rows"):
+        lance.dataset(uri).to_table(**base, filter="a > 1")
+    got = dataset(uri).to_table(**base, filter="a >= 1", offset=1)  # NaN sorts above all
+    assert got.column("k").to_pylist() == [1, 3, 4, 5, 6, 7]
+    assert got.column("_rowid").to_pylist()[0] is None and got.column("_rowid").null_count == 1
 
 
 def test_explain_plan_says_what_the_scan_does(tmp_path: Path):
