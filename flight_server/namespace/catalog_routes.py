@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from quiver.flight_server.names import SUFFIX
+from quiver.flight_server.errors import QuiverError
+from quiver.flight_server.names import SUFFIX, on_branch
 from quiver.flight_server.namespace import errors as ne
 from quiver.flight_server.namespace.calls import EMPTY, Call, Empty, paged
 from quiver.flight_server.namespace.context import Context
@@ -145,15 +146,34 @@ def table_of(ctx: Context, call: Call, right: str = READ) -> tuple[str, str]:
     return name, kind
 
 
-def existing_table(ctx: Context, call: Call, right: str = READ) -> str:
+def existing_table(ctx: Context, call: Call, right: str = READ, *, branched: bool = False) -> str:
     """The dataset name of the route's table, which must have a version (not only be
-    declared); branches are not served."""
+    declared); on the request's `branch` (which must exist) where the route is `branched`,
+    while the other routes refuse a branch."""
     name, kind = table_of(ctx, call, right)
     if kind != TABLE:
         raise ne.NamespaceError(ne.TABLE_NOT_FOUND, f"table {call.id_text!r} has no data yet")
-    if call.str("branch"):
-        raise ne.unsupported(f"{call.op}: branches are not served by this namespace")
+    branch = call.str("branch")
+    if branch and branch != "main":
+        if not branched:
+            raise ne.unsupported(f"{call.op}: this route does not act on a branch")
+        return on_existing_branch(ctx, call, name, branch)
     return name
+
+
+def on_existing_branch(ctx: Context, call: Call, name: str, branch: str) -> str:
+    """`name` on `branch`; TableBranchNotFound when the table has no such branch."""
+    try:
+        branched = on_branch(name, branch)
+    except QuiverError as e:
+        raise ne.invalid(f"{call.op}: {e}") from None
+    try:
+        ctx.handles.open_latest(branched)
+    except QuiverError as e:
+        raise ne.translate(
+            e, ctx.service.scrubber_for(name), not_found=ne.TABLE_BRANCH_NOT_FOUND
+        ) from None
+    return branched
 
 
 def where_of(ctx: Context, name: str) -> dict[str, Any]:

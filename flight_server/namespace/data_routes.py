@@ -44,24 +44,24 @@ def _rows(call: Call) -> pa.Table:
         raise ne.invalid(f"{call.op}: the body is not a whole Arrow IPC stream ({e})") from None
 
 
-def _version(call: Call) -> int | None:
-    if call.str("branch"):
-        raise ne.unsupported(f"{call.op}: branches are not served by this namespace")
-    return call.int("version")
+def _branch_of(name: str) -> dict[str, str]:
+    """An action body's `branch` for `name` (on a branch or not)."""
+    branch = getattr(name, "branch", None)
+    return {"branch": branch} if branch else {}
 
 
 # -- reads --------------------------------------------------------------------------------
 def count_rows(ctx: Context, call: Call) -> int:
     name, kind = table_of(ctx, call)
-    version = _version(call)
     if kind != TABLE:
         return 0
-    ds = ctx.handles.open_ref(name, version, None, None)
+    name = existing_table(ctx, call, branched=True)
+    ds = ctx.handles.open_ref(name, call.int("version"), None, None)
     return int(ds.count_rows(call.str("predicate")))
 
 
 def query_table(ctx: Context, call: Call) -> ArrowFile:
-    name = existing_table(ctx, call)
+    name = existing_table(ctx, call, branched=True)
     k = call.int("k", required=True)
     offset = call.int("offset") or 0
     ds = ctx.handles.open_ref(name, call.int("version"), None, None)
@@ -300,7 +300,7 @@ def _json_param(call: Call, key: str) -> Any:
 
 
 def insert_into_table(ctx: Context, call: Call) -> dict[str, Any]:
-    name = existing_table(ctx, call, WRITE)
+    name = existing_table(ctx, call, WRITE, branched=True)
     mode = (call.str("mode") or "append").lower()
     if mode not in ("append", "overwrite"):
         raise ne.invalid(f"{call.op}: 'mode' must be append or overwrite")
@@ -315,7 +315,7 @@ def insert_into_table(ctx: Context, call: Call) -> dict[str, Any]:
 
 
 def merge_insert_into_table(ctx: Context, call: Call) -> dict[str, Any]:
-    name = existing_table(ctx, call, WRITE)
+    name = existing_table(ctx, call, WRITE, branched=True)
     on = call.strings("on", required=True)
     assert on is not None
     matched_filter = call.str("when_matched_update_all_filt")
@@ -346,7 +346,7 @@ def merge_insert_into_table(ctx: Context, call: Call) -> dict[str, Any]:
 
 
 def update_table(ctx: Context, call: Call) -> dict[str, Any]:
-    name = existing_table(ctx, call, WRITE)
+    name = existing_table(ctx, call, WRITE, branched=True)
     pairs = call.body.get("updates")
     if not isinstance(pairs, list) or not pairs:
         raise ne.invalid(f"{call.op}: 'updates' must be a non-empty list of [column, expression]")
@@ -359,7 +359,7 @@ def update_table(ctx: Context, call: Call) -> dict[str, Any]:
         ):
             raise ne.invalid(f"{call.op}: each update is a [column, SQL expression] pair")
         updates[pair[0]] = pair[1]
-    body: dict[str, Any] = {"dataset": name, "updates": updates}
+    body: dict[str, Any] = {"dataset": name, "updates": updates, **_branch_of(name)}
     if call.str("predicate"):
         body["where"] = call.str("predicate")
     result = ctx.service.action("update", json.dumps(body).encode(), call.identity)
@@ -367,8 +367,8 @@ def update_table(ctx: Context, call: Call) -> dict[str, Any]:
 
 
 def delete_from_table(ctx: Context, call: Call) -> dict[str, Any]:
-    name = existing_table(ctx, call, WRITE)
+    name = existing_table(ctx, call, WRITE, branched=True)
     predicate = call.str("predicate", required=True)
-    body = {"dataset": name, "predicate": predicate}
+    body = {"dataset": name, "predicate": predicate, **_branch_of(name)}
     result = ctx.service.action("delete", json.dumps(body).encode(), call.identity)
     return {"version": result["version"]}

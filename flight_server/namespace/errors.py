@@ -44,6 +44,8 @@ INTERNAL = 18
 INVALID_TABLE_STATE = 19
 SCHEMA_VALIDATION = 20
 THROTTLING = 21
+TABLE_BRANCH_NOT_FOUND = 22
+TABLE_BRANCH_ALREADY_EXISTS = 23
 
 # code -> HTTP status, as the reference adapter (`error_code_to_status`) answers
 STATUS = {
@@ -69,6 +71,8 @@ STATUS = {
     INVALID_TABLE_STATE: 409,
     SCHEMA_VALIDATION: 400,
     THROTTLING: 429,
+    TABLE_BRANCH_NOT_FOUND: 404,
+    TABLE_BRANCH_ALREADY_EXISTS: 409,
 }
 
 # Quiver's error codes (`wire.errors`) -> namespace codes; not_found and already_exists

@@ -30,6 +30,7 @@ from typing import Any
 from aiohttp import web
 
 from quiver.flight_server import metrics
+from quiver.flight_server.namespace import branch_routes as br
 from quiver.flight_server.namespace import catalog_routes as cr
 from quiver.flight_server.namespace import data_routes as dr
 from quiver.flight_server.namespace import errors as ne
@@ -109,6 +110,9 @@ ROUTES = (
     Route(("POST",), f"{_T}/tags/create", "CreateTableTag", vr.create_tag),
     Route(("POST",), f"{_T}/tags/delete", "DeleteTableTag", vr.delete_tag),
     Route(("POST",), f"{_T}/tags/update", "UpdateTableTag", vr.update_tag),
+    Route(("POST",), f"{_T}/branches/list", "ListTableBranches", br.list_branches),
+    Route(("POST",), f"{_T}/branches/create", "CreateTableBranch", br.create_branch),
+    Route(("POST",), f"{_T}/branches/delete", "DeleteTableBranch", br.delete_branch),
     Route(("POST",), f"{_T}/create_index", "CreateTableIndex", vr.create_index),
     Route(("POST",), f"{_T}/create_scalar_index", "CreateTableScalarIndex", vr.create_index),
     Route(("POST",), f"{_T}/index/list", "ListTableIndices", vr.list_indices),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import lance
 import pyarrow as pa
 import pytest
 from namespace_helpers import ARROW, Served, call, ipc_stream, namespace_server
@@ -178,3 +179,47 @@ def test_query_options(served: Served) -> None:
     assert query(k=0)["id"].to_pylist() == list(range(10))
     filtered = query(k=10, filter="id >= 8", version=1)
     assert filtered["id"].to_pylist() == [8, 9]
+
+
+def test_branches_through_the_namespace(served: Served) -> None:
+    """ListTableBranches / CreateTableBranch / DeleteTableBranch, and the data routes on a
+    branch: what they write is on the branch only, as pylance reads it."""
+    url = served.url
+    rows = pa.table({"id": pa.array(range(6), pa.int64()), "x": [float(i) for i in range(6)]})
+    assert call(url, "POST", "/v1/table/br/create", ipc_stream(rows), content_type=ARROW).status
+    assert call(url, "POST", "/v1/table/br/branches/create", {"name": "dev"}).status == 200
+    again = call(url, "POST", "/v1/table/br/branches/create", {"name": "dev"})
+    assert (again.status, again.code) == (409, 23)
+    more = pa.table({"id": pa.array([10, 11], pa.int64()), "x": [10.0, 11.0]})
+    added = call(
+        url, "POST", "/v1/table/br/insert?branch=dev", ipc_stream(more), content_type=ARROW
+    )
+    assert added.status == 200 and added.json["num_inserted_rows"] == 2
+    deleted = call(url, "POST", "/v1/table/br/delete", {"predicate": "id < 2", "branch": "dev"})
+    assert deleted.status == 200
+    updated = call(
+        url, "POST", "/v1/table/br/update", {"updates": [["x", "x * 2"]], "branch": "dev"}
+    )
+    assert updated.status == 200 and updated.json["updated_rows"] == 6
+    assert call(url, "POST", "/v1/table/br/count_rows", {"branch": "dev"}).json == 6
+    assert call(url, "POST", "/v1/table/br/count_rows", {}).json == 6
+    got = call(url, "POST", "/v1/table/br/query", {"k": 10, "vector": {}, "branch": "dev"})
+    dev = lance.dataset(str(served.root / "br.lance")).checkout_version(("dev", None)).to_table()
+    assert got.table().sort_by("id").equals(dev.sort_by("id"))
+    assert sorted(dev.column("id").to_pylist()) == [2, 3, 4, 5, 10, 11]
+    assert lance.dataset(str(served.root / "br.lance")).to_table().equals(rows)  # main untouched
+    listed = call(url, "POST", "/v1/table/br/branches/list", {}).json["branches"]
+    assert list(listed) == ["dev"] and listed["dev"]["parentVersion"] == 1
+    assert listed["dev"]["manifestSize"] > 0 and "parentBranch" not in listed["dev"]
+    call(url, "POST", "/v1/table/br/branches/create", {"name": "fix", "from_branch": "dev"})
+    assert (
+        call(url, "POST", "/v1/table/br/branches/list", {}).json["branches"]["fix"]["parentBranch"]
+        == "dev"
+    )
+    missing = call(url, "POST", "/v1/table/br/count_rows", {"branch": "nope"})
+    assert (missing.status, missing.code) == (404, 22)
+    refused = call(url, "POST", "/v1/table/br/tags/list", {"branch": "dev"})
+    assert refused.code == 0  # routes that do not act on a branch say so
+    assert call(url, "POST", "/v1/table/br/branches/delete", {"name": "fix"}).status == 200
+    gone = call(url, "POST", "/v1/table/br/branches/delete", {"name": "fix"})
+    assert (gone.status, gone.code) == (404, 22)
