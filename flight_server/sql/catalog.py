@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from datafusion.catalog import CatalogProvider, SchemaProvider, Table
 
 from quiver.flight_server.errors import InvalidArgument, NotFound
-from quiver.flight_server.names import validate_name
+from quiver.flight_server.names import on_branch, validate_name
 from quiver.flight_server.sql.tables import QuiverTable
 from quiver.format.errors import TagNotFoundError, VersionNotFoundError
 from quiver.wire.requests import READ
@@ -53,6 +53,28 @@ def check_catalog(name: str | None) -> None:
 def schemas_of(datasets: Iterable[str]) -> set[str]:
     """The schemas holding these datasets, and the default one."""
     return {DEFAULT_SCHEMA} | {split_name(name)[0] for name in datasets}
+
+
+def table_ref(table: str) -> tuple[str, str | None, str | None]:
+    """(table, branch, version reference) of a SQL table name `table[#branch][@ref]`:
+    `"sales#dev"` is branch `dev` of `sales`, `"sales#dev@v3"` its version 3."""
+    head, at, ref = table.partition("@")
+    base, hashed, branch = head.partition("#")
+    return base, branch if hashed else None, ref if at else None
+
+
+def ref_key(name: str, branch: str | None, ref: str | None) -> str:
+    """The key a table reference's version is pinned under: `name[#branch][@ref]`."""
+    return name + (f"#{branch}" if branch else "") + (f"@{ref}" if ref is not None else "")
+
+
+def on_sql_branch(name: str, branch: str | None) -> str:
+    """`name` on `branch` (None: the main line), the branch name checked."""
+    if branch is None:
+        return name
+    if not branch:
+        raise InvalidArgument(f"table {name!r}: '#' must be followed by a branch name")
+    return on_branch(name, branch)
 
 
 def dataset_names(schema: str, table: str) -> list[str]:
@@ -116,7 +138,7 @@ class QuiverCatalog(CatalogProvider):
         scope = _scope()
         if scope is None:  # names are resolved only while a statement is planned
             return None
-        base, at, ref = table.partition("@")
+        base, branch, ref = table_ref(table)
         refused = None
         for name in dataset_names(schema, base):
             try:
@@ -126,16 +148,17 @@ class QuiverCatalog(CatalogProvider):
             if not self.service.may_read(scope.identity, name):
                 refused = refused or name
                 continue
-            key = f"{name}@{ref}" if at else name
-            ds = self._open(name, key, ref if at else None, scope)
+            key = ref_key(name, branch, ref)
+            target = on_sql_branch(name, branch)
+            ds = self._open(target, key, ref, scope)
             if ds is None:
                 continue
             scope.resolved[key] = ds.version
             quiver_table = QuiverTable(
-                ds, name, self.partitions, part=scope.part, step_bytes=self.step_bytes
+                ds, target, self.partitions, part=scope.part, step_bytes=self.step_bytes
             )
-            if not at:
-                scope.tables[name] = quiver_table
+            if ref is None:
+                scope.tables[target] = quiver_table
             scope.opened.append(quiver_table)
             return Table(quiver_table)
         if refused is not None:
@@ -152,6 +175,12 @@ class QuiverCatalog(CatalogProvider):
             if ref is None:
                 return handles.open_current(name)
         except NotFound:
+            branch = getattr(name, "branch", None)
+            if branch and handles.try_latest(str(name)) is not None:
+                raise NotFound(
+                    f"dataset {str(name)!r} has no branch {branch!r} (create it with "
+                    "create_branch)"
+                ) from None
             return None
         if handles.try_latest(name) is None:
             return None

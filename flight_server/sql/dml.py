@@ -31,7 +31,13 @@ from sqlglot.errors import ParseError, TokenError
 
 from quiver.flight_server.errors import InvalidArgument, NotFound, Unimplemented
 from quiver.flight_server.protocol import MergeRequest, PutRequest
-from quiver.flight_server.sql.catalog import DEFAULT_SCHEMA, check_catalog, dataset_names
+from quiver.flight_server.sql.catalog import (
+    DEFAULT_SCHEMA,
+    check_catalog,
+    dataset_names,
+    on_sql_branch,
+    table_ref,
+)
 from quiver.format.expr.parse import LanceFilterDialect
 from quiver.wire.requests import WRITE
 
@@ -138,15 +144,20 @@ class _Change:
             raise InvalidArgument("SQL: the statement must name one table to change")
         check_catalog(_name(table.args.get("catalog")))
         schema = _name(table.args.get("db")) or DEFAULT_SCHEMA
-        base = _name(table.this)
-        if "@" in base:
-            raise InvalidArgument(f"SQL: {base!r} names a version; changes go to the latest")
+        base, branch, ref = table_ref(_name(table.this))
+        if ref is not None:
+            raise InvalidArgument(
+                f"SQL: {_name(table.this)!r} names a version; changes go to the latest"
+            )
         candidates = dataset_names(schema, base)
         for name in candidates:
             self.service.uri(name)  # a valid name inside the root
             if self.service.handles.try_latest(name) is not None:
                 self.service.authorize(self.identity, name, WRITE)
-                return name
+                target = on_sql_branch(name, branch)
+                if branch is not None:
+                    self.service.handles.try_latest(target)  # NotFound: no such branch
+                return target
         self.service.authorize(self.identity, candidates[0], WRITE)
         raise NotFound(
             f"SQL: table {schema}.{base} does not exist (create a dataset with bulk ingest)"

@@ -16,7 +16,13 @@ import pyarrow.flight as flight
 
 from quiver.flight_server.errors import AlreadyExists, InvalidArgument, NotFound, Unimplemented
 from quiver.flight_server.protocol import PutRequest
-from quiver.flight_server.sql.catalog import DEFAULT_SCHEMA, check_catalog, dataset_names
+from quiver.flight_server.sql.catalog import (
+    DEFAULT_SCHEMA,
+    check_catalog,
+    dataset_names,
+    on_sql_branch,
+    table_ref,
+)
 from quiver.flight_server.sql.messages import sql
 from quiver.flight_server.uploads import uploaded_batches
 from quiver.wire.requests import WRITE
@@ -33,7 +39,10 @@ def target_name(command: Any) -> str:
     if not command.table:
         raise InvalidArgument("bulk ingest needs a table name")
     schema = command.schema if command.HasField("schema") and command.schema else DEFAULT_SCHEMA
-    return dataset_names(schema, command.table)[0]
+    base, branch, ref = table_ref(command.table)
+    if ref is not None:
+        raise InvalidArgument(f"bulk ingest into {command.table!r}: a version cannot be written")
+    return on_sql_branch(dataset_names(schema, base)[0], branch)
 
 
 def run(

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from quiver.flight_server.errors import NotFound
+from quiver.flight_server.sql.catalog import on_sql_branch, table_ref
 from quiver.wire.requests import READ
 
 if TYPE_CHECKING:
@@ -69,14 +70,15 @@ class RecentPlans:
             return None
         planned = hit[0]
         for name_ref, version in planned.versions.items():
-            name, at, _ = name_ref.partition("@")
+            name, branch, ref = table_ref(name_ref)
             self.service.authorize(identity, name, READ)
             if pinned:
                 continue
-            if at:
+            if ref is not None:
                 return None  # a tag may have moved: plan again
             try:
-                if self.service.handles.open_current(name).version != version:
+                current = self.service.handles.open_current(on_sql_branch(name, branch))
+                if current.version != version:
                     return None
             except NotFound:
                 return None

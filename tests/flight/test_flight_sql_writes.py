@@ -216,3 +216,36 @@ def test_bad_changes_are_refused_and_change_nothing(served, conn, sql: str) -> N
             cur.execute(sql)
     assert "Traceback" not in str(info.value)
     assert lance.dataset(str(path)).version == version
+
+
+def test_a_branch_read_and_changed_through_sql(served, conn) -> None:
+    """`"name#branch"` is a branch's latest version, `"name#branch@v3"` a version of it:
+    queries, DML and bulk ingest act on the branch, the main line untouched (as pylance
+    reads both)."""
+    root = served[1]
+    path = str(root / "brs.lance")
+    lance.write_dataset(facts_table(200, seed=5), path).create_branch("dev")
+    with conn.cursor() as cur:
+        cur.execute('DELETE FROM "brs#dev" WHERE id < 50')
+        cur.execute('UPDATE "brs#dev" SET qty = qty + 1000 WHERE id < 60')
+        assert cur.adbc_ingest("brs#dev", facts_table(20, seed=6), mode="append") == 20
+    dev = lance.dataset(path).checkout_version(("dev", None))
+    main = lance.dataset(path)
+    assert main.version == 1 and main.to_table().equals(facts_table(200, seed=5))
+    assert dev.count_rows() == 170
+    count = fetch(conn, 'SELECT count(*) AS n, sum(qty) AS q FROM "brs#dev"').to_pylist()[0]
+    assert count == {"n": 170, "q": dev.to_table()["qty"].to_numpy().sum()}
+    before = fetch(conn, 'SELECT count(*) AS n FROM "brs#dev@v2"').to_pylist()[0]["n"]
+    assert before == lance.dataset(path).checkout_version(("dev", 2)).count_rows() == 150
+    both = fetch(
+        conn,
+        'SELECT (SELECT count(*) FROM brs) - (SELECT count(*) FROM "brs#dev") AS d',
+    )
+    assert both.to_pylist() == [{"d": 30}]
+    for sql, text in (
+        ('SELECT * FROM "brs#nope"', "create_branch"),
+        ('DELETE FROM "brs#dev@v2" WHERE id = 1', "names a version"),
+        ('SELECT * FROM "brs#"', "branch name"),
+    ):
+        with pytest.raises(adbc_driver_manager.Error, match=text):
+            fetch(conn, sql) if sql.startswith("SELECT") else conn.cursor().execute(sql)
