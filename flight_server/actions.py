@@ -23,6 +23,7 @@ from quiver.flight_server import blob_reads, changes, metrics
 from quiver.flight_server.budget import MemoryBudget
 from quiver.flight_server.errors import InvalidArgument, NotFound, Unavailable, Unimplemented
 from quiver.flight_server.handles import DatasetHandles, live_rows
+from quiver.flight_server.memory import release_free_memory
 from quiver.flight_server.names import on_branch
 from quiver.flight_server.protocol import (
     Fields,
@@ -539,6 +540,19 @@ def _abort(ctx: ActionContext, f: Fields) -> dict[str, Any]:
     return ctx.writes.abort(name, staged, job)
 
 
+def _released(handler: Handler) -> Handler:
+    """`handler`, then the memory it freed given back to the system: compactions, cleanups
+    and index builds free hundreds of MB that glibc would keep while streams run beside."""
+
+    def run(ctx: ActionContext, f: Fields) -> dict[str, Any]:
+        try:
+            return handler(ctx, f)
+        finally:
+            release_free_memory()
+
+    return run
+
+
 # ------------------------------------------------------------------------------- the table
 # Each action's handler, once; its name, summary, body keys and right are the wire
 # contract's (`wire.requests.ACTION_SHAPES`).
@@ -559,11 +573,11 @@ _HANDLERS: dict[str, Handler] = {
     "add_columns": _add_columns,
     "drop_columns": _drop_columns,
     "alter_columns": _alter_columns,
-    "create_index": _create_index,
-    "optimize_indices": _optimize_indices,
+    "create_index": _released(_create_index),
+    "optimize_indices": _released(_optimize_indices),
     "drop_index": _drop_index,
-    "compact": _compact,
-    "cleanup": _cleanup,
+    "compact": _released(_compact),
+    "cleanup": _released(_cleanup),
     "drop_dataset": _drop_dataset,
     "create_branch": _create_branch,
     "list_branches": _list_branches,

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from quiver.flight_server import metrics
+from quiver.flight_server.memory import release_free_memory
 from quiver.flight_server.names import discover
 from quiver.format.dataset import LanceDataset, dataset
 from quiver.format.dataset.compaction import target_rows
@@ -64,6 +65,10 @@ class Maintenance:
             except Exception as e:  # noqa: BLE001 - one dataset must not stop the round
                 stats.failed += 1
                 log.warning("maintenance of %r skipped this round: %s", found.name, e)
+        if stats.compacted or stats.indices_updated:
+            # a compaction's decoded batches and an index build's buffers are free now, but
+            # glibc keeps them in its heaps while streams run beside: give them back
+            release_free_memory()
         log.debug("maintenance round: %s", stats)
         return stats
 
