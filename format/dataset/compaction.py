@@ -35,8 +35,9 @@ them), `max_source_fragments` / `_rows` / `_bytes` (tasks taken in fragment orde
 all stay within), `data_storage_version` of the new files (another 2.x version sets the
 mixed-file-versions flag, as pylance does), `max_bytes_per_file` (a file closes once its
 flushed pages reach it), `batch_size`, and `compaction_mode` "reencode" or
-"try_binary_copy" (both re-encode); each also from the `lance.compaction.*` config.
-"force_binary_copy" and `defer_index_remap` (a fragment reuse index) are refused.
+"try_binary_copy" / "force_binary_copy" (pages copied without decoding them where pylance
+would: `format.dataset.compaction_copy`); each also from the `lance.compaction.*` config.
+`defer_index_remap` (a fragment reuse index) is refused.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ import numpy as np
 import pyarrow as pa
 
 from quiver.format.dataset.blobs import blob_value_steps
+from quiver.format.dataset.compaction_copy import NotCopyable, copy_fragments, why_not_copyable
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fragment import ROW_ADDRESS, LanceFragment, fragments_of
 from quiver.format.dataset.rows import RowSource
@@ -105,6 +107,8 @@ class _Options:
     max_source_bytes: int | None = None
     data_storage_version: str | None = None  # of the new files (default: the dataset's)
     batch_size: int | None = None  # rows per batch read from the old fragments
+    compaction_mode: str = "reencode"  # or try_binary_copy / force_binary_copy
+    read_batch_bytes: int | None = None  # a binary copy's reads (binary_copy_read_batch_bytes)
 
 
 @dataclass
@@ -208,11 +212,6 @@ def _resolve_options(ds: DatasetCore, given: dict[str, Any]) -> _Options:
         raise InvalidInputError(
             f"compaction_mode must be one of {', '.join(COMPACTION_MODES)}, not {mode!r}"
         )
-    if mode == "force_binary_copy":
-        raise UnsupportedFeatureError(
-            f"{ds.uri}: compaction_mode 'force_binary_copy' (copying pages without decoding "
-            "them) is not supported by this engine; 'try_binary_copy' re-encodes"
-        )
     if values["defer_index_remap"]:
         raise UnsupportedFeatureError(
             f"{ds.uri}: defer_index_remap (a fragment reuse index) is not supported by this "
@@ -242,6 +241,8 @@ def _resolve_options(ds: DatasetCore, given: dict[str, Any]) -> _Options:
         values["max_source_bytes"],
         version,
         values["batch_size"],
+        mode,
+        values["binary_copy_read_batch_bytes"],
     )
 
 
@@ -422,6 +423,10 @@ def _rewrite(
             f"{ds.uri}: the fragments {[f.fragment_id for f in task.fragments]} hold "
             f"{len(identity.ids)} live row ids but {rows} live rows"
         )
+    if opts.compaction_mode != "reencode":
+        copied = _copied(ds, task, opts, written, sizes[0] if sizes else 1)
+        if copied is not None:
+            return _carry_identity(copied, identity)
     schema = ds.lance_schema
     arrow = ds.schema
     source = RowSource(
@@ -432,7 +437,6 @@ def _rewrite(
         long=f"{ds.uri}: compaction read more rows than the fragments hold",
     )
     new: list[table_pb2.DataFragment] = []
-    offset = 0
     for size in sizes:
         reader = pa.RecordBatchReader.from_batches(arrow, source.take(size))
         frags = write_fragment_files(
@@ -450,16 +454,46 @@ def _rewrite(
                 f"{ds.uri}: compaction wrote {[f.physical_rows for f in frags]} rows "
                 f"where {size} were expected"
             )
-        for frag in frags:  # several when max_bytes_per_file cut the rows short
-            if identity is not None:
-                sl = slice(offset, offset + frag.physical_rows)
-                frag.inline_row_ids = encode_row_ids(identity.ids[sl])
-                frag.inline_created_at_versions = encode_row_versions(identity.created[sl])
-                frag.inline_last_updated_at_versions = encode_row_versions(identity.updated[sl])
-            new.append(frag)
-            offset += frag.physical_rows
+        new.extend(frags)  # several when max_bytes_per_file cut the rows short
     source.check_exhausted()
-    return new
+    return _carry_identity(new, identity)
+
+
+def _copied(
+    ds: DatasetCore, task: _Bin, opts: _Options, written: list[str], file_rows: int
+) -> list[table_pb2.DataFragment] | None:
+    """The task's fragments merged by binary copy (a file closing once it holds
+    `file_rows`, the largest part a re-encoding would write), or None where they cannot be
+    (then "try_binary_copy" re-encodes them, and "force_binary_copy" refuses, as pylance
+    does)."""
+    why = why_not_copyable(ds, task.fragments, opts.data_storage_version)
+    if why is None:
+        try:
+            return copy_fragments(ds, task.fragments, file_rows, written, opts.read_batch_bytes)
+        except NotCopyable as e:
+            why = str(e)
+    if opts.compaction_mode == "force_binary_copy":
+        raise UnsupportedFeatureError(
+            f"{ds.uri}: compaction_mode force_binary_copy: binary copy is not supported for "
+            f"fragments {[f.fragment_id for f in task.fragments]}: {why}"
+        )
+    return None
+
+
+def _carry_identity(
+    frags: list[table_pb2.DataFragment], identity: _LiveIdentity | None
+) -> list[table_pb2.DataFragment]:
+    """`frags` (the task's rows in order) with the stable row ids and row versions of the
+    rows they hold."""
+    offset = 0
+    for frag in frags:
+        if identity is not None:
+            sl = slice(offset, offset + frag.physical_rows)
+            frag.inline_row_ids = encode_row_ids(identity.ids[sl])
+            frag.inline_created_at_versions = encode_row_versions(identity.created[sl])
+            frag.inline_last_updated_at_versions = encode_row_versions(identity.updated[sl])
+        offset += frag.physical_rows
+    return frags
 
 
 def compact_files(

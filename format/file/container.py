@@ -318,6 +318,11 @@ class V2Container:
         """How many physical columns the file has."""
         return self.footer.num_columns
 
+    @property
+    def column_table(self) -> list[tuple[int, int]]:
+        """(position, size) of every column's metadata, in column order."""
+        return [(int(p), int(s)) for p, s in self._column_table]
+
     # -- global buffers -----------------------------------------------------------------
     @property
     def descriptor(self) -> file_pb2.FileDescriptor:

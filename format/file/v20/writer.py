@@ -55,10 +55,11 @@ _BLOB_COLUMN_ENCODING = any_bytes(
 class _Output:
     """Appends bytes to the sink, tracking the position and 64-byte aligning buffers."""
 
-    def __init__(self, sink: BinaryIO) -> None:
+    def __init__(self, sink: BinaryIO, pad: bytes = PAD_BYTE) -> None:
         self.sink = sink
         self.pos = 0
         self._small = bytearray()
+        self._pad = pad  # pylance pads with 'H' when it writes pages, with zeros when it copies
 
     def _write_all(self, data: memoryview) -> None:
         while len(data):
@@ -89,7 +90,7 @@ class _Output:
         """Pad with 'H' up to the next 64-byte boundary."""
         pad = -self.pos % ALIGNMENT
         if pad:
-            self.write(PAD_BYTE * pad)
+            self.write(self._pad * pad)
 
     def buffer(self, data: bytes | memoryview) -> tuple[int, int]:
         """Write a buffer on a 64-byte boundary; returns its (position, size)."""
@@ -214,6 +215,34 @@ def _layout(t: pa.DataType) -> pa.DataType:
 _ENCODER_FACTORIES: dict[str, _EncoderFactory] = {"2.0": _build_v20}
 
 
+def write_tail(
+    out: _Output,
+    version: str,
+    descriptor: bytes,
+    column_metas: Sequence[bytes],
+    global_buffers: Sequence[tuple[int, int]] = (),
+) -> None:
+    """The end of a v2 file after its pages: the file descriptor (global buffer 0, before
+    the `global_buffers` written already), the column metadata back to back, the column and
+    global-buffer offset tables and the footer; then the sink is flushed."""
+    buffers = [out.buffer(descriptor), *global_buffers]
+    meta_start = out.pos
+    table = []
+    for raw in column_metas:
+        table.append((out.pos, len(raw)))
+        out.write(raw)
+    cmo = out.pos
+    out.write(b"".join(struct.pack("<QQ", p, s) for p, s in table))
+    gbo = out.pos
+    out.write(b"".join(struct.pack("<QQ", p, s) for p, s in buffers))
+    major, minor = FOOTER_VERSIONS[version]
+    out.write(Footer(meta_start, cmo, gbo, len(buffers), len(table), major, minor).pack())
+    out.drain()
+    flush = getattr(out.sink, "flush", None)
+    if flush is not None:
+        flush()
+
+
 class V2FileWriter(DataFileWriter):
     """Writes one Lance v2 data file (file version 2.0) to a binary sink, streaming.
 
@@ -329,27 +358,11 @@ class V2FileWriter(DataFileWriter):
             desc.schema.fields.append(pb)
         for k, v in self.schema.metadata.items():
             desc.schema.metadata[k] = v if isinstance(v, bytes) else str(v).encode()
-        global_buffers = [out.buffer(desc.SerializeToString())] + self._global_buffers
-        # Column metadata, back to back, then the two offset tables and the footer.
-        meta_start = out.pos
-        column_table = []
         for column, cm in enumerate(self._metadata):
             blob = column in self._blobs
             cm.encoding.direct.encoding = _BLOB_COLUMN_ENCODING if blob else _COLUMN_ENCODING
-            raw = cm.SerializeToString()
-            column_table.append((out.pos, len(raw)))
-            out.write(raw)
-        cmo = out.pos
-        out.write(b"".join(struct.pack("<QQ", p, s) for p, s in column_table))
-        gbo = out.pos
-        out.write(b"".join(struct.pack("<QQ", p, s) for p, s in global_buffers))
-        major, minor = FOOTER_VERSIONS[self.version]
-        footer = Footer(meta_start, cmo, gbo, len(global_buffers), len(column_table), major, minor)
-        out.write(footer.pack())
-        out.drain()
-        flush = getattr(out.sink, "flush", None)
-        if flush is not None:
-            flush()
+        metas = [cm.SerializeToString() for cm in self._metadata]
+        write_tail(out, self.version, desc.SerializeToString(), metas, self._global_buffers)
         fmajor, fminor = MANIFEST_VERSIONS[self.version]
         return WrittenFile(
             num_rows=self.num_rows,

@@ -12,7 +12,6 @@ v2 files share.
 from __future__ import annotations
 
 import os
-import struct
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -28,11 +27,15 @@ from quiver.format.file.container import (
     COLUMN_ENCODING_URL,
     FOOTER_VERSIONS,
     PAGE_LAYOUT_URL,
-    Footer,
     any_bytes,
 )
 from quiver.format.file.v20.encode import DEFAULT_PAGE_BYTES, MAX_PAGE_BYTES
-from quiver.format.file.v20.writer import _Output, check_batch_schema, check_writer_args
+from quiver.format.file.v20.writer import (
+    _Output,
+    check_batch_schema,
+    check_writer_args,
+    write_tail,
+)
 from quiver.format.file.v21 import planar
 from quiver.format.file.v21 import shred as sh
 from quiver.format.file.v21.blob import (
@@ -373,26 +376,11 @@ class StructuralFileWriter(DataFileWriter):
                 desc.schema.fields.extend(file_blob_field_children())
         for k, v in self.schema.metadata.items():
             desc.schema.metadata[k] = v if isinstance(v, bytes) else str(v).encode()
-        global_buffers = [out.buffer(desc.SerializeToString())] + self._global_buffers
-        meta_start = out.pos
-        table = []
         for leaf in leaves:
             leaf.meta.encoding.direct.encoding = _COLUMN_ENCODING
-            raw = leaf.meta.SerializeToString()
-            table.append((out.pos, len(raw)))
-            out.write(raw)
-        cmo = out.pos
-        out.write(b"".join(struct.pack("<QQ", p, s) for p, s in table))
-        gbo = out.pos
-        out.write(b"".join(struct.pack("<QQ", p, s) for p, s in global_buffers))
+        metas = [leaf.meta.SerializeToString() for leaf in leaves]
+        write_tail(out, self.version, desc.SerializeToString(), metas, self._global_buffers)
         major, minor = FOOTER_VERSIONS[self.version]
-        out.write(
-            Footer(meta_start, cmo, gbo, len(global_buffers), len(table), major, minor).pack()
-        )
-        out.drain()
-        flush = getattr(out.sink, "flush", None)
-        if flush is not None:
-            flush()
         return WrittenFile(
             num_rows=self.num_rows,
             size_bytes=out.pos,

@@ -100,7 +100,7 @@ def test_compaction_options_refused(tmp_path: Path) -> None:
     ds = dataset(ours)
     version = ds.version
     for options, error in [
-        ({"compaction_mode": "force_binary_copy"}, UnsupportedFeatureError),
+        ({"compaction_mode": "force_binary_copy"}, UnsupportedFeatureError),  # deleted rows
         ({"defer_index_remap": True}, UnsupportedFeatureError),
         ({"compaction_mode": "fast"}, InvalidInputError),
         ({"max_source_rows": 0}, InvalidInputError),
@@ -110,3 +110,84 @@ def test_compaction_options_refused(tmp_path: Path) -> None:
         with pytest.raises(error):
             ds.optimize.compact_files(target_rows_per_fragment=100, **options)
     assert lance.dataset(ours).version == version
+
+
+def _copy_twins(tmp_path: Path, version: str, stable: bool) -> tuple[str, str]:
+    """Twins of small fragments without deletions (binary copy's case), several pages each."""
+    base = str(tmp_path / "copy-base")
+    start = 0
+    for i, n in enumerate([40, 25, 60, 30, 45]):
+        ids = range(start, start + n)
+        rows = pa.table(
+            {
+                "a": pa.array(ids, pa.int64()),
+                "s": [None if k % 5 == 0 else f"v{k}" for k in ids],
+                "l": [[k] * (k % 3) for k in ids],
+            }
+        )
+        lance.write_dataset(
+            rows,
+            base,
+            mode="create" if i == 0 else "append",
+            data_storage_version=version,
+            max_rows_per_group=16,
+            enable_stable_row_ids=stable,
+        )
+        start += n
+    ours, theirs = str(tmp_path / "copy-ours"), str(tmp_path / "copy-theirs")
+    shutil.copytree(base, ours)
+    shutil.copytree(base, theirs)
+    return ours, theirs
+
+
+def _new_files(uri: str) -> list[bytes]:
+    return [
+        (Path(uri) / "data" / f.data_files()[0].path).read_bytes()
+        for f in lance.dataset(uri).get_fragments()
+    ]
+
+
+@pytest.mark.parametrize("stable", [False, True])
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+@pytest.mark.parametrize("mode", ["try_binary_copy", "force_binary_copy"])
+def test_binary_copy_writes_pylances_files(
+    tmp_path: Path, mode: str, version: str, stable: bool
+) -> None:
+    """Pages copied without decoding them: the same files as pylance's, byte for byte, the
+    same fragments, rows and row ids."""
+    ours, theirs = _copy_twins(tmp_path, version, stable)
+    mine = dataset(ours).optimize.compact_files(target_rows_per_fragment=70, compaction_mode=mode)
+    ref = lance.dataset(theirs).optimize.compact_files(
+        target_rows_per_fragment=70, compaction_mode=mode
+    )
+    assert _metrics(mine) == _metrics(ref) and _layout(ours) == _layout(theirs)
+    assert _new_files(ours) == _new_files(theirs)
+    columns = ["a", "_rowid", "_rowaddr"]
+    assert lance.dataset(ours).to_table(columns=columns) == lance.dataset(theirs).to_table(
+        columns=columns
+    )
+    assert dataset(ours).to_table() == lance.dataset(theirs).to_table()
+
+
+def test_binary_copy_where_pylance_would_not(tmp_path: Path) -> None:
+    """Deleted rows rule binary copy out: "try" re-encodes (as pylance), "force" refuses
+    (as pylance) and commits nothing; 2.0 files are re-encoded by "try" and refused by
+    "force" here (pylance copies them)."""
+    ours, theirs = _copy_twins(tmp_path, "2.1", False)
+    for uri in (ours, theirs):
+        lance.dataset(uri).delete("a = 3")
+    version = lance.dataset(ours).version
+    with pytest.raises(UnsupportedFeatureError, match="deleted rows"):
+        dataset(ours).optimize.compact_files(compaction_mode="force_binary_copy")
+    with pytest.raises(OSError, match="binary copy is not supported"):
+        lance.dataset(theirs).optimize.compact_files(compaction_mode="force_binary_copy")
+    assert lance.dataset(ours).version == version
+    dataset(ours).optimize.compact_files(compaction_mode="try_binary_copy")
+    lance.dataset(theirs).optimize.compact_files(compaction_mode="try_binary_copy")
+    assert _layout(ours) == _layout(theirs)
+    assert lance.dataset(ours).to_table() == lance.dataset(theirs).to_table()
+    old, _ = _copy_twins(tmp_path / "v20", "2.0", False)
+    with pytest.raises(UnsupportedFeatureError, match="2.0 files"):
+        dataset(old).optimize.compact_files(compaction_mode="force_binary_copy")
+    dataset(old).optimize.compact_files(compaction_mode="try_binary_copy")
+    assert len(lance.dataset(old).get_fragments()) == 1
