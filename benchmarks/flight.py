@@ -163,11 +163,12 @@ class Server:
     def __init__(self, name: str, argv: list[str]) -> None:
         self.name = name
         self.port = _free_port()
+        log = os.environ.get("QUIVER_BENCH_SERVER_LOG")  # where servers' logs go, if set
         self.proc = subprocess.Popen(
             [*argv, str(self.port)] if name != "quiver" else [*argv, "--port", str(self.port)],
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=open(log, "ab") if log else subprocess.DEVNULL,  # noqa: SIM115
         )
 
     def ready(self) -> None:
