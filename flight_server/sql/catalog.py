@@ -178,8 +178,7 @@ class QuiverCatalog(CatalogProvider):
             branch = getattr(name, "branch", None)
             if branch and handles.try_latest(str(name)) is not None:
                 raise NotFound(
-                    f"dataset {str(name)!r} has no branch {branch!r} (create it with "
-                    "create_branch)"
+                    f"dataset {str(name)!r} has no branch {branch!r} (create it with create_branch)"
                 ) from None
             return None
         if handles.try_latest(name) is None:
