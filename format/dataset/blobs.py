@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from quiver.format.dataset import take as _take
 from quiver.format.dataset.blob_writes import to_blob_v2
@@ -26,7 +27,14 @@ from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fragment import LanceFragment, fragments_of
 from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, Scanner
 from quiver.format.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
-from quiver.format.file.blob_values import DEDICATED, EXTERNAL, INLINE, PACKED, sidecar_name
+from quiver.format.file.blob_values import (
+    DEDICATED,
+    EXTERNAL,
+    INLINE,
+    PACKED,
+    ExternalBlobs,
+    sidecar_name,
+)
 from quiver.format.io.store import FileReader, ObjectStore, open_store
 from quiver.format.table.manifest import storage_version_of_file
 from quiver.format.table.schema import LanceField
@@ -123,13 +131,18 @@ def _locations(
 
 
 def with_blob_values(
-    core: DatasetCore, rows: pa.Table | pa.RecordBatch, addresses: np.ndarray
+    core: DatasetCore,
+    rows: pa.Table | pa.RecordBatch,
+    addresses: np.ndarray,
+    keep_references: bool = False,
 ) -> pa.Table | pa.RecordBatch:
     """`rows` (columns of `core`'s version, blob columns as their descriptions) with every
     blob column holding its values again, as the dataset's schema types them (binary, or
     the `lance.blob.v2` struct), to be written anew: what compaction, updates and merges
-    rewrite. `addresses` are the rows' addresses. External references cannot be written
-    yet, so rows holding one are refused rather than copied in."""
+    rewrite. `addresses` are the rows' addresses. With `keep_references` (compaction)
+    external references stay references, as pylance keeps them, written again with
+    `REWRITE_EXTERNAL`; one through a registered base path, or a range the column's type
+    cannot hold, is refused rather than copied in, and so are they all without it."""
     schema = core.manifest.schema
     by_id: dict[int, LanceFragment] | None = None
     for name in rows.schema.names:
@@ -141,32 +154,87 @@ def with_blob_values(
         desc = rows.column(name)
         if isinstance(desc, pa.ChunkedArray):
             desc = desc.combine_chunks()
-        located = _locations(core, by_id, field.id, desc, addresses)
-        if "kind" in _names(desc):
-            kinds = desc.field("kind").to_numpy(zero_copy_only=False)
-            if (np.nan_to_num(kinds) == EXTERNAL).any():
-                raise UnsupportedFeatureError(
-                    f"{core.uri}: column {name!r} holds external blob references, which "
-                    "rows rewritten here (compaction, update, merge) cannot keep yet"
-                )
-        values = pa.array([data for _, data in read_located(located)], pa.large_binary())
         target = schema.field(name, dataset=core.uri).to_arrow()
+        external = np.zeros(len(desc), bool)
+        if "kind" in _names(desc):
+            external = np.nan_to_num(desc.field("kind").to_numpy(zero_copy_only=False)) == 3
+            external &= desc.is_valid().to_numpy(zero_copy_only=False)
+        kept = desc.filter(pa.array(~external)) if external.any() else desc
+        located = _locations(core, by_id, field.id, kept, addresses[~external])
+        read = iter(data for _, data in read_located(located))
+        values = pa.array([None if e else next(read) for e in external.tolist()], pa.large_binary())
         if field.is_blob_v2:
             values = to_blob_v2(values, target, core.uri)
+            if external.any():
+                if not keep_references:
+                    raise UnsupportedFeatureError(
+                        f"{core.uri}: column {name!r} holds external blob references, which "
+                        "updates and merges cannot rewrite yet (compaction keeps them)"
+                    )
+                values = _with_references(core, name, values, desc, external)
         at = rows.schema.get_field_index(name)
         rows = rows.set_column(at, target, values)
     return rows
 
 
+# how rewrites write the external references they carry (they were in the dataset already)
+REWRITE_EXTERNAL = ExternalBlobs(allow_outside_bases=True)
+
+
+def _with_references(
+    core: DatasetCore, name: str, values: pa.Array, desc: pa.StructArray, external: np.ndarray
+) -> pa.Array:
+    """The blob v2 `values` with the rows marked `external` given their URI (and range)."""
+    storage = values.storage if isinstance(values, pa.ExtensionArray) else values
+    names = [storage.type.field(i).name for i in range(storage.type.num_fields)]
+    rows = np.flatnonzero(external)
+    if (desc.field("blob_id").to_numpy(zero_copy_only=False)[rows] != 0).any():
+        raise UnsupportedFeatureError(
+            f"{core.uri}: column {name!r} holds external blobs through a registered base path, "
+            "which rows rewritten here cannot keep yet"
+        )
+    pos = desc.field("position").to_numpy(zero_copy_only=False)
+    size = desc.field("size").to_numpy(zero_copy_only=False)
+    ranged = (pos[rows] != 0) | (size[rows] != 0)
+    if ranged.any() and "position" not in names:
+        raise UnsupportedFeatureError(
+            f"{core.uri}: column {name!r} holds ranges of external blobs, which its type "
+            "(data, uri) cannot carry through a rewrite"
+        )
+    uri = pa.array(
+        [desc.field("blob_uri")[i].as_py() if e else None for i, e in enumerate(external)],
+        pa.utf8(),
+    )
+    children = {n: storage.field(n) for n in names}
+    children["uri"] = uri
+    if "position" in names:
+        keep = external & ((pos != 0) | (size != 0))
+        children["position"] = pa.array(np.where(keep, pos, 0), pa.uint64(), mask=~keep)
+        children["size"] = pa.array(np.where(keep, size, 0), pa.uint64(), mask=~keep)
+    mask = storage.is_null() if storage.null_count else None
+    if mask is not None:
+        mask = pc.and_(mask, pa.array(~external))
+    struct = pa.StructArray.from_arrays(
+        [children[n] for n in names], fields=list(storage.type), mask=mask
+    )
+    if isinstance(values, pa.ExtensionArray):
+        return pa.ExtensionArray.from_storage(values.type, struct)
+    return struct
+
+
 def blob_value_steps(
-    core: DatasetCore, rows: pa.RecordBatch, addresses: np.ndarray
+    core: DatasetCore,
+    rows: pa.RecordBatch,
+    addresses: np.ndarray,
+    keep_references: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """`with_blob_values` of `rows` in pieces holding at most `BLOB_BATCH_BYTES` of blobs
     (one row at least), so a rewrite's memory stays bounded whatever the blobs' sizes."""
     sizes = _blob_sizes(core, rows)
     start = 0
     for stop in _cuts(sizes, BLOB_BATCH_BYTES):
-        yield with_blob_values(core, rows.slice(start, stop - start), addresses[start:stop])
+        piece = rows.slice(start, stop - start)
+        yield with_blob_values(core, piece, addresses[start:stop], keep_references)
         start = stop
 
 

@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from quiver.format.dataset.blobs import blob_value_steps
+from quiver.format.dataset.blobs import REWRITE_EXTERNAL, blob_value_steps
 from quiver.format.dataset.compaction_copy import NotCopyable, copy_fragments, why_not_copyable
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fragment import ROW_ADDRESS, LanceFragment, fragments_of
@@ -408,7 +408,9 @@ def _live_rows(ds: DatasetCore, frag: LanceFragment, batch_size: int) -> Iterato
     described = ds.projected_arrow(tuple(schema.names)).append(pa.field(ROW_ADDRESS, pa.uint64()))
     for batch in frag.read_batches(schema, described, batch_size=batch_size, with_row_address=True):
         addresses = batch.column(ROW_ADDRESS).to_numpy()
-        yield from blob_value_steps(ds, batch.drop_columns([ROW_ADDRESS]), addresses)
+        yield from blob_value_steps(
+            ds, batch.drop_columns([ROW_ADDRESS]), addresses, keep_references=True
+        )
 
 
 def _rewrite(
@@ -447,6 +449,7 @@ def _rewrite(
             max_rows_per_file=size,
             max_rows_per_group=min(opts.max_rows_per_group, opts.target_rows_per_fragment),
             max_bytes_per_file=opts.max_bytes_per_file,
+            external=REWRITE_EXTERNAL,
         )
         written.extend(df.path for f in frags for df in f.files)
         if sum(f.physical_rows for f in frags) != size:

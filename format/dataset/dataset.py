@@ -77,6 +77,8 @@ def write_dataset(
     commit_message: str | None = None,
     idempotency_key: str | None = None,
     config: dict[str, str] | None = None,
+    allow_external_blob_outside_bases: bool = False,
+    external_blob_mode: str = "reference",
 ) -> LanceDataset:
     """Create, append to or overwrite a Lance dataset from Arrow data (pylance's signature;
     see `format.dataset.write.write_dataset`); `uri` may be a dataset, to write to the
@@ -89,6 +91,8 @@ def write_dataset(
         max_rows_per_group=max_rows_per_group, data_storage_version=data_storage_version,
         enable_stable_row_ids=enable_stable_row_ids, storage_options=storage_options,
         commit_message=commit_message, idempotency_key=idempotency_key, config=config,
+        allow_external_blob_outside_bases=allow_external_blob_outside_bases,
+        external_blob_mode=external_blob_mode,
     )  # fmt: skip
     return LanceDataset(core)
 

@@ -25,7 +25,7 @@ from quiver.format.errors import (
     UnsupportedFeatureError,
 )
 from quiver.format.file.base import DataFileWriter, WrittenFile
-from quiver.format.file.blob_values import SidecarOpener
+from quiver.format.file.blob_values import ExternalBlobs, SidecarOpener
 from quiver.format.io.store import ObjectStore, open_store
 from quiver.format.proto import table_pb2, transaction_pb2
 from quiver.format.table import versions as _versions
@@ -117,6 +117,7 @@ def open_writer(
     max_rows_per_group: int,
     path: str,
     sidecars: SidecarOpener | None = None,
+    external: ExternalBlobs | None = None,
 ) -> DataFileWriter:
     """A data file writer for one storage version (`sidecars` opens the file's blob
     sidecars, for blob v2 values too large to keep inline)."""
@@ -130,7 +131,12 @@ def open_writer(
         from quiver.format.file.v21.writer import StructuralFileWriter
 
         return StructuralFileWriter(
-            sink, schema, version=storage_version, path_for_errors=path, sidecars=sidecars
+            sink,
+            schema,
+            version=storage_version,
+            path_for_errors=path,
+            sidecars=sidecars,
+            external=external,
         )
     from quiver.format.file.v20.writer import V2FileWriter
 
@@ -195,6 +201,7 @@ def write_fragment_files(
     columns: list[str] | None = None,
     dictionaries: dict[int, pa.Array] | None = None,
     max_bytes_per_file: int | None = None,
+    external: ExternalBlobs | None = None,
 ) -> list[table_pb2.DataFragment]:
     """Write the stream into data files of at most `max_rows_per_file` rows; one fragment each.
     With `max_bytes_per_file`, a file is also closed once it holds that many bytes (after the
@@ -236,6 +243,7 @@ def write_fragment_files(
                         max_rows_per_group=max_rows_per_group,
                         path=store.uri_of(f"data/{name}"),
                         sidecars=_sidecars(store, name),
+                        external=external,
                     )
                 take = min(batch.num_rows - offset, max_rows_per_file - current.rows)
                 current.writer.write(batch.slice(offset, take))
@@ -329,11 +337,19 @@ def write_dataset(
     commit_message: str | None = None,
     idempotency_key: str | None = None,
     config: dict[str, str] | None = None,
+    allow_external_blob_outside_bases: bool = False,
+    external_blob_mode: str = "reference",
 ) -> DatasetCore:
     """Create, append to or overwrite a Lance dataset from Arrow data (pylance's signature);
-    the version committed (`format.dataset.dataset.write_dataset` wraps it in the facade)."""
+    the version committed (`format.dataset.dataset.write_dataset` wraps it in the facade).
+    Blob values given as a URI are stored as references to it (allowed only outside
+    registered bases, there being none: `allow_external_blob_outside_bases`) or read in
+    (`external_blob_mode="ingest"`)."""
     if mode not in ("create", "append", "overwrite"):
         raise InvalidInputError(f"mode must be create, append or overwrite, not {mode!r}")
+    external = ExternalBlobs(
+        allow_external_blob_outside_bases, external_blob_mode, storage_options=storage_options
+    )
     uri = str(uri)
     store = open_store(uri, storage_options)
     reader = to_reader(data, schema)
@@ -359,6 +375,7 @@ def write_dataset(
             max_rows_per_file=max_rows_per_file,
             max_rows_per_group=max_rows_per_group,
             columns=order,
+            external=external,
         )
         txn = new_transaction(
             latest.version,
@@ -383,6 +400,7 @@ def write_dataset(
             max_rows_per_file=max_rows_per_file,
             max_rows_per_group=max_rows_per_group,
             dictionaries=dictionaries,
+            external=external,
         )
         body = transaction_pb2.Transaction.Overwrite(
             fragments=frags, schema=lance_schema.to_protos()

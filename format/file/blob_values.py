@@ -15,12 +15,14 @@ one counter for both kinds; their file names come from `sidecar_name`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import BinaryIO
+from dataclasses import dataclass
+from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
 
 from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
+from quiver.format.io.store import open_store
 
 ALIGNMENT = 64
 INLINE_THRESHOLD = 64 * 1024
@@ -46,6 +48,58 @@ V2_DESCRIPTION = pa.struct(
 
 # Opens a sidecar of the data file being written for writing, by file name.
 SidecarOpener = Callable[[str], BinaryIO]
+EXTERNAL_MODES = ("reference", "ingest")
+
+
+@dataclass(frozen=True)
+class ExternalBlobs:
+    """How blob values given as a URI are written (pylance's `external_blob_mode` and
+    `allow_external_blob_outside_bases`): kept as references to the URI ("reference"; with
+    no base path registered, only where references outside bases are allowed), or read and
+    stored as any value ("ingest")."""
+
+    allow_outside_bases: bool = False
+    mode: str = "reference"
+    storage_options: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in EXTERNAL_MODES:
+            raise InvalidInputError(
+                f"external_blob_mode must be one of {', '.join(EXTERNAL_MODES)}, not {self.mode!r}"
+            )
+        if self.allow_outside_bases and self.mode != "reference":
+            raise InvalidInputError(
+                "allow_external_blob_outside_bases only applies when external_blob_mode is "
+                '"reference"'
+            )
+
+    def check(self, uri: str, where: str) -> str:
+        """`uri`, if it may be stored as a reference."""
+        if not self.allow_outside_bases:
+            raise InvalidInputError(
+                f"{where}: external blob URI {uri!r} is outside registered external bases "
+                "(the dataset root is not allowed); set allow_external_blob_outside_bases "
+                "to store it as an absolute external URI"
+            )
+        if "://" not in uri:
+            raise InvalidInputError(f"{where}: external blob URI {uri!r} is not absolute")
+        return uri
+
+    def read(self, reference: tuple[str, int, int], where: str) -> bytes:
+        """The bytes a reference names: its range, or the whole object for (0, 0)."""
+        uri, position, size = reference
+        if "://" not in uri:
+            raise InvalidInputError(f"{where}: external blob URI {uri!r} is not absolute")
+        parent, _, name = uri.rstrip("/").rpartition("/")
+        if not parent or not name:
+            raise InvalidInputError(f"{where}: external blob URI {uri!r} names no object")
+        try:
+            with open_store(parent, self.storage_options).open(name) as f:
+                if size == 0:
+                    position, size = 0, f.size
+                return bytes(f.read(position, size))
+        except (FileNotFoundError, EOFError) as e:
+            raise InvalidInputError(f"{where}: external blob {uri!r}: {e}") from None
 
 
 def sidecar_name(blob_id: int) -> str:
@@ -86,11 +140,13 @@ class BlobSpill:
         cursor: Callable[[], int],
         open_sidecar: SidecarOpener | None,
         where: str,
+        external: ExternalBlobs | None = None,
     ) -> None:
         self._write = write
         self._cursor = cursor
         self._open_sidecar = open_sidecar
         self._where = where
+        self._external = external or ExternalBlobs()
         self._next_id = 1
         self._pack: tuple[int, BinaryIO, int] | None = None  # (id, sink, bytes so far)
         self.sidecars: list[str] = []
@@ -121,33 +177,24 @@ class BlobSpill:
 
     def v2(self, values: pa.Array, limits: tuple[int, int, int]) -> pa.StructArray:
         """Descriptions of blob v2 values (the `lance.blob.v2` storage struct, or binary),
-        each value's bytes inline, packed or dedicated by size."""
+        each value's bytes inline, packed or dedicated by size; a value given as a URI is
+        an external reference, or its bytes with `external.mode` "ingest"."""
         inline, dedicated, pack_limit = limits
         if isinstance(values, pa.ExtensionArray):
             values = values.storage
+        refs: dict[int, tuple[str, int, int]] = {}  # row -> (uri, position, size)
         if pa.types.is_struct(values.type):
-            struct = values
-            data = _binary(struct.field("data"), self._where)
-            uri = struct.field("uri")
-            if uri.null_count != len(uri) and _any_uri(uri, struct):
-                raise UnsupportedFeatureError(
-                    f"{self._where}: external blob references (a blob's 'uri') are not "
-                    "written; give the blob's bytes"
-                )
-            valid = (
-                np.ones(len(struct), bool)
-                if struct.null_count == 0
-                else struct.is_valid().to_numpy(False)
-            )
+            valid = _valid(values)
+            data = _binary(values.field("data"), self._where)
+            refs = _references(values, valid, self._where)
         else:
             data = _binary(values, self._where)
-            valid = (
-                np.ones(len(data), bool)
-                if data.null_count == 0
-                else data.is_valid().to_numpy(False)
-            )
+            valid = _valid(data)
         n = len(data)
-        if n and (valid & ~data.is_valid().to_numpy(False)).any():
+        has_data = _valid(data)
+        missing = valid & ~has_data
+        missing[list(refs)] = False
+        if missing.any():
             raise InvalidInputError(
                 f"{self._where}: a blob value has neither data nor uri (use None for a null "
                 "blob and b'' for an empty one)"
@@ -156,17 +203,26 @@ class BlobSpill:
         pos = np.zeros(n, np.uint64)
         size = np.zeros(n, np.uint64)
         blob_id = np.zeros(n, np.uint32)
-        lengths = _lengths(data)
+        uris = [""] * n
         for i in np.flatnonzero(valid).tolist():
-            length = int(lengths[i])
+            if i in refs:
+                reference = refs[i]
+                if self._external.mode == "reference":
+                    kind[i], uris[i] = EXTERNAL, self._external.check(reference[0], self._where)
+                    pos[i], size[i] = reference[1], reference[2]
+                    continue
+                payload = pa.py_buffer(self._external.read(reference, self._where))
+            else:
+                payload = data[i].as_buffer()
+            length = payload.size
             size[i] = length
             if length > dedicated:
-                kind[i], blob_id[i] = DEDICATED, self._dedicated(data[i].as_buffer())
+                kind[i], blob_id[i] = DEDICATED, self._dedicated(payload)
             elif length > inline:
                 kind[i] = PACKED
-                blob_id[i], pos[i] = self._packed(data[i].as_buffer(), pack_limit)
+                blob_id[i], pos[i] = self._packed(payload, pack_limit)
             elif length:
-                pos[i] = self._write(data[i].as_buffer())
+                pos[i] = self._write(payload)
             else:  # an empty value sits at the aligned cursor
                 pos[i] = -(-self._cursor() // ALIGNMENT) * ALIGNMENT
         children = [
@@ -174,7 +230,7 @@ class BlobSpill:
             pa.array(pos, pa.uint64()),
             pa.array(size, pa.uint64()),
             pa.array(blob_id, pa.uint32()),
-            pa.array([""] * n, pa.string()),
+            pa.array(uris, pa.string()),
         ]
         mask = None if valid.all() else pa.array(~valid)
         return pa.StructArray.from_arrays(children, fields=list(V2_DESCRIPTION), mask=mask)
@@ -227,12 +283,36 @@ class BlobSpill:
         return blob_id, at
 
 
-def _any_uri(uri: pa.Array, struct: pa.Array) -> bool:
-    """Whether any valid row of `struct` has a `uri`."""
-    has = uri.is_valid().to_numpy(False)
-    if struct.null_count:
-        has &= struct.is_valid().to_numpy(False)
-    return bool(has.any())
+def _valid(values: pa.Array) -> np.ndarray:
+    return (
+        np.ones(len(values), bool) if values.null_count == 0 else values.is_valid().to_numpy(False)
+    )
+
+
+def _references(
+    struct: pa.StructArray, valid: np.ndarray, where: str
+) -> dict[int, tuple[str, int, int]]:
+    """Row -> (uri, position, size) of the valid values given as a URI ((0, 0): all of it)."""
+    uri = struct.field("uri")
+    rows = np.flatnonzero(valid & _valid(uri))
+    if not len(rows):
+        return {}
+    if (_valid(struct.field("data"))[rows]).any():
+        raise InvalidInputError(f"{where}: a blob value has both data and a uri")
+    names = [struct.type.field(i).name for i in range(struct.type.num_fields)]
+    ranged = "position" in names and "size" in names
+    out = {}
+    for i in rows.tolist():
+        position = size = 0
+        if ranged and struct.field("position")[i].is_valid:
+            position, size = (
+                int(struct.field("position")[i].as_py()),
+                int(struct.field("size")[i].as_py() or 0),
+            )
+            if size <= 0:
+                raise InvalidInputError(f"{where}: an external blob range must have a size above 0")
+        out[i] = (str(uri[i].as_py()), position, size)
+    return out
 
 
 def _binary(values: pa.Array, where: str) -> pa.Array:

@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
 from quiver.format.file.base import DataFileWriter, WrittenFile
-from quiver.format.file.blob_values import BlobSpill, SidecarOpener, thresholds
+from quiver.format.file.blob_values import BlobSpill, ExternalBlobs, SidecarOpener, thresholds
 from quiver.format.file.container import (
     COLUMN_ENCODING_URL,
     FOOTER_VERSIONS,
@@ -123,9 +123,11 @@ class StructuralFileWriter(DataFileWriter):
         max_page_bytes: int = MAX_PAGE_BYTES,
         dictionaries: bool = True,
         sidecars: SidecarOpener | None = None,
+        external: ExternalBlobs | None = None,
     ) -> None:
         """`sidecars` opens the data file's blob sidecars (blob v2 values too large to keep
-        inline); without it such values are refused."""
+        inline); without it such values are refused. `external` says how blob values given
+        as a URI are written (refused by default, as pylance refuses them)."""
         self.path = path_for_errors
         if version not in SUPPORTED_VERSIONS:
             raise UnsupportedFeatureError(
@@ -169,7 +171,11 @@ class StructuralFileWriter(DataFileWriter):
         self._global_buffers: list[tuple[int, int]] = []
         self._failed = False
         self._spill = BlobSpill(
-            lambda data: self._out.buffer(data)[0], lambda: self._out.pos, sidecars, self.path
+            lambda data: self._out.buffer(data)[0],
+            lambda: self._out.pos,
+            sidecars,
+            self.path,
+            external,
         )
 
     # -- public API ---------------------------------------------------------------------

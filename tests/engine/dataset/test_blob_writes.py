@@ -16,7 +16,7 @@ import pytest
 from lance.blob import Blob, blob_array, blob_field
 
 from quiver.format.dataset import dataset, write_dataset
-from quiver.format.errors import UnsupportedFeatureError
+from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
 from quiver.format.proto import file_pb2
 
 BLOB = pa.field("b", pa.large_binary(), metadata={"lance-encoding:blob": "true"})
@@ -116,8 +116,12 @@ def test_bad_blob_input_is_refused_and_writes_nothing(tmp_path: Path) -> None:
     with pytest.raises(UnsupportedFeatureError, match="2.2 or later"):
         write_dataset(v2, uri, data_storage_version="2.1")
     external = pa.table({"id": [1], "b": blob_array([Blob.from_uri("file:///tmp/x.bin")])})
-    with pytest.raises(UnsupportedFeatureError, match="external blob"):
+    with pytest.raises(InvalidInputError, match="outside registered external bases"):
         write_dataset(external, uri)
+    with pytest.raises(InvalidInputError, match="only applies"):
+        write_dataset(
+            external, uri, allow_external_blob_outside_bases=True, external_blob_mode="ingest"
+        )
     nested = pa.schema(
         [pa.field("s", pa.struct([pa.field("b", pa.large_binary(), metadata=BLOB.metadata)]))]
     )
@@ -180,9 +184,9 @@ def test_rewrites_read_blobs_in_bounded_steps(tmp_path: Path, monkeypatch) -> No
     steps: list[int] = []
     real = blobs.with_blob_values
 
-    def counted(core, rows, addresses):  # noqa: ANN001, ANN202
+    def counted(core, rows, addresses, *rest):  # noqa: ANN001, ANN002, ANN202
         steps.append(rows.num_rows)
-        return real(core, rows, addresses)
+        return real(core, rows, addresses, *rest)
 
     monkeypatch.setattr(blobs, "BLOB_BATCH_BYTES", 100_000)
     monkeypatch.setattr(blobs, "with_blob_values", counted)
@@ -195,3 +199,59 @@ def test_rewrites_read_blobs_in_bounded_steps(tmp_path: Path, monkeypatch) -> No
     dataset(uri).optimize.compact_files()
     assert _by_id(uri) == want
     assert max(steps) < len(SIZES) and len(steps) > 4
+
+
+@pytest.mark.parametrize("mode", ["reference", "ingest"])
+def test_external_blobs_written_as_pylance_writes_them(tmp_path: Path, mode: str) -> None:
+    """Blob values given as URIs: stored as references (outside registered bases, when
+    allowed) or read in and stored as any value, the files pylance's byte for byte."""
+    media = tmp_path / "media"
+    media.mkdir()
+    (media / "clip.bin").write_bytes(bytes(range(256)) * 400)  # 100 KiB: packed if read in
+    (media / "note.txt").write_bytes(b"hello external")
+    values = blob_array(
+        [
+            Blob.from_uri((media / "clip.bin").as_uri()),
+            Blob.from_uri((media / "note.txt").as_uri(), position=6, size=8),
+            Blob.from_bytes(b"inline"),
+            None,
+        ]
+    )
+    table = pa.table({"id": [1, 2, 3, 4], "b": values})
+    kw = {"external_blob_mode": mode}
+    if mode == "reference":
+        kw["allow_external_blob_outside_bases"] = True
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    write_dataset(table, ours, **kw)
+    lance.write_dataset(table, theirs, **kw)
+    assert _contents(ours) == _contents(theirs)
+    want = [(media / "clip.bin").read_bytes(), b"external", b"inline", None]
+    assert _payloads(lance.dataset(ours)) == want
+    assert dataset(ours).to_table(blob_handling="all_binary")["b"].to_pylist() == want
+    kinds = [d and d["kind"] for d in lance.dataset(ours).to_table()["b"].to_pylist()]
+    assert kinds == ([3, 3, 0, None] if mode == "reference" else [1, 0, 0, None])
+    relative = blob_array([Blob.from_uri("media/clip.bin")])
+    with pytest.raises(InvalidInputError, match="not absolute"):
+        write_dataset(pa.table({"id": [9], "b": relative}), ours, mode="append", **kw)
+
+
+def test_compaction_keeps_external_references(tmp_path: Path) -> None:
+    """Compaction rewrites rows holding external references as references, as pylance
+    keeps them; updates and merges of such rows are refused by name."""
+    note = tmp_path / "note.txt"
+    note.write_bytes(b"hello external")
+    uri = str(tmp_path / "ext")
+    for k in range(2):
+        values = blob_array(
+            [Blob.from_uri(note.as_uri()), Blob.from_uri(note.as_uri(), 6, 8), b"in" * k, None]
+        )
+        rows = pa.table({"id": [4 * k + i for i in range(4)], "b": values})
+        write_dataset(rows, uri, mode="append", allow_external_blob_outside_bases=True)
+    want = _payloads(lance.dataset(uri))
+    dataset(uri).optimize.compact_files()
+    assert len(lance.dataset(uri).get_fragments()) == 1
+    assert _payloads(lance.dataset(uri)) == want
+    kinds = [d and d["kind"] for d in lance.dataset(uri).to_table()["b"].to_pylist()]
+    assert kinds == [3, 3, 0, None, 3, 3, 0, None]
+    with pytest.raises(UnsupportedFeatureError, match="external blob references"):
+        dataset(uri).update({"id": "id + 100"}, where="id = 0")
