@@ -161,6 +161,12 @@ def existing_table(ctx: Context, call: Call, right: str = READ, *, branched: boo
     return name
 
 
+def branch_field(name: str) -> dict[str, str]:
+    """An action body's `branch` for `name` (on a branch or not)."""
+    branch = getattr(name, "branch", None)
+    return {"branch": branch} if branch else {}
+
+
 def on_existing_branch(ctx: Context, call: Call, name: str, branch: str) -> str:
     """`name` on `branch`; TableBranchNotFound when the table has no such branch."""
     try:
@@ -230,8 +236,11 @@ def describe_table(ctx: Context, call: Call) -> dict[str, Any]:
         return out
     version = call.int("version")
     detailed = call.bool("load_detailed_metadata")
+    # on a branch: its version and schema (the location stays the dataset's root, where
+    # pylance finds the branch itself)
+    target = existing_table(ctx, call, branched=True) if call.str("branch") else name
     if detailed or version is not None or call.has("tag"):
-        ds = ctx.handles.open_ref(name, version, call.str("tag"), None)
+        ds = ctx.handles.open_ref(target, version, call.str("tag"), None)
         if detailed:
             out["version"] = ds.version
             out["schema"] = schema_json(ds.schema)

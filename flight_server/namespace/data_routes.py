@@ -20,7 +20,12 @@ import pyarrow as pa
 
 from quiver.flight_server.namespace import errors as ne
 from quiver.flight_server.namespace.calls import ArrowFile, Call
-from quiver.flight_server.namespace.catalog_routes import existing_table, table_of, where_of
+from quiver.flight_server.namespace.catalog_routes import (
+    branch_field,
+    existing_table,
+    table_of,
+    where_of,
+)
 from quiver.flight_server.namespace.context import Context
 from quiver.flight_server.namespace.ids import table_name
 from quiver.flight_server.namespace.tree import TABLE, check_properties
@@ -42,12 +47,6 @@ def _rows(call: Call) -> pa.Table:
         return pa.ipc.open_stream(pa.BufferReader(call.data)).read_all()
     except (pa.ArrowInvalid, OSError) as e:
         raise ne.invalid(f"{call.op}: the body is not a whole Arrow IPC stream ({e})") from None
-
-
-def _branch_of(name: str) -> dict[str, str]:
-    """An action body's `branch` for `name` (on a branch or not)."""
-    branch = getattr(name, "branch", None)
-    return {"branch": branch} if branch else {}
 
 
 # -- reads --------------------------------------------------------------------------------
@@ -359,7 +358,7 @@ def update_table(ctx: Context, call: Call) -> dict[str, Any]:
         ):
             raise ne.invalid(f"{call.op}: each update is a [column, SQL expression] pair")
         updates[pair[0]] = pair[1]
-    body: dict[str, Any] = {"dataset": name, "updates": updates, **_branch_of(name)}
+    body: dict[str, Any] = {"dataset": name, "updates": updates, **branch_field(name)}
     if call.str("predicate"):
         body["where"] = call.str("predicate")
     result = ctx.service.action("update", json.dumps(body).encode(), call.identity)
@@ -369,6 +368,6 @@ def update_table(ctx: Context, call: Call) -> dict[str, Any]:
 def delete_from_table(ctx: Context, call: Call) -> dict[str, Any]:
     name = existing_table(ctx, call, WRITE, branched=True)
     predicate = call.str("predicate", required=True)
-    body = {"dataset": name, "predicate": predicate, **_branch_of(name)}
+    body = {"dataset": name, "predicate": predicate, **branch_field(name)}
     result = ctx.service.action("delete", json.dumps(body).encode(), call.identity)
     return {"version": result["version"]}

@@ -21,10 +21,15 @@ from typing import Any
 
 from quiver.flight_server.namespace import errors as ne
 from quiver.flight_server.namespace.calls import Call
-from quiver.flight_server.namespace.catalog_routes import data_stats, existing_table, table_of
+from quiver.flight_server.namespace.catalog_routes import (
+    branch_field,
+    data_stats,
+    existing_table,
+    table_of,
+)
 from quiver.flight_server.namespace.context import Context
 from quiver.format.errors import TagNotFoundError, UnsupportedFeatureError
-from quiver.format.table.versions import VERSIONS_DIR, list_manifests, list_tags
+from quiver.format.table.versions import TREE_DIR, VERSIONS_DIR, list_manifests, list_tags
 from quiver.wire.requests import WRITE
 
 U64_MAX = 2**64 - 1
@@ -34,8 +39,11 @@ _PUBLISH_LOCK = threading.Lock()
 
 
 def _store_prefix(ctx: Context, name: str) -> str:
-    """The dataset directory's path from the object store's root."""
+    """The dataset directory's path from the object store's root (a branch's: its tree)."""
     path = ctx.tree.table_dir(name)
+    branch = getattr(name, "branch", None)
+    if branch:
+        path = f"{path}/{TREE_DIR}/{branch}"
     return path.lstrip("/") if ctx.tree.local else path.split("/", 1)[1]
 
 
@@ -52,7 +60,7 @@ def _entry_json(ctx: Context, name: str, entry: Any) -> dict[str, Any]:
 
 # -- versions -----------------------------------------------------------------------------
 def list_versions(ctx: Context, call: Call) -> dict[str, Any]:
-    name = existing_table(ctx, call)
+    name = existing_table(ctx, call, branched=True)
     entries = sorted(
         list_manifests(ctx.handles.store(name)).values(),
         key=lambda e: e.version,
@@ -78,7 +86,7 @@ def list_versions(ctx: Context, call: Call) -> dict[str, Any]:
 
 
 def describe_version(ctx: Context, call: Call) -> dict[str, Any]:
-    name = existing_table(ctx, call)
+    name = existing_table(ctx, call, branched=True)
     entries = list_manifests(ctx.handles.store(name))
     version = call.int("version")
     if version is None:
@@ -268,7 +276,7 @@ def create_index(ctx: Context, call: Call) -> dict[str, Any]:
 
 
 def list_indices(ctx: Context, call: Call) -> dict[str, Any]:
-    name = existing_table(ctx, call)
+    name = existing_table(ctx, call, branched=True)
     ds = ctx.handles.open_ref(name, call.int("version"), None, None)
     out = []
     for d in ds.describe_indices():
@@ -291,7 +299,7 @@ def list_indices(ctx: Context, call: Call) -> dict[str, Any]:
 
 def index_stats(ctx: Context, call: Call) -> dict[str, Any]:
     index_name = call.path["index_name"]
-    name = existing_table(ctx, call)
+    name = existing_table(ctx, call, branched=True)
     ds = ctx.handles.open_ref(name, call.int("version"), None, None)
     try:
         stats = ds.index_statistics(index_name)
@@ -321,7 +329,7 @@ def drop_index(ctx: Context, call: Call) -> dict[str, Any]:
 
 # -- statistics and restore ---------------------------------------------------------------
 def table_stats(ctx: Context, call: Call) -> dict[str, Any]:
-    name = existing_table(ctx, call)
+    name = existing_table(ctx, call, branched=True)
     ds = ctx.handles.open_current(name)
     frags = ds.manifest.pb.fragments
     # as pylance counts them: rows stored in each fragment, deleted ones included
@@ -350,9 +358,8 @@ def _percentile(values: list[int], q: int) -> int:
 
 
 def restore_table(ctx: Context, call: Call) -> dict[str, Any]:
-    name = existing_table(ctx, call, WRITE)
+    name = existing_table(ctx, call, WRITE, branched=True)
     version = call.int("version", required=True)
-    _action(
-        ctx, call, "restore", {"dataset": name, "version": version}, not_found=ne.VERSION_NOT_FOUND
-    )
+    body = {"dataset": name, "version": version, **branch_field(name)}
+    _action(ctx, call, "restore", body, not_found=ne.VERSION_NOT_FOUND)
     return {}
