@@ -79,6 +79,8 @@ class NearestQuery:
     use_index: bool
     # distances kept: lower <= d < upper (pylance's distance_range; infinities: no bound)
     distance_range: tuple[float, float] = (-math.inf, math.inf)
+    # a multivector column (lists of vectors): `queries` are the vectors of one query
+    multivector: bool = False
 
     @classmethod
     def parse(cls, core: DatasetCore, nearest: Any) -> NearestQuery:
@@ -97,11 +99,16 @@ class NearestQuery:
         if column not in core.lance_schema.names:
             raise ColumnNotFoundError(f"{where}: column {column!r} is not in the dataset")
         dtype = core.schema.field(column).type
-        if not pa.types.is_fixed_size_list(dtype) or dtype.value_type not in _FLOATS:
+        multivector = (pa.types.is_list(dtype) or pa.types.is_large_list(dtype)) and (
+            pa.types.is_fixed_size_list(dtype.value_type)
+        )
+        vector = dtype.value_type if multivector else dtype
+        if not pa.types.is_fixed_size_list(vector) or vector.value_type not in _FLOATS:
             raise InvalidInputError(
                 f"{where}: column {column!r} is {dtype}, not a vector (fixed-size list of floats)"
             )
-        queries, batch = _query_matrix(nearest.get("q"), dtype.list_size, f"{where} on {column!r}")
+        queries, batch = _query_matrix(nearest.get("q"), vector.list_size, f"{where} on {column!r}")
+        batch &= not multivector  # several vectors are one query of a multivector column
         nprobes = _count(where, "nprobes", nearest.get("nprobes"), 1)
         lo = _count(where, "minimum_nprobes", nearest.get("minimum_nprobes"), 0)
         hi = _count(where, "maximum_nprobes", nearest.get("maximum_nprobes"), 0)
@@ -125,6 +132,7 @@ class NearestQuery:
             refine_factor=_count(where, "refine_factor", nearest.get("refine_factor"), 1),
             use_index=use_index,
             distance_range=_distance_range(where, nearest.get("distance_range")),
+            multivector=multivector,
         )
 
 
@@ -356,6 +364,11 @@ class NearestSearch:
         self.filter = filter
         self.prefilter = prefilter
         self.entries = _vector_index(core, self.query.column) if self.query.use_index else []
+        if self.entries and self.query.multivector:
+            raise UnsupportedFeatureError(
+                f"{core.uri}: searching the index of multivector column {self.query.column!r} "
+                "is not supported; use_index=False searches it exactly"
+            )
         self.indices = [_open(core, e) for e in self.entries]
         if self.indices and self.query.metric not in (None, self.indices[0].metric):
             self.indices, self.entries = [], []  # another metric: pylance searches exactly
@@ -401,7 +414,10 @@ class NearestSearch:
         col = self.query.column
         for batch in self._scan(fragments, [col], self.prefilter and self.filter is not None):
             ids = batch.column(ROW_ID_FIELD.name).to_numpy().astype(np.uint64, copy=False)
-            top.add(ids, batch.column(col))
+            if self.query.multivector:
+                top.add_multivectors(ids, batch.column(col))
+            else:
+                top.add(ids, batch.column(col))
         return Candidates(*top.result())
 
     def _measure(self, found: Candidates) -> Candidates:

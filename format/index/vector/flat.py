@@ -85,11 +85,35 @@ class TopK:
         if not len(row_ids):
             return
         dist = matrix(self.metric, vector_matrix(vectors), self.queries).astype(np.float32)
+        self.add_distances(row_ids, dist)
+
+    def add_multivectors(self, row_ids: np.ndarray, lists: pa.Array) -> None:
+        """Rows of a multivector column (lists of vectors) against the one multivector
+        query (all of `queries`): a row's distance is, summed over the query's vectors, the
+        distance to its nearest vector, as pylance measures it. Null or empty rows have no
+        distance and are skipped."""
+        lists = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
+        offsets = np.asarray(lists.offsets.to_numpy(zero_copy_only=False), np.int64)
+        counts = np.diff(offsets)
+        keep = counts > 0
+        if lists.null_count:
+            keep &= np.asarray(lists.is_valid())
+        if not keep.any():
+            return
+        vectors = lists.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+        pair = matrix(self.metric, vector_matrix(vectors), self.queries).astype(np.float32)
+        starts = (offsets[:-1] - offsets[0])[keep]
+        nearest = np.minimum.reduceat(pair, starts, axis=1)  # empty rows were dropped
+        dist = nearest.sum(axis=0, dtype=np.float32)[None, :]
+        self.add_distances(row_ids[keep], dist)
+
+    def add_distances(self, row_ids: np.ndarray, dist: np.ndarray) -> None:
+        """Rows' distances (queries x rows) measured already."""
         ranged = self.lower > -np.inf or self.upper < np.inf
         if ranged:  # out of range: never kept (NaN, not in any range, neither)
             dist[~((dist >= self.lower) & (dist < self.upper))] = np.inf
         keep = smallest(dist, self.k)
-        nq = len(self.queries)
+        nq = dist.shape[0]
         query = np.repeat(np.arange(nq, dtype=np.int64), keep.shape[1])
         ids, kept = row_ids[keep].ravel(), np.take_along_axis(dist, keep, axis=1).ravel()
         if ranged:

@@ -9,6 +9,7 @@ import itertools
 
 import lance
 import numpy as np
+import pyarrow as pa
 import pytest
 from vectors import DIM, KINDS, METRICS, assert_same_neighbours, build, pylance_nearest
 
@@ -267,3 +268,34 @@ def test_hnsw_indices_are_refused_with_a_way_out(tmp_path) -> None:
         dataset(uri).to_table(nearest={"column": "vec", "q": q, "k": 5})
     nearest = {"column": "vec", "q": q, "k": 5, "use_index": False}
     compare(uri, "hnsw, exact", nearest=nearest, columns=["id"])
+
+
+def test_multivector_columns_searched_as_pylance(tmp_path) -> None:
+    """A column of lists of vectors: a row's distance is, summed over the query's vectors,
+    the distance to its nearest vector; null and empty rows never come back. Indices of
+    multivector columns are refused by name (searched exactly with use_index=False)."""
+    rng = np.random.default_rng(41)
+    vectors = [
+        rng.standard_normal((int(rng.integers(0, 5)), DIM)).astype(np.float32) for _ in range(400)
+    ]
+    rows = [None if i % 37 == 0 else v.tolist() for i, v in enumerate(vectors)]
+    uri = str(tmp_path / "multi.lance")
+    table = pa.table(
+        {"id": range(400), "mv": pa.array(rows, pa.list_(pa.list_(pa.float32(), DIM)))}
+    )
+    lance.write_dataset(table, uri, max_rows_per_file=150)
+    q = rng.standard_normal((3, DIM)).astype(np.float32)
+    for metric in METRICS:
+        for options in ({}, {"filter": "id % 3 = 0", "prefilter": True}, {"filter": "id < 200"}):
+            nearest = {"column": "mv", "q": q, "k": 9, "metric": metric}
+            compare(
+                uri, f"multivector {metric} {options}", nearest=nearest, columns=["id"], **options
+            )
+    ranged = {"column": "mv", "q": q[0], "k": 9, "distance_range": (1.0, None)}
+    compare(uri, "one query vector, a range", nearest=ranged, columns=["id"])
+    assert "query_index" not in dataset(uri).to_table(nearest={"column": "mv", "q": q}).schema.names
+    lance.dataset(uri).create_index("mv", "IVF_FLAT", num_partitions=2, metric="cosine")
+    with pytest.raises(UnsupportedFeatureError, match="use_index=False"):
+        dataset(uri).to_table(nearest={"column": "mv", "q": q, "k": 5})
+    exact = {"column": "mv", "q": q, "k": 5, "use_index": False, "metric": "cosine"}
+    compare(uri, "multivector, index left aside", nearest=exact, columns=["id"])
