@@ -172,6 +172,7 @@ def list_table_tags(ctx: Context, call: Call) -> dict[str, Any]:
         n: {
             "version": tags[n].version,
             **({"manifestSize": tags[n].manifest_size} if tags[n].manifest_size else {}),
+            **({"branch": tags[n].branch} if tags[n].branch else {}),
         }
         for n in names
     }
@@ -188,6 +189,12 @@ def tag_version(ctx: Context, call: Call) -> dict[str, Any]:
     name = existing_table(ctx, call)
     tag = _tag(call)
     try:
+        found = list_tags(ctx.handles.store(name))[tag]
+    except KeyError:
+        found = None
+    if found is not None:
+        return {"version": found.version, **({"branch": found.branch} if found.branch else {})}
+    try:
         return {"version": ctx.handles.open_latest(name).tags.get_version(tag)}
     except TagNotFoundError:
         raise ne.NamespaceError(
@@ -203,8 +210,14 @@ def _action(ctx: Context, call: Call, action: str, body: dict[str, Any], **codes
 
 
 def create_tag(ctx: Context, call: Call) -> dict[str, Any]:
-    name = existing_table(ctx, call, WRITE)
-    body = {"dataset": name, "tag": _tag(call), "version": call.int("version", required=True)}
+    """A tag of a version of the main line or of the request's `branch`."""
+    name = existing_table(ctx, call, WRITE, branched=True)
+    body = {
+        "dataset": name,
+        "tag": _tag(call),
+        "version": call.int("version", required=True),
+        **branch_field(name),
+    }
     _action(
         ctx, call, "create_tag", body, exists=ne.TAG_ALREADY_EXISTS, not_found=ne.VERSION_NOT_FOUND
     )
@@ -256,12 +269,17 @@ _INDEX_OPTIONS = {
 
 
 def create_index(ctx: Context, call: Call) -> dict[str, Any]:
-    name = existing_table(ctx, call, WRITE)
+    name = existing_table(ctx, call, WRITE, branched=True)
     column = call.str("column", required=True)
     index_type = (call.str("index_type", required=True) or "").upper()
     if index_type.startswith("IVF_HNSW"):
         raise ne.unsupported(f"{call.op}: {index_type} indices are not built by Quiver yet")
-    body: dict[str, Any] = {"dataset": name, "column": column, "index_type": index_type}
+    body: dict[str, Any] = {
+        "dataset": name,
+        "column": column,
+        "index_type": index_type,
+        **branch_field(name),
+    }
     if index_type in ("FTS", "INVERTED"):
         body["params"] = {k: call.body[k] for k in _FTS_OPTIONS if call.body.get(k) is not None}
     if call.str("name"):
@@ -320,10 +338,9 @@ def index_stats(ctx: Context, call: Call) -> dict[str, Any]:
 
 def drop_index(ctx: Context, call: Call) -> dict[str, Any]:
     index_name = call.path["index_name"]
-    name = existing_table(ctx, call, WRITE)
-    _action(
-        ctx, call, "drop_index", {"dataset": name, "name": index_name}, not_found=ne.INDEX_NOT_FOUND
-    )
+    name = existing_table(ctx, call, WRITE, branched=True)
+    body = {"dataset": name, "name": index_name, **branch_field(name)}
+    _action(ctx, call, "drop_index", body, not_found=ne.INDEX_NOT_FOUND)
     return {}
 
 

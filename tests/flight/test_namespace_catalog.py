@@ -218,21 +218,41 @@ def test_branches_through_the_namespace(served: Served) -> None:
     )
     missing = call(url, "POST", "/v1/table/br/count_rows", {"branch": "nope"})
     assert (missing.status, missing.code) == (404, 22)
+    made = call(
+        url, "POST", "/v1/table/br/tags/create", {"tag": "d3", "version": 3, "branch": "dev"}
+    )
+    assert made.status == 200
+    tags = call(url, "POST", "/v1/table/br/tags/list", {}).json["tags"]
+    assert tags["d3"]["version"] == 3 and tags["d3"]["branch"] == "dev"
+    assert call(url, "POST", "/v1/table/br/tags/version", {"tag": "d3"}).json == {
+        "version": 3,
+        "branch": "dev",
+    }
+    indexed = call(
+        url,
+        "POST",
+        "/v1/table/br/create_scalar_index",
+        {"column": "id", "index_type": "BTREE", "branch": "dev"},
+    )
+    assert indexed.status == 200
+    on_dev = lance.dataset(str(served.root / "br.lance")).checkout_version(("dev", None))
+    assert [i.name for i in on_dev.describe_indices()] == ["id_idx"]
+    assert not lance.dataset(str(served.root / "br.lance")).describe_indices()
     refused = call(url, "POST", "/v1/table/br/tags/list", {"branch": "dev"})
     assert refused.code == 0  # routes that do not act on a branch say so
     versions = call(url, "POST", "/v1/table/br/version/list?branch=dev").json["versions"]
-    assert [v["version"] for v in versions] == [1, 2, 3, 4]
+    assert [v["version"] for v in versions] == [1, 2, 3, 4, 5]  # 5: the index
     assert versions[-1]["manifest_path"].split("/")[-4:-2] == ["tree", "dev"]
     described = call(
         url, "POST", "/v1/table/br/describe", {"branch": "dev", "load_detailed_metadata": True}
     ).json
-    assert described["version"] == 4 and described["location"].endswith("br.lance")
+    assert described["version"] == 5 and described["location"].endswith("br.lance")
     stats = call(url, "POST", "/v1/table/br/stats", {"branch": "dev"}).json
     on_dev = lance.dataset(str(served.root / "br.lance")).checkout_version(("dev", None))
     assert stats["num_rows"] == sum(f.physical_rows for f in on_dev.get_fragments())
     assert call(url, "POST", "/v1/table/br/restore", {"version": 2, "branch": "dev"}).status == 200
     restored = lance.dataset(str(served.root / "br.lance")).checkout_version(("dev", None))
-    assert restored.version == 5 and restored.count_rows() == 8
+    assert restored.version == 6 and restored.count_rows() == 8
     assert call(url, "POST", "/v1/table/br/branches/delete", {"name": "fix"}).status == 200
     gone = call(url, "POST", "/v1/table/br/branches/delete", {"name": "fix"})
     assert (gone.status, gone.code) == (404, 22)
