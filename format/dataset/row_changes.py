@@ -28,6 +28,7 @@ from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fragment import fragments_of
 from quiver.format.dataset.write import DEFAULT_MAX_ROWS_PER_FILE, write_fragment_files
 from quiver.format.errors import CommitConflictError, InvalidInputError
+from quiver.format.file.blob_values import ExternalBlobs
 from quiver.format.numeric import unique_sorted
 from quiver.format.proto import table_pb2, transaction_pb2
 from quiver.format.table.commit import commit_transaction
@@ -107,8 +108,10 @@ def write_rows(
     *,
     carried_row_ids: list[np.ndarray] | None = None,
     max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE,
+    external: ExternalBlobs | None = None,
 ) -> None:
-    """Write `batches` (the dataset's full schema) into new fragments of `change`.
+    """Write `batches` (the dataset's full schema) into new fragments of `change`
+    (`external`: how blob values given as URIs are written, refused by default).
 
     With stable row ids, `carried_row_ids` (filled while `batches` is consumed) are the
     old row ids of the first rows written (rewritten rows come before inserted ones); each
@@ -124,6 +127,7 @@ def write_rows(
         core.lance_schema,
         core.data_storage_version,
         max_rows_per_file=max_rows_per_file,
+        external=external,
     )
     change.new_fragments.extend(frags)
     if carried_row_ids is None or not core.manifest.uses_stable_row_ids:

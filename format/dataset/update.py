@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quiver.format.dataset.blobs import blob_value_steps
+from quiver.format.dataset.blobs import REWRITE_EXTERNAL, blob_value_steps
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fragment import fragments_of
 from quiver.format.dataset.row_changes import (
@@ -113,7 +113,8 @@ def _plan(core: DatasetCore, updates: Mapping[str, str], where: str | None) -> R
             addresses.append(batch.column("_rowaddr").to_numpy())
             if stable:
                 carried.append(batch.column("_rowid").to_numpy())
-            for data in blob_value_steps(core, batch.select(schema.names), addresses[-1]):
+            rows = batch.select(schema.names)
+            for data in blob_value_steps(core, rows, addresses[-1], keep_references=True):
                 values = evaluate_expressions(data, compiled)
                 columns = list(data.columns)
                 for name, _ in compiled:
@@ -121,7 +122,12 @@ def _plan(core: DatasetCore, updates: Mapping[str, str], where: str | None) -> R
                     columns[at] = cast_values(values.column(name), schema.field(at), where_text)
                 yield pa.RecordBatch.from_arrays(columns, schema=schema)
 
-    write_rows(change, rewritten(), carried_row_ids=carried if stable else None)
+    write_rows(
+        change,
+        rewritten(),
+        carried_row_ids=carried if stable else None,
+        external=REWRITE_EXTERNAL,  # the references the updated rows hold stay references
+    )
     rows = int(sum(len(a) for a in addresses))
     if rows:
         change.delete_addresses(np.concatenate(addresses))

@@ -236,8 +236,9 @@ def test_external_blobs_written_as_pylance_writes_them(tmp_path: Path, mode: str
 
 
 def test_compaction_keeps_external_references(tmp_path: Path) -> None:
-    """Compaction rewrites rows holding external references as references, as pylance
-    keeps them; updates and merges of such rows are refused by name."""
+    """Compaction and updates rewrite rows holding external references as references, as
+    pylance keeps them; a merge that would carry them (a source without the blob column) is
+    refused by name."""
     note = tmp_path / "note.txt"
     note.write_bytes(b"hello external")
     uri = str(tmp_path / "ext")
@@ -253,5 +254,13 @@ def test_compaction_keeps_external_references(tmp_path: Path) -> None:
     assert _payloads(lance.dataset(uri)) == want
     kinds = [d and d["kind"] for d in lance.dataset(uri).to_table()["b"].to_pylist()]
     assert kinds == [3, 3, 0, None, 3, 3, 0, None]
+    dataset(uri).update({"id": "id + 100"}, where="id < 2")  # references stay references
+    assert _payloads(lance.dataset(uri)) == want[2:] + want[:2]
+    updated = [d and d["kind"] for d in lance.dataset(uri).to_table()["b"].to_pylist()]
+    assert updated == [0, None, 3, 3, 0, None, 3, 3]
+    source = pa.table({"id": pa.array([5], pa.int64()), "b": blob_array([b"new"])})
     with pytest.raises(UnsupportedFeatureError, match="external blob references"):
-        dataset(uri).update({"id": "id + 100"}, where="id = 0")
+        dataset(uri).merge_insert("id").when_matched_update_all().execute(
+            pa.table({"id": pa.array([4], pa.int64())})
+        )
+    dataset(uri).merge_insert("id").when_matched_update_all().execute(source)
