@@ -20,7 +20,7 @@ import logging
 import queue
 import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -243,8 +243,10 @@ class QuiverWriter(DataSourceArrowWriter):
         target: bytes | None,
         vectors: Mapping[str, int] | None = None,
         change: Mapping[str, Any] | None = None,
+        blobs: Collection[str] = (),
     ) -> None:
         self.conn = conn
+        self.blobs = set(blobs)  # binary columns to store as blob columns (blob_columns)
         self.overwrite = overwrite
         # a row change (options.change_option): tasks stage its source, the driver applies
         # it in one apply_staged; None appends or overwrites
@@ -284,7 +286,14 @@ class QuiverWriter(DataSourceArrowWriter):
             for batch in _chain(first, iterator):
                 # an overwrite may change the schema: only columns read from the dataset
                 # (its types widened) go back to their types
-                yield to_dataset(batch, target, self.vectors, loose=self.overwrite, first_row=row)
+                yield to_dataset(
+                    batch,
+                    target,
+                    self.vectors,
+                    loose=self.overwrite,
+                    first_row=row,
+                    blobs=self.blobs,
+                )
                 row += batch.num_rows
 
         with self.conn.client() as client:
@@ -308,7 +317,7 @@ class QuiverWriter(DataSourceArrowWriter):
         def batches() -> Iterator[pa.RecordBatch]:
             row = 0
             for batch in _chain(first, rest):
-                yield to_dataset(batch, addressed, self.vectors, first_row=row)
+                yield to_dataset(batch, addressed, self.vectors, first_row=row, blobs=self.blobs)
                 row += batch.num_rows
 
         with self.conn.client() as client:

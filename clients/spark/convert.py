@@ -27,7 +27,7 @@ exactly its length. Columns match the dataset's by name, case-insensitively as S
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -222,9 +222,12 @@ def to_dataset(
     *,
     loose: bool = False,
     first_row: int = 0,
+    blobs: Collection[str] = (),
 ) -> pa.RecordBatch:
     """Spark's batch in the dataset's types: columns renamed to the dataset's names, each
-    narrowed to its type (`vectors`: column → dimension of new fixed-size list columns).
+    narrowed to its type (`vectors`: column → dimension of new fixed-size list columns;
+    `blobs`: binary columns stored as Lance blob columns). A dataset's blob column takes
+    Spark's binary values as they are (the server stores them out of line).
 
     With `loose` (an overwrite, whose schema may change), only columns whose Spark type is
     what the dataset's column reads as are narrowed; others keep Spark's type. `first_row`
@@ -248,17 +251,46 @@ def to_dataset(
             want = target.field(name)
             if loose and not spark_type(want.type).equals(column.type):
                 want = None
+            elif _is_blob(want):
+                want = _blob_field(field, column, name)
+        if want is None and name in blobs:
+            want = _blob_field(field, column, name)
         if want is None and vectors and name in vectors:
             want = field.with_type(_vector_type(column.type, vectors[name], name))
         if want is not None and not want.type.equals(column.type):
             column = narrow(column, want.type, name, first_row)
             field = field.with_type(want.type)
             changed = True
+        if want is not None and _is_blob(want) and field.metadata != want.metadata:
+            field, changed = want, True
         fields.append(field)
         columns.append(column)
     if not changed:
         return batch
     return pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields, batch.schema.metadata))
+
+
+_BLOB = {b"lance-encoding:blob": b"true"}
+
+
+def _is_blob(field: pa.Field) -> bool:
+    """A dataset's blob column (legacy binary, or blob v2), or one being made."""
+    meta = field.metadata or {}
+    if isinstance(field.type, pa.ExtensionType):
+        return field.type.extension_name == "lance.blob.v2"
+    return meta.get(b"lance-encoding:blob") == b"true" or (
+        meta.get(b"ARROW:extension:name") == b"lance.blob.v2"
+    )
+
+
+def _blob_field(field: pa.Field, column: pa.Array, name: str) -> pa.Field:
+    """Spark's binary column as a blob column's values: large binary, marked as a blob."""
+    if not (pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type)):
+        raise QuiverWriteError(
+            f"column {name!r} is a blob column (or named in 'blob_columns') but is not "
+            f"binary ({column.type})"
+        )
+    return pa.field(name, pa.large_binary(), field.nullable, _BLOB)
 
 
 def _vector_type(t: pa.DataType, dimension: int, name: str) -> pa.DataType:

@@ -42,7 +42,9 @@ Options (all strings, as Spark passes them; an unknown one is refused, listing t
   "normalize"}` as JSON; default reciprocal rank fusion), `limit` rows (default `k`).
 - `blob_handling`: `all_binary` reads blob columns as their bytes (binary columns) instead
   of their descriptions (structs of where the bytes are), as pylance's scans
-- writes: `vector_columns` (`"embedding:768,thumb:64"`): array columns stored as Lance
+- writes: `blob_columns` (`"video,thumb"`): binary columns stored as Lance blob columns (values
+  out of line; read back with `blob_handling`) when the write creates the dataset or
+  replaces its schema; `vector_columns` (`"embedding:768,thumb:64"`): array columns stored as Lance
   vectors (fixed-size lists) when the write creates the dataset or overwrites it
 - streams: see `streaming.py`
 """
@@ -60,6 +62,7 @@ from quiver.clients.spark.nearest import QuiverNearestReader, nearest_schema
 from quiver.clients.spark.options import (
     Conn,
     QuiverOptionError,
+    blob_columns,
     change_option,
     check_options,
     positive_option,
@@ -115,7 +118,8 @@ class QuiverDataSource(DataSource):
     def _writer(self, overwrite: bool, change: dict | None = None) -> QuiverWriter:
         conn = Conn.from_options(self.options)
         vectors = vector_columns(self.options)
-        return QuiverWriter(conn, overwrite, dataset_schema(conn), vectors, change)
+        blobs = blob_columns(self.options)
+        return QuiverWriter(conn, overwrite, dataset_schema(conn), vectors, change, blobs)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> QuiverStreamWriter:  # noqa: N802
         """`writeStream.format("quiver")`: exactly-once micro-batches (`streaming.py`)."""

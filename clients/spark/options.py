@@ -82,7 +82,7 @@ KNOWN: dict[str, tuple[str, ...]] = {
         "hybrid",
         "blob_handling",
     ),
-    "write": (*_CONNECTION, "vector_columns", *CHANGE_OPTIONS),
+    "write": (*_CONNECTION, "vector_columns", "blob_columns", *CHANGE_OPTIONS),
     "stream read": (
         *_CONNECTION,
         "filter",
@@ -91,7 +91,7 @@ KNOWN: dict[str, tuple[str, ...]] = {
         "starting_version",
         "max_fragments_per_trigger",
     ),
-    "stream write": (*_CONNECTION, "vector_columns", "checkpointlocation"),
+    "stream write": (*_CONNECTION, "vector_columns", "blob_columns", "checkpointlocation"),
 }
 # what `schema()` may see: it runs for reads and writes, batch and streaming alike
 KNOWN["any"] = tuple(dict.fromkeys(k for use in KNOWN.values() for k in use))
@@ -402,6 +402,19 @@ def pushdown_enabled(options: Any) -> bool:
 
 # ---------------------------------------------------------------------------------------------
 # Writes
+
+
+def blob_columns(options: Any) -> set[str]:
+    """The `blob_columns` option, `"video,thumbnail"`: binary columns to store as Lance blob
+    columns (their values out of line) when a write creates the dataset or replaces its
+    schema; a dataset's own blob columns need no option."""
+    raw = options.get("blob_columns")
+    if raw is None:
+        return set()
+    names = {n.strip() for n in str(raw).split(",") if n.strip()}
+    if not names:
+        raise QuiverOptionError("the 'blob_columns' option names no column")
+    return names
 
 
 def vector_columns(options: Any) -> dict[str, int]:

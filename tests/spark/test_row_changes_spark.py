@@ -257,3 +257,30 @@ def test_blob_columns_read_by_spark(spark, uri, root) -> None:
     assert got.column("b").to_pylist() == values
     with pytest.raises(Exception, match="blob_handling"):
         spark.read.format("quiver").options(**conn).option("blob_handling", "x").load().collect()
+
+
+def test_blob_columns_written_by_spark(spark, uri, root) -> None:
+    """`blob_columns` makes a new dataset's binary column a blob column (blob v2, values
+    out of line); later appends to it need no option."""
+    name = "sp_blob_write"
+    values = [b"a" * 10, None, b"b" * 100_000, b"c" * 5_000_000]
+    df = spark.createDataFrame(
+        [(i, None if v is None else bytearray(v)) for i, v in enumerate(values)],
+        "id long, b binary",
+    )
+    conn = {"uri": uri, "dataset": name}
+    df.write.format("quiver").options(**conn).option("blob_columns", "b").mode("overwrite").save()
+    df.write.format("quiver").options(**conn).mode("append").save()
+    ref = lance.dataset(str(root / f"{name}.lance"))
+    assert ref.schema.field("b").type.extension_name == "lance.blob.v2"
+    got = sorted(
+        zip(
+            ref.to_table(columns=["id"])["id"].to_pylist(),
+            [f and f.readall() for f in ref.take_blobs("b", indices=range(8))],
+            strict=True,
+        ),
+        key=lambda r: (r[0], r[1] or b""),
+    )
+    assert [v for _, v in got] == [v for v in values for _ in range(2)]
+    kinds = {d["kind"] for d in ref.to_table()["b"].to_pylist() if d}
+    assert kinds == {0, 1, 2}  # inline, packed and dedicated, as pylance would store them
