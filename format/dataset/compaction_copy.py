@@ -6,14 +6,13 @@ close once they hold the task's target rows, as pylance's do."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fragment import LanceFragment
 from quiver.format.dataset.write import data_file_name
 from quiver.format.file.binary_copy import NotCopyable, copy_files
-from quiver.format.io.store import FileReader
+from quiver.format.io.store import FileReader, discard
 from quiver.format.proto import table_pb2
 from quiver.format.table.manifest import storage_version_of_file
 
@@ -93,9 +92,7 @@ def _copy(
             kw = {} if read_batch_bytes is None else {"read_batch_bytes": read_batch_bytes}
             rows, size, _ = copy_files(readers, sink, **kw)
         except BaseException:
-            abort = getattr(sink, "abort", None)
-            with contextlib.suppress(Exception):
-                abort() if abort else sink.close()
+            discard(sink)
             raise
         sink.close()
         written.append(name)

@@ -57,6 +57,7 @@ from quiver.format.errors import (
 from quiver.format.expr import compile_expression, evaluate_expressions
 from quiver.format.file.base import DEFAULT_BATCH_SIZE, TOMBSTONE, split_ranges
 from quiver.format.file.open import open_data_file
+from quiver.format.io.store import discard
 from quiver.format.proto import table_pb2, transaction_pb2
 from quiver.format.table.indices import indices_of
 from quiver.format.table.manifest import Manifest
@@ -224,9 +225,7 @@ class FileSet:
                     writer.write(conform_batch(batch, self.arrow, store.uri_of(path)))
             info = writer.finish()
         except BaseException:
-            abort = getattr(sink, "abort", None)
-            with contextlib.suppress(Exception):
-                abort() if abort else sink.close()
+            discard(sink)
             raise
         sink.close()
         if info.num_rows != frag.physical_rows:

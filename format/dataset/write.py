@@ -26,7 +26,7 @@ from quiver.format.errors import (
 )
 from quiver.format.file.base import DataFileWriter, WrittenFile
 from quiver.format.file.blob_values import ExternalBlobs, SidecarOpener
-from quiver.format.io.store import ObjectStore, open_store
+from quiver.format.io.store import ObjectStore, discard, open_store
 from quiver.format.proto import table_pb2, transaction_pb2
 from quiver.format.table import versions as _versions
 from quiver.format.table.commit import commit_transaction
@@ -256,9 +256,7 @@ def write_fragment_files(
             finish()
     except BaseException:
         if current is not None:
-            abort = getattr(current.sink, "abort", None)
-            with contextlib.suppress(Exception):
-                abort() if abort else current.sink.close()
+            discard(current.sink)
         for name in written:
             with contextlib.suppress(Exception):
                 store.delete(f"data/{name}")

@@ -22,7 +22,8 @@ import numpy as np
 import pyarrow as pa
 
 from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
-from quiver.format.io.store import open_store
+from quiver.format.io.store import discard, open_store
+from quiver.format.table.schema import BLOB_DESCRIPTION, BLOB_V2_DESCRIPTION
 
 ALIGNMENT = 64
 INLINE_THRESHOLD = 64 * 1024
@@ -35,16 +36,8 @@ THRESHOLD_KEYS = {
 }
 INLINE, PACKED, DEDICATED, EXTERNAL = 0, 1, 2, 3
 
-LEGACY_DESCRIPTION = pa.struct([("position", pa.uint64()), ("size", pa.uint64())])
-V2_DESCRIPTION = pa.struct(
-    [
-        pa.field("kind", pa.uint8(), False),
-        pa.field("position", pa.uint64(), False),
-        pa.field("size", pa.uint64(), False),
-        pa.field("blob_id", pa.uint32(), False),
-        pa.field("blob_uri", pa.string(), False),
-    ]
-)
+LEGACY_DESCRIPTION = BLOB_DESCRIPTION
+V2_DESCRIPTION = BLOB_V2_DESCRIPTION
 
 # Opens a sidecar of the data file being written for writing, by file name.
 SidecarOpener = Callable[[str], BinaryIO]
@@ -244,9 +237,7 @@ class BlobSpill:
     def abort(self) -> None:
         """Close the open pack sidecar without publishing it (where the sink can)."""
         if self._pack is not None:
-            sink = self._pack[1]
-            abort = getattr(sink, "abort", None)
-            abort() if abort else sink.close()
+            discard(self._pack[1])
             self._pack = None
 
     # -- sidecars -------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from quiver.format.file.base import DataFileReader
 from quiver.format.file.container import V2Container
 from quiver.format.file.v20.writer import V2FileWriter
 from quiver.format.file.v21.writer import StructuralFileWriter
-from quiver.format.io.store import ObjectStore
+from quiver.format.io.store import ObjectStore, discard
 from quiver.format.table.schema import LanceField, LanceSchema
 
 
@@ -165,9 +165,7 @@ def write_index_file(
                 writer.write(table)
         size = writer.finish().size_bytes
     except BaseException:
-        abort = getattr(sink, "abort", None)
-        with contextlib.suppress(Exception):
-            abort() if abort else sink.close()
+        discard(sink)
         with contextlib.suppress(Exception):
             store.delete(path)
         raise

@@ -738,6 +738,15 @@ class ObjectStore:
                 os.rmdir(self.full_path(path))
 
 
+def discard(sink: Any) -> None:
+    """Close a sink `ObjectStore.open_write` gave without publishing what it holds (where
+    the backend can; otherwise it is closed and the caller removes the file). Never raises:
+    it runs while another error is on its way."""
+    abort = getattr(sink, "abort", None)
+    with contextlib.suppress(Exception):
+        abort() if abort else sink.close()
+
+
 def open_store(uri: str, storage_options: dict[str, Any] | None = None) -> ObjectStore:
     """Open the store rooted at `uri` (a local path, ``file://``, ``memory://`` or ``s3://``)."""
     fs, root = _split_uri(uri, storage_options)

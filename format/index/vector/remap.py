@@ -18,7 +18,7 @@ from quiver.format.errors import CorruptFileError
 from quiver.format.index.files import IndexFile, write_index_file
 from quiver.format.index.vector.index import INDEX_FILE, ROW_ID, STORAGE_FILE
 from quiver.format.index.vector.ivf import IVF_KEY, read_message
-from quiver.format.io.store import ObjectStore
+from quiver.format.io.store import ObjectStore, discard
 from quiver.format.proto import index_pb2
 
 __all__ = ["FILES", "remap_vector_index"]
@@ -38,8 +38,7 @@ def remap_vector_index(
     try:
         sink.write(raw)
     except BaseException:
-        abort = getattr(sink, "abort", None)
-        abort() if abort else sink.close()
+        discard(sink)
         raise
     sink.close()
     with IndexFile(store, f"{directory}/{STORAGE_FILE}") as aux:
