@@ -24,10 +24,9 @@ from typing import Any
 
 import pyarrow.flight as flight
 
-from quiver.wire.requests import json_bytes, read_command
+from quiver.wire.requests import BLOB_RANGE_BYTES, json_bytes, read_command
 
 DEFAULT_BUFFER_SIZE = 512 * 1024  # sequential read-ahead, as pylance's BlobFile
-MAX_RANGE_BYTES = 256 << 20  # what one read_blob answers at most (the server's limit)
 
 
 class RemoteBlob(io.RawIOBase):
@@ -72,8 +71,8 @@ class RemoteBlob(io.RawIOBase):
         if offset < 0 or length < 0 or offset + length > self.length:
             raise ValueError(f"range {offset}+{length} is outside the blob of {self.length} bytes")
         parts = []
-        for start in range(offset, offset + length, MAX_RANGE_BYTES):
-            n = min(MAX_RANGE_BYTES, offset + length - start)
+        for start in range(offset, offset + length, BLOB_RANGE_BYTES):
+            n = min(BLOB_RANGE_BYTES, offset + length - start)
             body = {**self._body, "offset": start, "length": n}
             action = flight.Action("read_blob", json_bytes(body))
             answers = self._client._rpc(

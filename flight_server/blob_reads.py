@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 from quiver.flight_server.errors import InvalidArgument
 from quiver.flight_server.protocol import Fields, version_ref
 from quiver.format.dataset.blobs import BlobFile, locate_blobs
+from quiver.wire.requests import BLOB_RANGE_BYTES
 
 if TYPE_CHECKING:
     from quiver.flight_server.actions import ActionContext
 
 MAX_ROWS = 100_000  # rows one take_blobs may locate (its answer is one JSON message)
-MAX_RANGE_BYTES = 256 << 20  # bytes one read_blob returns; larger reads take several calls
 CHUNK_BYTES = 1 << 20  # bytes per Result of a read_blob
 
 
@@ -68,8 +68,8 @@ def take_blobs(ctx: ActionContext, f: Fields) -> dict[str, Any]:
 
 def read_blob(ctx: ActionContext, f: Fields) -> BlobBytes:
     """{dataset, version, column, address, offset?, length?} -> the header {row_address,
-    size, offset, length} and `length` bytes of the blob at `offset` (to its end if no
-    length is given, at most MAX_RANGE_BYTES)."""
+    size, offset, length} and `length` bytes of the blob at `offset` (without a length, to
+    its end or BLOB_RANGE_BYTES, whichever comes first: the header says how many)."""
     name = f.dataset()
     column = f.str("column", required=True)
     version = f.int("version", required=True, minimum=1)
@@ -83,14 +83,14 @@ def read_blob(ctx: ActionContext, f: Fields) -> BlobBytes:
     if offset > loc.size:
         raise InvalidArgument(f"read_blob: offset {offset} is past the blob's {loc.size} bytes")
     if length is None:
-        length = loc.size - offset
+        length = min(loc.size - offset, BLOB_RANGE_BYTES)
     if offset + length > loc.size:
         raise InvalidArgument(
             f"read_blob: range {offset}+{length} ends past the blob's {loc.size} bytes"
         )
-    if length > MAX_RANGE_BYTES:
+    if length > BLOB_RANGE_BYTES:
         raise InvalidArgument(
-            f"read_blob: {length} bytes asked; one call returns at most {MAX_RANGE_BYTES}"
+            f"read_blob: {length} bytes asked; one call returns at most {BLOB_RANGE_BYTES}"
         )
     with BlobFile(loc, buffer_size=0) as blob:
         data = blob.read_range(offset, length)

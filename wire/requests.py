@@ -44,6 +44,8 @@ READ_KEYS: tuple[str, ...] = (
     "hybrid",
     "blob_handling",
 )
+# The bytes one `read_blob` action answers at most (a longer range takes several calls).
+BLOB_RANGE_BYTES = 64 << 20
 # How a read returns blob columns (pylance's `blob_handling`): their descriptions (where
 # the bytes are), or "all_binary", their bytes.
 BLOB_HANDLING: tuple[str, ...] = ("blobs_descriptions", "all_descriptions", "all_binary")

@@ -4,6 +4,8 @@ Python client reads them too. Each read compared with pylance's on the same data
 
 from __future__ import annotations
 
+import json
+
 import flight_helpers
 import lance
 import pyarrow as pa
@@ -136,3 +138,26 @@ def test_blob_columns_written_over_flight(served: Served, name: str) -> None:
     assert got == values + values[:2]
     kinds = [d and d["kind"] for d in ref.to_table()["b"].to_pylist()]
     assert kinds == [0, None, 1, 2, 0, None]
+
+
+def test_long_ranges_take_several_calls(
+    served: Served, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One read_blob answers at most BLOB_RANGE_BYTES; the client reads longer ranges in
+    several calls, and a call without a length says how much it answered."""
+    from quiver.clients import blobs as client_blobs
+    from quiver.flight_server import blob_reads
+
+    ref = _blobs_dataset(served, name, "2.2")
+    for module in (client_blobs, blob_reads):
+        monkeypatch.setattr(module, "BLOB_RANGE_BYTES", 1_000_000)
+    (big,) = Client(served.uri).take_blobs(name, "b", indices=[3])
+    assert big.read_range(500, 2_500_000) == ref.take_blobs("b", indices=[3])[0].read_range(
+        500, 2_500_000
+    )
+    found = served.action("take_blobs", {"dataset": name, "column": "b", "indices": [3]})
+    body = {"dataset": name, "column": "b", "version": found["version"]}
+    body["address"] = found["blobs"][0]["row_address"]
+    answers = list(served.client.do_action(fl.Action("read_blob", json.dumps(body).encode())))
+    header = json.loads(answers[0].body.to_pybytes())
+    assert header["length"] == 1_000_000 == sum(a.body.size for a in answers[1:])

@@ -6,8 +6,9 @@
 
 const { readCommand } = require('./commands');
 
-// What one read_blob answers at most (the server's limit); longer reads take several.
-const MAX_RANGE_BYTES = 256 * 1024 * 1024;
+// What one read_blob answers at most (the server's limit, wire.requests.BLOB_RANGE_BYTES);
+// longer reads take several.
+const MAX_RANGE_BYTES = 64 * 1024 * 1024;
 const SELECTORS = ['indices', 'ids', 'addresses'];
 
 /** One blob on the server: its `size`, `rowAddress`, and ranged `read`s. */
