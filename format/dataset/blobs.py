@@ -131,18 +131,15 @@ def _locations(
 
 
 def with_blob_values(
-    core: DatasetCore,
-    rows: pa.Table | pa.RecordBatch,
-    addresses: np.ndarray,
-    keep_references: bool = False,
+    core: DatasetCore, rows: pa.Table | pa.RecordBatch, addresses: np.ndarray
 ) -> pa.Table | pa.RecordBatch:
     """`rows` (columns of `core`'s version, blob columns as their descriptions) with every
     blob column holding its values again, as the dataset's schema types them (binary, or
     the `lance.blob.v2` struct), to be written anew: what compaction, updates and merges
-    rewrite. `addresses` are the rows' addresses. With `keep_references` (compaction)
-    external references stay references, as pylance keeps them, written again with
-    `REWRITE_EXTERNAL`; one through a registered base path, or a range the column's type
-    cannot hold, is refused rather than copied in, and so are they all without it."""
+    rewrite. `addresses` are the rows' addresses. External references stay references, as
+    pylance keeps them (the writer is told so: `REWRITE_EXTERNAL`, `carried_references`);
+    one through a registered base path, or a range the column's type cannot hold, is
+    refused rather than copied in."""
     schema = core.manifest.schema
     by_id: dict[int, LanceFragment] | None = None
     for name in rows.schema.names:
@@ -166,11 +163,6 @@ def with_blob_values(
         if field.is_blob_v2:
             values = to_blob_v2(values, target, core.uri)
             if external.any():
-                if not keep_references:
-                    raise UnsupportedFeatureError(
-                        f"{core.uri}: column {name!r} holds external blob references, which "
-                        "updates and merges cannot rewrite yet (compaction keeps them)"
-                    )
                 values = _with_references(core, name, values, desc, external)
         at = rows.schema.get_field_index(name)
         rows = rows.set_column(at, target, values)
@@ -179,6 +171,23 @@ def with_blob_values(
 
 # how rewrites write the external references they carry (they were in the dataset already)
 REWRITE_EXTERNAL = ExternalBlobs(allow_outside_bases=True)
+
+
+def carried_references(core: DatasetCore, rows: pa.Table) -> ExternalBlobs:
+    """How to write rows some of which come from `rows` (a version's rows with their blob
+    values, `with_blob_values`): the external references they hold
+    are kept; others are refused, as new data's are."""
+    uris: set[str] = set()
+    for name in rows.schema.names:
+        field = _top_level_blob(core, name)
+        if field is None or not field.is_blob_v2:
+            continue
+        column = rows.column(name)
+        chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+        for chunk in chunks:
+            storage = chunk.storage if isinstance(chunk, pa.ExtensionArray) else chunk
+            uris |= {u for u in storage.field("uri").to_pylist() if u is not None}
+    return ExternalBlobs(carried=frozenset(uris))
 
 
 def _with_references(
@@ -226,7 +235,6 @@ def blob_value_steps(
     core: DatasetCore,
     rows: pa.RecordBatch,
     addresses: np.ndarray,
-    keep_references: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """`with_blob_values` of `rows` in pieces holding at most `BLOB_BATCH_BYTES` of blobs
     (one row at least), so a rewrite's memory stays bounded whatever the blobs' sizes."""
@@ -234,7 +242,7 @@ def blob_value_steps(
     start = 0
     for stop in _cuts(sizes, BLOB_BATCH_BYTES):
         piece = rows.slice(start, stop - start)
-        yield with_blob_values(core, piece, addresses[start:stop], keep_references)
+        yield with_blob_values(core, piece, addresses[start:stop])
         start = stop
 
 

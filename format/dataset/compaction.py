@@ -408,9 +408,7 @@ def _live_rows(ds: DatasetCore, frag: LanceFragment, batch_size: int) -> Iterato
     described = ds.projected_arrow(tuple(schema.names)).append(pa.field(ROW_ADDRESS, pa.uint64()))
     for batch in frag.read_batches(schema, described, batch_size=batch_size, with_row_address=True):
         addresses = batch.column(ROW_ADDRESS).to_numpy()
-        yield from blob_value_steps(
-            ds, batch.drop_columns([ROW_ADDRESS]), addresses, keep_references=True
-        )
+        yield from blob_value_steps(ds, batch.drop_columns([ROW_ADDRESS]), addresses)
 
 
 def _rewrite(

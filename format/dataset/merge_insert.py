@@ -38,7 +38,7 @@ from quiver.format.dataset.backfill import (
     plan_column_update,
 )
 from quiver.format.dataset.blob_writes import fits_blob_v2, is_blob_v2, to_blob_v2
-from quiver.format.dataset.blobs import with_blob_values
+from quiver.format.dataset.blobs import carried_references, with_blob_values
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fragment import fragments_of
 from quiver.format.dataset.row_changes import (
@@ -265,7 +265,8 @@ def _join(
 
 
 def _target_rows(core: DatasetCore, addresses: np.ndarray, *, with_row_id: bool) -> pa.Table:
-    """The target rows at sorted unique `addresses`, every column (and `_rowid`)."""
+    """The target rows at sorted unique `addresses`, every column (and `_rowid`), blob
+    columns holding their values (external references kept as references)."""
     projection = core.lance_schema
     out = core.projected_arrow(tuple(projection.names))  # blob columns: descriptions
     if with_row_id:
@@ -335,6 +336,7 @@ def plan_merge(core: DatasetCore, params: MergeParams, source: pa.Table) -> RowC
     updated = deleted = 0
     carried: list[np.ndarray] = []
     pieces: list[pa.Table] = []
+    external = None  # the references of target rows a partial source carries over
     if len(addr) and params.when_matched == "fail":
         raise InvalidInputError(
             f"{core.uri}: merge_insert found source rows matching existing rows (first on "
@@ -355,6 +357,7 @@ def plan_merge(core: DatasetCore, params: MergeParams, source: pa.Table) -> RowC
             addr = addr[keep]
         if partial:
             assert target is not None
+            external = carried_references(core, target)
             rows = pa.Table.from_arrays(
                 [
                     rows.column(f.name) if f.name in rows.column_names else target.column(f.name)
@@ -387,7 +390,9 @@ def plan_merge(core: DatasetCore, params: MergeParams, source: pa.Table) -> RowC
         deleted += len(by_source)
     batches = [b for t in pieces for b in t.to_batches()]
     batches = [pa.RecordBatch.from_arrays(b.columns, schema=schema) for b in batches]
-    write_rows(change, iter(batches), carried_row_ids=carried if stable else None)
+    write_rows(
+        change, iter(batches), carried_row_ids=carried if stable else None, external=external
+    )
     change.stats = {
         "num_inserted_rows": inserted,
         "num_updated_rows": updated,

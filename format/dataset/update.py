@@ -114,7 +114,7 @@ def _plan(core: DatasetCore, updates: Mapping[str, str], where: str | None) -> R
             if stable:
                 carried.append(batch.column("_rowid").to_numpy())
             rows = batch.select(schema.names)
-            for data in blob_value_steps(core, rows, addresses[-1], keep_references=True):
+            for data in blob_value_steps(core, rows, addresses[-1]):
                 values = evaluate_expressions(data, compiled)
                 columns = list(data.columns)
                 for name, _ in compiled:

@@ -54,6 +54,8 @@ class ExternalBlobs:
     allow_outside_bases: bool = False
     mode: str = "reference"
     storage_options: dict[str, Any] | None = None
+    # references rows being rewritten carried already (kept whatever the rule above)
+    carried: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if self.mode not in EXTERNAL_MODES:
@@ -68,7 +70,7 @@ class ExternalBlobs:
 
     def check(self, uri: str, where: str) -> str:
         """`uri`, if it may be stored as a reference."""
-        if not self.allow_outside_bases:
+        if not self.allow_outside_bases and uri not in self.carried:
             raise InvalidInputError(
                 f"{where}: external blob URI {uri!r} is outside registered external bases "
                 "(the dataset root is not allowed); set allow_external_blob_outside_bases "

@@ -236,9 +236,8 @@ def test_external_blobs_written_as_pylance_writes_them(tmp_path: Path, mode: str
 
 
 def test_compaction_keeps_external_references(tmp_path: Path) -> None:
-    """Compaction and updates rewrite rows holding external references as references, as
-    pylance keeps them; a merge that would carry them (a source without the blob column) is
-    refused by name."""
+    """Compaction, updates and merges rewrite rows holding external references as
+    references, as pylance keeps them; a new reference in a merge's source is refused."""
     note = tmp_path / "note.txt"
     note.write_bytes(b"hello external")
     uri = str(tmp_path / "ext")
@@ -259,8 +258,20 @@ def test_compaction_keeps_external_references(tmp_path: Path) -> None:
     updated = [d and d["kind"] for d in lance.dataset(uri).to_table()["b"].to_pylist()]
     assert updated == [0, None, 3, 3, 0, None, 3, 3]
     source = pa.table({"id": pa.array([5], pa.int64()), "b": blob_array([b"new"])})
-    with pytest.raises(UnsupportedFeatureError, match="external blob references"):
-        dataset(uri).merge_insert("id").when_matched_update_all().execute(
-            pa.table({"id": pa.array([4], pa.int64())})
-        )
     dataset(uri).merge_insert("id").when_matched_update_all().execute(source)
+    # a source without the blob column carries the target's references over
+    dataset(uri).merge_insert("id").when_matched_update_all().execute(
+        pa.table({"id": pa.array([4], pa.int64())})
+    )
+    merged = dict(
+        zip(
+            lance.dataset(uri).to_table(columns=["id"])["id"].to_pylist(),
+            _payloads(lance.dataset(uri)),
+            strict=True,
+        )
+    )
+    assert merged[4] == want[4] and merged[5] == b"new"
+    # a new reference in a source is refused, as in any write that does not allow it
+    fresh = pa.table({"id": [50], "b": blob_array([Blob.from_uri(note.as_uri())])})
+    with pytest.raises(InvalidInputError, match="outside registered external bases"):
+        dataset(uri).merge_insert("id").when_not_matched_insert_all().execute(fresh)
