@@ -28,8 +28,10 @@ import pyarrow.dataset as pads
 
 from quiver.flight_server.sql.topk import TopK, TopKScan
 from quiver.format.dataset import LanceDataset
+from quiver.format.dataset.blobs import BlobBytesScan
 from quiver.format.dataset.fragment import LanceFragment
 from quiver.format.dataset.scan import Scanner
+from quiver.format.expr import CompiledFilter, apply_filter, compile_filter, expression_to_sql
 
 # decoded bytes a step of one group's scan holds at most (rows of every column read); a
 # table may be given smaller steps (`step_bytes`), so that one batch fits in what a spilling
@@ -41,6 +43,38 @@ GROUP_MEMORY = 3 * STEP_BYTES
 # most rows per batch handed to the engine; 2^17 measured best among 2^14..2^20 (smaller
 # slices cost the group-by more than they save the top-k, larger ones lose the top-k's gain)
 ENGINE_BATCH_ROWS = 1 << 17
+
+
+def blob_columns(ds: LanceDataset) -> set[str]:
+    """The dataset's blob columns, which SQL reads as their bytes."""
+    return {f.name for f in ds.lance_schema.fields if f.is_blob}
+
+
+def sql_schema(ds: LanceDataset) -> pa.Schema:
+    """The dataset's schema as SQL sees it: blob columns are their bytes (large binary)."""
+    blobs = blob_columns(ds)
+    if not blobs:
+        return ds.schema
+    return pa.schema(
+        [
+            pa.field(f.name, pa.large_binary(), f.nullable) if f.name in blobs else f
+            for f in ds.schema
+        ],
+        metadata=ds.schema.metadata,
+    )
+
+
+def blob_filter(ds: LanceDataset, filter: pc.Expression | None) -> CompiledFilter | None:
+    """`filter` compiled against the blobs' bytes when it reads a blob column, else None.
+
+    The scan's own filter sees a blob column's descriptions (position and size), whose
+    nulls are not the bytes' in legacy (2.0) files; such a filter runs on the bytes instead.
+    """
+    blobs = blob_columns(ds)
+    if filter is None or not blobs:
+        return None
+    compiled = compile_filter(expression_to_sql(filter), sql_schema(ds))
+    return compiled if blobs & set(compiled.columns) else None
 
 
 class _Scan:
@@ -56,27 +90,59 @@ class _Scan:
         limit: int | None = None,
     ) -> None:
         self._step_bytes = step_bytes
-        self._scanner = Scanner(
+        # a filter on blobs runs on their bytes, after the scan (and before any limit)
+        self._post = blob_filter(ds, filter)
+        self._limit = limit if self._post is not None else None
+        self._keep = list(columns) if columns is not None else None
+        read = self._keep
+        if self._post is not None:
+            filter, limit = None, None
+            if read is not None:
+                read = read + [c for c in self._post.columns if c not in read]
+        blobs = blob_columns(ds) & set(ds.schema.names if read is None else read)
+        names = ds.schema.names if self._keep is None else self._keep
+        self._schema = pa.schema([sql_schema(ds).field(c) for c in names])
+        scanner = Scanner(
             ds.core,
             fragments,
-            columns=list(columns) if columns is not None else None,
+            columns=read,
             filter=filter,
             limit=limit,
             # the engine runs a scan per partition already: readahead threads would only
             # hand batches between threads (4 M rows of two columns: 6 ms alone, 13 ms with)
             fragment_readahead=1,
+            with_row_address=bool(blobs),
+        )
+        # blob columns are their bytes in SQL (a scan holds at most BLOB_BATCH_BYTES of them)
+        self._scanner: Scanner | BlobBytesScan = (
+            BlobBytesScan(scanner, ds.core, keep_address=False) if blobs else scanner
         )
 
     @property
     def projected_schema(self) -> pa.Schema:
-        return self._scanner.projected_schema
+        return self._schema
 
     @property
     def dataset_schema(self) -> pa.Schema:
         return self._scanner.dataset_schema
 
+    def _steps(self) -> Iterator[pa.RecordBatch]:
+        steps = self._scanner.to_step_batches(self._step_bytes)
+        if self._post is None:
+            yield from steps
+            return
+        left = self._limit
+        for step in steps:
+            if left is not None and left <= 0:
+                return
+            step = apply_filter(step, self._post, keep=self._keep)
+            if left is not None:
+                step = step.slice(0, left)
+                left -= step.num_rows
+            yield step
+
     def to_batches(self) -> Iterator[pa.RecordBatch]:
-        for step in self._scanner.to_step_batches(self._step_bytes):
+        for step in self._steps():
             if step.num_rows <= ENGINE_BATCH_ROWS:
                 yield step
                 continue
@@ -90,7 +156,9 @@ class _Scan:
         return pa.Table.from_batches(list(self.to_batches()), schema=self.projected_schema)
 
     def count_rows(self) -> int:
-        return self._scanner.count_rows()
+        if self._post is None:
+            return self._scanner.count_rows()
+        return sum(step.num_rows for step in self._steps())
 
 
 class _FragmentGroup:
@@ -122,7 +190,9 @@ class _FragmentGroup:
         def scan() -> _Scan:
             return _Scan(self._ds, self._fragments, columns, filter, self._step_bytes, self._limit)
 
-        if self._top_k is None:
+        wanted = set(self._ds.schema.names if columns is None else columns)
+        # a top-k reads descriptions, not bytes: it skips tables whose blobs a query reads
+        if self._top_k is None or blob_columns(self._ds) & wanted or blob_filter(self._ds, filter):
             return scan()
         fallback = lambda: scan().to_batches()  # noqa: E731
         return TopKScan(
@@ -156,7 +226,8 @@ class QuiverTable(pads.Dataset):
 
     @property
     def schema(self) -> pa.Schema:  # type: ignore[override]
-        return self._ds.schema
+        """The dataset's schema, blob columns as their bytes (`sql_schema`)."""
+        return sql_schema(self._ds)
 
     def scanner(  # type: ignore[override]
         self,
@@ -189,7 +260,9 @@ class QuiverTable(pads.Dataset):
         return self.scanner(**kwargs).to_table()
 
     def count_rows(self, filter: pc.Expression | None = None, **_: Any) -> int:  # type: ignore[override]
-        return self._ds.count_rows(filter)
+        if blob_filter(self._ds, filter) is None:
+            return self._ds.count_rows(filter)
+        return self.scanner(columns=[], filter=filter).count_rows()
 
     def __repr__(self) -> str:
         return f"QuiverTable({self.name!r}, version={self._ds.version})"

@@ -476,7 +476,15 @@ class BlobBytesScan:
         """The scan's batches with their blobs read; a batch whose blobs would hold more
         than `BLOB_BATCH_BYTES` is cut into several (one row at least), so memory stays
         bounded by the budget and the largest blob."""
-        for batch in self._scan.to_batches():
+        return self._read(self._scan.to_batches())
+
+    def to_step_batches(self, step_bytes: int) -> Iterator[pa.RecordBatch]:
+        """The scan's steps (`Scanner.to_step_batches`) with their blobs read, cut as
+        `to_batches` cuts them."""
+        return self._read(self._scan.to_step_batches(step_bytes))
+
+    def _read(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
             sizes = _blob_sizes(self._core, batch)
             start = 0
             for stop in _cuts(sizes, BLOB_BATCH_BYTES):

@@ -243,3 +243,28 @@ def test_scans_without_ordering_stream_in_parts_at_once(served) -> None:
     same_rows(pa.concat_tables(parts), oracle(served[1], query), ordered=False)
     for combined in (query + " ORDER BY id", query + " LIMIT 5", "SELECT count(*) FROM facts"):
         assert len(plan(combined).endpoints) == 1
+
+
+@pytest.mark.parametrize("version", ["2.0", "2.1"])
+def test_blob_columns_read_as_their_bytes(tmp_path: Path, version: str) -> None:
+    import lance
+
+    blob = pa.field("b", pa.large_binary(), metadata={"lance-encoding:blob": "true"})
+    values = [b"x" * 10, None, b"", b"y" * 100_000, bytes(range(256)) * 3]
+    table = pa.table(
+        {"id": list(range(len(values))), "b": values}, schema=pa.schema([("id", pa.int64()), blob])
+    )
+    lance.write_dataset(table, str(tmp_path / "bl.lance"), data_storage_version=version)
+    with quiver_serve(tmp_path) as (uri, _pid), connect(uri) as c:
+        assert c.adbc_get_table_schema("bl").field("b").type == pa.large_binary()
+        got = fetch(c, "SELECT * FROM bl ORDER BY id")
+        assert got.column("b").to_pylist() == values
+        assert fetch(c, "SELECT id FROM bl WHERE b IS NULL").to_pylist() == [{"id": 1}]
+        top = fetch(c, "SELECT id, b FROM bl WHERE b IS NOT NULL ORDER BY id DESC LIMIT 2")
+        assert top.to_pylist() == [{"id": 4, "b": values[4]}, {"id": 3, "b": values[3]}]
+        same = fetch(c, f"SELECT id FROM bl WHERE b = X'{values[0].hex()}' OR b = X''")
+        assert sorted(same.column("id").to_pylist()) == [0, 2]
+        assert fetch(c, "SELECT count(*) AS n FROM bl WHERE b IS NOT NULL").to_pylist() == [
+            {"n": 4}
+        ]
+        assert fetch(c, "SELECT id FROM bl WHERE b IS NULL LIMIT 1").to_pylist() == [{"id": 1}]
