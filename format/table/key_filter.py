@@ -5,7 +5,7 @@ the test of two such filters for a key both may hold.
 Two merges that race to insert the same new key must not both commit: each records the
 keys it inserted, and the conflict check refuses (retryably) a merge whose filter may
 share a key with one committed since its read version. pylance records them in a
-Parquet-style split-block bloom filter (32 KiB: 8192 items at a 0.00057 false-positive
+split-block bloom filter (`format.table.sbbf`) (32 KiB: 8192 items at a 0.00057 false-positive
 rate) of each key's xxHash64 (seed 0) over its bytes: integers, booleans, dates and
 times as little-endian int64, floats as float64 bits (-0.0 as 0.0, one NaN), strings as
 UTF-8 and binaries as they are; a key of several columns is each column's bytes followed
@@ -19,28 +19,15 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import xxhash
 
 from quiver.format.errors import UnsupportedFeatureError
 from quiver.format.proto import transaction_pb2
+from quiver.format.table.sbbf import filter_bytes, xxh64_values
 
 KeyExistenceFilter = transaction_pb2.Transaction.KeyExistenceFilter
 NUM_BITS = 262_144  # 32 KiB, what pylance sizes for its default 8192 items
 NUMBER_OF_ITEMS = 8192
 PROBABILITY = 0.00057
-_SALT = np.array(
-    [
-        0x47B6137B,
-        0x44974D91,
-        0x8824AD5B,
-        0xA2B7289D,
-        0x705495C7,
-        0x2DF1424B,
-        0x9EFC4947,
-        0x5C6BFB31,
-    ],
-    dtype=np.uint64,
-)
 
 
 def _column_bytes(col: pa.Array) -> list[bytes]:
@@ -78,31 +65,13 @@ def key_hashes(keys: pa.Table | pa.RecordBatch) -> np.ndarray:
         rows = columns[0]
     else:
         rows = [b"".join(part + b"\0" for part in parts) for parts in zip(*columns, strict=True)]
-    return np.fromiter((xxhash.xxh64_intdigest(r) for r in rows), np.uint64, len(rows))
-
-
-def _blocks(num_bits: int) -> int:
-    return max(num_bits // 256, 1)
-
-
-def _block_masks(hashes: np.ndarray, num_bits: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each hash's block and the eight 32-bit words it sets there."""
-    h = hashes.astype(np.uint64)
-    block = ((h >> np.uint64(32)) * np.uint64(_blocks(num_bits))) >> np.uint64(32)
-    low = h & np.uint64(0xFFFFFFFF)
-    shift = ((low[:, None] * _SALT[None, :]) & np.uint64(0xFFFFFFFF)) >> np.uint64(27)
-    return block.astype(np.int64), (np.uint64(1) << shift).astype(np.uint32)
+    return xxh64_values(rows)
 
 
 def inserted_keys_filter(field_ids: Sequence[int], hashes: np.ndarray) -> KeyExistenceFilter:
     """The filter a merge on the primary key (`field_ids`) commits for its inserted keys."""
-    words = np.zeros((_blocks(NUM_BITS), 8), dtype=np.uint32)
-    if len(hashes):
-        block, masks = _block_masks(hashes, NUM_BITS)
-        for i in range(8):
-            np.bitwise_or.at(words[:, i], block, masks[:, i])
     out = KeyExistenceFilter(field_ids=list(field_ids))
-    out.bloom.bitmap = words.astype("<u4").tobytes()
+    out.bloom.bitmap = filter_bytes(hashes, NUM_BITS // 8)
     out.bloom.num_bits = NUM_BITS
     out.bloom.number_of_items = NUMBER_OF_ITEMS
     out.bloom.probability = PROBABILITY
