@@ -379,7 +379,13 @@ def _matrix(f: Fields, key: str, ndim: int) -> np.ndarray | None:
 
 
 # list_indices' type names -> create_index's
-_KINDS = {"BTree": "BTREE", "Bitmap": "BITMAP", "LabelList": "LABEL_LIST", "ZoneMap": "ZONEMAP"}
+_KINDS = {
+    "BTree": "BTREE",
+    "Bitmap": "BITMAP",
+    "LabelList": "LABEL_LIST",
+    "ZoneMap": "ZONEMAP",
+    "BloomFilter": "BLOOMFILTER",
+}
 
 
 def _held(ctx: ActionContext, estimate: int, label: str) -> Any:

@@ -670,7 +670,8 @@ def _remap_kind(entry: IndexEntry) -> str | None:
         return "LABEL_LIST"
     if entry.details_type.endswith("InvertedIndexDetails"):
         return "INVERTED"
-    return scalar_kind(entry)
+    kind = scalar_kind(entry)
+    return None if kind == "BLOOMFILTER" else kind  # zones of addresses: never remapped
 
 
 def _committed(ds: DatasetCore, written: list[str]) -> bool:

@@ -188,3 +188,46 @@ def evaluate_expressions(
             array = array.cast(compiled.type)
         arrays.append(array)
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _family(type_: pa.DataType) -> str:
+    """The kind of value a type holds, for telling whether a constant may be compared
+    with a column as one of the column's values."""
+    t = pa.types
+    if t.is_integer(type_) or t.is_floating(type_) or t.is_decimal(type_):
+        return "number"
+    if t.is_string(type_) or t.is_large_string(type_) or t.is_string_view(type_):
+        return "text"
+    if t.is_binary(type_) or t.is_large_binary(type_) or t.is_fixed_size_binary(type_):
+        return "binary"
+    if t.is_date(type_) or t.is_timestamp(type_):
+        return "date"
+    if t.is_time(type_):
+        return "time"
+    return str(type_)
+
+
+def exact_constant(sql: str, type_: pa.DataType) -> pa.Scalar | None:
+    """The value of the constant expression `sql` as a scalar of `type_`, when it is one
+    of that type's values exactly (a NULL scalar for NULL); None when it is not constant,
+    of another kind (a string compared with a number), NaN, or changed by the cast. An
+    index answering equality with it then holds the rows a filter `column = sql` keeps."""
+    try:
+        compiled = compile_expression(sql, pa.schema([]))
+        if compiled.columns:
+            return None
+        value = evaluate_expressions(pa.table({"_": [0]}), [("v", compiled)]).column(0)
+    except (InvalidInputError, pa.ArrowException, ValueError, TypeError):
+        return None
+    if pa.types.is_null(value.type):
+        return pa.scalar(None, type_)
+    if _family(value.type) != _family(type_):
+        return None
+    try:
+        cast = value.cast(type_, safe=True)
+        back = cast.cast(value.type, safe=True)
+    except (pa.ArrowException, ValueError):
+        return None
+    if not pc.all(pc.equal(back, value)).as_py():  # NaN, or a value the cast changed
+        return None
+    return cast[0]

@@ -30,7 +30,9 @@ from quiver.format.errors import LanceError
 from quiver.format.expr.bind import Binder
 from quiver.format.expr.parse import parse_filter
 from quiver.format.expr.typed import flatten, unparen
+from quiver.format.expr.values import exact_constant
 from quiver.format.index.scalar.bitmap import BitmapIndex
+from quiver.format.index.scalar.bloom import BloomIndex
 from quiver.format.index.scalar.btree import BTreeIndex
 from quiver.format.index.scalar.ngram import NGramIndex, text_tokens
 from quiver.format.index.scalar.query import Bounds, Leaf
@@ -150,7 +152,8 @@ _answers: ByteLRU[Any] = ByteLRU(ANSWER_BYTES, ANSWER_ENTRIES)
 
 
 def scalar_kind(entry: IndexEntry) -> str | None:
-    """ "BTREE", "BITMAP" or "NGRAM" for the scalar indices pruning reads, else None."""
+    """ "BTREE", "BITMAP", "NGRAM" or "BLOOMFILTER" for the scalar indices pruning reads,
+    else None."""
     kind = entry.details_type.rsplit(".", 1)[-1]
     if kind == "BTreeIndexDetails":
         return "BTREE"
@@ -158,6 +161,8 @@ def scalar_kind(entry: IndexEntry) -> str | None:
         return "BITMAP"
     if kind == "NGramIndexDetails":
         return "NGRAM"
+    if kind == "BloomFilterIndexDetails":
+        return "BLOOMFILTER"
     names = {path for path, _ in entry.files}
     if not entry.details_type and "page_lookup.lance" in names:
         return "BTREE"
@@ -180,17 +185,19 @@ def prune(core: Core, sql: str, filter_schema: pa.Schema) -> IndexPruning | None
     if any(e.is_system for e in entries):
         return None  # a fragment reuse index: row ids of indices may point at old fragments
     by_column = _usable_indices(core, entries)
-    ngrams = _ngram_segments(core, entries)
-    if not by_column and not ngrams:
+    ngrams = _segments_of(core, entries, "NGRAM")
+    blooms = _segments_of(core, entries, "BLOOMFILTER")
+    if not by_column and not ngrams and not blooms:
         return None
     # the same filter on the same version and indices (a read's GetFlightInfo and DoGets)
-    uuids = sorted(e.uuid for e in [*by_column.values(), *(s for v in ngrams.values() for s in v)])
+    segments = [s for v in [*ngrams.values(), *blooms.values()] for s in v]
+    uuids = sorted(e.uuid for e in [*by_column.values(), *segments])
     key = ("pruning", core.uri, manifest.version, tuple(uuids), sql, filter_schema)
     found = _answers.get(key)
     if found is not None:
         return found or None
     physical = {int(f.id): int(f.physical_rows) for f in frags}
-    walker = _Walker(core, sql, filter_schema, by_column, physical, ngrams)
+    walker = _Walker(core, sql, filter_schema, by_column, physical, ngrams, blooms)
     try:
         answer = walker.visit(parse_filter(sql, dataset=core.uri), False)
     except (LanceError, pa.ArrowException, ValueError, TypeError, KeyError, RecursionError) as e:
@@ -222,17 +229,17 @@ def _usable_indices(core: Core, entries: list[IndexEntry]) -> dict[str, IndexEnt
     """Top-level column name -> a BTREE or BITMAP index over it that pruning can read."""
     out: dict[str, IndexEntry] = {}
     for column, kind, e in _top_level(core, entries):
-        if kind != "NGRAM":
+        if kind in ("BTREE", "BITMAP"):
             out.setdefault(column, e)
     return out
 
 
-def _ngram_segments(core: Core, entries: list[IndexEntry]) -> dict[str, list[IndexEntry]]:
-    """Top-level column name -> the segments of one NGRAM index over it (they cover
-    disjoint fragments)."""
+def _segments_of(core: Core, entries: list[IndexEntry], wanted: str) -> dict[str, list[IndexEntry]]:
+    """Top-level column name -> the segments of one NGRAM (or BLOOMFILTER) index over it
+    (they cover disjoint fragments)."""
     out: dict[str, list[IndexEntry]] = {}
     for column, kind, e in _top_level(core, entries):
-        if kind == "NGRAM" and (column not in out or out[column][0].name == e.name):
+        if kind == wanted and (column not in out or out[column][0].name == e.name):
             out.setdefault(column, []).append(e)
     return out
 
@@ -248,12 +255,14 @@ class _Walker:
         by_column: dict[str, IndexEntry],
         physical: Mapping[int, int],
         ngrams: dict[str, list[IndexEntry]] | None = None,
+        blooms: dict[str, list[IndexEntry]] | None = None,
     ) -> None:
         self.core = core
         self.sql = sql
         self.schema = schema
         self.by_column = by_column
         self.ngrams = ngrams or {}
+        self.blooms = blooms or {}
         self.physical = physical
         self.used: set[str] = set()
 
@@ -283,10 +292,10 @@ class _Walker:
                 covered = frozenset().union(*(a.covered for a in answers))
                 return _Answer(covered, unique_sorted(rows) if len(answers) > 1 else rows)
         entry = self.by_column.get(column)
-        if entry is None:
-            return None
         field = self.schema.field(column)
-        if pa.types.is_dictionary(field.type):
+        if entry is None and column in self.blooms and not negated:
+            return self._bloom_search(node, column, field)
+        if entry is None or pa.types.is_dictionary(field.type):
             return None
         leaf = Leaf(
             field,
@@ -365,6 +374,59 @@ class _Walker:
             return _loaded(BitmapIndex, store, directory).search(leaf, self.physical)
 
         return self._answer(entry, leaf.key, search)
+
+    def _bloom_search(self, node: exp.Expression, column: str, field: pa.Field) -> _Answer | None:
+        """A BLOOMFILTER's answer to `column = v`, `column IN (...)` or `column IS NULL`:
+        the rows of the zones that may hold a value (exactly the null rows); None for
+        other nodes or values the column's type cannot hold exactly."""
+        if _is_null_test(node, column):
+            asked: Any = "null"
+
+            def search(store: ObjectStore, directory: str) -> np.ndarray:
+                return _loaded(BloomIndex, store, directory).null_rows(self.physical)
+        else:
+            values = self._constants(node, column, field.type)
+            if values is None:
+                return None
+            asked = tuple(repr(v) for v in values)
+
+            def search(store: ObjectStore, directory: str) -> np.ndarray:
+                return _loaded(BloomIndex, store, directory).search(values, field.type)
+
+        answers = [self._answer(e, asked, search) for e in self.blooms[column]]
+        rows = np.concatenate([a.rows for a in answers])
+        covered = frozenset().union(*(a.covered for a in answers))
+        return _Answer(covered, unique_sorted(rows) if len(answers) > 1 else rows)
+
+    def _constants(
+        self, node: exp.Expression, column: str, type_: pa.DataType
+    ) -> list[pa.Scalar] | None:
+        """The values `node` compares the bare column with for equality (`=` or IN), as
+        scalars of the column's type; None when it is something else, or a value is not
+        exactly one of the column's (then no index answers it, the scan does)."""
+        if isinstance(node, exp.EQ):
+            if _bare_column(node.this, column) is not None:
+                items = [node.expression]
+            elif _bare_column(node.expression, column) is not None:
+                items = [node.this]
+            else:
+                return None
+        elif isinstance(node, exp.In) and not node.args.get("query") and node.expressions:
+            if _bare_column(node.this, column) is None:
+                return None
+            items = list(node.expressions)
+        else:
+            return None
+        if any(_has_column(i) for i in items):
+            return None
+        out = []
+        for item in items:
+            value = exact_constant(item.sql(), type_)
+            if value is None:
+                return None
+            if value.is_valid:  # `= NULL` and `IN (NULL)` match no row
+                out.append(value)
+        return out
 
     def _ngram_search(self, entry: IndexEntry, tokens: set[int]) -> _Answer:
         """The rows of an NGRAM index holding every one of `tokens`."""
@@ -533,9 +595,14 @@ def _loaded(kind: Any, store: ObjectStore, directory: str) -> Any:
     if index is None:
         index = kind.load(store, directory)
         arrays = [
-            getattr(index, a) for a in ("mins", "maxs", "keys", "tokens") if hasattr(index, a)
+            getattr(index, a)
+            for a in ("mins", "maxs", "keys", "tokens", "filters")
+            if hasattr(index, a)
         ]
-        _lookups.put(key, index, sum(a.nbytes for a in arrays) + 1024)
+        # a BLOOMFILTER's filters are (zones, bytes) pairs of arrays
+        flat = [x for a in arrays for x in (a if isinstance(a, list) else [a])]
+        size = sum(x.nbytes if hasattr(x, "nbytes") else sum(y.nbytes for y in x) for x in flat)
+        _lookups.put(key, index, size + 1024)
     return index
 
 

@@ -128,9 +128,11 @@ def filter_bytes(hashes: np.ndarray, num_bytes: int) -> bytes:
     return np.packbits(bits, bitorder="little").tobytes()
 
 
-def check_hashes(data: bytes, hashes: np.ndarray) -> np.ndarray:
-    """For each hash, whether the filter `data` may hold it (never a false "no")."""
-    if not len(hashes):
-        return np.zeros(0, dtype=bool)
-    bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8), bitorder="little")
-    return bits[_bit_positions(hashes, len(data) // 32)].all(axis=1)
+def check_hashes(filters: np.ndarray, hashes: np.ndarray) -> np.ndarray:
+    """Whether each of several filters of one size (the rows of a uint8 matrix) may hold
+    each hash (never a false "no"): a (filters, hashes) boolean matrix."""
+    if not len(hashes) or not len(filters):
+        return np.zeros((len(filters), len(hashes)), dtype=bool)
+    positions = _bit_positions(hashes, filters.shape[1] // 32)  # (hashes, 8)
+    picked = filters[:, positions >> 3]  # (filters, hashes, 8) bytes
+    return ((picked >> (positions & 7).astype(np.uint8)) & 1).all(axis=2).astype(bool)

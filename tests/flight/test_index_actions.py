@@ -79,13 +79,35 @@ def test_ngram_index_over_flight(served, name) -> None:
         assert "ScalarIndexQuery" in lance.dataset(path).scanner(filter=sql).explain_plan()
 
 
+def test_bloom_filter_index_over_flight(served, name) -> None:
+    """A BLOOMFILTER built over Flight is pylance's, narrows equality reads to the zones
+    that may hold the value, and is kept up to date by optimize_indices."""
+    path = served.path(name)
+    table = pa.table(
+        {"id": np.arange(40_000, dtype=np.int64), "key": [f"k{i}" for i in range(40_000)]}
+    )
+    lance.write_dataset(table, path, max_rows_per_file=10_000)
+    with Client(served.uri) as qc:
+        assert qc.create_index(name, "key", "BLOOMFILTER") == {"version": 2, "name": "key_idx"}
+        [index] = lance.dataset(path).list_indices()
+        assert index["type"] == "BloomFilter" and index["fragment_ids"] == {0, 1, 2, 3}
+        sql = "key = 'k23456'"
+        assert len(qc.flight_info(name, filter=sql).endpoints) == 1
+        assert qc.read(name, filter=sql).column("id").to_pylist() == [23_456]
+        qc.write(name, pa.table({"id": [-1], "key": ["extra"]}))
+        qc.optimize_indices(name)
+        [index] = lance.dataset(path).list_indices()
+        assert index["fragment_ids"] == {0, 1, 2, 3, 4}
+        assert qc.read(name, filter="key = 'extra'").column("id").to_pylist() == [-1]
+
+
 def test_bad_index_requests_get_their_codes(served, name) -> None:
     lance.write_dataset(_rows(100), served.path(name))
     with Client(served.uri) as qc:
         with pytest.raises(InvalidArgument, match="index type"):
             qc.create_index(name, "id", "FOO")
-        with pytest.raises(Unimplemented, match="BLOOMFILTER"):
-            qc.create_index(name, "cat", "BLOOMFILTER")
+        with pytest.raises(Unimplemented, match="RTREE"):
+            qc.create_index(name, "cat", "RTREE")
         with pytest.raises(InvalidArgument, match="NGRAM index needs a text column"):
             qc.create_index(name, "id", "NGRAM")
         with pytest.raises(InvalidArgument, match="nope"):

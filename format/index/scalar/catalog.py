@@ -163,6 +163,14 @@ def _segment_statistics(core: Core, entry: IndexEntry) -> dict[str, Any]:
         with IndexFile(store, f"{directory}/zonemap.lance") as f:
             size = int(f.metadata.get("rows_per_zone", b"8192"))
             return {"num_zones": f.num_rows, "rows_per_zone": size}
+    if entry.details_type.endswith("BloomFilterIndexDetails"):
+        with IndexFile(store, f"{directory}/bloomfilter.lance") as f:
+            return {
+                "type": "BloomFilter",
+                "num_blocks": f.num_rows,
+                "number_of_items": int(f.metadata.get("bloomfilter_item", b"8192")),
+                "probability": float(f.metadata.get("bloomfilter_probability", b"0.00057")),
+            }
     if kind == "NGRAM":
         with IndexFile(store, f"{directory}/{POSTINGS_FILE}") as f:
             return {"num_ngrams": f.num_rows}

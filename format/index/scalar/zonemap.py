@@ -22,7 +22,7 @@ from quiver.format.index.scalar.build import row_id_map
 from quiver.format.io.store import ObjectStore
 from quiver.format.table.schema import LanceSchema
 
-__all__ = ["ZONEMAP_DETAILS", "ZONEMAP_FILE", "build_zonemap", "zonemap_details"]
+__all__ = ["ZONEMAP_DETAILS", "ZONEMAP_FILE", "build_zonemap", "zonemap_details", "zones"]
 
 ZONEMAP_DETAILS = "/lance.table.ZoneMapIndexDetails"
 ZONEMAP_FILE = "zonemap.lance"
@@ -38,7 +38,7 @@ def zonemap_details(type_: pa.DataType) -> bytes:
     return bytes([0x08, 0x80, 0x40, 0x10, 1 if wide else 0, 0x18, 0x01])
 
 
-def _zones(addresses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def zones(addresses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Where each zone's rows start and stop among the scanned rows: runs of one fragment,
     cut every ROWS_PER_ZONE rows."""
     frags = addresses >> _SHIFT
@@ -72,7 +72,7 @@ def build_zonemap(
     """Write a ZONEMAP of `values` (their row addresses beside, in scan order) into
     `directory`; (file, size) pairs."""
     addresses = np.asarray(addresses, dtype=np.uint64)
-    starts, stops = _zones(addresses)
+    starts, stops = zones(addresses)
     floating = pa.types.is_floating(values.type)
     mins, maxs, nulls, nans = [], [], [], []
     for lo, hi in zip(starts.tolist(), stops.tolist(), strict=True):

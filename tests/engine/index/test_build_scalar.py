@@ -220,8 +220,8 @@ def test_replace_refuse_and_drop_as_pylance(tmp_path: Path) -> None:
         q.create_scalar_index("nope", "BTREE")
     with pytest.raises(InvalidInputError, match="index type"):
         q.create_scalar_index("i64", "FOO")
-    with pytest.raises(UnsupportedFeatureError, match="BLOOMFILTER"):
-        q.create_scalar_index("s", "BLOOMFILTER")
+    with pytest.raises(UnsupportedFeatureError, match="RTREE"):
+        q.create_scalar_index("s", "RTREE")
     with pytest.raises(InvalidInputError, match="NGRAM index needs a text column"):
         q.create_scalar_index("i64", "NGRAM")
     lance.write_dataset(
