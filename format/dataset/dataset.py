@@ -556,6 +556,11 @@ class LanceDataset(_blobs.BlobMethods):
         return max(max((f.id for f in self.lance_schema.walk()), default=-1), *in_files, -1)
 
     # -- mutations ----------------------------------------------------------------------
+    def insert(self, data: Any, *, mode: _write.Mode = "append", **kwargs: Any) -> None:
+        """Write `data` to this dataset (its branch) and move to the new version: pylance's
+        `insert`, `write_dataset(data, self, mode=mode, **kwargs)`."""
+        self._advance(write_dataset(data, self, mode=mode, **kwargs).core)
+
     def delete(
         self,
         predicate: str | pc.Expression,

@@ -98,3 +98,20 @@ def test_is_null_on_a_legacy_blob_column(tmp_path: Path):
         expected = lance.dataset(uri).to_table(filter=sql, columns=["id"])
         assert_same_table(dataset(uri).to_table(filter=sql, columns=["id"]), expected, sql)
         assert dataset(uri).count_rows(sql) == lance.dataset(uri).count_rows(sql)
+
+
+def test_insert_moves_the_dataset_as_pylance_s(tmp_path: Path) -> None:
+    rows = pa.table({"x": [1, 2], "s": ["a", None]})
+    seen = []
+    for engine, path in ((dataset, tmp_path / "q.lance"), (lance.dataset, tmp_path / "p.lance")):
+        lance.write_dataset(rows, path)
+        ds = engine(str(path))
+        ds.insert(pa.table({"x": [3], "s": ["c"]}))
+        ds.insert(rows.slice(1), mode="overwrite", max_rows_per_file=1)
+        ds.insert(rows)
+        seen.append((ds.version, ds.to_table().sort_by("x"), ds.count_rows()))
+        twin = lance.dataset(str(path))
+        seen.append([type(twin.read_transaction(v).operation).__name__ for v in (2, 3, 4)])
+    assert seen[0][0] == seen[2][0] == 4
+    assert_same_table(seen[0][1], seen[2][1], "after inserts")
+    assert seen[1] == seen[3] == ["Append", "Overwrite", "Append"]
