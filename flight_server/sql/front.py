@@ -46,6 +46,7 @@ from quiver.flight_server.sql.metadata import (
 )
 from quiver.flight_server.sql.statements import Statement, parameter_rows
 from quiver.flight_server.sql.tables import GROUP_MEMORY
+from quiver.flight_server.sql.type_info import TYPE_INFO_SCHEMA
 
 if TYPE_CHECKING:
     from quiver.flight_server.service import DatasetService
@@ -74,6 +75,7 @@ _METADATA_SCHEMAS: dict[type, Callable[[Any], pa.Schema]] = {
     sql.CommandGetDbSchemas: lambda c: DB_SCHEMAS_SCHEMA,
     sql.CommandGetTables: lambda c: TABLES_WITH_SCHEMA if c.include_schema else TABLES_SCHEMA,
     sql.CommandGetTableTypes: lambda c: TABLE_TYPES_SCHEMA,
+    sql.CommandGetXdbcTypeInfo: lambda c: TYPE_INFO_SCHEMA,
     sql.CommandGetPrimaryKeys: lambda c: PRIMARY_KEYS_SCHEMA,
     sql.CommandGetExportedKeys: lambda c: FOREIGN_KEYS_SCHEMA,
     sql.CommandGetImportedKeys: lambda c: FOREIGN_KEYS_SCHEMA,

@@ -1,4 +1,5 @@
-"""Flight SQL's metadata commands: server information, catalogs, schemas, tables, keys.
+"""Flight SQL's metadata commands: server information, catalogs, schemas, tables, keys,
+types.
 
 Each answer is one Arrow table in the exact schema the specification gives (nullability
 included: ADBC's driver compares the schemas field by field, and panics on a SqlInfo value
@@ -16,6 +17,7 @@ import pyarrow as pa
 from quiver.flight_server.errors import InvalidArgument, NotFound
 from quiver.flight_server.sql.catalog import CATALOG, dataset_names, schemas_of, split_name
 from quiver.flight_server.sql.messages import sql
+from quiver.flight_server.sql.type_info import type_info_table
 from quiver.format.dataset.merge_insert import primary_key
 
 if TYPE_CHECKING:
@@ -195,6 +197,8 @@ class Metadata:
             return self.tables(command)
         if isinstance(command, sql.CommandGetTableTypes):
             return pa.table([[TABLE_TYPE]], schema=TABLE_TYPES_SCHEMA)
+        if isinstance(command, sql.CommandGetXdbcTypeInfo):
+            return type_info_table(command.data_type if command.HasField("data_type") else None)
         if isinstance(command, sql.CommandGetPrimaryKeys):
             return self.primary_keys(command)
         if isinstance(
@@ -280,19 +284,23 @@ def _optional(message: Any, name: str) -> str | None:
     return getattr(message, name) if message.HasField(name) else None
 
 
+# the names `CommandGetXdbcTypeInfo` lists (`flight_server.sql.type_info`)
 _TYPE_NAMES = [
     (pa.types.is_boolean, "BOOLEAN"),
     (pa.types.is_int8, "TINYINT"),
     (pa.types.is_int16, "SMALLINT"),
     (pa.types.is_int32, "INTEGER"),
     (pa.types.is_int64, "BIGINT"),
-    (pa.types.is_unsigned_integer, "BIGINT UNSIGNED"),
+    (pa.types.is_uint8, "TINYINT UNSIGNED"),
+    (pa.types.is_uint16, "SMALLINT UNSIGNED"),
+    (pa.types.is_uint32, "INTEGER UNSIGNED"),
+    (pa.types.is_uint64, "BIGINT UNSIGNED"),
     (pa.types.is_float16, "HALF FLOAT"),
-    (pa.types.is_float32, "FLOAT"),
+    (pa.types.is_float32, "REAL"),
     (pa.types.is_float64, "DOUBLE"),
     (pa.types.is_decimal, "DECIMAL"),
     (lambda t: pa.types.is_string(t) or pa.types.is_large_string(t), "VARCHAR"),
-    (lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t), "VARBINARY"),
+    (lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t), "BYTEA"),
     (pa.types.is_date, "DATE"),
     (pa.types.is_time, "TIME"),
     (pa.types.is_timestamp, "TIMESTAMP"),

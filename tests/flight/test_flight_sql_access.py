@@ -243,3 +243,40 @@ def test_sorts_and_aggregations_bigger_than_sql_memory_spill(tmp_path: Path) -> 
         assert got.equals(want)
         groups = fetch(conn, "SELECT key, count(*) AS n FROM big GROUP BY key ORDER BY n DESC, key")
         assert groups.num_rows == len(set(words.to_pylist()))
+
+
+def _type_info(client: fl.FlightClient, **kwargs: int) -> pa.Table:
+    descriptor = fl.FlightDescriptor.for_command(pack(sql.CommandGetXdbcTypeInfo(**kwargs)))
+    info = client.get_flight_info(descriptor)
+    got = client.do_get(info.endpoints[0].ticket).read_all()
+    assert client.get_schema(descriptor).schema == info.schema == got.schema
+    return got
+
+
+def test_type_info_lists_the_types_sql_can_name(open_server) -> None:
+    """GetXdbcTypeInfo (JDBC's getTypeInfo): each type once, in the specification's order,
+    every name usable in a CAST, and every scalar column's TYPE_NAME among them."""
+    client = open_server
+    types = _type_info(client)
+    rows = types.to_pylist()
+    assert [(r["data_type"], r["type_name"]) for r in rows] == sorted(
+        (r["data_type"], r["type_name"]) for r in rows
+    )
+    names = [r["type_name"] for r in rows]
+    assert {"BOOLEAN", "BIGINT", "DOUBLE", "VARCHAR", "DECIMAL", "TIMESTAMP"} <= set(names)
+    for r in rows:
+        target = f"{r['type_name']}(10, 2)" if r["type_name"] == "DECIMAL" else r["type_name"]
+        query = f"SELECT CAST(NULL AS {target}) AS v"
+        info = client.get_flight_info(query_descriptor(query))
+        assert client.do_get(info.endpoints[0].ticket).read_all().num_rows == 1, query
+        if r["datetime_subcode"] is not None:
+            assert r["sql_data_type"] == 9  # XDBC_DATETIME
+    assert [r["type_name"] for r in _type_info(client, data_type=12).to_pylist()] == ["VARCHAR"]
+    assert _type_info(client, data_type=1234).num_rows == 0
+    tables = fl.FlightDescriptor.for_command(pack(sql.CommandGetTables(include_schema=True)))
+    got = client.do_get(client.get_flight_info(tables).endpoints[0].ticket).read_all()
+    for blob in got.column("table_schema").to_pylist():
+        for field in pa.ipc.read_schema(pa.py_buffer(blob)):
+            if pa.types.is_nested(field.type):
+                continue  # lists and structs: no XDBC type
+            assert field.metadata[b"ARROW:FLIGHT:SQL:TYPE_NAME"].decode() in names, field
