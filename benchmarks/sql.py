@@ -19,7 +19,7 @@ rounds is printed.
 Memory mode: the group-by on a 20 M-row table, the server's peak RSS.
 
 Engines mode (`--engines`): the two SQL engines Quiver could embed, side by side in this
-process over the same Quiver scans (`flight_server.sql.tables.QuiverTable`, a
+process over the same Quiver scans (`format.dataset.sql.table.QuiverTable`, a
 `pyarrow.dataset.Dataset` both take with projection and filter pushdown): DataFusion (what
 Quiver runs) and DuckDB.
 """
@@ -191,7 +191,7 @@ def engines(args: argparse.Namespace) -> None:
     import duckdb
 
     import quiver
-    from quiver.flight_server.sql.tables import QuiverTable
+    from quiver.format.dataset.sql.table import QuiverTable
 
     uri = Path(ensure_dataset(args.rows, "2.2"))
     warm_page_cache(str(uri))

@@ -26,7 +26,7 @@ from datafusion.catalog import CatalogProvider, SchemaProvider, Table
 
 from quiver.flight_server.errors import InvalidArgument, NotFound
 from quiver.flight_server.names import on_branch, validate_name
-from quiver.flight_server.sql.tables import QuiverTable
+from quiver.format.dataset.sql.table import QuiverTable
 from quiver.format.errors import TagNotFoundError, VersionNotFoundError
 from quiver.wire.requests import READ
 

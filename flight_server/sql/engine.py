@@ -32,7 +32,7 @@ from quiver.flight_server.sql.catalog import (
 )
 from quiver.flight_server.sql.pushdown import push_down
 from quiver.flight_server.sql.recent import RecentPlans, plan_key
-from quiver.flight_server.sql.tables import STEP_BYTES
+from quiver.format.dataset.sql.table import STEP_BYTES
 
 if TYPE_CHECKING:
     from quiver.flight_server.service import DatasetService

@@ -45,8 +45,8 @@ from quiver.flight_server.sql.metadata import (
     Metadata,
 )
 from quiver.flight_server.sql.statements import Statement, parameter_rows
-from quiver.flight_server.sql.tables import GROUP_MEMORY
 from quiver.flight_server.sql.type_info import TYPE_INFO_SCHEMA
+from quiver.format.dataset.sql.table import GROUP_MEMORY
 
 if TYPE_CHECKING:
     from quiver.flight_server.service import DatasetService

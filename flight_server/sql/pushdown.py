@@ -7,7 +7,7 @@ sort (`ORDER BY ... LIMIT k`) stay in its own operators, over every row the scan
 them. When the statement scans exactly one table, `push_down` marks that table's
 `QuiverTable`s with both, and each fragment group's scan stops after the fetch
 (`QuiverTable.limit`) or hands over only the rows that can be among the first k
-(`QuiverTable.top_k`, `flight_server.sql.topk`). DataFusion's operators still run above
+(`QuiverTable.top_k`, `format.dataset.sql.topk`). DataFusion's operators still run above
 them, so the answer is the one it gives over every row.
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from quiver.flight_server.sql.topk import top_k_of
+from quiver.format.dataset.sql.topk import top_k_of
 
 
 def push_down(plan: Any, tables: Sequence[Any]) -> None:

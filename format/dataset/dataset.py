@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -49,6 +49,9 @@ from quiver.format.table.manifest import Manifest
 from quiver.format.table.schema import LanceSchema
 from quiver.format.table.transaction import new_transaction
 from quiver.format.table.versions import Reference
+
+if TYPE_CHECKING:
+    from quiver.format.dataset.sql.query import SqlQueryBuilder
 
 AnyScan = Scanner | NearestSearch | FullTextSearch | OrderedScan | DeletedRowsScan | BlobBytesScan
 
@@ -556,6 +559,12 @@ class LanceDataset(_blobs.BlobMethods):
         return max(max((f.id for f in self.lance_schema.walk()), default=-1), *in_files, -1)
 
     # -- mutations ----------------------------------------------------------------------
+    def sql(self, sql: str) -> SqlQueryBuilder:
+        """A SQL query over this version (pylance's): the dataset is table `dataset`."""
+        from quiver.format.dataset.sql.query import SqlQueryBuilder
+
+        return SqlQueryBuilder(self, sql)
+
     def insert(self, data: Any, *, mode: _write.Mode = "append", **kwargs: Any) -> None:
         """Write `data` to this dataset (its branch) and move to the new version: pylance's
         `insert`, `write_dataset(data, self, mode=mode, **kwargs)`."""

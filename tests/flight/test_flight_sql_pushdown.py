@@ -2,7 +2,7 @@
 (`flight_server.sql.pushdown`), checked against DataFusion's answers over the whole table
 read by pylance.
 
-- Top-k (`flight_server.sql.topk`): `ORDER BY key LIMIT k` answered from each fragment
+- Top-k (`format.dataset.sql.topk`): `ORDER BY key LIMIT k` answered from each fragment
   group's best rows: every orderable key type, both directions, nulls first and last, NaN
   of both signs, -0.0 and infinities, ties, filters, deletions.
 - Limits: a scan stops after the rows a `LIMIT` asks for.
@@ -19,9 +19,9 @@ import pyarrow as pa
 import pytest
 
 from quiver.flight_server.service import DatasetService
-from quiver.flight_server.sql import topk
 from quiver.flight_server.sql.engine import SqlEngine
 from quiver.format.dataset import dataset, write_dataset
+from quiver.format.dataset.sql import topk
 
 ROWS = 5_000
 KEYS = ("f", "f32", "i", "u", "u64", "ts", "d")

@@ -20,18 +20,21 @@ step, and a top-k's running threshold prunes each later slice before the rows ar
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
-from quiver.flight_server.sql.topk import TopK, TopKScan
-from quiver.format.dataset import LanceDataset
 from quiver.format.dataset.blobs import BlobBytesScan
 from quiver.format.dataset.fragment import LanceFragment
-from quiver.format.dataset.scan import Scanner
+from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, ROW_ID_FIELD, Scanner
+from quiver.format.dataset.sql.topk import TopK, TopKScan
 from quiver.format.expr import CompiledFilter, apply_filter, compile_filter, expression_to_sql
+
+if TYPE_CHECKING:
+    from quiver.format.dataset.dataset import LanceDataset
 
 # decoded bytes a step of one group's scan holds at most (rows of every column read); a
 # table may be given smaller steps (`step_bytes`), so that one batch fits in what a spilling
@@ -50,31 +53,50 @@ def blob_columns(ds: LanceDataset) -> set[str]:
     return {f.name for f in ds.lance_schema.fields if f.is_blob}
 
 
-def sql_schema(ds: LanceDataset) -> pa.Schema:
-    """The dataset's schema as SQL sees it: blob columns are their bytes (large binary)."""
-    blobs = blob_columns(ds)
-    if not blobs:
-        return ds.schema
-    return pa.schema(
-        [
-            pa.field(f.name, pa.large_binary(), f.nullable) if f.name in blobs else f
-            for f in ds.schema
-        ],
-        metadata=ds.schema.metadata,
-    )
+_ROW_FIELDS = {ROW_ID_FIELD.name: ROW_ID_FIELD, ROW_ADDRESS_FIELD.name: ROW_ADDRESS_FIELD}
 
 
-def blob_filter(ds: LanceDataset, filter: pc.Expression | None) -> CompiledFilter | None:
-    """`filter` compiled against the blobs' bytes when it reads a blob column, else None.
+@dataclass(frozen=True)
+class View:
+    """How SQL sees a dataset: its columns, then the row columns asked for (`_rowid`,
+    `_rowaddr`), blob columns as their bytes (large binary) or their descriptions."""
 
-    The scan's own filter sees a blob column's descriptions (position and size), whose
-    nulls are not the bytes' in legacy (2.0) files; such a filter runs on the bytes instead.
-    """
-    blobs = blob_columns(ds)
-    if filter is None or not blobs:
-        return None
-    compiled = compile_filter(expression_to_sql(filter), sql_schema(ds))
-    return compiled if blobs & set(compiled.columns) else None
+    row_columns: tuple[str, ...] = ()
+    blob_bytes: bool = True
+
+    def blobs(self, ds: LanceDataset) -> set[str]:
+        """The blob columns read as bytes."""
+        return blob_columns(ds) if self.blob_bytes else set()
+
+    def names(self, ds: LanceDataset) -> list[str]:
+        return ds.schema.names + list(self.row_columns)
+
+    def schema(self, ds: LanceDataset) -> pa.Schema:
+        """The table's schema (what its scans yield)."""
+        base = ds.core.projected_arrow(tuple(ds.schema.names))  # blobs as descriptions
+        blobs = self.blobs(ds)
+        if not blobs and not self.row_columns:
+            return base
+        fields = [
+            pa.field(f.name, pa.large_binary(), f.nullable) if f.name in blobs else f for f in base
+        ]
+        fields += [_ROW_FIELDS[c] for c in self.row_columns]
+        return pa.schema(fields, metadata=base.metadata)
+
+    def blob_filter(self, ds: LanceDataset, filter: pc.Expression | None) -> CompiledFilter | None:
+        """`filter` compiled against the blobs' bytes when it reads a blob column, else None.
+
+        The scan's own filter sees a blob column's descriptions (position and size), whose
+        nulls are not the bytes' in legacy (2.0) files; such a filter runs on the bytes
+        instead."""
+        blobs = self.blobs(ds)
+        if filter is None or not blobs:
+            return None
+        compiled = compile_filter(expression_to_sql(filter), self.schema(ds))
+        return compiled if blobs & set(compiled.columns) else None
+
+
+BYTES = View()  # Flight SQL's: blob bytes, no row columns
 
 
 class _Scan:
@@ -88,20 +110,24 @@ class _Scan:
         filter: pc.Expression | None,
         step_bytes: int = STEP_BYTES,
         limit: int | None = None,
+        view: View = BYTES,
     ) -> None:
         self._step_bytes = step_bytes
         # a filter on blobs runs on their bytes, after the scan (and before any limit)
-        self._post = blob_filter(ds, filter)
+        self._post = view.blob_filter(ds, filter)
         self._limit = limit if self._post is not None else None
         self._keep = list(columns) if columns is not None else None
+        if self._keep is None and view.row_columns:
+            self._keep = view.names(ds)
         read = self._keep
         if self._post is not None:
             filter, limit = None, None
             if read is not None:
                 read = read + [c for c in self._post.columns if c not in read]
-        blobs = blob_columns(ds) & set(ds.schema.names if read is None else read)
+        blobs = view.blobs(ds) & set(ds.schema.names if read is None else read)
         names = ds.schema.names if self._keep is None else self._keep
-        self._schema = pa.schema([sql_schema(ds).field(c) for c in names])
+        schema = view.schema(ds)
+        self._schema = pa.schema([schema.field(c) for c in names])
         scanner = Scanner(
             ds.core,
             fragments,
@@ -114,8 +140,9 @@ class _Scan:
             with_row_address=bool(blobs),
         )
         # blob columns are their bytes in SQL (a scan holds at most BLOB_BATCH_BYTES of them)
+        keep_address = ROW_ADDRESS_FIELD.name in (read or ())
         self._scanner: Scanner | BlobBytesScan = (
-            BlobBytesScan(scanner, ds.core, keep_address=False) if blobs else scanner
+            BlobBytesScan(scanner, ds.core, keep_address=keep_address) if blobs else scanner
         )
 
     @property
@@ -172,12 +199,14 @@ class _FragmentGroup:
         step_bytes: int,
         top_k: TopK | None = None,
         limit: int | None = None,
+        view: View = BYTES,
     ) -> None:
         self._ds = ds
         self._fragments = fragments
         self._step_bytes = step_bytes
         self._top_k = top_k
         self._limit = limit
+        self._view = view
 
     def scanner(
         self,
@@ -187,12 +216,16 @@ class _FragmentGroup:
         batch_size: int | None = None,
         **_: Any,
     ) -> _Scan | TopKScan:
+        view = self._view
+
         def scan() -> _Scan:
-            return _Scan(self._ds, self._fragments, columns, filter, self._step_bytes, self._limit)
+            args = (self._ds, self._fragments, columns, filter, self._step_bytes, self._limit)
+            return _Scan(*args, view=view)
 
         wanted = set(self._ds.schema.names if columns is None else columns)
         # a top-k reads descriptions, not bytes: it skips tables whose blobs a query reads
-        if self._top_k is None or blob_columns(self._ds) & wanted or blob_filter(self._ds, filter):
+        bytes_read = view.blobs(self._ds) & wanted or view.blob_filter(self._ds, filter)
+        if self._top_k is None or bytes_read or view.row_columns:
             return scan()
         fallback = lambda: scan().to_batches()  # noqa: E731
         return TopKScan(
@@ -211,9 +244,11 @@ class QuiverTable(pads.Dataset):
         *,
         part: tuple[int, int] | None = None,
         step_bytes: int = STEP_BYTES,
+        view: View = BYTES,
     ) -> None:
         # the base class is a C++ dataset: its constructor is deliberately not called
         self._ds = ds
+        self._view = view
         self.name = name
         self._partitions = max(1, partitions)
         self._step_bytes = step_bytes
@@ -226,8 +261,8 @@ class QuiverTable(pads.Dataset):
 
     @property
     def schema(self) -> pa.Schema:  # type: ignore[override]
-        """The dataset's schema, blob columns as their bytes (`sql_schema`)."""
-        return sql_schema(self._ds)
+        """The dataset's schema as the table's `View` shows it."""
+        return self._view.schema(self._ds)
 
     def scanner(  # type: ignore[override]
         self,
@@ -236,7 +271,8 @@ class QuiverTable(pads.Dataset):
         **_: Any,
     ) -> _Scan:
         """A scan of every fragment (the engine asks one at planning for its schema)."""
-        return _Scan(self._ds, self._ds.get_fragments(), columns, filter, self._step_bytes)
+        fragments = self._ds.get_fragments()
+        return _Scan(self._ds, fragments, columns, filter, self._step_bytes, view=self._view)
 
     def get_fragments(self, filter: pc.Expression | None = None) -> list[_FragmentGroup]:  # type: ignore[override]
         """The engine's partitions: fragments dealt round-robin into at most `partitions`
@@ -251,7 +287,9 @@ class QuiverTable(pads.Dataset):
         return [self._group(fragments[i::n]) for i in range(n)]
 
     def _group(self, fragments: list[LanceFragment]) -> _FragmentGroup:
-        return _FragmentGroup(self._ds, fragments, self._step_bytes, self.top_k, self.limit)
+        return _FragmentGroup(
+            self._ds, fragments, self._step_bytes, self.top_k, self.limit, self._view
+        )
 
     def to_batches(self, **kwargs: Any) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         return self.scanner(**kwargs).to_batches()
@@ -260,7 +298,7 @@ class QuiverTable(pads.Dataset):
         return self.scanner(**kwargs).to_table()
 
     def count_rows(self, filter: pc.Expression | None = None, **_: Any) -> int:  # type: ignore[override]
-        if blob_filter(self._ds, filter) is None:
+        if self._view.blob_filter(self._ds, filter) is None:
             return self._ds.count_rows(filter)
         return self.scanner(columns=[], filter=filter).count_rows()
 

@@ -24,16 +24,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quiver.format.dataset import LanceDataset
 from quiver.format.dataset.fragment import LanceFragment
 from quiver.format.dataset.scan import Scanner
 from quiver.format.dataset.take import gather
+
+if TYPE_CHECKING:
+    from quiver.format.dataset.dataset import LanceDataset
 
 # the largest k pushed down: beyond it, taking the rows one by one nears a plain scan's cost
 MAX_K = 10_000
