@@ -223,14 +223,57 @@ def engines(args: argparse.Namespace) -> None:
                   f"{statistics.median(times['duckdb']):.3f} |", flush=True)  # fmt: skip
 
 
+def local(args: argparse.Namespace) -> None:
+    """`LanceDataset.sql` in this process: Quiver's engine against pylance's on the same
+    dataset, rounds interleaved (the join needs a second table, which `sql` has not)."""
+    import quiver
+
+    uri = str(ensure_dataset(args.rows, "2.2"))
+    warm_page_cache(uri)
+    engines = {"quiver": quiver.dataset(uri), "pylance": lance.dataset(uri)}
+
+    def run(engine: str, query: str) -> tuple[float, pa.Table]:
+        t0 = time.perf_counter()
+        reader = engines[engine].sql(query).build().to_stream_reader()
+        result = reader.read_all()
+        return time.perf_counter() - t0, result
+
+    print(f"{args.rows:,} rows; {args.rounds} rounds; {os.cpu_count()} cores")
+    print("| query | Quiver `sql` s | pylance `sql` s | ratio | rows |")
+    print("|---|---|---|---|---|")
+    for label, template in QUERIES.items():
+        if "dims" in template:
+            continue
+        query = template.format(t="dataset")
+        run("quiver", query), run("pylance", query)  # warm both
+        times: dict[str, list[float]] = {"quiver": [], "pylance": []}
+        ratios = []
+        for _ in range(args.rounds):
+            q = run("quiver", query)[0]
+            p = run("pylance", query)[0]
+            times["quiver"].append(q)
+            times["pylance"].append(p)
+            ratios.append(p / q)
+        _, ours = run("quiver", query)
+        _, theirs = run("pylance", query)
+        _same(ours, theirs, label)
+        print(f"| {label} | {statistics.median(times['quiver']):.3f} | "
+              f"{statistics.median(times['pylance']):.3f} | {statistics.median(ratios):.2f}x | "
+              f"{ours.num_rows:,} |", flush=True)  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--memory", action="store_true")
     parser.add_argument("--engines", action="store_true")
+    parser.add_argument("--local", action="store_true")
     args = parser.parse_args()
-    if args.engines:
+    if args.local:
+        args.rows = args.rows or ROWS
+        local(args)
+    elif args.engines:
         args.rows = args.rows or ROWS
         engines(args)
     elif args.memory:

@@ -115,10 +115,9 @@ class DatasetCore:
         if base_id not in self._base_stores:
             for bp in self.manifest.pb.base_paths:
                 if bp.id == base_id:
-                    self._base_stores[base_id] = (
-                        open_store(bp.path, self.storage_options),
-                        bp.is_dataset_root,
-                    )
+                    base = open_store(bp.path, self.storage_options)
+                    base.io = self.store.io  # counted as this dataset's (`io_stats_*`)
+                    self._base_stores[base_id] = (base, bp.is_dataset_root)
                     break
             else:
                 raise CorruptFileError(

@@ -38,6 +38,7 @@ from quiver.format.dataset.ordering import OrderedScan, scan_options
 from quiver.format.dataset.refs import Branches, Tags, create_branch
 from quiver.format.dataset.row_changes import DEFAULT_CONFLICT_RETRIES, DEFAULT_RETRY_TIMEOUT
 from quiver.format.dataset.scan import Scanner
+from quiver.format.dataset.session import SessionMethods
 from quiver.format.dataset.stats import LanceStats
 from quiver.format.dataset.validate import validate as _validate
 from quiver.format.errors import InvalidInputError
@@ -100,7 +101,7 @@ def write_dataset(
     return LanceDataset(core)
 
 
-class LanceDataset(_blobs.BlobMethods):
+class LanceDataset(_blobs.BlobMethods, SessionMethods):
     """A dataset pinned to one version: pylance's API over a `DatasetCore`. Mutations
     commit a new version and move this object to it, as pylance's do."""
 

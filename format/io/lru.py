@@ -35,6 +35,11 @@ class ByteLRU(Generic[V]):
         self._bytes = 0
         self._lock = threading.Lock()
 
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the values held."""
+        return self._bytes
+
     def get(self, key: Hashable) -> V | None:
         """The value of `key` (now the most recently used), or None."""
         with self._lock:

@@ -29,6 +29,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from quiver.format._kernels import copy_ranges
 from quiver.format.errors import UnsupportedFeatureError
+from quiver.format.io.iostats import IoCounter
 from quiver.format.io.retry import is_transient, remote_call
 
 # Local reads at least this large are mapped rather than copied (see `FileReader.read`).
@@ -202,6 +203,7 @@ class FileReader:
             return b""
         if self._fd is not None:
             if length >= _MAP_MIN and start + length <= self._file_size:
+                self.store.io.read(1, length)
                 return self._mapped(start, length)
             data = os.pread(self._fd, length, start)
         else:
@@ -211,6 +213,7 @@ class FileReader:
             )
         if len(data) != length:
             raise EOFError(f"{self.store.uri_of(self.path)}: short read at {start}+{length}")
+        self.store.io.read(1, length)
         return data
 
     def read_tail(self, length: int) -> bytes:
@@ -308,6 +311,7 @@ class FileReader:
                 if os.preadv(self._fd, [view[pos : pos + n]], s) != n:
                     raise EOFError(f"{self.store.uri_of(self.path)}: short read at {s}+{n}")
                 pos += n
+            self.store.io.read(len(starts), len(out))
             return out
         _, g_start, g_end, group = coalesce(
             starts, stops, _COALESCE_GAP_LOCAL if local else _COALESCE_GAP_REMOTE
@@ -320,6 +324,7 @@ class FileReader:
         ):
             source = np.frombuffer(self._mapped(lo, hi - lo), np.uint8)
             copy_ranges(source, starts - lo, lengths, 1, out)
+            self.store.io.read(len(g_start), len(out))
             return out
         blobs = self._fetch_groups(list(zip(g_start.tolist(), g_end.tolist(), strict=True)))
         firsts = np.searchsorted(group, np.arange(len(blobs) + 1))
@@ -352,6 +357,8 @@ class FileReader:
         for (g_s, g_e), blob in zip(groups, blobs, strict=True):
             if len(blob) != g_e - g_s:
                 raise EOFError(f"{self.store.uri_of(self.path)}: short read at {g_s}")
+        if self._fd is None and len(groups) > 1:  # (local reads counted themselves)
+            self.store.io.read(len(groups), sum(e - s for s, e in groups))
         return blobs
 
     def _mapped_groups(self, groups: list[tuple[int, int]]) -> list[bytes | memoryview]:
@@ -365,6 +372,7 @@ class FileReader:
         if small or hi > self._file_size or hi > self.size or hi - lo > _MAP_SPAN_MAX:
             return [self.read(s, e - s) for s, e in groups]
         view = self._mapped(lo, hi - lo)
+        self.store.io.read(len(groups), wanted)
         return [view[s - lo : e - lo] for s, e in groups]
 
     def _mapped(self, start: int, length: int) -> memoryview:
@@ -421,6 +429,7 @@ class _StagedFile(io.FileIO):
     """
 
     tmp: str
+    counter: IoCounter | None = None  # the store's, told of the file once it is published
 
     def _publish(self) -> None:
         """Move the finished temporary file to its final place (each subclass's own way)."""
@@ -429,8 +438,11 @@ class _StagedFile(io.FileIO):
         """Publish the complete file under its final name."""
         if self.closed:
             return
+        size = self.tell()
         super().close()
         self._publish()
+        if self.counter is not None:
+            self.counter.wrote(1, size)
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
         if exc_type is not None:
@@ -498,11 +510,13 @@ def _s3_supports_create(fs: Any) -> bool:
 class ObjectStore:
     """A directory-like view of one storage location (a dataset root)."""
 
-    def __init__(self, fs: Any, root: str, uri: str) -> None:
+    def __init__(self, fs: Any, root: str, uri: str, io: IoCounter | None = None) -> None:
         self.fs = fs
         self.root = root
         self.uri = uri
         self.is_local = isinstance(fs, LocalFileSystem)
+        # the reads and writes of this store and those derived from it (`io_stats_*`)
+        self.io = io if io is not None else IoCounter()
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (ObjectStore, (self.fs, self.root, self.uri))
@@ -518,7 +532,7 @@ class ObjectStore:
 
     def child(self, path: str) -> ObjectStore:
         """A store rooted at a sub-directory."""
-        return ObjectStore(self.fs, self.full_path(path), self.uri_of(path))
+        return ObjectStore(self.fs, self.full_path(path), self.uri_of(path), self.io)
 
     # reads -------------------------------------------------------------------------------
     def open(self, path: str, size: int | None = None) -> FileReader:
@@ -530,9 +544,12 @@ class ObjectStore:
         try:
             if self.is_local:  # as fsspec's, without its per-call path handling
                 with open(self.full_path(path), "rb") as f:
-                    return f.read()
-            full = self.full_path(path)
-            return remote_call(lambda: self.fs.cat_file(full), f"{self.uri_of(path)}: read")
+                    data = f.read()
+            else:
+                full = self.full_path(path)
+                data = remote_call(lambda: self.fs.cat_file(full), f"{self.uri_of(path)}: read")
+            self.io.read(1, len(data))
+            return data
         except (IsADirectoryError, NotADirectoryError):
             raise NotARegularFile(f"{self.uri_of(path)} is not a regular file") from None
         except FileNotFoundError:
@@ -636,6 +653,7 @@ class ObjectStore:
             os.replace(tmp, full)
         else:
             remote_call(lambda: self.fs.pipe_file(full, data), f"{self.uri_of(path)}: write")
+        self.io.wrote(1, len(data))
 
     def open_write(self, path: str) -> BinaryIO:
         """A streaming writer for a new file; the file appears whole only once closed.
@@ -647,8 +665,11 @@ class ObjectStore:
         full = self.full_path(path)
         if self.is_local:
             os.makedirs(os.path.dirname(full), exist_ok=True)
-            return _AtomicLocalFile(full)
-        return _RemoteUpload(self.fs, full, self.uri_of(path))
+            staged: _StagedFile = _AtomicLocalFile(full)
+        else:
+            staged = _RemoteUpload(self.fs, full, self.uri_of(path))
+        staged.counter = self.io
+        return staged
 
     def put_if_absent(self, path: str, data: bytes) -> None:
         """Create a file only if nothing exists at `path`; raises FileExistsError otherwise.
@@ -667,15 +688,18 @@ class ObjectStore:
                 os.link(tmp, full)
             finally:
                 os.unlink(tmp)
+            self.io.wrote(1, len(data))
             return
         if _is_s3(self.fs):
             self._s3_put_if_absent(path, full, data)
+            self.io.wrote(1, len(data))
             return
         if "memory" in _protocols(self.fs):
             with _MEMORY_LOCK:
                 if self.fs.exists(full):
                     raise FileExistsError(f"{self.uri_of(path)} already exists")
                 self.fs.pipe_file(full, data)
+            self.io.wrote(1, len(data))
             return
         raise UnsupportedFeatureError(
             f"{self.uri}: storage backend {self.fs.protocol!r} offers no atomic "

@@ -14,6 +14,7 @@ import pytest
 from compare import assert_same_table
 
 from quiver.format.dataset import dataset
+from quiver.format.dataset import write_dataset as dataset_write
 
 pytestmark = pytest.mark.compat
 
@@ -115,3 +116,53 @@ def test_insert_moves_the_dataset_as_pylance_s(tmp_path: Path) -> None:
     assert seen[0][0] == seen[2][0] == 4
     assert_same_table(seen[0][1], seen[2][1], "after inserts")
     assert seen[1] == seen[3] == ["Append", "Overwrite", "Append"]
+
+
+def _files(path: Path) -> list[Path]:
+    return [p for p in path.rglob("*") if p.is_file()]
+
+
+def test_io_stats_count_every_read_and_write(tmp_path: Path) -> None:
+    path = tmp_path / "io.lance"
+    ds = dataset_write(pa.table({"x": list(range(50_000))}), path)
+    written = ds.io_stats_snapshot()
+    files = _files(path)
+    assert (written.write_iops, written.written_bytes) == (
+        len(files),
+        sum(p.stat().st_size for p in files),
+    )
+    assert written.read_iops == 0
+    # pylance counts the same writes for the same files
+    twin = lance.write_dataset(pa.table({"x": list(range(50_000))}), tmp_path / "p.lance")
+    assert twin.io_stats_snapshot().write_iops == written.write_iops
+    ds = dataset(str(path))
+    ds.io_stats_incremental()  # opening read the manifest
+    ds.to_table()
+    scanned = ds.io_stats_snapshot()
+    data = next(p for p in files if p.suffix == ".lance" and p.parent.name == "data")
+    assert scanned.read_iops >= 1 and scanned.read_bytes >= data.stat().st_size
+    assert ds.io_stats_snapshot() == scanned  # a snapshot leaves the counts
+    assert ds.io_stats_incremental() == scanned
+    assert ds.io_stats_incremental().read_iops == 0  # taken: counting starts again
+    ds.delete("x < 10")
+    changed = ds.io_stats_incremental()
+    assert changed.write_iops >= 3 and changed.read_iops >= 1  # deletion file, txn, manifest
+    # reads through a shallow clone's base path are the clone's
+    clone = ds.shallow_clone(str(tmp_path / "clone.lance"))
+    clone.io_stats_incremental()
+    assert clone.count_rows() == 49_990 and clone.to_table().num_rows == 49_990
+    assert clone.io_stats_incremental().read_bytes >= data.stat().st_size
+
+
+def test_session_reports_the_process_caches(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.lance")
+    lance.write_dataset(pa.table({"x": list(range(20_000)), "s": ["a", "b"] * 10_000}), path)
+    ds = dataset(path)
+    ds.create_scalar_index("s", "BITMAP")
+    ds.to_table(filter="s = 'a'")
+    session = ds.session()
+    assert session.index_cache_size_bytes > 0
+    assert (
+        session.size_bytes() == session.index_cache_size_bytes + session.metadata_cache_size_bytes
+    )
+    assert session.is_same_as(dataset(path).session())
