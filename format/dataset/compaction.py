@@ -554,7 +554,8 @@ def compact_files(
         else:
             outputs = [_rewrite(ds, t, opts, storage_version, written) for t in tasks]
         _reserve_ids(ds, [f for frags in outputs for f in frags])
-        remapped = _remap_indices(ds, tasks, outputs, remapped_out)
+        amap = _address_map(tasks, outputs)
+        remapped = _remap_indices(ds, tasks, amap, remapped_out)
         groups = [
             transaction_pb2.Transaction.Rewrite.RewriteGroup(
                 old_fragments=[f.metadata for f in task.fragments], new_fragments=new
@@ -566,7 +567,7 @@ def compact_files(
         )
         txn = new_transaction(ds.version, "rewrite", body)
         committing = True
-        committed = ds.commit(txn)
+        committed = ds.commit(txn, moved=amap)
     except BaseException as e:
         # Files of a commit that surely did not land are removed at once; after an ambiguous
         # commit failure they stay unless no newer version references them (cleanup
@@ -606,15 +607,35 @@ def _reserve_ids(ds: DatasetCore, new: Sequence[table_pb2.DataFragment]) -> None
         frag.id = top - len(new) + 1 + i
 
 
+def _address_map(
+    tasks: Sequence[_Bin], outputs: Sequence[list[table_pb2.DataFragment]]
+) -> AddressMap | None:
+    """Where the compaction put each live row of the fragments it rewrote (for remapping
+    indices and rebasing over concurrent deletions); None when its new fragments do not
+    hold exactly the live rows in order."""
+    try:
+        return AddressMap.build(
+            [
+                Moved(
+                    [(f.fragment_id, f.physical_rows, f.live_mask) for f in task.fragments],
+                    [(int(f.id), int(f.physical_rows)) for f in frags],
+                )
+                for task, frags in zip(tasks, outputs, strict=True)
+            ]
+        )
+    except LanceError:
+        return None
+
+
 def _remap_indices(
     ds: DatasetCore,
     tasks: Sequence[_Bin],
-    outputs: Sequence[list[table_pb2.DataFragment]],
+    amap: AddressMap | None,
     remapped_out: list[tuple[Any, RemappedIndex]],
 ) -> list[RemappedIndex]:
-    """Write again, with the new row addresses, each BTREE, BITMAP and IVF index over
-    rewritten fragments that holds row addresses (every one without stable row ids), as
-    pylance does.
+    """Write again, with the new row addresses (`amap`), each BTREE, BITMAP and IVF index
+    over rewritten fragments that holds row addresses (every one without stable row ids),
+    as pylance does.
 
     The new fragments must have their (reserved) ids. One holding stable row ids stays as it
     is. Returns the remapped indices (also appended to `remapped_out` as written, for
@@ -637,15 +658,8 @@ def _remap_indices(
     ]
     if not to_remap:
         return []
-    amap = AddressMap.build(
-        [
-            Moved(
-                [(f.fragment_id, f.physical_rows, f.live_mask) for f in task.fragments],
-                [(int(f.id), int(f.physical_rows)) for f in frags],
-            )
-            for task, frags in zip(tasks, outputs, strict=True)
-        ]
-    )
+    if amap is None:
+        raise LanceError(f"{ds.uri}: compaction could not map the rows it moved")
     out = []
     for e in to_remap:
         base = e.pb.base_id if e.pb.HasField("base_id") else None

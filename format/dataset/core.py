@@ -18,7 +18,7 @@ from quiver.format.errors import CorruptFileError
 from quiver.format.io.store import ObjectStore, open_store
 from quiver.format.proto import transaction_pb2
 from quiver.format.table import versions as _versions
-from quiver.format.table.commit import commit_transaction
+from quiver.format.table.commit import RowMover, commit_transaction
 from quiver.format.table.manifest import Manifest
 from quiver.format.table.schema import LanceSchema
 from quiver.format.table.transaction import ManifestContext
@@ -141,10 +141,15 @@ class DatasetCore:
         return DatasetCore(store, _versions.resolve(store, number), self.storage_options)
 
     def commit(
-        self, txn: transaction_pb2.Transaction, ctx: ManifestContext | None = None
+        self,
+        txn: transaction_pb2.Transaction,
+        ctx: ManifestContext | None = None,
+        *,
+        moved: RowMover | None = None,
     ) -> DatasetCore:
-        """Commit `txn` (read on this version or an older one) and return the new version."""
+        """Commit `txn` (read on this version or an older one) and return the new version;
+        `moved` is a compaction's map of the rows it moved (see `commit_transaction`)."""
         result = commit_transaction(
-            self.store, txn, ctx=ctx or ManifestContext(load_version=self.load_version)
+            self.store, txn, ctx=ctx or ManifestContext(load_version=self.load_version), moved=moved
         )
         return DatasetCore(self.store, result.manifest, self.storage_options)

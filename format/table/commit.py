@@ -16,6 +16,7 @@ import struct
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -458,6 +459,87 @@ def _rebase(
     return rebased
 
 
+class RowMover(Protocol):
+    """Where a compaction moved rows (`format.index.scalar.remap.AddressMap`)."""
+
+    def apply(self, addresses: np.ndarray, where: str) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+def _rebase_rewrite(
+    store: ObjectStore,
+    mine: transaction_pb2.Transaction,
+    theirs: transaction_pb2.Transaction,
+    latest: Manifest,
+    moved: RowMover,
+) -> transaction_pb2.Transaction:
+    """My compaction on top of a concurrent delete or update that deleted rows of the
+    fragments it rewrote (their data files unchanged): the rows deleted since my read are
+    deleted in the new fragments too, at the places `moved` says the compaction put them.
+
+    So a compaction is not lost to every upsert that lands while it writes (pylance makes
+    the caller compact again). A new fragment whose rows are all deleted is dropped; a
+    source fragment whose data files changed is a retryable conflict."""
+    rebased = copy.deepcopy(mine)
+    op = operation_of(theirs)
+    other = theirs.delete if op == "delete" else theirs.update
+    gone = set(other.deleted_fragment_ids if op == "delete" else other.removed_fragment_ids)
+    their_frags = {int(f.id): f for f in other.updated_fragments}
+    body = rebased.rewrite
+    groups = list(body.groups)
+    if body.old_fragments or body.new_fragments:  # the pre-groups form
+        groups.append(body)
+    empty = np.empty(0, np.uint64)
+    for group in groups:
+        lost = []
+        for old in group.old_fragments:
+            fid = int(old.id)
+            before = _deleted(store, old) if old.HasField("deletion_file") else empty
+            if fid in gone:
+                now = np.arange(int(old.physical_rows), dtype=np.uint64)
+            elif fid in their_frags:
+                frag = their_frags[fid]
+                if [f.path for f in frag.files] != [f.path for f in old.files]:
+                    raise CommitConflictError(
+                        f"{store.uri}: rewrite on version {mine.read_version} compacted "
+                        f"fragment {fid}, whose data the {op} committed as version "
+                        f"{latest.version} rewrote; retry on the new version",
+                        version=latest.version,
+                        retryable=True,
+                    )
+                now = _deleted(store, frag) if frag.HasField("deletion_file") else empty
+            else:
+                continue
+            extra = np.setdiff1d(now.astype(np.uint64), before.astype(np.uint64))
+            if len(extra):
+                lost.append((np.uint64(fid) << np.uint64(32)) | extra)
+        if not lost:
+            continue
+        targets, alive = moved.apply(np.concatenate(lost), store.uri)
+        targets = targets[alive]  # rows my compaction had already seen deleted stay so
+        keep = []
+        for new in group.new_fragments:
+            nid = int(new.id)
+            mine_now = (targets[(targets >> np.uint64(32)) == np.uint64(nid)]) & np.uint64(
+                0xFFFFFFFF
+            )
+            if not len(mine_now):
+                keep.append(new)
+                continue
+            old_deleted = _deleted(store, new) if new.HasField("deletion_file") else empty
+            union = np.union1d(old_deleted.astype(np.uint64), mine_now)
+            if len(union) >= int(new.physical_rows):
+                continue  # every row of the new fragment was deleted meanwhile
+            merged, _ = with_deletion_file(store, new, latest.version, union)
+            keep.append(merged)
+        del group.new_fragments[:]
+        group.new_fragments.extend(keep)
+        # a source fragment their commit removed is no longer there to replace
+        olds = [f for f in group.old_fragments if int(f.id) not in gone]
+        del group.old_fragments[:]
+        group.old_fragments.extend(olds)
+    return rebased
+
+
 def _deleted(store: ObjectStore, frag: table_pb2.DataFragment) -> np.ndarray:
     from quiver.format.table.deletion import deletion_file_path
 
@@ -508,19 +590,22 @@ def commit_transaction(
     ctx: ManifestContext | None = None,
     max_retries: int = DEFAULT_MAX_RETRIES,
     affected: dict[int, np.ndarray] | None = None,
+    moved: RowMover | None = None,
 ) -> CommitResult:
     """Commit `txn` (built on `txn.read_version`; 0 creates the dataset) as the next version.
 
     `affected` (fragment id -> physical offsets) names the rows a delete or update
     deletes, so that it can be rebased over concurrent deletes and updates of other rows
-    of the same fragments (see `_rebase`)."""
+    of the same fragments (see `_rebase`); `moved` maps the rows a compaction (Rewrite)
+    moved to their new addresses, so that it can be rebased over concurrent deletes and
+    updates of the fragments it rewrote (see `_rebase_rewrite`)."""
     ctx = ctx or ManifestContext()
     txn_name = transaction_file_name(txn)
     store.put(f"{TRANSACTIONS_DIR}/{txn_name}", txn.SerializeToString())
     landed = False
     tried: list[int] = []  # versions whose manifest this commit tried to create
     try:
-        result = _commit_attempts(store, txn, txn_name, ctx, max_retries, affected, tried)
+        result = _commit_attempts(store, txn, txn_name, ctx, max_retries, affected, tried, moved)
         landed = not result.duplicate
         return result
     except Exception as e:
@@ -547,6 +632,7 @@ def _commit_attempts(
     max_retries: int,
     affected: dict[int, np.ndarray] | None = None,
     tried: list[int] | None = None,
+    moved: RowMover | None = None,
 ) -> CommitResult:
     """Write the next manifest, checking and rebasing over concurrent commits (the versions
     it tries to create are appended to `tried`)."""
@@ -581,10 +667,16 @@ def _commit_attempts(
             ):
                 return CommitResult(theirs_manifest, duplicate=True)
             resolution = check(txn, theirs)
-            if resolution is Resolution.REBASE:
+            if resolution is Resolution.REBASE and operation_of(txn) == "rewrite":
+                if moved is None:  # the rows' new places are not known: start again
+                    resolution = Resolution.RETRY
+                else:
+                    txn = _rebase_rewrite(store, txn, theirs, theirs_manifest, moved)
+                    store.put(f"{TRANSACTIONS_DIR}/{txn_name}", txn.SerializeToString())
+            elif resolution is Resolution.REBASE:
                 txn = _rebase(store, txn, theirs, theirs_manifest, affected)
                 store.put(f"{TRANSACTIONS_DIR}/{txn_name}", txn.SerializeToString())
-            elif resolution is not Resolution.OK:
+            if resolution not in (Resolution.OK, Resolution.REBASE):
                 raise CommitConflictError(
                     f"{store.uri}: {operation_of(txn)} on version {txn.read_version} conflicts "
                     f"with the {operation_of(theirs) if theirs else 'unknown'} committed as "

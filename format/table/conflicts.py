@@ -160,7 +160,13 @@ def check(mine: Transaction, theirs: Transaction | None) -> Resolution:
     if me in ("rewrite", "data_replacement"):
         if other in ("append",):
             return Resolution.OK
-        if other in ("merge", "project") or overlap:
+        if other in ("merge", "project"):
             return Resolution.RETRY
-        return Resolution.OK
+        if overlap and me == "rewrite" and other in ("delete", "update"):
+            if other == "update" and theirs.update.update_mode == Transaction.REWRITE_COLUMNS:
+                return Resolution.RETRY
+            # their deletions follow the rows to where the compaction moved them (the
+            # committer knows; pylance retries the compaction instead)
+            return Resolution.REBASE
+        return Resolution.RETRY if overlap else Resolution.OK
     return Resolution.RETRY
