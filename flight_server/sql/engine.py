@@ -30,8 +30,8 @@ from quiver.flight_server.sql.catalog import (
     QuiverCatalog,
     planning,
 )
-from quiver.flight_server.sql.pushdown import push_down
 from quiver.flight_server.sql.recent import RecentPlans, plan_key
+from quiver.format.dataset.sql.pushdown import push_down
 from quiver.format.dataset.sql.table import STEP_BYTES
 
 if TYPE_CHECKING:

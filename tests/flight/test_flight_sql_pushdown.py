@@ -1,5 +1,5 @@
 """What Flight SQL pushes into Quiver's scans beyond columns and filters
-(`flight_server.sql.pushdown`), checked against DataFusion's answers over the whole table
+(`format.dataset.sql.pushdown`), checked against DataFusion's answers over the whole table
 read by pylance.
 
 - Top-k (`format.dataset.sql.topk`): `ORDER BY key LIMIT k` answered from each fragment

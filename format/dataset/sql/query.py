@@ -1,6 +1,6 @@
 """pylance's `LanceDataset.sql`: a SQL query over one dataset version, run by DataFusion
-over Quiver's scans (`format.dataset.sql.table.QuiverTable`, with projection and filter
-pushdown), its results streamed.
+over Quiver's scans (`format.dataset.sql.table.QuiverTable`, with projection, filter, limit
+and top-k pushdown), its results streamed.
 
 The dataset is the query's one table, named `dataset` unless `table_name` says otherwise;
 `with_row_id` / `with_row_addr` add `_rowid` / `_rowaddr` columns to it; blob columns are
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from quiver.format.dataset.blobs import as_bytes
+from quiver.format.dataset.sql.pushdown import push_down
 from quiver.format.dataset.sql.table import QuiverTable, View
 from quiver.format.errors import InvalidInputError
 
@@ -102,6 +103,8 @@ class SqlQueryBuilder:
         try:
             frame = context.sql_with_options(self._sql, options.with_allow_statements(False))
             schema = frame.schema()
+            # a LIMIT or ORDER BY ... LIMIT stops the table's scans early (`pushdown`)
+            push_down(frame.optimized_logical_plan(), [table])
         except Exception as e:  # DataFusion raises plain Exceptions
             message = f"{self._ds.uri}: sql {self._sql!r}: {_first_line(e)}"
             raise InvalidInputError(message) from None

@@ -254,7 +254,7 @@ class QuiverTable(pads.Dataset):
         self._step_bytes = step_bytes
         # (i, n): only the i-th of the n fragment groups `get_fragments` deals, as one group
         self._part = part
-        # set once the query is planned (`flight_server.sql.pushdown`): the rows a scan of
+        # set once the query is planned (`format.dataset.sql.pushdown`): the rows a scan of
         # each fragment group may stop after, and the first k rows by a column it keeps
         self.limit: int | None = None
         self.top_k: TopK | None = None

@@ -6,7 +6,7 @@ fetch over the table's scan: every projected column of every row is decoded and 
 it, to keep ten. It pushes such a limit into its own Parquet scans, not into a Python
 dataset. So when a sort with a fetch reads straight from one Quiver table (through
 projections and aliases only) and its first key is a column of a number, date, time or
-duration type, `flight_server.sql.pushdown` marks the table with a `TopK`, and each
+duration type, `format.dataset.sql.pushdown` marks the table with a `TopK`, and each
 fragment group's scan (`TopKScan`) reads the key column alone (with the filter the engine
 pushed, and the row addresses), keeps the rows that can still be among the first k under a
 threshold that tightens as it goes, and takes the projected columns of those rows only. The
