@@ -1,11 +1,11 @@
 """Index-build benchmark: scalar index builds by Quiver next to pylance's, on one table.
 
-    .venv/bin/python -m benchmarks.indices [--rows 4000000] [--rounds 5]
+    .venv/bin/python -m benchmarks.indices [--rows 4000000] [--rounds 5] [--only KIND]
 
 The table (cached under benchmarks/.data/, written once by pylance, storage version 2.2,
 1 M-row fragments): `id` int64 unique in random order, `value` uniform float64 rounded to
-3 decimals, `category` a string of 8 levels. Four builds: a BTREE on `id`, a BTREE on
-`value`, a BITMAP on `category` and a ZONEMAP on `value`, each by Quiver
+3 decimals, `category` a string of 8 levels. Five builds: a BTREE on `id`, a BTREE on
+`value`, a BITMAP on `category`, a ZONEMAP on `value` and a BLOOMFILTER on `id`, each by Quiver
 (`quiver.dataset(uri).create_scalar_index`) and by pylance
 (`lance.dataset(uri).create_scalar_index`) with the same arguments, timed from the
 dataset's open to the committed version.
@@ -36,7 +36,13 @@ HERE = Path(__file__).resolve().parent
 DATA = HERE / ".data"
 FRAGMENT_ROWS = 1_000_000
 LEVELS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
-BUILDS = [("id", "BTREE"), ("value", "BTREE"), ("category", "BITMAP"), ("value", "ZONEMAP")]
+BUILDS = [
+    ("id", "BTREE"),
+    ("value", "BTREE"),
+    ("category", "BITMAP"),
+    ("value", "ZONEMAP"),
+    ("id", "BLOOMFILTER"),
+]
 CHECKS = {
     "id": ["id = 12345", "id BETWEEN 1000 AND 1100"],
     "value": ["value = 0.5", "value < 0.001"],
@@ -107,11 +113,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=4_000_000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--only", help="one index type (BTREE, BITMAP, ZONEMAP, BLOOMFILTER)")
     args = parser.parse_args()
     uri = table_path(args.rows)
+    builds = [b for b in BUILDS if args.only is None or b[1] == args.only.upper()]
     results: dict[tuple[str, str, str], list[dict[str, float]]] = {}
     for r in range(args.rounds):
-        for column, kind in BUILDS:
+        for column, kind in builds:
             engines = ["quiver", "pylance"] if r % 2 == 0 else ["pylance", "quiver"]
             for engine in engines:
                 results.setdefault((engine, column, kind), []).append(
@@ -122,7 +130,7 @@ def main() -> None:
     print(f"{args.rows:,} rows, {args.rounds} rounds, medians\n")
     print("| build | pylance s (peak RSS) | Quiver s (peak RSS) | Quiver / pylance |")
     print("|---|---|---|---|")
-    for column, kind in BUILDS:
+    for column, kind in builds:
         ours, theirs = results[("quiver", column, kind)], results[("pylance", column, kind)]
         ratios = [t["seconds"] / o["seconds"] for o, t in zip(ours, theirs, strict=True)]
 

@@ -2115,6 +2115,138 @@ static PyObject *fullzip_walk(PyObject *self, PyObject *args)
 
 /* -- module --------------------------------------------------------------------------------- */
 
+/* -- split-block bloom filters (format.table.sbbf) -------------------------------------------- */
+
+#define XXH_P1 0x9E3779B185EBCA87ULL
+#define XXH_P2 0xC2B2AE3D27D4EB4FULL
+#define XXH_P3 0x165667B19E3779F9ULL
+#define XXH_P4 0x85EBCA77C2B2AE63ULL
+#define XXH_P5 0x27D4EB2F165667C5ULL
+
+static inline uint64_t rotl64(uint64_t x, int r)
+{
+    return (x << r) | (x >> (64 - r));
+}
+
+/* xxHash64 (seed 0) of one little-endian value of 1, 2, 4 or 8 bytes */
+static inline uint64_t xxh64_short(const uint8_t *p, int width)
+{
+    uint64_t h = XXH_P5 + (uint64_t)width;
+    if (width == 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        v = LE64(v);
+        h ^= rotl64(v * XXH_P2, 31) * XXH_P1;
+        h = rotl64(h, 27) * XXH_P1 + XXH_P4;
+    } else if (width == 4) {
+        uint32_t v;
+        memcpy(&v, p, 4);
+        v = LE32(v);
+        h ^= (uint64_t)v * XXH_P1;
+        h = rotl64(h, 23) * XXH_P2 + XXH_P3;
+    } else {
+        for (int i = 0; i < width; i++) {
+            h ^= (uint64_t)p[i] * XXH_P5;
+            h = rotl64(h, 11) * XXH_P1;
+        }
+    }
+    h ^= h >> 33;
+    h *= XXH_P2;
+    h ^= h >> 29;
+    h *= XXH_P3;
+    h ^= h >> 32;
+    return h;
+}
+
+PyDoc_STRVAR(xxh64_fixed_doc,
+             "xxh64_fixed(values, width, out): out[i] (uint64) = xxHash64 with seed 0 of the i-th "
+             "width-byte value of values (width 1, 2, 4 or 8).");
+
+static PyObject *xxh64_fixed(PyObject *self, PyObject *args)
+{
+    Py_buffer values, out;
+    int width;
+    if (!PyArg_ParseTuple(args, "y*iw*", &values, &width, &out))
+        return NULL;
+    Py_buffer *all[] = {&values, &out};
+    PyObject *res = NULL;
+    if (width != 1 && width != 2 && width != 4 && width != 8) {
+        PyErr_Format(PyExc_ValueError, "xxh64_fixed: width %d is not 1, 2, 4 or 8", width);
+    } else if (values.len % width || out.len != values.len / width * 8) {
+        PyErr_SetString(PyExc_ValueError, "xxh64_fixed: out must hold one uint64 per value");
+    } else {
+        const uint8_t *src = values.buf;
+        uint8_t *dst = out.buf;
+        const Py_ssize_t n = values.len / width;
+        BEGIN_NOGIL(n)
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint64_t h = LE64(xxh64_short(src + i * width, width));
+            memcpy(dst + 8 * i, &h, 8);
+        }
+        END_NOGIL
+        res = Py_NewRef(Py_None);
+    }
+    release(2, all);
+    return res;
+}
+
+static const uint32_t SBBF_SALT[8] = {0x47B6137BU, 0x44974D91U, 0x8824AD5BU, 0xA2B7289DU,
+                                      0x705495C7U, 0x2DF1424BU, 0x9EFC4947U, 0x5C6BFB31U};
+
+PyDoc_STRVAR(sbbf_fill_doc,
+             "sbbf_fill(hashes, bounds, out, num_bytes): set in filter i (out[i * num_bytes:], "
+             "zeroed, blocks of eight little-endian uint32 words) the bits of hashes "
+             "[bounds[i], bounds[i + 1]) (uint64), as Parquet's split-block bloom filter.");
+
+static PyObject *sbbf_fill(PyObject *self, PyObject *args)
+{
+    Py_buffer hashes, bounds, out;
+    Py_ssize_t num_bytes;
+    if (!PyArg_ParseTuple(args, "y*y*w*n", &hashes, &bounds, &out, &num_bytes))
+        return NULL;
+    Py_buffer *all[] = {&hashes, &bounds, &out};
+    PyObject *res = NULL;
+    const Py_ssize_t filters = len64(&bounds) - 1;
+    if (num_bytes < 32 || num_bytes % 32 || filters < 0 || out.len != filters * num_bytes ||
+        hashes.len % 8) {
+        PyErr_SetString(PyExc_ValueError, "sbbf_fill: bad filter size or buffer lengths");
+    } else {
+        int bad = 0;
+        for (Py_ssize_t f = 0; f <= filters && !bad; f++) {
+            int64_t b = at64(&bounds, f);
+            bad = b < 0 || b > len64(&hashes) || (f > 0 && b < at64(&bounds, f - 1));
+        }
+        if (bad) {
+            PyErr_SetString(PyExc_ValueError, "sbbf_fill: bounds outside the hashes");
+        } else {
+            const uint8_t *src = hashes.buf;
+            uint8_t *dst = out.buf;
+            const uint64_t blocks = (uint64_t)(num_bytes / 32);
+            BEGIN_NOGIL(len64(&hashes))
+            for (Py_ssize_t f = 0; f < filters; f++) {
+                uint8_t *filter = dst + f * num_bytes;
+                for (int64_t i = at64(&bounds, f); i < at64(&bounds, f + 1); i++) {
+                    uint64_t h;
+                    memcpy(&h, src + 8 * i, 8);
+                    h = LE64(h);
+                    uint8_t *block = filter + 32 * (((h >> 32) * blocks) >> 32);
+                    const uint32_t low = (uint32_t)h;
+                    for (int w = 0; w < 8; w++) {
+                        uint32_t word;
+                        memcpy(&word, block + 4 * w, 4);
+                        word = LE32(LE32(word) | (1U << ((low * SBBF_SALT[w]) >> 27)));
+                        memcpy(block + 4 * w, &word, 4);
+                    }
+                }
+            }
+            END_NOGIL
+            res = Py_NewRef(Py_None);
+        }
+    }
+    release(3, all);
+    return res;
+}
+
 #define METHOD(name) {#name, name, METH_VARARGS, name##_doc}
 
 static PyMethodDef methods[] = {
@@ -2143,6 +2275,8 @@ static PyMethodDef methods[] = {
     METHOD(postings_full),
     METHOD(bm25_gather),
     METHOD(fullzip_walk),
+    METHOD(xxh64_fixed),
+    METHOD(sbbf_fill),
     {NULL, NULL, 0, NULL},
 };
 

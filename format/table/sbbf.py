@@ -14,9 +14,12 @@ Two users: the inserted-keys filter of a merge on the primary key
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 import xxhash
+
+from quiver.format import _kernels
 
 __all__ = ["check_hashes", "filter_bytes", "log2_bytes", "xxh64_fixed", "xxh64_values"]
 
@@ -33,43 +36,21 @@ SALT = np.array(
     ],
     dtype=np.uint64,
 )
+_SALT32 = SALT.astype(np.uint32)
+_WORD_BITS = np.arange(8, dtype=np.int64) * 32  # where each of a block's words starts
 _MIN_LOG2, _MAX_LOG2 = 5, 27  # 32 bytes (one block) to 128 MiB
-
-_P1 = np.uint64(0x9E3779B185EBCA87)
-_P2 = np.uint64(0xC2B2AE3D27D4EB4F)
-_P3 = np.uint64(0x165667B19E3779F9)
-_P4 = np.uint64(0x85EBCA77C2B2AE63)
-_P5 = np.uint64(0x27D4EB2F165667C5)
-
-
-def _rotl(x: np.ndarray, r: int) -> np.ndarray:
-    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
 
 
 def xxh64_fixed(values: np.ndarray) -> np.ndarray:
     """xxHash64 (seed 0) of each element's little-endian bytes, for elements of 1, 2, 4
-    or 8 bytes, computed for the whole array at once (xxHash64's short-input path)."""
+    or 8 bytes (a compiled loop: `format._kernels.xxh64_fixed`)."""
     width = values.dtype.itemsize
     if width not in (1, 2, 4, 8):
         raise ValueError(f"xxh64_fixed hashes 1, 2, 4 or 8 byte values, not {width}")
-    raw = np.ascontiguousarray(values).view(f"<u{width}").astype(np.uint64)
-    with np.errstate(over="ignore"):
-        h = np.full(len(raw), _P5 + np.uint64(width), dtype=np.uint64)
-        if width == 8:
-            k = _rotl(raw * _P2, 31) * _P1
-            h = _rotl(h ^ k, 27) * _P1 + _P4
-        elif width == 4:
-            h = _rotl(h ^ (raw * _P1), 23) * _P2 + _P3
-        else:
-            for i in range(width):  # one byte at a time
-                byte = (raw >> np.uint64(8 * i)) & np.uint64(0xFF)
-                h = _rotl(h ^ (byte * _P5), 11) * _P1
-        h ^= h >> np.uint64(33)
-        h *= _P2
-        h ^= h >> np.uint64(29)
-        h *= _P3
-        h ^= h >> np.uint64(32)
-    return h
+    raw = np.ascontiguousarray(values).view(f"<u{width}")
+    out = np.empty(len(raw), dtype=np.uint64)
+    _kernels.xxh64_fixed(raw, width, out)
+    return out
 
 
 def xxh64_values(values: list[bytes]) -> np.ndarray:
@@ -94,6 +75,7 @@ def _false_positive_rate(ndv: int, log2: int) -> float:
     return min(total, 1.0)
 
 
+@lru_cache(maxsize=64)
 def log2_bytes(ndv: int, fpp: float) -> int:
     """log2 of the bytes pylance gives a filter of `ndv` values at rate `fpp`."""
     if not 0.0 <= fpp < 1.0:
@@ -111,21 +93,30 @@ def log2_bytes(ndv: int, fpp: float) -> int:
 def _bit_positions(hashes: np.ndarray, num_blocks: int) -> np.ndarray:
     """For each hash, the index (in the filter's bits, words little-endian) of the bit it
     sets in each of its block's eight words: shape (len(hashes), 8)."""
-    h = hashes.astype(np.uint64)
+    h = hashes.astype(np.uint64, copy=False)
     with np.errstate(over="ignore"):
         block = ((h >> np.uint64(32)) * np.uint64(num_blocks)) >> np.uint64(32)
-        low = h & np.uint64(0xFFFFFFFF)
-        shift = ((low[:, None] * SALT[None, :]) & np.uint64(0xFFFFFFFF)) >> np.uint64(27)
-    words = block[:, None] * np.uint64(8) + np.arange(8, dtype=np.uint64)[None, :]
-    return (words * np.uint64(32) + shift).astype(np.int64)
+        # the low 32 bits times each salt, modulo 2**32: its top five bits pick the bit
+        shift = (h.astype(np.uint32)[:, None] * _SALT32[None, :]) >> np.uint32(27)
+    # positions fit int32 up to the largest filter (2**30 bits): half the traffic of int64
+    kind = np.int32 if num_blocks <= 1 << 22 else np.int64
+    rows = block.astype(kind) * kind(256)
+    return rows[:, None] + _WORD_BITS.astype(kind)[None, :] + shift.astype(kind)
+
+
+def filters_bytes(hashes: np.ndarray, bounds: np.ndarray, num_bytes: int) -> list[bytes]:
+    """One filter of `num_bytes` per run of `hashes`: filter i holds
+    hashes[bounds[i]:bounds[i + 1]] (a compiled loop: `format._kernels.sbbf_fill`)."""
+    bounds = np.ascontiguousarray(bounds, dtype=np.int64)
+    count = len(bounds) - 1
+    out = np.zeros(max(count, 0) * num_bytes, dtype=np.uint8)
+    _kernels.sbbf_fill(np.ascontiguousarray(hashes, dtype=np.uint64), bounds, out, num_bytes)
+    return [out[i * num_bytes : (i + 1) * num_bytes].tobytes() for i in range(count)]
 
 
 def filter_bytes(hashes: np.ndarray, num_bytes: int) -> bytes:
     """The filter of `num_bytes` (a multiple of 32) holding every hash."""
-    bits = np.zeros(num_bytes * 8, dtype=np.uint8)
-    if len(hashes):
-        bits[_bit_positions(hashes, num_bytes // 32).ravel()] = 1
-    return np.packbits(bits, bitorder="little").tobytes()
+    return filters_bytes(hashes, np.array([0, len(hashes)], dtype=np.int64), num_bytes)[0]
 
 
 def check_hashes(filters: np.ndarray, hashes: np.ndarray) -> np.ndarray:

@@ -31,7 +31,7 @@ from quiver.format.index.scalar.zonemap import zones
 from quiver.format.io.store import ObjectStore
 from quiver.format.table.sbbf import (
     check_hashes,
-    filter_bytes,
+    filters_bytes,
     log2_bytes,
     xxh64_fixed,
     xxh64_values,
@@ -51,6 +51,7 @@ BLOOM_DETAILS = "/lance.index.pb.BloomFilterIndexDetails"
 BLOOM_FILE = "bloomfilter.lance"
 NUMBER_OF_ITEMS = 8192
 PROBABILITY = "0.00057"
+_EMPTY_HASHES = np.empty(0, np.uint64)
 _SHIFT = np.uint64(32)
 _LOW = np.uint64(0xFFFFFFFF)
 
@@ -109,13 +110,23 @@ def build_bloomfilter(
     addresses = np.asarray(addresses, dtype=np.uint64)
     starts, stops = zones(addresses)
     size = 1 << log2_bytes(NUMBER_OF_ITEMS, float(PROBABILITY))
-    valid = values.is_valid().to_numpy(zero_copy_only=False)
-    filters, has_null = [], []
-    for lo, hi in zip(starts.tolist(), stops.tolist(), strict=True):
-        part = values.slice(lo, hi - lo)
-        has_null.append(part.null_count > 0)
-        present = part.drop_null() if part.null_count else part
-        filters.append(filter_bytes(value_hashes(present), size))
+    # every zone's non-null values hashed at once, zone after zone
+    edges = np.concatenate((starts, stops[-1:])) if len(starts) else np.zeros(1, np.int64)
+    if values.null_count:
+        valid = values.is_valid().to_numpy(zero_copy_only=False)
+        nulls_before = np.concatenate(([0], np.cumsum(~valid)))[edges]
+        nulls = addresses[~valid]
+        del valid
+    else:
+        nulls_before = np.zeros(len(edges), np.int64)
+        nulls = addresses[:0]
+    bounds = edges - nulls_before
+    has_null = (np.diff(nulls_before) > 0).tolist()
+    present = values.drop_null() if values.null_count else values
+    # hashed a million values at a time: the hash's temporaries stay small
+    step = 1 << 20
+    hashes = [value_hashes(present.slice(i, step)) for i in range(0, len(present), step)]
+    filters = filters_bytes(np.concatenate(hashes or [_EMPTY_HASHES]), bounds, size)
     offsets = addresses & _LOW
     first = offsets[starts] if len(starts) else np.zeros(0, np.uint64)
     last = offsets[stops - 1] if len(stops) else np.zeros(0, np.uint64)
@@ -142,7 +153,6 @@ def build_bloomfilter(
         ],
         schema=schema.to_arrow(),
     )
-    nulls = addresses[~valid]
     if previous:
         olds = [_read_segment(s, d, physical_rows or {}) for s, d in previous]
         table = pa.concat_tables([t for t, _ in olds] + [table])
