@@ -34,6 +34,7 @@ STEPS = 30
 # _rowid tests on legacy files
 PYLANCE_FILTER_BUGS = ("No field named _row", "Encountered internal error")
 ENGINES: dict[str, Any] = {"pylance": lance, "ours": ours_engine}
+SCALAR_KINDS = ["BTREE", "BITMAP", "ZONEMAP", "BLOOMFILTER"]  # built by either engine
 
 
 def _seeds() -> list[int]:
@@ -181,7 +182,7 @@ class _Sequence:
             or pa.types.is_string(schema.field(c).type)
         ]
         # (names of their own: the lambdas above read `col` when they run)
-        indexed, kind = self.rng.choice(scalar), self.rng.choice(["BTREE", "BITMAP", "ZONEMAP"])
+        indexed, kind = self.rng.choice(scalar), self.rng.choice(SCALAR_KINDS)
         # pylance 14 fails filtered reads and updates of legacy datasets holding scalar
         # indices (its own too: a panic "Take should not be used to insert row_id /
         # row_addr", or "integers are ordered up to the 0th element"): none are built there
