@@ -153,11 +153,12 @@ def _name_and_uuid(
 
 def _indexed_field(core: DatasetCore, column: object, fragment_ids: object, train: bool) -> Any:
     """The field an index is built on, refusing what Quiver cannot build: indices of some
-    fragments only, untrained ones, a column that is not a name."""
+    fragments only (pylance's distributed builds), untrained vector indices, a column that
+    is not a name (`train` is False only where an untrained index is built)."""
     if fragment_ids is not None or not train:
         raise UnsupportedFeatureError(
             f"{core.uri}: indices built on some fragments only (fragment_ids) or untrained "
-            "ones cannot be built by Quiver yet"
+            "vector indices cannot be built by Quiver yet"
         )
     if not isinstance(column, str):
         raise InvalidInputError(f"{core.uri}: the column to index must be a name, not {column!r}")
@@ -188,10 +189,10 @@ def create_scalar_index(
     **options: Any,
 ) -> DatasetCore:
     """Build a BTREE, BITMAP, LABEL_LIST, ZONEMAP, BLOOMFILTER, NGRAM or INVERTED index of
-    `column` over
-    every live row of this version and commit it as the next version (pylance's
-    `create_scalar_index`; INVERTED takes its tokenizer `options`, NGRAM ignores any, as
-    pylance does); the new version."""
+    `column` over every live row of this version (none with `train=False`: an empty index
+    that `optimize_indices` fills) and commit it as the next version (pylance's
+    `create_scalar_index`; INVERTED takes its tokenizer `options`, NGRAM and BLOOMFILTER
+    ignore any, as pylance does); the new version."""
     kind = str(index_type).upper() if isinstance(index_type, str) else None
     kind = "INVERTED" if kind == "FTS" else kind
     if kind not in SCALAR_INDEX_TYPES:
@@ -208,7 +209,8 @@ def create_scalar_index(
     if options and kind not in ("INVERTED", "NGRAM", "BLOOMFILTER"):
         raise InvalidInputError(f"{core.uri}: unknown {kind} index option {sorted(options)[0]!r}")
     params = _fts.index_params(options, core.uri) if kind == "INVERTED" else None
-    field = _indexed_field(core, column, fragment_ids, train)
+    # train=False: an index of no rows yet, which optimize_indices fills (as pylance's)
+    field = _indexed_field(core, column, fragment_ids, True)
     arrow_type = core.lance_schema.project([column]).to_arrow().field(0).type
     if kind == "BLOOMFILTER":
         check_bloom_type(column, arrow_type)
@@ -218,9 +220,11 @@ def create_scalar_index(
     name, same_name, new_uuid = _name_and_uuid(
         core, column, field.id, details, name, replace, index_uuid
     )
+    fragments = fragments_of(core) if train else []
     segment, directory = _build_segment(
-        core, kind, field.id, column, name, new_uuid, fragments_of(core), core.version, None, params
-    )
+        core, kind, field.id, column, name, new_uuid, fragments, core.version, None, params,
+        untrained=not train,
+    )  # fmt: skip
     body = transaction_pb2.Transaction.CreateIndex(
         new_indices=[segment], removed_indices=[e.pb for e in same_name]
     )
@@ -345,6 +349,7 @@ def _build_segment(
     covers: set[int] | None = None,
     params: dict[str, Any] | None = None,
     previous: list[IndexEntry] | None = None,
+    untrained: bool = False,
 ) -> tuple[table_pb2.IndexMetadata, str]:
     """Write one index segment of `kind` over the live rows of `fragments` into
     `_indices/<uuid>/`; its manifest record (covering `covers`, default those fragments)
@@ -364,8 +369,9 @@ def _build_segment(
             assert params is not None
             old = [_where(core, e) for e in previous or []]
             files = _fts.build_inverted(
-                core.store, directory, values, row_ids, index_file_version(core), params, old
-            )
+                core.store, directory, values, row_ids, index_file_version(core), params, old,
+                untrained=untrained,
+            )  # fmt: skip
         elif kind == "BLOOMFILTER" and previous:
             files = build_bloomfilter(
                 core.store,
@@ -508,7 +514,10 @@ def optimize_indices(
             scanned = [fragments[f] for f in sorted(covers) if f in fragments]
             # the version a merged segment was built from, as pylance records it: the oldest
             # merged one's (zone maps merging segments are trained afresh: this version)
-            version = min((s.dataset_version for s in merged), default=core.version)
+            # (an untrained segment, covering nothing, counts as none, except for INVERTED
+            # indices, whose merges keep the segments' partitions: pylance's)
+            trained = [s for s in merged if s.fragment_ids or kind == "INVERTED"]
+            version = min((s.dataset_version for s in trained), default=core.version)
             if kind == "ZONEMAP" and len(merged) > 1:
                 version = core.version
             if kind == _VECTOR:

@@ -222,11 +222,15 @@ def build_inverted(
     version: str,
     params: dict[str, Any],
     previous: Sequence[tuple[ObjectStore, str]] = (),
+    *,
+    untrained: bool = False,
 ) -> list[tuple[str, int]]:
     """Write an INVERTED index of `texts` (their row ids beside) into `directory`; (file,
     size) pairs. With `previous` segments (their store and directory), the new index holds
     their partitions first, unchanged, then one over `texts`: pylance's way of bringing an
-    index up to date, which keeps the statistics the old documents were indexed with."""
+    index up to date, which keeps the statistics the old documents were indexed with.
+    `untrained` (`train=False`): no partition at all, only the metadata, as pylance
+    writes an index that `optimize_indices` fills later."""
     analyzer = Analyzer(AnalyzerParams.from_json(params, store.uri_of(directory)))
     files: list[tuple[str, int]] = []
     count = 0
@@ -237,7 +241,7 @@ def build_inverted(
             )
             count += 1
     tables = _partition(analyzer, texts, row_ids)
-    if tables or not count:
+    if (tables or not count) and not untrained:
         if not tables:  # an index of no document: one empty partition, as pylance writes
             tables = empty_partition(bool(params["with_position"]))
         named = {f"part_{count}_{suffix}.lance": t for suffix, t in tables.items()}

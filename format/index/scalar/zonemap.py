@@ -40,7 +40,9 @@ def zonemap_details(type_: pa.DataType) -> bytes:
 
 def zones(addresses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Where each zone's rows start and stop among the scanned rows: runs of one fragment,
-    cut every ROWS_PER_ZONE rows."""
+    cut every ROWS_PER_ZONE rows (none without rows)."""
+    if not len(addresses):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
     frags = addresses >> _SHIFT
     cuts = np.flatnonzero(frags[1:] != frags[:-1]) + 1
     runs = zip(np.concatenate(([0], cuts)).tolist(), [*cuts.tolist(), len(addresses)], strict=True)
