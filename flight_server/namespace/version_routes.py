@@ -19,6 +19,8 @@ import statistics
 import threading
 from typing import Any
 
+from quiver.flight_server.errors import QuiverError
+from quiver.flight_server.names import on_branch
 from quiver.flight_server.namespace import errors as ne
 from quiver.flight_server.namespace.calls import Call
 from quiver.flight_server.namespace.catalog_routes import (
@@ -102,6 +104,13 @@ def describe_version(ctx: Context, call: Call) -> dict[str, Any]:
 
 def create_version(ctx: Context, call: Call) -> dict[str, Any]:
     name, _ = table_of(ctx, call, WRITE)
+    branch = call.str("branch")
+    if branch and branch != "main":
+        # a branch's versions, its first (pylance's create_branch publishes it here) too
+        try:
+            name = on_branch(name, branch)
+        except QuiverError as e:
+            raise ne.invalid(f"{call.op}: {e}") from None
     version = call.int("version", required=True, minimum=1)
     staged = call.str("manifest_path", required=True)
     assert version is not None and staged is not None

@@ -165,3 +165,32 @@ def test_storage_without_atomic_create(tmp_path, monkeypatch) -> None:
     finally:
         namespace.stop()
         server.shutdown()
+
+
+def test_pylance_branches_commit_through_quiver(served: Served) -> None:
+    """pylance's create_branch and its writes on the branch publish each version through
+    CreateTableVersion (with `branch`), into the branch's tree; the main line is untouched."""
+    ns = lns.RestNamespace(uri=served.url)
+    lance.write_dataset(ROWS, namespace_client=ns, table_id=["m", "br"], mode="create")
+    ds = lance.dataset(namespace_client=ns, table_id=["m", "br"])
+    before = _count(served, "CreateTableVersion")
+    ds.create_branch("dev")
+    dev = ds.checkout_version(("dev", None))
+    dev.insert(ROWS)
+    dev.delete("id = 2")
+    assert _count(served, "CreateTableVersion") - before == 3
+    tree = served.root / "m" / "br.lance" / "tree" / "dev" / "_versions"
+    assert sorted(p.name for p in tree.glob("*.manifest*")) == [
+        f"{2**64 - 1 - v}.manifest" for v in (3, 2, 1)
+    ]
+    main = lance.dataset(namespace_client=ns, table_id=["m", "br"])
+    assert main.version == 1 and main.to_table() == ROWS
+    with Client(served.flight) as client:
+        got = client.branch("dev").read("m/br").sort_by("id")
+    want = pa.concat_tables([ROWS, ROWS]).filter(pa.compute.field("id") != 2).sort_by("id")
+    assert got == want
+    staged = {"version": 9, "manifest_path": "m/br.lance/tree/dev/_versions/x", "branch": "dev"}
+    refused = call(served.url, "POST", "/v1/table/m%24br/version/create", staged)
+    assert (refused.status, refused.code) == (400, 13)
+    bad = dict(staged, branch="../up")
+    assert call(served.url, "POST", "/v1/table/m%24br/version/create", bad).code == 13
