@@ -32,6 +32,10 @@ from quiver.format.errors import LanceError  # noqa: E402
 
 COMMANDS = ("serve", "inspect", "demo", "hash-password", "api-key")
 
+STARTED_BY = os.getppid()
+"""The process that started this one, for `--exit-with-parent`. The `quiver` command sets it
+from `quiver.STARTED_BY`, read before its imports: a parent that dies while they run is seen."""
+
 
 def _inspect(args: argparse.Namespace) -> int:
     version: int | str | None = args.version
@@ -152,8 +156,7 @@ def _serve(args: argparse.Namespace) -> int:
     # SIGTERM/SIGINT: health NOT_SERVING, new calls UNAVAILABLE, running calls finish (up to
     # --drain-seconds), then shutdown and exit 0. With --exit-with-parent, the same once the
     # process that started the server is gone (this process is then adopted by another).
-    parent = os.getppid()
-    still_wanted = (lambda: os.getppid() == parent) if args.exit_with_parent else None
+    still_wanted = (lambda: os.getppid() == STARTED_BY) if args.exit_with_parent else None
     try:
         return serve_until_signalled(
             server,

@@ -13,10 +13,15 @@ Errors of the client are `quiver.QuiverError` subclasses (`NotFound`, `InvalidAr
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from quiver.clients import Client
-from quiver.clients.errors import (
+# The process that started this one, read before the imports below (a second or more on a busy
+# machine): `quiver serve --exit-with-parent` must know its parent even if it dies meanwhile.
+STARTED_BY = os.getppid()
+
+from quiver.clients import Client  # noqa: E402
+from quiver.clients.errors import (  # noqa: E402
     AlreadyExists,
     CommitConflict,
     DataCorrupt,
@@ -28,8 +33,8 @@ from quiver.clients.errors import (
     Unauthenticated,
     Unavailable,
 )
-from quiver.format.dataset import LanceDataset, dataset, write_dataset
-from quiver.format.errors import LanceError
+from quiver.format.dataset import LanceDataset, dataset, write_dataset  # noqa: E402
+from quiver.format.errors import LanceError  # noqa: E402
 
 __all__ = [
     "AlreadyExists",

@@ -31,6 +31,7 @@ from typing import Any
 
 import pyarrow as pa
 
+import quiver
 from quiver.clients.progress import Elapsed
 from quiver.flight_server import cli as server_cli
 from quiver.wire.errors import QuiverError
@@ -378,6 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         build_parser().parse_args(argv)  # prints every command's summary and exits
     if not argv or argv[0] not in PEOPLE:
+        server_cli.STARTED_BY = quiver.STARTED_BY
         return server_cli.main(argv)  # serve (the default), inspect, demo, hash-password, api-key
     args = build_parser().parse_args(argv)
     from quiver.format.errors import LanceError
