@@ -37,6 +37,9 @@ class IndexActions:
         target_partition_size: int | None = None,
         ivf_centroids: np.ndarray | None = None,
         pq_codebook: np.ndarray | None = None,
+        m: int | None = None,
+        ef_construction: int | None = None,
+        max_level: int | None = None,
         progress: Progress | None = None,
         params: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
@@ -44,8 +47,9 @@ class IndexActions:
 
         A BTREE or BITMAP index as pylance's `create_scalar_index` builds it (named
         `{column}_idx` by default, replacing the index of that name unless `replace=False`);
-        an IVF_FLAT, IVF_PQ or IVF_SQ index as pylance's `create_index` (its parameters and
-        defaults: `replace=False`, l2, partitions from the row count; IVF_PQ needs
+        an IVF_FLAT, IVF_PQ or IVF_SQ index, or its IVF_HNSW_* form (`m`, `ef_construction`,
+        `max_level` shape the graphs), as pylance's `create_index` (its parameters and
+        defaults: `replace=False`, l2, partitions from the row count; PQ needs
         `num_sub_vectors`). An INVERTED (full-text) index takes pylance's tokenizer options
         in `params` (`{"stem": False, "base_tokenizer": "whitespace", ...}`). `progress` is
         called with each stage of the build as the server reports it."""
@@ -60,6 +64,9 @@ class IndexActions:
             "sample_rate": sample_rate,
             "max_iters": max_iters,
             "target_partition_size": target_partition_size,
+            "m": m,
+            "ef_construction": ef_construction,
+            "max_level": max_level,
             "ivf_centroids": None if ivf_centroids is None else np.asarray(ivf_centroids).tolist(),
             "pq_codebook": None if pq_codebook is None else np.asarray(pq_codebook).tolist(),
             "params": params,

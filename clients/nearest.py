@@ -133,7 +133,7 @@ def search_batch(
 
 def split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Search options (metric, nprobes...) apart from read options (filter, columns...)."""
-    search_keys = ("metric", "nprobes", "minimum_nprobes", "maximum_nprobes", "refine_factor")
+    search_keys = ("metric", "nprobes", "minimum_nprobes", "maximum_nprobes", "refine_factor", "ef")
     search_keys += ("use_index", "distance_range")
     read_keys = ("columns", "filter", "prefilter", "with_row_id", "version", "tag", "as_of")
     read_keys += ("branch",)

@@ -417,6 +417,9 @@ def _create_index(ctx: ActionContext, f: Fields) -> dict[str, Any]:
             "num_bits": f.int("num_bits", minimum=1),
             "sample_rate": f.int("sample_rate", minimum=1),
             "max_iters": f.int("max_iters", minimum=1),
+            "m": f.int("m", minimum=1),
+            "ef_construction": f.int("ef_construction", minimum=1),
+            "max_level": f.int("max_level", minimum=1),
         }
         extra = {k: v for k, v in extra.items() if v is not None}
         estimate = build_memory(ds.core, column, index_type, **options, **extra)

@@ -72,7 +72,7 @@ def nearest_options(value: dict[str, Any], *, need_q: bool) -> dict[str, Any]:
         out["q"] = np.asarray(q, dtype=np.float32)
     elif q is not None:
         raise InvalidArgument("DoExchange: the query vectors come as record batches, not 'q'")
-    for key in ("k", "nprobes", "minimum_nprobes", "maximum_nprobes", "refine_factor"):
+    for key in ("k", "nprobes", "minimum_nprobes", "maximum_nprobes", "refine_factor", "ef"):
         value_ = f.int(key, minimum=0)
         if value_ is not None:
             out[key] = value_

@@ -2,7 +2,8 @@
  * byte-stream-split joins, FSST decoding and the Variable / Flat(1) chunk kernels; the range
  * gather also serves the store's scattered reads (format.io.store.FileReader.read_spans).
  * One more serves vector search: `ivf_topk` scores IVF partitions and keeps each query's
- * nearest rows (format.index.vector.search).
+ * nearest rows (format.index.vector.search); `hnsw_topk` searches partitions through their HNSW
+ * graphs and `hnsw_build` builds them (format.index.vector.hnsw).
  *
  * The Python modules of format/file/v21 (gather, bitpacking, rle, byte_stream_split, fsst,
  * compression) and the store validate arguments, allocate outputs with numpy and call these functions; they
@@ -1758,6 +1759,618 @@ done:
     return res;
 }
 
+/* -- HNSW graphs (IVF_HNSW_* sub-indices) ------------------------------------------------- */
+
+/* A graph node reached during a search: its distance and id (its row in the partition). */
+typedef struct {
+    float d;
+    uint32_t id;
+} HnswNode;
+
+/* A binary heap of nodes, the largest distance on top when `max`, else the smallest. */
+typedef struct {
+    HnswNode *a;
+    Py_ssize_t n;
+    int max;
+} HnswHeap;
+
+static inline int hnsw_above(const HnswHeap *h, HnswNode x, HnswNode y)
+{
+    return h->max ? x.d > y.d : x.d < y.d;
+}
+
+static void hnsw_heap_push(HnswHeap *h, HnswNode x)
+{
+    Py_ssize_t i = h->n++;
+    while (i > 0) {
+        Py_ssize_t p = (i - 1) / 2;
+        if (!hnsw_above(h, x, h->a[p]))
+            break;
+        h->a[i] = h->a[p];
+        i = p;
+    }
+    h->a[i] = x;
+}
+
+static void hnsw_heap_sift(HnswHeap *h, Py_ssize_t i)
+{
+    HnswNode x = h->a[i];
+    for (;;) {
+        Py_ssize_t c = 2 * i + 1;
+        if (c >= h->n)
+            break;
+        if (c + 1 < h->n && hnsw_above(h, h->a[c + 1], h->a[c]))
+            c++;
+        if (!hnsw_above(h, h->a[c], x))
+            break;
+        h->a[i] = h->a[c];
+        i = c;
+    }
+    h->a[i] = x;
+}
+
+static HnswNode hnsw_heap_pop(HnswHeap *h)
+{
+    HnswNode top = h->a[0];
+    h->a[0] = h->a[--h->n];
+    if (h->n)
+        hnsw_heap_sift(h, 0);
+    return top;
+}
+
+/* One partition's graph as `hnsw_topk` reads it: `rows` (levels x n, int32) gives a node's row
+ * at each level (-1: not on it), row r's neighbours are nbr[offsets[r] .. offsets[r + 1]]. */
+typedef struct {
+    Py_ssize_t n, n_rows, n_nbr;
+    int levels;
+    uint32_t entry;
+    const int32_t *rows;
+    const int64_t *offsets;
+    const uint32_t *nbr;
+    /* a graph being built (rows is then NULL): lists of level 0 (k = 0) and of the upper levels
+     * (k = 1), list i of kind k at adj[k] + i * cap[k] with cnt[k][i] entries and their
+     * distances at dis[k] + i * cap[k]; node's list on level l > 0 is upper[node] + l - 1 */
+    uint32_t *adj[2];
+    float *dis[2];
+    int32_t *cnt[2];
+    Py_ssize_t cap[2];
+    const int64_t *upper;
+    const int32_t *level_of;
+} HnswGraph;
+
+/* The list of node on `level` of a graph being built (-1: the node is not on that level). */
+static inline int64_t hnsw_list(const HnswGraph *g, int level, uint32_t node)
+{
+    if (level == 0)
+        return node;
+    return level > g->level_of[node] ? -1 : g->upper[node] + level - 1;
+}
+
+static inline const uint32_t *hnsw_neighbors(const HnswGraph *g, int level, uint32_t node,
+                                             Py_ssize_t *count)
+{
+    if (g->rows == NULL) {
+        int64_t i = hnsw_list(g, level, node);
+        int k = level > 0;
+        *count = i < 0 ? 0 : g->cnt[k][i];
+        return i < 0 ? NULL : g->adj[k] + i * g->cap[k];
+    }
+    /* bounds tested on every access (cheap), so a graph need not be checked whole per call */
+    int32_t r = g->rows[(Py_ssize_t)level * g->n + node];
+    int64_t a = r >= 0 && r < g->n_rows ? g->offsets[r] : 0;
+    int64_t b = r >= 0 && r < g->n_rows ? g->offsets[r + 1] : 0;
+    if (a < 0 || b < a || b > g->n_nbr) {
+        *count = 0;
+        return NULL;
+    }
+    *count = (Py_ssize_t)(b - a);
+    return g->nbr + a;
+}
+
+/* How a node is measured: against a query (the storage's scoring, as `ivf_topk`), or, while a
+ * graph is built, against another node (`vec`: rows of `dim` float32, `self` the node). */
+typedef struct {
+    const IvfParams *p;
+    const double *q;
+    double base;
+    const void *data;
+    const double *bias;
+    const float *vec;
+    Py_ssize_t dim;
+    uint32_t self;
+} HnswScorer;
+
+static float hnsw_between(int metric, const float *a, const float *b, Py_ssize_t w)
+{
+    double s = 0.0, aa = 0.0, bb = 0.0;
+    if (metric == METRIC_L2) {
+        for (Py_ssize_t i = 0; i < w; i++)
+            s += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        return (float)s;
+    }
+    for (Py_ssize_t i = 0; i < w; i++)
+        s += (double)a[i] * b[i];
+    if (metric == METRIC_DOT)
+        return (float)(1.0 - s);
+    for (Py_ssize_t i = 0; i < w; i++)
+        aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
+    return aa > 0.0 && bb > 0.0 ? (float)(1.0 - s / sqrt(aa * bb)) : 1.0f;
+}
+
+static inline float hnsw_dist(const HnswScorer *s, uint32_t node)
+{
+    float d;
+    if (s->vec)
+        return hnsw_between(s->p->metric, s->vec + (Py_ssize_t)s->self * s->dim,
+                            s->vec + (Py_ssize_t)node * s->dim, s->dim);
+    if (s->p->kind == IVF_PQ)
+        ivf_score_pq(s->p, s->q, s->base, s->data, s->bias, node, 1, &d);
+    else
+        ivf_score_dense(s->p, s->q, s->data, node, 1, &d);
+    return d;
+}
+
+/* Buffers a search reuses: a visit mark per node (a node is seen when its mark is `gen`), the
+ * candidates and the results. */
+typedef struct {
+    uint32_t *mark;
+    uint32_t gen;
+    HnswNode *cand, *res;
+} HnswScratch;
+
+static void hnsw_next_visit(HnswScratch *w, Py_ssize_t n)
+{
+    if (++w->gen == 0) {
+        memset(w->mark, 0, (size_t)n * sizeof(uint32_t));
+        w->gen = 1;
+    }
+}
+
+/* From `cur`, move to the nearest neighbour on `level` while one is nearer (pylance's greedy
+ * descent through the upper levels). */
+static HnswNode hnsw_greedy(const HnswGraph *g, int level, HnswNode cur, const HnswScorer *s)
+{
+    for (;;) {
+        Py_ssize_t count;
+        const uint32_t *nb = hnsw_neighbors(g, level, cur.id, &count);
+        uint32_t next = cur.id;
+        for (Py_ssize_t i = 0; i < count; i++) {
+            if (nb[i] >= (uint64_t)g->n)
+                continue;
+            float d = hnsw_dist(s, nb[i]);
+            if (d < cur.d)
+                cur.d = d, next = nb[i];
+        }
+        if (next == cur.id)
+            return cur;
+        cur.id = next;
+    }
+}
+
+static int hnsw_by_distance(const void *a, const void *b)
+{
+    const HnswNode *x = a, *y = b;
+    if (x->d < y->d)
+        return -1;
+    if (x->d > y->d)
+        return 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* The search of one level from `ep`, as pylance 14 runs it: candidates nearest first, the `ef`
+ * best kept (only nodes `mask` allows and at lower <= d < upper count), a neighbour taken as a
+ * candidate while it beats the worst kept or fewer than `ef` are; it stops at a candidate
+ * farther than the worst of `ef` kept. The kept nodes, nearest first, are left in w->res;
+ * their number is returned. */
+static Py_ssize_t hnsw_search_level(const HnswGraph *g, int level, HnswNode ep,
+                                    const HnswScorer *s, Py_ssize_t ef, const uint8_t *mask,
+                                    float lower, float upper, HnswScratch *w)
+{
+    HnswHeap cand = {w->cand, 0, 0}, res = {w->res, 0, 1};
+    hnsw_next_visit(w, g->n);
+    w->mark[ep.id] = w->gen;
+    hnsw_heap_push(&cand, ep);
+    if ((!mask || mask[ep.id]) && ep.d >= lower && ep.d < upper)
+        hnsw_heap_push(&res, ep);
+    while (cand.n) {
+        HnswNode cur = hnsw_heap_pop(&cand);
+        if (res.n == ef && cur.d > res.a[0].d)
+            break;
+        Py_ssize_t count;
+        const uint32_t *nb = hnsw_neighbors(g, level, cur.id, &count);
+        for (Py_ssize_t i = 0; i < count; i++) {
+            uint32_t v = nb[i];
+            if (v >= (uint64_t)g->n || w->mark[v] == w->gen)
+                continue;
+            w->mark[v] = w->gen;
+            HnswNode x = {hnsw_dist(s, v), v};
+            if (res.n < ef || x.d <= res.a[0].d) {
+                if ((!mask || mask[v]) && x.d >= lower && x.d < upper) {
+                    if (res.n < ef) {
+                        hnsw_heap_push(&res, x);
+                    } else if (x.d < res.a[0].d) {
+                        res.a[0] = x;
+                        hnsw_heap_sift(&res, 0);
+                    }
+                }
+                hnsw_heap_push(&cand, x);
+            }
+        }
+    }
+    qsort(res.a, (size_t)res.n, sizeof(HnswNode), hnsw_by_distance);
+    return res.n;
+}
+
+/* The graph of item `i` of a tuple of (entry, levels, rows, offsets, neighbours), its buffers
+ * held in bufs[0..2]: 0, or -1 with an exception set (and nothing held). */
+static int hnsw_graph_arg(PyObject *item, Py_ssize_t n, HnswGraph *g, Py_buffer *bufs)
+{
+    Py_ssize_t entry, levels;
+    if (!PyTuple_Check(item) ||
+        !PyArg_ParseTuple(item, "nny*y*y*", &entry, &levels, &bufs[0], &bufs[1], &bufs[2]))
+        return -1;
+    g->n = n, g->levels = (int)levels, g->entry = (uint32_t)entry;
+    g->n_rows = bufs[1].len / 8 - 1, g->n_nbr = bufs[2].len / 4;
+    g->rows = bufs[0].buf, g->offsets = bufs[1].buf, g->nbr = bufs[2].buf;
+    int bad = levels < 1 || levels > 64 || entry < 0 || (n && entry >= n) ||
+              bufs[0].len != levels * n * 4 || bufs[1].len % 8 || g->n_rows < 0 ||
+              bufs[2].len % 4 || !aligned(bufs[0].buf, 4) || !aligned(bufs[1].buf, 8) ||
+              !aligned(bufs[2].buf, 4);
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "hnsw_topk: a graph of inconsistent sizes");
+        for (int k = 0; k < 3; k++)
+            PyBuffer_Release(&bufs[k]);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(
+    hnsw_topk_doc,
+    "hnsw_topk(kind, metric, queries, width, scale, start, step, pair_query, pair_slot, "
+    "pair_base, data, ids, bias, graphs, masks, ef, fetch, out_ids, out_dist, out_count, lower, "
+    "upper): `ivf_topk` for partitions with an HNSW graph: each (query, partition) pair is "
+    "searched as pylance 14 searches the graph (from its entry point, greedily down the upper "
+    "levels, then the bottom level keeping `ef` nodes) and its `fetch` nearest found go into "
+    "the query's heap. graphs[slot] = (entry, levels, rows int32 (levels x n), offsets int64, "
+    "neighbours uint32) (see HnswGraph); masks[slot] is None or one uint8 a row, 0 for rows "
+    "that may not be answers (they are still walked through).");
+
+static PyObject *hnsw_topk(PyObject *self, PyObject *args)
+{
+    int kind, metric;
+    Py_ssize_t width, fetch, ef;
+    double scale, start, step, lower = -INFINITY, upper = INFINITY;
+    Py_buffer qs, pq, ps, pb, oi, od, oc;
+    PyObject *data, *ids, *bias, *graphs, *masks;
+    if (!PyArg_ParseTuple(args, "iiy*ndddy*y*y*O!O!OO!O!nnw*w*w*|dd", &kind, &metric, &qs, &width,
+                          &scale, &start, &step, &pq, &ps, &pb, &PyTuple_Type, &data,
+                          &PyTuple_Type, &ids, &bias, &PyTuple_Type, &graphs, &PyTuple_Type,
+                          &masks, &ef, &fetch, &oi, &od, &oc, &lower, &upper))
+        return NULL;
+    Py_buffer *all[] = {&qs, &pq, &ps, &pb, &oi, &od, &oc};
+    PyObject *res = NULL;
+    const Py_ssize_t parts = PyTuple_GET_SIZE(data);
+    Py_buffer *bd = NULL, *bi = NULL, *bb = NULL, *bm = NULL, *bg = NULL;
+    HnswGraph *gs = NULL;
+    Py_ssize_t held_graphs = 0;
+    const Py_ssize_t npairs = len64(&pq);
+    const Py_ssize_t nq = width > 0 ? (Py_ssize_t)(qs.len / 8 / width) : 0;
+    if (kind < IVF_PQ || kind > IVF_FLAT || metric < METRIC_L2 || metric > METRIC_DOT ||
+        width < 1 || fetch < 1 || ef < fetch || (kind == IVF_PQ && width % 256)) {
+        PyErr_SetString(PyExc_ValueError, "hnsw_topk: bad kind, metric, width, ef or fetch");
+        goto done;
+    }
+    if ((bias != Py_None && (!PyTuple_Check(bias) || PyTuple_GET_SIZE(bias) != parts)) ||
+        PyTuple_GET_SIZE(graphs) != parts || PyTuple_GET_SIZE(masks) != parts ||
+        PyTuple_GET_SIZE(ids) != parts || same_lengths("hnsw_topk", npairs, 3, all + 1) ||
+        qs.len != (Py_ssize_t)(nq * width * 8) || oc.len != nq * 8 ||
+        oi.len != nq * fetch * 8 || od.len != nq * fetch * 4) {
+        PyErr_SetString(PyExc_ValueError, "hnsw_topk: arrays of inconsistent sizes");
+        goto done;
+    }
+    if (!aligned(qs.buf, 8) || !aligned(pb.buf, 8) || !aligned(oi.buf, 8) ||
+        !aligned(od.buf, 4) || !aligned(oc.buf, 8)) {
+        PyErr_SetString(PyExc_ValueError, "hnsw_topk: misaligned arrays");
+        goto done;
+    }
+    Py_ssize_t slots = parts ? parts : 1;
+    bd = PyMem_Calloc(7 * slots, sizeof(Py_buffer));
+    gs = PyMem_Calloc(slots, sizeof(HnswGraph));
+    if (bd == NULL || gs == NULL) {
+        PyErr_NoMemory();
+        goto free;
+    }
+    bi = bd + slots, bb = bi + slots, bm = bb + slots, bg = bm + slots;
+    if (tuple_buffers(data, bd, 0, "data") < 0)
+        goto free;
+    if (tuple_buffers(ids, bi, 0, "ids") < 0)
+        goto release_data;
+    if (bias != Py_None && tuple_buffers(bias, bb, 1, "bias") < 0)
+        goto release_ids;
+    if (tuple_buffers(masks, bm, 1, "masks") < 0)
+        goto release_bias;
+    Py_ssize_t longest = 0;
+    for (; held_graphs < parts; held_graphs++) {
+        Py_ssize_t s = held_graphs, n = bi[s].len / 8;
+        if (hnsw_graph_arg(PyTuple_GET_ITEM(graphs, s), n, &gs[s], bg + 3 * s) < 0)
+            goto release_graphs;
+        longest = n > longest ? n : longest;
+    }
+    const Py_ssize_t item = kind == IVF_PQ ? width / 256 : kind == IVF_SQ ? width : width * 4;
+    int bad = 0;
+    for (Py_ssize_t s = 0; s < parts && !bad; s++) {
+        Py_ssize_t n = bi[s].len / 8;
+        bad = bi[s].len % 8 || bd[s].len != n * item || !aligned(bi[s].buf, 8) ||
+              (kind == IVF_FLAT && !aligned(bd[s].buf, 4)) ||
+              (bb[s].obj && (bb[s].len != n * 8 || !aligned(bb[s].buf, 8))) ||
+              (bm[s].obj && bm[s].len != n) || n > (Py_ssize_t)UINT32_MAX;
+    }
+    const int64_t *pair_q = pq.buf, *pair_s = ps.buf;
+    for (Py_ssize_t i = 0; i < npairs && !bad; i++)
+        bad = pair_q[i] < 0 || pair_q[i] >= nq || pair_s[i] < 0 || pair_s[i] >= parts;
+    int64_t *count = oc.buf;
+    for (Py_ssize_t i = 0; i < nq && !bad; i++)
+        bad = count[i] < 0 || count[i] > fetch;
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "hnsw_topk: partition or pair out of range");
+        goto release_graphs;
+    }
+    HnswScratch w = {PyMem_Calloc(longest ? longest : 1, sizeof(uint32_t)), 0,
+                     PyMem_Malloc((size_t)(longest + 1) * sizeof(HnswNode)),
+                     PyMem_Malloc((size_t)(ef + 1) * sizeof(HnswNode))};
+    if (!w.mark || !w.cand || !w.res) {
+        PyMem_Free(w.mark), PyMem_Free(w.cand), PyMem_Free(w.res);
+        PyErr_NoMemory();
+        goto release_graphs;
+    }
+    const IvfParams p = {kind, metric, width, scale, start, step};
+    const double *queries = qs.buf, *base = pb.buf;
+    float *out_d = od.buf;
+    uint64_t *out_i = oi.buf;
+    BEGIN_NOGIL(npairs * ef * 64)
+    for (Py_ssize_t i = 0; i < npairs; i++) {
+        const int64_t q = pair_q[i], s = pair_s[i];
+        const HnswGraph *g = &gs[s];
+        if (g->n == 0)
+            continue;
+        const uint64_t *row = bi[s].buf;
+        const HnswScorer sc = {&p, queries + q * width, base[i], bd[s].buf, bb[s].buf, NULL, 0, 0};
+        HnswNode ep = {hnsw_dist(&sc, g->entry), g->entry};
+        for (int level = g->levels - 1; level > 0; level--)
+            ep = hnsw_greedy(g, level, ep, &sc);
+        Py_ssize_t found = hnsw_search_level(g, 0, ep, &sc, ef, bm[s].buf, (float)lower,
+                                             (float)upper, &w);
+        IvfHeap h = {out_d + q * fetch, out_i + q * fetch, count[q], fetch};
+        for (Py_ssize_t r = 0; r < found && r < fetch; r++)
+            ivf_push(&h, w.res[r].d, row[w.res[r].id]);
+        count[q] = h.n;
+    }
+    END_NOGIL
+    PyMem_Free(w.mark), PyMem_Free(w.cand), PyMem_Free(w.res);
+    res = Py_NewRef(Py_None);
+release_graphs:
+    for (Py_ssize_t s = 0; s < held_graphs; s++)
+        for (int k = 0; k < 3; k++)
+            PyBuffer_Release(&bg[3 * s + k]);
+    for (Py_ssize_t s = 0; s < parts; s++)
+        if (bm[s].obj)
+            PyBuffer_Release(&bm[s]);
+release_bias:
+    if (bias != Py_None)
+        for (Py_ssize_t s = 0; s < parts; s++)
+            if (bb[s].obj)
+                PyBuffer_Release(&bb[s]);
+release_ids:
+    for (Py_ssize_t s = 0; s < parts; s++)
+        PyBuffer_Release(&bi[s]);
+release_data:
+    for (Py_ssize_t s = 0; s < parts; s++)
+        PyBuffer_Release(&bd[s]);
+free:
+    PyMem_Free(bd);
+    PyMem_Free(gs);
+done:
+    release(7, all);
+    return res;
+}
+
+/* pylance's neighbour selection: of `cand` (nearest first), up to `cap` each nearer to the node
+ * than to every one kept before it, then, while fewer than `fill` are kept, the nearest of the
+ * others (after them in out). Returns how many were kept. `taken`: scratch, a byte a candidate. */
+static Py_ssize_t hnsw_select(const HnswNode *cand, Py_ssize_t n, Py_ssize_t cap, Py_ssize_t fill,
+                              int metric, const float *vec, Py_ssize_t dim, HnswNode *out,
+                              uint8_t *taken)
+{
+    Py_ssize_t kept = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const float *c = vec + (Py_ssize_t)cand[i].id * dim;
+        int ok = kept < cap;
+        for (Py_ssize_t j = 0; j < kept && ok; j++)
+            ok = cand[i].d < hnsw_between(metric, c, vec + (Py_ssize_t)out[j].id * dim, dim);
+        taken[i] = (uint8_t)ok;
+        if (ok)
+            out[kept++] = cand[i];
+    }
+    for (Py_ssize_t i = 0; i < n && kept < fill; i++)
+        if (!taken[i])
+            out[kept++] = cand[i];
+    return kept;
+}
+
+/* Node `u`'s list on `level` gains `x` (a node at distance x.d); a full list keeps the
+ * selection of its entries and x, filled up to its capacity. */
+static void hnsw_link(HnswGraph *g, int level, uint32_t u, HnswNode x, int metric,
+                      const float *vec, Py_ssize_t dim, HnswNode *tmp, HnswNode *sel,
+                      uint8_t *taken)
+{
+    int64_t i = hnsw_list(g, level, u);
+    if (i < 0)
+        return;
+    int k = level > 0;
+    uint32_t *adj = g->adj[k] + i * g->cap[k];
+    float *dis = g->dis[k] + i * g->cap[k];
+    int32_t n = g->cnt[k][i];
+    if (n < g->cap[k]) {
+        adj[n] = x.id, dis[n] = x.d, g->cnt[k][i] = n + 1;
+        return;
+    }
+    for (int32_t j = 0; j < n; j++)
+        tmp[j].id = adj[j], tmp[j].d = dis[j];
+    tmp[n] = x;
+    qsort(tmp, (size_t)n + 1, sizeof(HnswNode), hnsw_by_distance);
+    Py_ssize_t kept = hnsw_select(tmp, n + 1, g->cap[k], g->cap[k], metric, vec, dim, sel, taken);
+    for (Py_ssize_t j = 0; j < kept; j++)
+        adj[j] = sel[j].id, dis[j] = sel[j].d;
+    g->cnt[k][i] = (int32_t)kept;
+}
+
+PyDoc_STRVAR(
+    hnsw_build_doc,
+    "hnsw_build(metric, vectors, dim, levels, m, ef_construction) -> (entry, counts, neighbours, "
+    "distances): the HNSW graph of the rows of `vectors` (n x dim float32), node i on levels "
+    "0 .. levels[i] (int32), built by inserting the nodes in order: each finds its "
+    "`ef_construction` nearest on each of its levels and keeps pylance's selection of them "
+    "(at most 2m on level 0, m above; the nearest others fill it up to m), and each kept "
+    "neighbour links back (keeping its own selection, filled, when full). The lists come out level by level, the nodes of each level in id order: "
+    "`counts` (uint32 a list), `neighbours` (uint32) and their `distances` (float32), as bytes.");
+
+static PyObject *hnsw_build(PyObject *self, PyObject *args)
+{
+    int metric;
+    Py_ssize_t dim, m, efc;
+    Py_buffer vb, lb;
+    if (!PyArg_ParseTuple(args, "iy*ny*nn", &metric, &vb, &dim, &lb, &m, &efc))
+        return NULL;
+    Py_buffer *all[] = {&vb, &lb};
+    PyObject *res = NULL;
+    const Py_ssize_t n = lb.len / 4;
+    const int32_t *level_of = lb.buf;
+    if (metric < METRIC_L2 || metric > METRIC_DOT || dim < 1 || m < 1 || efc < 1 ||
+        lb.len % 4 || vb.len != n * dim * 4 || !aligned(vb.buf, 4) || !aligned(lb.buf, 4) ||
+        n > (Py_ssize_t)UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "hnsw_build: bad metric, sizes or parameters");
+        goto done;
+    }
+    int top = -1;
+    Py_ssize_t uppers = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (level_of[i] < 0 || level_of[i] > 63) {
+            PyErr_SetString(PyExc_ValueError, "hnsw_build: a level outside 0 .. 63");
+            goto done;
+        }
+        uppers += level_of[i];
+        top = level_of[i] > top ? level_of[i] : top;
+    }
+    const float *vec = vb.buf;
+    HnswGraph g = {n, 0, 0, top + 1, 0, NULL, NULL, NULL};
+    g.cap[0] = 2 * m, g.cap[1] = m;
+    g.level_of = level_of;
+    int64_t *upper = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+    g.adj[0] = PyMem_Malloc((size_t)(n * g.cap[0] + 1) * sizeof(uint32_t));
+    g.dis[0] = PyMem_Malloc((size_t)(n * g.cap[0] + 1) * sizeof(float));
+    g.cnt[0] = PyMem_Calloc((size_t)(n ? n : 1), sizeof(int32_t));
+    g.adj[1] = PyMem_Malloc((size_t)(uppers * g.cap[1] + 1) * sizeof(uint32_t));
+    g.dis[1] = PyMem_Malloc((size_t)(uppers * g.cap[1] + 1) * sizeof(float));
+    g.cnt[1] = PyMem_Calloc((size_t)(uppers ? uppers : 1), sizeof(int32_t));
+    Py_ssize_t wide = (efc > 2 * m ? efc : 2 * m) + 1;
+    HnswScratch w = {PyMem_Calloc((size_t)(n ? n : 1), sizeof(uint32_t)), 0,
+                     PyMem_Malloc((size_t)(n + 1) * sizeof(HnswNode)),
+                     PyMem_Malloc((size_t)(efc + 1) * sizeof(HnswNode))};
+    HnswNode *found = PyMem_Malloc((size_t)wide * sizeof(HnswNode));
+    HnswNode *sel = PyMem_Malloc((size_t)wide * sizeof(HnswNode));
+    HnswNode *tmp = PyMem_Malloc((size_t)wide * sizeof(HnswNode));
+    HnswNode *kept_back = PyMem_Malloc((size_t)wide * sizeof(HnswNode));
+    uint8_t *taken = PyMem_Malloc((size_t)wide);
+    if (!kept_back || !taken || !upper || !g.adj[0] || !g.dis[0] || !g.cnt[0] || !g.adj[1] || !g.dis[1] || !g.cnt[1] ||
+        !w.mark || !w.cand || !w.res || !found || !sel || !tmp) {
+        PyErr_NoMemory();
+        goto free;
+    }
+    Py_ssize_t next = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        upper[i] = level_of[i] ? next : -1;
+        next += level_of[i];
+    }
+    g.upper = upper;
+    const IvfParams p = {IVF_FLAT, metric, dim, 0.0, 0.0, 0.0};
+    BEGIN_NOGIL(n * efc * dim)
+    int cur_top = n ? level_of[0] : -1;
+    uint32_t entry = 0;
+    for (Py_ssize_t v = 1; v < n; v++) {
+        const HnswScorer sc = {&p, NULL, 0.0, NULL, NULL, vec, dim, (uint32_t)v};
+        HnswNode ep = {hnsw_dist(&sc, entry), entry};
+        const int lv = level_of[v];
+        for (int level = cur_top; level > lv; level--)
+            ep = hnsw_greedy(&g, level, ep, &sc);
+        for (int level = lv < cur_top ? lv : cur_top; level >= 0; level--) {
+            Py_ssize_t got = hnsw_search_level(&g, level, ep, &sc, efc, NULL, -INFINITY, INFINITY,
+                                               &w);
+            memcpy(found, w.res, (size_t)got * sizeof(HnswNode));
+            int k = level > 0;
+            Py_ssize_t kept = hnsw_select(found, got, g.cap[k], m, metric, vec, dim, sel, taken);
+            int64_t li = hnsw_list(&g, level, (uint32_t)v);
+            for (Py_ssize_t j = 0; j < kept; j++) {
+                g.adj[k][li * g.cap[k] + j] = sel[j].id;
+                g.dis[k][li * g.cap[k] + j] = sel[j].d;
+            }
+            g.cnt[k][li] = (int32_t)kept;
+            for (Py_ssize_t j = 0; j < kept; j++) {
+                HnswNode back = {sel[j].d, (uint32_t)v};
+                hnsw_link(&g, level, sel[j].id, back, metric, vec, dim, tmp, kept_back, taken);
+            }
+            if (got)
+                ep = found[0];
+        }
+        if (lv > cur_top)
+            cur_top = lv, entry = (uint32_t)v;
+    }
+    g.entry = entry;
+    END_NOGIL
+    {
+        Py_ssize_t rows = 0, edges = 0;
+        for (int level = 0; level <= top; level++)
+            for (Py_ssize_t i = 0; i < n; i++) {
+                int64_t li = hnsw_list(&g, level, (uint32_t)i);
+                if (li >= 0)
+                    rows++, edges += g.cnt[level > 0][li];
+            }
+        PyObject *counts = PyBytes_FromStringAndSize(NULL, rows * 4);
+        PyObject *nbr = PyBytes_FromStringAndSize(NULL, edges * 4);
+        PyObject *dis = PyBytes_FromStringAndSize(NULL, edges * 4);
+        if (counts && nbr && dis) {
+            uint32_t *c = (uint32_t *)PyBytes_AS_STRING(counts);
+            uint32_t *e = (uint32_t *)PyBytes_AS_STRING(nbr);
+            float *d = (float *)PyBytes_AS_STRING(dis);
+            for (int level = 0; level <= top; level++)
+                for (Py_ssize_t i = 0; i < n; i++) {
+                    int64_t li = hnsw_list(&g, level, (uint32_t)i);
+                    if (li < 0)
+                        continue;
+                    int k = level > 0;
+                    int32_t cnt = g.cnt[k][li];
+                    *c++ = (uint32_t)cnt;
+                    memcpy(e, g.adj[k] + li * g.cap[k], (size_t)cnt * 4);
+                    memcpy(d, g.dis[k] + li * g.cap[k], (size_t)cnt * 4);
+                    e += cnt, d += cnt;
+                }
+            res = Py_BuildValue("(nNNN)", (Py_ssize_t)g.entry, counts, nbr, dis);
+        } else {
+            Py_XDECREF(counts), Py_XDECREF(nbr), Py_XDECREF(dis);
+        }
+    }
+free:
+    PyMem_Free(upper);
+    for (int k = 0; k < 2; k++)
+        PyMem_Free(g.adj[k]), PyMem_Free(g.dis[k]), PyMem_Free(g.cnt[k]);
+    PyMem_Free(w.mark), PyMem_Free(w.cand), PyMem_Free(w.res);
+    PyMem_Free(found), PyMem_Free(sel), PyMem_Free(tmp), PyMem_Free(kept_back);
+    PyMem_Free(taken);
+done:
+    release(2, all);
+    return res;
+}
+
 /* -- 2.0 Binary end offsets ----------------------------------------------------------------- */
 
 PyDoc_STRVAR(rebase_ends_doc,
@@ -2269,6 +2882,8 @@ static PyMethodDef methods[] = {
     METHOD(variable_gather),
     METHOD(word_layout),
     METHOD(ivf_topk),
+    METHOD(hnsw_topk),
+    METHOD(hnsw_build),
     METHOD(take_items),
     METHOD(rebase_ends),
     METHOD(unpack4x),

@@ -60,6 +60,7 @@ NEAREST_KEYS: tuple[str, ...] = (
     "minimum_nprobes",
     "maximum_nprobes",
     "refine_factor",
+    "ef",
     "use_index",
     "distance_range",
 )
@@ -116,6 +117,9 @@ VECTOR_OPTIONS = (
     "target_partition_size",
     "ivf_centroids",
     "pq_codebook",
+    "m",
+    "ef_construction",
+    "max_level",
 )
 # Actions whose body may ask for progress results before the final one ({"progress": true}).
 PROGRESS_ACTIONS = ("create_index", "optimize_indices")
@@ -226,10 +230,11 @@ ACTION_SHAPES: tuple[ActionShape, ...] = (
     ActionShape(
         "create_index",
         "Build an index of a column and commit it: {dataset, column, index_type (BTREE | "
-        "BITMAP | LABEL_LIST | ZONEMAP | INVERTED | IVF_FLAT | IVF_PQ | IVF_SQ), name?, "
-        "replace?, params? (INVERTED's tokenizer options), metric?, num_partitions?, "
-        "num_sub_vectors?, num_bits?, sample_rate?, max_iters?, target_partition_size?, "
-        "ivf_centroids?, pq_codebook?, progress?} -> {version, name}",
+        "BITMAP | LABEL_LIST | ZONEMAP | INVERTED | IVF_FLAT | IVF_PQ | IVF_SQ | IVF_HNSW_FLAT | "
+        "IVF_HNSW_PQ | IVF_HNSW_SQ), name?, replace?, params? (INVERTED's tokenizer options), "
+        "metric?, num_partitions?, num_sub_vectors?, num_bits?, sample_rate?, max_iters?, "
+        "target_partition_size?, ivf_centroids?, pq_codebook?, m?, ef_construction?, "
+        "max_level? (HNSW graphs), progress?} -> {version, name}",
         (
             "dataset",
             "column",

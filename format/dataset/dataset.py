@@ -480,12 +480,12 @@ class LanceDataset(_blobs.BlobMethods, SessionMethods):
         target_partition_size: int | None = None,
         **kwargs: Any,
     ) -> None:
-        """Build an IVF_FLAT, IVF_PQ or IVF_SQ index of the vector column `column` and
-        commit it as the next version (pylance's `create_index`, its defaults included;
-        options `num_bits`, `sample_rate`, `max_iters`, `seed`, which makes training
-        repeatable, and `progress`, a callable told of each stage as a dict). A scalar index
-        type builds that index, as pylance does."""
-        unknown = sorted(set(kwargs) - {"num_bits", "sample_rate", "max_iters", "seed", "progress"})
+        """Build an IVF index (IVF_FLAT, IVF_PQ, IVF_SQ, IVF_HNSW_FLAT / _PQ / _SQ) of the vector
+        column `column` and commit it as the next version (pylance's `create_index`, its
+        defaults included; options `num_bits`, `sample_rate`, `max_iters`, HNSW's `m`,
+        `ef_construction`, `max_level`, `seed`, which makes a build repeatable, and `progress`,
+        a callable told of each stage as a dict). A scalar index type builds that index."""
+        unknown = sorted(set(kwargs) - set(_indexing.VECTOR_OPTIONS))
         if unknown:
             raise InvalidInputError(f"{self.uri}: create_index has no option {', '.join(unknown)}")
         core = _indexing.create_index(

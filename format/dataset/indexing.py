@@ -57,14 +57,28 @@ from quiver.format.index.scalar.zonemap import (
     zonemap_details,
 )
 from quiver.format.index.vector.build import VECTOR_DETAILS, VECTOR_INDEX_TYPES
+from quiver.format.index.vector.hnsw import BUILD_GROUP
 from quiver.format.proto import table_pb2, transaction_pb2
 from quiver.format.table.commit import commit_transaction
 from quiver.format.table.indices import IndexEntry, indices_of
 from quiver.format.table.transaction import ManifestContext, new_transaction
 
+# create_index's options beyond its named parameters (pylance's keyword arguments)
+VECTOR_OPTIONS = (
+    "num_bits",
+    "sample_rate",
+    "max_iters",
+    "m",
+    "ef_construction",
+    "max_level",
+    "seed",
+    "progress",
+)
+
 __all__ = [
     "SCALAR_INDEX_TYPES",
     "VECTOR_INDEX_TYPES",
+    "VECTOR_OPTIONS",
     "build_memory",
     "create_index",
     "create_scalar_index",
@@ -256,11 +270,14 @@ def create_index(
     fragment_ids: object = None,
     seed: int | None = None,
     progress: _vector.Progress | None = None,
+    m: int | None = None,
+    ef_construction: int | None = None,
+    max_level: int | None = None,
 ) -> DatasetCore:
-    """Build an IVF_FLAT, IVF_PQ or IVF_SQ index of the vector column `column` over every
-    live row of this version and commit it as the next version (pylance's `create_index`,
-    with its parameters and defaults; `seed` makes training repeatable; `progress` hears of
-    each stage, "commit" last); the new version."""
+    """Build an IVF index (IVF_FLAT, IVF_PQ, IVF_SQ or an IVF_HNSW_* form) of the vector column
+    `column` over every live row of this version and commit it as the next version (pylance's
+    `create_index`, with its parameters and defaults; `seed` makes a build repeatable;
+    `progress` hears of each stage, "commit" last); the new version."""
     kind = str(index_type).upper() if isinstance(index_type, str) else None
     if kind in SCALAR_INDEX_TYPES:
         return create_scalar_index(
@@ -298,6 +315,7 @@ def create_index(
         max_iters=max_iters,
         target_partition_size=target_partition_size,
         live_rows=live,
+        hnsw=(m, ef_construction, max_level),
     )
     centroids, codebook = _vector.check_given(core.uri, params, ivf_centroids, pq_codebook)
     if centroids is not None:
@@ -606,8 +624,12 @@ def build_memory(core: DatasetCore, column: str, index_type: str, **options: Any
             "IVF_PQ": params.num_sub_vectors * params.num_bits // 8,
             "IVF_SQ": dim,
             "IVF_FLAT": dim * 4,
-        }[kind]
-        return sample + batch + rows * (code + 12) * 2
+        }[params.storage_kind]
+        graphs = 0
+        if params.hnsw is not None:  # a group of partitions' graphs built at once
+            part = min(rows, -(-rows // params.num_partitions) * BUILD_GROUP)
+            graphs = part * (dim * 4 + params.hnsw.m * 3 * 8 * 2)
+        return sample + batch + rows * (code + 12) * 2 + graphs
     bits = fixed_bits(arrow_type.value_type if kind == "LABEL_LIST" else arrow_type)
     width = 16 if bits is None else max(1, bits // 8)  # variable-width values: a guess
     return rows * (width + 8) * 5

@@ -81,6 +81,8 @@ class NearestQuery:
     distance_range: tuple[float, float] = (-math.inf, math.inf)
     # a multivector column (lists of vectors): `queries` are the vectors of one query
     multivector: bool = False
+    # nodes an HNSW graph search keeps (None: 1.5 times the rows it looks for)
+    ef: int | None = None
 
     @classmethod
     def parse(cls, core: DatasetCore, nearest: Any) -> NearestQuery:
@@ -116,7 +118,7 @@ class NearestQuery:
             lo = hi = nprobes
         if lo is not None and hi is not None and lo > hi:
             raise InvalidInputError(f"{where}: minimum_nprobes {lo} > maximum_nprobes {hi}")
-        _count(where, "ef", nearest.get("ef"), 1)  # HNSW only: IVF indices ignore it
+        ef = _count(where, "ef", nearest.get("ef"), 1)  # HNSW only: IVF indices ignore it
         metric = nearest.get("metric")
         use_index = nearest.get("use_index", True)
         if not isinstance(use_index, bool):
@@ -133,6 +135,7 @@ class NearestQuery:
             use_index=use_index,
             distance_range=_distance_range(where, nearest.get("distance_range")),
             multivector=multivector,
+            ef=ef,
         )
 
 
@@ -509,6 +512,11 @@ class NearestSearch:
             return self._exact(self._fragments, k)
         allowed, allowed_ids = self._allowed()
         fetch = k * (q.refine_factor or 1)
+        if q.ef is not None and q.ef < fetch and any(ix.hnsw for ix in self.indices):
+            raise InvalidInputError(
+                f"{self.core.uri}: nearest: ef ({q.ef}) must be greater than or equal to k "
+                f"({fetch}, with the refine factor)"
+            )
         found = ivf_search(
             self.indices,
             q.queries,
@@ -519,6 +527,7 @@ class NearestSearch:
             allowed=self._per_segment(allowed),
             allowed_ids=allowed_ids,
             distance_range=q.distance_range,
+            ef=q.ef,
         )
         if q.refine_factor is not None:
             found = self._measure(found).within(lower, upper).best(k)

@@ -1,4 +1,5 @@
-"""Vector index segments built from a dataset's rows (IVF_FLAT, IVF_PQ, IVF_SQ).
+"""Vector index segments built from a dataset's rows (IVF_FLAT, IVF_PQ, IVF_SQ and their
+IVF_HNSW_* forms).
 
 `vector_params` checks what pylance's `create_index` takes (type, metric, partitions,
 sub-vectors, bits, given centroids or codebook) against the column; `build_vector_segment`
@@ -26,10 +27,9 @@ from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
 from quiver.format.index.scalar.remap import discard
 from quiver.format.index.vector import build as _build
 from quiver.format.index.vector.build import VECTOR_DETAILS, VectorModel, VectorParams
+from quiver.format.index.vector.hnsw import EF_CONSTRUCTION, MAX_LEVEL, HnswParams, M
 from quiver.format.index.vector.index import INDEX_FILE, STORAGE_FILE, open_vector_index
-from quiver.format.index.vector.pq import ProductQuantizer
 from quiver.format.index.vector.spill import EncodedRows
-from quiver.format.index.vector.sq import ScalarQuantizer
 from quiver.format.proto import index_pb2, table_pb2
 from quiver.format.table.indices import IndexEntry
 
@@ -40,7 +40,7 @@ Progress = Callable[[dict[str, Any]], None]
 
 FILES = (INDEX_FILE, STORAGE_FILE)
 # pylance's rows per partition when num_partitions is not given, and its cap on partitions
-_TARGET_PARTITION_SIZE = {"IVF_FLAT": 4096, "IVF_PQ": 8192, "IVF_SQ": 8192}
+_TARGET_PARTITION_SIZE = {"IVF_FLAT": 4096, "IVF_PQ": 8192, "IVF_SQ": 8192, "HNSW": 1 << 20}
 _MAX_PARTITIONS = 4096
 _METRICS = {"l2": "l2", "euclidean": "l2", "cosine": "cosine", "dot": "dot"}
 BATCH_ROWS = 65536  # rows encoded at a time
@@ -67,11 +67,15 @@ def vector_params(
     max_iters: object,
     target_partition_size: object,
     live_rows: int,
+    hnsw: tuple[object, object, object] = (None, None, None),
 ) -> VectorParams:
     """The parameters of a vector index on `column`, checked as pylance checks them; defaults
-    as pylance's (partitions: live rows / target partition size, at least 1, at most 4096)."""
+    as pylance's (partitions: live rows / target partition size, at least 1, at most 4096;
+    an HNSW form's graph: `hnsw` = (m, ef_construction, max_level), pylance's defaults for
+    those not given)."""
     uri = core.uri
     kind = index_type.upper()
+    stored = kind.replace("HNSW_", "")
     field_type = core.lance_schema.project([column]).to_arrow().field(0).type
     if not pa.types.is_fixed_size_list(field_type):
         raise InvalidInputError(
@@ -90,7 +94,7 @@ def vector_params(
         )
     if num_partitions is None:
         target = (
-            _TARGET_PARTITION_SIZE[kind]
+            _TARGET_PARTITION_SIZE["HNSW" if stored != kind else kind]
             if target_partition_size is None
             else _positive(uri, "target_partition_size", target_partition_size)
         )
@@ -99,7 +103,7 @@ def vector_params(
         partitions = _positive(uri, "num_partitions", num_partitions)
     bits = 8
     subs = 0
-    if kind == "IVF_PQ":
+    if stored == "IVF_PQ":
         if num_sub_vectors is None:
             raise InvalidInputError(
                 f"{uri}: num_partitions and num_sub_vectors are required for IVF_PQ"
@@ -118,6 +122,16 @@ def vector_params(
             )
     elif num_bits not in (None, 8):
         raise InvalidInputError(f"{uri}: {kind} takes no num_bits other than 8")
+    graph = None
+    if stored != kind:
+        m, ef, levels = hnsw
+        graph = HnswParams(
+            max_level=_positive(uri, "max_level", MAX_LEVEL if levels is None else levels),
+            m=_positive(uri, "m", M if m is None else m),
+            ef_construction=_positive(
+                uri, "ef_construction", EF_CONSTRUCTION if ef is None else ef
+            ),
+        )
     return VectorParams(
         kind=kind,
         metric=name,
@@ -127,6 +141,7 @@ def vector_params(
         num_bits=bits,
         sample_rate=_positive(uri, "sample_rate", sample_rate),
         max_iters=_positive(uri, "max_iters", max_iters),
+        hnsw=graph,
     )
 
 
@@ -200,24 +215,13 @@ def segment_model(core: DatasetCore, entry: IndexEntry) -> tuple[VectorParams, V
     index = open_vector_index(store, directory, entry.uuid, entry.name)
     details = index_pb2.VectorIndexDetails.FromString(entry.pb.index_details.value)
     hints = details.runtime_hints
-    storage = index.storage
-    subs, bits, codebook, bounds = 0, 8, None, None
-    if isinstance(storage, ProductQuantizer):
-        subs, bits = storage.num_sub_vectors, storage.bits
-        codebook = storage.codebook[:, : 1 << bits]
-    elif isinstance(storage, ScalarQuantizer):
-        bounds = (storage.start, storage.end)
-    params = VectorParams(
-        kind=index.kind,
-        metric=index.metric,
-        dimension=index.dimension,
-        num_partitions=index.ivf.num_partitions,
-        num_sub_vectors=subs,
-        num_bits=bits,
+    params, model = _build.model_of(index)
+    params = dataclasses.replace(
+        params,
         sample_rate=int(hints.get("lance.ivf.sample_rate", "256")),
         max_iters=int(hints.get("lance.ivf.max_iters", "50")),
     )
-    return params, VectorModel(index.ivf.centroids, 0.0, codebook, bounds)
+    return params, dataclasses.replace(model, loss=0.0)
 
 
 def build_vector_segment(
@@ -248,10 +252,10 @@ def build_vector_segment(
     try:
         if model is None:
             bounds = None
-            if params.kind == "IVF_SQ":
+            if params.storage_kind == "IVF_SQ":
                 report({"stage": "bounds", "index": name})
                 bounds = _bounds(core, fragments, column, params)
-            if centroids is not None and (params.kind != "IVF_PQ" or codebook is not None):
+            if centroids is not None and (params.storage_kind != "IVF_PQ" or codebook is not None):
                 sample = np.empty((0, params.dimension), dtype=np.float32)
             else:
                 report({"stage": "sample", "index": name})
@@ -272,8 +276,10 @@ def build_vector_segment(
                 done += read
                 report({"stage": "encode", "index": name, "done": done, "total": total})
             report({"stage": "write", "index": name})
+            if params.hnsw is not None:
+                report({"stage": "graphs", "index": name})
             files = _build.write_files(
-                core.store, directory, params, model, encoded, index_file_version(core)
+                core.store, directory, params, model, encoded, index_file_version(core), rng
             )
         finally:
             encoded.close()

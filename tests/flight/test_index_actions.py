@@ -194,6 +194,31 @@ def test_vector_index_builds_over_flight_report_progress(served, name) -> None:
             assert sorted(idx["fragment_ids"]) == [0, 1, 2, 3]
 
 
+def test_hnsw_index_built_and_searched_over_flight(served, name) -> None:
+    """An IVF_HNSW_SQ index built by the create_index action with its graph options, then
+    searched with `ef`: pylance's answers on the same index; ef below k is refused."""
+    path = served.path(name)
+    lance.write_dataset(_vectors(3_000), path, max_rows_per_file=1_000)
+    with Client(served.uri) as qc:
+        stages: list[dict] = []
+        done = qc.create_index(
+            name, "v", "IVF_HNSW_SQ", num_partitions=2, m=8, ef_construction=40,
+            progress=stages.append,
+        )  # fmt: skip
+        assert done == {"version": 2, "name": "v_idx"}
+        assert "graphs" in [s["stage"] for s in stages]
+        sub = lance.dataset(path).stats.index_stats("v_idx")["indices"][0]["sub_index"]
+        assert sub["index_type"] == "HNSW" and sub["params"]["m"] == 8
+        for seed in (7, 8):
+            q = _vectors(1, seed=seed).column("v").to_pylist()[0]
+            for options in ({"k": 5}, {"k": 5, "ef": 30, "nprobes": 1}):
+                ours = qc.nearest(name, "v", q, **options)
+                theirs = lance.dataset(path).to_table(nearest={"column": "v", "q": q, **options})
+                assert ours.column("id").to_pylist() == theirs.column("id").to_pylist()
+        with pytest.raises(InvalidArgument, match="ef .3. must be greater than or equal to k"):
+            qc.nearest(name, "v", q, k=5, ef=3)
+
+
 def test_bad_vector_index_requests_get_their_codes(served, name) -> None:
     lance.write_dataset(_vectors(300), served.path(name))
     with Client(served.uri) as qc:
@@ -203,8 +228,8 @@ def test_bad_vector_index_requests_get_their_codes(served, name) -> None:
             qc.create_index(name, "v", "IVF_PQ", num_sub_vectors=3)
         with pytest.raises(InvalidArgument, match="metric"):
             qc.create_index(name, "v", "IVF_FLAT", metric="hamming")
-        with pytest.raises(Unimplemented, match="IVF_HNSW_PQ"):
-            qc.create_index(name, "v", "IVF_HNSW_PQ")
+        with pytest.raises(Unimplemented, match="IVF_RQ"):
+            qc.create_index(name, "v", "IVF_RQ")
         with pytest.raises(InvalidArgument, match="vector indices"):
             qc.action(
                 "create_index",

@@ -938,7 +938,8 @@ class Client {
    * Build an index of `column` in the server and commit it: {version, name}. BTREE and BITMAP
    * as pylance's create_scalar_index; IVF_FLAT, IVF_PQ and IVF_SQ as pylance's create_index
    * (options metric, numPartitions, numSubVectors, numBits, sampleRate, maxIters,
-   * targetPartitionSize, ivfCentroids and pqCodebook as arrays of arrays). `onProgress` is
+   * targetPartitionSize, ivfCentroids and pqCodebook as arrays of arrays; m, efConstruction
+   * and maxLevel for the graphs of IVF_HNSW_* indices). `onProgress` is
    * called with each stage of the build ({stage, index, ...}) as the server reports it.
    */
   async createIndex(dataset, column, indexType, options = {}) {
@@ -956,6 +957,9 @@ class Client {
       targetPartitionSize: 'target_partition_size',
       ivfCentroids: 'ivf_centroids',
       pqCodebook: 'pq_codebook',
+      m: 'm',
+      efConstruction: 'ef_construction',
+      maxLevel: 'max_level',
     };
     for (const [key, value] of Object.entries(rest)) {
       if (!(key in keys)) throw new TypeError(`createIndex has no option ${JSON.stringify(key)}`);

@@ -39,7 +39,7 @@ function asOfText(asOf) {
  * @param {object} [options] columns, filter, version, tag, asOf, limit, withRowId,
  *   maxRowsPerEndpoint, appendedSince; a search: fullTextQuery (a query, or an array of them:
  *   a batch), nearest ({column, q, k, metric, nprobes, minimumNprobes, maximumNprobes,
- *   refineFactor, useIndex}), both with hybrid ({fusion, rrfK, weight, normalize}),
+ *   refineFactor, ef, useIndex}), both with hybrid ({fusion, rrfK, weight, normalize}),
  *   prefilter, fastSearch; blobHandling ('all_binary': blob columns as their bytes)
  */
 const READ_OPTIONS = new Set([
@@ -51,7 +51,7 @@ const BLOB_HANDLING = ['blobs_descriptions', 'all_descriptions', 'all_binary'];
 const NEAREST_OPTIONS = {
   column: 'column', q: 'q', k: 'k', metric: 'metric', nprobes: 'nprobes',
   minimumNprobes: 'minimum_nprobes', maximumNprobes: 'maximum_nprobes',
-  refineFactor: 'refine_factor', useIndex: 'use_index', distanceRange: 'distance_range',
+  refineFactor: 'refine_factor', ef: 'ef', useIndex: 'use_index', distanceRange: 'distance_range',
 };
 const HYBRID_OPTIONS = { fusion: 'fusion', rrfK: 'rrf_k', weight: 'weight', normalize: 'normalize' };
 const FUSIONS = ['rrf', 'linear'];
@@ -84,7 +84,7 @@ function nearestObject(nearest) {
     const value = nearest[key];
     if (value == null) continue;
     if (key === 'q') out.q = queryVectors(value);
-    else if (['k', 'nprobes', 'minimumNprobes', 'maximumNprobes', 'refineFactor'].includes(key)) {
+    else if (['k', 'nprobes', 'minimumNprobes', 'maximumNprobes', 'refineFactor', 'ef'].includes(key)) {
       out[wire] = integer(`nearest.${key}`, value);
     } else out[wire] = value;
   }

@@ -261,6 +261,13 @@ describe('writes', { skip: !config && SKIP }, () => {
     assert.equal((await client.createIndex('node_vec', 'v', 'IVF_FLAT', { name: 'flat', ivfCentroids: [[1, 0, 0, 0], [0, 1, 0, 0]] })).name, 'flat');
     await assert.rejects(client.createIndex('node_vec', 'v', 'IVF_PQ', { onProgress: () => {} }), (e) => e.grpcCode === 3 && /num_sub_vectors/.test(e.message));
     await assert.rejects(client.createIndex('node_vec', 'v', 'IVF_PQ', { bogus: 1 }), TypeError);
+    // an HNSW form with its graph options, searched with ef
+    await client.write('node_graph', vectorRows(1000), { mode: 'create' });
+    const hnsw = await client.createIndex('node_graph', 'v', 'IVF_HNSW_SQ', { numPartitions: 2, m: 8, efConstruction: 40, maxLevel: 4 });
+    assert.deepEqual(hnsw, { version: 2, name: 'v_idx' });
+    const found = await client.read('node_graph', { nearest: { column: 'v', q: [1, 0, 0, 0], k: 5, ef: 20 } });
+    assert.equal(found.numRows, 5);
+    await assert.rejects(client.read('node_graph', { nearest: { column: 'v', q: [1, 0, 0, 0], k: 5, ef: 2 } }), (e) => e.grpcCode === 3 && /ef/.test(e.message));
     assert.equal((await client.optimizeIndices('node_vec', { retrain: true })).optimized, true);
     assert.equal((await client.dropDataset('node_ops')).dropped, true);
   });

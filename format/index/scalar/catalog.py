@@ -205,6 +205,8 @@ def _vector_statistics(store: Any, directory: str, entry: IndexEntry) -> dict[st
         }
     else:
         sub = {"dim": index.dimension, "index_type": "FLAT", "metric_type": metric}
+    if index.hnsw:  # the first partition's graph, then the storage, as pylance reports it
+        sub = {**index.graph_metadata[0], **sub, "index_type": "HNSW"}
     with IndexFile(store, f"{directory}/{VECTOR_INDEX_FILE}") as f:
         ivf = read_message(f, IVF_KEY, index_pb2.IVF)
     out: dict[str, Any] = {

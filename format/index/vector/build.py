@@ -26,21 +26,27 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from quiver.format import _kernels
 from quiver.format.errors import InvalidInputError
 from quiver.format.index.files import write_index_file
 from quiver.format.index.vector import flat as _flat
 from quiver.format.index.vector import pq as _pq
 from quiver.format.index.vector import sq as _sq
+from quiver.format.index.vector.hnsw import HNSW_KEY, PREFETCH_DISTANCE, BuiltGraphs, HnswParams
+from quiver.format.index.vector.hnsw import SCHEMA as GRAPH_SCHEMA
 from quiver.format.index.vector.index import (
     INDEX_FILE,
     INDEX_KEY,
     ROW_ID,
     STORAGE_FILE,
     STORAGE_KEY,
+    VectorIndex,
 )
 from quiver.format.index.vector.ivf import IVF_KEY
 from quiver.format.index.vector.kmeans import assign, kmeans, normalize
+from quiver.format.index.vector.pq import ProductQuantizer
 from quiver.format.index.vector.spill import EncodedRows
+from quiver.format.index.vector.sq import ScalarQuantizer
 from quiver.format.io.store import ObjectStore
 from quiver.format.proto import index_pb2
 from quiver.format.table.schema import LanceSchema
@@ -48,7 +54,14 @@ from quiver.format.table.schema import LanceSchema
 __all__ = ["VECTOR_DETAILS", "VECTOR_INDEX_TYPES", "VectorModel", "VectorParams", "encode", "train"]
 
 VECTOR_DETAILS = "/lance.index.pb.VectorIndexDetails"
-VECTOR_INDEX_TYPES = ("IVF_FLAT", "IVF_PQ", "IVF_SQ")
+VECTOR_INDEX_TYPES = (
+    "IVF_FLAT",
+    "IVF_PQ",
+    "IVF_SQ",
+    "IVF_HNSW_FLAT",
+    "IVF_HNSW_PQ",
+    "IVF_HNSW_SQ",
+)
 _METRIC_CODES = {
     "l2": index_pb2.L2,
     "cosine": index_pb2.Cosine,
@@ -69,6 +82,13 @@ class VectorParams:
     num_bits: int = 8
     sample_rate: int = 256
     max_iters: int = 50
+    # the graph parameters of an IVF_HNSW_* index (None for the others)
+    hnsw: HnswParams | None = None
+
+    @property
+    def storage_kind(self) -> str:
+        """How rows are stored: IVF_FLAT, IVF_PQ or IVF_SQ (an HNSW form as its plain one)."""
+        return self.kind.replace("HNSW_", "")
 
     @property
     def assign_metric(self) -> str:
@@ -78,12 +98,12 @@ class VectorParams:
     @property
     def residual(self) -> bool:
         """Whether PQ codes quantize the residual from the partition centroid."""
-        return self.kind == "IVF_PQ" and self.metric != "dot"
+        return self.storage_kind == "IVF_PQ" and self.metric != "dot"
 
     def training_rows(self) -> int:
         """Rows the sample needs: sample_rate per partition, and per PQ centroid."""
         rows = self.num_partitions * self.sample_rate
-        if self.kind == "IVF_PQ":
+        if self.storage_kind == "IVF_PQ":
             rows = max(rows, (1 << self.num_bits) * self.sample_rate)
         return rows
 
@@ -96,7 +116,7 @@ class VectorParams:
             "lance.ivf.shuffle_partition_batches": "10240",
             "lance.skip_transpose": "false",
         }
-        if self.kind == "IVF_PQ":
+        if self.storage_kind == "IVF_PQ":
             hints.update(
                 {
                     "lance.pq.sample_rate": str(self.sample_rate),
@@ -104,20 +124,26 @@ class VectorParams:
                     "lance.pq.kmeans_redos": "1",
                 }
             )
-        elif self.kind == "IVF_SQ":
+        elif self.storage_kind == "IVF_SQ":
             hints["lance.sq.sample_rate"] = str(self.sample_rate)
+        if self.hnsw is not None:
+            hints["lance.hnsw.prefetch_distance"] = str(PREFETCH_DISTANCE)
         return hints
 
     def details(self) -> bytes:
         """The serialized `VectorIndexDetails` of the manifest entry."""
         d = index_pb2.VectorIndexDetails(metric_type=_METRIC_CODES[self.metric])
-        if self.kind == "IVF_PQ":
+        if self.storage_kind == "IVF_PQ":
             d.pq.num_bits = self.num_bits
             d.pq.num_sub_vectors = self.num_sub_vectors
-        elif self.kind == "IVF_SQ":
+        elif self.storage_kind == "IVF_SQ":
             d.sq.num_bits = 8
         else:
             d.flat.SetInParent()
+        if self.hnsw is not None:
+            d.hnsw.m = self.hnsw.m
+            d.hnsw.ef_construction = self.hnsw.ef_construction
+            d.hnsw.max_level = self.hnsw.max_level
         d.runtime_hints.update(self.runtime_hints())
         return d.SerializeToString()
 
@@ -131,6 +157,28 @@ class VectorModel:
     loss: float = 0.0
     codebook: np.ndarray | None = None
     bounds: tuple[float, float] | None = None
+
+
+def model_of(index: VectorIndex) -> tuple[VectorParams, VectorModel]:
+    """The parameters and trained model of an open index (to encode more rows with it, or
+    write it again): training parameters are pylance's defaults."""
+    storage = index.storage
+    subs, bits, codebook, bounds = 0, 8, None, None
+    if isinstance(storage, ProductQuantizer):
+        subs, bits = storage.num_sub_vectors, storage.bits
+        codebook = storage.codebook[:, : 1 << bits]
+    elif isinstance(storage, ScalarQuantizer):
+        bounds = (storage.start, storage.end)
+    params = VectorParams(
+        kind=index.kind,
+        metric=index.metric,
+        dimension=index.dimension,
+        num_partitions=index.ivf.num_partitions,
+        num_sub_vectors=subs,
+        num_bits=bits,
+        hnsw=index.hnsw_params,
+    )
+    return params, VectorModel(index.ivf.centroids, index.ivf.loss, codebook, bounds)
 
 
 def prepare(params: VectorParams, vectors: np.ndarray) -> np.ndarray:
@@ -165,7 +213,7 @@ def train(
         trained = kmeans(rows, p.num_partitions, p.assign_metric, max_iters=p.max_iters, rng=rng)
         centroids, loss = trained.centroids, trained.loss
     model = VectorModel(np.ascontiguousarray(centroids, dtype=np.float32), loss, bounds=bounds)
-    if p.kind == "IVF_PQ":
+    if p.storage_kind == "IVF_PQ":
         model.codebook = (
             np.ascontiguousarray(codebook, dtype=np.float32)
             if codebook is not None
@@ -202,9 +250,9 @@ def encode(
     their centroids add to `model.loss` (the IVF loss pylance records is over every row)."""
     labels, dists = assign(x, model.centroids, params.assign_metric)
     model.loss += float(dists.sum(dtype=np.float64))
-    if params.kind == "IVF_FLAT":
+    if params.storage_kind == "IVF_FLAT":
         return labels, x
-    if params.kind == "IVF_SQ":
+    if params.storage_kind == "IVF_SQ":
         start, end = model.bounds or (0.0, 0.0)
         span = float(end) - float(start)
         if span == 0:
@@ -225,10 +273,10 @@ def encode(
 
 def storage_row(params: VectorParams) -> tuple[int, np.dtype]:
     """The width and type of one row's storage: PQ codes, SQ codes or the vector."""
-    if params.kind == "IVF_PQ":
+    if params.storage_kind == "IVF_PQ":
         m = params.num_sub_vectors
         return (m if params.num_bits == 8 else m // 2), np.dtype(np.uint8)
-    if params.kind == "IVF_SQ":
+    if params.storage_kind == "IVF_SQ":
         return params.dimension, np.dtype(np.uint8)
     return params.dimension, np.dtype(np.float32)
 
@@ -240,9 +288,11 @@ def write_files(
     model: VectorModel,
     encoded: EncodedRows,
     version: str,
+    rng: np.random.Generator | None = None,
 ) -> list[tuple[str, int]]:
     """Write `index.idx` and `auxiliary.idx` of the encoded rows (every row's partition, row
-    id and storage row); the files and their sizes."""
+    id and storage row); the files and their sizes. An HNSW form's graphs are built here,
+    partition by partition (`rng` draws their levels)."""
     parts = params.num_partitions
     lengths = encoded.lengths()
     offsets = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
@@ -259,7 +309,7 @@ def write_files(
             },
         )
     )
-    transposed = params.kind == "IVF_PQ"
+    transposed = params.storage_kind == "IVF_PQ"
     width = column.type.list_size
 
     def tables() -> Iterable[pa.Table]:
@@ -276,6 +326,9 @@ def write_files(
         version,
         [ivf.SerializeToString(), *buffers],
     )
+    if params.hnsw is not None:
+        index_size = _write_graphs(store, directory, params, model, encoded, version, rng)
+        return [(INDEX_FILE, index_size), (STORAGE_FILE, aux_size)]
     model_ivf = index_pb2.IVF(
         offsets=[0] * parts,
         lengths=[0] * parts,
@@ -287,9 +340,7 @@ def write_files(
             [pa.field("__flat_marker", pa.uint64(), nullable=False)],
             metadata={
                 IVF_KEY: "1",
-                INDEX_KEY: json.dumps(
-                    {"type": params.kind, "distance_type": metric}, separators=(",", ":")
-                ),
+                INDEX_KEY: _index_key(params),
                 _FLAT_KEY: json.dumps([""] * parts, separators=(",", ":")),
             },
         )
@@ -305,6 +356,86 @@ def write_files(
     return [(INDEX_FILE, index_size), (STORAGE_FILE, aux_size)]
 
 
+def _index_key(params: VectorParams) -> str:
+    return json.dumps({"type": params.kind, "distance_type": params.metric}, separators=(",", ":"))
+
+
+def _write_graphs(
+    store: ObjectStore,
+    directory: str,
+    params: VectorParams,
+    model: VectorModel,
+    encoded: EncodedRows,
+    version: str,
+    rng: np.random.Generator | None,
+) -> int:
+    """Build each partition's graph and write `index.idx` with them; its size."""
+    hnsw = params.hnsw
+    assert hnsw is not None
+    # graphs of cosine indices link normalised vectors: l2 ranks them alike
+    metric = _kernels.METRIC_DOT if params.metric == "dot" else _kernels.METRIC_L2
+    filled = np.flatnonzero(encoded.lengths())
+    pairs = (
+        (int(p), _dense(params, model, int(p), block))
+        for p, (_, block) in zip(filled, encoded.partitions(), strict=True)
+    )
+    rng = np.random.default_rng() if rng is None else rng
+    graphs = BuiltGraphs(pairs, params.num_partitions, metric, hnsw, rng)
+    try:
+        lengths = graphs.lengths
+        ivf = index_pb2.IVF(
+            offsets=np.r_[0, np.cumsum(lengths)[:-1]].astype(np.int64).tolist(),
+            lengths=lengths.tolist(),
+            centroids_tensor=_tensor(model.centroids),
+            loss=model.loss,
+        )
+        entries = [json.dumps(m, separators=(",", ":")) for m in graphs.metadata]
+        schema = LanceSchema.from_arrow(
+            GRAPH_SCHEMA.with_metadata(
+                {
+                    IVF_KEY: "1",
+                    INDEX_KEY: _index_key(params),
+                    HNSW_KEY: json.dumps(entries, separators=(",", ":")),
+                }
+            )
+        )
+        return write_index_file(
+            store,
+            f"{directory}/{INDEX_FILE}",
+            schema,
+            graphs.tables(),
+            version,
+            [ivf.SerializeToString()],
+        )
+    finally:
+        graphs.close()
+
+
+def _dense(params: VectorParams, model: VectorModel, p: int, block: np.ndarray) -> np.ndarray:
+    """What a partition's storage rows stand for, as float32 vectors (an HNSW graph links
+    them): the vectors themselves, SQ codes scaled back, PQ codes' codebook entries (plus
+    the centroid, for residual codes)."""
+    kind = params.storage_kind
+    if kind == "IVF_FLAT":
+        return block
+    if kind == "IVF_SQ":
+        start, end = model.bounds or (0.0, 0.0)
+        return (start + block.astype(np.float32) * np.float32((end - start) / 255.0)).astype(
+            np.float32
+        )
+    book = model.codebook
+    assert book is not None
+    codes = block
+    if params.num_bits == 4:
+        codes = np.empty((len(block), params.num_sub_vectors), np.uint8)
+        codes[:, 0::2], codes[:, 1::2] = block & 0x0F, block >> 4
+    parts = [book[j][codes[:, j]] for j in range(params.num_sub_vectors)]
+    x = np.concatenate(parts, axis=1) if parts else np.empty((len(block), 0), np.float32)
+    if params.residual:
+        x = x + model.centroids[p]
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
 def _tensor(values: np.ndarray) -> index_pb2.Tensor:
     return index_pb2.Tensor(
         data_type=index_pb2.Tensor.FLOAT32,
@@ -316,7 +447,7 @@ def _tensor(values: np.ndarray) -> index_pb2.Tensor:
 def _storage_layout(params: VectorParams, model: VectorModel) -> tuple[dict, pa.Field, list[bytes]]:
     """The storage column, its `storage_metadata` and the global buffers after the layout."""
     dim = params.dimension
-    if params.kind == "IVF_PQ":
+    if params.storage_kind == "IVF_PQ":
         book = model.codebook
         assert book is not None
         m, k = params.num_sub_vectors, 1 << params.num_bits
@@ -334,7 +465,7 @@ def _storage_layout(params: VectorParams, model: VectorModel) -> tuple[dict, pa.
         code_bytes = m if params.num_bits == 8 else m // 2
         col = pa.field(_pq.CODE_COLUMN, pa.list_(pa.uint8(), code_bytes))
         return meta, col, [tensor.SerializeToString()]
-    if params.kind == "IVF_SQ":
+    if params.storage_kind == "IVF_SQ":
         start, end = model.bounds or (0.0, 0.0)
         meta = {"dim": dim, "num_bits": 8, "bounds": {"start": float(start), "end": float(end)}}
         return meta, pa.field(_sq.CODE_COLUMN, pa.list_(pa.uint8(), dim)), []

@@ -1,6 +1,8 @@
-"""An open IVF vector index (IVF_FLAT, IVF_PQ, IVF_SQ as pylance 14 writes them).
+"""An open IVF vector index (IVF_FLAT, IVF_PQ, IVF_SQ and their IVF_HNSW_* forms, as pylance
+14 writes them).
 
-`index.idx` says what the index is (`lance:index`: type and metric) and holds the centroids;
+`index.idx` says what the index is (`lance:index`: type and metric) and holds the centroids
+(and, for HNSW forms, each partition's graph: see `format.index.vector.hnsw`);
 `auxiliary.idx` holds the rows, partition after partition: `_rowid` and the partition's
 storage (raw vectors, PQ codes or SQ codes) described by its `storage_metadata`. Indices are
 opened once per process (`open_vector_index`: centroids and codebooks parsed once) and
@@ -21,18 +23,28 @@ from quiver.format.errors import CorruptFileError, UnsupportedFeatureError
 from quiver.format.index.files import IndexFile
 from quiver.format.index.vector.distance import metric_name
 from quiver.format.index.vector.flat import FlatStorage
-from quiver.format.index.vector.ivf import IvfModel
+from quiver.format.index.vector.hnsw import (
+    HNSW_KEY,
+    NEIGHBORS,
+    VECTOR_ID,
+    Graph,
+    HnswParams,
+    partition_metadata,
+    read_graph,
+)
+from quiver.format.index.vector.ivf import IVF_KEY, IvfModel, read_message
 from quiver.format.index.vector.pq import ProductQuantizer
 from quiver.format.index.vector.sq import ScalarQuantizer
 from quiver.format.io.lru import ByteLRU, OpenOnce
 from quiver.format.io.store import ObjectStore
+from quiver.format.proto import index_pb2
 
 INDEX_FILE = "index.idx"
 STORAGE_FILE = "auxiliary.idx"
 INDEX_KEY = "lance:index"
 STORAGE_KEY = "storage_metadata"
 ROW_ID = "_rowid"
-SUPPORTED = ("IVF_FLAT", "IVF_PQ", "IVF_SQ")
+SUPPORTED = ("IVF_FLAT", "IVF_PQ", "IVF_SQ", "IVF_HNSW_FLAT", "IVF_HNSW_PQ", "IVF_HNSW_SQ")
 # Bytes of decoded partitions kept across queries, over all open indices.
 PARTITION_CACHE_BYTES = 256 << 20
 # Open indices kept (centroids, codebooks: small).
@@ -44,15 +56,17 @@ Storage = FlatStorage | ProductQuantizer | ScalarQuantizer
 @dataclass(frozen=True)
 class Partition:
     """One partition's row ids, storage (vectors or codes) and per-row distance terms (PQ
-    residuals: see `ProductQuantizer.row_bias`), in file order."""
+    residuals: see `ProductQuantizer.row_bias`), in file order, and its HNSW graph."""
 
     row_ids: np.ndarray
     data: np.ndarray
     bias: np.ndarray | None = None
+    graph: Graph | None = None
 
     @property
     def nbytes(self) -> int:
         extra = 0 if self.bias is None else self.bias.nbytes
+        extra += 0 if self.graph is None else self.graph.nbytes
         return int(self.row_ids.nbytes + self.data.nbytes + extra)
 
 
@@ -77,6 +91,8 @@ class VectorIndex:
                     f"{', '.join(SUPPORTED)} (use_index: false searches exactly)"
                 )
             self.kind = kind
+            # the storage's kind: an HNSW form stores its rows as the plain form does
+            self.storage_kind = kind.replace("HNSW_", "")
             self.metric = metric_name(metric, where=index.path)
             self._storage_file = IndexFile(store, f"{directory}/{STORAGE_FILE}")
             try:
@@ -85,7 +101,50 @@ class VectorIndex:
             except BaseException:
                 self._storage_file.close()
                 raise
+        self._graph_file: IndexFile | None = None
+        if self.hnsw:
+            self._graph_file = IndexFile(store, f"{directory}/{INDEX_FILE}")
+            try:
+                self._read_graph_layout(self._graph_file)
+            except BaseException:
+                self.close()
+                raise
         self._lock = threading.Lock()
+
+    @property
+    def hnsw(self) -> bool:
+        """Whether partitions are searched through HNSW graphs."""
+        return self.kind != self.storage_kind
+
+    @property
+    def graph_metadata(self) -> list[dict]:
+        """Each partition's `lance:hnsw` entry (entry point, parameters, level offsets)."""
+        return list(self._graph_meta) if self.hnsw else []
+
+    @property
+    def hnsw_params(self) -> HnswParams | None:
+        """The parameters the graphs were built with (None: not an HNSW form)."""
+        if not self.hnsw:
+            return None
+        given = self._graph_meta[0].get("params") if self._graph_meta else None
+        try:
+            return HnswParams(
+                max_level=int(given["max_level"]),
+                m=int(given["m"]),
+                ef_construction=int(given["ef_construction"]),
+            )
+        except (TypeError, KeyError, ValueError):
+            return HnswParams()
+
+    def _read_graph_layout(self, f: IndexFile) -> None:
+        """Where each partition's graph lies in `index.idx`, and its `lance:hnsw` entry."""
+        layout = read_message(f, IVF_KEY, index_pb2.IVF)
+        parts = self.ivf.num_partitions
+        self._graph_offsets = np.asarray(layout.offsets, dtype=np.int64)
+        self._graph_lengths = np.asarray(layout.lengths, dtype=np.int64)
+        if len(self._graph_offsets) != parts or len(self._graph_lengths) != parts:
+            raise CorruptFileError(f.path, f"graph layout of {len(layout.offsets)} partitions")
+        self._graph_meta = partition_metadata(f.text(HNSW_KEY), parts, f.path)
 
     def _read_storage(self) -> Storage:
         f = self._storage_file
@@ -95,15 +154,20 @@ class VectorIndex:
         except (ValueError, IndexError, TypeError) as e:
             raise CorruptFileError(f.path, f"bad {STORAGE_KEY}: {e}") from None
         dim = self.ivf.dimension
-        if self.kind == "IVF_PQ":
+        if self.storage_kind == "IVF_PQ":
             storage: Storage = ProductQuantizer.read(f, meta, self.metric)
-        elif self.kind == "IVF_SQ":
+        elif self.storage_kind == "IVF_SQ":
             storage = ScalarQuantizer.read(meta, self.metric, f.path)
         else:
             storage = FlatStorage(dim, self.metric)
         f.field(ROW_ID)
         f.field(storage.column)
         return storage
+
+    @property
+    def storage_file(self) -> IndexFile:
+        """The open `auxiliary.idx`."""
+        return self._storage_file
 
     @property
     def dimension(self) -> int:
@@ -143,9 +207,20 @@ class VectorIndex:
             np.require(ids.to_numpy().astype(np.uint64, copy=False), requirements="CA"),
             data,
             self.storage.row_bias(data, self.ivf.centroids[p]),
+            self._graph(p, len(ids)) if self.hnsw else None,
         )
         PARTITIONS.put(key, part, part.nbytes)
         return part
+
+    def _graph(self, p: int, n: int) -> Graph:
+        """Partition `p`'s graph, read from `index.idx` (`n`: the partition's rows)."""
+        f = self._graph_file
+        assert f is not None
+        start = int(self._graph_offsets[p])
+        stop = start + int(self._graph_lengths[p])
+        with self._lock:
+            table = f.read([VECTOR_ID, NEIGHBORS], start, stop)
+        return read_graph(table, self._graph_meta[p], n, f"{f.path}: partition {p}")
 
     def prepare(self, queries: np.ndarray) -> np.ndarray:
         """What the storage compares rows with, per query (normalised for cosine): (n, width)
@@ -164,6 +239,8 @@ class VectorIndex:
 
     def close(self) -> None:
         self._storage_file.close()
+        if self._graph_file is not None:
+            self._graph_file.close()
 
 
 _OPEN: OpenOnce[VectorIndex] = OpenOnce(OPEN_INDICES)

@@ -62,6 +62,7 @@ class IvfModel:
     centroids: np.ndarray
     offsets: np.ndarray
     lengths: np.ndarray
+    loss: float = 0.0  # the k-means loss recorded with the centroids
 
     @classmethod
     def read(cls, index: IndexFile, storage: IndexFile) -> IvfModel:
@@ -85,7 +86,8 @@ class IvfModel:
             )
         if parts and int((offsets + lengths).max()) > storage.num_rows:
             raise CorruptFileError(storage.path, "a partition lies past the end of the file")
-        return cls(centroids.astype(np.float32, copy=False), offsets, lengths)
+        loss = float(ivf.loss) if ivf.HasField("loss") else 0.0
+        return cls(centroids.astype(np.float32, copy=False), offsets, lengths, loss)
 
     @property
     def num_partitions(self) -> int:

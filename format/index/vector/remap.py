@@ -4,7 +4,9 @@ addresses (rows compaction dropped as deleted leave the index), in row id order.
 
 `index.idx` holds no row ids and is copied as it is; `auxiliary.idx` is written again a
 partition at a time (PQ codes transposed again), with the new partition layout in global
-buffer 1 and its other global buffers (the PQ codebook) as they were.
+buffer 1 and its other global buffers (the PQ codebook) as they were. An HNSW form's graphs
+name rows by their place in the partition, which the remap changes: its partitions' graphs are
+built again over the remapped rows, as pylance builds them again.
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ import pyarrow as pa
 
 from quiver.format.errors import CorruptFileError
 from quiver.format.index.files import IndexFile, write_index_file
-from quiver.format.index.vector.index import INDEX_FILE, ROW_ID, STORAGE_FILE
+from quiver.format.index.vector.build import model_of, storage_row, write_files
+from quiver.format.index.vector.hnsw import HNSW_KEY
+from quiver.format.index.vector.index import INDEX_FILE, ROW_ID, STORAGE_FILE, VectorIndex
 from quiver.format.index.vector.ivf import IVF_KEY, read_message
+from quiver.format.index.vector.spill import EncodedRows
 from quiver.format.io.store import ObjectStore, discard
 from quiver.format.proto import index_pb2
 
@@ -33,6 +38,10 @@ def remap_vector_index(
 ) -> list[tuple[str, int]]:
     """Write the index in `directory` into `target` with its row ids remapped; its files
     and their sizes."""
+    with IndexFile(store, f"{directory}/{INDEX_FILE}") as index:
+        graphs = HNSW_KEY in index.metadata
+    if graphs:
+        return _rebuild(store, directory, target, remap)
     raw = store.read_all(f"{directory}/{INDEX_FILE}")
     sink = store.open_write(f"{target}/{INDEX_FILE}")
     try:
@@ -85,3 +94,36 @@ def remap_vector_index(
             [ivf.SerializeToString(), *buffers],
         )
     return [(INDEX_FILE, len(raw)), (STORAGE_FILE, size)]
+
+
+def _rebuild(
+    store: ObjectStore, directory: str, target: str, remap: Remap
+) -> list[tuple[str, int]]:
+    """An HNSW form remapped: its rows' storage, given their new ids, written again with new
+    graphs (the model kept)."""
+    index = VectorIndex(store, directory, "remap")
+    try:
+        params, model = model_of(index)
+        aux = index.storage_file
+        width, dtype = storage_row(params)
+        column = index.storage.column
+        encoded = EncodedRows(params.num_partitions, width, dtype)
+        try:
+            layout = index.ivf
+            for p, (start, length) in enumerate(zip(layout.offsets, layout.lengths, strict=True)):
+                if not length:
+                    continue
+                table = aux.read([ROW_ID, column], int(start), int(start + length))
+                ids = table.column(ROW_ID).combine_chunks().to_numpy(zero_copy_only=False)
+                new, alive = remap(np.asarray(ids, np.uint64), aux.path)
+                codes = table.column(column).combine_chunks()
+                flat = codes.flatten().to_numpy(zero_copy_only=False)
+                transposed = column == "__pq_code"
+                rows = flat.reshape(width, -1).T if transposed else flat.reshape(-1, width)
+                labels = np.full(int(alive.sum()), p, np.int32)
+                encoded.add(labels, new[alive], np.ascontiguousarray(rows[alive], dtype=dtype))
+            return write_files(store, target, params, model, encoded, aux.version)
+        finally:
+            encoded.close()
+    finally:
+        index.close()

@@ -36,6 +36,8 @@ _METRICS = {"l2": _kernels.METRIC_L2, "cosine": _kernels.METRIC_COSINE, "dot": _
 CHUNK_BYTES = 16 << 20
 # Kernel steps (rows x PQ sub-vectors or dimension) worth a thread of their own.
 THREAD_WORK = 1 << 20
+# Rows a graph search measures, per unit of ef (an estimate, for splitting work over threads).
+GRAPH_VISITS = 16
 
 
 @dataclass(frozen=True)
@@ -74,10 +76,15 @@ class Candidates:
         return Candidates(self.query[keep], self.row_ids[keep], self.distance[keep])
 
 
-def early_pruning(centroid_dist: np.ndarray, k: int) -> np.ndarray:
-    """Per query, how many partitions lie within pylance's factor of the nearest centroid's
-    distance (0.6 for k = 1, 7 up to k = 10, 81 beyond), compared in float32 as pylance does."""
-    factor = 0.6 if k <= 1 else 7.0 if k <= 10 else 81.0
+def early_pruning(centroid_dist: np.ndarray, k: int, metric: str) -> np.ndarray:
+    """Per query, how many partitions to probe at least: those within pylance's factor of
+    the nearest centroid's distance (7 up to k = 10, 81 beyond), compared in float32 as
+    pylance does; every partition for the dot metric, as pylance 14 probes them. (pylance
+    14 probes three to five partitions for k = 1, not the nearest alone: k = 1 takes the
+    factor of k <= 10.)"""
+    if metric == "dot":
+        return np.full(len(centroid_dist), centroid_dist.shape[1])
+    factor = 7.0 if k <= 10 else 81.0
     dist = centroid_dist.astype(np.float32)
     threshold = dist.min(axis=1, keepdims=True) * np.float32(factor)
     return (dist <= threshold).sum(axis=1)
@@ -93,8 +100,11 @@ class _Search:
         fetch: int,
         allowed: RowFilter | None,
         distance_range: tuple[float, float],
+        ef: int | None = None,
     ):
         self.index, self.fetch, self.allowed = index, fetch, allowed
+        # nodes an HNSW search keeps (pylance's default: 1.5 times the rows it returns)
+        self.ef = fetch + fetch // 2 if ef is None else ef
         self.lower, self.upper = distance_range
         self.queries = normalize(queries) if index.metric == "cosine" else queries
         self.centroid_dist = index.ivf.distances(self.queries, index.metric)
@@ -121,6 +131,26 @@ class _Search:
             loaded[i] = self.index.select(loaded[i], keep[bounds[i] : bounds[i + 1]])
         return loaded
 
+    def _graph_partitions(
+        self, parts: np.ndarray
+    ) -> tuple[list[Partition], list[np.ndarray | None], np.ndarray]:
+        """The partitions `parts` whole (a graph is walked through refused rows too), a mask of
+        the rows `allowed` accepts in each (None: all), and whether each is searched through
+        its graph: pylance scans instead a partition whose prefilter leaves under a tenth of
+        its rows."""
+        loaded = [self.index.partition(int(p)) for p in parts]
+        masks: list[np.ndarray | None] = [None] * len(loaded)
+        walk = np.ones(len(loaded), dtype=bool)
+        if self.allowed is None:
+            return loaded, masks, walk
+        for i, part in enumerate(loaded):
+            keep = np.asarray(self.allowed(part.row_ids), dtype=bool)
+            kept = int(keep.sum())
+            if kept < len(keep):
+                masks[i] = keep.view(np.uint8)
+                walk[i] = kept >= len(keep) * 10 // 100
+        return loaded, masks, walk
+
     def probe(self, pairs_query: np.ndarray, pairs_partition: np.ndarray) -> Candidates:
         """Search the (query, partition) pairs: each query's best `fetch` rows over all of
         its pairs."""
@@ -130,12 +160,47 @@ class _Search:
         pairs_query = pairs_query[by_query].astype(np.int64, copy=False)
         pairs_partition = pairs_partition[by_query]
         parts, slot = np.unique(pairs_partition, return_inverse=True)
-        loaded = self._partitions(parts)
+        base = self.index.base(self.queries[pairs_query], pairs_partition)
+        if not self.index.hnsw:
+            return self._score(pairs_query, slot, base, self._partitions(parts))
+        loaded, masks, walk = self._graph_partitions(parts)
+        through = walk[slot]
+        found = []
+        if through.any():
+            found.append(
+                self._score(pairs_query[through], slot[through], base[through], loaded, masks)
+            )
+        if not through.all():
+            scanned = [
+                p if m is None else self.index.select(p, m.view(bool))
+                for p, m in zip(loaded, masks, strict=True)
+            ]
+            rest = ~through
+            found.append(self._score(pairs_query[rest], slot[rest], base[rest], scanned))
+        return Candidates.concat(found)
+
+    def _score(
+        self,
+        pairs_query: np.ndarray,
+        slot: np.ndarray,
+        base: np.ndarray,
+        loaded: list[Partition],
+        masks: list[np.ndarray | None] | None = None,
+    ) -> Candidates:
+        """Each query's best `fetch` rows over its (query, partition) pairs (sorted by
+        query; `slot` indexes `loaded`): every row of a partition scored, or, given `masks`,
+        the rows its graph search reaches."""
+        used, slot = np.unique(slot, return_inverse=True)
+        loaded = [loaded[i] for i in used]
         data = tuple(p.data for p in loaded)
         ids = tuple(p.row_ids for p in loaded)
         bias = tuple(p.bias for p in loaded) if loaded[0].bias is not None else None
-        base = self.index.base(self.queries[pairs_query], pairs_partition)
-        work = np.cumsum(np.array([len(i) for i in ids])[slot]) * self.row_cost
+        sizes = np.array([len(i) for i in ids])
+        if masks is not None:
+            graphs = tuple(loaded[i].graph.kernel_arg() for i in range(len(loaded)))
+            masks = tuple(masks[i] for i in used)
+            sizes = np.minimum(sizes, self.ef * GRAPH_VISITS)
+        work = np.cumsum(sizes[slot]) * self.row_cost
         threads = _threads(int(work[-1]))
         cuts = np.searchsorted(work, work[-1] * np.arange(1, threads) / threads)
         spans = [
@@ -148,7 +213,7 @@ class _Search:
             out_ids = np.zeros((last - first, self.fetch), np.uint64)
             out_dist = np.zeros((last - first, self.fetch), np.float32)
             count = np.zeros(last - first, np.int64)
-            _kernels.ivf_topk(
+            head = (
                 self.kind,
                 self.metric,
                 self.prepared[first:last],
@@ -160,13 +225,12 @@ class _Search:
                 data,
                 ids,
                 bias,
-                self.fetch,
-                out_ids,
-                out_dist,
-                count,
-                self.lower,
-                self.upper,
             )
+            tail = (self.fetch, out_ids, out_dist, count, self.lower, self.upper)
+            if masks is None:
+                _kernels.ivf_topk(*head, *tail)
+            else:
+                _kernels.hnsw_topk(*head, graphs, masks, self.ef, *tail)
             held = np.arange(self.fetch) < count[:, None]
             query = np.broadcast_to(np.arange(first, last)[:, None], held.shape)
             return Candidates(query[held], out_ids[held], out_dist[held])
@@ -190,9 +254,11 @@ def ivf_search(
     allowed: RowFilter | Sequence[RowFilter | None] | None = None,
     allowed_ids: np.ndarray | None = None,
     distance_range: tuple[float, float] = (-np.inf, np.inf),
+    ef: int | None = None,
 ) -> Candidates:
     """The best `fetch` rows per query over every delta of an index, only rows at
-    `distance_range` (lower <= distance < upper, as the index measures it) counting.
+    `distance_range` (lower <= distance < upper, as the index measures it) counting; `ef`
+    is the number of nodes HNSW graph searches keep (at least `fetch`).
 
     `allowed` tells which row ids may be returned (deleted rows and, with a prefilter, rows
     not matching it are refused), one filter for every delta or one per delta (each answers
@@ -216,6 +282,7 @@ def ivf_search(
             allowed,
             allowed_ids,
             distance_range,
+            ef,
         )
         found.append(dataclasses.replace(part, query=part.query + start))
     return Candidates.concat(found)
@@ -231,11 +298,12 @@ def _search(
     allowed: Sequence[RowFilter | None],
     allowed_ids: np.ndarray | None,
     distance_range: tuple[float, float],
+    ef: int | None,
 ) -> Candidates:
     """`ivf_search` of a chunk of queries."""
     nq = len(queries)
     searches = [
-        _Search(ix, queries, fetch, f, distance_range)
+        _Search(ix, queries, fetch, f, distance_range, ef)
         for ix, f in zip(indices, allowed, strict=True)
     ]
     found_parts: list[Candidates] = []
@@ -245,7 +313,8 @@ def _search(
         high = parts if maximum is None else min(maximum, parts)
         low = np.full(nq, min(minimum, high), dtype=np.int64)
         if high > low.max(initial=0):
-            low = np.minimum(np.maximum(low, early_pruning(s.centroid_dist, k)), high)
+            pruned = early_pruning(s.centroid_dist, k, s.index.metric)
+            low = np.minimum(np.maximum(low, pruned), high)
         q = np.repeat(np.arange(nq), low)
         rank = np.arange(len(q)) - np.repeat(np.cumsum(low) - low, low)
         order = nearest_first(s.centroid_dist, int(low.max(initial=0)))

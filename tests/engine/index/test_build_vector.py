@@ -296,7 +296,7 @@ def test_defaults_replace_and_refusals_as_pylance(tmp_path: Path) -> None:
         ({"index_type": "IVF_FLAT", "metric": "manhattan"}, InvalidInputError, "metric"),
         ({"index_type": "IVF_FLAT", "num_partitions": 0}, InvalidInputError, "positive"),
         ({"index_type": "IVF_FLAT", "num_partitions": 7000}, InvalidInputError, "7000 partitions"),
-        ({"index_type": "IVF_HNSW_SQ"}, UnsupportedFeatureError, "IVF_HNSW_SQ"),
+        ({"index_type": "IVF_RQ"}, UnsupportedFeatureError, "IVF_RQ"),
         ({"index_type": "NOPE"}, InvalidInputError, "index type"),
         ({"index_type": "IVF_FLAT", "frobnicate": 1}, InvalidInputError, "frobnicate"),
         (
