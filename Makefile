@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint docs protos serve bench bench-write bench-flight bench-memory bench-spark bench-vector bench-changes bench-backfill bench-indices bench-vector-index bench-sql bench-sql-memory bench-namespace bench-fts bench-soak kill-trials spark-example clean
+.PHONY: test lint docs protos serve bench bench-write bench-flight bench-memory bench-spark bench-vector bench-changes bench-backfill bench-indices bench-vector-index bench-hnsw bench-sql bench-sql-memory bench-namespace bench-fts bench-soak kill-trials spark-example clean
 
 # setup.py builds the C kernels: an edited kernel is recompiled by the next `make test`.
 $(STAMP): pyproject.toml setup.py format/_kernels.c flight_server/_threadstate.c \
@@ -92,6 +92,10 @@ bench-indices: $(STAMP)
 
 bench-vector-index: $(STAMP)
 	$(PY) -m benchmarks.vector_index
+
+# IVF_HNSW_SQ builds and searches, Quiver next to pylance, 200,000 rows x 128.
+bench-hnsw: $(STAMP)
+	$(PY) -m benchmarks.hnsw
 
 # Five SQL queries over Flight SQL (ADBC) against DuckDB over pylance in one process, 4 M rows;
 # bench-sql-memory: the server's peak RSS under a group-by over 20 M rows.

@@ -274,6 +274,9 @@ _INDEX_OPTIONS = {
     "sample_rate": "sample_rate",
     "max_iterations": "max_iters",
     "max_iters": "max_iters",
+    "target_partition_size": "target_partition_size",
+    "m": "m",
+    "ef_construction": "ef_construction",
 }
 
 
@@ -281,8 +284,6 @@ def create_index(ctx: Context, call: Call) -> dict[str, Any]:
     name = existing_table(ctx, call, WRITE, branched=True)
     column = call.str("column", required=True)
     index_type = (call.str("index_type", required=True) or "").upper()
-    if index_type.startswith("IVF_HNSW"):
-        raise ne.unsupported(f"{call.op}: {index_type} indices are not built by Quiver yet")
     body: dict[str, Any] = {
         "dataset": name,
         "column": column,

@@ -210,6 +210,47 @@ def test_data_plane_through_the_generated_rest_client(served: Served) -> None:
     assert missing.value.status == 404 and '"code": 4' in missing.value.body
 
 
+def test_hnsw_index_through_the_generated_rest_client(served: Served) -> None:
+    """CreateTableIndex builds an IVF_HNSW_SQ index with the spec's graph options; QueryTable
+    searches it with `ef` as pylance searches the same files."""
+    from lance_namespace_urllib3_client import ApiClient, Configuration
+    from lance_namespace_urllib3_client.api import NamespaceApi, TableApi
+    from lance_namespace_urllib3_client.models import (
+        CreateNamespaceRequest as RawCreateNamespace,
+    )
+    from lance_namespace_urllib3_client.models import (
+        CreateTableIndexRequest,
+        QueryTableRequest,
+        QueryTableRequestVector,
+    )
+
+    rng = np.random.default_rng(5)
+    vectors = rng.standard_normal((1200, 4)).astype(np.float32)
+    table = pa.table(
+        {
+            "id": pa.array(np.arange(1200)),
+            "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.ravel()), 4),
+        }
+    )
+    api = ApiClient(Configuration(host=served.url))
+    namespaces, tables = NamespaceApi(api), TableApi(api)
+    namespaces.create_namespace(id="g", create_namespace_request=RawCreateNamespace())
+    tables.create_table(id="g$t", body=ipc_stream(table))
+    request = CreateTableIndexRequest(
+        column="vector", index_type="IVF_HNSW_SQ", num_partitions=2, m=8, ef_construction=40
+    )
+    tables.create_table_index(id="g$t", create_table_index_request=request)
+    path = str(served.root / "g" / "t.lance")
+    sub = lance.dataset(path).stats.index_stats("vector_idx")["indices"][0]["sub_index"]
+    assert sub["index_type"] == "HNSW" and sub["params"]["m"] == 8
+    q = [0.3, -0.2, 0.9, 0.1]
+    request = QueryTableRequest(k=7, ef=20, vector=QueryTableRequestVector(single_vector=q))
+    data = tables.query_table(id="g$t", query_table_request=request)
+    got = pa.ipc.open_file(pa.BufferReader(bytes(data))).read_all()
+    want = lance.dataset(path).to_table(nearest={"column": "vector", "q": q, "k": 7, "ef": 20})
+    assert got["id"].to_pylist() == want["id"].to_pylist()
+
+
 def test_ready_line_names_the_namespace(tmp_path: Path) -> None:
     with namespace_server(tmp_path / "r") as s:
         assert s.url.startswith("http://127.0.0.1:")

@@ -299,3 +299,30 @@ def test_multivector_columns_searched_as_pylance(tmp_path) -> None:
         dataset(uri).to_table(nearest={"column": "mv", "q": q, "k": 5})
     exact = {"column": "mv", "q": q, "k": 5, "use_index": False, "metric": "cosine"}
     compare(uri, "multivector, index left aside", nearest=exact, columns=["id"])
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_default_probing_picks_pylance_s_partitions(tmp_path, metric: str) -> None:
+    """Without nprobes, the partitions probed are pylance 14's (a ratio of the nearest
+    centroid's distance, within bounds, by k; every partition for dot): on 48 partitions, for
+    queries near and far from the data and k of each bucket, the same rows as pylance."""
+    rng = np.random.default_rng(4)
+    n, dim = 24_000, 8
+    vectors = rng.standard_normal((n, dim)).astype(np.float32)
+    uri = str(tmp_path / "p.lance")
+    table = pa.table(
+        {
+            "id": pa.array(np.arange(n)),
+            "vec": pa.FixedSizeListArray.from_arrays(pa.array(vectors.ravel()), dim),
+        }
+    )
+    lance.write_dataset(table, uri).create_index(
+        "vec", "IVF_FLAT", num_partitions=48, metric=metric
+    )
+    for i, q in enumerate(rng.standard_normal((12, dim)).astype(np.float32)):
+        q = q * (0.2, 1.0, 4.0)[i % 3]
+        for k in (1, 4, 15):
+            nearest = {"column": "vec", "q": q, "k": k}
+            ours = dataset(uri).to_table(nearest=nearest, columns=["id"])
+            theirs = lance.dataset(uri).to_table(nearest=nearest, columns=["id"])
+            assert ours.column("id").to_pylist() == theirs.column("id").to_pylist(), (i, k)
