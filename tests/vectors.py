@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 DIM = 16
-KINDS = ("IVF_FLAT", "IVF_PQ", "IVF_SQ")
+KINDS = ("IVF_FLAT", "IVF_PQ", "IVF_SQ", "IVF_HNSW_FLAT", "IVF_HNSW_PQ", "IVF_HNSW_SQ")
 METRICS = ("l2", "cosine", "dot")
 
 
@@ -50,7 +50,7 @@ def build(
     )
     if kind is not None:
         params = {"num_partitions": partitions}
-        if kind == "IVF_PQ":
+        if kind.endswith("PQ"):
             params["num_sub_vectors"] = 4
         ds.create_index("vec", kind, metric=metric, **params)
     if appended:
