@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -443,16 +443,16 @@ class NearestSearch:
         if not (self.prefilter and self.filter is not None):
             # the index may hold rows of fragments its bitmap no longer names (rewritten
             # in place, or removed): only rows of covered, existing fragments are answers
-            inside = np.array(sorted(covered), dtype=np.uint64)
+            inside = _fragment_set(covered)
             if not self.core.manifest.uses_stable_row_ids:
                 frags = {f.fragment_id: f for f in self._fragments}
                 if all(i in frags and not frags[i].num_deletions for i in covered):
                     # row ids are addresses, and every covered row is live
-                    return (lambda ids: np.isin(ids >> np.uint64(32), inside)), None
+                    return (lambda ids: inside(ids >> np.uint64(32))), None
 
             def live_and_covered(row_ids: np.ndarray) -> np.ndarray:
                 addr, live = locator.addresses(row_ids)
-                return live & np.isin(addr >> np.uint64(32), inside)
+                return live & inside(addr >> np.uint64(32))
 
             return live_and_covered, None
         ids = [
@@ -582,6 +582,19 @@ class NearestSearch:
             else:
                 columns.append(rows.column(f.name))
         return pa.Table.from_arrays(columns, schema=out)
+
+
+def _fragment_set(ids: set[int]) -> Callable[[np.ndarray], np.ndarray]:
+    """Membership of fragment ids in `ids` as one table lookup per row (each probed
+    partition asks it of all its rows)."""
+    table = np.zeros(max(ids, default=0) + 2, dtype=bool)
+    table[list(ids)] = True
+    last = np.uint64(len(table) - 1)  # past every member: False
+
+    def member(frags: np.ndarray) -> np.ndarray:
+        return table[np.minimum(frags, last)]
+
+    return member
 
 
 def nearest_table(
