@@ -165,14 +165,13 @@ def _name_and_uuid(
     return name, same_name, new_uuid
 
 
-def _indexed_field(core: DatasetCore, column: object, fragment_ids: object, train: bool) -> Any:
+def _indexed_field(core: DatasetCore, column: object, fragment_ids: object) -> Any:
     """The field an index is built on, refusing what Quiver cannot build: indices of some
-    fragments only (pylance's distributed builds), untrained vector indices, a column that
-    is not a name (`train` is False only where an untrained index is built)."""
-    if fragment_ids is not None or not train:
+    fragments only (pylance's distributed builds), a column that is not a name."""
+    if fragment_ids is not None:
         raise UnsupportedFeatureError(
-            f"{core.uri}: indices built on some fragments only (fragment_ids) or untrained "
-            "vector indices cannot be built by Quiver yet"
+            f"{core.uri}: indices built on some fragments only (fragment_ids) cannot be built "
+            "by Quiver yet"
         )
     if not isinstance(column, str):
         raise InvalidInputError(f"{core.uri}: the column to index must be a name, not {column!r}")
@@ -224,7 +223,7 @@ def create_scalar_index(
         raise InvalidInputError(f"{core.uri}: unknown {kind} index option {sorted(options)[0]!r}")
     params = _fts.index_params(options, core.uri) if kind == "INVERTED" else None
     # train=False: an index of no rows yet, which optimize_indices fills (as pylance's)
-    field = _indexed_field(core, column, fragment_ids, True)
+    field = _indexed_field(core, column, fragment_ids)
     arrow_type = core.lance_schema.project([column]).to_arrow().field(0).type
     if kind == "BLOOMFILTER":
         check_bloom_type(column, arrow_type)
@@ -300,7 +299,7 @@ def create_index(
             f"{core.uri}: index type must be one of {', '.join(VECTOR_INDEX_TYPES)} or a "
             f"scalar index type, not {index_type!r}"
         )
-    field = _indexed_field(core, column, fragment_ids, train)
+    field = _indexed_field(core, column, fragment_ids)
     fragments = fragments_of(core)
     live = sum(f.count_rows() for f in fragments)
     params = _vector.vector_params(
@@ -328,6 +327,13 @@ def create_index(
     name, same_name, new_uuid = _name_and_uuid(
         core, column, field.id, VECTOR_DETAILS, name, replace, index_uuid
     )
+    if not train:  # pylance's untrained index: its kind and parameters, no files, no rows
+        details = (VECTOR_DETAILS, params.details())
+        segment = segment_record(new_uuid, name, field.id, core.version, (), details, 1, ())
+        body = transaction_pb2.Transaction.CreateIndex(
+            new_indices=[segment], removed_indices=[e.pb for e in same_name]
+        )
+        return _commit(core, body)
     segment, directory = _vector.build_vector_segment(
         core,
         params,
@@ -539,7 +545,8 @@ def optimize_indices(
             if kind == "ZONEMAP" and len(merged) > 1:
                 version = core.version
             if kind == _VECTOR:
-                params, model = _vector.segment_model(core, (merged or segments)[-1])
+                live = sum(f.count_rows() for f in scanned)
+                params, model = _vector.segment_model(core, (merged or segments)[-1], column, live)
                 segment, directory = _vector.build_vector_segment(
                     core,
                     params,

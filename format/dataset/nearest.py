@@ -29,6 +29,7 @@ from quiver.format.dataset.fragment import LanceFragment, fragments_of
 from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, ROW_COLUMNS, ROW_ID_FIELD, Scanner
 from quiver.format.errors import ColumnNotFoundError, InvalidInputError, UnsupportedFeatureError
 from quiver.format.expr import filter_mask as _filter_mask
+from quiver.format.index.vector.build import untrained
 from quiver.format.index.vector.distance import metric_name, paired
 from quiver.format.index.vector.flat import TopK, vector_matrix
 from quiver.format.index.vector.index import VectorIndex, open_vector_index
@@ -314,7 +315,8 @@ def _vector_index(core: DatasetCore, column: str) -> list[IndexEntry]:
     first = next((e for e in entries if field_id in e.field_ids), None)
     if first is None:
         return []
-    return [e for e in entries if e.name == first.name]
+    # an untrained segment (pylance's train=False) covers nothing: searched as no index
+    return [e for e in entries if e.name == first.name and not untrained(e.files, e.fragment_ids)]
 
 
 def _open(core: DatasetCore, entry: IndexEntry) -> VectorIndex:

@@ -207,9 +207,32 @@ def _bounds(
     return (0.0, 0.0) if lo > hi else (float(lo), float(hi))
 
 
-def segment_model(core: DatasetCore, entry: IndexEntry) -> tuple[VectorParams, VectorModel]:
+def segment_model(
+    core: DatasetCore, entry: IndexEntry, column: str, live_rows: int
+) -> tuple[VectorParams, VectorModel | None]:
     """The parameters and trained model of an existing vector index segment (to extend it
-    without retraining)."""
+    without retraining); for an untrained one, its recorded kind and parameters with
+    pylance's defaults for the rest (partitions from `live_rows`), and no model: the
+    segment that replaces it trains one, as pylance's optimize_indices does."""
+    if _build.untrained(entry.files, entry.fragment_ids):
+        details = index_pb2.VectorIndexDetails.FromString(entry.pb.index_details.value)
+        hints = details.runtime_hints
+        h = details.hnsw  # all 0 when unset: pylance's defaults
+        metric = index_pb2.VectorMetricType.Name(details.metric_type).lower()
+        return vector_params(
+            core,
+            column,
+            _build.details_kind(details),
+            metric,
+            num_partitions=None,
+            num_sub_vectors=details.pq.num_sub_vectors or None,
+            num_bits=details.pq.num_bits or None,
+            sample_rate=int(hints.get("lance.ivf.sample_rate", "256")),
+            max_iters=int(hints.get("lance.ivf.max_iters", "50")),
+            target_partition_size=None,
+            live_rows=live_rows,
+            hnsw=(h.m or None, h.ef_construction or None, h.max_level or None),
+        ), None
     base = entry.pb.base_id if entry.pb.HasField("base_id") else None  # a clone's base
     store, directory = core.resolve(entry.directory, base, relative_to_root=True)
     index = open_vector_index(store, directory, entry.uuid, entry.name)

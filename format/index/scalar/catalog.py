@@ -18,6 +18,7 @@ from quiver.format.index.pruning import Core, scalar_kind
 from quiver.format.index.scalar.bitmap import BitmapIndex
 from quiver.format.index.scalar.btree import BTreeIndex
 from quiver.format.index.scalar.ngram import POSTINGS_FILE
+from quiver.format.index.vector.build import details_kind, untrained
 from quiver.format.index.vector.index import INDEX_FILE as VECTOR_INDEX_FILE
 from quiver.format.index.vector.index import open_vector_index
 from quiver.format.index.vector.ivf import IVF_KEY, read_message
@@ -50,7 +51,7 @@ class IndexDescription:
     fields: list[int]
     field_names: list[str]
     num_segments: int
-    total_size_bytes: int
+    total_size_bytes: int | None
 
 
 def index_type(core: Core, entry: IndexEntry) -> str:
@@ -59,6 +60,8 @@ def index_type(core: Core, entry: IndexEntry) -> str:
     kind = entry.details_type.rsplit(".", 1)[-1]
     if kind in _TYPE_NAMES:
         return _TYPE_NAMES[kind]
+    if kind == "VectorIndexDetails" and untrained(entry.files, entry.fragment_ids):
+        return details_kind(index_pb2.VectorIndexDetails.FromString(entry.details))
     if kind == "VectorIndexDetails" or any(p == "index.idx" for p, _ in entry.files):
         store, directory = _where(core, entry)
         file = IndexFile(store, f"{directory}/index.idx")
@@ -109,7 +112,11 @@ def describe_indices(core: Core) -> list[IndexDescription]:
                 fields=list(first.field_ids),
                 field_names=[names.get(f, str(f)) for f in first.field_ids],
                 num_segments=len(segments),
-                total_size_bytes=sum(size for s in segments for _, size in s.files),
+                total_size_bytes=(
+                    sum(size for s in segments for _, size in s.files)
+                    if any(s.files for s in segments)
+                    else None  # pylance's for an index of no files (an untrained one)
+                ),
             )
         )
     return out
@@ -127,8 +134,10 @@ def index_statistics(core: Core, name: str) -> dict[str, Any]:
     covered = set().union(*(s.fragment_ids or () for s in segments)) & live.keys()
     per_segment = [_segment_statistics(core, s) for s in segments]
     created = [int(s.pb.created_at) for s in segments if s.pb.HasField("created_at")]
+    # an untrained vector index (pylance's train=False) has no type to report yet
+    unset = _untrained_vector(segments[0])
     return {
-        "index_type": index_type(core, segments[0]),
+        "index_type": "N/A" if unset else index_type(core, segments[0]),
         "name": name,
         "num_indices": len(segments),
         "num_segments": len(segments),
@@ -145,7 +154,15 @@ def index_statistics(core: Core, name: str) -> dict[str, Any]:
     }
 
 
+def _untrained_vector(entry: IndexEntry) -> bool:
+    return entry.details_type.endswith("VectorIndexDetails") and untrained(
+        entry.files, entry.fragment_ids
+    )
+
+
 def _segment_statistics(core: Core, entry: IndexEntry) -> dict[str, Any]:
+    if _untrained_vector(entry):
+        return {}
     kind = scalar_kind(entry)
     store, directory = _where(core, entry)
     if kind == "BTREE":

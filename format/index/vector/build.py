@@ -159,6 +159,19 @@ class VectorModel:
     bounds: tuple[float, float] | None = None
 
 
+def untrained(files: object, fragment_ids: object) -> bool:
+    """Whether a vector index segment (its recorded files and covered fragments) is
+    pylance's `train=False` one: no files, no rows."""
+    return not files and fragment_ids == frozenset()
+
+
+def details_kind(details: index_pb2.VectorIndexDetails) -> str:
+    """The index type a segment's details name (IVF_PQ, IVF_HNSW_SQ, ...), as pylance
+    names an untrained one's."""
+    storage = {"pq": "PQ", "sq": "SQ"}.get(details.WhichOneof("compression") or "", "FLAT")
+    return f"IVF_{'HNSW_' if details.HasField('hnsw') else ''}{storage}"
+
+
 def model_of(index: VectorIndex) -> tuple[VectorParams, VectorModel]:
     """The parameters and trained model of an open index (to encode more rows with it, or
     write it again): training parameters are pylance's defaults."""

@@ -1,6 +1,7 @@
-"""`create_scalar_index(..., train=False)`: an index of no rows, which `optimize_indices`
-fills; the same files, coverage and versions as pylance's, for every scalar type Quiver
-builds, and the same answers before and after."""
+"""`create_scalar_index(..., train=False)` and `create_index(..., train=False)`: an index of
+no rows, which `optimize_indices` fills; the same files (none for vector indices), coverage
+and versions as pylance's, for every scalar type and vector kind Quiver builds, and the same
+answers before and after."""
 
 from __future__ import annotations
 
@@ -8,14 +9,16 @@ import shutil
 from pathlib import Path
 
 import lance
+import numpy as np
 import pyarrow as pa
 import pytest
 from compare import assert_same_table
 
 import quiver
-from quiver.format.errors import UnsupportedFeatureError
 from quiver.format.index.files import IndexFile
 from quiver.format.io.store import open_store
+from quiver.format.proto import index_pb2
+from quiver.format.table.indices import indices_of
 
 CASES = [
     ("BTREE", "a", "a = 5"),
@@ -75,9 +78,80 @@ def test_untrained_indices_as_pylance(tmp_path: Path, kind: str, column: str, sq
     assert states[0] == states[1]
 
 
-def test_untrained_vector_indices_are_refused(tmp_path: Path) -> None:
-    path = str(tmp_path / "v.lance")
-    vectors = pa.FixedSizeListArray.from_arrays(pa.array([0.5] * 64, pa.float32()), 4)
-    lance.write_dataset(pa.table({"v": vectors}), path)
-    with pytest.raises(UnsupportedFeatureError, match="untrained"):
-        quiver.dataset(path).create_index("v", "IVF_FLAT", num_partitions=1, train=False)
+VECTOR_CASES = [
+    ("IVF_PQ", {"num_sub_vectors": 2, "num_bits": 4}),
+    ("IVF_HNSW_SQ", {"m": 10}),
+    ("IVF_FLAT", {"metric": "cosine"}),
+]
+
+
+@pytest.mark.parametrize(("kind", "options"), VECTOR_CASES)
+def test_untrained_vector_indices_as_pylance_s(tmp_path: Path, kind: str, options: dict) -> None:
+    """`create_index(..., train=False)`: a segment of no files and no rows recording the
+    index's kind and parameters, reported as pylance reports it and searched as no index;
+    `optimize_indices` of either engine trains it over every row (pylance's partitions for
+    the row count, the recorded parameters kept), each engine filling the other's."""
+    rng = np.random.default_rng(2)
+    vectors = rng.standard_normal((3000, 8)).astype(np.float32)
+    table = pa.table(
+        {
+            "id": pa.array(np.arange(3000)),
+            "v": pa.FixedSizeListArray.from_arrays(pa.array(vectors.ravel()), 8),
+        }
+    )
+    paths = {}
+    for who, engine in (("pylance", lance), ("quiver", quiver)):
+        paths[who] = path = str(tmp_path / f"{who}.lance")
+        lance.write_dataset(table, path, max_rows_per_file=1000)
+        engine.dataset(path).create_index("v", kind, num_partitions=2, train=False, **options)
+    q = rng.standard_normal(8).astype(np.float32)
+    nearest = {"column": "v", "q": q, "k": 5}
+    records = []
+    for path in paths.values():
+        ds = lance.dataset(path)
+        [segment] = ds.read_transaction(ds.version).operation.new_indices
+        records.append(
+            (segment.fragment_ids, segment.files, segment.index_version, segment.dataset_version)
+        )
+        details = _vector_details(path)
+        assert details == _vector_details(paths["pylance"])
+        stats = [e.dataset(path).stats.index_stats("v_idx") for e in (lance, quiver)]
+        for s in stats:
+            s.pop("updated_at_timestamp_ms")
+        assert stats[0] == stats[1] and stats[0]["index_type"] == "N/A"
+        assert [e.dataset(path).list_indices()[0]["type"] for e in (lance, quiver)] == [kind] * 2
+        [described] = quiver.dataset(path).describe_indices()
+        assert (described.index_type, described.total_size_bytes) == (kind, None)
+        ours = quiver.dataset(path).to_table(nearest=nearest, columns=["id"])["id"]
+        assert ours == lance.dataset(path).to_table(nearest=nearest, columns=["id"])["id"]
+    assert records[0] == records[1]
+    quiver.dataset(paths["pylance"]).optimize.optimize_indices()
+    lance.dataset(paths["quiver"]).optimize.optimize_indices()
+    filled = []
+    for path in paths.values():
+        ds = lance.dataset(path)
+        op = ds.read_transaction(ds.version).operation
+        [segment] = op.new_indices
+        assert len(op.removed_indices) == 1 and segment.dataset_version == ds.version - 1
+        stats = ds.stats.index_stats("v_idx")
+        sub = stats["indices"][0]["sub_index"]
+        filled.append(
+            (
+                stats["index_type"],
+                stats["num_indexed_rows"],
+                stats["indices"][0]["num_partitions"],
+                sub.get("nbits"),
+                (sub.get("params") or {}).get("m"),
+                sorted(segment.fragment_ids),
+            )
+        )
+        ours = quiver.dataset(path).to_table(nearest=nearest, columns=["id"])["id"]
+        assert ours == lance.dataset(path).to_table(nearest=nearest, columns=["id"])["id"]
+    assert filled[0] == filled[1] and filled[0][:3] == (kind, 3000, 1)
+
+
+def _vector_details(path: str) -> tuple:
+    [entry] = indices_of(quiver.dataset(path)._core.manifest)
+    d = index_pb2.VectorIndexDetails.FromString(entry.details)
+    hints = dict(d.runtime_hints)
+    return (d.metric_type, d.WhichOneof("compression"), str(d.pq), str(d.hnsw), hints)
