@@ -9,6 +9,7 @@ scans (scan.py), writing data files and datasets (write.py), schema evolution
 
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.dataset import LanceDataset, Tags, dataset, write_dataset
+from quiver.format.dataset.distributed_indexing import Index, IndexFile
 from quiver.format.dataset.fragment import LanceFragment
 from quiver.format.dataset.operations import (
     LanceOperation,
@@ -21,6 +22,8 @@ from quiver.format.dataset.scan import Scanner
 
 __all__ = [
     "DatasetCore",
+    "Index",
+    "IndexFile",
     "LanceDataset",
     "LanceFragment",
     "LanceOperation",

@@ -28,6 +28,7 @@ from quiver.format.dataset.clone import deep_clone, shallow_clone
 from quiver.format.dataset.compaction import CompactionMetrics
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.deleted_rows import DeletedRowsScan
+from quiver.format.dataset.distributed_indexing import DistributedIndexMethods
 from quiver.format.dataset.fragment import LanceFragment, fragment_of, fragments_of
 from quiver.format.dataset.fulltext import FullTextSearch
 from quiver.format.dataset.history import version_history
@@ -101,7 +102,7 @@ def write_dataset(
     return LanceDataset(core)
 
 
-class LanceDataset(_blobs.BlobMethods, SessionMethods):
+class LanceDataset(_blobs.BlobMethods, SessionMethods, DistributedIndexMethods):
     """A dataset pinned to one version: pylance's API over a `DatasetCore`. Mutations
     commit a new version and move this object to it, as pylance's do."""
 

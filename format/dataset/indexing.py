@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid as _uuid
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -99,9 +100,9 @@ SCALAR_INDEX_TYPES = (
     "RTREE",
     "MINHASHLSH",
 )
-_VECTOR = "VECTOR"  # optimize_indices' kind for every IVF index
+VECTOR = "VECTOR"  # optimize_indices' kind for every IVF index
 _BUILDERS: dict[str, tuple[Any, str, tuple[str, ...]]] = {
-    # INVERTED takes its analyzer's parameters: built in _build_segment
+    # INVERTED takes its analyzer's parameters: built in build_segment
     "INVERTED": (None, INVERTED_DETAILS, _fts.files_of(64)),
     "BTREE": (build_btree, BTREE_DETAILS, (_btree.DATA_FILE, _btree.LOOKUP_FILE)),
     "BITMAP": (build_bitmap, BITMAP_DETAILS, (_bitmap.LOOKUP_FILE,)),
@@ -165,20 +166,14 @@ def _name_and_uuid(
     return name, same_name, new_uuid
 
 
-def _indexed_field(core: DatasetCore, column: object, fragment_ids: object) -> Any:
-    """The field an index is built on, refusing what Quiver cannot build: indices of some
-    fragments only (pylance's distributed builds), a column that is not a name."""
-    if fragment_ids is not None:
-        raise UnsupportedFeatureError(
-            f"{core.uri}: indices built on some fragments only (fragment_ids) cannot be built "
-            "by Quiver yet"
-        )
+def _indexed_field(core: DatasetCore, column: object) -> Any:
+    """The field an index is built on (refused: a column that is not a name)."""
     if not isinstance(column, str):
         raise InvalidInputError(f"{core.uri}: the column to index must be a name, not {column!r}")
     return core.lance_schema.field(column, dataset=core.uri)
 
 
-def _commit(
+def commit_index_body(
     core: DatasetCore,
     body: transaction_pb2.Transaction.CreateIndex,
 ) -> DatasetCore:
@@ -206,6 +201,28 @@ def create_scalar_index(
     that `optimize_indices` fills) and commit it as the next version (pylance's
     `create_scalar_index`; INVERTED takes its tokenizer `options`, NGRAM and BLOOMFILTER
     ignore any, as pylance does); the new version."""
+    _whole(core, index_type, fragment_ids)
+    built = build_scalar_index(
+        core, column, index_type, name, replace=replace, train=train, index_uuid=index_uuid,
+        **options,
+    )  # fmt: skip
+    return commit_built(core, built)
+
+
+def build_scalar_index(
+    core: DatasetCore,
+    column: str,
+    index_type: str,
+    name: str | None = None,
+    *,
+    replace: bool = True,
+    train: bool = True,
+    fragment_ids: object = None,
+    index_uuid: str | None = None,
+    **options: Any,
+) -> Built:
+    """`create_scalar_index`'s segment, written and not committed: over the live rows of the
+    fragments `fragment_ids` (None: every fragment), covering those."""
     kind = str(index_type).upper() if isinstance(index_type, str) else None
     kind = "INVERTED" if kind == "FTS" else kind
     if kind not in SCALAR_INDEX_TYPES:
@@ -223,7 +240,8 @@ def create_scalar_index(
         raise InvalidInputError(f"{core.uri}: unknown {kind} index option {sorted(options)[0]!r}")
     params = _fts.index_params(options, core.uri) if kind == "INVERTED" else None
     # train=False: an index of no rows yet, which optimize_indices fills (as pylance's)
-    field = _indexed_field(core, column, fragment_ids)
+    field = _indexed_field(core, column)
+    fragments, covers = _chosen(core, fragment_ids)
     arrow_type = core.lance_schema.project([column]).to_arrow().field(0).type
     if kind == "BLOOMFILTER":
         check_bloom_type(column, arrow_type)
@@ -233,19 +251,13 @@ def create_scalar_index(
     name, same_name, new_uuid = _name_and_uuid(
         core, column, field.id, details, name, replace, index_uuid
     )
-    fragments = fragments_of(core) if train else []
-    segment, directory = _build_segment(
-        core, kind, field.id, column, name, new_uuid, fragments, core.version, None, params,
+    if not train:
+        fragments, covers = [], set()
+    segment, directory = build_segment(
+        core, kind, field.id, column, name, new_uuid, fragments, core.version, covers, params,
         untrained=not train,
     )  # fmt: skip
-    body = transaction_pb2.Transaction.CreateIndex(
-        new_indices=[segment], removed_indices=[e.pb for e in same_name]
-    )
-    try:
-        return _commit(core, body)
-    except BaseException:
-        discard(core.store, directory, _BUILDERS[kind][2])
-        raise
+    return Built(segment, directory, _BUILDERS[kind][2], same_name)
 
 
 def create_index(
@@ -277,9 +289,50 @@ def create_index(
     `column` over every live row of this version and commit it as the next version (pylance's
     `create_index`, with its parameters and defaults; `seed` makes a build repeatable;
     `progress` hears of each stage, "commit" last); the new version."""
+    _whole(core, index_type, fragment_ids)
+    built = build_index(
+        core, column, index_type, name, metric, replace, num_partitions, ivf_centroids,
+        pq_codebook, num_sub_vectors, num_bits=num_bits, sample_rate=sample_rate,
+        max_iters=max_iters, target_partition_size=target_partition_size, index_uuid=index_uuid,
+        train=train, seed=seed, progress=progress, m=m, ef_construction=ef_construction,
+        max_level=max_level,
+    )  # fmt: skip
+    if progress is not None and built.directory is not None:
+        progress({"stage": "commit", "index": built.segment.name})
+    return commit_built(core, built)
+
+
+def build_index(
+    core: DatasetCore,
+    column: str,
+    index_type: str,
+    name: str | None = None,
+    metric: str = "L2",
+    replace: bool = False,
+    num_partitions: int | None = None,
+    ivf_centroids: object = None,
+    pq_codebook: object = None,
+    num_sub_vectors: int | None = None,
+    *,
+    num_bits: int | None = None,
+    sample_rate: int = 256,
+    max_iters: int = 50,
+    target_partition_size: int | None = None,
+    index_uuid: str | None = None,
+    train: bool = True,
+    fragment_ids: object = None,
+    seed: int | None = None,
+    progress: _vector.Progress | None = None,
+    m: int | None = None,
+    ef_construction: int | None = None,
+    max_level: int | None = None,
+) -> Built:
+    """`create_index`'s segment, written and not committed: over the live rows of the
+    fragments `fragment_ids` (None: every fragment), covering those; a scalar index type
+    builds that index's."""
     kind = str(index_type).upper() if isinstance(index_type, str) else None
     if kind in SCALAR_INDEX_TYPES:
-        return create_scalar_index(
+        return build_scalar_index(
             core,
             column,
             kind,
@@ -299,8 +352,8 @@ def create_index(
             f"{core.uri}: index type must be one of {', '.join(VECTOR_INDEX_TYPES)} or a "
             f"scalar index type, not {index_type!r}"
         )
-    field = _indexed_field(core, column, fragment_ids)
-    fragments = fragments_of(core)
+    field = _indexed_field(core, column)
+    fragments, covers = _chosen(core, fragment_ids)
     live = sum(f.count_rows() for f in fragments)
     params = _vector.vector_params(
         core,
@@ -330,10 +383,7 @@ def create_index(
     if not train:  # pylance's untrained index: its kind and parameters, no files, no rows
         details = (VECTOR_DETAILS, params.details())
         segment = segment_record(new_uuid, name, field.id, core.version, (), details, 1, ())
-        body = transaction_pb2.Transaction.CreateIndex(
-            new_indices=[segment], removed_indices=[e.pb for e in same_name]
-        )
-        return _commit(core, body)
+        return Built(segment, None, (), same_name)
     segment, directory = _vector.build_vector_segment(
         core,
         params,
@@ -343,25 +393,75 @@ def create_index(
         new_uuid,
         fragments,
         core.version,
-        {int(f.fragment_id) for f in fragments},
+        covers,
         centroids=centroids,
         codebook=codebook,
         rng=np.random.default_rng(seed),
         progress=progress,
     )
-    if progress is not None:
-        progress({"stage": "commit", "index": name})
+    return Built(segment, directory, _vector.FILES, same_name)
+
+
+@dataclass(frozen=True)
+class Built:
+    """An index segment written and not committed: its manifest record, directory (None:
+    no files) and file names, and the segments its commit replaces."""
+
+    segment: table_pb2.IndexMetadata
+    directory: str | None
+    files: tuple[str, ...]
+    replaces: list[IndexEntry]
+
+
+def commit_built(core: DatasetCore, built: Built) -> DatasetCore:
+    """Commit a built segment as pylance's CreateIndex (the segments it replaces removed);
+    its files are removed if the commit fails."""
     body = transaction_pb2.Transaction.CreateIndex(
-        new_indices=[segment], removed_indices=[e.pb for e in same_name]
+        new_indices=[built.segment], removed_indices=[e.pb for e in built.replaces]
     )
     try:
-        return _commit(core, body)
+        return commit_index_body(core, body)
     except BaseException:
-        discard(core.store, directory, _vector.FILES)
+        if built.directory is not None:
+            discard(core.store, built.directory, built.files)
         raise
 
 
-def _build_segment(
+def _whole(core: DatasetCore, index_type: object, fragment_ids: object) -> None:
+    """Refuse `fragment_ids` where an index is committed at once: pylance builds a segment of
+    some fragments with `create_index_uncommitted` (committed by
+    `commit_existing_index_segments`)."""
+    if fragment_ids is not None:
+        raise InvalidInputError(
+            f"{core.uri}: {str(index_type).upper()} distributed indexing uses "
+            "create_index_uncommitted(..., fragment_ids=...) and "
+            "commit_existing_index_segments"
+        )
+
+
+def _chosen(core: DatasetCore, fragment_ids: object) -> tuple[list[LanceFragment], set[int]]:
+    """The fragments an index segment is built over (all of them when None) and their ids;
+    refused as pylance refuses ids the version does not have."""
+    fragments = fragments_of(core)
+    if fragment_ids is None:
+        return fragments, {int(f.fragment_id) for f in fragments}
+    if isinstance(fragment_ids, (str, bytes)) or not hasattr(fragment_ids, "__iter__"):
+        raise InvalidInputError(f"{core.uri}: fragment_ids must be a list of fragment ids")
+    wanted = set()
+    for f in fragment_ids:
+        if isinstance(f, bool) or not isinstance(f, (int, np.integer)):
+            raise InvalidInputError(f"{core.uri}: fragment id {f!r} is not an integer")
+        wanted.add(int(f))
+    by_id = {int(f.fragment_id): f for f in fragments}
+    missing = sorted(wanted - by_id.keys())
+    if missing:
+        raise InvalidInputError(
+            f"{core.uri}: fragment {missing[0]} is not in version {core.version}"
+        )
+    return [by_id[i] for i in sorted(wanted)], wanted
+
+
+def build_segment(
     core: DatasetCore,
     kind: str,
     field_id: int,
@@ -441,7 +541,7 @@ def _where(core: DatasetCore, entry: IndexEntry) -> tuple[Any, str]:
     return core.resolve(entry.directory, base, relative_to_root=True)
 
 
-def _inverted_params(core: DatasetCore, entry: IndexEntry) -> dict[str, Any]:
+def inverted_params(core: DatasetCore, entry: IndexEntry) -> dict[str, Any]:
     """The analyzer parameters an INVERTED segment was built with (to build its delta)."""
     from quiver.format.index.fts.index import open_inverted
 
@@ -497,12 +597,7 @@ def optimize_indices(
         if unknown:
             raise IndexNotFoundError(f"{core.uri}: no index named {', '.join(unknown)}")
         by_name = {n: by_name[n] for n in index_names}
-    kinds = {
-        name: _VECTOR
-        if segs[0].details_type == VECTOR_DETAILS
-        else next((k for k, (_, d, _) in _BUILDERS.items() if d == segs[0].details_type), None)
-        for name, segs in by_name.items()
-    }
+    kinds = {name: segment_kind(segs[0]) for name, segs in by_name.items()}
     unsupported = sorted(n for n, k in kinds.items() if k is None)
     if unsupported:
         raise UnsupportedFeatureError(
@@ -522,7 +617,7 @@ def optimize_indices(
             covered = set().union(*(s.fragment_ids or set() for s in segments))
             unindexed = sorted(set(fragments) - covered)
             merged = segments[len(segments) - merge :] if merge else []
-            retrained = retrain and kind == _VECTOR
+            retrained = retrain and kind == VECTOR
             if retrained:  # a new model over every row: all segments become one
                 merged = segments
             elif not unindexed and len(merged) < 2:
@@ -544,7 +639,7 @@ def optimize_indices(
             version = min((s.dataset_version for s in trained), default=core.version)
             if kind == "ZONEMAP" and len(merged) > 1:
                 version = core.version
-            if kind == _VECTOR:
+            if kind == VECTOR:
                 live = sum(f.count_rows() for f in scanned)
                 params, model = _vector.segment_model(core, (merged or segments)[-1], column, live)
                 segment, directory = _vector.build_vector_segment(
@@ -563,13 +658,13 @@ def optimize_indices(
             elif kind in ("INVERTED", "BLOOMFILTER"):
                 # pylance's way: the merged segments' partitions (zones) kept as they are,
                 # more for the rest
-                params = _inverted_params(core, segments[-1]) if kind == "INVERTED" else None
-                segment, directory = _build_segment(
+                params = inverted_params(core, segments[-1]) if kind == "INVERTED" else None
+                segment, directory = build_segment(
                     core, kind, field_id, column, name, _uuid.uuid4(),
                     [fragments[f] for f in unindexed], version, covers, params, merged,
                 )  # fmt: skip
             else:
-                segment, directory = _build_segment(
+                segment, directory = build_segment(
                     core, kind, field_id, column, name, _uuid.uuid4(), scanned, version, covers
                 )
             written.append((directory, kind))
@@ -577,12 +672,12 @@ def optimize_indices(
             removed.extend(s.pb for s in merged)
         if not new:
             return None
-        return _commit(
+        return commit_index_body(
             core, transaction_pb2.Transaction.CreateIndex(new_indices=new, removed_indices=removed)
         )
     except BaseException:
         for directory, kind in written:
-            discard(core.store, directory, _vector.FILES if kind == _VECTOR else _BUILDERS[kind][2])
+            discard(core.store, directory, _vector.FILES if kind == VECTOR else _BUILDERS[kind][2])
         raise
 
 
@@ -593,7 +688,15 @@ def drop_index(core: DatasetCore, name: str) -> DatasetCore:
     if not segments:
         raise IndexNotFoundError(f"{core.uri}: index {name!r} not found")
     body = transaction_pb2.Transaction.CreateIndex(removed_indices=[e.pb for e in segments])
-    return _commit(core, body)
+    return commit_index_body(core, body)
+
+
+def segment_kind(entry: IndexEntry) -> str | None:
+    """The kind of index Quiver builds a segment as (a scalar type, or VECTOR for every IVF
+    index), None for the others."""
+    if entry.details_type == VECTOR_DETAILS:
+        return VECTOR
+    return next((k for k, (_, d, _) in _BUILDERS.items() if d == entry.details_type), None)
 
 
 def build_memory(core: DatasetCore, column: str, index_type: str, **options: Any) -> int:

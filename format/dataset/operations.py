@@ -21,6 +21,7 @@ from quiver.format.dataset import write as _write
 from quiver.format.dataset.blob_writes import stored_schema
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.dataset import LanceDataset
+from quiver.format.dataset.distributed_indexing import index_record
 from quiver.format.dataset.merge_insert import Transaction
 from quiver.format.errors import InvalidInputError
 from quiver.format.io.store import open_store
@@ -161,6 +162,20 @@ class LanceOperation:
 
         def _body(self, _schema: LanceSchema | None) -> tuple[str, Any]:
             return "restore", T.Restore(version=self.version)
+
+    @dataclass
+    class CreateIndex:
+        """Add index segments (as `create_index_uncommitted` builds them, by either engine)
+        and remove others."""
+
+        new_indices: Sequence[Any]
+        removed_indices: Sequence[Any] = ()
+
+        def _body(self, _schema: LanceSchema | None) -> tuple[str, Any]:
+            return "create_index", T.CreateIndex(
+                new_indices=[index_record(i, "CreateIndex") for i in self.new_indices],
+                removed_indices=[index_record(i, "CreateIndex") for i in self.removed_indices],
+            )
 
     @dataclass
     class UpdateConfig:

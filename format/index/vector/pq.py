@@ -38,12 +38,14 @@ CODE_COLUMN = "__pq_code"
 
 @dataclass(frozen=True)
 class ProductQuantizer:
-    """The codebook (m, 256, dim / m: 4-bit ones padded) of an IVF_PQ index, its metric and
-    its code width in bits."""
+    """The codebook (m, 256, dim / m: 4-bit ones padded) of an IVF_PQ index, its metric, its
+    code width in bits and whether the file holds each partition's codes transposed (as
+    pylance's builds do; the segments of its distributed builds hold them row by row)."""
 
     codebook: np.ndarray
     metric: str
     bits: int = 8
+    transposed: bool = True
 
     column = CODE_COLUMN
 
@@ -58,8 +60,6 @@ class ProductQuantizer:
             raise CorruptFileError(where, f"PQ metadata lacks {e}: {json.dumps(meta)}") from None
         if bits not in (4, 8):
             raise UnsupportedFeatureError(f"{where}: PQ with {bits}-bit codes is not supported")
-        if not meta.get("transposed", False):
-            raise UnsupportedFeatureError(f"{where}: PQ codes stored row by row (legacy layout)")
         if m <= 0 or dim % m or (bits == 4 and m % 2):
             raise CorruptFileError(where, f"{m} sub-vectors do not divide dimension {dim}")
         try:
@@ -74,7 +74,7 @@ class ProductQuantizer:
             )
         book = np.zeros((m, 256, dim // m), dtype=np.float32)
         book[:, :k] = values.reshape(m, k, dim // m)
-        return cls(book, metric, bits)
+        return cls(book, metric, bits, bool(meta.get("transposed", False)))
 
     @cached_property
     def _codebook64(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -99,13 +99,14 @@ class ProductQuantizer:
         return self.metric in ("l2", "cosine")
 
     def load(self, codes: pa.FixedSizeListArray, where: str) -> np.ndarray:
-        """A partition's codes as (rows, m) uint8, from the file's transposed layout."""
+        """A partition's codes as (rows, m) uint8, from the file's layout."""
         m = self.num_sub_vectors
         width = m if self.bits == 8 else m // 2
         if codes.type.list_size != width:
             raise CorruptFileError(where, f"PQ codes of {codes.type.list_size} bytes, not {width}")
         flat = codes.values.to_numpy(zero_copy_only=False)[codes.offset * width :]
-        rows = flat[: len(codes) * width].reshape(width, len(codes)).T
+        flat = flat[: len(codes) * width]
+        rows = flat.reshape(width, len(codes)).T if self.transposed else flat.reshape(-1, width)
         if self.bits == 4:  # two codes a byte, the even sub-vector's in the low nibble
             out = np.empty((len(codes), m), dtype=np.uint8)
             out[:, 0::2] = rows & 0x0F

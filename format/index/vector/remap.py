@@ -3,7 +3,7 @@ row ids: the same centroids, codebook and partitions, each partition's rows give
 addresses (rows compaction dropped as deleted leave the index), in row id order.
 
 `index.idx` holds no row ids and is copied as it is; `auxiliary.idx` is written again a
-partition at a time (PQ codes transposed again), with the new partition layout in global
+partition at a time (PQ codes in the layout they had), with the new partition layout in global
 buffer 1 and its other global buffers (the PQ codebook) as they were. An HNSW form's graphs
 name rows by their place in the partition, which the remap changes: its partitions' graphs are
 built again over the remapped rows, as pylance builds them again.
@@ -11,6 +11,7 @@ built again over the remapped rows, as pylance builds them again.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -20,7 +21,13 @@ from quiver.format.errors import CorruptFileError
 from quiver.format.index.files import IndexFile, write_index_file
 from quiver.format.index.vector.build import model_of, storage_row, write_files
 from quiver.format.index.vector.hnsw import HNSW_KEY
-from quiver.format.index.vector.index import INDEX_FILE, ROW_ID, STORAGE_FILE, VectorIndex
+from quiver.format.index.vector.index import (
+    INDEX_FILE,
+    ROW_ID,
+    STORAGE_FILE,
+    STORAGE_KEY,
+    VectorIndex,
+)
 from quiver.format.index.vector.ivf import IVF_KEY, read_message
 from quiver.format.index.vector.spill import EncodedRows
 from quiver.format.io.store import ObjectStore, discard
@@ -56,7 +63,7 @@ def remap_vector_index(
         if len(names) != 2 or names[0] != ROW_ID:
             raise CorruptFileError(aux.path, f"vector index storage has columns {names}")
         column = names[1]
-        transposed = column == "__pq_code"
+        transposed = column == "__pq_code" and _transposed(aux)
         buffers = [aux.global_buffer(i) for i in range(2, len(aux._container.global_buffers))]
         arrow = aux.schema.to_arrow()
         starts = np.asarray(layout.offsets, dtype=np.int64)
@@ -96,6 +103,15 @@ def remap_vector_index(
     return [(INDEX_FILE, len(raw)), (STORAGE_FILE, size)]
 
 
+def _transposed(aux: IndexFile) -> bool:
+    """Whether the PQ codes of `auxiliary.idx` are stored transposed (its storage metadata
+    says; the segments of pylance's distributed builds hold them row by row)."""
+    try:
+        return bool(json.loads(json.loads(aux.text(STORAGE_KEY))[0]).get("transposed", False))
+    except (ValueError, IndexError, TypeError, AttributeError) as e:
+        raise CorruptFileError(aux.path, f"bad {STORAGE_KEY}: {e}") from None
+
+
 def _rebuild(
     store: ObjectStore, directory: str, target: str, remap: Remap
 ) -> list[tuple[str, int]]:
@@ -118,7 +134,7 @@ def _rebuild(
                 new, alive = remap(np.asarray(ids, np.uint64), aux.path)
                 codes = table.column(column).combine_chunks()
                 flat = codes.flatten().to_numpy(zero_copy_only=False)
-                transposed = column == "__pq_code"
+                transposed = getattr(index.storage, "transposed", False)
                 rows = flat.reshape(width, -1).T if transposed else flat.reshape(-1, width)
                 labels = np.full(int(alive.sum()), p, np.int32)
                 encoded.add(labels, new[alive], np.ascontiguousarray(rows[alive], dtype=dtype))
