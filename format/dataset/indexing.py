@@ -58,7 +58,7 @@ from quiver.format.index.scalar.zonemap import (
     zonemap_details,
 )
 from quiver.format.index.vector.build import VECTOR_DETAILS, VECTOR_INDEX_TYPES
-from quiver.format.index.vector.hnsw import BUILD_GROUP
+from quiver.format.index.vector.hnsw import BUILD_GROUP, GROUP_BYTES
 from quiver.format.proto import table_pb2, transaction_pb2
 from quiver.format.table.commit import commit_transaction
 from quiver.format.table.indices import IndexEntry, indices_of
@@ -737,7 +737,8 @@ def build_memory(core: DatasetCore, column: str, index_type: str, **options: Any
         }[params.storage_kind]
         graphs = 0
         if params.hnsw is not None:  # a group of partitions' graphs built at once
-            part = min(rows, -(-rows // params.num_partitions) * BUILD_GROUP)
+            per = -(-rows // params.num_partitions)
+            part = min(rows, max(per, min(per * BUILD_GROUP, GROUP_BYTES // (dim * 4))))
             graphs = part * (dim * 4 + params.hnsw.m * 3 * 8 * 2)
         return sample + batch + rows * (code + 12) * 2 + graphs
     bits = fixed_bits(arrow_type.value_type if kind == "LABEL_LIST" else arrow_type)

@@ -16,9 +16,9 @@ selection); a node's level is drawn as HNSW draws it (`floor(-ln U / ln m)`, at 
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
+import os
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from quiver.format import _kernels
-from quiver.format.errors import CorruptFileError
+from quiver.format.errors import CorruptFileError, InvalidInputError
 from quiver.format.file.parallel import map_parallel
 
 HNSW_KEY = "lance:hnsw"
@@ -143,7 +143,7 @@ def read_graph(table: pa.Table, meta: dict[str, Any], n: int, where: str) -> Gra
 def draw_levels(n: int, params: HnswParams, seed: int) -> np.ndarray:
     """Each node's top level, HNSW's exponential draw (int32)."""
     u = 1.0 - np.random.default_rng(seed).random(n)
-    level = np.floor(-np.log(u) / math.log(params.m))
+    level = np.floor(-np.log(u) / math.log(max(params.m, 2)))  # m = 1: as m = 2
     return np.minimum(level, params.max_level - 1).astype(np.int32)
 
 
@@ -159,6 +159,10 @@ def build_graph(
         metric, vectors, dim, levels, params.m, params.ef_construction
     )
     counts = np.frombuffer(counts, np.uint32)
+    if counts.sum(dtype=np.int64) >= 1 << 31:  # the file's lists have 32-bit offsets
+        raise InvalidInputError(
+            f"a partition of {n:,} rows is too large for one HNSW graph: use more partitions"
+        )
     ids = [np.flatnonzero(levels >= lv).astype(np.uint32) for lv in range(params.max_level)]
     sizes = [len(i) for i in ids]
     offsets = pa.array(np.r_[0, np.cumsum(counts, dtype=np.int64)].astype(np.int32), pa.int32())
@@ -178,8 +182,10 @@ def build_graph(
     return table, meta
 
 
-# partitions whose graphs are built at once (in parallel, each by one thread)
-BUILD_GROUP = 8
+# partitions whose graphs are built at once (in parallel, each by one thread): one per core,
+# up to 8, their vectors holding no more than GROUP_BYTES together (at least one partition)
+BUILD_GROUP = max(1, min(8, os.cpu_count() or 1))
+GROUP_BYTES = 256 << 20
 
 
 def empty_metadata(params: HnswParams) -> dict[str, Any]:
@@ -189,6 +195,22 @@ def empty_metadata(params: HnswParams) -> dict[str, Any]:
         "params": params.as_json(),
         "level_offsets": [0] * (params.max_level + 1),
     }
+
+
+def _groups(
+    partitions: Iterable[tuple[int, np.ndarray]],
+) -> Iterator[list[tuple[int, np.ndarray]]]:
+    """The (partition, vectors) pairs in groups built at once (see BUILD_GROUP)."""
+    group: list[tuple[int, np.ndarray]] = []
+    held = 0
+    for item in partitions:
+        if group and (len(group) == BUILD_GROUP or held + item[1].nbytes > GROUP_BYTES):
+            yield group
+            group, held = [], 0
+        group.append(item)
+        held += item[1].nbytes
+    if group:
+        yield group
 
 
 class BuiltGraphs:
@@ -211,8 +233,7 @@ class BuiltGraphs:
         self._file = tempfile.TemporaryFile()
         try:
             with pa.ipc.new_file(self._file, SCHEMA) as out:
-                items = iter(partitions)
-                while group := list(itertools.islice(items, BUILD_GROUP)):
+                for group in _groups(partitions):
                     built = map_parallel(
                         lambda item: build_graph(item[1], metric, params, int(seeds[item[0]])),
                         group,
