@@ -40,6 +40,7 @@ class IndexActions:
         m: int | None = None,
         ef_construction: int | None = None,
         max_level: int | None = None,
+        train: bool | None = None,
         progress: Progress | None = None,
         params: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
@@ -50,7 +51,8 @@ class IndexActions:
         an IVF_FLAT, IVF_PQ or IVF_SQ index, or its IVF_HNSW_* form (`m`, `ef_construction`,
         `max_level` shape the graphs), as pylance's `create_index` (its parameters and
         defaults: `replace=False`, l2, partitions from the row count; PQ needs
-        `num_sub_vectors`). An INVERTED (full-text) index takes pylance's tokenizer options
+        `num_sub_vectors`). `train=False` builds an index of no rows, which
+        `optimize_indices` trains. An INVERTED (full-text) index takes pylance's tokenizer options
         in `params` (`{"stem": False, "base_tokenizer": "whitespace", ...}`). `progress` is
         called with each stage of the build as the server reports it."""
         body: dict[str, Any] = {"dataset": dataset, "column": column, "index_type": index_type}
@@ -67,6 +69,7 @@ class IndexActions:
             "m": m,
             "ef_construction": ef_construction,
             "max_level": max_level,
+            "train": train,
             "ivf_centroids": None if ivf_centroids is None else np.asarray(ivf_centroids).tolist(),
             "pq_codebook": None if pq_codebook is None else np.asarray(pq_codebook).tolist(),
             "params": params,

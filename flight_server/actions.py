@@ -400,6 +400,7 @@ def _create_index(ctx: ActionContext, f: Fields) -> dict[str, Any]:
     column = f.str("column", required=True)
     index_type = f.str("index_type", required=True)
     index_name = f.str("name")
+    train = f.bool("train", default=True)
     f.bool("progress")
     ds = ctx.handles.open_latest(name)
     before = {i["uuid"] for i in ds.list_indices()}
@@ -425,7 +426,13 @@ def _create_index(ctx: ActionContext, f: Fields) -> dict[str, Any]:
         estimate = build_memory(ds.core, column, index_type, **options, **extra)
         with _held(ctx, estimate, f"{name}: index build"):
             ds.create_index(
-                column, index_type, index_name, **options, **extra, progress=PROGRESS.get()
+                column,
+                index_type,
+                index_name,
+                **options,
+                **extra,
+                train=train,
+                progress=PROGRESS.get(),
             )
     else:
         for key in VECTOR_OPTIONS:
@@ -434,7 +441,9 @@ def _create_index(ctx: ActionContext, f: Fields) -> dict[str, Any]:
         replace = f.bool("replace", default=True)
         params = f.obj("params") or {}
         with _held(ctx, build_memory(ds.core, column, index_type), f"{name}: index build"):
-            ds.create_scalar_index(column, index_type, name=index_name, replace=replace, **params)
+            ds.create_scalar_index(
+                column, index_type, name=index_name, replace=replace, train=train, **params
+            )
     metrics.committed("create_index")
     [built] = [i["name"] for i in ds.list_indices() if i["uuid"] not in before]
     return {"version": ds.version, "name": built}

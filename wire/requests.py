@@ -234,13 +234,15 @@ ACTION_SHAPES: tuple[ActionShape, ...] = (
         "IVF_HNSW_PQ | IVF_HNSW_SQ), name?, replace?, params? (INVERTED's tokenizer options), "
         "metric?, num_partitions?, num_sub_vectors?, num_bits?, sample_rate?, max_iters?, "
         "target_partition_size?, ivf_centroids?, pq_codebook?, m?, ef_construction?, "
-        "max_level? (HNSW graphs), progress?} -> {version, name}",
+        "max_level? (HNSW graphs), train? (false: an index of no rows that optimize_indices "
+        "trains), progress?} -> {version, name}",
         (
             "dataset",
             "column",
             "index_type",
             "name",
             "replace",
+            "train",
             "progress",
             "params",
             *VECTOR_OPTIONS,

@@ -219,6 +219,27 @@ def test_hnsw_index_built_and_searched_over_flight(served, name) -> None:
             qc.nearest(name, "v", q, k=5, ef=3)
 
 
+def test_untrained_indices_over_flight(served, name) -> None:
+    """`train: false` builds an index of no rows (vector and scalar), which the
+    optimize_indices action trains over every row, as pylance's engine does."""
+    path = served.path(name)
+    lance.write_dataset(_vectors(2_000), path, max_rows_per_file=1_000)
+    with Client(served.uri) as qc:
+        qc.create_index(name, "v", "IVF_HNSW_SQ", num_partitions=2, train=False)
+        qc.create_index(name, "id", "BTREE", train=False)
+        stats = lance.dataset(path).stats
+        assert stats.index_stats("v_idx")["index_type"] == "N/A"
+        assert stats.index_stats("id_idx")["num_indexed_rows"] == 0
+        q = _vectors(1, seed=3).column("v").to_pylist()[0]
+        exact = lance.dataset(path).to_table(nearest={"column": "v", "q": q, "k": 4})
+        assert qc.nearest(name, "v", q, k=4).column("id") == exact.column("id")
+        assert qc.optimize_indices(name)["optimized"]
+        stats = lance.dataset(path).stats
+        assert stats.index_stats("v_idx")["num_indexed_rows"] == 2_000
+        assert stats.index_stats("id_idx")["num_indexed_rows"] == 2_000
+        assert lance.dataset(path).stats.index_stats("v_idx")["index_type"] == "IVF_HNSW_SQ"
+
+
 def test_bad_vector_index_requests_get_their_codes(served, name) -> None:
     lance.write_dataset(_vectors(300), served.path(name))
     with Client(served.uri) as qc:

@@ -960,6 +960,7 @@ class Client {
       m: 'm',
       efConstruction: 'ef_construction',
       maxLevel: 'max_level',
+      train: 'train',
     };
     for (const [key, value] of Object.entries(rest)) {
       if (!(key in keys)) throw new TypeError(`createIndex has no option ${JSON.stringify(key)}`);
