@@ -157,8 +157,10 @@ def test_pylance_uses_quiver_s_index_as_its_own(
     # Quiver reports the index's statistics as pylance does (centroids and loss included)
     stats = lance.dataset(ours).stats.index_stats("v_idx")
     assert quiver.dataset(ours).index_statistics("v_idx") == stats
-    # training is random in both engines: on 6,000 rows recall varies by a few hundredths
-    assert _recall(ours, metric) >= _recall(theirs, metric) - 0.08
+    # pylance's training is random: on 6,000 rows its recall varies by a few hundredths, and
+    # 4-bit PQ's from 0.35 to 0.52 over pylance's own builds (Quiver's, seeded: 0.38 to 0.45)
+    margin = 0.16 if kw.get("num_bits") == 4 else 0.08
+    assert _recall(ours, metric) >= _recall(theirs, metric) - margin
     a, b = _index_files(ours), _index_files(theirs)
     for name in a:
         rows_a, meta_a, version_a, buffers_a = a[name]
