@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from datafusion.catalog import CatalogProvider, SchemaProvider, Table
 
-from quiver.flight_server.errors import InvalidArgument, NotFound
+from quiver.flight_server.errors import InvalidArgument, NotFound, QuiverError
 from quiver.flight_server.names import on_branch, validate_name
 from quiver.format.dataset.sql.table import QuiverTable
 from quiver.format.errors import TagNotFoundError, VersionNotFoundError
@@ -94,6 +94,8 @@ class Planning:
     tables: dict[str, QuiverTable] = field(default_factory=dict)  # dataset name -> latest table
     opened: list[QuiverTable] = field(default_factory=list)  # every table resolved
     part: tuple[int, int] | None = None  # (i, n): tables read only their i-th of n groups
+    # why resolving a table failed (the engine may hand the error back only as text)
+    failure: QuiverError | None = None
 
 
 _current = threading.local()
@@ -216,7 +218,13 @@ class QuiverSchema(SchemaProvider):
         return sorted(t for s, t in (split_name(d.name) for d in found) if s == self._name)
 
     def table(self, name: str) -> Table | None:
-        return self._catalog.resolve(self._name, name)
+        try:
+            return self._catalog.resolve(self._name, name)
+        except QuiverError as e:
+            scope = _scope()
+            if scope is not None:
+                scope.failure = e
+            raise
 
     def table_exist(self, name: str) -> bool:
         return self.table(name) is not None

@@ -7,8 +7,10 @@ queries running together hold `memory_limit` bytes, so a group-by or join over m
 than fit in memory streams instead of growing the server. Queries run on
 `partitions` threads (the server's cores) with Quiver's scans feeding them.
 
-Only queries run here: the engine's own DDL, DML and `SET` statements are refused (the
-statements that change datasets are `flight_server.sql.dml`'s).
+A query is SQL text or a serialized Substrait plan (bytes, as ADBC's `execute` takes it),
+whose named tables resolve as SQL table names do. Only queries run here: the engine's own
+DDL, DML and `SET` statements, and Substrait write relations, are refused (the statements
+that change datasets are `flight_server.sql.dml`'s).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from datafusion import DataFrame, RuntimeEnvBuilder, SessionConfig, SessionContext, SQLOptions
+from datafusion.substrait import Consumer, Serde
 
 from quiver.flight_server.errors import InvalidArgument, NotFound, QuiverError, classify
 from quiver.flight_server.sql.catalog import (
@@ -51,6 +54,8 @@ _PER_PARTITION = {
     "CooperativeExec",
 }
 _OPERATOR = re.compile(r"\s*(\w+)")
+# logical plans that are not queries (a Substrait plan must be a query)
+_NOT_QUERIES = {"Dml", "Ddl", "CopyTo", "Statement", "SetVariable", "Transaction", "Prepare"}
 _VIEW_TYPES = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
 
 
@@ -108,18 +113,20 @@ class SqlEngine:
 
     def plan(
         self,
-        query: str,
+        query: str | bytes,
         identity: Any,
         *,
         parameters: list[pa.Scalar] | None = None,
         pins: dict[str, int] | None = None,
         part: tuple[int, int] | None = None,
     ) -> PlannedQuery:
-        """Plan `query` for `identity` (nothing is read yet): `$1`, `$2`... take
-        `parameters`; tables named in `pins` are read at those versions; `part` (i, n)
-        reads only the i-th of a table's n fragment groups (see `parallel_parts`)."""
-        if not query.strip():
-            raise InvalidArgument("the SQL statement is empty")
+        """Plan `query` (SQL text, or a Substrait plan's bytes) for `identity` (nothing is
+        read yet): `$1`, `$2`... take `parameters`; tables named in `pins` are read at those
+        versions; `part` (i, n) reads only the i-th of a table's n fragment groups (see
+        `parallel_parts`)."""
+        if not (query.strip() if isinstance(query, str) else query):
+            kind = "SQL statement" if isinstance(query, str) else "Substrait plan"
+            raise InvalidArgument(f"the {kind} is empty")
         key = plan_key(query, identity, parameters, pins, part)
         recent = self._recent.get(key, identity, pinned=pins is not None)
         if recent is not None:
@@ -128,18 +135,46 @@ class SqlEngine:
         values = {str(i + 1): v for i, v in enumerate(parameters or [])}
         with planning(scope):
             try:
-                frame = self.context.sql(query, options=self._options, param_values=values)
+                if isinstance(query, bytes):
+                    frame = self._substrait_frame(query, values)
+                else:
+                    frame = self.context.sql(query, options=self._options, param_values=values)
                 schema = frame.schema()
                 push_down(frame.optimized_logical_plan(), scope.opened)
             except BaseException as e:  # noqa: BLE001 - the engine's errors are the SQL's
+                if scope.failure is not None and not isinstance(e, QuiverError):
+                    raise scope.failure from None  # came back wrapped in the engine's error
                 if isinstance(e, QuiverError) or classify(e)[0] != "internal":
                     raise  # resolving a table failed: a rights, name or storage error
-                raise _engine_failure(e, sql_error) from None
+                translate = sql_error if isinstance(query, str) else substrait_error
+                raise _engine_failure(e, translate) from None
         planned = PlannedQuery(frame, plain_schema(schema), dict(scope.resolved), scope)
         self._recent.put(key, planned)
         if pins is None:  # the stream of this plan's ticket asks with its versions pinned
             self._recent.put(plan_key(query, identity, parameters, planned.versions, part), planned)
         return planned
+
+    def _substrait_frame(self, plan: bytes, values: dict[str, Any]) -> DataFrame:
+        """The query a serialized Substrait plan holds, its tables resolved in this
+        server's catalog."""
+        if values:
+            raise InvalidArgument("a Substrait plan takes no parameters")
+        try:
+            decoded = Serde.deserialize_bytes(plan)
+        except BaseException as e:  # noqa: BLE001 - any bytes that are not a plan
+            if isinstance(e, KeyboardInterrupt | SystemExit):
+                raise
+            raise InvalidArgument(
+                f"Substrait: the plan could not be read ({_message(e)[:200]})"
+            ) from None
+        logical = Consumer.from_substrait_plan(self.context, decoded)
+        kind = logical.display().split(":", 1)[0].split("(", 1)[0].strip()
+        if kind in _NOT_QUERIES or kind.startswith(("Create", "Drop")):
+            raise InvalidArgument(
+                f"Substrait: the plan is a {kind}, not a query (changes are SQL statements "
+                "sent with DoPut)"
+            )
+        return self.context.create_dataframe_from_logical_plan(logical)
 
     def parallel_parts(self, planned: PlannedQuery) -> int:
         """In how many parts the query's result can be streamed at once: the partitions
@@ -246,6 +281,23 @@ def sql_error(e: BaseException) -> QuiverError:
     if "DML not supported" in text or "DDL not supported" in text:
         return InvalidArgument(f"SQL: {text} (queries run here; changes go through DoPut)")
     return InvalidArgument(f"SQL: {text}")
+
+
+def substrait_error(e: BaseException) -> QuiverError:
+    """A Substrait plan's planning failure as the client sees it: unknown tables NotFound,
+    relations or functions the engine does not consume and plans that do not fit the
+    tables InvalidArgument (the engine's dump of the offending relation left out)."""
+    text = _message(e)
+    if text.startswith("This feature is not implemented: Write("):
+        return InvalidArgument(
+            "Substrait: write relations are not supported (changes are SQL statements sent "
+            "with DoPut)"
+        )
+    if text.startswith("No table named '"):
+        return NotFound(f"Substrait: {text}")
+    if len(text) > 300:
+        text = text[:300].rsplit(" ", 1)[0] + " ..."
+    return InvalidArgument(f"Substrait: {text}")
 
 
 def run_error(e: BaseException) -> BaseException:

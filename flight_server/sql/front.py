@@ -5,15 +5,17 @@ The server (`flight_server.server`) hands this module every descriptor, ticket a
 that holds a Flight SQL message; each answer is the Flight object the specification
 prescribes:
 
-- queries (`CommandStatementQuery`, `CommandPreparedStatementQuery`): GetFlightInfo plans
+- queries (`CommandStatementQuery`, `CommandPreparedStatementQuery`, and Substrait plans:
+  `CommandStatementSubstraitPlan` and prepared ones): GetFlightInfo plans
   the statement and answers one endpoint (no location: the same server) whose ticket
   carries the statement and the versions the plan read; DoGet plans it again at those
   versions and streams the engine's batches;
 - metadata commands: the command itself is the ticket (`flight_server.sql.metadata`);
 - DoPut: statement updates (`flight_server.sql.dml`), bulk ingest
   (`flight_server.sql.ingest`), and parameters bound to a prepared statement;
-- actions: CreatePreparedStatement, ClosePreparedStatement, CancelFlightInfo, CancelQuery,
-  CloseSession; transactions, savepoints and Substrait plans are not supported.
+- actions: CreatePreparedStatement, CreatePreparedSubstraitPlan, ClosePreparedStatement,
+  CancelFlightInfo, CancelQuery, CloseSession; transactions, savepoints and Substrait plans
+  that change data are not supported.
 """
 
 from __future__ import annotations
@@ -54,18 +56,18 @@ if TYPE_CHECKING:
 # the actions of the protocol this server answers (others are UNIMPLEMENTED)
 SQL_ACTIONS = {
     "CreatePreparedStatement": "Flight SQL: prepare a statement (its schema and handle)",
+    "CreatePreparedSubstraitPlan": "Flight SQL: prepare a Substrait plan (its schema and handle)",
     "ClosePreparedStatement": "Flight SQL: close a prepared statement (handles are stateless)",
     "CancelFlightInfo": "Flight: cancel the query a FlightInfo answered",
     "CancelQuery": "Flight SQL (deprecated): cancel the query a FlightInfo answered",
     "CloseSession": "Flight: end the session (nothing is held per session)",
 }
-# actions of the protocol that are refused as UNIMPLEMENTED (no transactions, no Substrait)
+# actions of the protocol that are refused as UNIMPLEMENTED (no transactions)
 REFUSED_ACTIONS = (
     "BeginTransaction",
     "EndTransaction",
     "BeginSavepoint",
     "EndSavepoint",
-    "CreatePreparedSubstraitPlan",
     "SetSessionOptions",
     "GetSessionOptions",
 )
@@ -188,7 +190,8 @@ class FlightSql:
         if isinstance(command, sql.CommandPreparedStatementQuery):
             return Statement.decode(command.prepared_statement_handle)
         if isinstance(command, sql.CommandStatementSubstraitPlan):
-            raise Unimplemented("Substrait plans are not supported; send SQL text")
+            _no_transaction(command)
+            return Statement(command.plan.plan)
         name = type(command).__name__
         if isinstance(
             command,
@@ -249,8 +252,14 @@ class FlightSql:
             _no_transaction(command)
             count, info = dml.run(self, command.query, None, identity, cancelled)
             return sql.DoPutUpdateResult(record_count=count).SerializeToString(), info
+        if isinstance(command, sql.CommandStatementSubstraitPlan):
+            raise Unimplemented(
+                "Substrait plans that change data are not supported; send the change as SQL"
+            )
         if isinstance(command, sql.CommandPreparedStatementUpdate):
             statement = Statement.decode(command.prepared_statement_handle)
+            if isinstance(statement.query, bytes):
+                raise InvalidArgument("a prepared Substrait plan is a query, not an update")
             rows = _parameter_rows(reader) or statement.parameter_rows() or [None]
             total, info = 0, {}
             for row in rows:
@@ -277,6 +286,10 @@ class FlightSql:
             request = self._body(body, sql.ActionCreatePreparedStatementRequest)
             _no_transaction(request)
             return [pack(self.prepare(request.query, identity))]
+        if name == "CreatePreparedSubstraitPlan":
+            request = self._body(body, sql.ActionCreatePreparedSubstraitPlanRequest)
+            _no_transaction(request)
+            return [pack(self.prepare(request.plan.plan, identity))]
         if name == "ClosePreparedStatement":
             request = self._body(body, sql.ActionClosePreparedStatementRequest)
             Statement.decode(request.prepared_statement_handle)  # a handle of this server
@@ -294,10 +307,11 @@ class FlightSql:
             raise InvalidArgument(f"the action's body must be a {cls.__name__}")
         return message
 
-    def prepare(self, query: str, identity: Any) -> Any:
-        """A prepared statement: its handle and, for a query, the schema of its rows."""
+    def prepare(self, query: str | bytes, identity: Any) -> Any:
+        """A prepared statement (SQL, or a Substrait plan's bytes): its handle and, for a
+        query, the schema of its rows."""
         statement = Statement(query)
-        if dml.is_change(query):
+        if isinstance(query, str) and dml.is_change(query):
             return sql.ActionCreatePreparedStatementResult(
                 prepared_statement_handle=statement.encode(), is_update=True
             )

@@ -80,6 +80,8 @@ SQL_INFO_SCHEMA = pa.schema(
     ]
 )
 TABLE_TYPE = "TABLE"
+# the Substrait version the SQL engine (DataFusion) writes and reads; a test checks it
+SUBSTRAIT_VERSION = "0.85.0"
 
 
 def _sql_info_values(version: str) -> dict[int, Any]:
@@ -91,7 +93,9 @@ def _sql_info_values(version: str) -> dict[int, Any]:
         2: pa.__version__,  # FLIGHT_SQL_SERVER_ARROW_VERSION
         3: False,  # FLIGHT_SQL_SERVER_READ_ONLY
         4: True,  # FLIGHT_SQL_SERVER_SQL
-        5: False,  # FLIGHT_SQL_SERVER_SUBSTRAIT
+        5: True,  # FLIGHT_SQL_SERVER_SUBSTRAIT: query plans
+        6: SUBSTRAIT_VERSION,  # FLIGHT_SQL_SERVER_SUBSTRAIT_MIN_SPEC_VERSION
+        7: SUBSTRAIT_VERSION,  # FLIGHT_SQL_SERVER_SUBSTRAIT_MAX_SPEC_VERSION
         8: Bitmask(0),  # FLIGHT_SQL_SERVER_TRANSACTION: none
         9: True,  # FLIGHT_SQL_SERVER_CANCEL
         10: True,  # FLIGHT_SQL_SERVER_BULK_INGESTION

@@ -1,10 +1,11 @@
 """Statement handles: a prepared statement, or a planned query's ticket, as bytes the client
 holds and sends back.
 
-Handles are stateless: they carry the SQL text, its bound parameters and (in a ticket) the
-dataset versions its plan read, so nothing is kept on the server for a client that never
-closes a statement, and any server behind a balancer can answer. Nothing in a handle
-grants anything: every use plans the statement again with the caller's own rights.
+Handles are stateless: they carry the SQL text (or the Substrait plan), its bound
+parameters and (in a ticket) the dataset versions its plan read, so nothing is kept on the
+server for a client that never closes a statement, and any server behind a balancer can
+answer. Nothing in a handle grants anything: every use plans the statement again with the
+caller's own rights.
 """
 
 from __future__ import annotations
@@ -25,16 +26,21 @@ MAX_HANDLE_BYTES = 4 << 20
 
 @dataclass(frozen=True)
 class Statement:
-    """A statement's SQL, its parameter values, and a planned query's pinned versions."""
+    """A statement's SQL (or serialized Substrait plan), its parameter values, and a planned
+    query's pinned versions."""
 
-    query: str
+    query: str | bytes
     parameters: bytes | None = None  # one row of parameter values, as an Arrow IPC stream
     versions: dict[str, int] = field(default_factory=dict)
     query_id: str = ""  # a planned query's id, for CancelFlightInfo
     part: tuple[int, int] | None = None  # (i, n): a ticket for part i of n (streamed at once)
 
     def encode(self) -> bytes:
-        doc: dict[str, Any] = {"q": self.query}
+        doc: dict[str, Any] = (
+            {"q": self.query}
+            if isinstance(self.query, str)
+            else {"s": base64.b64encode(self.query).decode()}
+        )
         if self.parameters is not None:
             doc["p"] = base64.b64encode(self.parameters).decode()
         if self.versions:
@@ -57,7 +63,7 @@ class Statement:
             raise InvalidArgument("not a prepared statement handle of this server")
         try:
             doc = json.loads(data[len(_PREFIX) :])
-            query = doc["q"]
+            query = doc["q"] if "s" not in doc else base64.b64decode(doc["s"], validate=True)
             params = doc.get("p")
             versions = doc.get("v", {})
             query_id = doc.get("id", "")
@@ -72,7 +78,7 @@ class Statement:
                         and 0 <= part[0] < part[1] <= 4096
                     )
                 )
-                and isinstance(query, str)
+                and isinstance(query, str | bytes)
                 and isinstance(versions, dict)
                 and all(isinstance(k, str) and type(v) is int for k, v in versions.items())
                 and isinstance(query_id, str)

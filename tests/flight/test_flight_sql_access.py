@@ -175,6 +175,14 @@ def _any(type_name: str, value: bytes) -> bytes:
     ).SerializeToString()
 
 
+def _put(client: fl.FlightClient, command: bytes) -> None:
+    """A DoPut of `command` with no rows (as a statement update is sent)."""
+    writer, reader = client.do_put(fl.FlightDescriptor.for_command(command), pa.schema([]))
+    writer.done_writing()
+    reader.read()
+    writer.close()
+
+
 HOSTILE = {
     "undecodable command": (
         lambda c: c.get_flight_info(
@@ -206,11 +214,23 @@ HOSTILE = {
         lambda c: list(c.do_action(fl.Action("BeginTransaction", b""))),
         "unimplemented",
     ),
-    "substrait": (
+    "substrait bytes that are no plan": (
         lambda c: c.get_flight_info(
-            fl.FlightDescriptor.for_command(pack(sql.CommandStatementSubstraitPlan(plan=b"p")))
+            fl.FlightDescriptor.for_command(
+                pack(sql.CommandStatementSubstraitPlan(plan=sql.SubstraitPlan(plan=b"p")))
+            )
         ),
+        "invalid_argument",
+    ),
+    "substrait plan sent as an update": (
+        lambda c: _put(c, pack(sql.CommandStatementSubstraitPlan(plan=sql.SubstraitPlan()))),
         "unimplemented",
+    ),
+    "empty substrait plan": (
+        lambda c: c.get_flight_info(
+            fl.FlightDescriptor.for_command(pack(sql.CommandStatementSubstraitPlan()))
+        ),
+        "invalid_argument",
     ),
 }
 

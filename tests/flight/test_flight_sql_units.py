@@ -22,7 +22,18 @@ def test_statement_handles_round_trip_and_refuse_foreign_bytes() -> None:
     assert back == statement
     assert back.single_parameters() == [pa.scalar(3), pa.scalar("x")]
     assert back.query_id and back.versions == {"t": 4}
-    for bad in (b"", b"SELECT 1", b"quiver-sql/1:{", b'quiver-sql/1:{"q": 1}', b"quiver-sql/1:[]"):
+    # a Substrait plan's bytes travel as they are
+    plan = Statement(bytes(range(256))).planned({"t": 2}).for_part(1, 2)
+    assert Statement.decode(plan.encode()) == plan
+    for bad in (
+        b"",
+        b"SELECT 1",
+        b"quiver-sql/1:{",
+        b'quiver-sql/1:{"q": 1}',
+        b"quiver-sql/1:[]",
+        b'quiver-sql/1:{"s": "not base64!"}',
+        b'quiver-sql/1:{"s": 5}',
+    ):
         with pytest.raises(InvalidArgument, match="not a prepared statement handle"):
             Statement.decode(bad)
     with pytest.raises(InvalidArgument, match="at most"):
