@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint docs protos serve bench bench-write bench-flight bench-memory bench-spark bench-vector bench-changes bench-backfill bench-indices bench-vector-index bench-hnsw bench-sql bench-sql-memory bench-namespace bench-fts bench-soak kill-trials spark-example clean
+.PHONY: test lint docs protos serve bench bench-write bench-flight bench-memory bench-spark bench-vector bench-changes bench-backfill bench-indices bench-vector-index bench-hnsw bench-sql bench-sql-memory bench-namespace bench-fts bench-soak kill-trials fault-campaigns spark-example clean
 
 # setup.py builds the C kernels: an edited kernel is recompiled by the next `make test`.
 $(STAMP): pyproject.toml setup.py format/_kernels.c flight_server/_threadstate.c \
@@ -39,7 +39,7 @@ test: $(STAMP) $(NODE_STAMP) $(DUCKDB_STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(PY) scripts/gen_protos.py --check
 	$(VENV)/bin/mkdocs build --strict --quiet --site-dir $$(mktemp -d)
-	$(PY) -m pytest -n 2 -q
+	$(PY) -m pytest -n 2 -q --durations=20
 
 # The documentation site (docs/, mkdocs.yml) into site/; `make test` builds it strictly too.
 docs: $(STAMP)
@@ -123,6 +123,10 @@ bench-soak: $(STAMP)
 # The server killed during every kind of commit, nightly-sized (make test runs 14 trials).
 kill-trials: $(STAMP)
 	QUIVER_KILL_TRIALS=$(or $(KILL_TRIALS),140) $(PY) -m pytest -q -s tests/test_server_kills.py
+
+# The storage fault campaigns, each kind of commit ten times under each fault (make test: once).
+fault-campaigns: $(STAMP)
+	QUIVER_FAULT_ROUNDS=$(or $(FAULT_ROUNDS),10) $(PY) -m pytest -q tests/test_storage_faults.py -k every_kind
 
 # The Spark pipeline example: its own server on a temporary demo root, or a running one
 # with `make spark-example URI=grpc://127.0.0.1:8815` (after `make serve`).

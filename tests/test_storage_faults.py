@@ -7,6 +7,7 @@ a row, duplicate a commit or leave a version pylance cannot read.
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 from collections.abc import Iterator
@@ -28,6 +29,8 @@ from quiver.format.errors import CommitUnconfirmedError  # noqa: E402
 from quiver.format.table import versions  # noqa: E402
 
 MANIFEST_PUT = r"/_versions/[^/?]+\.manifest"
+# how many times each fault campaign runs every kind of commit (`make fault-campaigns`: 10)
+ROUNDS = int(os.environ.get("QUIVER_FAULT_ROUNDS", "1"))
 
 
 @pytest.fixture(scope="module")
@@ -326,8 +329,9 @@ def test_cleanup_removes_key_records_older_than_every_kept_version(tmp_path: Any
 def test_every_kind_of_commit_under_each_fault(
     proxy: FaultProxy, moto: str, rules: list[Rule]
 ) -> None:
-    """Appends, merges, updates, deletes, compaction, index builds and cleanup through one
-    server whose storage injects one kind of fault, with reads between them: keyed writes
+    """Appends, merges, updates, deletes, compaction, index builds and cleanup (`ROUNDS`
+    times each) through one server whose storage injects one kind of fault, with reads
+    between them: keyed writes
     retried on Unavailable with their key, the others (which change no row) retried as
     they are. Every change lands exactly once, reads answer the rows the changes made
     (through the index once built; where listings lag, once they catch up), and every
@@ -359,7 +363,8 @@ def test_every_kind_of_commit_under_each_fault(
             return settled(lambda: client.read("t", columns=["id", "v"], **options)).sort_by("id")
 
         lagging = rules[0].fault == "stale_list"
-        for trial, kind in enumerate(KINDS):
+        sequence = [kind for _ in range(ROUNDS) for kind in KINDS]
+        for trial, kind in enumerate(sequence):
             request = KINDS[kind](model, trial)
             settled(lambda: request(client, f"fault-{trial}", 6))  # noqa: B023 - called now
             expected = model.table()
