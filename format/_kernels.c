@@ -1608,7 +1608,8 @@ static void ivf_score_dense(const IvfParams *p, const double *q, const void *dat
 
 /* The buffers of every item of a tuple (NULL items allowed where `optional`): 0, or -1 with
  * an exception set and none of them held. */
-static int tuple_buffers(PyObject *tuple, Py_buffer *out, int optional, const char *what)
+static int tuple_buffers(const char *fn, PyObject *tuple, Py_buffer *out, int optional,
+                         const char *what)
 {
     Py_ssize_t n = PyTuple_GET_SIZE(tuple);
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -1621,11 +1622,105 @@ static int tuple_buffers(PyObject *tuple, Py_buffer *out, int optional, const ch
             for (Py_ssize_t k = 0; k < i; k++)
                 if (out[k].obj)
                     PyBuffer_Release(&out[k]);
-            PyErr_Format(PyExc_ValueError, "ivf_topk: %s %zd is not a contiguous buffer", what, i);
+            PyErr_Format(PyExc_ValueError, "%s: %s %zd is not a contiguous buffer", fn, what, i);
             return -1;
         }
     }
     return 0;
+}
+
+/* What ivf_topk and hnsw_topk share: the queries, the (query, partition) pairs, the per-query
+ * heaps they fill (buffers parsed by the kernel, released by ivf_call_release) and every
+ * partition's data, row ids, PQ bias and row mask (taken by ivf_call_take). */
+typedef struct {
+    int kind, metric;
+    Py_ssize_t width, fetch, nq, npairs, parts, item;
+    double scale, start, step, lower, upper;
+    Py_buffer qs, pq, ps, pb, oi, od, oc;
+    Py_buffer *data, *ids, *bias, *mask; /* one a partition; bias and mask items may be empty */
+} IvfCall;
+
+/* Check a parsed call and take its partitions' buffers (`bias`, `masks`: None, or a tuple of
+ * None or a buffer a partition): 0, or -1 with an exception set and no partition held. */
+static int ivf_call_take(IvfCall *c, const char *fn, PyObject *data, PyObject *ids,
+                         PyObject *bias, PyObject *masks)
+{
+    Py_buffer *pairs[] = {&c->pq, &c->ps, &c->pb};
+    c->data = NULL;
+    c->parts = PyTuple_GET_SIZE(data);
+    c->npairs = len64(&c->pq);
+    c->nq = c->width > 0 ? (Py_ssize_t)(c->qs.len / 8 / c->width) : 0;
+    if (c->kind < IVF_PQ || c->kind > IVF_FLAT || c->metric < METRIC_L2 ||
+        c->metric > METRIC_DOT || c->width < 1 || c->fetch < 1 ||
+        (c->kind == IVF_PQ && c->width % 256)) {
+        PyErr_Format(PyExc_ValueError, "%s: bad kind, metric, width or fetch", fn);
+        return -1;
+    }
+    if ((bias != Py_None && (!PyTuple_Check(bias) || PyTuple_GET_SIZE(bias) != c->parts)) ||
+        (masks != Py_None && (!PyTuple_Check(masks) || PyTuple_GET_SIZE(masks) != c->parts)) ||
+        PyTuple_GET_SIZE(ids) != c->parts || same_lengths(fn, c->npairs, 3, pairs) ||
+        c->qs.len != (Py_ssize_t)(c->nq * c->width * 8) || c->oc.len != c->nq * 8 ||
+        c->oi.len != c->nq * c->fetch * 8 || c->od.len != c->nq * c->fetch * 4) {
+        PyErr_Format(PyExc_ValueError, "%s: arrays of inconsistent sizes", fn);
+        return -1;
+    }
+    if (!aligned(c->qs.buf, 8) || !aligned(c->pb.buf, 8) || !aligned(c->oi.buf, 8) ||
+        !aligned(c->od.buf, 4) || !aligned(c->oc.buf, 8)) {
+        PyErr_Format(PyExc_ValueError, "%s: misaligned arrays", fn);
+        return -1;
+    }
+    const Py_ssize_t slots = c->parts ? c->parts : 1;
+    c->data = PyMem_Calloc(4 * slots, sizeof(Py_buffer));
+    if (c->data == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    c->ids = c->data + slots, c->bias = c->ids + slots, c->mask = c->bias + slots;
+    if (tuple_buffers(fn, data, c->data, 0, "data") < 0 ||
+        tuple_buffers(fn, ids, c->ids, 0, "ids") < 0 ||
+        (bias != Py_None && tuple_buffers(fn, bias, c->bias, 1, "bias") < 0) ||
+        (masks != Py_None && tuple_buffers(fn, masks, c->mask, 1, "masks") < 0))
+        goto fail;
+    /* every partition's buffers agree with its row count, every pair and heap is in range */
+    c->item = c->kind == IVF_PQ ? c->width / 256 : c->kind == IVF_SQ ? c->width : c->width * 4;
+    int bad = 0;
+    for (Py_ssize_t s = 0; s < c->parts && !bad; s++) {
+        Py_ssize_t n = c->ids[s].len / 8;
+        bad = c->ids[s].len % 8 || c->data[s].len != n * c->item || !aligned(c->ids[s].buf, 8) ||
+              (c->kind == IVF_FLAT && !aligned(c->data[s].buf, 4)) ||
+              (c->bias[s].obj && (c->bias[s].len != n * 8 || !aligned(c->bias[s].buf, 8))) ||
+              (c->mask[s].obj && c->mask[s].len != n) || n > (Py_ssize_t)UINT32_MAX;
+    }
+    const int64_t *pair_q = c->pq.buf, *pair_s = c->ps.buf, *count = c->oc.buf;
+    for (Py_ssize_t i = 0; i < c->npairs && !bad; i++)
+        bad = pair_q[i] < 0 || pair_q[i] >= c->nq || pair_s[i] < 0 || pair_s[i] >= c->parts;
+    for (Py_ssize_t i = 0; i < c->nq && !bad; i++)
+        bad = count[i] < 0 || count[i] > c->fetch;
+    if (!bad)
+        return 0;
+    PyErr_Format(PyExc_ValueError, "%s: partition or pair out of range", fn);
+fail:
+    for (Py_ssize_t s = 0; s < 4 * slots; s++)
+        if (c->data[s].obj)
+            PyBuffer_Release(&c->data[s]);
+    PyMem_Free(c->data);
+    c->data = NULL;
+    return -1;
+}
+
+/* Release what a call holds: its partitions' buffers (if taken) and its parsed buffers. */
+static void ivf_call_release(IvfCall *c)
+{
+    if (c->data != NULL) {
+        const Py_ssize_t slots = c->parts ? c->parts : 1;
+        for (Py_ssize_t s = 0; s < 4 * slots; s++)
+            if (c->data[s].obj)
+                PyBuffer_Release(&c->data[s]);
+        PyMem_Free(c->data);
+        c->data = NULL;
+    }
+    Py_buffer *all[] = {&c->qs, &c->pq, &c->ps, &c->pb, &c->oi, &c->od, &c->oc};
+    release(7, all);
 }
 
 PyDoc_STRVAR(
@@ -1642,96 +1737,45 @@ PyDoc_STRVAR(
 
 static PyObject *ivf_topk(PyObject *self, PyObject *args)
 {
-    int kind, metric;
-    Py_ssize_t width, fetch;
-    double scale, start, step, lower = -INFINITY, upper = INFINITY;
-    Py_buffer qs, pq, ps, pb, oi, od, oc;
+    IvfCall c = {.lower = -INFINITY, .upper = INFINITY};
     PyObject *data, *ids, *bias;
-    if (!PyArg_ParseTuple(args, "iiy*ndddy*y*y*O!O!Onw*w*w*|dd", &kind, &metric, &qs, &width,
-                          &scale, &start, &step, &pq, &ps, &pb, &PyTuple_Type, &data,
-                          &PyTuple_Type, &ids, &bias, &fetch, &oi, &od, &oc, &lower, &upper))
+    if (!PyArg_ParseTuple(args, "iiy*ndddy*y*y*O!O!Onw*w*w*|dd", &c.kind, &c.metric, &c.qs,
+                          &c.width, &c.scale, &c.start, &c.step, &c.pq, &c.ps, &c.pb,
+                          &PyTuple_Type, &data, &PyTuple_Type, &ids, &bias, &c.fetch, &c.oi,
+                          &c.od, &c.oc, &c.lower, &c.upper))
         return NULL;
+    if (ivf_call_take(&c, "ivf_topk", data, ids, bias, Py_None) < 0) {
+        ivf_call_release(&c);
+        return NULL;
+    }
     /* a distance range: rows outside it (NaN included) are never kept */
-    const int ranged = lower > -INFINITY || upper < INFINITY;
-    Py_buffer *all[] = {&qs, &pq, &ps, &pb, &oi, &od, &oc};
-    PyObject *res = NULL;
-    const Py_ssize_t parts = PyTuple_GET_SIZE(data);
-    Py_buffer *bd = NULL, *bi = NULL, *bb = NULL;
-    const Py_ssize_t npairs = len64(&pq);
-    const Py_ssize_t nq = width > 0 ? (Py_ssize_t)(qs.len / 8 / width) : 0;
-    if (kind < IVF_PQ || kind > IVF_FLAT || metric < METRIC_L2 || metric > METRIC_DOT ||
-        width < 1 || fetch < 1 || (kind == IVF_PQ && width % 256)) {
-        PyErr_SetString(PyExc_ValueError, "ivf_topk: bad kind, metric, width or fetch");
-        goto done;
-    }
-    if (bias != Py_None && (!PyTuple_Check(bias) || PyTuple_GET_SIZE(bias) != parts)) {
-        PyErr_SetString(PyExc_ValueError, "ivf_topk: bias must be None or one item a partition");
-        goto done;
-    }
-    if (PyTuple_GET_SIZE(ids) != parts || same_lengths("ivf_topk", npairs, 3, all + 1) ||
-        qs.len != (Py_ssize_t)(nq * width * 8) || oc.len != nq * 8 ||
-        oi.len != nq * fetch * 8 || od.len != nq * fetch * 4) {
-        PyErr_SetString(PyExc_ValueError, "ivf_topk: arrays of inconsistent sizes");
-        goto done;
-    }
-    if (!aligned(qs.buf, 8) || !aligned(pb.buf, 8) || !aligned(oi.buf, 8) ||
-        !aligned(od.buf, 4) || !aligned(oc.buf, 8)) {
-        PyErr_SetString(PyExc_ValueError, "ivf_topk: misaligned arrays");
-        goto done;
-    }
-    bd = PyMem_Calloc(3 * (parts ? parts : 1), sizeof(Py_buffer));
-    if (bd == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    bi = bd + parts, bb = bi + parts;
-    if (tuple_buffers(data, bd, 0, "data") < 0)
-        goto free;
-    if (tuple_buffers(ids, bi, 0, "ids") < 0)
-        goto release_data;
-    if (bias != Py_None && tuple_buffers(bias, bb, 1, "bias") < 0)
-        goto release_ids;
-    /* every partition's buffers agree with its row count */
-    const Py_ssize_t item = kind == IVF_PQ ? width / 256 : kind == IVF_SQ ? width : width * 4;
-    int bad = 0;
-    for (Py_ssize_t s = 0; s < parts && !bad; s++) {
-        Py_ssize_t n = bi[s].len / 8;
-        bad = bi[s].len % 8 || bd[s].len != n * item || !aligned(bi[s].buf, 8) ||
-              (kind == IVF_FLAT && !aligned(bd[s].buf, 4)) ||
-              (bb[s].obj && (bb[s].len != n * 8 || !aligned(bb[s].buf, 8)));
-    }
-    const int64_t *pair_q = pq.buf, *pair_s = ps.buf;
-    for (Py_ssize_t i = 0; i < npairs && !bad; i++)
-        bad = pair_q[i] < 0 || pair_q[i] >= nq || pair_s[i] < 0 || pair_s[i] >= parts;
-    int64_t *count = oc.buf;
-    for (Py_ssize_t i = 0; i < nq && !bad; i++)
-        bad = count[i] < 0 || count[i] > fetch;
-    if (bad) {
-        PyErr_SetString(PyExc_ValueError, "ivf_topk: partition or pair out of range");
-        goto release_bias;
-    }
-    const IvfParams p = {kind, metric, width, scale, start, step};
-    const double *queries = qs.buf, *base = pb.buf;
-    float *out_d = od.buf;
-    uint64_t *out_i = oi.buf;
+    const int ranged = c.lower > -INFINITY || c.upper < INFINITY;
+    const IvfParams p = {c.kind, c.metric, c.width, c.scale, c.start, c.step};
+    const int64_t *pair_q = c.pq.buf, *pair_s = c.ps.buf;
+    const double *queries = c.qs.buf, *base = c.pb.buf;
+    const Py_ssize_t width = c.width, fetch = c.fetch;
+    int64_t *count = c.oc.buf;
+    float *out_d = c.od.buf;
+    uint64_t *out_i = c.oi.buf;
     Py_ssize_t work = 0;
-    for (Py_ssize_t i = 0; i < npairs; i++)
-        work += (bi[pair_s[i]].len / 8) * item;
+    for (Py_ssize_t i = 0; i < c.npairs; i++)
+        work += (c.ids[pair_s[i]].len / 8) * c.item;
     BEGIN_NOGIL(work)
     float dist[IVF_BLOCK];
-    for (Py_ssize_t i = 0; i < npairs; i++) {
+    for (Py_ssize_t i = 0; i < c.npairs; i++) {
         const int64_t q = pair_q[i], s = pair_s[i];
-        const Py_ssize_t n = bi[s].len / 8;
-        const uint64_t *row = bi[s].buf;
+        const Py_ssize_t n = c.ids[s].len / 8;
+        const uint64_t *row = c.ids[s].buf;
         IvfHeap h = {out_d + q * fetch, out_i + q * fetch, count[q], fetch};
         for (Py_ssize_t r0 = 0; r0 < n; r0 += IVF_BLOCK) {
             Py_ssize_t m = n - r0 < IVF_BLOCK ? n - r0 : IVF_BLOCK;
-            if (kind == IVF_PQ)
-                ivf_score_pq(&p, queries + q * width, base[i], bd[s].buf, bb[s].buf, r0, m, dist);
+            if (c.kind == IVF_PQ)
+                ivf_score_pq(&p, queries + q * width, base[i], c.data[s].buf, c.bias[s].buf, r0,
+                             m, dist);
             else
-                ivf_score_dense(&p, queries + q * width, bd[s].buf, r0, m, dist);
+                ivf_score_dense(&p, queries + q * width, c.data[s].buf, r0, m, dist);
             for (Py_ssize_t b = 0; b < m; b++) {
-                if (ranged && !(dist[b] >= lower && dist[b] < upper))
+                if (ranged && !(dist[b] >= c.lower && dist[b] < c.upper))
                     continue;
                 if (h.n < h.cap || !(dist[b] > h.d[0])) /* row ids read only for contenders */
                     ivf_push(&h, dist[b], row[r0 + b]);
@@ -1740,23 +1784,8 @@ static PyObject *ivf_topk(PyObject *self, PyObject *args)
         count[q] = h.n;
     }
     END_NOGIL
-    res = Py_NewRef(Py_None);
-release_bias:
-    if (bias != Py_None)
-        for (Py_ssize_t s = 0; s < parts; s++)
-            if (bb[s].obj)
-                PyBuffer_Release(&bb[s]);
-release_ids:
-    for (Py_ssize_t s = 0; s < parts; s++)
-        PyBuffer_Release(&bi[s]);
-release_data:
-    for (Py_ssize_t s = 0; s < parts; s++)
-        PyBuffer_Release(&bd[s]);
-free:
-    PyMem_Free(bd);
-done:
-    release(7, all);
-    return res;
+    ivf_call_release(&c);
+    Py_RETURN_NONE;
 }
 
 /* -- HNSW graphs (IVF_HNSW_* sub-indices) ------------------------------------------------- */
@@ -2018,8 +2047,11 @@ static Py_ssize_t hnsw_search_level(const HnswGraph *g, int level, HnswNode ep,
 static int hnsw_graph_arg(PyObject *item, Py_ssize_t n, HnswGraph *g, Py_buffer *bufs)
 {
     Py_ssize_t entry, levels;
-    if (!PyTuple_Check(item) ||
-        !PyArg_ParseTuple(item, "nny*y*y*", &entry, &levels, &bufs[0], &bufs[1], &bufs[2]))
+    if (!PyTuple_Check(item)) {
+        PyErr_SetString(PyExc_TypeError, "hnsw_topk: a graph must be a tuple");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(item, "nny*y*y*", &entry, &levels, &bufs[0], &bufs[1], &bufs[2]))
         return -1;
     g->n = n, g->levels = (int)levels, g->entry = (uint32_t)entry;
     g->n_rows = bufs[1].len / 8 - 1, g->n_nbr = bufs[2].len / 4;
@@ -2050,83 +2082,38 @@ PyDoc_STRVAR(
 
 static PyObject *hnsw_topk(PyObject *self, PyObject *args)
 {
-    int kind, metric;
-    Py_ssize_t width, fetch, ef;
-    double scale, start, step, lower = -INFINITY, upper = INFINITY;
-    Py_buffer qs, pq, ps, pb, oi, od, oc;
+    IvfCall c = {.lower = -INFINITY, .upper = INFINITY};
+    Py_ssize_t ef;
     PyObject *data, *ids, *bias, *graphs, *masks;
-    if (!PyArg_ParseTuple(args, "iiy*ndddy*y*y*O!O!OO!O!nnw*w*w*|dd", &kind, &metric, &qs, &width,
-                          &scale, &start, &step, &pq, &ps, &pb, &PyTuple_Type, &data,
-                          &PyTuple_Type, &ids, &bias, &PyTuple_Type, &graphs, &PyTuple_Type,
-                          &masks, &ef, &fetch, &oi, &od, &oc, &lower, &upper))
+    if (!PyArg_ParseTuple(args, "iiy*ndddy*y*y*O!O!OO!O!nnw*w*w*|dd", &c.kind, &c.metric, &c.qs,
+                          &c.width, &c.scale, &c.start, &c.step, &c.pq, &c.ps, &c.pb,
+                          &PyTuple_Type, &data, &PyTuple_Type, &ids, &bias, &PyTuple_Type,
+                          &graphs, &PyTuple_Type, &masks, &ef, &c.fetch, &c.oi, &c.od, &c.oc,
+                          &c.lower, &c.upper))
         return NULL;
-    Py_buffer *all[] = {&qs, &pq, &ps, &pb, &oi, &od, &oc};
     PyObject *res = NULL;
-    const Py_ssize_t parts = PyTuple_GET_SIZE(data);
-    Py_buffer *bd = NULL, *bi = NULL, *bb = NULL, *bm = NULL, *bg = NULL;
     HnswGraph *gs = NULL;
+    Py_buffer *bg = NULL;
     Py_ssize_t held_graphs = 0;
-    const Py_ssize_t npairs = len64(&pq);
-    const Py_ssize_t nq = width > 0 ? (Py_ssize_t)(qs.len / 8 / width) : 0;
-    if (kind < IVF_PQ || kind > IVF_FLAT || metric < METRIC_L2 || metric > METRIC_DOT ||
-        width < 1 || fetch < 1 || ef < fetch || (kind == IVF_PQ && width % 256)) {
-        PyErr_SetString(PyExc_ValueError, "hnsw_topk: bad kind, metric, width, ef or fetch");
+    if (ef < c.fetch || PyTuple_GET_SIZE(graphs) != PyTuple_GET_SIZE(data)) {
+        PyErr_SetString(PyExc_ValueError, "hnsw_topk: ef below fetch, or not a graph a partition");
         goto done;
     }
-    if ((bias != Py_None && (!PyTuple_Check(bias) || PyTuple_GET_SIZE(bias) != parts)) ||
-        PyTuple_GET_SIZE(graphs) != parts || PyTuple_GET_SIZE(masks) != parts ||
-        PyTuple_GET_SIZE(ids) != parts || same_lengths("hnsw_topk", npairs, 3, all + 1) ||
-        qs.len != (Py_ssize_t)(nq * width * 8) || oc.len != nq * 8 ||
-        oi.len != nq * fetch * 8 || od.len != nq * fetch * 4) {
-        PyErr_SetString(PyExc_ValueError, "hnsw_topk: arrays of inconsistent sizes");
+    if (ivf_call_take(&c, "hnsw_topk", data, ids, bias, masks) < 0)
         goto done;
-    }
-    if (!aligned(qs.buf, 8) || !aligned(pb.buf, 8) || !aligned(oi.buf, 8) ||
-        !aligned(od.buf, 4) || !aligned(oc.buf, 8)) {
-        PyErr_SetString(PyExc_ValueError, "hnsw_topk: misaligned arrays");
-        goto done;
-    }
-    Py_ssize_t slots = parts ? parts : 1;
-    bd = PyMem_Calloc(7 * slots, sizeof(Py_buffer));
+    const Py_ssize_t slots = c.parts ? c.parts : 1;
     gs = PyMem_Calloc(slots, sizeof(HnswGraph));
-    if (bd == NULL || gs == NULL) {
+    bg = PyMem_Calloc(3 * slots, sizeof(Py_buffer));
+    if (gs == NULL || bg == NULL) {
         PyErr_NoMemory();
-        goto free;
+        goto done;
     }
-    bi = bd + slots, bb = bi + slots, bm = bb + slots, bg = bm + slots;
-    if (tuple_buffers(data, bd, 0, "data") < 0)
-        goto free;
-    if (tuple_buffers(ids, bi, 0, "ids") < 0)
-        goto release_data;
-    if (bias != Py_None && tuple_buffers(bias, bb, 1, "bias") < 0)
-        goto release_ids;
-    if (tuple_buffers(masks, bm, 1, "masks") < 0)
-        goto release_bias;
     Py_ssize_t longest = 0;
-    for (; held_graphs < parts; held_graphs++) {
-        Py_ssize_t s = held_graphs, n = bi[s].len / 8;
+    for (; held_graphs < c.parts; held_graphs++) {
+        Py_ssize_t s = held_graphs, n = c.ids[s].len / 8;
         if (hnsw_graph_arg(PyTuple_GET_ITEM(graphs, s), n, &gs[s], bg + 3 * s) < 0)
-            goto release_graphs;
+            goto done;
         longest = n > longest ? n : longest;
-    }
-    const Py_ssize_t item = kind == IVF_PQ ? width / 256 : kind == IVF_SQ ? width : width * 4;
-    int bad = 0;
-    for (Py_ssize_t s = 0; s < parts && !bad; s++) {
-        Py_ssize_t n = bi[s].len / 8;
-        bad = bi[s].len % 8 || bd[s].len != n * item || !aligned(bi[s].buf, 8) ||
-              (kind == IVF_FLAT && !aligned(bd[s].buf, 4)) ||
-              (bb[s].obj && (bb[s].len != n * 8 || !aligned(bb[s].buf, 8))) ||
-              (bm[s].obj && bm[s].len != n) || n > (Py_ssize_t)UINT32_MAX;
-    }
-    const int64_t *pair_q = pq.buf, *pair_s = ps.buf;
-    for (Py_ssize_t i = 0; i < npairs && !bad; i++)
-        bad = pair_q[i] < 0 || pair_q[i] >= nq || pair_s[i] < 0 || pair_s[i] >= parts;
-    int64_t *count = oc.buf;
-    for (Py_ssize_t i = 0; i < nq && !bad; i++)
-        bad = count[i] < 0 || count[i] > fetch;
-    if (bad) {
-        PyErr_SetString(PyExc_ValueError, "hnsw_topk: partition or pair out of range");
-        goto release_graphs;
     }
     HnswScratch w = {PyMem_Calloc(longest ? longest : 1, sizeof(uint32_t)), 0,
                      PyMem_Malloc((size_t)(longest + 1) * sizeof(HnswNode)),
@@ -2134,25 +2121,29 @@ static PyObject *hnsw_topk(PyObject *self, PyObject *args)
     if (!w.mark || !w.cand || !w.res) {
         PyMem_Free(w.mark), PyMem_Free(w.cand), PyMem_Free(w.res);
         PyErr_NoMemory();
-        goto release_graphs;
+        goto done;
     }
-    const IvfParams p = {kind, metric, width, scale, start, step};
-    const double *queries = qs.buf, *base = pb.buf;
-    float *out_d = od.buf;
-    uint64_t *out_i = oi.buf;
-    BEGIN_NOGIL(npairs * ef * 64)
-    for (Py_ssize_t i = 0; i < npairs; i++) {
+    const IvfParams p = {c.kind, c.metric, c.width, c.scale, c.start, c.step};
+    const int64_t *pair_q = c.pq.buf, *pair_s = c.ps.buf;
+    const double *queries = c.qs.buf, *base = c.pb.buf;
+    const Py_ssize_t width = c.width, fetch = c.fetch;
+    int64_t *count = c.oc.buf;
+    float *out_d = c.od.buf;
+    uint64_t *out_i = c.oi.buf;
+    BEGIN_NOGIL(c.npairs * ef * 64)
+    for (Py_ssize_t i = 0; i < c.npairs; i++) {
         const int64_t q = pair_q[i], s = pair_s[i];
         const HnswGraph *g = &gs[s];
         if (g->n == 0)
             continue;
-        const uint64_t *row = bi[s].buf;
-        const HnswScorer sc = {&p, queries + q * width, base[i], bd[s].buf, bb[s].buf, NULL, 0, 0};
+        const uint64_t *row = c.ids[s].buf;
+        const HnswScorer sc = {
+            &p, queries + q * width, base[i], c.data[s].buf, c.bias[s].buf, NULL, 0, 0};
         HnswNode ep = {hnsw_dist(&sc, g->entry), g->entry};
         for (int level = g->levels - 1; level > 0; level--)
             ep = hnsw_greedy(g, level, ep, &sc);
-        Py_ssize_t found = hnsw_search_level(g, 0, ep, &sc, ef, bm[s].buf, (float)lower,
-                                             (float)upper, &w);
+        Py_ssize_t found = hnsw_search_level(g, 0, ep, &sc, ef, c.mask[s].buf, (float)c.lower,
+                                             (float)c.upper, &w);
         IvfHeap h = {out_d + q * fetch, out_i + q * fetch, count[q], fetch};
         for (Py_ssize_t r = 0; r < found && r < fetch; r++)
             ivf_push(&h, w.res[r].d, row[w.res[r].id]);
@@ -2161,29 +2152,13 @@ static PyObject *hnsw_topk(PyObject *self, PyObject *args)
     END_NOGIL
     PyMem_Free(w.mark), PyMem_Free(w.cand), PyMem_Free(w.res);
     res = Py_NewRef(Py_None);
-release_graphs:
+done:
     for (Py_ssize_t s = 0; s < held_graphs; s++)
         for (int k = 0; k < 3; k++)
             PyBuffer_Release(&bg[3 * s + k]);
-    for (Py_ssize_t s = 0; s < parts; s++)
-        if (bm[s].obj)
-            PyBuffer_Release(&bm[s]);
-release_bias:
-    if (bias != Py_None)
-        for (Py_ssize_t s = 0; s < parts; s++)
-            if (bb[s].obj)
-                PyBuffer_Release(&bb[s]);
-release_ids:
-    for (Py_ssize_t s = 0; s < parts; s++)
-        PyBuffer_Release(&bi[s]);
-release_data:
-    for (Py_ssize_t s = 0; s < parts; s++)
-        PyBuffer_Release(&bd[s]);
-free:
-    PyMem_Free(bd);
+    PyMem_Free(bg);
     PyMem_Free(gs);
-done:
-    release(7, all);
+    ivf_call_release(&c);
     return res;
 }
 
