@@ -25,10 +25,7 @@ same ids in the same order).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -38,49 +35,14 @@ import numpy as np
 
 import quiver
 from benchmarks.flight import Server
-from benchmarks.vector_index import _draw, table_path, twin
+from benchmarks.vector_index import _draw, build, exact, table_path, twin
 from quiver.clients import Client
 
 K = 10
 
-_CHILD = """
-import json, sys, time
-engine, uri, kind, partitions = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-import lance, quiver
-open_ = quiver.dataset if engine == "quiver" else lance.dataset
-started = time.perf_counter()
-open_(uri).create_index("v", kind, num_partitions=partitions, replace=True)
-seconds = time.perf_counter() - started
-peak = 0
-for line in open("/proc/self/status"):
-    if line.startswith("VmHWM:"):
-        peak = int(line.split()[1]) / 1024
-print(json.dumps({"seconds": seconds, "peak_mb": peak}))
-"""
-
-
-def build(engine: str, uri: str, kind: str, partitions: int) -> dict[str, float]:
-    """One build in a fresh process: its seconds and peak RSS in MB."""
-    run = subprocess.run(
-        [sys.executable, "-c", _CHILD, engine, uri, kind, str(partitions)],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "PYTHONWARNINGS": "ignore", "LANCE_LOG": "error"},
-    )
-    if run.returncode != 0:
-        raise RuntimeError(f"{engine} {kind} build failed:\n{run.stderr[-2000:]}")
-    return json.loads(run.stdout.strip().splitlines()[-1])
-
 
 def _ids(table: object) -> list[int]:
     return table.column("id").to_pylist()  # type: ignore[attr-defined]
-
-
-def exact(uri: str, queries: np.ndarray) -> list[set[int]]:
-    ds = lance.dataset(uri)
-    nearest = {"column": "v", "k": K, "use_index": False}
-    return [set(_ids(ds.to_table(nearest={**nearest, "q": q}, columns=["id"]))) for q in queries]
 
 
 def searches(uri: str, queries: np.ndarray, client: Client, name: str) -> dict[str, object]:
@@ -130,7 +92,7 @@ def main() -> None:
     runs: dict[str, list[dict[str, float]]] = {"quiver": [], "pylance": []}
     for r in range(args.rounds):
         for engine in ("quiver", "pylance") if r % 2 == 0 else ("pylance", "quiver"):
-            runs[engine].append(build(engine, uri, args.kind, args.partitions))
+            runs[engine].append(build(engine, uri, args.partitions, args.kind))
     ratio = statistics.median(
         p["seconds"] / q["seconds"] for p, q in zip(runs["pylance"], runs["quiver"], strict=True)
     )
@@ -147,7 +109,7 @@ def main() -> None:
     truth = exact(uri, queries)
     twins = {engine: twin(uri, engine) for engine in ("quiver", "pylance")}
     for engine, path in twins.items():
-        build(engine, path, args.kind, args.partitions)
+        build(engine, path, args.partitions, args.kind)
     root = Path(uri).parent
     argv = [sys.executable, "-m", "quiver.flight_server", "serve", "--root", str(root)]
     server = Server("quiver", [*argv, "--exit-with-parent"])

@@ -53,12 +53,11 @@ NPROBES = 20
 
 _CHILD = """
 import json, sys, time
-engine, uri, partitions, subs = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+engine, uri, kind, params = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 import lance, quiver
 open_ = quiver.dataset if engine == "quiver" else lance.dataset
 started = time.perf_counter()
-open_(uri).create_index("v", "IVF_PQ", num_partitions=partitions, num_sub_vectors=subs,
-                        replace=True)
+open_(uri).create_index("v", kind, replace=True, **params)
 seconds = time.perf_counter() - started
 peak = 0
 for line in open("/proc/self/status"):
@@ -103,17 +102,23 @@ def table_path(rows: int) -> str:
     return str(path)
 
 
-def build(engine: str, uri: str, partitions: int) -> dict[str, float]:
-    """One build in a fresh process: its seconds and peak RSS in MB."""
+def build(
+    engine: str, uri: str, partitions: int, kind: str = "IVF_PQ", **params: object
+) -> dict[str, float]:
+    """One index build in a fresh process: its seconds and peak RSS in MB (IVF_PQ with
+    SUB_VECTORS sub-vectors unless told otherwise)."""
+    if kind == "IVF_PQ":
+        params.setdefault("num_sub_vectors", SUB_VECTORS)
+    params = {"num_partitions": partitions, **params}
     run = subprocess.run(
-        [sys.executable, "-c", _CHILD, engine, uri, str(partitions), str(SUB_VECTORS)],
+        [sys.executable, "-c", _CHILD, engine, uri, kind, json.dumps(params)],
         capture_output=True,
         text=True,
         check=False,
         env={**os.environ, "PYTHONWARNINGS": "ignore", "LANCE_LOG": "error"},
     )
     if run.returncode != 0:
-        raise RuntimeError(f"{engine} IVF_PQ build failed:\n{run.stderr[-2000:]}")
+        raise RuntimeError(f"{engine} {kind} build failed:\n{run.stderr[-2000:]}")
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
