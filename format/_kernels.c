@@ -2849,6 +2849,184 @@ static PyObject *sbbf_fill(PyObject *self, PyObject *args)
     return res;
 }
 
+/* -- Full-text tokenizing (INVERTED builds) ----------------------------------------------- */
+
+/* A hash of a word's bytes, eight at a time. */
+static inline uint64_t word_hash(const uint8_t *p, Py_ssize_t n)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
+    for (; n >= 8; p += 8, n -= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        h = (h ^ v) * 0xFF51AFD7ED558CCDull;
+        h ^= h >> 32;
+    }
+    if (n) {
+        uint64_t v = 0;
+        memcpy(&v, p, (size_t)n);
+        h = (h ^ v) * 0xC4CEB9FE1A85EC53ull;
+    }
+    h ^= h >> 29;
+    return h * 0x94D049BB133111EBull;
+}
+
+/* The distinct words of one call: slot -> distinct word + 1 (0: empty), open addressing. */
+typedef struct {
+    int32_t *slot;
+    uint32_t *tag;
+    size_t mask;
+} WordTable;
+
+static int word_table_grow(WordTable *t, const uint8_t *text, const int64_t *ends, int32_t nd)
+{
+    size_t size = (t->mask + 1) * 2;
+    int32_t *slot = PyMem_RawCalloc(size, sizeof(int32_t));
+    uint32_t *tag = PyMem_RawMalloc(size * sizeof(uint32_t));
+    if (!slot || !tag) {
+        PyMem_RawFree(slot), PyMem_RawFree(tag);
+        return -1;
+    }
+    for (int32_t d = 0; d < nd; d++) {
+        uint64_t h = word_hash(text + ends[d], ends[d + 1] - ends[d]);
+        size_t i = (size_t)h & (size - 1);
+        while (slot[i])
+            i = (i + 1) & (size - 1);
+        slot[i] = d + 1, tag[i] = (uint32_t)(h >> 32);
+    }
+    PyMem_RawFree(t->slot), PyMem_RawFree(t->tag);
+    t->slot = slot, t->tag = tag, t->mask = size - 1;
+    return 0;
+}
+
+PyDoc_STRVAR(
+    split_words_doc,
+    "split_words(data, offsets, validity, offset, rows, separators, out_word, out_row, "
+    "out_place, out_text, out_ends) -> (occurrences, distinct): the words of the texts `rows` "
+    "(indices into a large_string array: its data and int64 offsets buffers, its validity "
+    "bitmap or None, its offset), a word being a maximal run of bytes that are not separators "
+    "(separators: 256 bytes, non-zero for a separator byte); null texts have none. Each "
+    "occurrence, in order: its distinct word (int32, numbered by first appearance), its text "
+    "(int32, an index into `rows`) and its place among its text's words (uint32). The "
+    "distinct words' bytes go one after another into out_text, out_ends (int64, distinct + 1) "
+    "their ends from 0. A ValueError when the outputs are too small or the offsets lie.");
+
+static PyObject *split_words(PyObject *self, PyObject *args)
+{
+    Py_buffer data, offsets, rowsb, sep, ow, orow, op, ot, oe;
+    PyObject *validity;
+    Py_ssize_t offset;
+    if (!PyArg_ParseTuple(args, "y*y*Ony*y*w*w*w*w*w*", &data, &offsets, &validity, &offset,
+                          &rowsb, &sep, &ow, &orow, &op, &ot, &oe))
+        return NULL;
+    Py_buffer *all[] = {&data, &offsets, &rowsb, &sep, &ow, &orow, &op, &ot, &oe};
+    Py_buffer valid = {0};
+    PyObject *res = NULL;
+    if (validity != Py_None && PyObject_GetBuffer(validity, &valid, PyBUF_SIMPLE) < 0)
+        goto done;
+    const Py_ssize_t n_offsets = offsets.len / 8, n_rows = len64(&rowsb);
+    const Py_ssize_t cap = ow.len / 4, cap_text = ot.len, cap_distinct = oe.len / 8 - 1;
+    if (sep.len != 256 || offsets.len % 8 || rowsb.len % 8 || orow.len != ow.len ||
+        op.len != ow.len || ow.len % 4 || oe.len % 8 || cap_distinct < 0 || offset < 0 ||
+        !aligned(offsets.buf, 8) || !aligned(rowsb.buf, 8) || !aligned(ow.buf, 4) ||
+        !aligned(orow.buf, 4) || !aligned(op.buf, 4) || !aligned(oe.buf, 8) ||
+        n_rows > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "split_words: arrays of inconsistent sizes");
+        goto done;
+    }
+    const uint8_t *text = data.buf, *is_sep = sep.buf, *bits = valid.buf;
+    const int64_t *ends = offsets.buf, *rows = rowsb.buf;
+    int32_t *out_word = ow.buf, *out_row = orow.buf;
+    uint32_t *out_place = op.buf;
+    uint8_t *words = ot.buf;
+    int64_t *wends = oe.buf;
+    Py_ssize_t n = 0, used = 0;
+    int32_t nd = 0;
+    int err = 0; /* 1: offsets outside the data, 2: outputs too small, 3: no memory */
+    WordTable t = {PyMem_RawCalloc(4096, sizeof(int32_t)), PyMem_RawMalloc(4096 * 4), 4095};
+    if (!t.slot || !t.tag) {
+        PyMem_RawFree(t.slot), PyMem_RawFree(t.tag);
+        PyErr_NoMemory();
+        goto done;
+    }
+    wends[0] = 0;
+    BEGIN_NOGIL(data.len)
+    for (Py_ssize_t i = 0; i < n_rows && !err; i++) {
+        const int64_t at = rows[i] + offset;
+        if (rows[i] < 0 || at + 1 >= n_offsets ||
+            (bits && (at / 8 >= valid.len))) {
+            err = 1;
+            break;
+        }
+        if (bits && !((bits[at / 8] >> (at % 8)) & 1))
+            continue;
+        const int64_t start = ends[at], stop = ends[at + 1];
+        if (start < 0 || start > stop || stop > data.len) {
+            err = 1;
+            break;
+        }
+        uint32_t place = 0;
+        for (int64_t p = start; p < stop;) {
+            while (p < stop && is_sep[text[p]])
+                p++;
+            if (p >= stop)
+                break;
+            int64_t q = p;
+            while (q < stop && !is_sep[text[q]])
+                q++;
+            const Py_ssize_t len = (Py_ssize_t)(q - p);
+            const uint64_t h = word_hash(text + p, len);
+            const uint32_t tag = (uint32_t)(h >> 32);
+            size_t s = (size_t)h & t.mask;
+            int32_t d = -1;
+            for (; t.slot[s]; s = (s + 1) & t.mask) {
+                int32_t c = t.slot[s] - 1;
+                if (t.tag[s] == tag && wends[c + 1] - wends[c] == len &&
+                    memcmp(words + wends[c], text + p, (size_t)len) == 0) {
+                    d = c;
+                    break;
+                }
+            }
+            if (d < 0) { /* a new word */
+                if (nd >= cap_distinct || used + len > cap_text) {
+                    err = 2;
+                    break;
+                }
+                memcpy(words + used, text + p, (size_t)len);
+                used += len;
+                d = nd++;
+                wends[nd] = used;
+                t.slot[s] = d + 1, t.tag[s] = tag;
+                if ((size_t)nd * 2 > t.mask && word_table_grow(&t, words, wends, nd) < 0) {
+                    err = 3;
+                    break;
+                }
+            }
+            if (n >= cap) {
+                err = 2;
+                break;
+            }
+            out_word[n] = d, out_row[n] = (int32_t)i, out_place[n] = place++;
+            n++;
+            p = q;
+        }
+    }
+    END_NOGIL
+    PyMem_RawFree(t.slot), PyMem_RawFree(t.tag);
+    if (err == 1)
+        PyErr_SetString(PyExc_ValueError, "split_words: a text's offsets lie outside the data");
+    else if (err == 2)
+        PyErr_SetString(PyExc_ValueError, "split_words: the outputs are too small");
+    else if (err == 3)
+        PyErr_NoMemory();
+    else
+        res = Py_BuildValue("nn", n, (Py_ssize_t)nd);
+done:
+    if (valid.obj)
+        PyBuffer_Release(&valid);
+    release(9, all);
+    return res;
+}
+
 #define METHOD(name) {#name, name, METH_VARARGS, name##_doc}
 
 static PyMethodDef methods[] = {
@@ -2881,6 +3059,7 @@ static PyMethodDef methods[] = {
     METHOD(fullzip_walk),
     METHOD(xxh64_fixed),
     METHOD(sbbf_fill),
+    METHOD(split_words),
     {NULL, NULL, 0, NULL},
 };
 

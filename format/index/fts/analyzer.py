@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from quiver.format import _kernels
 from quiver.format.errors import UnsupportedFeatureError
 from quiver.format.index.fts.folding import FOLDING
 
@@ -48,22 +49,15 @@ ENGLISH_STOP_WORDS = frozenset(
 _SIMPLE = re.compile(r"[^\W_]+")
 _WHITESPACE = re.compile(r"[^ \t\n\r\x0b\x0c]+")
 _FOLD_TABLE = str.maketrans(FOLDING)
-# `Analyzer.occurrences` splits in bulk by turning every separator byte into a space (a
-# byte table over the column's data: UTF-8 never uses ASCII bytes inside a character) and
-# splitting at single spaces; the simple tokenizer only where a text is ASCII, where its
-# alphanumeric characters are [0-9A-Za-z]
-_SPACE = ord(" ")
-# rows split by Arrow at a time: each chunk's buffers (about 100 bytes a row) stay under
-# glibc's mmap threshold, so the next chunk reuses them
+# `Analyzer.occurrences` splits in bulk with a compiled loop over the column's bytes (UTF-8
+# never uses ASCII bytes inside a character): a word is a run of bytes that are not
+# separators; the simple tokenizer only where a text is ASCII, where its alphanumeric
+# characters are [0-9A-Za-z]
+# rows split at a time: each chunk's outputs stay small and are reused by the next
 _BULK_ROWS = 65536
 _SEPARATOR_BYTES = {
-    "simple": np.array(
-        [_SPACE if not (chr(b).isascii() and chr(b).isalnum()) else b for b in range(256)],
-        np.uint8,
-    ),
-    "whitespace": np.array(
-        [_SPACE if b in b" \t\n\r\x0b\x0c" else b for b in range(256)], np.uint8
-    ),
+    "simple": np.array([not (chr(b).isascii() and chr(b).isalnum()) for b in range(256)], np.uint8),
+    "whitespace": np.array([b in b" \t\n\r\x0b\x0c" for b in range(256)], np.uint8),
 }
 
 
@@ -212,56 +206,44 @@ class Analyzer:
         ids: dict[str, int],
         positions: bool,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(rows, positions, token ids) of texts `rows`, split by Arrow a chunk of rows at
-        a time (Arrow's buffers then stay small enough to be reused from the heap rather
-        than mapped and faulted in afresh): the words dictionary-encoded as they come
-        (empty ones between repeated separators included), each distinct word judged
-        (empty, too long) and normalised once over the whole column."""
+        """(rows, positions, token ids) of texts `rows` (a large_string array), split a
+        chunk of rows at a time by `_kernels.split_words` into occurrences of the chunk's
+        distinct words; each distinct word is judged (too long, a stop word) and normalised
+        once over the whole column."""
+        validity, offsets, data = texts.buffers()
+        data = data if data is not None else pa.py_buffer(b"")
+        ends = np.frombuffer(offsets, np.int64)
         seen = _Words()
+        scratch = _SplitScratch()
+        row_type = self._row_type(len(texts))
         parts = []
         for start in range(0, len(rows), _BULK_ROWS):
-            chunk = rows[start : start + _BULK_ROWS]
-            owner, places, tokens = self._bulk_chunk(texts, chunk, separators, ids, seen, positions)
-            parts.append((chunk[owner].astype(self._row_type(len(texts))), places, tokens))
-        if not parts:
-            return np.zeros(0, np.int64), np.zeros(0, np.uint32), np.zeros(0, np.int32)
-        return tuple(np.concatenate(x) for x in zip(*parts, strict=True))  # type: ignore[return-value]
-
-    def _bulk_chunk(
-        self,
-        texts: pa.Array,
-        rows: np.ndarray,
-        separators: np.ndarray,
-        ids: dict[str, int],
-        seen: _Words,
-        positions: bool,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """`_bulk` of one chunk of rows; the rows it answers are indices into `rows`."""
-        # a compact copy even for a run of rows: `_spaced` maps a slice's whole buffer
-        subset = pc.take(texts, pa.array(rows))
-        split = pc.split_pattern(_spaced(subset, separators), pattern=" ")
-        encoded = pc.dictionary_encode(pc.list_flatten(split))
-        words = encoded.dictionary
-        mapped = np.append(seen.ids_of(words, lambda w: self._word_id(w, ids)), np.int32(-1))
-        indices = encoded.indices.to_numpy()
-        tokens = mapped[indices]
-        kept = tokens >= 0
-        everything = bool(kept.all())  # no stop word, empty or long word: nothing to drop
-        words_per_text = np.diff(np.frombuffer(split.buffers()[1], np.int32)[: len(split) + 1])
-        parents = np.repeat(np.arange(len(rows), dtype=np.int32), words_per_text)
-        places = np.zeros(0, np.uint32)
-        if positions:  # a word's place among the row's non-empty words
-            empty = pc.index(words, "").as_py()
-            nonempty = np.flatnonzero(indices != (len(words) if empty < 0 else empty))
-            counts = np.bincount(parents[nonempty], minlength=len(rows))
-            place = np.zeros(len(indices), np.int64)
-            place[nonempty] = np.arange(len(nonempty)) - np.repeat(
-                np.cumsum(counts) - counts, counts
+            chunk = np.ascontiguousarray(rows[start : start + _BULK_ROWS], np.int64)
+            at = chunk + texts.offset
+            out = scratch.sized(len(chunk), int((ends[at + 1] - ends[at]).sum()))
+            n, distinct = _kernels.split_words(
+                data, offsets, validity, texts.offset, chunk, separators, *out
             )
-            places = (place if everything else place[kept]).astype(np.uint32)
-        if everything:
-            return parents, places, tokens
-        return parents[kept], places, tokens[kept]
+            word, owner, place, text, word_ends = out
+            words = pa.LargeStringArray.from_buffers(
+                distinct,
+                pa.py_buffer(word_ends[: distinct + 1]),
+                pa.py_buffer(text[: word_ends[distinct]]),
+            )
+            mapped = seen.ids_of(words, lambda w: self._word_id(w, ids))
+            tokens = mapped[word[:n]]
+            kept = tokens >= 0
+            if kept.all():  # no stop word or long word: nothing to drop
+                owner_of = chunk[owner[:n]]
+                places = place[:n].copy() if positions else _NO_PLACES
+            else:
+                owner_of = chunk[owner[:n][kept]]
+                places = place[:n][kept] if positions else _NO_PLACES
+                tokens = tokens[kept]
+            parts.append((owner_of.astype(row_type), places, tokens))
+        if not parts:
+            return np.zeros(0, np.int64), _NO_PLACES, np.zeros(0, np.int32)
+        return tuple(np.concatenate(x) for x in zip(*parts, strict=True))  # type: ignore[return-value]
 
     @staticmethod
     def _row_type(n: int) -> type:
@@ -296,6 +278,36 @@ class Analyzer:
         )
 
 
+_NO_PLACES = np.zeros(0, np.uint32)
+
+
+class _SplitScratch:
+    """The outputs of `_kernels.split_words`, reused from chunk to chunk (grown when a
+    chunk needs more): per occurrence its word, text and place; the distinct words' bytes
+    and ends."""
+
+    def __init__(self) -> None:
+        self._occurrences = -1
+        self._bytes = -1
+        self._out: tuple[np.ndarray, ...] = ()
+
+    def sized(self, texts: int, nbytes: int) -> tuple[np.ndarray, ...]:
+        # a word takes a byte and is followed by a separator or its text's end
+        occurrences = (nbytes + texts) // 2 + 1
+        if occurrences > self._occurrences or nbytes > self._bytes:
+            self._occurrences = max(occurrences, self._occurrences)
+            self._bytes = max(nbytes, self._bytes)
+            n = self._occurrences
+            self._out = (
+                np.empty(n, np.int32),
+                np.empty(n, np.int32),
+                np.empty(n, np.uint32),
+                np.empty(max(self._bytes, 1), np.uint8),
+                np.empty(n + 1, np.int64),
+            )
+        return self._out
+
+
 class _Words:
     """The token id of every distinct word seen so far (over a column's chunks), looked up
     a chunk's dictionary at a time in Arrow's hash kernels."""
@@ -320,17 +332,6 @@ class _Words:
             self._known = pa.concat_arrays([self._known, added])
             self._ids = np.concatenate([self._ids, new])
         return out
-
-
-def _spaced(texts: pa.Array, table: np.ndarray) -> pa.Array:
-    """`texts` (large_string) with every byte mapped through `table`."""
-    validity, offsets, data = texts.buffers()
-    if data is None:
-        return texts
-    mapped = table[np.frombuffer(data, np.uint8)]
-    return pa.LargeStringArray.from_buffers(
-        len(texts), offsets, pa.py_buffer(mapped), validity, texts.null_count, texts.offset
-    )
 
 
 def _id_of(ids: dict[str, int], token: str | None) -> int:
