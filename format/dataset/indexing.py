@@ -520,19 +520,25 @@ def build_segment(
         field_id,
         dataset_version,
         covered,
-        (details, _details_value(kind, values.type, params)),
-        _fts.INDEX_VERSION if kind == "INVERTED" else int(kind == "LABEL_LIST" or stable_btree),
+        (details, _details_value(kind, values.type, params, delta=previous is not None)),
+        _fts.format_version(params or {})
+        if kind == "INVERTED"
+        else int(kind == "LABEL_LIST" or stable_btree),
         files,
     )
     return segment, directory
 
 
-def _details_value(kind: str, value_type: pa.DataType, params: dict[str, Any] | None) -> bytes:
+def _details_value(
+    kind: str, value_type: pa.DataType, params: dict[str, Any] | None, *, delta: bool = False
+) -> bytes:
     if kind == "ZONEMAP":
         return zonemap_details(value_type)
     if kind == "INVERTED":
         assert params is not None
-        return _fts.details(params)
+        # pylance's optimize_indices records format 2 in a new segment's details whatever
+        # the index's format (its manifest version and files keep the index's own)
+        return _fts.details(params, _fts.INDEX_VERSION if delta else None)
     return b""
 
 
@@ -546,7 +552,8 @@ def inverted_params(core: DatasetCore, entry: IndexEntry) -> dict[str, Any]:
     from quiver.format.index.fts.index import open_inverted
 
     store, directory = _where(core, entry)
-    p = open_inverted(store, directory, entry.uuid).params
+    index = open_inverted(store, directory, entry.uuid)
+    p = index.params
     return _fts.index_params(
         {
             "base_tokenizer": p.base_tokenizer,
@@ -558,6 +565,7 @@ def inverted_params(core: DatasetCore, entry: IndexEntry) -> dict[str, Any]:
             "custom_stop_words": list(p.custom_stop_words) if p.custom_stop_words else None,
             "ascii_folding": p.ascii_folding,
             "with_position": p.with_position,
+            "format_version": max(2, index.format_version),  # format 1 is brought up as 2
         },
         core.uri,
     )

@@ -31,12 +31,18 @@ from quiver.format.index.files import write_index_file
 from quiver.format.index.fts import bm25
 from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
 from quiver.format.index.fts.encode import encode_positions, encode_postings
+from quiver.format.index.fts.index import readable_format
 from quiver.format.index.fts.postings import BLOCK, VARINT
 from quiver.format.io.store import ObjectStore
 from quiver.format.table.schema import LanceSchema
 
 INVERTED_DETAILS = "/lance.table.InvertedIndexDetails"
-INDEX_VERSION = 2  # the manifest's index_version: the posting format version
+INDEX_VERSION = 2  # the manifest's index_version: the posting format version (2 by default)
+# format 3 with 128-document posting blocks is format 2's layout under another number
+# (pylance 14 writes it for `format_version=3`); its 256-document blocks are another layout
+_FORMAT_NAMES: dict[Any, int | None] = {None: None} | {
+    name: n for n in (1, 2, 3) for name in (n, str(n), f"v{n}", f"V{n}")
+}
 FILES = ("metadata.lance", "part_0_tokens.lance", "part_0_docs.lance", "part_0_invert.lance")
 
 
@@ -69,14 +75,36 @@ def index_params(options: dict[str, Any], where: str) -> dict[str, Any]:
     unknown = sorted(set(options) - known)
     if unknown:
         raise InvalidInputError(f"{where}: unknown INVERTED index option {unknown[0]!r}")
-    if options.get("format_version") not in (None, 2) or options.get("block_size") not in (
-        None,
-        128,
+    asked, block = options.get("format_version"), options.get("block_size")
+    if block not in (None, 128, 256):
+        raise InvalidInputError(f"{where}: block_size must be 128 or 256, not {block!r}")
+    if (
+        not isinstance(asked, int | str | None)
+        or isinstance(asked, bool)
+        or asked not in _FORMAT_NAMES
     ):
-        raise UnsupportedFeatureError(f"{where}: Quiver builds INVERTED format version 2 only")
+        raise InvalidInputError(
+            f"{where}: format_version must be 1, 2 or 3 ('v1', 'v2', 'v3'), not {asked!r}"
+        )
+    number = _FORMAT_NAMES[asked]
+    if number in (1, 2) and block == 256:
+        raise InvalidInputError(
+            f"{where}: format_version={number} is incompatible with block_size=256; use "
+            "format_version=3"
+        )
+    if number == 1 or block == 256:
+        raise UnsupportedFeatureError(
+            f"{where}: Quiver builds INVERTED format versions 2 and 3 with 128-document "
+            "posting blocks (not format 1, nor 256-document blocks)"
+        )
     params = {**DEFAULT_PARAMS, **{k: v for k, v in options.items() if k in DEFAULT_PARAMS}}
     AnalyzerParams.from_json(params, where)  # refuses tokenizers Quiver does not have
-    return params
+    return {**params, "format_version": number or INDEX_VERSION}
+
+
+def format_version(params: dict[str, Any]) -> int:
+    """The posting format version an index of `params` is written as (2 or 3)."""
+    return int(params.get("format_version", INDEX_VERSION))
 
 
 def _varint(value: int) -> bytes:
@@ -91,8 +119,9 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
-def details(params: dict[str, Any]) -> bytes:
-    """The index's `InvertedIndexDetails` protobuf (pylance's field numbers)."""
+def details(params: dict[str, Any], version: int | None = None) -> bytes:
+    """The index's `InvertedIndexDetails` protobuf (pylance's field numbers); its posting
+    format is `version`, else the format of `params`."""
 
     def field(number: int, wire: int, payload: bytes) -> bytes:
         return _varint(number << 3 | wire) + payload
@@ -110,7 +139,12 @@ def details(params: dict[str, Any]) -> bytes:
         out += number(4, params["max_token_length"])
     for n, key in ((5, "lower_case"), (6, "stem"), (7, "remove_stop_words"), (8, "ascii_folding")):
         out += number(n, params[key])
-    out += number(9, 3) + number(10, 3) + number(12, BLOCK) + number(15, INDEX_VERSION)
+    out += (
+        number(9, 3)
+        + number(10, 3)
+        + number(12, BLOCK)
+        + number(15, version or format_version(params))
+    )
     return out
 
 
@@ -244,6 +278,9 @@ def build_inverted(
     if (tables or not count) and not untrained:
         if not tables:  # an index of no document: one empty partition, as pylance writes
             tables = empty_partition(bool(params["with_position"]))
+        invert = tables["invert"]
+        labels = {**invert.schema.metadata, b"format_version": str(format_version(params)).encode()}
+        tables["invert"] = invert.replace_schema_metadata(labels)
         named = {f"part_{count}_{suffix}.lance": t for suffix, t in tables.items()}
         files += _write(store, directory, named, version)
         count += 1
@@ -258,8 +295,8 @@ def _partitions_of(store: ObjectStore, directory: str) -> list[tuple[int, str]]:
     with IndexFile(store, f"{directory}/metadata.lance") as meta:
         ids = json.loads(meta.text("partitions"))
         token_format = meta.metadata.get("token_set_format", b"arrow").decode()
-        version = meta.metadata.get("format_version", b"1").decode()
-    if version != "2":
+        version = readable_format(meta.metadata, store.uri_of(directory))
+    if version == "1":
         raise UnsupportedFeatureError(
             f"{store.uri_of(directory)}: bringing a format {version} full-text index up to "
             "date is not supported (rebuild it)"
@@ -363,7 +400,7 @@ def _tokens(tokens: list[str]) -> pa.Table:
 def _metadata(params: dict[str, Any], partitions: int) -> pa.Table:
     doc = {
         "lance_tokenizer": "text",
-        **params,
+        **{k: v for k, v in params.items() if k != "format_version"},
         "min_ngram_length": 3,
         "max_ngram_length": 3,
         "prefix_only": False,
@@ -373,6 +410,7 @@ def _metadata(params: dict[str, Any], partitions: int) -> pa.Table:
         [pa.field("deleted_fragments", pa.binary(), nullable=False)],
         metadata={
             **_FORMAT,
+            "format_version": str(format_version(params)),
             **(_POSITIONS if params.get("with_position") else {}),
             "params": json.dumps(doc, separators=(",", ":")),
             "partitions": json.dumps(list(range(partitions))),

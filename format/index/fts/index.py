@@ -153,6 +153,23 @@ class Partition:
         return found
 
 
+def readable_format(metadata: dict[str, bytes], where: str) -> str:
+    """An index's `format_version` ("1", "2", "3"), from its metadata; UnsupportedFeatureError
+    for what Quiver does not read (format 3's 256-document posting blocks, later formats)."""
+    version = metadata.get("format_version", b"1").decode()
+    block = metadata.get("posting_block_size", b"128").decode()
+    if version not in ("1", "2", "3"):
+        raise UnsupportedFeatureError(
+            f"{where}: full-text index format version {version} (1, 2 and 3 are read)"
+        )
+    if block != "128":
+        raise UnsupportedFeatureError(
+            f"{where}: a full-text index of {block}-document posting blocks (format 3 with "
+            "128-document blocks is read)"
+        )
+    return version
+
+
 class InvertedIndex:
     """An open INVERTED index segment (close it, or use it as a context manager)."""
 
@@ -167,11 +184,7 @@ class InvertedIndex:
             except ValueError:
                 raise CorruptFileError(meta.path, "params or partitions are not JSON") from None
             token_format = meta.metadata.get("token_set_format", b"arrow").decode()
-            version = meta.metadata.get("format_version", b"1").decode()
-        if version not in ("1", "2"):
-            raise UnsupportedFeatureError(
-                f"{self.where}: full-text index format version {version} (1 and 2 are read)"
-            )
+            self.format_version = int(readable_format(meta.metadata, self.where))
         self.params = AnalyzerParams.from_json(params, self.where)
         self.analyzer = Analyzer(self.params)
         try:

@@ -22,7 +22,12 @@ import pyarrow as pa
 from quiver.format.errors import CorruptFileError, UnsupportedFeatureError
 from quiver.format.index.files import IndexFile, write_index_file
 from quiver.format.index.fts.build import empty_partition, encoded_partition
-from quiver.format.index.fts.index import V2_POSITIONS, Partition, open_partition
+from quiver.format.index.fts.index import (
+    V2_POSITIONS,
+    Partition,
+    open_partition,
+    readable_format,
+)
 from quiver.format.index.fts.postings import decode_positions, decode_postings
 from quiver.format.io.store import ObjectStore
 from quiver.format.table.schema import LanceSchema
@@ -40,10 +45,10 @@ def remap_inverted(
     again (format version 1, per-document positions): compaction then leaves the index
     covering the fragments it did not rewrite."""
     with IndexFile(store, f"{directory}/{METADATA}") as meta:
-        version = meta.metadata.get("format_version", b"1").decode()
-        if version != "2":
+        version = readable_format(meta.metadata, meta.path)
+        if version == "1":
             raise UnsupportedFeatureError(
-                f"{meta.path}: remapping a format {version} full-text index (format 2 is)"
+                f"{meta.path}: remapping a format 1 full-text index (formats 2 and 3 are)"
             )
         try:
             ids = [int(p) for p in json.loads(meta.text("partitions"))]

@@ -55,8 +55,10 @@ def _same_everywhere(ours: str, theirs: str, what: str, options=({}, {"limit": 6
         {"base_tokenizer": "raw"},
         {"max_token_length": 6},
         {"with_position": True},
+        {"format_version": 3, "with_position": True},
+        {"format_version": "v2", "block_size": 128},
     ],
-    ids=["default", "plain", "whitespace", "raw", "short", "positions"],
+    ids=["default", "plain", "whitespace", "raw", "short", "positions", "format-3", "format-v2"],
 )
 def test_pylance_searches_quiver_indices_as_its_own(tmp_path: Path, options: dict) -> None:
     ours, theirs = _pair(tmp_path, text_table(1500, 41), **options)
@@ -64,7 +66,51 @@ def test_pylance_searches_quiver_indices_as_its_own(tmp_path: Path, options: dic
     assert entry["type"] == "Inverted" and entry["fields"] == ["text"]
     stats = lance.dataset(ours).stats.index_stats("text_idx")
     assert stats["num_unindexed_rows"] == 0
+    # the format version pylance records, in the manifest and the index's files
+    assert _format_of(ours) == _format_of(theirs)
     _same_everywhere(ours, theirs, str(options))
+
+
+def _format_of(path: str) -> tuple[int, str, bytes]:
+    """An INVERTED index's manifest version, its metadata file's format_version and its
+    details' last field (the posting format)."""
+    from quiver.format.index.files import IndexFile
+    from quiver.format.table.indices import indices_of
+
+    ds = dataset(path)
+    [entry] = indices_of(ds._core.manifest)
+    with IndexFile(ds._core.store, f"_indices/{entry.uuid}/metadata.lance") as meta:
+        version = meta.metadata["format_version"].decode()
+    return entry.pb.index_version, version, entry.pb.index_details.value[-2:]
+
+
+def test_format_3_indices_of_either_engine_stay_format_3(tmp_path: Path) -> None:
+    """A format 3 index (128-document blocks) after appends, each engine's
+    optimize_indices and compaction: still format 3, and answered alike."""
+    ours, theirs = _pair(tmp_path, text_table(900, 46), format_version=3)
+    for path in (ours, theirs):
+        lance.write_dataset(text_table(200, 47, start=900), path, mode="append")
+    dataset(ours).optimize.optimize_indices()
+    lance.dataset(theirs).optimize.optimize_indices()
+    # pylance's delta records format 2 in its details, format 3 in the manifest and files
+    assert _format_of(ours) == _format_of(theirs) == (3, "3", b"x\x02")
+    _same_everywhere(ours, theirs, "optimized")
+    for path in (ours, theirs):
+        lance.write_dataset(text_table(100, 48, start=1100), path, mode="append")
+    lance.dataset(ours).optimize.optimize_indices()  # pylance's delta on Quiver's index
+    dataset(theirs).optimize.optimize_indices()  # and the reverse
+    dataset(ours).optimize.compact_files(target_rows_per_fragment=10_000)
+    lance.dataset(theirs).optimize.compact_files(target_rows_per_fragment=10_000)
+    assert _format_of(ours)[:2] == (3, "3")
+    _same_everywhere(ours, theirs, "compacted")
+
+
+def test_256_document_blocks_are_refused_in_one_line(tmp_path: Path) -> None:
+    path = str(tmp_path / "ds")
+    lance.write_dataset(text_table(300, 49), path)
+    lance.dataset(path).create_scalar_index("text", "INVERTED", block_size=256)
+    with pytest.raises(UnsupportedFeatureError, match="256-document posting blocks"):
+        dataset(path).to_table(full_text_query="alpha")
 
 
 def test_appends_deletes_and_optimize(tmp_path: Path) -> None:
@@ -147,6 +193,15 @@ def test_replace_and_refusals(tmp_path: Path) -> None:
         ours.create_scalar_index("text", "INVERTED", base_tokenizer="jieba/default")
     with pytest.raises(InvalidInputError, match="unknown BTREE index option"):
         ours.create_scalar_index("id", "BTREE", stem=False)
+    with pytest.raises(InvalidInputError, match="incompatible with block_size=256"):
+        ours.create_scalar_index("text", "INVERTED", format_version=2, block_size=256)
+    with pytest.raises(InvalidInputError, match="format_version must be 1, 2 or 3"):
+        ours.create_scalar_index("text", "INVERTED", format_version="v9")
+    with pytest.raises(InvalidInputError, match="block_size must be 128 or 256"):
+        ours.create_scalar_index("text", "INVERTED", block_size=64)
+    for unbuilt in ({"format_version": 1}, {"block_size": 256}):
+        with pytest.raises(UnsupportedFeatureError, match="128-document posting blocks"):
+            ours.create_scalar_index("text", "INVERTED", **unbuilt)
 
 
 def test_flight_and_namespace_build(tmp_path: Path) -> None:
