@@ -28,7 +28,7 @@ from quiver.format.dataset.clone import deep_clone, shallow_clone
 from quiver.format.dataset.compaction import CompactionMetrics
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.deleted_rows import DeletedRowsScan
-from quiver.format.dataset.distributed_indexing import DistributedIndexMethods
+from quiver.format.dataset.distributed_indexing import DistributedIndexMethods, stage_inverted
 from quiver.format.dataset.fragment import LanceFragment, fragment_of, fragments_of
 from quiver.format.dataset.fulltext import FullTextSearch
 from quiver.format.dataset.history import version_history
@@ -449,7 +449,10 @@ class LanceDataset(_blobs.BlobMethods, SessionMethods, DistributedIndexMethods):
         """Build a scalar index of `column` over the live rows and commit it as the next
         version (pylance's `create_scalar_index`: named `{column}_idx` by default, replacing
         an index of the same name unless `replace=False`; INVERTED takes pylance's
-        tokenizer options in `kwargs`)."""
+        tokenizer options in `kwargs`; with `fragment_ids`, an INVERTED index's partition
+        is staged for `merge_index_metadata`, committing nothing)."""
+        if fragment_ids is not None and str(index_type).upper() in ("INVERTED", "FTS"):
+            return stage_inverted(self._core, column, fragment_ids, index_uuid, kwargs)
         core = _indexing.create_scalar_index(
             self._core,
             column,

@@ -28,7 +28,12 @@ from quiver.format.dataset import indexing as _indexing
 from quiver.format.dataset import vector_indexing as _vector
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fragment import fragments_of
+from quiver.format.dataset.index_segments import index_file_version
+from quiver.format.dataset.scan import ROW_ID_FIELD, Scanner
 from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
+from quiver.format.index.fts import build as _fts
+from quiver.format.index.fts import staging as _staging
+from quiver.format.index.scalar.build import check_type
 from quiver.format.proto import table_pb2, transaction_pb2
 from quiver.format.table.indices import IndexEntry, index_entry, indices_of
 
@@ -56,7 +61,7 @@ class Index:
     created_at: _dt.datetime | None
     base_id: int | None
     files: list[IndexFile] | None
-    index_details: tuple[str, bytes]
+    index_details: tuple[str, bytes] | None
     covering_fields: list[int] = field(default_factory=list)
 
     @classmethod
@@ -77,7 +82,9 @@ class Index:
             created_at=created,
             base_id=int(pb.base_id) if pb.HasField("base_id") else None,
             files=[IndexFile(p, s) for p, s in entry.files] or None,
-            index_details=(entry.details_type, entry.details),
+            index_details=(pb.index_details.type_url, bytes(pb.index_details.value))
+            if pb.HasField("index_details")
+            else None,
         )
 
 
@@ -85,20 +92,23 @@ def index_record(segment: Any, where: str) -> table_pb2.IndexMetadata:
     """The manifest record of a segment given as an `Index` of either engine (pylance's
     `lance.dataset.Index` has the same attributes)."""
     try:
-        type_url, value = segment.index_details
         pb = table_pb2.IndexMetadata(
             uuid=table_pb2.UUID(uuid=_uuid.UUID(str(segment.uuid)).bytes),
             name=str(segment.name),
             fields=[int(f) for f in segment.fields],
             dataset_version=int(segment.dataset_version),
             fragment_bitmap=BitMap(int(f) for f in segment.fragment_ids).serialize(),
-            index_details=any_pb2.Any(type_url=str(type_url), value=bytes(value)),
             index_version=int(segment.index_version),
             files=[
                 table_pb2.IndexFile(path=str(f.path), size_bytes=int(f.size_bytes))
                 for f in segment.files or ()
             ],
         )
+        # a segment of no details (a merged INVERTED index) is committed without them, as
+        # pylance commits it: readers know it by its files
+        if segment.index_details is not None:
+            type_url, value = segment.index_details
+            pb.index_details.CopyFrom(any_pb2.Any(type_url=str(type_url), value=bytes(value)))
         if segment.created_at is not None:
             pb.created_at = int(segment.created_at.timestamp() * 1000)
         if segment.base_id is not None:
@@ -193,11 +203,65 @@ def commit_segments(core: DatasetCore, index_name: str, column: str, segments: A
     return _indexing.commit_index_body(core, body)
 
 
+def stage_inverted(
+    core: DatasetCore,
+    column: str,
+    fragment_ids: Any,
+    index_uuid: str | None,
+    options: dict[str, Any],
+) -> None:
+    """Stage the INVERTED partition of `fragment_ids` for the index `index_uuid` (pylance's
+    `create_scalar_index(..., fragment_ids=, index_uuid=)`; see `index.fts.staging`)."""
+    params = _fts.index_params(options, core.uri)
+    fragments, _ = _indexing._chosen(core, fragment_ids)
+    if not fragments:
+        raise InvalidInputError(f"{core.uri}: fragment_ids is empty")
+    field = _indexing._indexed_field(core, column)
+    check_type("INVERTED", column, core.lance_schema.project([column]).to_arrow().field(0).type)
+    uuid = str(_uuid.UUID(str(index_uuid))) if index_uuid is not None else str(_uuid.uuid4())
+    table = Scanner(core, fragments, columns=[field.name], with_row_id=True).to_table()
+    _staging.stage_partition(
+        core.store,
+        f"_indices/{uuid}",
+        _staging.staged_id(list(fragment_ids)),
+        table.column(0).combine_chunks(),
+        table.column(ROW_ID_FIELD.name).to_numpy(),
+        params,
+        index_file_version(core),
+    )
+
+
 class DistributedIndexMethods:
     """The distributed-build methods of `LanceDataset` (see the module)."""
 
     _core: DatasetCore
     _advance: Callable[[DatasetCore], None]
+
+    def merge_index_metadata(
+        self,
+        index_uuid: str,
+        index_type: str,
+        batch_readhead: int | None = None,
+        progress_callback: Any = None,
+    ) -> None:
+        """Merge the INVERTED partitions staged for `index_uuid` into the index's files,
+        committing nothing (pylance's `merge_index_metadata`; commit the index with
+        `LanceOperation.CreateIndex`). Other index types build their segments with
+        `create_index_uncommitted`."""
+        core = self._core
+        if str(index_type).upper() not in ("INVERTED", "FTS"):
+            raise InvalidInputError(
+                f"{core.uri}: merge_index_metadata merges staged INVERTED partitions; "
+                f"{str(index_type).upper()} segments are built with create_index_uncommitted "
+                "and merged with merge_existing_index_segments"
+            )
+        try:
+            uuid = str(_uuid.UUID(str(index_uuid)))
+        except ValueError:
+            raise InvalidInputError(
+                f"{core.uri}: index_uuid {index_uuid!r} is not a UUID"
+            ) from None
+        _staging.merge_staged(core.store, f"_indices/{uuid}", index_file_version(core))
 
     def create_index_uncommitted(
         self, column: str, index_type: str, name: str | None = None, **kwargs: Any

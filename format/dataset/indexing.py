@@ -548,27 +548,12 @@ def _where(core: DatasetCore, entry: IndexEntry) -> tuple[Any, str]:
 
 
 def inverted_params(core: DatasetCore, entry: IndexEntry) -> dict[str, Any]:
-    """The analyzer parameters an INVERTED segment was built with (to build its delta)."""
+    """The parameters an INVERTED segment was built with (to build its delta)."""
     from quiver.format.index.fts.index import open_inverted
 
     store, directory = _where(core, entry)
     index = open_inverted(store, directory, entry.uuid)
-    p = index.params
-    return _fts.index_params(
-        {
-            "base_tokenizer": p.base_tokenizer,
-            "language": p.language,
-            "max_token_length": p.max_token_length,
-            "lower_case": p.lower_case,
-            "stem": p.stem,
-            "remove_stop_words": p.remove_stop_words,
-            "custom_stop_words": list(p.custom_stop_words) if p.custom_stop_words else None,
-            "ascii_folding": p.ascii_folding,
-            "with_position": p.with_position,
-            "format_version": max(2, index.format_version),  # format 1 is brought up as 2
-        },
-        core.uri,
-    )
+    return _fts.params_of(index.params, {"format_version": str(index.format_version).encode()})
 
 
 def optimize_indices(

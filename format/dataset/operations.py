@@ -275,6 +275,8 @@ def commit(
             f"(its latest is {newest})"
         )
     name, body = operation._body(latest.schema if latest is not None else None)
+    if name == "create_index":
+        _record_files(store, body)
     props = {}
     if idempotency_key:
         props[IDEMPOTENCY_KEY] = idempotency_key
@@ -296,3 +298,16 @@ def commit(
     ctx = ManifestContext(storage_version=storage, load_version=load)
     result = commit_transaction(store, txn, ctx=ctx, max_retries=max_retries)
     return LanceDataset(DatasetCore(store, result.manifest, storage_options))
+
+
+def _record_files(store: Any, body: Any) -> None:
+    """Record the files of new index segments that name none, as pylance does on commit
+    (a segment committed without details is known by its files)."""
+    import uuid as _uuid
+
+    for record in body.new_indices:
+        if record.files or not record.uuid.uuid:
+            continue
+        directory = f"_indices/{_uuid.UUID(bytes=bytes(record.uuid.uuid))}"
+        for file_name, size, _ in sorted(store.list_dir(directory)):
+            record.files.add(path=file_name, size_bytes=int(size))

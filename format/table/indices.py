@@ -15,6 +15,8 @@ from quiver.format.table.manifest import Manifest, read_section
 
 # Indices pylance keeps for its own bookkeeping, not over user columns.
 SYSTEM_INDICES = frozenset({"__lance_frag_reuse", "__lance_mem_wal"})
+# the details type pylance gives INVERTED indices (see index.fts.build)
+_INVERTED_DETAILS = "/lance.table.InvertedIndexDetails"
 
 
 @dataclass(frozen=True)
@@ -63,12 +65,21 @@ def index_entry(pb: table_pb2.IndexMetadata) -> IndexEntry:
         field_ids=tuple(int(f) for f in pb.fields),
         dataset_version=int(pb.dataset_version),
         fragment_ids=ids,
-        details_type=pb.index_details.type_url,
+        details_type=pb.index_details.type_url or _known_by_files(pb),
         details=bytes(pb.index_details.value),
         index_version=int(pb.index_version) if pb.HasField("index_version") else 0,
         files=tuple((f.path, int(f.size_bytes)) for f in pb.files),
         pb=pb,
     )
+
+
+def _known_by_files(pb: table_pb2.IndexMetadata) -> str:
+    """The details type of a segment recorded without details, known by its files: an
+    INVERTED index merged from staged partitions, committed by pylance as it is."""
+    names = {f.path for f in pb.files}
+    if "metadata.lance" in names and any(n.endswith("_invert.lance") for n in names):
+        return _INVERTED_DETAILS
+    return ""
 
 
 # a version's index entries, parsed once per manifest object (manifests never change; a

@@ -148,7 +148,9 @@ def details(params: dict[str, Any], version: int | None = None) -> bytes:
     return out
 
 
-def _partition(analyzer: Analyzer, texts: pa.Array, row_ids: np.ndarray) -> dict[str, pa.Table]:
+def partition_tables(
+    analyzer: Analyzer, texts: pa.Array, row_ids: np.ndarray
+) -> dict[str, pa.Table]:
     """The three files of one partition over `texts` (by suffix: invert, docs, tokens), or
     none when no row has a token."""
     with_positions = analyzer.params.with_position
@@ -237,7 +239,7 @@ def empty_partition(with_positions: bool) -> dict[str, pa.Table]:
     }
 
 
-def _write(
+def write_tables(
     store: ObjectStore, directory: str, tables: dict[str, pa.Table], version: str
 ) -> list[tuple[str, int]]:
     return [
@@ -274,18 +276,48 @@ def build_inverted(
                 old_store, old_dir, pid, token_format, store, directory, count, version
             )
             count += 1
-    tables = _partition(analyzer, texts, row_ids)
+    tables = partition_tables(analyzer, texts, row_ids)
     if (tables or not count) and not untrained:
         if not tables:  # an index of no document: one empty partition, as pylance writes
             tables = empty_partition(bool(params["with_position"]))
-        invert = tables["invert"]
-        labels = {**invert.schema.metadata, b"format_version": str(format_version(params)).encode()}
-        tables["invert"] = invert.replace_schema_metadata(labels)
-        named = {f"part_{count}_{suffix}.lance": t for suffix, t in tables.items()}
-        files += _write(store, directory, named, version)
+        named = {
+            f"part_{count}_{suffix}.lance": labelled(t, params) for suffix, t in tables.items()
+        }
+        files += write_tables(store, directory, named, version)
         count += 1
-    files += _write(store, directory, {"metadata.lance": _metadata(params, count)}, version)
+    meta = {"metadata.lance": metadata_table(params, list(range(count)))}
+    files += write_tables(store, directory, meta, version)
     return files
+
+
+def labelled(table: pa.Table, params: dict[str, Any]) -> pa.Table:
+    """A partition's table with the format version of `params` where it records one."""
+    metadata = table.schema.metadata or {}
+    if b"format_version" not in metadata:
+        return table
+    version = str(format_version(params)).encode()
+    return table.replace_schema_metadata({**metadata, b"format_version": version})
+
+
+def params_of(analyzer: AnalyzerParams, metadata: dict[str, bytes]) -> dict[str, Any]:
+    """The build parameters (`index_params`) of an index segment or staged partition: its
+    analyzer's options and its format version (format 1 is brought up as format 2)."""
+    version = max(2, int(metadata.get("format_version", b"1").decode()))
+    options = {
+        "base_tokenizer": analyzer.base_tokenizer,
+        "language": analyzer.language,
+        "max_token_length": analyzer.max_token_length,
+        "lower_case": analyzer.lower_case,
+        "stem": analyzer.stem,
+        "remove_stop_words": analyzer.remove_stop_words,
+        "custom_stop_words": list(analyzer.custom_stop_words)
+        if analyzer.custom_stop_words
+        else None,
+        "ascii_folding": analyzer.ascii_folding,
+        "with_position": analyzer.with_position,
+        "format_version": version,
+    }
+    return index_params(options, "index")
 
 
 def _partitions_of(store: ObjectStore, directory: str) -> list[tuple[int, str]]:
@@ -341,7 +373,7 @@ def _copy_partition(
         raise InvalidInputError(
             f"{src.uri_of(src_dir)}: token ids of partition {pid} are not dense"
         )
-    out += _write(dst, dst_dir, {f"part_{new_id}_tokens.lance": _tokens(tokens)}, version)
+    out += write_tables(dst, dst_dir, {f"part_{new_id}_tokens.lance": _tokens(tokens)}, version)
     return out
 
 
@@ -397,7 +429,8 @@ def _tokens(tokens: list[str]) -> pa.Table:
     )
 
 
-def _metadata(params: dict[str, Any], partitions: int) -> pa.Table:
+def metadata_table(params: dict[str, Any], partitions: list[int], rows: int = 1) -> pa.Table:
+    """An index's `metadata.lance` table (a staged partition's has no row)."""
     doc = {
         "lance_tokenizer": "text",
         **{k: v for k, v in params.items() if k != "format_version"},
@@ -413,8 +446,8 @@ def _metadata(params: dict[str, Any], partitions: int) -> pa.Table:
             "format_version": str(format_version(params)),
             **(_POSITIONS if params.get("with_position") else {}),
             "params": json.dumps(doc, separators=(",", ":")),
-            "partitions": json.dumps(list(range(partitions))),
+            "partitions": json.dumps(partitions),
             "token_set_format": "arrow",
         },
     )
-    return pa.table([pa.array([_EMPTY_ROARING], pa.binary())], schema=schema)
+    return pa.table([pa.array([_EMPTY_ROARING] * rows, pa.binary())], schema=schema)

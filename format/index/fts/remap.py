@@ -93,7 +93,7 @@ def _remapped(part: Partition, moves: Moves) -> dict[str, pa.Table]:
         raise UnsupportedFeatureError(f"{where}: remapping per-document positions")
     rows, alive = moves(part.row_ids, where)
     new_doc = np.cumsum(alive, dtype=np.int64) - 1
-    tok, doc, freq, places = _postings(part, with_positions)
+    tok, doc, freq, places = postings_of(part, with_positions)
     kept = alive[doc] if len(doc) else np.zeros(0, bool)
     if with_positions:
         places = places[np.repeat(kept, freq)]
@@ -101,7 +101,7 @@ def _remapped(part: Partition, moves: Moves) -> dict[str, pa.Table]:
     # tokens left with documents, numbered again in their old order
     held = np.bincount(tok, minlength=len(part.df)) > 0
     renumber = np.cumsum(held, dtype=np.int64) - 1
-    by_id = _tokens_by_id(part)
+    by_id = tokens_by_id(part)
     vocabulary = [by_id[i] for i in np.flatnonzero(held).tolist()]
     lengths = part.lengths[alive].astype(np.uint32)
     if not len(lengths) or not len(tok):
@@ -112,7 +112,7 @@ def _remapped(part: Partition, moves: Moves) -> dict[str, pa.Table]:
     )  # fmt: skip
 
 
-def _postings(
+def postings_of(
     part: Partition, with_positions: bool
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Every posting of a partition: token id, document, frequency (by token, then
@@ -145,7 +145,7 @@ def _postings(
     return tok, doc, freq, pos
 
 
-def _tokens_by_id(part: Partition) -> list[str]:
+def tokens_by_id(part: Partition) -> list[str]:
     """The partition's tokens by id (ids dense from 0)."""
     pairs = sorted(part.tokens.items(), key=lambda p: p[1])
     if [i for _, i in pairs] != list(range(len(pairs))) or len(pairs) != len(part.df):

@@ -56,8 +56,9 @@ class IndexDescription:
 
 def index_type(core: Core, entry: IndexEntry) -> str:
     """pylance's name of an index's type ("BTree", "Bitmap", "IVF_PQ", ...); a vector
-    index's is recorded in its index file."""
-    kind = entry.details_type.rsplit(".", 1)[-1]
+    index's is recorded in its index file; one committed without details is "Unknown", as
+    pylance lists it."""
+    kind = entry.pb.index_details.type_url.rsplit(".", 1)[-1]
     if kind in _TYPE_NAMES:
         return _TYPE_NAMES[kind]
     if kind == "VectorIndexDetails" and untrained(entry.files, entry.fragment_ids):
