@@ -20,6 +20,7 @@ One partition of every live row of the column, written as pylance's format versi
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -72,10 +73,24 @@ def index_params(options: dict[str, Any], where: str) -> dict[str, Any]:
     refused when unknown or not built by Quiver yet."""
     known = set(DEFAULT_PARAMS) | {"min_ngram_length", "max_ngram_length", "prefix_only"}
     known |= {"memory_limit", "num_workers", "block_size", "format_version"}
+    known |= {"document_granularity"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise InvalidInputError(f"{where}: unknown INVERTED index option {unknown[0]!r}")
-    asked, block = options.get("format_version"), options.get("block_size")
+    granularity = options.get("document_granularity")
+    granularity = getattr(granularity, "value", granularity)  # pylance's enum, or its value
+    if granularity == "list_element":
+        raise UnsupportedFeatureError(
+            f"{where}: INVERTED indices of list elements as documents are not built yet "
+            "(document_granularity ROW is)"
+        )
+    if granularity not in (None, "row"):
+        raise InvalidInputError(
+            f"{where}: document_granularity must be ROW or LIST_ELEMENT, not {granularity!r}"
+        )
+    # pylance's default: LANCE_FTS_FORMAT_VERSION when set, else format 2
+    asked = options.get("format_version", os.environ.get("LANCE_FTS_FORMAT_VERSION"))
+    block = options.get("block_size")
     if block not in (None, 128, 256):
         raise InvalidInputError(f"{where}: block_size must be 128 or 256, not {block!r}")
     if (

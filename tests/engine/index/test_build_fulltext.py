@@ -105,6 +105,14 @@ def test_format_3_indices_of_either_engine_stay_format_3(tmp_path: Path) -> None
     _same_everywhere(ours, theirs, "compacted")
 
 
+def test_the_environment_s_format_version_is_the_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LANCE_FTS_FORMAT_VERSION", "3")  # pylance's variable
+    ours, theirs = _pair(tmp_path, text_table(300, 50))
+    assert _format_of(ours) == _format_of(theirs) == (3, "3", b"x\x03")
+
+
 def test_256_document_blocks_are_refused_in_one_line(tmp_path: Path) -> None:
     path = str(tmp_path / "ds")
     lance.write_dataset(text_table(300, 49), path)
@@ -199,6 +207,15 @@ def test_replace_and_refusals(tmp_path: Path) -> None:
         ours.create_scalar_index("text", "INVERTED", format_version="v9")
     with pytest.raises(InvalidInputError, match="block_size must be 128 or 256"):
         ours.create_scalar_index("text", "INVERTED", block_size=64)
+    from lance.query import DocumentGranularity
+
+    ours.create_scalar_index("text", "INVERTED", document_granularity=DocumentGranularity.ROW)
+    with pytest.raises(UnsupportedFeatureError, match="list elements as documents"):
+        ours.create_scalar_index(
+            "text", "INVERTED", document_granularity=DocumentGranularity.LIST_ELEMENT
+        )
+    with pytest.raises(InvalidInputError, match="document_granularity must be"):
+        ours.create_scalar_index("text", "INVERTED", document_granularity="page")
     for unbuilt in ({"format_version": 1}, {"block_size": 256}):
         with pytest.raises(UnsupportedFeatureError, match="128-document posting blocks"):
             ours.create_scalar_index("text", "INVERTED", **unbuilt)
