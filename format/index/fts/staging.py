@@ -87,7 +87,7 @@ def merge_staged(store: ObjectStore, directory: str, version: str) -> list[tuple
         if params is not None and options != params:
             raise InvalidInputError(
                 f"{where}: staged partitions {found[0]} and {pid} were built with different "
-                "tokenizer options"
+                "tokenizer options or format versions"
             )
         params = options
     assert params is not None
