@@ -63,3 +63,23 @@ def moto_s3(bucket: str) -> Iterator[str]:
         yield endpoint
     finally:
         server.stop()
+
+
+def s3fs_options(endpoint: str) -> dict[str, Any]:
+    """The storage options Quiver's store (s3fs) takes for the moto server at `endpoint`."""
+    return {
+        "key": "testing",
+        "secret": "testing",
+        "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
+    }
+
+
+def lance_options(endpoint: str) -> dict[str, str]:
+    """The storage options pylance takes for the moto server at `endpoint`."""
+    return {
+        "aws_access_key_id": "testing",
+        "aws_secret_access_key": "testing",
+        "aws_endpoint": endpoint,
+        "aws_region": "us-east-1",
+        "allow_http": "true",
+    }

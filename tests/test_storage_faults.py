@@ -21,7 +21,7 @@ pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
 
 import lance  # noqa: E402
-from moto_atomic import moto_s3  # noqa: E402
+from moto_atomic import lance_options, moto_s3, s3fs_options  # noqa: E402
 from s3_faults import FaultProxy, Rule, fault_proxy  # noqa: E402
 
 from quiver.format.dataset import dataset, write_dataset  # noqa: E402
@@ -45,14 +45,6 @@ def proxy(moto: str) -> Iterator[FaultProxy]:
         yield p
 
 
-def _options(endpoint: str) -> dict[str, Any]:
-    return {
-        "key": "testing",
-        "secret": "testing",
-        "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
-    }
-
-
 def _uri(name: str) -> str:
     return f"s3://faults/{name}-{uuid.uuid4().hex[:8]}.lance"
 
@@ -63,21 +55,11 @@ def _rows(start: int, n: int) -> pa.Table:
 
 def _check_every_version(uri: str, moto: str, expected_ids: list[int]) -> None:
     """Every version opens in pylance (straight to moto); the latest holds each id once."""
-    ds = lance.dataset(uri, storage_options=_lance_options(moto))
+    ds = lance.dataset(uri, storage_options=lance_options(moto))
     for v in ds.versions():
-        lance.dataset(uri, version=v["version"], storage_options=_lance_options(moto)).to_table()
+        lance.dataset(uri, version=v["version"], storage_options=lance_options(moto)).to_table()
     ids = sorted(ds.to_table(columns=["id"]).column("id").to_pylist())
     assert ids == sorted(expected_ids)
-
-
-def _lance_options(endpoint: str) -> dict[str, str]:
-    return {
-        "aws_access_key_id": "testing",
-        "aws_secret_access_key": "testing",
-        "aws_endpoint": endpoint,
-        "aws_region": "us-east-1",
-        "allow_http": "true",
-    }
 
 
 def _server(root: str, storage_options: dict[str, Any] | None = None) -> Any:
@@ -104,7 +86,7 @@ def test_a_lost_manifest_answer_commits_once(proxy: FaultProxy, moto: str) -> No
     follow fail too: the commit finds its own manifest (by its transaction file) rather
     than committing the rows again as the next version."""
     uri = _uri("lost")
-    opts = _options(proxy.endpoint)
+    opts = s3fs_options(proxy.endpoint)
     write_dataset(_rows(0, 10), uri, storage_options=opts)
     proxy.set_rules(
         Rule("lost", method="PUT", key=MANIFEST_PUT, times=1),
@@ -131,7 +113,7 @@ def test_a_store_that_keeps_failing_is_unavailable_and_the_key_settles_it(
 
     monkeypatch.setattr(retry, "_BACKOFF", 0.01)  # the same path, faster
     uri = _uri("down")
-    opts = {**_options(proxy.endpoint), "config_kwargs": {"retries": {"max_attempts": 2}}}
+    opts = {**s3fs_options(proxy.endpoint), "config_kwargs": {"retries": {"max_attempts": 2}}}
     write_dataset(_rows(0, 5), uri, storage_options=opts)
     lost = Rule("lost", method="PUT", key=MANIFEST_PUT, times=1)
     proxy.set_rules(lost, Rule("error500", key=r"/_versions/|list-type", after=lost))
@@ -151,7 +133,7 @@ def test_keyed_lookups_read_no_manifest_for_a_new_key(proxy: FaultProxy, moto: s
     """A keyed commit's search for an earlier attempt costs one read of the key's record
     when the key is new, whatever the number of versions: no manifest is read for it."""
     uri = _uri("keys")
-    opts = _options(proxy.endpoint)
+    opts = s3fs_options(proxy.endpoint)
     write_dataset(_rows(0, 1), uri, storage_options=opts)
     for i in range(1, 30):
         write_dataset(_rows(i, 1), uri, mode="append", storage_options=opts)
@@ -177,7 +159,7 @@ def test_concurrent_flight_appends_under_faults_lose_and_double_nothing(
     from quiver.clients import Client
 
     root = _fresh_root()
-    server = _server(root, _options(proxy.endpoint))
+    server = _server(root, s3fs_options(proxy.endpoint))
     try:
         Client(server.locations[0]).write("t", _rows(0, 3), mode="create")
         proxy.set_rules(
@@ -257,12 +239,14 @@ def test_a_listing_that_lags_does_not_stop_a_commit(proxy: FaultProxy, moto: str
     from quiver.format.table.manifest import manifest_name
 
     uri = _uri("lag")
-    direct = _options(moto)
+    direct = s3fs_options(moto)
     write_dataset(_rows(0, 3), uri, storage_options=direct)
     write_dataset(_rows(3, 3), uri, mode="append", storage_options=direct)  # version 2
     hidden = manifest_name(2, v2=True).replace(".", r"\.")
     proxy.set_rules(Rule("stale_list", method="GET", key=hidden))
-    ds = write_dataset(_rows(6, 3), uri, mode="append", storage_options=_options(proxy.endpoint))
+    ds = write_dataset(
+        _rows(6, 3), uri, mode="append", storage_options=s3fs_options(proxy.endpoint)
+    )
     assert proxy.injected["stale_list"] >= 1
     assert ds.version == 3
     _check_every_version(uri, moto, list(range(9)))
@@ -342,7 +326,7 @@ def test_every_kind_of_commit_under_each_fault(
     from quiver.clients.errors import Unavailable
 
     root = _fresh_root()
-    server = _server(root, _options(proxy.endpoint))
+    server = _server(root, s3fs_options(proxy.endpoint))
     model = Model(2000)
     try:
         client = Client(server.locations[0])
@@ -394,7 +378,7 @@ def test_unavailable_names_the_dataset_and_no_storage_location(
 
     monkeypatch.setattr(retry, "_BACKOFF", 0.01)
     secret = f"hidden-{uuid.uuid4().hex[:8]}"
-    options = {**_options(proxy.endpoint), "config_kwargs": {"retries": {"max_attempts": 1}}}
+    options = {**s3fs_options(proxy.endpoint), "config_kwargs": {"retries": {"max_attempts": 1}}}
     server = _server(f"s3://faults/{secret}", options)
     try:
         client = Client(server.locations[0])
@@ -425,7 +409,7 @@ def test_a_spark_job_commit_of_unknown_outcome_keeps_its_files(
     from quiver.format.io import retry
 
     monkeypatch.setattr(retry, "_BACKOFF", 0.01)
-    options = {**_options(proxy.endpoint), "config_kwargs": {"retries": {"max_attempts": 1}}}
+    options = {**s3fs_options(proxy.endpoint), "config_kwargs": {"retries": {"max_attempts": 1}}}
     root = _fresh_root()
     server = _server(root, options)
     try:

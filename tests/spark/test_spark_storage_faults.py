@@ -24,7 +24,7 @@ pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
 
 import lance  # noqa: E402
-from moto_atomic import moto_s3  # noqa: E402
+from moto_atomic import lance_options, moto_s3, s3fs_options  # noqa: E402
 from s3_faults import FaultProxy, Rule, fault_proxy  # noqa: E402
 
 from quiver.clients import Client  # noqa: E402
@@ -44,24 +44,6 @@ def moto() -> Iterator[str]:
 def proxy(moto: str) -> Iterator[FaultProxy]:
     with fault_proxy(moto, seed=7) as p:
         yield p
-
-
-def _s3fs_options(endpoint: str) -> dict[str, Any]:
-    return {
-        "key": "testing",
-        "secret": "testing",
-        "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
-    }
-
-
-def _lance_options(endpoint: str) -> dict[str, str]:
-    return {
-        "aws_access_key_id": "testing",
-        "aws_secret_access_key": "testing",
-        "aws_endpoint": endpoint,
-        "aws_region": "us-east-1",
-        "allow_http": "true",
-    }
 
 
 def _rows(ids: range, value: float) -> pa.Table:
@@ -85,7 +67,7 @@ def test_spark_jobs_under_storage_faults_land_once_or_not_at_all(
         ServerConfig(
             root=root,
             port=0,
-            storage_options=_s3fs_options(proxy.endpoint),
+            storage_options=s3fs_options(proxy.endpoint),
             ticket_key=b"spark-fault-tests-ticket-key-0123",
         )
     )
@@ -118,10 +100,10 @@ def test_spark_jobs_under_storage_faults_land_once_or_not_at_all(
         assert injected > 0
 
         ref = f"{root}/t.lance"
-        ds = lance.dataset(ref, storage_options=_lance_options(moto))
+        ds = lance.dataset(ref, storage_options=lance_options(moto))
         versions = [v["version"] for v in ds.versions()]
         every_count = {
-            lance.dataset(ref, version=v, storage_options=_lance_options(moto)).count_rows()
+            lance.dataset(ref, version=v, storage_options=lance_options(moto)).count_rows()
             for v in versions
         }
         # a read under faults returned the rows of some version, or failed
