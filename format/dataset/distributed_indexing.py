@@ -213,6 +213,8 @@ def stage_inverted(
     """Stage the INVERTED partition of `fragment_ids` for the index `index_uuid` (pylance's
     `create_scalar_index(..., fragment_ids=, index_uuid=)`; see `index.fts.staging`)."""
     params = _fts.index_params(options, core.uri)
+    if hasattr(fragment_ids, "__iter__") and not isinstance(fragment_ids, str | bytes):
+        fragment_ids = list(fragment_ids)  # read twice: checked, then the first one named
     fragments, _ = _indexing._chosen(core, fragment_ids)
     if not fragments:
         raise InvalidInputError(f"{core.uri}: fragment_ids is empty")
@@ -223,7 +225,7 @@ def stage_inverted(
     _staging.stage_partition(
         core.store,
         f"_indices/{uuid}",
-        _staging.staged_id(list(fragment_ids)),
+        _staging.staged_id(fragment_ids),
         table.column(0).combine_chunks(),
         table.column(ROW_ID_FIELD.name).to_numpy(),
         params,

@@ -553,7 +553,7 @@ def inverted_params(core: DatasetCore, entry: IndexEntry) -> dict[str, Any]:
 
     store, directory = _where(core, entry)
     index = open_inverted(store, directory, entry.uuid)
-    return _fts.params_of(index.params, {"format_version": str(index.format_version).encode()})
+    return _fts.params_of(index.params, index.format_version)
 
 
 def optimize_indices(

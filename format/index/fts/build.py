@@ -314,10 +314,10 @@ def labelled(table: pa.Table, params: dict[str, Any]) -> pa.Table:
     return table.replace_schema_metadata({**metadata, b"format_version": version})
 
 
-def params_of(analyzer: AnalyzerParams, metadata: dict[str, bytes]) -> dict[str, Any]:
+def params_of(analyzer: AnalyzerParams, format_version: int) -> dict[str, Any]:
     """The build parameters (`index_params`) of an index segment or staged partition: its
     analyzer's options and its format version (format 1 is brought up as format 2)."""
-    version = max(2, int(metadata.get("format_version", b"1").decode()))
+    version = max(2, format_version)
     options = {
         "base_tokenizer": analyzer.base_tokenizer,
         "language": analyzer.language,

@@ -77,13 +77,13 @@ def merge_staged(store: ObjectStore, directory: str, version: str) -> list[tuple
     params, formats = None, []
     for pid in found:
         with IndexFile(store, f"{staged}/part_{pid}_metadata.lance") as meta:
-            readable_format(meta.metadata, meta.path)
+            posting_format = int(readable_format(meta.metadata, meta.path))
             try:
                 doc = json.loads(meta.text("params"))
             except ValueError:
                 raise CorruptFileError(meta.path, "params are not JSON") from None
             formats.append(meta.metadata.get("token_set_format", b"arrow").decode())
-            options = build.params_of(AnalyzerParams.from_json(doc, meta.path), meta.metadata)
+            options = build.params_of(AnalyzerParams.from_json(doc, meta.path), posting_format)
         if params is not None and options != params:
             raise InvalidInputError(
                 f"{where}: staged partitions {found[0]} and {pid} were built with different "

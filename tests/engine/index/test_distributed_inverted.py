@@ -111,6 +111,13 @@ def test_staged_files_are_named_as_pylance_names_them(tmp_path: Path) -> None:
         assert len(lance.dataset(str(path)).list_indices()) == 0  # nothing committed
     assert names["quiver"] == names["pylance"]
     assert "part_8589934592_invert.lance" in names["quiver"]  # fragment 2, shifted 32 bits
+    # fragment ids given as any iterable, a generator too
+    index_uuid = str(uuid.uuid4())
+    dataset(str(tmp_path / "quiver")).create_scalar_index(
+        "text", "INVERTED", fragment_ids=(f for f in [1]), index_uuid=index_uuid
+    )
+    staged = tmp_path / "quiver" / "_indices" / index_uuid / "staging"
+    assert (staged / "part_4294967296_invert.lance").exists()
 
 
 def test_bad_distributed_builds_are_refused(tmp_path: Path) -> None:
