@@ -3,10 +3,11 @@
     .venv/bin/python -m benchmarks.scan [--storage-versions 2.0,2.2] [--rows 4000000]
                                         [--rounds 5]
 
-`to_table` of a full scan, a projection (two numeric columns) and a 1 % filter, by pylance and
-by our engine in alternating rounds on the same dataset (written once by pylance under
-benchmarks/.data/); prints median seconds and the median of the per-round speed ratios
-(pylance seconds / ours: above 1 we are faster).
+`to_table` of a full scan, a projection (two numeric columns) and a 1 % filter, then the full
+scan and the projection streamed with `to_batches` (default batch size, each batch dropped as
+it comes), by pylance and by our engine in alternating rounds on the same dataset (written once
+by pylance under benchmarks/.data/); prints median seconds and the median of the per-round
+speed ratios (pylance seconds / ours: above 1 we are faster).
 """
 
 from __future__ import annotations
@@ -55,10 +56,18 @@ def warm_page_cache(uri: str) -> None:
             os.close(fd)
 
 
-def _timed(ds: object, kwargs: dict) -> tuple[float, pa.Table]:
+def _timed(ds: object, kwargs: dict) -> tuple[float, int, int]:
+    """Seconds, rows and bytes of one read: `to_table`, or `to_batches` with `batches`."""
+    kwargs = dict(kwargs)
     t0 = time.perf_counter()
-    result = ds.to_table(**kwargs)
-    return time.perf_counter() - t0, result
+    if kwargs.pop("batches", False):
+        rows = nbytes = 0
+        for batch in ds.to_batches(**kwargs):
+            rows, nbytes = rows + batch.num_rows, nbytes + batch.nbytes
+    else:
+        result = ds.to_table(**kwargs)
+        rows, nbytes = result.num_rows, result.nbytes
+    return time.perf_counter() - t0, rows, nbytes
 
 
 def main() -> None:
@@ -72,6 +81,8 @@ def main() -> None:
         "full scan": {},
         "projection (id, value)": {"columns": ["id", "value"]},
         "filter value < 0.01 (1 %)": {"filter": "value < 0.01"},
+        "full scan, `to_batches`": {"batches": True},
+        "projection (id, value), `to_batches`": {"columns": ["id", "value"], "batches": True},
     }
     print("| storage | case | pylance s | ours s | ours MB/s | speed: pylance s / ours s |")
     print("|---|---|---|---|---|---|")
@@ -83,12 +94,12 @@ def main() -> None:
             _timed(ref, kwargs), _timed(ours, kwargs)  # warm-up: page cache, lazy imports
             t_ref, t_ours = [], []
             for _ in range(args.rounds):
-                t, a = _timed(ref, kwargs)
+                t, a, _ = _timed(ref, kwargs)
                 t_ref.append(t)
-                t, b = _timed(ours, kwargs)
+                t, b, nbytes = _timed(ours, kwargs)
                 t_ours.append(t)
-                assert a.num_rows == b.num_rows, (name, a.num_rows, b.num_rows)
-            mb = b.nbytes / 1e6
+                assert a == b, (name, a, b)
+            mb = nbytes / 1e6
             ratio = statistics.median(r / o for r, o in zip(t_ref, t_ours, strict=True))
             tr, to = statistics.median(t_ref), statistics.median(t_ours)
             print(

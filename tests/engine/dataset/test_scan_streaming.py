@@ -188,9 +188,13 @@ def test_memory_estimates_follow_columns_batches_fragments_and_ranges(uri: str):
     wide = ds.scanner(fragments=[frag], batch_size=4096).memory_estimate()
     big = ds.scanner(fragments=[frag], batch_size=8192).memory_estimate()
     huge = ds.scanner(fragments=[frag], batch_size=10**7).memory_estimate()
+    bounded = ds.scanner(fragments=[frag], batch_size=4096, batch_bytes=4096 * 64)
     ranged = ds.scanner(fragments=[frag], physical_range=(0, 100), batch_size=8192)
-    assert one < wide < big <= huge  # a batch never has more rows than its fragment
+    # a plain scan decodes several batches at once (its step); a batch never has more rows
+    # than its fragment; `batch_bytes` keeps the step to one batch
+    assert one < wide <= big <= huge
     assert huge == ds.scanner(fragments=[frag], batch_size=ROWS).memory_estimate()
+    assert bounded.memory_estimate() < wide
     assert ranged.memory_estimate() < big
     # what one batch really holds stays within the estimate
     batch = next(ds.scanner(fragments=[frag], batch_size=4096).to_batches())
@@ -421,3 +425,24 @@ def test_sparse_takes_decode_only_the_wanted_fsst_strings(uri: str, monkeypatch)
     assert_same_table(got, lance.dataset(uri).to_table(filter=filt, columns=["text", "id"]), filt)
     if not uri.endswith("d2.0.lance"):
         assert picked and sum(picked) == got.num_rows
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"columns": ["id", "x"]},
+        {"columns": {"id": "id", "twice": "x * 2"}},
+        {"columns": ["text", "id"], "with_row_id": True},
+        {"offset": 1000, "limit": 9000},
+    ],
+)
+def test_a_plain_scan_decodes_in_steps_and_hands_on_batch_sized_slices(uri: str, kwargs):
+    """Narrow rows are decoded several batches at a time and cut after: every batch but the
+    last of each step holds `batch_size` live rows, deletions skipped, and the rows are
+    pylance's in pylance's order."""
+    got = list(dataset(uri).to_batches(batch_size=700, **kwargs))
+    ref = lance.dataset(uri).to_table(**kwargs)
+    sizes = [b.num_rows for b in got]
+    assert max(sizes) == 700 and sizes.count(700) >= len(sizes) - 4  # 3 fragments
+    assert_same_table(pa.Table.from_batches(got), ref, str(kwargs))
