@@ -19,6 +19,7 @@ from quiver.format.dataset.operations import (
     write_fragments,
 )
 from quiver.format.dataset.scan import Scanner
+from quiver.format.dataset.scanner_builder import ScannerBuilder
 
 __all__ = [
     "DatasetCore",
@@ -28,6 +29,7 @@ __all__ = [
     "LanceFragment",
     "LanceOperation",
     "Scanner",
+    "ScannerBuilder",
     "Tags",
     "commit",
     "dataset",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -32,6 +32,24 @@ def _plain(type_: pa.DataType) -> pa.DataType:
     if pa.types.is_string_view(type_):
         return pa.string()
     return pa.binary() if pa.types.is_binary_view(type_) else type_
+
+
+# the engine's partitions: one per core, at most 8
+PARTITIONS = max(1, min(os.cpu_count() or 1, 8))
+
+
+def engine_context() -> Any:
+    """A DataFusion session for queries over Quiver's tables: PARTITIONS partitions, no
+    information schema, strings as plain arrays."""
+    from datafusion import SessionConfig, SessionContext
+
+    config = (
+        SessionConfig()
+        .with_target_partitions(PARTITIONS)
+        .with_information_schema(False)
+        .set("datafusion.sql_parser.map_string_types_to_utf8view", "false")
+    )
+    return SessionContext(config)
 
 
 class SqlQueryBuilder:
@@ -85,19 +103,12 @@ class SqlQueryBuilder:
 
     def build(self) -> SqlQuery:
         """The query, planned (a bad query or an unknown table or column is refused here)."""
-        from datafusion import SessionConfig, SessionContext, SQLOptions
+        from datafusion import SQLOptions
 
         rows = ("_rowid",) * self._row_id + ("_rowaddr",) * self._row_addr
         view = View(rows, as_bytes(self._ds.uri, self._blob_handling))
-        partitions = max(1, min(os.cpu_count() or 1, 8))
-        config = (
-            SessionConfig()
-            .with_target_partitions(partitions)
-            .with_information_schema(False)
-            .set("datafusion.sql_parser.map_string_types_to_utf8view", "false")
-        )
-        context = SessionContext(config)
-        table = QuiverTable(self._ds, self._table, partitions, view=view)
+        context = engine_context()
+        table = QuiverTable(self._ds, self._table, PARTITIONS, view=view)
         context.register_dataset(self._table, table)
         options = SQLOptions().with_allow_ddl(False).with_allow_dml(False)
         try:
@@ -106,25 +117,27 @@ class SqlQueryBuilder:
             # a LIMIT or ORDER BY ... LIMIT stops the table's scans early (`pushdown`)
             push_down(frame.optimized_logical_plan(), [table])
         except Exception as e:  # DataFusion raises plain Exceptions
-            message = f"{self._ds.uri}: sql {self._sql!r}: {_first_line(e)}"
+            message = f"{self._ds.uri}: sql {self._sql!r}: {first_line(e)}"
             raise InvalidInputError(message) from None
-        return SqlQuery(self._ds.uri, self._sql, frame, schema, self._batch_rows, self._batch_bytes)
+        what = f"sql {self._sql!r}"
+        return SqlQuery(self._ds.uri, what, frame, schema, self._batch_rows, self._batch_bytes)
 
 
 class SqlQuery:
-    """A planned query: run it with `to_batch_records` or `to_stream_reader`."""
+    """A planned query: run it with `to_batch_records` or `to_stream_reader`. `what` names
+    it in errors (`sql '...'`)."""
 
     def __init__(
         self,
         uri: str,
-        sql: str,
+        what: str,
         frame: object,
         schema: pa.Schema,
         batch_rows: int | None,
         batch_bytes: int | None,
     ) -> None:
         self._uri = uri
-        self._sql = sql
+        self._what = what
         self._frame = frame
         self._schema = pa.schema(
             [f.with_type(_plain(f.type)) for f in schema],
@@ -157,7 +170,7 @@ class SqlQuery:
         except InvalidInputError:
             raise
         except Exception as e:  # an error while running: one line, naming the query
-            raise InvalidInputError(f"{self._uri}: sql {self._sql!r}: {_first_line(e)}") from None
+            raise InvalidInputError(f"{self._uri}: {self._what}: {first_line(e)}") from None
 
     def _cut(self, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
         """`batch` in pieces of at most the rows (and about the bytes) asked for."""
@@ -179,6 +192,6 @@ def _positive(uri: str, name: str, value: int) -> int:
     return value
 
 
-def _first_line(e: BaseException) -> str:
+def first_line(e: BaseException) -> str:
     text = str(e).strip() or type(e).__name__
     return text.splitlines()[0]

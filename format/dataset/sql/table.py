@@ -58,22 +58,28 @@ _ROW_FIELDS = {ROW_ID_FIELD.name: ROW_ID_FIELD, ROW_ADDRESS_FIELD.name: ROW_ADDR
 
 @dataclass(frozen=True)
 class View:
-    """How SQL sees a dataset: its columns, then the row columns asked for (`_rowid`,
-    `_rowaddr`), blob columns as their bytes (large binary) or their descriptions."""
+    """How SQL sees a dataset: its columns (or only `columns`), then the row columns asked
+    for (`_rowid`, `_rowaddr`), blob columns as their bytes (large binary) or their
+    descriptions; only the rows a filter `where` (pylance's SQL) keeps, when there is one."""
 
     row_columns: tuple[str, ...] = ()
     blob_bytes: bool = True
+    where: str | None = None
+    columns: tuple[str, ...] | None = None
 
     def blobs(self, ds: LanceDataset) -> set[str]:
         """The blob columns read as bytes."""
         return blob_columns(ds) if self.blob_bytes else set()
 
     def names(self, ds: LanceDataset) -> list[str]:
-        return ds.schema.names + list(self.row_columns)
+        return self._columns(ds) + list(self.row_columns)
+
+    def _columns(self, ds: LanceDataset) -> list[str]:
+        return ds.schema.names if self.columns is None else list(self.columns)
 
     def schema(self, ds: LanceDataset) -> pa.Schema:
         """The table's schema (what its scans yield)."""
-        base = ds.core.projected_arrow(tuple(ds.schema.names))  # blobs as descriptions
+        base = ds.core.projected_arrow(tuple(self._columns(ds)))  # blobs as descriptions
         blobs = self.blobs(ds)
         if not blobs and not self.row_columns:
             return base
@@ -117,13 +123,16 @@ class _Scan:
         self._post = view.blob_filter(ds, filter)
         self._limit = limit if self._post is not None else None
         self._keep = list(columns) if columns is not None else None
-        if self._keep is None and view.row_columns:
+        if self._keep is None and (view.row_columns or view.columns is not None):
             self._keep = view.names(ds)
         read = self._keep
         if self._post is not None:
             filter, limit = None, None
             if read is not None:
                 read = read + [c for c in self._post.columns if c not in read]
+        if view.where is not None:  # the view's rows first, then what the engine pushed
+            pushed = None if filter is None else expression_to_sql(filter, dataset=ds.uri)
+            filter = view.where if pushed is None else f"({view.where}) AND ({pushed})"
         blobs = view.blobs(ds) & set(ds.schema.names if read is None else read)
         names = ds.schema.names if self._keep is None else self._keep
         schema = view.schema(ds)
@@ -225,7 +234,7 @@ class _FragmentGroup:
         wanted = set(self._ds.schema.names if columns is None else columns)
         # a top-k reads descriptions, not bytes: it skips tables whose blobs a query reads
         bytes_read = view.blobs(self._ds) & wanted or view.blob_filter(self._ds, filter)
-        if self._top_k is None or bytes_read or view.row_columns:
+        if self._top_k is None or bytes_read or view.row_columns or view.where:
             return scan()
         fallback = lambda: scan().to_batches()  # noqa: E731
         return TopKScan(
@@ -245,10 +254,12 @@ class QuiverTable(pads.Dataset):
         part: tuple[int, int] | None = None,
         step_bytes: int = STEP_BYTES,
         view: View = BYTES,
+        fragments: Sequence[LanceFragment] | None = None,
     ) -> None:
         # the base class is a C++ dataset: its constructor is deliberately not called
         self._ds = ds
         self._view = view
+        self._fragments = list(fragments) if fragments is not None else None
         self.name = name
         self._partitions = max(1, partitions)
         self._step_bytes = step_bytes
@@ -271,13 +282,13 @@ class QuiverTable(pads.Dataset):
         **_: Any,
     ) -> _Scan:
         """A scan of every fragment (the engine asks one at planning for its schema)."""
-        fragments = self._ds.get_fragments()
+        fragments = self._all_fragments()
         return _Scan(self._ds, fragments, columns, filter, self._step_bytes, view=self._view)
 
     def get_fragments(self, filter: pc.Expression | None = None) -> list[_FragmentGroup]:  # type: ignore[override]
         """The engine's partitions: fragments dealt round-robin into at most `partitions`
         groups (neighbouring fragments in different groups, so both stay busy)."""
-        fragments = self._ds.get_fragments()
+        fragments = self._all_fragments()
         if self._part is not None:
             i, n = self._part
             return [self._group(fragments[i::n])]
@@ -285,6 +296,10 @@ class QuiverTable(pads.Dataset):
         # group's scan would only decode rows the engine drops, on the other core)
         n = 1 if self.limit is not None else max(1, min(self._partitions, len(fragments)))
         return [self._group(fragments[i::n]) for i in range(n)]
+
+    def _all_fragments(self) -> list[LanceFragment]:
+        """The fragments the table reads: the version's, or those it was given."""
+        return self._fragments if self._fragments is not None else self._ds.get_fragments()
 
     def _group(self, fragments: list[LanceFragment]) -> _FragmentGroup:
         return _FragmentGroup(
@@ -298,7 +313,8 @@ class QuiverTable(pads.Dataset):
         return self.scanner(**kwargs).to_table()
 
     def count_rows(self, filter: pc.Expression | None = None, **_: Any) -> int:  # type: ignore[override]
-        if self._view.blob_filter(self._ds, filter) is None:
+        plain = self._view.where is None and self._fragments is None
+        if plain and self._view.blob_filter(self._ds, filter) is None:
             return self._ds.count_rows(filter)
         return self.scanner(columns=[], filter=filter).count_rows()
 
