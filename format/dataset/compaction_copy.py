@@ -90,7 +90,8 @@ def _copy(
         sink = ds.store.open_write(f"data/{name}")
         try:
             kw = {} if read_batch_bytes is None else {"read_batch_bytes": read_batch_bytes}
-            rows, size, _ = copy_files(readers, sink, **kw)
+            headers = _struct_columns(ds, group[0].metadata.files[0])
+            rows, size, _ = copy_files(readers, sink, headers=headers, **kw)
         except BaseException:
             discard(sink)
             raise
@@ -109,6 +110,18 @@ def _copy(
         file_size_bytes=size,
     )
     return table_pb2.DataFragment(files=[data_file], physical_rows=rows)
+
+
+def _struct_columns(ds: DatasetCore, df: table_pb2.DataFile) -> set[int]:
+    """The columns of a data file that hold structs (not packed ones), which a 2.0 file
+    keeps as columns of their own."""
+    by_id = {f.id: f for f in ds.lance_schema.walk()}
+    indices = list(df.column_indices) or list(range(len(df.fields)))
+    return {
+        column
+        for field_id, column in zip(df.fields, indices, strict=True)
+        if (f := by_id.get(field_id)) is not None and f.logical_type == "struct" and not f.is_packed
+    }
 
 
 __all__ = ["NotCopyable", "copy_fragments", "why_not_copyable"]

@@ -221,11 +221,17 @@ def write_tail(
     descriptor: bytes,
     column_metas: Sequence[bytes],
     global_buffers: Sequence[tuple[int, int]] = (),
+    *,
+    align: bool = True,
 ) -> None:
     """The end of a v2 file after its pages: the file descriptor (global buffer 0, before
-    the `global_buffers` written already), the column metadata back to back, the column and
-    global-buffer offset tables and the footer; then the sink is flushed."""
-    buffers = [out.buffer(descriptor), *global_buffers]
+    the `global_buffers` written already; on a 64-byte boundary unless not `align`, as
+    pylance's binary copy of 2.0 files leaves it), the column metadata back to back, the
+    column and global-buffer offset tables and the footer; then the sink is flushed."""
+    first = out.buffer(descriptor) if align else (out.pos, len(descriptor))
+    if not align:
+        out.write(descriptor)
+    buffers = [first, *global_buffers]
     meta_start = out.pos
     table = []
     for raw in column_metas:

@@ -123,6 +123,7 @@ def _copy_twins(tmp_path: Path, version: str, stable: bool) -> tuple[str, str]:
                 "a": pa.array(ids, pa.int64()),
                 "s": [None if k % 5 == 0 else f"v{k}" for k in ids],
                 "l": [[k] * (k % 3) for k in ids],
+                "st": [{"x": k, "y": [f"y{k}"] * (k % 2)} for k in ids],
             }
         )
         lance.write_dataset(
@@ -148,13 +149,14 @@ def _new_files(uri: str) -> list[bytes]:
 
 
 @pytest.mark.parametrize("stable", [False, True])
-@pytest.mark.parametrize("version", ["2.1", "2.2"])
+@pytest.mark.parametrize("version", ["2.0", "2.1", "2.2"])
 @pytest.mark.parametrize("mode", ["try_binary_copy", "force_binary_copy"])
 def test_binary_copy_writes_pylances_files(
     tmp_path: Path, mode: str, version: str, stable: bool
 ) -> None:
     """Pages copied without decoding them: the same files as pylance's, byte for byte, the
-    same fragments, rows and row ids."""
+    same fragments, rows and row ids (2.0 files: buffers back to back, a struct's column
+    one page for every row)."""
     ours, theirs = _copy_twins(tmp_path, version, stable)
     mine = dataset(ours).optimize.compact_files(target_rows_per_fragment=70, compaction_mode=mode)
     ref = lance.dataset(theirs).optimize.compact_files(
@@ -171,8 +173,7 @@ def test_binary_copy_writes_pylances_files(
 
 def test_binary_copy_where_pylance_would_not(tmp_path: Path) -> None:
     """Deleted rows rule binary copy out: "try" re-encodes (as pylance), "force" refuses
-    (as pylance) and commits nothing; 2.0 files are re-encoded by "try" and refused by
-    "force" here (pylance copies them)."""
+    (as pylance) and commits nothing."""
     ours, theirs = _copy_twins(tmp_path, "2.1", False)
     for uri in (ours, theirs):
         lance.dataset(uri).delete("a = 3")
@@ -186,8 +187,3 @@ def test_binary_copy_where_pylance_would_not(tmp_path: Path) -> None:
     lance.dataset(theirs).optimize.compact_files(compaction_mode="try_binary_copy")
     assert _layout(ours) == _layout(theirs)
     assert lance.dataset(ours).to_table() == lance.dataset(theirs).to_table()
-    old, _ = _copy_twins(tmp_path / "v20", "2.0", False)
-    with pytest.raises(UnsupportedFeatureError, match="2.0 files"):
-        dataset(old).optimize.compact_files(compaction_mode="force_binary_copy")
-    dataset(old).optimize.compact_files(compaction_mode="try_binary_copy")
-    assert len(lance.dataset(old).get_fragments()) == 1
