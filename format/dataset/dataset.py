@@ -39,6 +39,7 @@ from quiver.format.dataset.ordering import OrderedScan, scan_options
 from quiver.format.dataset.refs import Branches, Tags, create_branch
 from quiver.format.dataset.row_changes import DEFAULT_CONFLICT_RETRIES, DEFAULT_RETRY_TIMEOUT
 from quiver.format.dataset.scan import Scanner
+from quiver.format.dataset.scanner_builder import pylance_keywords
 from quiver.format.dataset.session import SessionMethods
 from quiver.format.dataset.stats import LanceStats
 from quiver.format.dataset.validate import validate as _validate
@@ -283,6 +284,9 @@ class LanceDataset(_blobs.BlobMethods, SessionMethods, DistributedIndexMethods):
         False reads without index pruning; `late_materialization`, `scan_in_order` and
         `strict_batch_size` change no result here (batches already hold `batch_size` rows,
         in order)."""
+        batch_bytes, readahead_bytes, autoproject = pylance_keywords(
+            self, options, batch_bytes, readahead_bytes
+        )
         if _blobs.as_bytes(self.uri, options.pop("blob_handling", None)):
             inner = self.scanner(columns, filter, limit, offset, batch_size, fragments=fragments,
                 with_row_id=with_row_id, with_row_address=True, **options)  # fmt: skip
@@ -311,12 +315,12 @@ class LanceDataset(_blobs.BlobMethods, SessionMethods, DistributedIndexMethods):
             return FullTextSearch(
                 self._core, full_text_query, columns=columns, filter=filter,  # type: ignore[arg-type]
                 prefilter=prefilter, with_row_id=with_row_id, with_row_address=with_row_address,
-                limit=limit, offset=offset, fast_search=fast_search,
+                limit=limit, offset=offset, fast_search=fast_search, autoproject=autoproject,
             )  # fmt: skip
         if nearest is not None:
             return NearestSearch(
                 self._core, nearest, columns=columns, filter=filter, prefilter=prefilter,
-                with_row_id=with_row_id, with_row_address=with_row_address,
+                with_row_id=with_row_id, with_row_address=with_row_address, autoproject=autoproject,
             )  # fmt: skip
         return Scanner(
             self._core,
@@ -361,7 +365,8 @@ class LanceDataset(_blobs.BlobMethods, SessionMethods, DistributedIndexMethods):
         if options:
             return self.scanner(
                 columns, filter, limit, offset, batch_size, with_row_id=with_row_id,
-                with_row_address=with_row_address, **options,
+                with_row_address=with_row_address, nearest=nearest, prefilter=prefilter,
+                full_text_query=full_text_query, fast_search=fast_search, **options,
             ).to_table()  # fmt: skip
         if full_text_query is not None and nearest is not None:
             return hybrid_table(

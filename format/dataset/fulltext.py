@@ -332,8 +332,12 @@ class FullTextSearch:
         limit: int | None = None,
         offset: int | None = None,
         fast_search: bool = False,
+        autoproject: bool = True,
     ) -> None:
         self.core = core
+        # `_score` ends the columns unless they place it or `autoproject` is off (pylance's
+        # disable_scoring_autoprojection)
+        self.autoproject = autoproject
         self.batch = isinstance(query, list)
         if self.batch and not query:
             raise InvalidInputError(f"{core.uri}: a batch of full-text queries is empty")
@@ -381,7 +385,7 @@ class FullTextSearch:
         score = pa.field(SCORE, pa.float32())
         if SCORE in self.names:
             fields.insert(self.names.index(SCORE), score)
-        else:
+        elif self.autoproject:
             rows = [f for f in fields if f.name in ROW_COLUMNS and f.name not in self.names]
             fields = [f for f in fields if f not in rows] + [score] + rows
         if self.batch:

@@ -338,8 +338,10 @@ class NearestSearch:
         prefilter: bool = False,
         with_row_id: bool = False,
         with_row_address: bool = False,
+        autoproject: bool = True,
     ) -> None:
         self.core = core
+        self.autoproject = autoproject  # `_distance` ends the columns unless they place it
         self.query = NearestQuery.parse(core, nearest)
         if not isinstance(prefilter, bool):
             raise InvalidInputError(f"{core.uri}: prefilter must be true or false")
@@ -388,11 +390,11 @@ class NearestSearch:
         fields = list(base)
         at = self.names.index(DISTANCE) if DISTANCE in self.names else None
         distance = pa.field(DISTANCE, pa.float32())
-        if at is None:
+        if at is not None:
+            fields.insert(at, distance)
+        elif self.autoproject:
             rows = [f for f in fields if f.name in ROW_COLUMNS and f.name not in self.names]
             fields = [f for f in fields if f not in rows] + [distance] + rows
-        else:
-            fields.insert(at, distance)
         if self.query.batch:
             fields.insert(0, pa.field(QUERY_INDEX, pa.int32(), nullable=False))
         return pa.schema(fields, metadata=base.metadata)

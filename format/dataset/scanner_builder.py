@@ -9,7 +9,9 @@ own reader are checked and change nothing here (`batch_readahead`, `use_stats`,
 `query_parallelism`): Quiver reads ahead by fragments, bounded by bytes (`io_buffer_size`
 sets that bound). Calls for what Quiver lacks are refused by name when they would change the
 answer: `with_index_segments`, `row_addr_prefilter`, `minhash_search`,
-`scan_stats_callback`, `disable_scoring_autoprojection`, and pylance's Python query objects.
+`scan_stats_callback`, and pylance's Python query objects.
+
+`LanceDataset.scanner` takes pylance's keywords of these calls too (`pylance_keywords`).
 """
 
 from __future__ import annotations
@@ -205,9 +207,8 @@ class ScannerBuilder:
         return self
 
     def disable_scoring_autoprojection(self, disable: bool = True) -> ScannerBuilder:
-        if disable:
-            self._refuse("disable_scoring_autoprojection")
-        return self
+        """Whether a search leaves `_score` / `_distance` out unless the columns name it."""
+        return self._set("autoproject", None if not disable else False)
 
     # -- the aggregate and the result -----------------------------------------------------
     def substrait_aggregate(self, aggregate: bytes) -> ScannerBuilder:
@@ -267,3 +268,38 @@ class ScannerBuilder:
 
 # the builder's methods that are not options
 _NOT_OPTIONS = {"apply_defaults", "to_scanner", "ds"}
+# pylance's `scanner` keywords that Quiver's has under other names or not at all: the call
+# of the builder that takes each
+_KEYWORD_CALLS = {
+    "batch_size_bytes": "batch_size_bytes",
+    "io_buffer_size": "io_buffer_size",
+    "batch_readahead": "batch_readahead",
+    "use_stats": "use_stats",
+    "scan_stats_callback": "scan_stats_callback",
+    "disable_scoring_autoprojection": "disable_scoring_autoprojection",
+    "index_segments": "with_index_segments",
+}
+
+
+def pylance_keywords(
+    ds: LanceDataset, options: dict[str, Any], batch_bytes: int | None, readahead: int | None
+) -> tuple[int | None, int | None, bool]:
+    """pylance's `scanner` keywords among `options` that Quiver's scanner knows under other
+    names or not at all, taken out and checked as the builder's calls check them: the
+    scan's `batch_bytes`, `readahead_bytes` and whether a search's score or distance ends
+    its columns (`autoproject`)."""
+    builder = ScannerBuilder(ds)
+    for key, call in _KEYWORD_CALLS.items():
+        value = options.pop(key, None)
+        if value is not None:
+            getattr(builder, call)(value)
+    builder.row_addr_prefilter(
+        options.pop("row_addr_allowlist", None), options.pop("row_addr_blocklist", None)
+    )
+    given = builder._options
+    autoproject = given.get("autoproject", options.pop("autoproject", True))
+    return (
+        given.get("batch_bytes", batch_bytes),
+        given.get("readahead_bytes", readahead),
+        autoproject,
+    )

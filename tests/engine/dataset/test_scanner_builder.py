@@ -125,6 +125,10 @@ CHAINS = {
     "full text over columns, limit": lambda b: b.full_text_search("word3", columns=["text"]).limit(
         3
     ),
+    "full text, no score": lambda b: (
+        b.columns(["id"]).full_text_search("rare").disable_scoring_autoprojection()
+    ),
+    "nearest, no distance": lambda b: b.nearest("vec", QUERY, k=5).disable_scoring_autoprojection(),
     "defaults": lambda b: b.apply_defaults({"columns": ["id"], "filter": "k = 1", "limit": 5}),
     "tuning calls": lambda b: (
         b.columns(["id"])
@@ -249,7 +253,6 @@ def test_what_quiver_lacks_is_refused_by_name(uri: str):
         "row_addr_prefilter": lambda b: b.row_addr_prefilter(allowlist=b"\x00"),
         "minhash_search": lambda b: b.minhash_search(object()),
         "scan_stats_callback": lambda b: b.scan_stats_callback(print),
-        "disable_scoring_autoprojection": lambda b: b.disable_scoring_autoprojection(),
         "approx_mode": lambda b: b.nearest("vec", QUERY, approx_mode="fast"),
         "search_filter": lambda b: b.filter({"search_filter": object()}),
     }
@@ -264,6 +267,43 @@ def test_what_quiver_lacks_is_refused_by_name(uri: str):
         ScannerBuilder(ds).with_fragments([1])
     # no effect on the answer: pylance's own switches
     assert ScannerBuilder(ds).disable_scoring_autoprojection(False).use_stats().to_scanner()
+
+
+KEYWORDS = {
+    "batch_size_bytes": {"columns": ["id", "text"], "batch_size_bytes": 4096},
+    "io_buffer_size, batch_readahead, use_stats": {
+        "filter": "k = 3",
+        "io_buffer_size": 1 << 16,
+        "batch_readahead": 2,
+        "use_stats": False,
+    },
+    "full text without its score": {
+        "columns": ["id"],
+        "full_text_query": "rare",
+        "disable_scoring_autoprojection": True,
+    },
+    "nearest without its distance": {
+        "nearest": {"column": "vec", "q": QUERY, "k": 4},
+        "disable_scoring_autoprojection": True,
+    },
+}
+
+
+@pytest.mark.parametrize("name", KEYWORDS)
+def test_scanner_takes_pylance_s_keywords_of_the_builder_s_calls(uri: str, name: str):
+    """pylance's `scanner(**kwargs)` is its builder: the same keywords here."""
+    kwargs = KEYWORDS[name]
+    ours, theirs = dataset(uri).to_table(**kwargs), lance.dataset(uri).to_table(**kwargs)
+    if "full_text_query" in kwargs:
+        ours, theirs = ours.sort_by("id"), theirs.sort_by("id")
+    assert_same_table(ours, theirs, name)
+    if "batch_size_bytes" in kwargs:
+        batches = list(dataset(uri).to_batches(**kwargs))
+        assert len(batches) > 1
+    with pytest.raises(UnsupportedFeatureError, match="with_index_segments"):
+        dataset(uri).to_table(index_segments=["x"])
+    with pytest.raises(InvalidInputError, match="io_buffer_size must be greater than 0"):
+        dataset(uri).to_table(io_buffer_size=0)
 
 
 def test_an_aggregate_over_many_rows_reads_only_its_columns(tmp_path: Path):
