@@ -2792,6 +2792,228 @@ static PyObject *xxh64_fixed(PyObject *self, PyObject *args)
     return res;
 }
 
+/* xxHash64 of `n` bytes with `seed` (the whole algorithm: stripes of 32 bytes, then words,
+ * a half word and bytes) */
+static inline uint64_t xxh64_round(uint64_t acc, uint64_t input)
+{
+    return rotl64(acc + input * XXH_P2, 31) * XXH_P1;
+}
+
+static inline uint64_t xxh64_merge(uint64_t h, uint64_t v)
+{
+    return (h ^ xxh64_round(0, v)) * XXH_P1 + XXH_P4;
+}
+
+static uint64_t xxh64_bytes(const uint8_t *p, size_t n, uint64_t seed)
+{
+    const uint8_t *end = p + n;
+    uint64_t h, w;
+    uint32_t half;
+    if (n >= 32) {
+        uint64_t v1 = seed + XXH_P1 + XXH_P2, v2 = seed + XXH_P2, v3 = seed, v4 = seed - XXH_P1;
+        do {
+            memcpy(&w, p, 8), v1 = xxh64_round(v1, LE64(w));
+            memcpy(&w, p + 8, 8), v2 = xxh64_round(v2, LE64(w));
+            memcpy(&w, p + 16, 8), v3 = xxh64_round(v3, LE64(w));
+            memcpy(&w, p + 24, 8), v4 = xxh64_round(v4, LE64(w));
+            p += 32;
+        } while (end - p >= 32);
+        h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
+        h = xxh64_merge(xxh64_merge(xxh64_merge(xxh64_merge(h, v1), v2), v3), v4);
+    } else {
+        h = seed + XXH_P5;
+    }
+    h += (uint64_t)n;
+    for (; end - p >= 8; p += 8) {
+        memcpy(&w, p, 8);
+        h ^= xxh64_round(0, LE64(w));
+        h = rotl64(h, 27) * XXH_P1 + XXH_P4;
+    }
+    if (end - p >= 4) {
+        memcpy(&half, p, 4);
+        h ^= (uint64_t)LE32(half) * XXH_P1;
+        h = rotl64(h, 23) * XXH_P2 + XXH_P3;
+        p += 4;
+    }
+    for (; p < end; p++) {
+        h ^= (uint64_t)*p * XXH_P5;
+        h = rotl64(h, 11) * XXH_P1;
+    }
+    h ^= h >> 33;
+    h *= XXH_P2;
+    h ^= h >> 29;
+    h *= XXH_P3;
+    return h ^ (h >> 32);
+}
+
+/* -- MinHash signatures (format.index.scalar.minhash) ---------------------------------------- */
+
+#define MINHASH_SEED 42
+#define SHINGLE_SEPARATOR 0x1F
+
+PyDoc_STRVAR(minhash_sign_doc,
+             "minhash_sign(data, token_ends, doc_ends, shingle, coef, out, signed) -> None: "
+             "the MinHash signature of every document (its tokens: token_ends, int64 ends in "
+             "data of each token; doc_ends, int64 ends in the tokens of each document). Each "
+             "shingle (`shingle` tokens joined with 0x1F, one of all tokens when fewer) is "
+             "hashed with XXH64 (seed 42) to x; signature[i] = (c_i * min(a_i * x + b_i)) >> 48 "
+             "(coef: uint64 a, then b, then c, k each) into out (uint16, k per document); "
+             "signed[d] (uint8) is 0 for a document without tokens.");
+
+static PyObject *minhash_sign(PyObject *self, PyObject *args)
+{
+    Py_buffer data, tends, dends, coef, out, has;
+    int shingle;
+    if (!PyArg_ParseTuple(args, "y*y*y*iy*w*w*", &data, &tends, &dends, &shingle, &coef, &out,
+                          &has))
+        return NULL;
+    Py_buffer *all[] = {&data, &tends, &dends, &coef, &out, &has};
+    PyObject *res = NULL;
+    const Py_ssize_t tokens = len64(&tends), docs = len64(&dends), k = len64(&coef) / 3;
+    if (shingle < 1 || k < 1 || coef.len != 24 * k || tends.len % 8 || dends.len % 8 ||
+        out.len != docs * k * 2 || has.len != docs) {
+        PyErr_SetString(PyExc_ValueError, "minhash_sign: bad shingle, coefficients or outputs");
+        release(6, all);
+        return NULL;
+    }
+    /* every end within the data or the tokens, never decreasing */
+    int64_t prev = 0;
+    for (Py_ssize_t t = 0; t < tokens; t++) {
+        int64_t e = at64(&tends, t);
+        if (e < prev || e > data.len) {
+            PyErr_SetString(PyExc_ValueError, "minhash_sign: token ends outside the data");
+            release(6, all);
+            return NULL;
+        }
+        prev = e;
+    }
+    prev = 0;
+    for (Py_ssize_t d = 0; d < docs; d++) {
+        int64_t e = at64(&dends, d);
+        if (e < prev || e > tokens) {
+            PyErr_SetString(PyExc_ValueError, "minhash_sign: document ends outside the tokens");
+            release(6, all);
+            return NULL;
+        }
+        prev = e;
+    }
+    uint64_t *c = PyMem_RawMalloc(24 * k);
+    uint64_t *mins = PyMem_RawMalloc(8 * k);
+    size_t room = 256;
+    uint8_t *scratch = PyMem_RawMalloc(room);
+    if (!c || !mins || !scratch) {
+        PyMem_RawFree(c), PyMem_RawFree(mins), PyMem_RawFree(scratch);
+        release(6, all);
+        return PyErr_NoMemory();
+    }
+    memcpy(c, coef.buf, 24 * k);
+    const uint64_t *a = c, *b = c + k, *cc = c + 2 * k;
+    const uint8_t *bytes = data.buf;
+    uint8_t *signed_ = has.buf;
+    char *dst = out.buf;
+    int oom = 0;
+    BEGIN_NOGIL(tokens * k)
+    int64_t first = 0;
+    for (Py_ssize_t d = 0; d < docs && !oom; d++) {
+        const int64_t last = at64(&dends, d), n = last - first;
+        if (n == 0) {
+            signed_[d] = 0;
+            memset(dst + d * k * 2, 0, k * 2);
+            continue;
+        }
+        for (Py_ssize_t i = 0; i < k; i++)
+            mins[i] = UINT64_MAX;
+        const int64_t width = n < shingle ? n : shingle, count = n - width + 1;
+        for (int64_t s = 0; s < count && !oom; s++) {
+            size_t len = 0;
+            for (int64_t t = first + s; t < first + s + width; t++) {
+                const int64_t lo = t ? at64(&tends, t - 1) : 0, hi = at64(&tends, t);
+                const size_t need = len + (size_t)(hi - lo) + 1;
+                if (need > room) {
+                    uint8_t *grown = PyMem_RawRealloc(scratch, need * 2);
+                    if (!grown) {
+                        oom = 1;
+                        break;
+                    }
+                    scratch = grown, room = need * 2;
+                }
+                if (t > first + s)
+                    scratch[len++] = SHINGLE_SEPARATOR;
+                memcpy(scratch + len, bytes + lo, (size_t)(hi - lo));
+                len += (size_t)(hi - lo);
+            }
+            const uint64_t x = xxh64_bytes(scratch, len, MINHASH_SEED);
+            for (Py_ssize_t i = 0; i < k; i++) {
+                const uint64_t v = a[i] * x + b[i];
+                mins[i] = v < mins[i] ? v : mins[i];
+            }
+        }
+        for (Py_ssize_t i = 0; i < k; i++) {
+            const uint16_t v = (uint16_t)((cc[i] * mins[i]) >> 48);
+            memcpy(dst + (d * k + i) * 2, &v, 2);
+        }
+        signed_[d] = 1;
+        first = last;
+    }
+    END_NOGIL
+    PyMem_RawFree(c), PyMem_RawFree(mins), PyMem_RawFree(scratch);
+    if (oom)
+        PyErr_NoMemory();
+    else
+        res = Py_NewRef(Py_None);
+    release(6, all);
+    return res;
+}
+
+PyDoc_STRVAR(minhash_bands_doc,
+             "minhash_bands(signatures, k, bands, out) -> None: the band keys of signatures "
+             "(uint16, k per row): band j of a row is its values j * r .. (j + 1) * r (r = k / "
+             "bands) as little-endian bytes, keyed (j << 56) | (XXH64(bytes, 42) & (2^56 - 1)) "
+             "into out (uint64, bands per row).");
+
+static PyObject *minhash_bands(PyObject *self, PyObject *args)
+{
+    Py_buffer sig, out;
+    Py_ssize_t k, bands;
+    if (!PyArg_ParseTuple(args, "y*nnw*", &sig, &k, &bands, &out))
+        return NULL;
+    Py_buffer *all[] = {&sig, &out};
+    PyObject *res = NULL;
+    if (k < 1 || bands < 1 || bands > 256 || k % bands || sig.len % (2 * k) ||
+        out.len != sig.len / (2 * k) * bands * 8) {
+        PyErr_SetString(PyExc_ValueError, "minhash_bands: bad widths or output");
+        release(2, all);
+        return NULL;
+    }
+    const Py_ssize_t rows = sig.len / (2 * k), r = k / bands;
+    uint8_t *band = PyMem_RawMalloc(2 * r);
+    if (!band) {
+        release(2, all);
+        return PyErr_NoMemory();
+    }
+    const uint8_t *src = sig.buf;
+    char *dst = out.buf;
+    BEGIN_NOGIL(rows * k)
+    for (Py_ssize_t row = 0; row < rows; row++) {
+        for (Py_ssize_t j = 0; j < bands; j++) {
+            const uint8_t *v = src + (row * k + j * r) * 2;
+            for (Py_ssize_t i = 0; i < r; i++) { /* native uint16 -> little-endian bytes */
+                uint16_t x;
+                memcpy(&x, v + 2 * i, 2);
+                band[2 * i] = (uint8_t)(x & 0xFF), band[2 * i + 1] = (uint8_t)(x >> 8);
+            }
+            const uint64_t key = ((uint64_t)j << 56) |
+                                 (xxh64_bytes(band, 2 * r, MINHASH_SEED) & 0x00FFFFFFFFFFFFFFULL);
+            memcpy(dst + (row * bands + j) * 8, &key, 8);
+        }
+    }
+    END_NOGIL
+    PyMem_RawFree(band);
+    res = Py_NewRef(Py_None);
+    release(2, all);
+    return res;
+}
+
 static const uint32_t SBBF_SALT[8] = {0x47B6137BU, 0x44974D91U, 0x8824AD5BU, 0xA2B7289DU,
                                       0x705495C7U, 0x2DF1424BU, 0x9EFC4947U, 0x5C6BFB31U};
 
@@ -3060,6 +3282,8 @@ static PyMethodDef methods[] = {
     METHOD(xxh64_fixed),
     METHOD(sbbf_fill),
     METHOD(split_words),
+    METHOD(minhash_sign),
+    METHOD(minhash_bands),
     {NULL, NULL, 0, NULL},
 };
 

@@ -11,6 +11,7 @@ from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.dataset import LanceDataset, Tags, dataset, write_dataset
 from quiver.format.dataset.distributed_indexing import Index, IndexFile
 from quiver.format.dataset.fragment import LanceFragment
+from quiver.format.dataset.minhash import MinHashQuery
 from quiver.format.dataset.operations import (
     LanceOperation,
     commit,
@@ -28,6 +29,7 @@ __all__ = [
     "LanceDataset",
     "LanceFragment",
     "LanceOperation",
+    "MinHashQuery",
     "Scanner",
     "ScannerBuilder",
     "Tags",

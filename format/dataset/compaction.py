@@ -684,6 +684,8 @@ def _remap_kind(entry: IndexEntry) -> str | None:
         return "LABEL_LIST"
     if entry.details_type.endswith("InvertedIndexDetails"):
         return "INVERTED"
+    if entry.details_type.endswith("MinHashLshIndexDetails"):
+        return "MINHASHLSH"
     kind = scalar_kind(entry)
     return None if kind == "BLOOMFILTER" else kind  # zones of addresses: never remapped
 

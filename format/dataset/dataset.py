@@ -34,6 +34,7 @@ from quiver.format.dataset.fulltext import FullTextSearch
 from quiver.format.dataset.history import version_history
 from quiver.format.dataset.hybrid import hybrid_table
 from quiver.format.dataset.merge_insert import MergeInsertBuilder
+from quiver.format.dataset.minhash import is_minhash_query, search_nearest
 from quiver.format.dataset.nearest import NearestSearch, nearest_table
 from quiver.format.dataset.ordering import OrderedScan, scan_options
 from quiver.format.dataset.refs import Branches, Tags, create_branch
@@ -317,10 +318,11 @@ class LanceDataset(_blobs.BlobMethods, SessionMethods, DistributedIndexMethods):
                 prefilter=prefilter, with_row_id=with_row_id, with_row_address=with_row_address,
                 limit=limit, offset=offset, fast_search=fast_search, autoproject=autoproject,
             )  # fmt: skip
-        if nearest is not None:
-            return NearestSearch(
+        if nearest is not None:  # a vector search, or a MinHash one
+            return search_nearest(
                 self._core, nearest, columns=columns, filter=filter, prefilter=prefilter,
                 with_row_id=with_row_id, with_row_address=with_row_address, autoproject=autoproject,
+                limit=limit, offset=offset, fast_search=fast_search,
             )  # fmt: skip
         return Scanner(
             self._core,
@@ -386,27 +388,17 @@ class LanceDataset(_blobs.BlobMethods, SessionMethods, DistributedIndexMethods):
                 with_row_address=with_row_address, prefilter=prefilter,
                 full_text_query=full_text_query, fast_search=fast_search,
             ).to_table()  # fmt: skip
-        if nearest is not None:
+        if nearest is not None and not is_minhash_query(nearest):
             return nearest_table(
-                self._core,
-                nearest,
-                columns=columns,
-                filter=filter,
-                prefilter=prefilter,
-                with_row_id=with_row_id,
-                with_row_address=with_row_address,
-                limit=limit,
+                self._core, nearest, columns=columns, filter=filter, prefilter=prefilter,
+                with_row_id=with_row_id, with_row_address=with_row_address, limit=limit,
                 offset=offset,
-            )
+            )  # fmt: skip
         return self.scanner(
-            columns,
-            filter,
-            limit,
-            offset,
-            batch_size,
-            with_row_id=with_row_id,
-            with_row_address=with_row_address,
-        ).to_table()
+            columns, filter, limit, offset, batch_size, with_row_id=with_row_id,
+            with_row_address=with_row_address, nearest=nearest, prefilter=prefilter,
+            fast_search=fast_search,
+        ).to_table()  # fmt: skip
 
     def validate(self) -> None:
         """Check this version's consistency as pylance does (CorruptFileError if not)."""

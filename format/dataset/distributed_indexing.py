@@ -129,6 +129,9 @@ def _entries(core: DatasetCore, segments: Any, what: str) -> list[IndexEntry]:
         raise InvalidInputError(f"{where}: a segment is given twice")
     if len({(e.field_ids, e.details_type) for e in entries}) != 1:
         raise InvalidInputError(f"{where}: the segments index different columns or types")
+    if entries[0].details_type.endswith("MinHashLshIndexDetails"):
+        if len({bytes(e.details) for e in entries}) != 1:  # signatures would not compare
+            raise InvalidInputError(f"{where}: MinHash segments need identical parameters")
     return entries
 
 
@@ -158,7 +161,7 @@ def merge_segments(core: DatasetCore, segments: Any) -> Index:
             core.version, covers, model=model,
         )  # fmt: skip
     else:
-        params = _indexing.inverted_params(core, first) if kind == "INVERTED" else None
+        params = _indexing.segment_params(core, kind, first)
         segment, _ = _indexing.build_segment(
             core, kind, first.field_ids[0], column, first.name, new_uuid, fragments,
             core.version, covers, params,

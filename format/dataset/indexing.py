@@ -34,6 +34,7 @@ from quiver.format.index.fts import build as _fts
 from quiver.format.index.fts.build import INVERTED_DETAILS
 from quiver.format.index.scalar import bitmap as _bitmap
 from quiver.format.index.scalar import btree as _btree
+from quiver.format.index.scalar import minhash as _minhash
 from quiver.format.index.scalar.bloom import (
     BLOOM_DETAILS,
     BLOOM_FILE,
@@ -110,6 +111,8 @@ _BUILDERS: dict[str, tuple[Any, str, tuple[str, ...]]] = {
     "BLOOMFILTER": (build_bloomfilter, BLOOM_DETAILS, (BLOOM_FILE,)),
     "LABEL_LIST": (build_label_list, LABEL_LIST_DETAILS, (_bitmap.LOOKUP_FILE,)),
     "NGRAM": (build_ngram, NGRAM_DETAILS, (POSTINGS_FILE,)),
+    # MINHASHLSH takes its MinHashParams: built in build_segment
+    "MINHASHLSH": (None, _minhash.MINHASH_DETAILS, _minhash.FILES),
 }
 
 
@@ -232,13 +235,15 @@ def build_scalar_index(
         )
     if kind not in _BUILDERS:
         raise UnsupportedFeatureError(
-            f"{core.uri}: Quiver builds BTREE, BITMAP, LABEL_LIST, ZONEMAP, BLOOMFILTER, NGRAM "
-            f"and INVERTED scalar indices, not {kind} yet"
+            f"{core.uri}: Quiver builds BTREE, BITMAP, LABEL_LIST, ZONEMAP, BLOOMFILTER, NGRAM, "
+            f"INVERTED and MINHASHLSH scalar indices, not {kind} yet"
         )
     # pylance ignores the options of NGRAM and BLOOMFILTER (its 8192 items at 0.00057 stand)
-    if options and kind not in ("INVERTED", "NGRAM", "BLOOMFILTER"):
+    if options and kind not in ("INVERTED", "NGRAM", "BLOOMFILTER", "MINHASHLSH"):
         raise InvalidInputError(f"{core.uri}: unknown {kind} index option {sorted(options)[0]!r}")
-    params = _fts.index_params(options, core.uri) if kind == "INVERTED" else None
+    params: Any = _fts.index_params(options, core.uri) if kind == "INVERTED" else None
+    if kind == "MINHASHLSH":
+        params = _minhash.MinHashParams.from_options(options, core.uri)
     # train=False: an index of no rows yet, which optimize_indices fills (as pylance's)
     field = _indexed_field(core, column)
     fragments, covers = _chosen(core, fragment_ids)
@@ -471,7 +476,7 @@ def build_segment(
     fragments: list[LanceFragment],
     dataset_version: int,
     covers: set[int] | None = None,
-    params: dict[str, Any] | None = None,
+    params: Any = None,
     previous: list[IndexEntry] | None = None,
     untrained: bool = False,
 ) -> tuple[table_pb2.IndexMetadata, str]:
@@ -496,6 +501,16 @@ def build_segment(
                 core.store, directory, values, row_ids, index_file_version(core), params, old,
                 untrained=untrained,
             )  # fmt: skip
+        elif kind == "MINHASHLSH":
+            version = index_file_version(core)
+            files = _minhash.build_minhash(
+                core.store,
+                directory,
+                values,
+                row_ids,
+                params,
+                "2.1" if version == "2.0" else version,
+            )
         elif kind == "BLOOMFILTER" and previous:
             files = build_bloomfilter(
                 core.store,
@@ -530,10 +545,13 @@ def build_segment(
 
 
 def _details_value(
-    kind: str, value_type: pa.DataType, params: dict[str, Any] | None, *, delta: bool = False
+    kind: str, value_type: pa.DataType, params: Any, *, delta: bool = False
 ) -> bytes:
     if kind == "ZONEMAP":
         return zonemap_details(value_type)
+    if kind == "MINHASHLSH":
+        assert params is not None
+        return params.details()
     if kind == "INVERTED":
         assert params is not None
         # pylance's optimize_indices records format 2 in a new segment's details whatever
@@ -595,7 +613,7 @@ def optimize_indices(
     if unsupported:
         raise UnsupportedFeatureError(
             f"{core.uri}: Quiver optimizes BTREE, BITMAP, LABEL_LIST, ZONEMAP, BLOOMFILTER, NGRAM, "
-            "INVERTED and IVF indices, not "
+            "INVERTED, MINHASHLSH and IVF indices, not "
             f"{', '.join(unsupported)} "
             "yet (name the others in index_names)"
         )
@@ -651,15 +669,17 @@ def optimize_indices(
             elif kind in ("INVERTED", "BLOOMFILTER"):
                 # pylance's way: the merged segments' partitions (zones) kept as they are,
                 # more for the rest
-                params = inverted_params(core, segments[-1]) if kind == "INVERTED" else None
+                params = segment_params(core, kind, segments[-1])
                 segment, directory = build_segment(
                     core, kind, field_id, column, name, _uuid.uuid4(),
                     [fragments[f] for f in unindexed], version, covers, params, merged,
                 )  # fmt: skip
-            else:
+            else:  # rebuilt from the rows (a MinHash segment's signatures are the same)
+                params = segment_params(core, kind, segments[-1])
                 segment, directory = build_segment(
-                    core, kind, field_id, column, name, _uuid.uuid4(), scanned, version, covers
-                )
+                    core, kind, field_id, column, name, _uuid.uuid4(), scanned, version, covers,
+                    params,
+                )  # fmt: skip
             written.append((directory, kind))
             new.append(segment)
             removed.extend(s.pb for s in merged)
@@ -682,6 +702,16 @@ def drop_index(core: DatasetCore, name: str) -> DatasetCore:
         raise IndexNotFoundError(f"{core.uri}: index {name!r} not found")
     body = transaction_pb2.Transaction.CreateIndex(removed_indices=[e.pb for e in segments])
     return commit_index_body(core, body)
+
+
+def segment_params(core: DatasetCore, kind: str, entry: IndexEntry) -> Any:
+    """What a new segment of `entry`'s index is built with: an INVERTED index's analyzer
+    parameters, a MINHASHLSH index's MinHashParams, else None."""
+    if kind == "INVERTED":
+        return inverted_params(core, entry)
+    if kind == "MINHASHLSH":
+        return _minhash.MinHashParams.from_details(entry.details, core.uri)
+    return None
 
 
 def segment_kind(entry: IndexEntry) -> str | None:

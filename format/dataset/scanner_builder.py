@@ -8,8 +8,8 @@ by a Substrait plan (`format.dataset.sql.aggregate`). Calls of pylance's that on
 own reader are checked and change nothing here (`batch_readahead`, `use_stats`,
 `query_parallelism`): Quiver reads ahead by fragments, bounded by bytes (`io_buffer_size`
 sets that bound). Calls for what Quiver lacks are refused by name when they would change the
-answer: `with_index_segments`, `row_addr_prefilter`, `minhash_search`,
-`scan_stats_callback`, and pylance's Python query objects.
+answer: `with_index_segments`, `row_addr_prefilter`, `scan_stats_callback`, and pylance's
+Python query objects.
 
 `LanceDataset.scanner` takes pylance's keywords of these calls too (`pylance_keywords`).
 """
@@ -199,8 +199,12 @@ class ScannerBuilder:
         return self
 
     def minhash_search(self, query: Any) -> ScannerBuilder:
-        self._refuse("minhash_search (MINHASHLSH indices)")
-        return self
+        """A near-duplicate search (a `MinHashQuery`) over a MINHASHLSH index."""
+        from quiver.format.dataset.minhash import is_minhash_query
+
+        if not is_minhash_query(query):
+            raise TypeError(f"minhash_search expects a MinHashQuery, got {type(query).__name__}")
+        return self._set("nearest", query)
 
     def scan_stats_callback(self, callback: Any) -> ScannerBuilder:
         self._refuse("scan_stats_callback")

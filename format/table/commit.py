@@ -335,6 +335,7 @@ _ROW_ID_INDICES = (
     "NGramIndexDetails",
     "LabelListIndexDetails",
     "VectorIndexDetails",
+    "MinHashLshIndexDetails",
 )
 
 

@@ -56,9 +56,9 @@ def check_type(kind: str, column: str, type_: pa.DataType) -> None:
     """Refuse a column an index cannot hold, as pylance refuses it: flat scalar values
     (numbers, booleans, strings, binaries, times, decimals), or for LABEL_LIST lists of
     them."""
-    if kind == "INVERTED":
+    if kind in ("INVERTED", "MINHASHLSH"):
         if not (pa.types.is_string(type_) or pa.types.is_large_string(type_)):
-            raise InvalidInputError(f"an INVERTED index needs a text column: {column!r} is {type_}")
+            raise InvalidInputError(f"an {kind} index needs a text column: {column!r} is {type_}")
         return
     if kind == "NGRAM":
         if not (

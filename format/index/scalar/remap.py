@@ -30,6 +30,7 @@ from quiver.format.index.files import IndexFile, write_index_file
 from quiver.format.index.fts.remap import remap_inverted
 from quiver.format.index.scalar import bitmap as _bitmap
 from quiver.format.index.scalar import btree as _btree
+from quiver.format.index.scalar import minhash as _minhash
 from quiver.format.index.scalar import ngram as _ngram
 from quiver.format.index.vector.remap import FILES as VECTOR_FILES
 from quiver.format.index.vector.remap import remap_vector_index
@@ -148,8 +149,8 @@ def remap_index(
     pb: table_pb2.IndexMetadata,
     amap: AddressMap,
 ) -> RemappedIndex:
-    """Write index `pb` (a "BTREE", "BITMAP", "LABEL_LIST", "NGRAM", "INVERTED" or "VECTOR"
-    (IVF) in `directory` of `store`) again with the addresses of `amap`, into a fresh
+    """Write index `pb` (a "BTREE", "BITMAP", "LABEL_LIST", "NGRAM", "INVERTED", "MINHASHLSH"
+    or "VECTOR" (IVF) in `directory` of `store`) again with the addresses of `amap`, into a fresh
     `_indices/<uuid>` beside it."""
     new_uuid = _uuid.uuid4()
     parent = directory.rsplit("/", 1)[0] if "/" in directory else ""
@@ -165,12 +166,14 @@ def remap_index(
             files = remap_inverted(store, directory, target, amap.apply)
         elif kind == "VECTOR":
             files = remap_vector_index(store, directory, target, amap.apply)
+        elif kind == "MINHASHLSH":
+            files = _minhash.remap_minhash(store, directory, target, amap.apply)
         else:
             raise LanceError(f"cannot remap a {kind} index")
     except BaseException:
         names = (
             _btree.DATA_FILE, _btree.LOOKUP_FILE, _bitmap.LOOKUP_FILE, _ngram.POSTINGS_FILE,
-            *VECTOR_FILES,
+            *VECTOR_FILES, *_minhash.FILES,
         )  # fmt: skip
         discard(store, target, names)
         raise

@@ -1,0 +1,460 @@
+"""MINHASHLSH indices as pylance 14 builds them: near-duplicate search over a text column.
+
+Every text is tokenized (the full-text analyzer, without stemming or stop words by
+default), its shingles (`shingle_size` consecutive tokens joined with 0x1F) hashed with
+XXH64 (seed 42), and its signature made of `num_hashes` 16-bit values: for permutation i,
+`(c_i * min(a_i * x + b_i)) >> 48` over the shingle hashes x, the coefficients drawn from
+SplitMix64 seeded 42 (`format/_kernels.c`: `minhash_sign`). The signature splits into
+`num_bands` bands, each keyed `(band << 56) | (XXH64(band's values) & (2^56 - 1))`
+(`minhash_bands`). A text without tokens has no signature and is never indexed or found.
+
+A segment is two files in `_indices/<uuid>/`:
+- `signatures.lance`: `_rowid` (uint64) and `signature` (fixed_size_list<uint16>[k]), one row
+  per indexed row, its row number the document id;
+- `bands.lance`: `band_key` (uint64) and `doc_id` (uint32), sorted by key then document, in
+  logical pages of 4096 rows whose largest keys a global buffer (the page table) holds.
+Both repeat the details (`MinHashLshIndexDetails`, hex) in their schema metadata. Two rows
+are candidates of each other when they share a band key; a candidate's distance is the
+fraction of signature values that differ. These are the constants and files of pylance's
+signature version 0 and index file version 0, which it checks known answers against.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from quiver.format._kernels import minhash_bands, minhash_sign
+from quiver.format.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
+from quiver.format.index.files import IndexFile, write_index_file
+from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
+from quiver.format.index.fts.build import details as tokenizer_details
+from quiver.format.io.store import ObjectStore
+from quiver.format.table.schema import LanceSchema
+
+MINHASH_DETAILS = "/lance.index.pb.MinHashLshIndexDetails"
+SIGNATURES_FILE, BANDS_FILE = "signatures.lance", "bands.lance"
+FILES = (SIGNATURES_FILE, BANDS_FILE)
+PAGE_ROWS = 4096  # band rows per logical page of bands.lance
+SIGNATURE_VERSION = 0
+INDEX_VERSION = 0
+_DETAILS_KEY, _VERSION_KEY = "minhash_lsh_details", "minhash_lsh_index_version"
+_DOCS_KEY, _PAGE_ROWS_KEY = "minhash_lsh_num_docs", "minhash_lsh_page_rows"
+_PAGE_TABLE_KEY = "minhash_lsh_page_table_buffer"
+_NO_COMPRESSION = {"lance-encoding:compression": "none"}
+_ROWS_PER_WRITE = 1 << 16
+_MASK64 = (1 << 64) - 1
+# the analyzer options pylance records for a MinHash index's tokenizer, by name
+_TOKENIZER_KEYS = (
+    "base_tokenizer",
+    "language",
+    "max_token_length",
+    "lower_case",
+    "stem",
+    "remove_stop_words",
+    "ascii_folding",
+)
+
+
+def _default_tokenizer() -> AnalyzerParams:
+    return AnalyzerParams(stem=False, remove_stop_words=False)
+
+
+@dataclass(frozen=True)
+class MinHashParams:
+    """The parameters of one MINHASHLSH index: all its signatures depend on."""
+
+    num_hashes: int = 128
+    num_bands: int = 16
+    shingle_size: int = 3
+    tokenizer: AnalyzerParams = field(default_factory=_default_tokenizer)
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any], where: str) -> MinHashParams:
+        """`create_scalar_index(..., "MINHASHLSH", **options)`: num_hashes, num_bands,
+        shingle_size and a `tokenizer` dict of the full-text options (stemming and stop
+        words off unless asked for)."""
+        unknown = sorted(set(options) - {"num_hashes", "num_bands", "shingle_size", "tokenizer"})
+        if unknown:
+            raise InvalidInputError(f"{where}: unknown MINHASHLSH index option {unknown[0]!r}")
+        tokenizer = dict(options.get("tokenizer") or {})
+        if tokenizer.get("custom_stop_words") is not None:
+            raise InvalidInputError(
+                f"{where}: a MINHASHLSH index cannot record custom_stop_words in its details"
+            )
+        bad = sorted(set(tokenizer) - set(_TOKENIZER_KEYS) - {"with_position"})
+        if bad:
+            raise InvalidInputError(f"{where}: unknown MINHASHLSH tokenizer option {bad[0]!r}")
+        defaults = _default_tokenizer()
+        doc = {k: getattr(defaults, k) for k in _TOKENIZER_KEYS} | tokenizer
+        params = cls(
+            num_hashes=_count(options.get("num_hashes", 128), "num_hashes", where),
+            num_bands=_count(options.get("num_bands", 16), "num_bands", where),
+            shingle_size=_count(options.get("shingle_size", 3), "shingle_size", where),
+            tokenizer=AnalyzerParams.from_json({**doc, "with_position": False}, where),
+        )
+        params.check(where)
+        return params
+
+    def check(self, where: str) -> None:
+        """pylance's ranges: 1 to 4096 hashes, a multiple of 1 to 256 bands."""
+        if not 1 <= self.num_hashes <= 4096:
+            raise InvalidInputError(f"{where}: num_hashes must be 1 to 4096 (num_hashes <= 4096)")
+        if not 1 <= self.num_bands <= 256:
+            raise InvalidInputError(f"{where}: num_bands must be 1 to 256")
+        if self.num_hashes % self.num_bands:
+            raise InvalidInputError(f"{where}: num_hashes must be a multiple of num_bands")
+
+    # -- details ------------------------------------------------------------------------
+    def details(self) -> bytes:
+        """The `MinHashLshIndexDetails` message (pylance's field numbers)."""
+        t = self.tokenizer
+        tokenizer = tokenizer_details(
+            {k: getattr(t, k) for k in _TOKENIZER_KEYS} | {"with_position": False}, 2
+        )
+        return (
+            _varint_field(1, self.num_hashes)
+            + _varint_field(2, self.num_bands)
+            + _varint_field(3, self.shingle_size)
+            + _key(4, 2)
+            + _varint(len(tokenizer))
+            + tokenizer
+        )
+
+    @classmethod
+    def from_details(cls, blob: bytes, where: str) -> MinHashParams:
+        """The parameters an index's details record (UnsupportedFeatureError for a
+        signature version other than 0)."""
+        try:
+            top = _message(blob)
+            inner = _message(top.get(4, [b""])[0])
+        except (IndexError, ValueError, TypeError) as e:
+            raise CorruptFileError(where, f"bad MinHashLshIndexDetails: {e}") from None
+        if top.get(5, [0])[0] != SIGNATURE_VERSION:
+            raise UnsupportedFeatureError(
+                f"{where}: MinHash signature version {top[5][0]} is not supported (0 is)"
+            )
+        tokenizer = {
+            "base_tokenizer": inner.get(1, [b"simple"])[0].decode(),
+            "language": json.loads(inner.get(2, [b'"English"'])[0]),
+            "max_token_length": inner.get(4, [None])[0],
+            "lower_case": bool(inner.get(5, [0])[0]),
+            "stem": bool(inner.get(6, [0])[0]),
+            "remove_stop_words": bool(inner.get(7, [0])[0]),
+            "ascii_folding": bool(inner.get(8, [0])[0]),
+        }
+        params = cls(
+            num_hashes=int(top.get(1, [0])[0]),
+            num_bands=int(top.get(2, [0])[0]),
+            shingle_size=int(top.get(3, [0])[0]),
+            tokenizer=AnalyzerParams.from_json(tokenizer, where),
+        )
+        params.check(where)
+        return params
+
+    # -- signing ------------------------------------------------------------------------
+    @functools.cached_property
+    def coefficients(self) -> np.ndarray:
+        """a, b and c of every permutation (uint64, k each), from SplitMix64 seeded 42."""
+        return _coefficients(self.num_hashes)
+
+    @functools.cached_property
+    def analyzer(self) -> Analyzer:
+        return Analyzer(self.tokenizer)
+
+    def sign(self, texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """(signatures: uint16 (rows, k), signed: bool per row, False without tokens)."""
+        n, k = len(texts), self.num_hashes
+        found = self.analyzer.occurrences(texts, positions=False)
+        vocabulary = pa.array(found.vocabulary, pa.large_string())
+        tokens = vocabulary.take(pa.array(found.token_ids)) if len(found.token_ids) else vocabulary
+        ends = np.frombuffer(tokens.buffers()[1], np.int64)[1 : len(tokens) + 1]
+        data = tokens.buffers()[2] or b""
+        per_doc = np.bincount(np.asarray(found.rows, np.int64), minlength=n)
+        doc_ends = np.cumsum(per_doc, dtype=np.int64)
+        out = np.empty(n * k, np.uint16)
+        signed = np.empty(n, np.uint8)
+        minhash_sign(data, ends, doc_ends, self.shingle_size, self.coefficients, out, signed)
+        return out.reshape(n, k), signed.astype(bool)
+
+    def band_keys(self, signatures: np.ndarray) -> np.ndarray:
+        """The band keys (uint64 (rows, num_bands)) of signatures (uint16 (rows, k))."""
+        keys = np.empty(len(signatures) * self.num_bands, np.uint64)
+        minhash_bands(np.ascontiguousarray(signatures), self.num_hashes, self.num_bands, keys)
+        return keys.reshape(len(signatures), self.num_bands)
+
+
+def _coefficients(k: int) -> np.ndarray:
+    state = 42
+
+    def draw() -> int:
+        nonlocal state
+        state = (state + 0x9E3779B97F4A7C15) & _MASK64
+        z = state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+        return z ^ (z >> 31)
+
+    pairs = [(draw() | 1, draw()) for _ in range(k)]
+    c = [draw() | 1 for _ in range(k)]
+    return np.array([a for a, _ in pairs] + [b for _, b in pairs] + c, dtype=np.uint64)
+
+
+def _count(value: Any, name: str, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInputError(f"{where}: {name} must be a positive integer, not {value!r}")
+    return value
+
+
+# -- protobuf wire format (the details are small; read by field number) -------------------------
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _key(number: int, wire: int) -> bytes:
+    return _varint(number << 3 | wire)
+
+
+def _varint_field(number: int, value: int) -> bytes:
+    return _key(number, 0) + _varint(value) if value else b""
+
+
+def _message(blob: bytes) -> dict[int, list[Any]]:
+    """Field number -> values (ints for varints, bytes for length-delimited fields)."""
+    out: dict[int, list[Any]] = {}
+    at = 0
+
+    def varint() -> int:
+        nonlocal at
+        value, shift = 0, 0
+        while True:
+            byte = blob[at]
+            at += 1
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return value
+            shift += 7
+            if shift > 63:
+                raise ValueError("varint too long")
+
+    while at < len(blob):
+        key = varint()
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            out.setdefault(number, []).append(varint())
+        elif wire == 2:
+            size = varint()
+            if at + size > len(blob):
+                raise ValueError("field past the end")
+            out.setdefault(number, []).append(bytes(blob[at : at + size]))
+            at += size
+        elif wire in (1, 5):
+            at += 8 if wire == 1 else 4
+        else:
+            raise ValueError(f"wire type {wire}")
+    return out
+
+
+# -- building -----------------------------------------------------------------------------------
+def _schemas(params: MinHashParams, docs: int) -> tuple[LanceSchema, LanceSchema]:
+    hex_details = params.details().hex()
+    common = {_DETAILS_KEY: hex_details, _VERSION_KEY: str(INDEX_VERSION)}
+    item = pa.field("item", pa.uint16(), nullable=False)
+    signatures = pa.schema(
+        [
+            pa.field("_rowid", pa.uint64(), nullable=False),
+            pa.field(
+                "signature",
+                pa.list_(item, params.num_hashes),
+                nullable=False,
+                metadata={"lance-encoding:structural-encoding": "fullzip", **_NO_COMPRESSION},
+            ),
+        ],
+        metadata=common,
+    )
+    bands = pa.schema(
+        [
+            pa.field("band_key", pa.uint64(), nullable=False, metadata=_NO_COMPRESSION),
+            pa.field("doc_id", pa.uint32(), nullable=False, metadata=_NO_COMPRESSION),
+        ],
+        metadata={
+            **common,
+            _DOCS_KEY: str(docs),
+            _PAGE_ROWS_KEY: str(PAGE_ROWS),
+            _PAGE_TABLE_KEY: "1",
+        },
+    )
+    return LanceSchema.from_arrow(signatures), LanceSchema.from_arrow(bands)
+
+
+def build_minhash(
+    store: ObjectStore,
+    directory: str,
+    values: pa.Array,
+    row_ids: np.ndarray,
+    params: MinHashParams,
+    version: str = "2.2",
+) -> list[tuple[str, int]]:
+    """Write one segment over `values` (text) of the rows `row_ids`; its (file, size)s."""
+    signatures, signed = params.sign(values)
+    ids = np.asarray(row_ids, np.uint64)[signed]
+    return _write_segment(store, directory, ids, signatures[signed], params, version)
+
+
+def remap_minhash(
+    store: ObjectStore, directory: str, target: str, apply: Any
+) -> list[tuple[str, int]]:
+    """The segment in `directory` written again into `target` with the row addresses
+    compaction gave its rows (`apply(addresses, where)` -> (new addresses, alive)): their
+    signatures kept, the deleted ones' dropped, the band table made again."""
+    with IndexFile(store, f"{directory}/{SIGNATURES_FILE}") as file:
+        params = MinHashParams.from_details(bytes.fromhex(file.text(_DETAILS_KEY)), file.path)
+        rows = file.read(["_rowid", "signature"])
+        version = file.version
+        where = file.path
+    values = rows.column(1).combine_chunks()
+    if values.null_count or values.values.null_count:
+        raise CorruptFileError(where, "a signature holds nulls")
+    signatures = values.values.to_numpy(zero_copy_only=False).astype(np.uint16)
+    signatures = signatures.reshape(rows.num_rows, params.num_hashes)
+    ids, alive = apply(rows.column(0).to_numpy(), where)
+    return _write_segment(store, target, ids[alive], signatures[alive], params, version)
+
+
+def _write_segment(
+    store: ObjectStore,
+    directory: str,
+    ids: np.ndarray,
+    signatures: np.ndarray,
+    params: MinHashParams,
+    version: str,
+) -> list[tuple[str, int]]:
+    """The two files of a segment of these rows (`ids`) and signatures, in this order."""
+    signatures = np.ascontiguousarray(signatures)
+    docs, bands = len(ids), params.num_bands
+    if docs >= 1 << 32:
+        raise InvalidInputError(f"{store.uri_of(directory)}: a segment holds at most 2^32 rows")
+    keys = params.band_keys(signatures).ravel()
+    doc_ids = np.repeat(np.arange(docs, dtype=np.uint32), bands)
+    order = np.lexsort((doc_ids, keys))
+    keys, doc_ids = keys[order], doc_ids[order]
+    del order
+    last = np.arange(PAGE_ROWS - 1, len(keys), PAGE_ROWS)
+    if len(keys) % PAGE_ROWS:
+        last = np.append(last, len(keys) - 1)
+    page_table = keys[last].astype("<u8").tobytes()
+    sig_schema, band_schema = _schemas(params, docs)
+    sig_arrow = sig_schema.to_arrow()
+    band_arrow = band_schema.to_arrow()
+
+    def signature_tables():  # noqa: ANN202 - a generator of tables
+        for lo in range(0, docs, _ROWS_PER_WRITE):
+            hi = min(docs, lo + _ROWS_PER_WRITE)
+            values_ = pa.array(signatures[lo:hi].ravel(), pa.uint16())
+            column = pa.FixedSizeListArray.from_arrays(values_, type=sig_arrow.field(1).type)
+            yield pa.table([pa.array(ids[lo:hi], pa.uint64()), column], schema=sig_arrow)
+
+    def band_tables():  # noqa: ANN202
+        for lo in range(0, len(keys), _ROWS_PER_WRITE * 4):
+            hi = min(len(keys), lo + _ROWS_PER_WRITE * 4)
+            arrays = [pa.array(keys[lo:hi], pa.uint64()), pa.array(doc_ids[lo:hi], pa.uint32())]
+            yield pa.table(arrays, schema=band_arrow)
+
+    sizes = [
+        (SIGNATURES_FILE, write_index_file(store, f"{directory}/{SIGNATURES_FILE}", sig_schema,
+                                           signature_tables(), version)),
+        (BANDS_FILE, write_index_file(store, f"{directory}/{BANDS_FILE}", band_schema,
+                                      band_tables(), version, buffers=[page_table])),
+    ]  # fmt: skip
+    return sizes
+
+
+# -- searching ----------------------------------------------------------------------------------
+class MinHashSegment:
+    """One open segment: its page table in memory; bands and signatures read as needed."""
+
+    def __init__(self, store: ObjectStore, directory: str, params: MinHashParams) -> None:
+        self.params = params
+        self._signatures = IndexFile(store, f"{directory}/{SIGNATURES_FILE}")
+        self._bands = IndexFile(store, f"{directory}/{BANDS_FILE}")
+        where = self._bands.path
+        try:
+            for f in (self._signatures, self._bands):
+                recorded = MinHashParams.from_details(bytes.fromhex(f.text(_DETAILS_KEY)), f.path)
+                if recorded != params:
+                    raise CorruptFileError(f.path, "its details differ from the index's")
+                if int(f.text(_VERSION_KEY)) > INDEX_VERSION:
+                    raise UnsupportedFeatureError(
+                        f"{f.path}: MinHash index file version {f.text(_VERSION_KEY)} is not "
+                        f"supported ({INDEX_VERSION} is)"
+                    )
+            self.num_docs = int(self._bands.text(_DOCS_KEY))
+            self._page_rows = int(self._bands.text(_PAGE_ROWS_KEY))
+            raw = self._bands.global_buffer(int(self._bands.text(_PAGE_TABLE_KEY)))
+            if self._page_rows < 1 or len(raw) % 8:
+                raise CorruptFileError(where, "bad page rows or page table")
+            self._page_table = np.frombuffer(raw, "<u8").astype(np.uint64).tolist()
+            rows = self._bands.num_rows
+            if len(self._page_table) != -(-rows // self._page_rows):
+                raise CorruptFileError(where, "the page table does not match the rows")
+            if self.num_docs != self._signatures.num_rows:
+                raise CorruptFileError(where, "its document count is not the signatures'")
+        except BaseException:
+            self.close()
+            raise
+
+    def candidates(self, keys: np.ndarray) -> np.ndarray:
+        """The document ids (sorted, unique) sharing any of the band `keys`."""
+        table, rows = self._page_table, self._bands.num_rows
+        found = []
+        for key in sorted({int(k) for k in keys}):
+            first = bisect.bisect_left(table, key)
+            if first == len(table):
+                continue
+            last = min(bisect.bisect_right(table, key), len(table) - 1)
+            lo, hi = first * self._page_rows, min(rows, (last + 1) * self._page_rows)
+            page = self._bands.read(["band_key", "doc_id"], lo, hi)
+            band = page.column(0).to_numpy()
+            a, b = np.searchsorted(band, key, "left"), np.searchsorted(band, key, "right")
+            found.append(page.column(1).to_numpy()[a:b])
+        if not found:
+            return np.empty(0, np.uint32)
+        docs = np.unique(np.concatenate(found))
+        if len(docs) and int(docs[-1]) >= self.num_docs:
+            raise CorruptFileError(self._bands.path, f"document id {int(docs[-1])} out of range")
+        return docs
+
+    def signatures(self, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(row ids, signatures (len, k)) of documents `docs` (sorted, unique)."""
+        if not len(docs):
+            return np.empty(0, np.uint64), np.empty((0, self.params.num_hashes), np.uint16)
+        rows = self._signatures.take(["_rowid", "signature"], docs.astype(np.uint64))
+        values = rows.column(1).combine_chunks()
+        if values.null_count or values.values.null_count:
+            raise CorruptFileError(self._signatures.path, "a signature holds nulls")
+        flat = values.values.to_numpy(zero_copy_only=False).astype(np.uint16)
+        return rows.column(0).to_numpy(), flat.reshape(len(docs), self.params.num_hashes)
+
+    def close(self) -> None:
+        for f in (getattr(self, "_signatures", None), getattr(self, "_bands", None)):
+            if f is not None:
+                f.close()
+
+
+def distances(query: np.ndarray, signatures: np.ndarray) -> np.ndarray:
+    """1 - the fraction of equal values, per row (float32), pylance's `_distance`."""
+    if not len(signatures):
+        return np.empty(0, np.float32)
+    equal = np.count_nonzero(signatures == query, axis=1).astype(np.float32)
+    return np.float32(1) - equal / np.float32(query.shape[-1])
