@@ -251,7 +251,6 @@ def test_what_quiver_lacks_is_refused_by_name(uri: str):
     refused = {
         "with_index_segments": lambda b: b.with_index_segments(["a"]),
         "row_addr_prefilter": lambda b: b.row_addr_prefilter(allowlist=b"\x00"),
-        "minhash_search": lambda b: b.minhash_search(object()),
         "scan_stats_callback": lambda b: b.scan_stats_callback(print),
         "approx_mode": lambda b: b.nearest("vec", QUERY, approx_mode="fast"),
         "search_filter": lambda b: b.filter({"search_filter": object()}),
