@@ -49,6 +49,7 @@ from quiver.format.errors import CorruptFileError, InvalidInputError, Unsupporte
 from quiver.format.index.fts import bm25
 from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
 from quiver.format.index.fts.blockmax import BlockMax, word_blocks
+from quiver.format.index.fts.build import lists_elements
 from quiver.format.index.fts.fuzzy import expand
 from quiver.format.index.fts.index import InvertedIndex, open_inverted
 from quiver.format.index.fts.phrase import indexed_match, scanned_match
@@ -175,6 +176,8 @@ def inverted_entries(core: DatasetCore) -> dict[str, list[IndexEntry]]:
     entries = indices_of(core.manifest)
     for e in entries:
         if not e.details_type.endswith(_INVERTED) or len(e.field_ids) != 1:
+            continue
+        if lists_elements(e.details):  # pylance's full-text search leaves these out too
             continue
         column = names.get(e.field_ids[0])
         if column is None:

@@ -719,6 +719,8 @@ def segment_kind(entry: IndexEntry) -> str | None:
     index), None for the others."""
     if entry.details_type == VECTOR_DETAILS:
         return VECTOR
+    if entry.details_type == INVERTED_DETAILS and _fts.lists_elements(entry.details):
+        return None  # documents of list elements: not built by Quiver
     return next((k for k, (_, d, _) in _BUILDERS.items() if d == entry.details_type), None)
 
 

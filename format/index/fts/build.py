@@ -34,6 +34,7 @@ from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
 from quiver.format.index.fts.encode import encode_positions, encode_postings
 from quiver.format.index.fts.index import readable_format
 from quiver.format.index.fts.postings import BLOCK, VARINT
+from quiver.format.index.wire import fields, varint
 from quiver.format.io.store import ObjectStore
 from quiver.format.table.schema import LanceSchema
 
@@ -122,31 +123,19 @@ def format_version(params: dict[str, Any]) -> int:
     return int(params.get("format_version", INDEX_VERSION))
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
 def details(params: dict[str, Any], version: int | None = None) -> bytes:
     """The index's `InvertedIndexDetails` protobuf (pylance's field numbers); its posting
     format is `version`, else the format of `params`."""
 
     def field(number: int, wire: int, payload: bytes) -> bytes:
-        return _varint(number << 3 | wire) + payload
+        return varint(number << 3 | wire) + payload
 
     def text(number: int, value: str) -> bytes:
         data = value.encode("utf-8")
-        return field(number, 2, _varint(len(data)) + data)
+        return field(number, 2, varint(len(data)) + data)
 
     def number(n: int, value: int) -> bytes:
-        return field(n, 0, _varint(int(value))) if value else b""
+        return field(n, 0, varint(int(value))) if value else b""
 
     out = text(1, params["base_tokenizer"]) + text(2, json.dumps(params["language"]))
     out += number(3, params["with_position"])
@@ -161,6 +150,16 @@ def details(params: dict[str, Any], version: int | None = None) -> bytes:
         + number(15, version or format_version(params))
     )
     return out
+
+
+def lists_elements(details_value: bytes) -> bool:
+    """Whether INVERTED details describe an index of list elements as documents (pylance's
+    `document_granularity=LIST_ELEMENT`, field 14), which full-text queries never use and
+    Quiver neither builds nor rewrites."""
+    try:
+        return fields(details_value).get(14, [0])[0] == 1
+    except ValueError:
+        return False
 
 
 def partition_tables(

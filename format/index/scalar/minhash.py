@@ -35,6 +35,7 @@ from quiver.format.errors import CorruptFileError, InvalidInputError, Unsupporte
 from quiver.format.index.files import IndexFile, write_index_file
 from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
 from quiver.format.index.fts.build import details as tokenizer_details
+from quiver.format.index.wire import fields, varint
 from quiver.format.io.store import ObjectStore
 from quiver.format.table.schema import LanceSchema
 
@@ -123,7 +124,7 @@ class MinHashParams:
             + _varint_field(2, self.num_bands)
             + _varint_field(3, self.shingle_size)
             + _key(4, 2)
-            + _varint(len(tokenizer))
+            + varint(len(tokenizer))
             + tokenizer
         )
 
@@ -132,8 +133,8 @@ class MinHashParams:
         """The parameters an index's details record (UnsupportedFeatureError for a
         signature version other than 0)."""
         try:
-            top = _message(blob)
-            inner = _message(top.get(4, [b""])[0])
+            top = fields(blob)
+            inner = fields(top.get(4, [b""])[0])
         except (IndexError, ValueError, TypeError) as e:
             raise CorruptFileError(where, f"bad MinHashLshIndexDetails: {e}") from None
         if top.get(5, [0])[0] != SIGNATURE_VERSION:
@@ -212,58 +213,12 @@ def _count(value: Any, name: str, where: str) -> int:
     return value
 
 
-# -- protobuf wire format (the details are small; read by field number) -------------------------
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
 def _key(number: int, wire: int) -> bytes:
-    return _varint(number << 3 | wire)
+    return varint(number << 3 | wire)
 
 
 def _varint_field(number: int, value: int) -> bytes:
-    return _key(number, 0) + _varint(value) if value else b""
-
-
-def _message(blob: bytes) -> dict[int, list[Any]]:
-    """Field number -> values (ints for varints, bytes for length-delimited fields)."""
-    out: dict[int, list[Any]] = {}
-    at = 0
-
-    def varint() -> int:
-        nonlocal at
-        value, shift = 0, 0
-        while True:
-            byte = blob[at]
-            at += 1
-            value |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                return value
-            shift += 7
-            if shift > 63:
-                raise ValueError("varint too long")
-
-    while at < len(blob):
-        key = varint()
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            out.setdefault(number, []).append(varint())
-        elif wire == 2:
-            size = varint()
-            if at + size > len(blob):
-                raise ValueError("field past the end")
-            out.setdefault(number, []).append(bytes(blob[at : at + size]))
-            at += size
-        elif wire in (1, 5):
-            at += 8 if wire == 1 else 4
-        else:
-            raise ValueError(f"wire type {wire}")
-    return out
+    return _key(number, 0) + varint(value) if value else b""
 
 
 # -- building -----------------------------------------------------------------------------------

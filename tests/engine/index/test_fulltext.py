@@ -8,6 +8,7 @@ columns, a column without an index; the analyzer against `lance.tokenize`-visibl
 from __future__ import annotations
 
 import re
+import shutil
 import warnings
 from pathlib import Path
 from typing import Any
@@ -665,3 +666,36 @@ def test_best_positions_rank_as_a_full_sort() -> None:
         k = int(rng.integers(1, min(n, 3000) + 1))
         expected = np.lexsort((np.arange(n), -weights))[:k]
         np.testing.assert_array_equal(best_positions(weights, k), expected, err_msg=f"{n} {k}")
+
+
+def test_indices_of_list_elements_are_left_to_pylance(tmp_path):
+    """pylance's `document_granularity=LIST_ELEMENT` indices take each list element as a
+    document, and its full-text search never uses them: Quiver's neither (a row index of
+    the same column answers, or the search is refused as pylance refuses it), and
+    `optimize_indices` and compaction leave them as they are rather than write them as
+    row indices."""
+    from lance.query import DocumentGranularity
+
+    tags = [["hello world", "foo"], ["bar baz", "hello hello there"], [], None] * 25
+    table = pa.table({"id": np.arange(100), "tags": pa.array(tags, pa.list_(pa.string()))})
+    only = str(tmp_path / "only.lance")
+    lance.write_dataset(table, only, max_rows_per_file=50)
+    granularity = DocumentGranularity.LIST_ELEMENT
+    lance.dataset(only).create_scalar_index("tags", "INVERTED", document_granularity=granularity)
+    with pytest.raises(InvalidInputError, match="unless an INVERTED index has been created"):
+        dataset(only).to_table(full_text_query="hello")
+    both = str(tmp_path / "both.lance")
+    shutil.copytree(only, both)
+    lance.dataset(both).create_scalar_index("tags", "INVERTED")
+    ours = dataset(both).to_table(full_text_query="hello", columns=["id"]).sort_by("id")
+    theirs = lance.dataset(both).to_table(full_text_query="hello", columns=["id"]).sort_by("id")
+    assert ours.column("id").to_pylist() == theirs.column("id").to_pylist()  # (tied scores)
+    assert np.allclose(ours.column("_score"), theirs.column("_score"), rtol=1e-4)
+    lance.write_dataset(table, only, mode="append")
+    with pytest.raises(UnsupportedFeatureError, match="tags_list_element_idx"):
+        dataset(only).optimize.optimize_indices()
+    before = {i["name"]: i["uuid"] for i in lance.dataset(only).list_indices()}
+    dataset(only).optimize.compact_files(target_rows_per_fragment=1000)
+    after = {i["name"]: i for i in lance.dataset(only).list_indices()}
+    assert after["tags_list_element_idx"]["uuid"] == before["tags_list_element_idx"]
+    assert lance.dataset(only).count_rows() == 200
