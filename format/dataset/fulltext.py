@@ -43,8 +43,8 @@ from quiver.format.dataset.fulltext_query import (
     columns_of,
     parse_query,
 )
-from quiver.format.dataset.nearest import QUERY_INDEX, RowLocator, take_answers
-from quiver.format.dataset.scan import ROW_COLUMNS, ROW_ID_FIELD, Scanner
+from quiver.format.dataset.nearest import QUERY_INDEX, RowLocator, take_answers, with_measure
+from quiver.format.dataset.scan import ROW_ID_FIELD, Scanner
 from quiver.format.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
 from quiver.format.index.fts import bm25
 from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
@@ -384,13 +384,7 @@ class FullTextSearch:
     @property
     def schema(self) -> pa.Schema:
         base = self._scanner.projected_schema
-        fields = list(base)
-        score = pa.field(SCORE, pa.float32())
-        if SCORE in self.names:
-            fields.insert(self.names.index(SCORE), score)
-        elif self.autoproject:
-            rows = [f for f in fields if f.name in ROW_COLUMNS and f.name not in self.names]
-            fields = [f for f in fields if f not in rows] + [score] + rows
+        fields = with_measure(base, self.names, SCORE, self.autoproject)
         if self.batch:
             fields.insert(0, pa.field(QUERY_INDEX, pa.int32(), nullable=False))
         return pa.schema(fields, metadata=base.metadata)

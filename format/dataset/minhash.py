@@ -25,8 +25,9 @@ from quiver.format.dataset.nearest import (
     NearestSearch,
     RowLocator,
     take_answers,
+    with_measure,
 )
-from quiver.format.dataset.scan import ROW_COLUMNS, ROW_ID_FIELD, Scanner
+from quiver.format.dataset.scan import ROW_ID_FIELD, Scanner
 from quiver.format.errors import InvalidInputError
 from quiver.format.index.scalar.minhash import (
     MINHASH_DETAILS,
@@ -146,13 +147,7 @@ class MinHashSearch:
         """The projection, `_distance` (float32) where the columns put it or after them
         (before the row id columns), as pylance's."""
         base = self._scanner.projected_schema
-        fields = list(base)
-        distance = pa.field(DISTANCE, pa.float32())
-        if DISTANCE in self.names:
-            fields.insert(self.names.index(DISTANCE), distance)
-        elif self.autoproject:
-            rows = [f for f in fields if f.name in ROW_COLUMNS and f.name not in self.names]
-            fields = [f for f in fields if f not in rows] + [distance] + rows
+        fields = with_measure(base, self.names, DISTANCE, self.autoproject)
         return pa.schema(fields, metadata=base.metadata)
 
     projected_schema = schema

@@ -276,6 +276,21 @@ class RowLocator:
         return table.take(pa.array(inverse.reshape(-1)))
 
 
+def with_measure(base: pa.Schema, names: list[str], measure: str, autoproject: bool) -> list:
+    """A search's result fields: the projection's (`base`, asked for as `names`) with the
+    float32 `measure` (`_distance`, `_score`) where the names put it, else after the
+    columns and before the row id columns they did not name; left out when not named and
+    not `autoproject` (pylance's disable_scoring_autoprojection)."""
+    fields = list(base)
+    field = pa.field(measure, pa.float32())
+    if measure in names:
+        fields.insert(names.index(measure), field)
+    elif autoproject:
+        rows = [f for f in fields if f.name in ROW_COLUMNS and f.name not in names]
+        fields = [f for f in fields if f not in rows] + [field] + rows
+    return fields
+
+
 def take_answers(
     core: DatasetCore,
     scanner: Scanner,
@@ -387,14 +402,7 @@ class NearestSearch:
     def schema(self) -> pa.Schema:
         """The schema of the result."""
         base = self._scanner.projected_schema
-        fields = list(base)
-        at = self.names.index(DISTANCE) if DISTANCE in self.names else None
-        distance = pa.field(DISTANCE, pa.float32())
-        if at is not None:
-            fields.insert(at, distance)
-        elif self.autoproject:
-            rows = [f for f in fields if f.name in ROW_COLUMNS and f.name not in self.names]
-            fields = [f for f in fields if f not in rows] + [distance] + rows
+        fields = with_measure(base, self.names, DISTANCE, self.autoproject)
         if self.query.batch:
             fields.insert(0, pa.field(QUERY_INDEX, pa.int32(), nullable=False))
         return pa.schema(fields, metadata=base.metadata)
