@@ -34,6 +34,7 @@ from quiver.format._kernels import minhash_bands, minhash_sign
 from quiver.format.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
 from quiver.format.index.files import IndexFile, write_index_file
 from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
+from quiver.format.index.fts.build import DEFAULT_PARAMS
 from quiver.format.index.fts.build import details as tokenizer_details
 from quiver.format.index.wire import fields, varint
 from quiver.format.io.store import ObjectStore
@@ -52,14 +53,8 @@ _NO_COMPRESSION = {"lance-encoding:compression": "none"}
 _ROWS_PER_WRITE = 1 << 16
 _MASK64 = (1 << 64) - 1
 # the analyzer options pylance records for a MinHash index's tokenizer, by name
-_TOKENIZER_KEYS = (
-    "base_tokenizer",
-    "language",
-    "max_token_length",
-    "lower_case",
-    "stem",
-    "remove_stop_words",
-    "ascii_folding",
+_TOKENIZER_KEYS = tuple(
+    k for k in DEFAULT_PARAMS if k not in ("with_position", "custom_stop_words")
 )
 
 
