@@ -30,7 +30,10 @@ Filters: `--queries` reads of `contains(text, needle)` (whole rare words, and fo
 of middling words) with GetFlightInfo + DoGet of every endpoint on both servers, which
 narrow them with the NGRAM index; answers checked equal. Figures as for single queries.
 
-Builds: `create_scalar_index("text", "INVERTED")` and `("text", "NGRAM")` by pylance and by
+MinHash (also alone with `--minhash`): near-duplicate searches in process, a MINHASHLSH index
+pylance built, each query a document with its last word changed; answers checked equal.
+
+Builds: `create_scalar_index("text", ...)` of INVERTED, NGRAM and MINHASHLSH by pylance and by
 Quiver's engine on copies of the data, each in a fresh process (Quiver's with the allocator
 settings `quiver serve` runs with), alternating, `--rounds` times; the ratio is pylance's
 seconds / Quiver's (above 1 Quiver builds faster).
@@ -352,17 +355,58 @@ def builds(path: Path, rounds: int, kind: str) -> None:
     print(f"{kind} build: Quiver {q:.2f} s, pylance {p:.2f} s; ratio {p / q:.2f}x", flush=True)
 
 
+def near_duplicates(path: Path, queries: int, rounds: int) -> None:
+    """MinHash searches in process on a MINHASHLSH index pylance built: each query a
+    document with its last word changed, engines alternating query by query; answers
+    checked equal."""
+    from lance.query import MinHashQuery as PylanceQuery
+
+    import quiver
+    from quiver.format.dataset import MinHashQuery
+
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        copy = Path(tmp) / "minhash.lance"
+        shutil.copytree(path, copy)
+        lance.dataset(str(copy)).create_scalar_index("text", "MINHASHLSH")
+        texts = lance.dataset(str(copy)).take(
+            np.random.default_rng(3).choice(lance.dataset(str(copy)).count_rows(), queries),
+            columns=["text"],
+        ).column(0).to_pylist()  # fmt: skip
+        asks = [t.rsplit(" ", 1)[0] + " different" for t in texts if t]
+        engines = {"quiver": quiver.dataset(str(copy)), "pylance": lance.dataset(str(copy))}
+        kinds = {"quiver": MinHashQuery, "pylance": PylanceQuery}
+        times: dict[str, list[float]] = {"quiver": [], "pylance": []}
+        for r in range(rounds):
+            for q in asks:
+                found = {}
+                for name in ("quiver", "pylance") if r % 2 == 0 else ("pylance", "quiver"):
+                    t0 = time.perf_counter()
+                    answer = engines[name].to_table(
+                        nearest=kinds[name](q, "text"), columns=["id"], limit=10
+                    )
+                    times[name].append(time.perf_counter() - t0)
+                    found[name] = answer.column("id").to_pylist()
+                assert found["quiver"] == found["pylance"], q
+    q, p = statistics.median(times["quiver"]), statistics.median(times["pylance"])
+    print(f"MinHash searches ({len(asks)} x {rounds}): Quiver {q * 1e3:.2f} ms, pylance "
+          f"{p * 1e3:.2f} ms; ratio {p / q:.2f}x", flush=True)  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--minhash", action="store_true", help="only the MINHASHLSH figures")
     args = parser.parse_args()
     path, vocabulary = corpus(args.rows)
     print(f"{args.rows:,} documents; {os.cpu_count()} cores", flush=True)
-    searches(path, vocabulary, args.queries, args.rounds)
-    builds(path, args.rounds, "INVERTED")
-    builds(path, args.rounds, "NGRAM")
+    if not args.minhash:
+        searches(path, vocabulary, args.queries, args.rounds)
+        builds(path, args.rounds, "INVERTED")
+        builds(path, args.rounds, "NGRAM")
+    builds(path, args.rounds, "MINHASHLSH")
+    near_duplicates(path, args.queries, args.rounds)
 
 
 if __name__ == "__main__":

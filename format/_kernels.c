@@ -2851,6 +2851,40 @@ static uint64_t xxh64_bytes(const uint8_t *p, size_t n, uint64_t seed)
 #define MINHASH_SEED 42
 #define SHINGLE_SEPARATOR 0x1F
 
+/* mins[i] = min(mins[i], a[i] * x + b[i]) for the k permutations: one shingle's hash folded
+ * in. 64-bit lanes want AVX-512's vpmullq / vpminuq: that build is chosen at run time where
+ * the CPU has them (AVX2 has neither, and emulates them slower than scalar code runs). */
+#define MINHASH_FOLD_BODY                                                                       \
+    for (Py_ssize_t i = 0; i < k; i++) {                                                       \
+        const uint64_t v = a[i] * x + b[i];                                                     \
+        mins[i] = v < mins[i] ? v : mins[i];                                                    \
+    }
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define MINHASH_AVX512 1
+__attribute__((target("avx512f,avx512dq"))) static void
+minhash_fold_avx512(uint64_t *restrict mins, const uint64_t *restrict a,
+                    const uint64_t *restrict b, uint64_t x, Py_ssize_t k)
+{
+    MINHASH_FOLD_BODY
+}
+#endif
+
+static void minhash_fold(uint64_t *restrict mins, const uint64_t *restrict a,
+                         const uint64_t *restrict b, uint64_t x, Py_ssize_t k)
+{
+#ifdef MINHASH_AVX512
+    static int avx512 = -1;
+    if (avx512 < 0)
+        avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+    if (avx512) {
+        minhash_fold_avx512(mins, a, b, x, k);
+        return;
+    }
+#endif
+    MINHASH_FOLD_BODY
+}
+
 PyDoc_STRVAR(minhash_sign_doc,
              "minhash_sign(data, token_ends, doc_ends, shingle, coef, out, signed) -> None: "
              "the MinHash signature of every document (its tokens: token_ends, int64 ends in "
@@ -2899,10 +2933,11 @@ static PyObject *minhash_sign(PyObject *self, PyObject *args)
     }
     uint64_t *c = PyMem_RawMalloc(24 * k);
     uint64_t *mins = PyMem_RawMalloc(8 * k);
-    size_t room = 256;
+    size_t room = 256, slots = 64;
     uint8_t *scratch = PyMem_RawMalloc(room);
-    if (!c || !mins || !scratch) {
-        PyMem_RawFree(c), PyMem_RawFree(mins), PyMem_RawFree(scratch);
+    size_t *starts = PyMem_RawMalloc(slots * sizeof(size_t));
+    if (!c || !mins || !scratch || !starts) {
+        PyMem_RawFree(c), PyMem_RawFree(mins), PyMem_RawFree(scratch), PyMem_RawFree(starts);
         release(6, all);
         return PyErr_NoMemory();
     }
@@ -2923,30 +2958,38 @@ static PyObject *minhash_sign(PyObject *self, PyObject *args)
         }
         for (Py_ssize_t i = 0; i < k; i++)
             mins[i] = UINT64_MAX;
+        /* the document's tokens once, separated by 0x1F: a shingle is then the bytes from
+         * its first token's start to its last token's end */
+        const int64_t base = first ? at64(&tends, first - 1) : 0;
+        const size_t need = (size_t)(at64(&tends, last - 1) - base) + (size_t)n;
+        if (need > room || (size_t)n + 1 > slots) {
+            uint8_t *grown = need > room ? PyMem_RawRealloc(scratch, need * 2) : scratch;
+            if (grown)
+                scratch = grown, room = need > room ? need * 2 : room;
+            size_t *more = (size_t)n + 1 > slots
+                               ? PyMem_RawRealloc(starts, ((size_t)n + 1) * 2 * sizeof(size_t))
+                               : starts;
+            if (more)
+                starts = more, slots = (size_t)n + 1 > slots ? ((size_t)n + 1) * 2 : slots;
+            if (!grown || !more) {
+                oom = 1;
+                break;
+            }
+        }
+        size_t len = 0;
+        for (int64_t t = first; t < last; t++) {
+            const int64_t lo = t ? at64(&tends, t - 1) : 0, hi = at64(&tends, t);
+            if (t > first)
+                scratch[len++] = SHINGLE_SEPARATOR;
+            starts[t - first] = len;
+            memcpy(scratch + len, bytes + lo, (size_t)(hi - lo));
+            len += (size_t)(hi - lo);
+        }
+        starts[n] = len + 1; /* past the separator a next token would have */
         const int64_t width = n < shingle ? n : shingle, count = n - width + 1;
-        for (int64_t s = 0; s < count && !oom; s++) {
-            size_t len = 0;
-            for (int64_t t = first + s; t < first + s + width; t++) {
-                const int64_t lo = t ? at64(&tends, t - 1) : 0, hi = at64(&tends, t);
-                const size_t need = len + (size_t)(hi - lo) + 1;
-                if (need > room) {
-                    uint8_t *grown = PyMem_RawRealloc(scratch, need * 2);
-                    if (!grown) {
-                        oom = 1;
-                        break;
-                    }
-                    scratch = grown, room = need * 2;
-                }
-                if (t > first + s)
-                    scratch[len++] = SHINGLE_SEPARATOR;
-                memcpy(scratch + len, bytes + lo, (size_t)(hi - lo));
-                len += (size_t)(hi - lo);
-            }
-            const uint64_t x = xxh64_bytes(scratch, len, MINHASH_SEED);
-            for (Py_ssize_t i = 0; i < k; i++) {
-                const uint64_t v = a[i] * x + b[i];
-                mins[i] = v < mins[i] ? v : mins[i];
-            }
+        for (int64_t s = 0; s < count; s++) {
+            const size_t from = starts[s], to = starts[s + width] - 1;
+            minhash_fold(mins, a, b, xxh64_bytes(scratch + from, to - from, MINHASH_SEED), k);
         }
         for (Py_ssize_t i = 0; i < k; i++) {
             const uint16_t v = (uint16_t)((cc[i] * mins[i]) >> 48);
@@ -2956,7 +2999,7 @@ static PyObject *minhash_sign(PyObject *self, PyObject *args)
         first = last;
     }
     END_NOGIL
-    PyMem_RawFree(c), PyMem_RawFree(mins), PyMem_RawFree(scratch);
+    PyMem_RawFree(c), PyMem_RawFree(mins), PyMem_RawFree(scratch), PyMem_RawFree(starts);
     if (oom)
         PyErr_NoMemory();
     else

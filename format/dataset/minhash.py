@@ -32,8 +32,8 @@ from quiver.format.errors import InvalidInputError
 from quiver.format.index.scalar.minhash import (
     MINHASH_DETAILS,
     MinHashParams,
-    MinHashSegment,
     distances,
+    search_segment,
 )
 from quiver.format.index.vector.build import untrained
 from quiver.format.table.indices import IndexEntry, indices_of
@@ -197,11 +197,7 @@ class MinHashSearch:
     ) -> tuple[np.ndarray, np.ndarray]:
         base = entry.pb.base_id if entry.pb.HasField("base_id") else None
         store, directory = self.core.resolve(entry.directory, base, relative_to_root=True)
-        segment = MinHashSegment(store, directory, self.params)
-        try:
-            row_ids, signatures = segment.signatures(segment.candidates(keys))
-        finally:
-            segment.close()
+        row_ids, signatures = search_segment(store, directory, self.params, keys)
         return row_ids.astype(np.uint64), distances(signature, signatures)
 
     def _unindexed(

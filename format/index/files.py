@@ -110,12 +110,20 @@ class IndexFile:
     def read(self, names: Sequence[str], start: int = 0, stop: int | None = None) -> pa.Table:
         """Columns `names` over rows [start, stop) as one table."""
         stop = self.num_rows if stop is None else stop
+        return self.read_ranges(names, [(start, stop)] if stop > start else [])
+
+    def read_ranges(self, names: Sequence[str], ranges: Sequence[tuple[int, int]]) -> pa.Table:
+        """Columns `names` over the sorted, disjoint row `ranges`, back to back, as one
+        table (one read of the file for all of them)."""
         fields = [self.field(n) for n in names]
         schema = pa.schema([f.to_arrow() for f in fields])
-        if stop <= start:
+        ranges = [(int(a), int(b)) for a, b in ranges if b > a]
+        if not ranges:
             return schema.empty_table()
+        start, stop = ranges[0][0], ranges[-1][1]
         try:
-            steps = list(self._reader.read(fields, [(start, stop)], batch_size=stop - start))
+            most = max(b - a for a, b in ranges)
+            steps = list(self._reader.read(fields, ranges, batch_size=most))
         except LanceError:
             raise
         except (ValueError, IndexError, OSError, EOFError) as e:

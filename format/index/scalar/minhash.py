@@ -37,6 +37,7 @@ from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
 from quiver.format.index.fts.build import DEFAULT_PARAMS
 from quiver.format.index.fts.build import details as tokenizer_details
 from quiver.format.index.wire import fields, varint
+from quiver.format.io.lru import ByteLRU
 from quiver.format.io.store import ObjectStore
 from quiver.format.table.schema import LanceSchema
 
@@ -155,14 +156,14 @@ class MinHashParams:
         return params
 
     # -- signing ------------------------------------------------------------------------
-    @functools.cached_property
+    @property
     def coefficients(self) -> np.ndarray:
         """a, b and c of every permutation (uint64, k each), from SplitMix64 seeded 42."""
         return _coefficients(self.num_hashes)
 
-    @functools.cached_property
+    @property
     def analyzer(self) -> Analyzer:
-        return Analyzer(self.tokenizer)
+        return _analyzer(self.tokenizer)
 
     def sign(self, texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         """(signatures: uint16 (rows, k), signed: bool per row, False without tokens)."""
@@ -186,6 +187,12 @@ class MinHashParams:
         return keys.reshape(len(signatures), self.num_bands)
 
 
+@functools.lru_cache(maxsize=16)
+def _analyzer(params: AnalyzerParams) -> Analyzer:
+    return Analyzer(params)
+
+
+@functools.lru_cache(maxsize=16)
 def _coefficients(k: int) -> np.ndarray:
     state = 42
 
@@ -199,7 +206,9 @@ def _coefficients(k: int) -> np.ndarray:
 
     pairs = [(draw() | 1, draw()) for _ in range(k)]
     c = [draw() | 1 for _ in range(k)]
-    return np.array([a for a, _ in pairs] + [b for _, b in pairs] + c, dtype=np.uint64)
+    out = np.array([a for a, _ in pairs] + [b for _, b in pairs] + c, dtype=np.uint64)
+    out.setflags(write=False)  # shared by every caller (cached)
+    return out
 
 
 def _count(value: Any, name: str, where: str) -> int:
@@ -262,6 +271,18 @@ def build_minhash(
     return _write_segment(store, directory, ids, signatures[signed], params, version)
 
 
+def _sorted_pairs(keys: np.ndarray, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(key, document) pairs sorted by key, then document: an unstable sort of the keys
+    (2.5x a stable one), then the runs of equal keys (copies of a text) put in order."""
+    order = np.argsort(keys)
+    keys, docs = keys[order], docs[order]
+    tied = np.flatnonzero(keys[1:] == keys[:-1])
+    if len(tied):
+        members = np.union1d(tied, tied + 1)
+        docs[members] = docs[members][np.lexsort((docs[members], keys[members]))]
+    return keys, docs
+
+
 def remap_minhash(
     store: ObjectStore, directory: str, target: str, apply: Any
 ) -> list[tuple[str, int]]:
@@ -297,9 +318,7 @@ def _write_segment(
         raise InvalidInputError(f"{store.uri_of(directory)}: a segment holds at most 2^32 rows")
     keys = params.band_keys(signatures).ravel()
     doc_ids = np.repeat(np.arange(docs, dtype=np.uint32), bands)
-    order = np.lexsort((doc_ids, keys))
-    keys, doc_ids = keys[order], doc_ids[order]
-    del order
+    keys, doc_ids = _sorted_pairs(keys, doc_ids)
     last = np.arange(PAGE_ROWS - 1, len(keys), PAGE_ROWS)
     if len(keys) % PAGE_ROWS:
         last = np.append(last, len(keys) - 1)
@@ -385,21 +404,82 @@ class MinHashSegment:
             raise CorruptFileError(self._bands.path, f"document id {int(docs[-1])} out of range")
         return docs
 
+    def load(self) -> _Loaded:
+        """The whole segment, decoded."""
+        bands = self._bands.read(["band_key", "doc_id"])
+        keys, docs = bands.column(0).to_numpy(), bands.column(1).to_numpy()
+        if len(docs) and int(docs.max()) >= self.num_docs:
+            raise CorruptFileError(self._bands.path, "a document id is out of range")
+        if len(keys) > 1 and bool(np.any(keys[1:] < keys[:-1])):
+            raise CorruptFileError(self._bands.path, "band keys are not in order")
+        row_ids, signatures = self._decoded(self._signatures.read(["_rowid", "signature"]))
+        return _Loaded(keys, docs.astype(np.uint32), row_ids.astype(np.uint64), signatures)
+
     def signatures(self, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(row ids, signatures (len, k)) of documents `docs` (sorted, unique)."""
         if not len(docs):
             return np.empty(0, np.uint64), np.empty((0, self.params.num_hashes), np.uint16)
         rows = self._signatures.take(["_rowid", "signature"], docs.astype(np.uint64))
+        return self._decoded(rows)
+
+    def _decoded(self, rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
         values = rows.column(1).combine_chunks()
         if values.null_count or values.values.null_count:
             raise CorruptFileError(self._signatures.path, "a signature holds nulls")
         flat = values.values.to_numpy(zero_copy_only=False).astype(np.uint16)
-        return rows.column(0).to_numpy(), flat.reshape(len(docs), self.params.num_hashes)
+        return rows.column(0).to_numpy(), flat.reshape(rows.num_rows, self.params.num_hashes)
 
     def close(self) -> None:
         for f in (getattr(self, "_signatures", None), getattr(self, "_bands", None)):
             if f is not None:
                 f.close()
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    """A whole segment decoded: its band table and its signature table."""
+
+    keys: np.ndarray  # uint64, ascending
+    docs: np.ndarray  # uint32, the document of each key
+    row_ids: np.ndarray  # uint64 per document
+    signatures: np.ndarray  # uint16 (documents, num_hashes)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.keys, self.docs, self.row_ids, self.signatures))
+
+    def candidates(self, keys: np.ndarray) -> np.ndarray:
+        wanted = np.unique(np.asarray(keys, np.uint64))
+        lo = np.searchsorted(self.keys, wanted, "left")
+        hi = np.searchsorted(self.keys, wanted, "right")
+        found = [self.docs[a:b] for a, b in zip(lo.tolist(), hi.tolist(), strict=True) if b > a]
+        return np.unique(np.concatenate(found)) if found else np.empty(0, np.uint32)
+
+
+# Segments held decoded once searched (they are never rewritten: keyed by directory), each up
+# to half the budget; a larger one is read page by page at every search. A segment takes
+# 12 bytes per band and 8 + 2 per hash per document: 456 bytes at the defaults.
+LOADED: ByteLRU[_Loaded] = ByteLRU(128 << 20)
+
+
+def search_segment(
+    store: ObjectStore, directory: str, params: MinHashParams, keys: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(row ids, signatures) of the documents of a segment sharing a band key in `keys`."""
+    cache_key = (store.uri_of(directory), params.details())
+    loaded = LOADED.get(cache_key)
+    if loaded is None:
+        segment = MinHashSegment(store, directory, params)
+        try:
+            per_doc = 12 * params.num_bands + 8 + 2 * params.num_hashes
+            if segment.num_docs * per_doc > LOADED.max_bytes // 2:
+                return segment.signatures(segment.candidates(keys))
+            loaded = segment.load()
+        finally:
+            segment.close()
+        LOADED.put(cache_key, loaded, loaded.nbytes)
+    docs = loaded.candidates(keys)
+    return loaded.row_ids[docs], loaded.signatures[docs]
 
 
 def distances(query: np.ndarray, signatures: np.ndarray) -> np.ndarray:
