@@ -385,24 +385,36 @@ class MinHashSegment:
 
     def candidates(self, keys: np.ndarray) -> np.ndarray:
         """The document ids (sorted, unique) sharing any of the band `keys`."""
-        table, rows = self._page_table, self._bands.num_rows
+        table = self._page_table
         found = []
         for key in sorted({int(k) for k in keys}):
             first = bisect.bisect_left(table, key)
             if first == len(table):
                 continue
             last = min(bisect.bisect_right(table, key), len(table) - 1)
-            lo, hi = first * self._page_rows, min(rows, (last + 1) * self._page_rows)
-            page = self._bands.read(["band_key", "doc_id"], lo, hi)
-            band = page.column(0).to_numpy()
-            a, b = np.searchsorted(band, key, "left"), np.searchsorted(band, key, "right")
-            found.append(page.column(1).to_numpy()[a:b])
+            for page in range(first, last + 1):
+                band, docs = self._page(page)
+                a, b = np.searchsorted(band, key, "left"), np.searchsorted(band, key, "right")
+                found.append(docs[a:b])
         if not found:
             return np.empty(0, np.uint32)
         docs = np.unique(np.concatenate(found))
         if len(docs) and int(docs[-1]) >= self.num_docs:
             raise CorruptFileError(self._bands.path, f"document id {int(docs[-1])} out of range")
         return docs
+
+    def _page(self, page: int) -> tuple[np.ndarray, np.ndarray]:
+        """(band keys, documents) of one logical page of the band table, decoded (held in
+        PAGES for the next searches, as pylance's page cache holds them)."""
+        key = (self._bands.path, page)  # index files are never rewritten in place
+        held = PAGES.get(key)
+        if held is None:
+            lo = page * self._page_rows
+            hi = min(self._bands.num_rows, lo + self._page_rows)  # the last page is short
+            rows = self._bands.read(["band_key", "doc_id"], lo, hi)
+            held = (rows.column(0).to_numpy(), rows.column(1).to_numpy())
+            PAGES.put(key, held, held[0].nbytes + held[1].nbytes)
+        return held
 
     def load(self) -> _Loaded:
         """The whole segment, decoded."""
@@ -460,6 +472,8 @@ class _Loaded:
 # to half the budget; a larger one is read page by page at every search. A segment takes
 # 12 bytes per band and 8 + 2 per hash per document: 456 bytes at the defaults.
 LOADED: ByteLRU[_Loaded] = ByteLRU(128 << 20)
+# Pages of the band tables of larger segments, decoded (48 KiB each at 4096 rows).
+PAGES: ByteLRU[tuple[np.ndarray, np.ndarray]] = ByteLRU(64 << 20)
 
 
 def search_segment(

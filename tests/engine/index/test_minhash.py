@@ -243,3 +243,18 @@ def test_segments_built_apart_merge_and_commit_in_either_engine(tmp_path: Path):
                 query = MinHashQuery(q, "text") if reader is dataset else PylanceQuery(q, "text")
                 got = reader(path).to_table(nearest=query, limit=5)
                 assert_same_table(got, want, f"{engine.__module__} segments, {q!r}")
+
+
+def test_a_segment_too_big_to_hold_is_searched_page_by_page(tmp_path: Path, monkeypatch):
+    """Segments over half the cache are read a band page at a time (the pages held in
+    their own cache): the same answers as a segment held whole."""
+    from quiver.format.index.scalar import minhash as index_module
+
+    ours, _, texts = _twins(tmp_path)
+    queries = [t for t in texts[:300:29] if t]
+    whole = [dataset(ours).to_table(nearest=MinHashQuery(q, "text")) for q in queries]
+    monkeypatch.setattr(index_module, "LOADED", index_module.ByteLRU(0))
+    monkeypatch.setattr(index_module, "PAGES", index_module.ByteLRU(1 << 20))
+    for q, want in zip(queries, whole, strict=True):
+        assert_same_table(dataset(ours).to_table(nearest=MinHashQuery(q, "text")), want, q)
+    assert index_module.PAGES.nbytes > 0
