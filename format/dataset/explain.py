@@ -53,9 +53,11 @@ def explain(
     offset, limit = window or (scan._offset, scan._limit)
     if offset or limit is not None:
         lines.append(f"  offset {offset}, limit {limit}")
+    step = scan._read_step()
+    decoded = f" (decoded {step:,} rows at a time)" if step > scan._batch_size else ""
     lines.append(
-        f"  batches of up to {scan._batch_size:,} rows, {scan._fragment_readahead} fragments "
-        "decoded ahead"
+        f"  batches of up to {scan._batch_size:,} rows{decoded}, {scan._fragment_readahead} "
+        "fragments decoded ahead"
     )
     if verbose:
         lines.append(f"  fragment ids: {[f.fragment_id for f in frags]}")
