@@ -32,6 +32,7 @@ import pyarrow as pa
 
 from quiver.format._kernels import minhash_bands, minhash_sign
 from quiver.format.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
+from quiver.format.file.parallel import map_parallel
 from quiver.format.index.files import IndexFile, write_index_file
 from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
 from quiver.format.index.fts.build import DEFAULT_PARAMS
@@ -271,6 +272,21 @@ def build_minhash(
     return _write_segment(store, directory, ids, signatures[signed], params, version)
 
 
+def _band_table(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The band table of band keys (documents, bands): (key, document) pairs by key, then
+    document. Band j's keys all start with byte j, so the table is each band's pairs sorted
+    apart, band after band: sorts of a band's column, on every core (16 M keys of 1 M
+    documents: 1.8 s sorted at once, one core)."""
+    docs = np.arange(len(keys), dtype=np.uint32)
+    parts = map_parallel(
+        lambda j: _sorted_pairs(np.ascontiguousarray(keys[:, j]), docs.copy()),
+        list(range(keys.shape[1])),
+    )
+    if not parts:
+        return np.empty(0, np.uint64), np.empty(0, np.uint32)
+    return np.concatenate([k for k, _ in parts]), np.concatenate([d for _, d in parts])
+
+
 def _sorted_pairs(keys: np.ndarray, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(key, document) pairs sorted by key, then document: an unstable sort of the keys
     (2.5x a stable one), then the runs of equal keys (copies of a text) put in order."""
@@ -313,12 +329,10 @@ def _write_segment(
 ) -> list[tuple[str, int]]:
     """The two files of a segment of these rows (`ids`) and signatures, in this order."""
     signatures = np.ascontiguousarray(signatures)
-    docs, bands = len(ids), params.num_bands
+    docs = len(ids)
     if docs >= 1 << 32:
         raise InvalidInputError(f"{store.uri_of(directory)}: a segment holds at most 2^32 rows")
-    keys = params.band_keys(signatures).ravel()
-    doc_ids = np.repeat(np.arange(docs, dtype=np.uint32), bands)
-    keys, doc_ids = _sorted_pairs(keys, doc_ids)
+    keys, doc_ids = _band_table(params.band_keys(signatures))
     last = np.arange(PAGE_ROWS - 1, len(keys), PAGE_ROWS)
     if len(keys) % PAGE_ROWS:
         last = np.append(last, len(keys) - 1)
