@@ -43,7 +43,12 @@ from quiver.format.dataset.fulltext_query import (
     columns_of,
     parse_query,
 )
-from quiver.format.dataset.nearest import QUERY_INDEX, RowLocator, take_answers, with_measure
+from quiver.format.dataset.nearest import (
+    QUERY_INDEX,
+    LocatedSearch,
+    take_answers,
+    with_measure,
+)
 from quiver.format.dataset.scan import ROW_ID_FIELD, Scanner
 from quiver.format.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
 from quiver.format.index.fts import bm25
@@ -319,7 +324,7 @@ def _score(
     return ids[keep], scores[keep]
 
 
-class FullTextSearch:
+class FullTextSearch(LocatedSearch):
     """One planned full-text search over a dataset version."""
 
     def __init__(
@@ -378,7 +383,6 @@ class FullTextSearch:
             kind = core.lance_schema.field(c).to_arrow().type  # ColumnNotFoundError names it
             if not pa.types.is_string(kind) and not pa.types.is_large_string(kind):
                 raise InvalidInputError(f"{core.uri}: column {c!r} does not hold text")
-        self._locator: RowLocator | None = None
 
     # -- schema ---------------------------------------------------------------------------
     @property
@@ -390,12 +394,6 @@ class FullTextSearch:
         return pa.schema(fields, metadata=base.metadata)
 
     projected_schema = schema
-
-    @property
-    def locator(self) -> RowLocator:
-        if self._locator is None:
-            self._locator = RowLocator(self.core, self._fragments)
-        return self._locator
 
     # -- searching ------------------------------------------------------------------------
     def _rows(

@@ -22,8 +22,8 @@ import pyarrow as pa
 from quiver.format.dataset.fragment import LanceFragment, fragments_of
 from quiver.format.dataset.nearest import (
     DISTANCE,
+    LocatedSearch,
     NearestSearch,
-    RowLocator,
     take_answers,
     with_measure,
 )
@@ -87,7 +87,7 @@ def minhash_entries(core: DatasetCore, column: str) -> list[IndexEntry]:
     return [e for e in entries if e.name == first]
 
 
-class MinHashSearch:
+class MinHashSearch(LocatedSearch):
     """One planned MinHash search over a dataset version."""
 
     def __init__(
@@ -139,7 +139,6 @@ class MinHashSearch:
             with_row_id=with_row_id,
             with_row_address=with_row_address,
         )
-        self._locator: RowLocator | None = None
 
     # -- schema ---------------------------------------------------------------------------
     @property
@@ -151,12 +150,6 @@ class MinHashSearch:
         return pa.schema(fields, metadata=base.metadata)
 
     projected_schema = schema
-
-    @property
-    def locator(self) -> RowLocator:
-        if self._locator is None:
-            self._locator = RowLocator(self.core, self._fragments)
-        return self._locator
 
     # -- searching ------------------------------------------------------------------------
     def candidates(self) -> tuple[np.ndarray, np.ndarray]:

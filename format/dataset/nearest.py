@@ -15,6 +15,7 @@ to k rows per query, in query order, each query's rows by distance, then row id.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -340,7 +341,19 @@ def _open(core: DatasetCore, entry: IndexEntry) -> VectorIndex:
     return open_vector_index(store, directory, entry.uuid, entry.name)
 
 
-class NearestSearch:
+class LocatedSearch:
+    """A search of `core` over `_fragments` whose answers are row ids: `locator` says where
+    they live (made on first use, once)."""
+
+    core: DatasetCore
+    _fragments: Sequence[LanceFragment]
+
+    @functools.cached_property
+    def locator(self) -> RowLocator:
+        return RowLocator(self.core, self._fragments)
+
+
+class NearestSearch(LocatedSearch):
     """One planned search: query, filter and projection over a dataset version."""
 
     def __init__(
@@ -395,7 +408,6 @@ class NearestSearch:
         if self.indices and self.query.metric not in (None, self.indices[0].metric):
             self.indices, self.entries = [], []  # another metric: pylance searches exactly
         self.metric = self.indices[0].metric if self.indices else self.query.metric or "l2"
-        self._locator: RowLocator | None = None
 
     # -- schema ---------------------------------------------------------------------------
     @property
@@ -408,12 +420,6 @@ class NearestSearch:
         return pa.schema(fields, metadata=base.metadata)
 
     # -- execution ------------------------------------------------------------------------
-    @property
-    def locator(self) -> RowLocator:
-        if self._locator is None:
-            self._locator = RowLocator(self.core, self._fragments)
-        return self._locator
-
     def _scan(self, fragments: Sequence[LanceFragment], columns: list[str], filtered: bool):
         return Scanner(
             self.core,
