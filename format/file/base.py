@@ -147,6 +147,42 @@ def column_map(
     return out
 
 
+@dataclass(frozen=True)
+class ListBytes:
+    """Rows of a list-of-binary column: every value's bytes back to back, where each value
+    starts (one more offset than values), and where each row's values start (one more
+    than rows)."""
+
+    data: np.ndarray  # uint8
+    value_offsets: np.ndarray  # int64
+    row_values: np.ndarray  # int64
+
+    def row(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Row i's values: their bytes back to back and their offsets from 0."""
+        a, b = int(self.row_values[i]), int(self.row_values[i + 1])
+        offsets = self.value_offsets[a : b + 1]
+        first = int(offsets[0])
+        return self.data[first : int(offsets[-1])], offsets - first
+
+    @staticmethod
+    def of(column: pa.Array | pa.ChunkedArray) -> ListBytes:
+        """The flat form of an Arrow list-of-binary column (a null row holds no values)."""
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks()
+        lists = column.cast(pa.large_list(pa.large_binary()))
+        if lists.null_count:  # a null row's offsets may span values: rebuild it empty
+            rows = [x if x is not None else [] for x in lists.to_pylist()]
+            lists = pa.array(rows, pa.large_list(pa.large_binary()))
+        row_values = np.frombuffer(lists.buffers()[1], np.int64, len(lists) + 1, lists.offset * 8)
+        values = lists.values
+        value_offsets = np.frombuffer(
+            values.buffers()[1], np.int64, len(values) + 1, values.offset * 8
+        )
+        data_buffer = values.buffers()[2]
+        data = np.frombuffer(data_buffer, np.uint8) if data_buffer else np.zeros(0, np.uint8)
+        return ListBytes(data, value_offsets.astype(np.int64), row_values.astype(np.int64))
+
+
 class DataFileReader(ABC):
     """Reads columns of one data file.
 
@@ -179,6 +215,11 @@ class DataFileReader(ABC):
         """The page starts of the row-aligned columns `fields` read, for `page_aligned_ranges`
         (none where the format has no such pages or they are not known cheaply)."""
         return []
+
+    def take_list_bytes(self, field: LanceField, indices: np.ndarray) -> ListBytes | None:
+        """Rows at sorted, unique `indices` of a list-of-binary `field` as flat bytes, where
+        the reader has a lean way to (an index's posting lists); None: take them as lists."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release any open handle."""

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from quiver.format.errors import CorruptFileError, LanceError, UnsupportedFeatureError
-from quiver.format.file.base import DataFileReader
+from quiver.format.file.base import DataFileReader, ListBytes
 from quiver.format.file.container import V2Container
 from quiver.format.file.v20.writer import V2FileWriter
 from quiver.format.file.v21.writer import StructuralFileWriter
@@ -138,6 +138,15 @@ class IndexFile:
         schema = pa.schema([f.to_arrow() for f in fields])
         arrays = self._reader.take(fields, np.asarray(rows, dtype=np.uint64))
         return pa.Table.from_arrays(arrays, schema=schema)
+
+    def take_list_bytes(self, name: str, rows: np.ndarray) -> ListBytes:
+        """A list-of-binary column `name` at sorted, unique row positions, as flat bytes
+        (read lean where the file's pages allow, else taken as Arrow lists)."""
+        rows = np.asarray(rows, dtype=np.uint64)
+        found = self._reader.take_list_bytes(self.field(name), rows)
+        if found is None:
+            found = ListBytes.of(self.take([name], rows).column(0))
+        return found
 
     def close(self) -> None:
         """Release the file."""

@@ -32,6 +32,7 @@ from quiver.format.file.base import (
     DECODE_ERRORS,
     DEFAULT_BATCH_SIZE,
     DataFileReader,
+    ListBytes,
     check_read_args,
     checked_take_indices,
     column_map,
@@ -45,6 +46,7 @@ from quiver.format.file.v21 import unravel as uv
 from quiver.format.file.v21.blob import decode_blob
 from quiver.format.file.v21.constant import decode_constant
 from quiver.format.file.v21.fullzip import decode_fullzip
+from quiver.format.file.v21.list_bytes import PageShape, page_shape, take_list_bytes
 from quiver.format.file.v21.miniblock import decode_miniblock
 from quiver.format.file.v21.page import DecodedPage, PageWhere
 from quiver.format.file.v21.steps import MiniBlockSteps
@@ -118,6 +120,7 @@ class _Column:
     indexes: dict[int, MiniBlockIndex] = field(default_factory=dict)  # mini-block pages
     # mini-block pages' prepared readers of runs of rows (None: not preparable)
     steps: dict[int, MiniBlockSteps | None] = field(default_factory=dict)
+    shapes: list[PageShape] | None = None  # pages' `list_bytes.page_shape`, once asked
 
     @cached_property
     def starts(self) -> list[int]:
@@ -289,6 +292,36 @@ class StructuralFileReader(DataFileReader):
         for i, arr in zip(owners, results, strict=True):
             pieces[i].append(arr)
         return self._merge(plan, [_concat(p, c) for p, c in zip(pieces, cols, strict=True)])
+
+    def take_list_bytes(self, field: LanceField, indices: np.ndarray) -> ListBytes | None:
+        """Rows at sorted, unique `indices` of a list-of-binary `field` as flat bytes
+        (`list_bytes.take_list_bytes`: an index's posting lists); None when the field is
+        not one, or is stored in pages that lean take does not read."""
+        idx = checked_take_indices(self.path, indices, self.num_rows)
+        binary = (pa.types.is_binary, pa.types.is_large_binary)
+        if (
+            self.version == "2.3"
+            or not len(idx)
+            or field.logical_type not in ("list", "large_list")
+            or len(field.children) != 1
+            or field.children[0].children
+            or not any(test(field.children[0].arrow_type) for test in binary)
+        ):
+            return None
+        ((_, cols),) = self._plan([field])
+        if len(cols) != 1:
+            return None
+        col = cols[0]
+        with self._guard(col.where):
+            if col.shapes is None:
+                col.shapes = [page_shape(self._layout(col, k)) for k in range(len(col.info.pages))]
+            pages = [
+                (shape, list(page.buffers), page.length)
+                for shape, page in zip(col.shapes, col.info.pages, strict=True)
+            ]
+            return take_list_bytes(
+                pages, col.info.page_starts, idx, self._container.read_ranges, self.path
+            )
 
     def _taken_columns(self, fields: Sequence[LanceField]) -> list[pa.Array] | None:
         """The whole decoded columns of `fields` when every one is a fixed-width leaf

@@ -31,10 +31,10 @@ from quiver.format.index.fts.postings import (
     FIXED32,
     VARINT,
     block_scores,
+    checked_blocks,
     decode_blocks,
     decode_positions,
     decode_positions_v1,
-    posting_blocks,
 )
 from quiver.format.io.lru import ByteLRU, OpenOnce
 from quiver.format.io.store import ObjectStore
@@ -113,13 +113,10 @@ class Partition:
         wanted = sorted({t for t in token_ids if t not in found})
         if wanted:
             with self.lock:  # one reader per file: its page caches are not shared safely
-                table = self.invert.take(["_posting"], np.array(wanted, np.uint64))
-            column = table.column(0)
+                rows = self.invert.take_list_bytes("_posting", np.array(wanted, np.uint64))
             where = self.invert.path
             for i, tid in enumerate(wanted):
-                cell = column[i]
-                blobs = cell.values if cell.is_valid else []
-                data, offsets = posting_blocks(blobs, int(self.df[tid]), where)
+                data, offsets = checked_blocks(*rows.row(i), int(self.df[tid]), where)
                 read = (np.array(data), offsets, block_scores(data, offsets, where))
                 cache_arrays(BLOCKS, (where, tid), read)
                 found[tid] = read

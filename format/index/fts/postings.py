@@ -74,11 +74,19 @@ def posting_blocks(
     """A token's blocks back to back (uint8, a view of what was read) and their offsets
     (int64, one more, from 0), checked to be as many as its `length` documents fill."""
     data, offsets = _blocks(blobs)
+    if int(offsets[0]):
+        data, offsets = data[offsets[0] : offsets[-1]], offsets - offsets[0]
+    return checked_blocks(data, offsets, length, where)
+
+
+def checked_blocks(
+    data: np.ndarray, offsets: np.ndarray, length: int, where: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """A token's blocks back to back and their offsets from 0, checked to be as many as its
+    `length` documents fill."""
     full, rest = divmod(length, BLOCK)
     if len(offsets) - 1 != full + (1 if rest else 0):
         raise CorruptFileError(where, f"{len(offsets) - 1} posting blocks for {length} documents")
-    if int(offsets[0]):
-        data, offsets = data[offsets[0] : offsets[-1]], offsets - offsets[0]
     return data, offsets
 
 
