@@ -1,6 +1,7 @@
 """Full-text search benchmark: Quiver against a Flight server over pylance's search.
 
     .venv/bin/python -m benchmarks.fulltext [--rows 1000000] [--queries 200] [--rounds 3]
+        [--searches | --minhash]
 
 A corpus of short documents (10 words each, drawn from a 50,000-word vocabulary with
 Zipf frequencies) is written by pylance, with an INVERTED and an NGRAM index pylance builds.
@@ -398,11 +399,16 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--minhash", action="store_true", help="only the MINHASHLSH figures")
+    parser.add_argument(
+        "--searches", action="store_true", help="only the searches and filters over Flight"
+    )
     args = parser.parse_args()
     path, vocabulary = corpus(args.rows)
     print(f"{args.rows:,} documents; {os.cpu_count()} cores", flush=True)
     if not args.minhash:
         searches(path, vocabulary, args.queries, args.rounds)
+        if args.searches:
+            return
         builds(path, args.rounds, "INVERTED")
         builds(path, args.rounds, "NGRAM")
     builds(path, args.rounds, "MINHASHLSH")

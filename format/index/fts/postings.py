@@ -39,21 +39,24 @@ def unpack4x(words: np.ndarray, bits: int) -> np.ndarray:
     return out
 
 
-def _varints(blob: bytes, at: int, count: int, where: str) -> tuple[list[int], int]:
-    out = []
-    for _ in range(count):
-        value = shift = 0
-        while True:
-            if at >= len(blob):
-                raise CorruptFileError(where, "posting block ends inside a number")
-            byte = blob[at]
-            at += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                break
-            shift += 7
-        out.append(value)
-    return out, at
+def read_varints(data: np.ndarray, count: int, where: str) -> tuple[np.ndarray, int]:
+    """The first `count` LEB128 numbers of `data` (uint8; each at most 35 bits) as uint64,
+    and the bytes they take; vectorised, as a tail block holds up to 254 of them."""
+    if count == 0:
+        return np.zeros(0, np.uint64), 0
+    ends = np.flatnonzero(data < 0x80)[:count]
+    if len(ends) < count:
+        raise CorruptFileError(where, "posting block ends inside a number")
+    used = int(ends[-1]) + 1
+    starts = np.empty(count, np.int64)
+    starts[0] = 0
+    starts[1:] = ends[:-1] + 1
+    if int((ends - starts).max()) > 4:
+        raise CorruptFileError(where, "posting block holds a number of more than 35 bits")
+    group = np.repeat(np.arange(count), ends - starts + 1)
+    shift = (np.arange(used) - starts[group]) * 7
+    parts = (data[:used] & 0x7F).astype(np.uint64) << shift.astype(np.uint64)
+    return np.add.reduceat(parts, starts), used
 
 
 def decode_postings(
@@ -141,12 +144,12 @@ def _tail(blob: bytes, rest: int, codec: str, where: str) -> tuple[np.ndarray, n
         if len(blob) != 4 + 8 * rest:
             raise CorruptFileError(where, "posting tail block of the wrong size")
         return np.frombuffer(blob, "<u4", rest, 4), np.frombuffer(blob, "<u4", rest, 4 + 4 * rest)
-    deltas, at = _varints(blob, 4, rest, where)
-    counts, at = _varints(blob, at, rest, where)
-    if at != len(blob):
+    data = np.frombuffer(blob, np.uint8)
+    deltas, used = read_varints(data[4:], rest, where)
+    counts, more = read_varints(data[4 + used :], rest, where)
+    if 4 + used + more != len(blob):
         raise CorruptFileError(where, "posting tail block longer than its numbers")
-    ids = np.cumsum(np.array(deltas, np.uint64)).astype(np.uint32)
-    return ids, np.array(counts, np.uint32)
+    return np.cumsum(deltas).astype(np.uint32), counts.astype(np.uint32)
 
 
 def _blocks(
@@ -211,11 +214,12 @@ def decode_positions(
             words = np.frombuffer(stream, "<u4", 4 * bits, at + 1).reshape(1, -1)
             groups.append(unpack4x(words, bits)[0])
             at += 1 + 16 * bits
-        rest, at = _varints(stream, at, count % BLOCK, where)
-        if at != end:
+        segment = np.frombuffer(stream, np.uint8, end - at, at)
+        rest, used = read_varints(segment, count % BLOCK, where)
+        if at + used != end:
             raise CorruptFileError(where, "a position segment has bytes left over")
         out.extend(groups)
-        out.append(np.array(rest, np.uint32))
+        out.append(rest.astype(np.uint32))
     deltas = np.concatenate(out) if out else np.zeros(0, np.uint32)
     if len(deltas) != total:
         raise CorruptFileError(where, f"{len(deltas)} positions for {total} occurrences")

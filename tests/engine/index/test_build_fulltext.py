@@ -348,6 +348,38 @@ def test_malformed_posting_blocks_are_refused() -> None:
             decode_postings([blobs[0], bad, blobs[2]], n, VARINT, "part_0_invert.lance")
 
 
+def test_tail_blocks_decode_every_width_and_refuse_damage() -> None:
+    """The partial last block's LEB128 ids and frequencies (one to five bytes each) decode
+    to what was encoded; one cut inside a number, with a byte left over, or holding a
+    number wider than 35 bits is refused by name."""
+    import numpy as np
+
+    from quiver.format.errors import CorruptFileError
+    from quiver.format.index.fts.encode import encode_postings
+    from quiver.format.index.fts.postings import VARINT, decode_postings, read_varints
+
+    rng = np.random.default_rng(3)
+    n = 2 * 128 + 77
+    docs = np.cumsum(rng.choice([1, 200, 40_000, 3_000_000, 300_000_000], n)).astype(np.uint32)
+    freqs = rng.choice([1, 130, 20_000, 4_000_000], n)
+    column, _ = encode_postings(np.array([0, n]), docs, freqs, np.ones(n, np.float32))
+    blobs = column[0].as_py()
+    ids, counts = decode_postings(blobs, n, VARINT, "part_0_invert.lance")
+    np.testing.assert_array_equal(ids, docs)
+    np.testing.assert_array_equal(counts, freqs)
+    tail = blobs[-1]
+    for bad, problem in (
+        (tail[:-1] + bytes([tail[-1] | 0x80]), "ends inside a number"),
+        (tail + b"\x01", "longer than its numbers"),
+    ):
+        with pytest.raises(CorruptFileError, match=rf"part_0_invert.lance.*{problem}"):
+            decode_postings([*blobs[:-1], bad], n, VARINT, "part_0_invert.lance")
+    with pytest.raises(CorruptFileError, match="more than 35 bits"):
+        read_varints(np.array([0x80] * 5 + [1], np.uint8), 1, "f")
+    values, used = read_varints(np.array([5, 0xFF, 0x7F, 0], np.uint8), 2, "f")
+    assert values.tolist() == [5, 16383] and used == 3
+
+
 def test_pylance_phrase_queries_on_quiver_positions(tmp_path: Path) -> None:
     """Positions Quiver writes are the ones pylance writes: pylance answers phrase queries
     (slop 0 to 2) on Quiver's index as on its own, after an append and optimize too, and

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 from fulltext_corpus import QUERIES, assert_same_answers, search, text_table
 
-from quiver.format.dataset import dataset
+from quiver.format.dataset import dataset, fulltext
 from quiver.format.errors import ColumnNotFoundError, InvalidInputError, UnsupportedFeatureError
 from quiver.format.index.fts import blockmax
 from quiver.format.index.fts import index as index_module
@@ -313,10 +313,15 @@ def test_structured_queries_score_as_pylance(tmp_path: Path) -> None:
         ours.to_table(full_text_query={"match": {"terms": "a"}, "boolean": {}})
 
 
-def test_a_limit_reads_the_best_rows_as_the_whole_search_ranks_them(tmp_path: Path) -> None:
+@pytest.mark.parametrize("summed_rows", [0, fulltext.SUMMED_ROWS])
+def test_a_limit_reads_the_best_rows_as_the_whole_search_ranks_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, summed_rows: int
+) -> None:
     """With a limit, each word's rows are read best first only as deep as the answer needs
-    (the threshold algorithm): the answers are the first rows of the search without one,
-    ties by row id, on frequent and repeated words, deleted rows and prefilters."""
+    (the threshold algorithm), or, few rows together, all summed at once: the answers are
+    the first rows of the search without one, ties by row id, on frequent and repeated
+    words, deleted rows and prefilters."""
+    monkeypatch.setattr(fulltext, "SUMMED_ROWS", summed_rows)
     rng = np.random.default_rng(5)
     words = np.array([f"w{i}" for i in range(40)])
     texts = [" ".join(rng.choice(words, rng.integers(1, 12))) for _ in range(6000)]
