@@ -104,27 +104,6 @@ class _Ranked:
             return self._best
 
 
-def _summed(
-    ranked: list[_Ranked], live: Callable[[np.ndarray], np.ndarray]
-) -> tuple[np.ndarray, np.ndarray]:
-    """(row ids ascending, scores) of every live row in `ranked` (one per query token, in
-    query order, a repeated token repeated): each row's weights summed in query order, in
-    float32, as the threshold algorithm sums them."""
-    rows = np.concatenate([r.rows for r in ranked])
-    weights = np.concatenate([r.weights for r in ranked])
-    order = np.argsort(rows, kind="stable")  # merges the sorted runs, keeps query order
-    rows, weights = rows[order], weights[order]
-    firsts = np.flatnonzero(np.concatenate(([True], rows[1:] != rows[:-1])))
-    sizes = np.diff(np.append(firsts, len(rows)))
-    scores = weights[firsts].astype(np.float32)
-    for j in range(1, int(sizes.max()) if len(sizes) else 0):
-        more = sizes > j
-        scores[more] += weights[firsts[more] + j]
-    found = rows[firsts]
-    keep = live(found)
-    return found[keep], scores[keep]
-
-
 def best_positions(weights: np.ndarray, k: int) -> np.ndarray:
     """Positions of the `k` (<= len) best `weights`, best first, ties by position, without
     sorting them all: a strided sample sets a bar about 4k weights from the top, and only
@@ -655,7 +634,10 @@ class FullTextSearch(LocatedSearch):
         if not lists or top <= 0:
             return np.empty(0, np.uint64), np.empty(0, np.float32)
         if sum(len(ranked.rows) for ranked in lists.values()) <= SUMMED_ROWS:
-            return _summed([lists[t] for t in tokens if t in lists], live)
+            ranked = [lists[t] for t in tokens if t in lists]
+            rows, scores = bm25.summed([r.rows for r in ranked], [r.weights for r in ranked])
+            keep = live(rows)
+            return rows[keep], scores[keep]
         longest = max(len(ranked.rows) for ranked in lists.values())
         depth = max(4 * top, 256)
         while True:

@@ -69,3 +69,20 @@ def gathered(
     if bad >= 0:
         raise CorruptFileError(where, "a posting names a document that is not there")
     return rows, out, bool(ascending)
+
+
+def summed(rows: list[np.ndarray], weights: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(row ids ascending, scores): per row holding any of the query's tokens (`rows[i]`
+    ascending, one list per token in query order, a repeated token repeated), its weights
+    summed in query order in float32, as a search sums them token after token."""
+    every = np.concatenate(rows)
+    weight = np.concatenate(weights)
+    order = np.argsort(every, kind="stable")  # merges the sorted runs, keeps query order
+    every, weight = every[order], weight[order]
+    firsts = np.flatnonzero(np.concatenate(([True], every[1:] != every[:-1])))
+    sizes = np.diff(np.append(firsts, len(every)))
+    scores = weight[firsts].astype(np.float32)
+    for j in range(1, int(sizes.max()) if len(sizes) else 0):
+        more = sizes > j
+        scores[more] += weight[firsts[more] + j]
+    return every[firsts], scores

@@ -19,6 +19,7 @@ One partition of every live row of the column, written as pylance's format versi
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Sequence
@@ -152,6 +153,7 @@ def details(params: dict[str, Any], version: int | None = None) -> bytes:
     return out
 
 
+@functools.lru_cache(maxsize=4096)  # asked by every search, of the same few indices
 def lists_elements(details_value: bytes) -> bool:
     """Whether INVERTED details describe an index of list elements as documents (pylance's
     `document_granularity=LIST_ELEMENT`, field 14), which full-text queries never use and
