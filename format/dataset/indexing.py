@@ -735,6 +735,8 @@ def build_memory(core: DatasetCore, column: str, index_type: str, **options: Any
         arrow_type = core.lance_schema.project([column]).to_arrow().field(0).type
     except LanceError:
         return 1  # the build names the missing column
+    if kind in VECTOR_INDEX_TYPES and _vector.is_multivector(arrow_type):
+        arrow_type = arrow_type.value_type  # about a vector a row counted
     if kind in VECTOR_INDEX_TYPES and pa.types.is_fixed_size_list(arrow_type):
         dim = arrow_type.list_size
         try:

@@ -32,9 +32,15 @@ from quiver.format.errors import ColumnNotFoundError, InvalidInputError, Unsuppo
 from quiver.format.expr import filter_mask as _filter_mask
 from quiver.format.index.vector.build import untrained
 from quiver.format.index.vector.distance import metric_name, paired
-from quiver.format.index.vector.flat import TopK, vector_matrix
+from quiver.format.index.vector.flat import TopK, nearest_in_lists, vector_matrix
 from quiver.format.index.vector.index import VectorIndex, open_vector_index
-from quiver.format.index.vector.search import Candidates, RowFilter, ivf_search
+from quiver.format.index.vector.search import (
+    XTR_OVERFETCH,
+    Candidates,
+    RowFilter,
+    ivf_search,
+    xtr_scores,
+)
 from quiver.format.table.indices import IndexEntry, indices_of
 
 DISTANCE = "_distance"
@@ -399,11 +405,6 @@ class NearestSearch(LocatedSearch):
         self.filter = filter
         self.prefilter = prefilter
         self.entries = _vector_index(core, self.query.column) if self.query.use_index else []
-        if self.entries and self.query.multivector:
-            raise UnsupportedFeatureError(
-                f"{core.uri}: searching the index of multivector column {self.query.column!r} "
-                "is not supported; use_index=False searches it exactly"
-            )
         self.indices = [_open(core, e) for e in self.entries]
         if self.indices and self.query.metric not in (None, self.indices[0].metric):
             self.indices, self.entries = [], []  # another metric: pylance searches exactly
@@ -449,6 +450,12 @@ class NearestSearch(LocatedSearch):
         schema = self.core.lance_schema.project([self.query.column])
         read = schema.to_arrow(blob_descriptions=True)
         vectors = self.locator.take(uniq, schema, read).column(0).combine_chunks()
+        if self.query.multivector:  # one query: summed over its vectors, the nearest
+            has, nearest = nearest_in_lists(self.metric, vectors, self.query.queries)
+            measured = np.full(len(uniq), np.nan, np.float32)
+            measured[has] = nearest.sum(axis=0, dtype=np.float32)
+            keep = has[inverse]
+            return Candidates(found.query[keep], found.row_ids[keep], measured[inverse][keep])
         keep = np.asarray(vectors.is_valid())[inverse]
         dist = paired(self.metric, vector_matrix(vectors)[inverse], self.query.queries[found.query])
         return Candidates(found.query[keep], found.row_ids[keep], dist[keep])
@@ -539,7 +546,7 @@ class NearestSearch(LocatedSearch):
             self.indices,
             q.queries,
             k,
-            fetch,
+            k * XTR_OVERFETCH if q.multivector else fetch,
             minimum=1 if q.minimum_nprobes is None else q.minimum_nprobes,
             maximum=q.maximum_nprobes,
             allowed=self._per_segment(allowed),
@@ -547,6 +554,8 @@ class NearestSearch(LocatedSearch):
             distance_range=q.distance_range,
             ef=q.ef,
         )
+        if q.multivector:  # each of the query's vectors searched: their entries scored
+            found = xtr_scores(found, len(q.queries)).best(fetch)
         if q.refine_factor is not None:
             found = self._measure(found).within(lower, upper).best(k)
         covered = self._covered()

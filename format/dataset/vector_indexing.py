@@ -77,6 +77,9 @@ def vector_params(
     kind = index_type.upper()
     stored = kind.replace("HNSW_", "")
     field_type = core.lance_schema.project([column]).to_arrow().field(0).type
+    multivector = is_multivector(field_type)
+    if multivector:  # lists of vectors: each vector an entry of the index, under its row's id
+        field_type = field_type.value_type
     if not pa.types.is_fixed_size_list(field_type):
         raise InvalidInputError(
             f"{uri}: vector column {column!r} must be a fixed-size list of floats, not {field_type}"
@@ -91,6 +94,11 @@ def vector_params(
     if name is None:
         raise InvalidInputError(
             f"{uri}: metric must be one of l2, cosine, dot (or euclidean), not {metric!r}"
+        )
+    if multivector and name != "cosine":
+        raise InvalidInputError(
+            f"{uri}: multivector column {column!r}: multivector type supports only cosine "
+            f"distance, not {name}"
         )
     if num_partitions is None:
         target = (
@@ -145,22 +153,42 @@ def vector_params(
     )
 
 
+def is_multivector(arrow_type: pa.DataType) -> bool:
+    """Whether a column type is lists of vectors (a multivector column)."""
+    return (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)) and (
+        pa.types.is_fixed_size_list(arrow_type.value_type)
+    )
+
+
 def _vectors(column: pa.Array, params: VectorParams) -> tuple[np.ndarray, np.ndarray]:
-    """The vectors of a fixed-size list column that an index holds, as (n, dim) float32, and
-    which rows they are (a boolean mask over the column): as pylance, not null, no NaN
-    (`filter_nan`), and for cosine not all zeros (no direction to compare)."""
+    """The vectors of a vector column that an index holds, as (n, dim) float32, and the
+    position of each one's row in the column: as pylance, not null, no NaN (`filter_nan`),
+    and for cosine not all zeros (no direction to compare). A multivector column's rows
+    give each of their vectors (null and empty rows none)."""
     dim = params.dimension
+    if is_multivector(column.type):
+        lists = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        offsets = np.asarray(lists.offsets.to_numpy(zero_copy_only=False), np.int64)
+        counts = np.diff(offsets)
+        if lists.null_count:
+            counts[~np.asarray(lists.is_valid())] = 0
+        vectors = lists.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+        rows = np.repeat(np.arange(len(lists)), np.diff(offsets))
+        inside = np.repeat(counts > 0, np.diff(offsets))
+        x, good = _vectors(vectors, params)  # positions of the vectors kept
+        keep = inside[good]
+        return x[keep], rows[good[keep]]
     valid = np.asarray(column.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
     kept = column if valid.all() else column.filter(pa.array(valid))
     values = kept.flatten() if len(kept) else pa.array([], kept.type.value_type)
     x = np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, dim)
+    rows = np.flatnonzero(valid)
     good = ~np.isnan(x).any(axis=1)
     if params.metric == "cosine":
         good &= (x != 0).any(axis=1)
     if not good.all():
-        x = x[good]
-        valid[np.flatnonzero(valid)[~good]] = False
-    return x, valid
+        x, rows = x[good], rows[good]
+    return x, rows
 
 
 def _sample(
@@ -191,9 +219,9 @@ def _batches(
         core, fragments, columns=[column], with_row_id=True, batch_size=BATCH_ROWS
     ).to_batches()
     for batch in scan:
-        x, valid = _vectors(batch.column(0), params)
+        x, rows = _vectors(batch.column(0), params)
         ids = batch.column(ROW_ID_FIELD.name).to_numpy(zero_copy_only=False)
-        yield _build.prepare(params, x), np.asarray(ids, dtype=np.uint64)[valid], len(valid)
+        yield _build.prepare(params, x), np.asarray(ids, dtype=np.uint64)[rows], batch.num_rows
 
 
 def _bounds(

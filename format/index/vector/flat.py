@@ -92,20 +92,9 @@ class TopK:
         query (all of `queries`): a row's distance is, summed over the query's vectors, the
         distance to its nearest vector, as pylance measures it. Null or empty rows have no
         distance and are skipped."""
-        lists = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
-        offsets = np.asarray(lists.offsets.to_numpy(zero_copy_only=False), np.int64)
-        counts = np.diff(offsets)
-        keep = counts > 0
-        if lists.null_count:
-            keep &= np.asarray(lists.is_valid())
-        if not keep.any():
-            return
-        vectors = lists.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
-        pair = matrix(self.metric, vector_matrix(vectors), self.queries).astype(np.float32)
-        starts = (offsets[:-1] - offsets[0])[keep]
-        nearest = np.minimum.reduceat(pair, starts, axis=1)  # empty rows were dropped
-        dist = nearest.sum(axis=0, dtype=np.float32)[None, :]
-        self.add_distances(row_ids[keep], dist)
+        keep, nearest = nearest_in_lists(self.metric, lists, self.queries)
+        if keep.any():
+            self.add_distances(row_ids[keep], nearest.sum(axis=0, dtype=np.float32)[None, :])
 
     def add_distances(self, row_ids: np.ndarray, dist: np.ndarray) -> None:
         """Rows' distances (queries x rows) measured already."""
@@ -138,3 +127,21 @@ class TopK:
         q, ids, dist = (np.concatenate(x) for x in (self._query, self._ids, self._dist))
         keep = top_k_per_query(q, ids, dist, self.k)
         return q[keep], ids[keep], dist[keep]
+
+
+def nearest_in_lists(
+    metric: str, lists: pa.Array | pa.ChunkedArray, queries: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Which rows of a multivector column have vectors (not null, not empty), and per query
+    vector the distance to each such row's nearest vector, (queries x kept rows) float32."""
+    lists = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
+    offsets = np.asarray(lists.offsets.to_numpy(zero_copy_only=False), np.int64)
+    keep = np.diff(offsets) > 0
+    if lists.null_count:
+        keep &= np.asarray(lists.is_valid())
+    if not keep.any():
+        return keep, np.empty((len(queries), 0), np.float32)
+    vectors = lists.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+    pair = matrix(metric, vector_matrix(vectors), queries).astype(np.float32)
+    starts = (offsets[:-1] - offsets[0])[keep]
+    return keep, np.minimum.reduceat(pair, starts, axis=1)  # empty rows were dropped

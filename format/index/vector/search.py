@@ -359,3 +359,45 @@ def _search(
                 if found[q] >= limit:
                     break
     return Candidates.concat([initial, *late]).best(fetch)
+
+
+# Entries each query vector of a multivector search keeps, per row asked for (pylance's
+# LANCE_XTR_OVERFETCH default).
+XTR_OVERFETCH = 10
+
+
+def xtr_scores(found: Candidates, vectors: int) -> Candidates:
+    """One multivector query's rows, scored as pylance 14 scores its vectors' index searches
+    (XTR): `found` holds each query vector's best entries (its query index the vector's);
+    a vector gives a row the similarity 1 - distance of its best entry of that row, or, not
+    having found the row, that of its own worst entry (0 when it found nothing). A row's
+    distance is the number of vectors less its summed similarities, summed in float32 in
+    pylance's order (the vector that found it first, then those before, then the rest).
+    All rows come back as query 0, in no order."""
+    order = np.lexsort((found.row_ids, found.distance, found.query))
+    query, rows, dist = found.query[order], found.row_ids[order], found.distance[order]
+    uniq = np.unique(rows)
+    sims = np.full((vectors, len(uniq)), np.nan, np.float32)
+    worst = np.zeros(vectors, np.float32)
+    for j in range(vectors):
+        mine = query == j
+        if not mine.any():
+            continue
+        r, d = rows[mine], dist[mine]
+        worst[j] = np.float32(1) - d[-1]
+        first = np.unique(r, return_index=True)[1]  # each row's best entry (sorted by distance)
+        sims[j, np.searchsorted(uniq, r[first])] = np.float32(1) - d[first]
+    found_by = ~np.isnan(sims)
+    first_j = np.argmax(found_by, axis=0)
+    # pylance adds the worst similarities of the vectors before the first one that found the
+    # row one after another (in float32), then that sum to the row's own similarity
+    before = np.zeros(vectors, np.float32)
+    for j in range(1, vectors):
+        before[j] = np.float32(before[j - 1] + worst[j - 1])
+    total = sims[first_j, np.arange(len(uniq))] + before[first_j]
+    for j in range(1, vectors):
+        later = first_j < j
+        term = np.where(found_by[j], sims[j], worst[j])
+        total[later] = total[later] + term[later]
+    distance = (np.float32(vectors) - total).astype(np.float32)
+    return Candidates(np.zeros(len(uniq), np.int64), uniq, distance)

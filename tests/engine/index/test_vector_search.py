@@ -272,8 +272,8 @@ def test_rq_indices_are_refused_with_a_way_out(tmp_path) -> None:
 
 def test_multivector_columns_searched_as_pylance(tmp_path) -> None:
     """A column of lists of vectors: a row's distance is, summed over the query's vectors,
-    the distance to its nearest vector; null and empty rows never come back. Indices of
-    multivector columns are refused by name (searched exactly with use_index=False)."""
+    the distance to its nearest vector; null and empty rows never come back, and an index
+    left aside (use_index=False) is searched exactly (indices: test_multivector_index.py)."""
     rng = np.random.default_rng(41)
     vectors = [
         rng.standard_normal((int(rng.integers(0, 5)), DIM)).astype(np.float32) for _ in range(400)
@@ -295,8 +295,6 @@ def test_multivector_columns_searched_as_pylance(tmp_path) -> None:
     compare(uri, "one query vector, a range", nearest=ranged, columns=["id"])
     assert "query_index" not in dataset(uri).to_table(nearest={"column": "mv", "q": q}).schema.names
     lance.dataset(uri).create_index("mv", "IVF_FLAT", num_partitions=2, metric="cosine")
-    with pytest.raises(UnsupportedFeatureError, match="use_index=False"):
-        dataset(uri).to_table(nearest={"column": "mv", "q": q, "k": 5})
     exact = {"column": "mv", "q": q, "k": 5, "use_index": False, "metric": "cosine"}
     compare(uri, "multivector, index left aside", nearest=exact, columns=["id"])
 
