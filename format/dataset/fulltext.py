@@ -34,6 +34,13 @@ import pyarrow as pa
 
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fragment import LanceFragment, fragments_of
+from quiver.format.dataset.fulltext_elements import (
+    DOC_INDEX_FIELD,
+    PhraseSpec,
+    element_column,
+    element_table,
+    holds_phrase,
+)
 from quiver.format.dataset.fulltext_query import (
     AnyOf,
     Boost,
@@ -57,7 +64,7 @@ from quiver.format.index.fts.blockmax import BlockMax, word_blocks
 from quiver.format.index.fts.build import lists_elements
 from quiver.format.index.fts.fuzzy import expand
 from quiver.format.index.fts.index import InvertedIndex, open_inverted
-from quiver.format.index.fts.phrase import indexed_match, scanned_match
+from quiver.format.index.fts.phrase import indexed_match
 from quiver.format.io.lru import ByteLRU
 from quiver.format.numeric import unique_sorted
 from quiver.format.table.indices import IndexEntry, indices_of
@@ -178,15 +185,16 @@ _UNINDEXED = Analyzer(
 )
 
 
-def inverted_entries(core: DatasetCore) -> dict[str, list[IndexEntry]]:
-    """Column name -> the segments of the INVERTED index on it (the first index's name)."""
+def inverted_entries(core: DatasetCore, elements: bool = False) -> dict[str, list[IndexEntry]]:
+    """Column name -> the segments of the INVERTED index on it (the first index's name) of
+    rows, or with `elements` of list elements (`fulltext_elements`)."""
     out: dict[str, list[IndexEntry]] = {}
     names = {f.id: f.name for f in core.lance_schema.walk()}
     entries = indices_of(core.manifest)
     for e in entries:
         if not e.details_type.endswith(_INVERTED) or len(e.field_ids) != 1:
             continue
-        if lists_elements(e.details):  # pylance's full-text search leaves these out too
+        if lists_elements(e.details) != elements:
             continue
         column = names.get(e.field_ids[0])
         if column is None:
@@ -228,20 +236,6 @@ def _best(found: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.nd
     ids, scores = ids[order], scores[order]
     first = np.r_[True, ids[1:] != ids[:-1]]
     return ids[first], scores[first]
-
-
-_PhraseSpec = tuple[list[str], list[int], int]  # tokens, their query positions, slop
-
-
-def _holds_phrase(placed: list[tuple[int, str]], phrase: _PhraseSpec) -> bool:
-    """Whether an analysed row (position, token pairs) holds the phrase (scanned rows' rule)."""
-    tokens, offsets, slop = phrase
-    where: dict[str, list[int]] = {}
-    for position, token in placed:
-        where.setdefault(token, []).append(position)
-    if any(t not in where for t in tokens):
-        return False
-    return scanned_match([where[t] for t in tokens], offsets, slop)
 
 
 def _phrase_rows(
@@ -378,12 +372,16 @@ class FullTextSearch(LocatedSearch):
         self.filter, self.prefilter, self.fast_search = filter, prefilter, fast_search
         self.limit, self.offset = limit, offset or 0
         self._indexed_columns = inverted_entries(core)
+        self.element_entries = inverted_entries(core, elements=True)
+        self.elements = element_column(
+            self.queries, set(self._indexed_columns), set(self.element_entries), core.uri
+        )  # the column of list elements it answers (None: rows)
         if not self._indexed_columns and any(_searches_every_index(q) for q in self.queries):
             raise InvalidInputError(
                 f"{core.uri}: cannot perform full text search unless an INVERTED index has "
                 "been created on at least one column"
             )
-        for c in sorted(set().union(*(columns_of(q) for q in self.queries))):
+        for c in sorted(set().union(*(columns_of(q) for q in self.queries)) - {self.elements}):
             kind = core.lance_schema.field(c).to_arrow().type  # ColumnNotFoundError names it
             if not pa.types.is_string(kind) and not pa.types.is_large_string(kind):
                 raise InvalidInputError(f"{core.uri}: column {c!r} does not hold text")
@@ -393,6 +391,9 @@ class FullTextSearch(LocatedSearch):
     def schema(self) -> pa.Schema:
         base = self._scanner.projected_schema
         fields = with_measure(base, self.names, SCORE, self.autoproject)
+        if self.elements is not None:  # each document's place in its list, before `_score`
+            names = [f.name for f in fields]
+            fields.insert(names.index(SCORE) if SCORE in names else len(names), DOC_INDEX_FIELD)
         if self.batch:
             fields.insert(0, pa.field(QUERY_INDEX, pa.int32(), nullable=False))
         return pa.schema(fields, metadata=base.metadata)
@@ -711,7 +712,7 @@ class FullTextSearch(LocatedSearch):
         column: str,
         analyzer: Analyzer,
         wanted: set[str],
-        phrase: _PhraseSpec | None = None,
+        phrase: PhraseSpec | None = None,
     ) -> tuple[dict[str, tuple[np.ndarray, ...]], _Corpus]:
         """The query tokens' matches among rows no index covers, read and analysed, and
         those rows' statistics; with a `phrase` (tokens, query positions, slop), only rows holding
@@ -731,7 +732,7 @@ class FullTextSearch(LocatedSearch):
                 counts = Counter(toks)
                 present = wanted.intersection(counts)
                 corpus.df.update(present)
-                if phrase is not None and not _holds_phrase(placed, phrase):
+                if phrase is not None and not holds_phrase(placed, phrase):
                     continue
                 for t in present:
                     rows, freqs, lengths = hits[t]
@@ -764,6 +765,8 @@ class FullTextSearch(LocatedSearch):
     def to_table(self) -> pa.Table:
         """Run the search: the answers with their `_score`, best first; for a batch, each
         query's answers in turn after its `query_index`, their rows read in one take."""
+        if self.elements is not None:
+            return element_table(self, self.elements, take_answers)
         found = [self.candidates(q) for q in self.queries]
         ids = np.concatenate([i for i, _ in found])
         scores = np.concatenate([s for _, s in found]).astype(np.float32)

@@ -12,6 +12,8 @@
   - ``{"boost": {"positive": q, "negative": q, "negative_boost"?}}`` (`BoostQuery`);
   - ``{"phrase": {"terms", "column"?, "slop"?}}`` (`PhraseQuery`: needs an index with
     positions);
+  - a match or phrase may name its ``"document_granularity"``: ``"row"`` or
+    ``"list_element"`` (documents of list elements: `format.dataset.fulltext_elements`);
 
   and a string whose first and last characters are double quotes is a phrase (slop 0).
 
@@ -38,6 +40,7 @@ class Match:
     fuzziness: int = 0  # other than 0: fuzzy (`format.index.fts.fuzzy`), for indexed rows
     max_expansions: int = 50
     prefix_length: int = 0
+    granularity: str | None = None  # "row" or "list_element" documents (None: as indexed)
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,7 @@ class Phrase:
     text: str
     columns: tuple[str, ...] | None = None
     slop: int = 0
+    granularity: str | None = None  # "row" or "list_element" documents (None: as indexed)
 
 
 @dataclass(frozen=True)
@@ -139,7 +143,7 @@ def _structured(value: dict[str, Any], where: str) -> Query:
     if kind == "match":
         return _match(body, where)
     if kind == "phrase":
-        unknown = sorted(set(body) - {"terms", "column", "slop"})
+        unknown = sorted(set(body) - {"terms", "column", "slop", "document_granularity"})
         if unknown:
             raise InvalidInputError(f"{where}: 'phrase' has unknown key {unknown[0]!r}")
         terms, slop = body.get("terms"), body.get("slop", 0)
@@ -147,7 +151,8 @@ def _structured(value: dict[str, Any], where: str) -> Query:
             raise InvalidInputError(f"{where}: 'phrase.terms' must be a string")
         if isinstance(slop, bool) or not isinstance(slop, int) or slop < 0:
             raise InvalidInputError(f"{where}: 'phrase.slop' must be a whole number >= 0")
-        return Phrase(terms, _columns(body.get("column"), where, "'phrase.column'"), slop)
+        columns = _columns(body.get("column"), where, "'phrase.column'")
+        return Phrase(terms, columns, slop, _granularity(body, where, "phrase"))
     if kind == "multi_match":
         queries = body.get("match_queries")
         if not isinstance(queries, list) or not queries:
@@ -180,6 +185,7 @@ def _structured(value: dict[str, Any], where: str) -> Query:
 
 def _match(body: dict[str, Any], where: str) -> Match:
     known = {"terms", "column", "operator", "boost", "fuzziness", "max_expansions"}
+    known |= {"document_granularity"}
     unknown = sorted(set(body) - known - {"prefix_length"})
     if unknown:
         raise InvalidInputError(f"{where}: 'match' has unknown key {unknown[0]!r}")
@@ -206,7 +212,22 @@ def _match(body: dict[str, Any], where: str) -> Match:
         operator == "and",
         float(boost),
         **fuzzy,
+        granularity=_granularity(body, where, "match"),
     )
+
+
+def _granularity(body: dict[str, Any], where: str, what: str) -> str | None:
+    """A match's or phrase's `document_granularity` ("row", "list_element" or None)."""
+    value = body.get("document_granularity")
+    value = getattr(value, "value", value)  # pylance's DocumentGranularity
+    if value is None:
+        return None
+    text = str(value).lower() if isinstance(value, str) else None
+    if text not in ("row", "list_element"):
+        raise InvalidInputError(
+            f"{where}: '{what}.document_granularity' must be row or list_element, not {value!r}"
+        )
+    return text
 
 
 def columns_of(query: Query) -> set[str]:

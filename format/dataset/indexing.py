@@ -248,8 +248,12 @@ def build_scalar_index(
     field = _indexed_field(core, column)
     fragments, covers = _chosen(core, fragment_ids)
     arrow_type = core.lance_schema.project([column]).to_arrow().field(0).type
+    elements = kind == "INVERTED" and bool(params.get(_fts.LIST_ELEMENT))
     if kind == "BLOOMFILTER":
         check_bloom_type(column, arrow_type)
+    elif elements:  # pylance's index of list elements: its own name, lists of strings
+        _fts.list_elements(pa.array([], arrow_type), np.zeros(0, np.uint64), core.uri)
+        name = f"{column}_list_element_idx" if name is None else name
     else:
         check_type(kind, column, arrow_type)
     details = _BUILDERS[kind][1]
@@ -571,7 +575,10 @@ def inverted_params(core: DatasetCore, entry: IndexEntry) -> dict[str, Any]:
 
     store, directory = _where(core, entry)
     index = open_inverted(store, directory, entry.uuid)
-    return _fts.params_of(index.params, index.format_version)
+    params = _fts.params_of(index.params, index.format_version)
+    if _fts.lists_elements(entry.details):
+        params[_fts.LIST_ELEMENT] = True
+    return params
 
 
 def optimize_indices(
@@ -719,8 +726,6 @@ def segment_kind(entry: IndexEntry) -> str | None:
     index), None for the others."""
     if entry.details_type == VECTOR_DETAILS:
         return VECTOR
-    if entry.details_type == INVERTED_DETAILS and _fts.lists_elements(entry.details):
-        return None  # documents of list elements: not built by Quiver
     return next((k for k, (_, d, _) in _BUILDERS.items() if d == entry.details_type), None)
 
 

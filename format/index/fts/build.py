@@ -33,13 +33,16 @@ from quiver.format.index.files import write_index_file
 from quiver.format.index.fts import bm25
 from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
 from quiver.format.index.fts.encode import encode_positions, encode_postings
-from quiver.format.index.fts.index import readable_format
+from quiver.format.index.fts.index import ELEMENT_COLUMN, readable_format
 from quiver.format.index.fts.postings import BLOCK, VARINT
 from quiver.format.index.wire import fields, varint
 from quiver.format.io.store import ObjectStore
 from quiver.format.table.schema import LanceSchema
 
 INVERTED_DETAILS = "/lance.table.InvertedIndexDetails"
+# in an index's parameters: its documents are the elements of lists of strings (pylance's
+# document_granularity LIST_ELEMENT), each with its row id and position in the list
+LIST_ELEMENT = "list_element"
 INDEX_VERSION = 2  # the manifest's index_version: the posting format version (2 by default)
 # format 3 with 128-document posting blocks is format 2's layout under another number
 # (pylance 14 writes it for `format_version=3`); its 256-document blocks are another layout
@@ -81,12 +84,7 @@ def index_params(options: dict[str, Any], where: str) -> dict[str, Any]:
         raise InvalidInputError(f"{where}: unknown INVERTED index option {unknown[0]!r}")
     granularity = options.get("document_granularity")
     granularity = getattr(granularity, "value", granularity)  # pylance's enum, or its value
-    if granularity == "list_element":
-        raise UnsupportedFeatureError(
-            f"{where}: INVERTED indices of list elements as documents are not built yet "
-            "(document_granularity ROW is)"
-        )
-    if granularity not in (None, "row"):
+    if granularity not in (None, "row", "list_element"):
         raise InvalidInputError(
             f"{where}: document_granularity must be ROW or LIST_ELEMENT, not {granularity!r}"
         )
@@ -116,7 +114,10 @@ def index_params(options: dict[str, Any], where: str) -> dict[str, Any]:
         )
     params = {**DEFAULT_PARAMS, **{k: v for k, v in options.items() if k in DEFAULT_PARAMS}}
     AnalyzerParams.from_json(params, where)  # refuses tokenizers Quiver does not have
-    return {**params, "format_version": number or INDEX_VERSION}
+    params["format_version"] = number or INDEX_VERSION
+    if granularity == "list_element":  # each element of a list of strings a document
+        params[LIST_ELEMENT] = True
+    return params
 
 
 def format_version(params: dict[str, Any]) -> int:
@@ -145,11 +146,9 @@ def details(params: dict[str, Any], version: int | None = None) -> bytes:
     for n, key in ((5, "lower_case"), (6, "stem"), (7, "remove_stop_words"), (8, "ascii_folding")):
         out += number(n, params[key])
     out += (
-        number(9, 3)
-        + number(10, 3)
-        + number(12, BLOCK)
-        + number(15, version or format_version(params))
+        number(9, 3) + number(10, 3) + number(12, BLOCK) + number(14, params.get(LIST_ELEMENT, 0))
     )
+    out += number(15, version or format_version(params))
     return out
 
 
@@ -165,30 +164,46 @@ def lists_elements(details_value: bytes) -> bool:
 
 
 def partition_tables(
-    analyzer: Analyzer, texts: pa.Array, row_ids: np.ndarray
+    analyzer: Analyzer,
+    texts: pa.Array,
+    row_ids: np.ndarray,
+    elements: np.ndarray | None = None,
 ) -> dict[str, pa.Table]:
     """The three files of one partition over `texts` (by suffix: invert, docs, tokens), or
-    none when no row has a token."""
+    none when no text has a token. Documents are the texts with a token; with `elements`
+    (list elements as documents: each text's position in its list), every text is one,
+    tokens or not, as pylance indexes list elements."""
     with_positions = analyzer.params.with_position
     found = analyzer.occurrences(texts, positions=with_positions)
-    if not len(found.rows):
+    if not len(found.rows) and elements is None:
         return {}
-    # documents: the rows with a token, in order
-    change = np.empty(len(found.rows), bool)
-    change[0] = True
-    np.not_equal(found.rows[1:], found.rows[:-1], out=change[1:])
-    starts = np.flatnonzero(change)
-    lengths = np.diff(np.append(starts, len(found.rows))).astype(np.uint32)
-    doc_rows = np.asarray(row_ids)[found.rows[starts]].astype(np.uint64)
     vocabulary = found.vocabulary
-    n_docs = len(starts)
+    if elements is None:  # documents: the rows with a token, in order
+        change = np.empty(len(found.rows), bool)
+        change[0] = True
+        np.not_equal(found.rows[1:], found.rows[:-1], out=change[1:])
+        starts = np.flatnonzero(change)
+        lengths = np.diff(np.append(starts, len(found.rows))).astype(np.uint32)
+        doc_rows = np.asarray(row_ids)[found.rows[starts]].astype(np.uint64)
+        n_docs = len(starts)
+        of_doc = np.cumsum(change, dtype=np.int64) - 1  # the document of each occurrence
+        del change
+    else:
+        n_docs = len(texts)
+        lengths = np.bincount(found.rows, minlength=n_docs).astype(np.uint32)
+        doc_rows = np.asarray(row_ids).astype(np.uint64)
+        of_doc = found.rows.astype(np.int64)
+    if not len(found.rows):
+        return encoded_partition(
+            np.zeros(0, np.int64), np.zeros(0, np.uint32), np.zeros(0, np.uint32),
+            np.zeros(0, np.int32) if with_positions else None, lengths, doc_rows, [], elements,
+        )  # fmt: skip
     # (token, document) occurrences -> per token its documents ascending and frequencies
     key = found.token_ids.astype(np.int64)
     key *= n_docs
-    key += np.cumsum(change, dtype=np.int32)  # the document of each occurrence, from 1
-    key -= 1
+    key += of_doc
     places = found.positions
-    del change, found
+    del of_doc, found
     if with_positions:  # the positions follow their occurrences (in order within a row)
         order = np.argsort(key, kind="stable")
         key, places = key[order], places[order]
@@ -205,8 +220,9 @@ def partition_tables(
     tok = uniq // n_docs
     doc = (uniq - tok * n_docs).astype(np.uint32)
     return encoded_partition(
-        tok, doc, counts, places if with_positions else None, lengths, doc_rows, vocabulary
-    )
+        tok, doc, counts, places if with_positions else None, lengths, doc_rows, vocabulary,
+        elements,
+    )  # fmt: skip
 
 
 def encoded_partition(
@@ -217,6 +233,7 @@ def encoded_partition(
     lengths: np.ndarray,
     doc_rows: np.ndarray,
     vocabulary: list[str],
+    elements: np.ndarray | None = None,
 ) -> dict[str, pa.Table]:
     """The three tables of one partition (by suffix: invert, docs, tokens) from its
     postings: token id, document and frequency of each, sorted by token then document
@@ -235,14 +252,15 @@ def encoded_partition(
     positions = encode_positions(bounds, counts, places) if places is not None else None
     return {
         "invert": _invert(postings, best, df, positions),
-        "docs": _docs(doc_rows, lengths, total),
+        "docs": _docs(doc_rows, lengths, total, elements),
         "tokens": _tokens(vocabulary),
     }
 
 
-def empty_partition(with_positions: bool) -> dict[str, pa.Table]:
+def empty_partition(with_positions: bool, elements: bool = False) -> dict[str, pa.Table]:
     """The tables of a partition of no document."""
     positions = (pa.array([], pa.large_binary()), pa.array([], pa.list_(pa.uint32())))
+    nothing = np.zeros(0, np.uint32)
     return {
         "invert": _invert(
             pa.array([], pa.list_(pa.large_binary())),
@@ -250,9 +268,36 @@ def empty_partition(with_positions: bool) -> dict[str, pa.Table]:
             np.zeros(0, np.uint32),
             positions if with_positions else None,
         ),
-        "docs": _docs(np.zeros(0, np.uint64), np.zeros(0, np.uint32), 0),
+        "docs": _docs(np.zeros(0, np.uint64), nothing, 0, nothing if elements else None),
         "tokens": _tokens([]),
     }
+
+
+def list_elements(
+    lists: pa.Array, row_ids: np.ndarray, where: str
+) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """A list-of-strings column as documents: every element of every list (null elements
+    too, as documents of no token; null and empty lists none), each with its row's id and
+    its position in the list."""
+    if isinstance(lists, pa.ChunkedArray):
+        lists = lists.combine_chunks()
+    kind = lists.type
+    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)) or not (
+        pa.types.is_string(kind.value_type) or pa.types.is_large_string(kind.value_type)
+    ):
+        raise InvalidInputError(
+            f"{where}: an INVERTED index of list elements needs a list of strings, not {kind}"
+        )
+    offsets = np.asarray(lists.offsets.to_numpy(zero_copy_only=False), np.int64)
+    counts = np.diff(offsets)
+    if lists.null_count:
+        counts[~np.asarray(lists.is_valid())] = 0
+    values = lists.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+    inside = np.repeat(counts > 0, np.diff(offsets))  # elements of null lists left out
+    rows = np.repeat(np.arange(len(lists)), counts)
+    positions = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
+    texts = values.filter(pa.array(inside)) if not inside.all() else values
+    return texts, np.asarray(row_ids)[rows], positions.astype(np.uint32)
 
 
 def write_tables(
@@ -292,10 +337,13 @@ def build_inverted(
                 old_store, old_dir, pid, token_format, store, directory, count, version
             )
             count += 1
-    tables = partition_tables(analyzer, texts, row_ids)
+    elements = None
+    if params.get(LIST_ELEMENT):
+        texts, row_ids, elements = list_elements(texts, row_ids, store.uri_of(directory))
+    tables = partition_tables(analyzer, texts, row_ids, elements)
     if (tables or not count) and not untrained:
         if not tables:  # an index of no document: one empty partition, as pylance writes
-            tables = empty_partition(bool(params["with_position"]))
+            tables = empty_partition(bool(params["with_position"]), elements is not None)
         named = {
             f"part_{count}_{suffix}.lance": labelled(t, params) for suffix, t in tables.items()
         }
@@ -420,15 +468,19 @@ def _invert(
     return pa.table(columns, schema=pa.schema(fields, metadata=metadata))
 
 
-def _docs(rows: np.ndarray, lengths: np.ndarray, total: int) -> pa.Table:
-    schema = pa.schema(
-        [
-            pa.field("_rowid", pa.uint64(), nullable=False),
-            pa.field("_num_tokens", pa.uint32(), nullable=False),
-        ],
-        metadata={"total_tokens": str(total)},
-    )
-    return pa.table([rows, lengths], schema=schema)
+def _docs(
+    rows: np.ndarray, lengths: np.ndarray, total: int, elements: np.ndarray | None = None
+) -> pa.Table:
+    fields = [
+        pa.field("_rowid", pa.uint64(), nullable=False),
+        pa.field("_num_tokens", pa.uint32(), nullable=False),
+    ]
+    columns = [rows, lengths]
+    if elements is not None:  # each document's position in its row's list
+        fields.append(pa.field(ELEMENT_COLUMN, pa.uint32(), nullable=False))
+        columns.append(np.asarray(elements, np.uint32))
+    schema = pa.schema(fields, metadata={"total_tokens": str(total)})
+    return pa.table(columns, schema=schema)
 
 
 def _tokens(tokens: list[str]) -> pa.Table:

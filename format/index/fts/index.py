@@ -48,6 +48,7 @@ def cache_arrays(cache: ByteLRU[tuple[np.ndarray, ...]], key: Hashable, arrays: 
 
 
 V2_POSITIONS = ("_compressed_position", "_position_block_offset")
+ELEMENT_COLUMN = "_doc_index_0"  # documents of list elements: their positions in the lists
 V1_POSITIONS = ("_position",)
 # (document ids, frequencies) per partition and token, kept across searches: queries repeat
 # their frequent words
@@ -68,6 +69,9 @@ class Partition:
     df: np.ndarray  # documents per token id
     codec: str
     position_columns: tuple[str, ...]  # the columns positions are in (none without)
+    # documents of list elements (pylance's LIST_ELEMENT granularity): each one's position
+    # in its row's list (None: documents are rows)
+    elements: np.ndarray | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: dict[str, int | None] = field(default_factory=dict)
 
@@ -292,9 +296,12 @@ def open_partition(store: ObjectStore, directory: str, pid: int, token_format: s
             t = tf.read(["_token", "_token_id"])
             tokens = dict(zip(t.column(0).to_pylist(), t.column(1).to_pylist(), strict=True))
     with IndexFile(store, f"{prefix}_docs.lance") as df:
-        docs = df.read(["_rowid", "_num_tokens"])
+        names = [f.name for f in df.schema.fields]
+        elements = ELEMENT_COLUMN in names  # documents of list elements: their positions
+        docs = df.read(["_rowid", "_num_tokens", *([ELEMENT_COLUMN] if elements else [])])
         row_ids = docs.column(0).to_numpy().astype(np.uint64)
         lengths = docs.column(1).to_numpy().astype(np.float32)
+        positions = docs.column(2).to_numpy().astype(np.uint32) if elements else None
         total = df.metadata.get("total_tokens")
         total_tokens = int(total) if total is not None else int(lengths.sum())
     invert = IndexFile(store, f"{prefix}_invert.lance")
@@ -306,9 +313,12 @@ def open_partition(store: ObjectStore, directory: str, pid: int, token_format: s
     except BaseException:
         invert.close()
         raise
-    names = {f.name for f in invert.schema.fields}
-    positions = next((c for c in (V2_POSITIONS, V1_POSITIONS) if set(c) <= names), ())
-    return Partition(tokens, row_ids, lengths, total_tokens, invert, df_counts, codec, positions)
+    held = {f.name for f in invert.schema.fields}
+    with_positions = next((c for c in (V2_POSITIONS, V1_POSITIONS) if set(c) <= held), ())
+    return Partition(
+        tokens, row_ids, lengths, total_tokens, invert, df_counts, codec, with_positions,
+        elements=positions,
+    )  # fmt: skip
 
 
 def open_inverted(store: ObjectStore, directory: str, uuid: str) -> InvertedIndex:

@@ -104,11 +104,12 @@ def _remapped(part: Partition, moves: Moves) -> dict[str, pa.Table]:
     by_id = tokens_by_id(part)
     vocabulary = [by_id[i] for i in np.flatnonzero(held).tolist()]
     lengths = part.lengths[alive].astype(np.uint32)
-    if not len(lengths) or not len(tok):
-        return empty_partition(with_positions)
+    elements = None if part.elements is None else part.elements[alive]
+    if not len(lengths) or (not len(tok) and elements is None):
+        return empty_partition(with_positions, elements is not None)
     return encoded_partition(
         renumber[tok], doc, freq, places if with_positions else None, lengths,
-        rows[alive].astype(np.uint64), vocabulary,
+        rows[alive].astype(np.uint64), vocabulary, elements,
     )  # fmt: skip
 
 

@@ -25,9 +25,8 @@ import numpy as np
 import pyarrow as pa
 from pyroaring import BitMap, BitMap64
 
-from quiver.format.errors import CorruptFileError, LanceError, UnsupportedFeatureError
+from quiver.format.errors import CorruptFileError, LanceError
 from quiver.format.index.files import IndexFile, write_index_file
-from quiver.format.index.fts.build import lists_elements
 from quiver.format.index.fts.remap import remap_inverted
 from quiver.format.index.scalar import bitmap as _bitmap
 from quiver.format.index.scalar import btree as _btree
@@ -164,10 +163,6 @@ def remap_index(
         elif kind == "NGRAM":
             files = _remap_ngram(store, directory, target, amap)
         elif kind == "INVERTED":
-            if lists_elements(pb.index_details.value):
-                raise UnsupportedFeatureError(
-                    f"{store.uri_of(directory)}: remapping an index of list elements"
-                )
             files = remap_inverted(store, directory, target, amap.apply)
         elif kind == "VECTOR":
             files = remap_vector_index(store, directory, target, amap.apply)

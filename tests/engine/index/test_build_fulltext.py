@@ -210,7 +210,7 @@ def test_replace_and_refusals(tmp_path: Path) -> None:
     from lance.query import DocumentGranularity
 
     ours.create_scalar_index("text", "INVERTED", document_granularity=DocumentGranularity.ROW)
-    with pytest.raises(UnsupportedFeatureError, match="list elements as documents"):
+    with pytest.raises(InvalidInputError, match="list of strings, not string"):
         ours.create_scalar_index(
             "text", "INVERTED", document_granularity=DocumentGranularity.LIST_ELEMENT
         )

@@ -673,13 +673,13 @@ def test_best_positions_rank_as_a_full_sort() -> None:
         np.testing.assert_array_equal(best_positions(weights, k), expected, err_msg=f"{n} {k}")
 
 
-def test_indices_of_list_elements_are_left_to_pylance(tmp_path):
+def test_string_queries_leave_indices_of_list_elements_aside(tmp_path):
     """pylance's `document_granularity=LIST_ELEMENT` indices take each list element as a
-    document, and its full-text search never uses them: Quiver's neither (a row index of
-    the same column answers, or the search is refused as pylance refuses it), and
-    `optimize_indices` and compaction leave them as they are rather than write them as
-    row indices."""
-    from lance.query import DocumentGranularity
+    document; a string query (every indexed column) never uses them, in pylance nor in
+    Quiver (a row index of the same column answers, or the search is refused as pylance
+    refuses it); `optimize_indices` and compaction keep them indices of list elements
+    (their searches: test_fulltext_elements.py)."""
+    from lance.query import DocumentGranularity, MatchQuery
 
     tags = [["hello world", "foo"], ["bar baz", "hello hello there"], [], None] * 25
     table = pa.table({"id": np.arange(100), "tags": pa.array(tags, pa.list_(pa.string()))})
@@ -697,10 +697,12 @@ def test_indices_of_list_elements_are_left_to_pylance(tmp_path):
     assert ours.column("id").to_pylist() == theirs.column("id").to_pylist()  # (tied scores)
     assert np.allclose(ours.column("_score"), theirs.column("_score"), rtol=1e-4)
     lance.write_dataset(table, only, mode="append")
-    with pytest.raises(UnsupportedFeatureError, match="tags_list_element_idx"):
-        dataset(only).optimize.optimize_indices()
-    before = {i["name"]: i["uuid"] for i in lance.dataset(only).list_indices()}
+    dataset(only).optimize.optimize_indices()
     dataset(only).optimize.compact_files(target_rows_per_fragment=1000)
-    after = {i["name"]: i for i in lance.dataset(only).list_indices()}
-    assert after["tags_list_element_idx"]["uuid"] == before["tags_list_element_idx"]
-    assert lance.dataset(only).count_rows() == 200
+    match = MatchQuery("hello", "tags")
+    theirs = lance.dataset(only).to_table(full_text_query=match, columns=["id"])
+    assert theirs.num_rows == 100  # each "hello" element of the 200 rows, all indexed
+    ours = dataset(only).to_table(
+        full_text_query={"match": {"terms": "hello", "column": "tags"}}, columns=["id"]
+    )
+    assert sorted(ours["_score"].to_pylist()) == pytest.approx(sorted(theirs["_score"].to_pylist()))
