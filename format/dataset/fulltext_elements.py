@@ -220,7 +220,7 @@ def _indexed(
     if not postings:
         return np.empty(0, np.int64)
     union = np.unique(np.concatenate([d for _, d, _ in postings.values()]))
-    first = docs.add(part.row_ids[union], part.elements[union], part.lengths[union])
+    first = docs.add(part.row_ids[union], part.elements[union], part.scored_lengths[union])
     for t, (_, local, freqs) in postings.items():
         docs.hits[t].append((first + np.searchsorted(union, local), freqs))
     if phrase is None or set(phrase[0]) - set(postings):

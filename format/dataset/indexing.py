@@ -575,7 +575,8 @@ def inverted_params(core: DatasetCore, entry: IndexEntry) -> dict[str, Any]:
 
     store, directory = _where(core, entry)
     index = open_inverted(store, directory, entry.uuid)
-    params = _fts.params_of(index.params, index.format_version)
+    block = max((p.block for p in index.partitions), default=_fts.BLOCK)
+    params = _fts.params_of(index.params, index.format_version, block)
     if _fts.lists_elements(entry.details):
         params[_fts.LIST_ELEMENT] = True
     return params

@@ -21,9 +21,13 @@ _F = np.float32
 
 
 def idf(matching: np.ndarray | int, documents: int) -> np.ndarray:
-    """Inverse document frequency of tokens held by `matching` of `documents` documents."""
-    n, total = np.asarray(matching, np.float32), _F(documents)
-    return np.log((total - n + _F(0.5)) / (n + _F(0.5)) + _F(1)).astype(np.float32)
+    """Inverse document frequency of tokens held by `matching` of `documents` documents
+    (the C library's logf, as pylance's: numpy's float32 log differs in the last bit)."""
+    n = np.asarray(matching, np.float32)
+    flat = np.ascontiguousarray(n.reshape(-1))
+    out = np.empty_like(flat)
+    _kernels.bm25_idf(flat, float(_F(documents)), out)
+    return out.reshape(n.shape)[()]
 
 
 def mean_length(tokens: int, documents: int) -> np.float32:

@@ -35,6 +35,7 @@ from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
 from quiver.format.index.fts.encode import encode_positions, encode_postings
 from quiver.format.index.fts.index import ELEMENT_COLUMN, readable_format
 from quiver.format.index.fts.postings import BLOCK, VARINT
+from quiver.format.index.fts.wide import WIDE, encode_wide
 from quiver.format.index.wire import fields, varint
 from quiver.format.io.store import ObjectStore
 from quiver.format.table.schema import LanceSchema
@@ -102,19 +103,22 @@ def index_params(options: dict[str, Any], where: str) -> dict[str, Any]:
             f"{where}: format_version must be 1, 2 or 3 ('v1', 'v2', 'v3'), not {asked!r}"
         )
     number = _FORMAT_NAMES[asked]
-    if number in (1, 2) and block == 256:
+    if number in (1, 2) and block == WIDE:
         raise InvalidInputError(
             f"{where}: format_version={number} is incompatible with block_size=256; use "
             "format_version=3"
         )
-    if number == 1 or block == 256:
+    if number == 1:
         raise UnsupportedFeatureError(
-            f"{where}: Quiver builds INVERTED format versions 2 and 3 with 128-document "
-            "posting blocks (not format 1, nor 256-document blocks)"
+            f"{where}: Quiver builds INVERTED format versions 2 and 3 (not format 1)"
         )
+    if block == WIDE:  # 256-document blocks are format 3's alone (pylance: the default then)
+        number = 3
     params = {**DEFAULT_PARAMS, **{k: v for k, v in options.items() if k in DEFAULT_PARAMS}}
     AnalyzerParams.from_json(params, where)  # refuses tokenizers Quiver does not have
     params["format_version"] = number or INDEX_VERSION
+    if block == WIDE:
+        params["block_size"] = WIDE
     if granularity == "list_element":  # each element of a list of strings a document
         params[LIST_ELEMENT] = True
     return params
@@ -145,9 +149,8 @@ def details(params: dict[str, Any], version: int | None = None) -> bytes:
         out += number(4, params["max_token_length"])
     for n, key in ((5, "lower_case"), (6, "stem"), (7, "remove_stop_words"), (8, "ascii_folding")):
         out += number(n, params[key])
-    out += (
-        number(9, 3) + number(10, 3) + number(12, BLOCK) + number(14, params.get(LIST_ELEMENT, 0))
-    )
+    out += number(9, 3) + number(10, 3) + number(12, params.get("block_size", BLOCK))
+    out += number(14, params.get(LIST_ELEMENT, 0))
     out += number(15, version or format_version(params))
     return out
 
@@ -168,6 +171,7 @@ def partition_tables(
     texts: pa.Array,
     row_ids: np.ndarray,
     elements: np.ndarray | None = None,
+    block: int = BLOCK,
 ) -> dict[str, pa.Table]:
     """The three files of one partition over `texts` (by suffix: invert, docs, tokens), or
     none when no text has a token. Documents are the texts with a token; with `elements`
@@ -197,6 +201,7 @@ def partition_tables(
         return encoded_partition(
             np.zeros(0, np.int64), np.zeros(0, np.uint32), np.zeros(0, np.uint32),
             np.zeros(0, np.int32) if with_positions else None, lengths, doc_rows, [], elements,
+            block,
         )  # fmt: skip
     # (token, document) occurrences -> per token its documents ascending and frequencies
     key = found.token_ids.astype(np.int64)
@@ -221,7 +226,7 @@ def partition_tables(
     doc = (uniq - tok * n_docs).astype(np.uint32)
     return encoded_partition(
         tok, doc, counts, places if with_positions else None, lengths, doc_rows, vocabulary,
-        elements,
+        elements, block,
     )  # fmt: skip
 
 
@@ -234,6 +239,7 @@ def encoded_partition(
     doc_rows: np.ndarray,
     vocabulary: list[str],
     elements: np.ndarray | None = None,
+    block: int = BLOCK,
 ) -> dict[str, pa.Table]:
     """The three tables of one partition (by suffix: invert, docs, tokens) from its
     postings: token id, document and frequency of each, sorted by token then document
@@ -249,15 +255,21 @@ def encoded_partition(
     # upper bounds for pruning: a hair above, so float rounding never prunes an answer
     scores = np.nextafter(scores, np.float32(np.inf))
     postings, best = encode_postings(bounds, doc, counts.astype(np.uint32), scores)
-    positions = encode_positions(bounds, counts, places) if places is not None else None
+    if block == WIDE:  # format 3's wide blocks: no best scores inside, `_max_score` as above
+        postings = encode_wide(bounds, doc, counts.astype(np.uint32))
+    positions = None
+    if places is not None:
+        positions = encode_positions(bounds, counts, places, docs_per_block=block)
     return {
-        "invert": _invert(postings, best, df, positions),
+        "invert": _invert(postings, best, df, positions, block),
         "docs": _docs(doc_rows, lengths, total, elements),
         "tokens": _tokens(vocabulary),
     }
 
 
-def empty_partition(with_positions: bool, elements: bool = False) -> dict[str, pa.Table]:
+def empty_partition(
+    with_positions: bool, elements: bool = False, block: int = BLOCK
+) -> dict[str, pa.Table]:
     """The tables of a partition of no document."""
     positions = (pa.array([], pa.large_binary()), pa.array([], pa.list_(pa.uint32())))
     nothing = np.zeros(0, np.uint32)
@@ -267,6 +279,7 @@ def empty_partition(with_positions: bool, elements: bool = False) -> dict[str, p
             np.zeros(0, np.float32),
             np.zeros(0, np.uint32),
             positions if with_positions else None,
+            block,
         ),
         "docs": _docs(np.zeros(0, np.uint64), nothing, 0, nothing if elements else None),
         "tokens": _tokens([]),
@@ -340,10 +353,11 @@ def build_inverted(
     elements = None
     if params.get(LIST_ELEMENT):
         texts, row_ids, elements = list_elements(texts, row_ids, store.uri_of(directory))
-    tables = partition_tables(analyzer, texts, row_ids, elements)
+    block = int(params.get("block_size", BLOCK))
+    tables = partition_tables(analyzer, texts, row_ids, elements, block)
     if (tables or not count) and not untrained:
         if not tables:  # an index of no document: one empty partition, as pylance writes
-            tables = empty_partition(bool(params["with_position"]), elements is not None)
+            tables = empty_partition(bool(params["with_position"]), elements is not None, block)
         named = {
             f"part_{count}_{suffix}.lance": labelled(t, params) for suffix, t in tables.items()
         }
@@ -363,9 +377,10 @@ def labelled(table: pa.Table, params: dict[str, Any]) -> pa.Table:
     return table.replace_schema_metadata({**metadata, b"format_version": version})
 
 
-def params_of(analyzer: AnalyzerParams, format_version: int) -> dict[str, Any]:
+def params_of(analyzer: AnalyzerParams, format_version: int, block: int = BLOCK) -> dict[str, Any]:
     """The build parameters (`index_params`) of an index segment or staged partition: its
-    analyzer's options and its format version (format 1 is brought up as format 2)."""
+    analyzer's options, its format version (format 1 is brought up as format 2) and its
+    posting block size."""
     version = max(2, format_version)
     options = {
         "base_tokenizer": analyzer.base_tokenizer,
@@ -381,6 +396,8 @@ def params_of(analyzer: AnalyzerParams, format_version: int) -> dict[str, Any]:
         "with_position": analyzer.with_position,
         "format_version": version,
     }
+    if block == WIDE:
+        options["block_size"] = WIDE
     return index_params(options, "index")
 
 
@@ -450,6 +467,7 @@ def _invert(
     best: np.ndarray,
     df: np.ndarray,
     positions: tuple[pa.Array, pa.Array] | None = None,
+    block: int = BLOCK,
 ) -> pa.Table:
     fields = [
         pa.field("_posting", pa.list_(pa.large_binary()), nullable=False),
@@ -457,14 +475,14 @@ def _invert(
         pa.field("_length", pa.uint32(), nullable=False),
     ]
     columns = [postings, pa.array(best, pa.float32()), df]
-    metadata = _FORMAT
+    metadata = {**_FORMAT, "posting_block_size": str(block)}
     if positions is not None:
         fields += [
             pa.field("_compressed_position", pa.large_binary(), nullable=False),
             pa.field("_position_block_offset", pa.list_(pa.uint32()), nullable=False),
         ]
         columns += list(positions)
-        metadata = {**_FORMAT, **_POSITIONS}
+        metadata = {**metadata, **_POSITIONS}
     return pa.table(columns, schema=pa.schema(fields, metadata=metadata))
 
 
@@ -499,18 +517,20 @@ def _tokens(tokens: list[str]) -> pa.Table:
 
 def metadata_table(params: dict[str, Any], partitions: list[int], rows: int = 1) -> pa.Table:
     """An index's `metadata.lance` table (a staged partition's has no row)."""
+    internal = ("format_version", "block_size", LIST_ELEMENT)
     doc = {
         "lance_tokenizer": "text",
-        **{k: v for k, v in params.items() if k != "format_version"},
+        **{k: v for k, v in params.items() if k not in internal},
         "min_ngram_length": 3,
         "max_ngram_length": 3,
         "prefix_only": False,
-        "block_size": BLOCK,
+        "block_size": params.get("block_size", BLOCK),
     }
     schema = pa.schema(
         [pa.field("deleted_fragments", pa.binary(), nullable=False)],
         metadata={
             **_FORMAT,
+            "posting_block_size": str(params.get("block_size", BLOCK)),
             "format_version": str(format_version(params)),
             **(_POSITIONS if params.get("with_position") else {}),
             "params": json.dumps(doc, separators=(",", ":")),

@@ -143,14 +143,15 @@ def encode_postings(
 
 
 def encode_positions(
-    bounds: np.ndarray, freqs: np.ndarray, positions: np.ndarray
+    bounds: np.ndarray, freqs: np.ndarray, positions: np.ndarray, docs_per_block: int = BLOCK
 ) -> tuple[pa.Array, pa.ListArray]:
     """Format 2's positions (``packed_delta_v1`` in a ``shared_stream_v2``): per token a
     `_compressed_position` blob and the `_position_block_offset` of each posting block's
     segment in it. A segment holds its block's documents' positions as deltas (each
     document's first absolute), in groups of 128 BitPacker4x values behind a width byte,
-    the rest as LEB128. `positions` are every posting's positions in posting order
-    (`freqs` of them each), ascending within a posting."""
+    the rest as LEB128 (a posting block: `docs_per_block` documents). `positions` are every
+    posting's positions in posting order (`freqs` of them each), ascending within a
+    posting."""
     tokens = len(bounds) - 1
     f = freqs.astype(np.int64)
     at = np.cumsum(f) - f  # each posting's first position
@@ -158,11 +159,11 @@ def encode_positions(
     deltas[at[f > 0]] = positions[at[f > 0]]
     # posting blocks: their postings, then their positions' range
     df = np.diff(bounds).astype(np.int64)
-    per_token = (df + BLOCK - 1) // BLOCK
+    per_token = (df + docs_per_block - 1) // docs_per_block
     token_of = np.repeat(np.arange(tokens), per_token)
     nth = np.arange(len(token_of)) - np.repeat(np.cumsum(per_token) - per_token, per_token)
-    first = bounds[:-1][token_of] + nth * BLOCK
-    last = np.minimum(first + BLOCK, bounds[1:][token_of])
+    first = bounds[:-1][token_of] + nth * docs_per_block
+    last = np.minimum(first + docs_per_block, bounds[1:][token_of])
     ends = np.concatenate([at, [len(positions)]])
     lo, hi = ends[first], ends[last]
     count = hi - lo

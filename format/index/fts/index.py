@@ -15,6 +15,7 @@ searches read the posting lists of their tokens.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections.abc import Hashable, Iterator, Sequence
@@ -28,6 +29,7 @@ from quiver.format.index.fts import bm25
 from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
 from quiver.format.index.fts.fst import FstMap
 from quiver.format.index.fts.postings import (
+    BLOCK,
     FIXED32,
     VARINT,
     block_scores,
@@ -36,6 +38,7 @@ from quiver.format.index.fts.postings import (
     decode_positions,
     decode_positions_v1,
 )
+from quiver.format.index.fts.wide import WIDE, decode_wide, quantized_lengths
 from quiver.format.io.lru import ByteLRU, OpenOnce
 from quiver.format.io.store import ObjectStore
 
@@ -72,6 +75,7 @@ class Partition:
     # documents of list elements (pylance's LIST_ELEMENT granularity): each one's position
     # in its row's list (None: documents are rows)
     elements: np.ndarray | None = None
+    block: int = BLOCK  # documents per full posting block (128, or 256: `wide`)
     lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: dict[str, int | None] = field(default_factory=dict)
 
@@ -82,6 +86,12 @@ class Partition:
                 self._ids.clear()
             self._ids[token] = self.tokens.get(token)
         return self._ids[token]
+
+    @functools.cached_property
+    def scored_lengths(self) -> np.ndarray:
+        """The document lengths searches weigh with: exact, or quantized in partitions of
+        256-document blocks (pylance's)."""
+        return quantized_lengths(self.lengths) if self.block == WIDE else self.lengths
 
     def postings(self, token_id: int) -> tuple[np.ndarray, np.ndarray]:
         """(document ids, frequencies) of one token (decoded once, then cached)."""
@@ -98,9 +108,12 @@ class Partition:
         wanted = [t for t in token_ids if t not in found]
         if wanted:
             for tid, (data, offsets, _) in zip(wanted, self.blocks(wanted), strict=True):
-                postings = decode_blocks(
-                    data, offsets, None, int(self.df[tid]), self.codec, self.invert.path
-                )
+                if self.block == WIDE:
+                    postings = decode_wide(data, offsets, None, int(self.df[tid]), self.invert.path)
+                else:
+                    postings = decode_blocks(
+                        data, offsets, None, int(self.df[tid]), self.codec, self.invert.path
+                    )
                 cache_arrays(POSTINGS, (self.invert.path, tid), postings)
                 found[tid] = postings
         return [found[t] for t in token_ids]
@@ -120,8 +133,14 @@ class Partition:
                 rows = self.invert.take_list_bytes("_posting", np.array(wanted, np.uint64))
             where = self.invert.path
             for i, tid in enumerate(wanted):
-                data, offsets = checked_blocks(*rows.row(i), int(self.df[tid]), where)
-                read = (np.array(data), offsets, block_scores(data, offsets, where))
+                data, offsets = checked_blocks(*rows.row(i), int(self.df[tid]), where, self.block)
+                # wide blocks store no best score: no bound, block-max searches step aside
+                scores = (
+                    np.full(len(offsets) - 1, np.inf, np.float32)
+                    if self.block == WIDE
+                    else block_scores(data, offsets, where)
+                )
+                read = (np.array(data), offsets, scores)
                 cache_arrays(BLOCKS, (where, tid), read)
                 found[tid] = read
         return [found[t] for t in token_ids]
@@ -145,7 +164,7 @@ class Partition:
         if self.position_columns == V2_POSITIONS:
             stream = row.column(0)[0].as_py() or b""
             offsets = row.column(1)[0].as_py() or []
-            found = decode_positions(stream, offsets, freqs, where)
+            found = decode_positions(stream, offsets, freqs, where, self.block)
         else:
             found = decode_positions_v1(row.column(0)[0].as_py() or [], where)
         if len(found) != int(freqs.sum()):
@@ -163,10 +182,10 @@ def readable_format(metadata: dict[str, bytes], where: str) -> str:
         raise UnsupportedFeatureError(
             f"{where}: full-text index format version {version} (1, 2 and 3 are read)"
         )
-    if block != "128":
+    if block not in ("128", "256") or (block == "256" and version != "3"):
         raise UnsupportedFeatureError(
-            f"{where}: a full-text index of {block}-document posting blocks (format 3 with "
-            "128-document blocks is read)"
+            f"{where}: a full-text index of format {version} with {block}-document posting "
+            "blocks (128-document blocks, and 256 in format 3, are read)"
         )
     return version
 
@@ -229,7 +248,7 @@ class InvertedIndex:
         """Per partition holding `token`: its documents' row ids, their BM25 weights under
         the given statistics, and whether the row ids ascend."""
         return [
-            bm25.gathered(docs, counts, p.row_ids, p.lengths, token_idf, avgdl, self.where)
+            bm25.gathered(docs, counts, p.row_ids, p.scored_lengths, token_idf, avgdl, self.where)
             for p, docs, counts in self._postings(token)
         ]
 
@@ -262,7 +281,7 @@ class InvertedIndex:
                 raise CorruptFileError(self.where, "a posting names a document that is not there")
             ids.append(p.row_ids[docs])
             freqs.append(counts)
-            lengths.append(p.lengths[docs])
+            lengths.append(p.scored_lengths[docs])
         if not ids:
             empty = np.empty(0, np.uint64)
             return empty, np.empty(0, np.uint32), np.empty(0, np.float32)
@@ -313,11 +332,15 @@ def open_partition(store: ObjectStore, directory: str, pid: int, token_format: s
     except BaseException:
         invert.close()
         raise
+    block = int(invert.metadata.get("posting_block_size", b"128").decode() or 128)
+    if block not in (BLOCK, WIDE):
+        invert.close()
+        raise UnsupportedFeatureError(f"{invert.path}: posting blocks of {block} documents")
     held = {f.name for f in invert.schema.fields}
     with_positions = next((c for c in (V2_POSITIONS, V1_POSITIONS) if set(c) <= held), ())
     return Partition(
         tokens, row_ids, lengths, total_tokens, invert, df_counts, codec, with_positions,
-        elements=positions,
+        elements=positions, block=block,
     )  # fmt: skip
 
 

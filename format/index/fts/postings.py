@@ -72,22 +72,25 @@ def decode_postings(
 
 
 def posting_blocks(
-    blobs: Sequence[bytes] | pa.BinaryArray | pa.LargeBinaryArray, length: int, where: str
+    blobs: Sequence[bytes] | pa.BinaryArray | pa.LargeBinaryArray,
+    length: int,
+    where: str,
+    block: int = BLOCK,
 ) -> tuple[np.ndarray, np.ndarray]:
     """A token's blocks back to back (uint8, a view of what was read) and their offsets
     (int64, one more, from 0), checked to be as many as its `length` documents fill."""
     data, offsets = _blocks(blobs)
     if int(offsets[0]):
         data, offsets = data[offsets[0] : offsets[-1]], offsets - offsets[0]
-    return checked_blocks(data, offsets, length, where)
+    return checked_blocks(data, offsets, length, where, block)
 
 
 def checked_blocks(
-    data: np.ndarray, offsets: np.ndarray, length: int, where: str
+    data: np.ndarray, offsets: np.ndarray, length: int, where: str, block: int = BLOCK
 ) -> tuple[np.ndarray, np.ndarray]:
     """A token's blocks back to back and their offsets from 0, checked to be as many as its
-    `length` documents fill."""
-    full, rest = divmod(length, BLOCK)
+    `length` documents fill (`block` documents a full block)."""
+    full, rest = divmod(length, block)
     if len(offsets) - 1 != full + (1 if rest else 0):
         raise CorruptFileError(where, f"{len(offsets) - 1} posting blocks for {length} documents")
     return data, offsets
@@ -191,21 +194,26 @@ def _doc_positions(deltas: np.ndarray, freqs: np.ndarray) -> np.ndarray:
 
 
 def decode_positions(
-    stream: bytes, block_offsets: Sequence[int], freqs: np.ndarray, where: str
+    stream: bytes,
+    block_offsets: Sequence[int],
+    freqs: np.ndarray,
+    where: str,
+    block: int = BLOCK,
 ) -> np.ndarray:
     """Every position of one token's documents, document after document (`freqs` says how
-    many each has), from format 2's shared stream (``packed_delta_v1``): per posting block a
-    segment at `block_offsets[i]` of its documents' position deltas, in groups of 128
-    BitPacker4x values (a width byte first), the last group as LEB128."""
+    many each has), from format 2's shared stream (``packed_delta_v1``): per posting block
+    (of `block` documents) a segment at `block_offsets[i]` of its documents' position
+    deltas, in groups of 128 BitPacker4x values (a width byte first), the last group as
+    LEB128."""
     total = int(freqs.sum())
-    if len(block_offsets) != (len(freqs) + BLOCK - 1) // BLOCK:
+    if len(block_offsets) != (len(freqs) + block - 1) // block:
         raise CorruptFileError(where, "position segments do not match the posting blocks")
     out = []
     for b, start in enumerate(block_offsets):
         end = block_offsets[b + 1] if b + 1 < len(block_offsets) else len(stream)
         if not 0 <= start <= end <= len(stream):
             raise CorruptFileError(where, "a position segment lies outside its stream")
-        count = int(freqs[b * BLOCK : (b + 1) * BLOCK].sum())
+        count = int(freqs[b * block : (b + 1) * block].sum())
         at, groups = start, []
         for _ in range(count // BLOCK):
             bits = stream[at] if at < end else 255

@@ -28,7 +28,8 @@ from quiver.format.index.fts.index import (
     open_partition,
     readable_format,
 )
-from quiver.format.index.fts.postings import decode_positions, decode_postings
+from quiver.format.index.fts.postings import decode_positions, decode_postings, posting_blocks
+from quiver.format.index.fts.wide import WIDE, decode_wide
 from quiver.format.io.store import ObjectStore
 from quiver.format.table.schema import LanceSchema
 
@@ -106,10 +107,10 @@ def _remapped(part: Partition, moves: Moves) -> dict[str, pa.Table]:
     lengths = part.lengths[alive].astype(np.uint32)
     elements = None if part.elements is None else part.elements[alive]
     if not len(lengths) or (not len(tok) and elements is None):
-        return empty_partition(with_positions, elements is not None)
+        return empty_partition(with_positions, elements is not None, part.block)
     return encoded_partition(
         renumber[tok], doc, freq, places if with_positions else None, lengths,
-        rows[alive].astype(np.uint64), vocabulary, elements,
+        rows[alive].astype(np.uint64), vocabulary, elements, part.block,
     )  # fmt: skip
 
 
@@ -127,13 +128,18 @@ def postings_of(
     docs, freqs, places = [], [], []
     for t in range(len(part.df)):
         cell = blobs[t]
-        ids, fr = decode_postings(
-            cell.values if cell.is_valid else [], int(part.df[t]), part.codec, where
-        )
+        if part.block == WIDE:
+            values = cell.values if cell.is_valid else []
+            data, bounds = posting_blocks(values, int(part.df[t]), where, WIDE)
+            ids, fr = decode_wide(data, bounds, None, int(part.df[t]), where)
+        else:
+            ids, fr = decode_postings(
+                cell.values if cell.is_valid else [], int(part.df[t]), part.codec, where
+            )
         docs.append(ids)
         freqs.append(fr)
         if streams is not None and offsets is not None:
-            found = decode_positions(streams[t] or b"", offsets[t] or [], fr, where)
+            found = decode_positions(streams[t] or b"", offsets[t] or [], fr, where, part.block)
             if len(found) != int(fr.sum()):
                 raise CorruptFileError(where, f"{len(found)} positions for {int(fr.sum())}")
             places.append(found)

@@ -50,9 +50,13 @@ def stage_partition(
     """Write the partition of `texts` (their row ids beside) as staged partition
     `partition` of the index in `directory`; (file, size) pairs."""
     analyzer = Analyzer(AnalyzerParams.from_json(params, store.uri_of(directory)))
-    tables = build.partition_tables(analyzer, texts, row_ids)
+    block = int(params.get("block_size", build.BLOCK))
+    elements = None
+    if params.get(build.LIST_ELEMENT):
+        texts, row_ids, elements = build.list_elements(texts, row_ids, store.uri_of(directory))
+    tables = build.partition_tables(analyzer, texts, row_ids, elements, block)
     if not tables:
-        tables = build.empty_partition(bool(params["with_position"]))
+        tables = build.empty_partition(bool(params["with_position"]), elements is not None, block)
     staged = f"{directory}/{STAGING}"
     named = {f"part_{partition}_{suffix}.lance": t for suffix, t in tables.items()}
     named = {name: build.labelled(t, params) for name, t in named.items()}
@@ -83,7 +87,9 @@ def merge_staged(store: ObjectStore, directory: str, version: str) -> list[tuple
             except ValueError:
                 raise CorruptFileError(meta.path, "params are not JSON") from None
             formats.append(meta.metadata.get("token_set_format", b"arrow").decode())
-            options = build.params_of(AnalyzerParams.from_json(doc, meta.path), posting_format)
+            block = int(meta.metadata.get("posting_block_size", b"128").decode())
+            analyzer = AnalyzerParams.from_json(doc, meta.path)
+            options = build.params_of(analyzer, posting_format, block)
         if params is not None and options != params:
             raise InvalidInputError(
                 f"{where}: staged partitions {found[0]} and {pid} were built with different "
@@ -94,6 +100,7 @@ def merge_staged(store: ObjectStore, directory: str, version: str) -> list[tuple
     with_positions = bool(params["with_position"])
     vocabulary: dict[str, int] = {}
     toks, docs, freqs, places, lengths, rows = [], [], [], [], [], []
+    element_lists: list[np.ndarray | None] = []
     offset = 0
     for pid, token_format in zip(found, formats, strict=True):
         part = open_partition(store, staged, pid, token_format)
@@ -112,6 +119,7 @@ def merge_staged(store: ObjectStore, directory: str, version: str) -> list[tuple
         places.append(pos)
         lengths.append(part.lengths)
         rows.append(part.row_ids)
+        element_lists.append(part.elements)
         offset += len(part.row_ids)
     tok, doc = np.concatenate(toks), np.concatenate(docs)
     freq, pos = np.concatenate(freqs), np.concatenate(places)
@@ -123,13 +131,16 @@ def merge_staged(store: ObjectStore, directory: str, version: str) -> list[tuple
         at = np.repeat(starts[order], f) + np.arange(int(f.sum())) - np.repeat(np.cumsum(f) - f, f)
         pos = pos[at]
     length = np.concatenate(lengths).astype(np.uint32)
-    if not len(tok):
-        tables = build.empty_partition(with_positions)
+    block = int(params.get("block_size", build.BLOCK))
+    held = [e for e in element_lists if e is not None]
+    elements = np.concatenate(held) if held and len(held) == len(element_lists) else None
+    if not len(tok) and elements is None:
+        tables = build.empty_partition(with_positions, False, block)
     else:
         tables = build.encoded_partition(
             tok[order], doc[order].astype(np.uint32), freq[order],
             pos if with_positions else None, length,
-            np.concatenate(rows).astype(np.uint64), list(vocabulary),
+            np.concatenate(rows).astype(np.uint64), list(vocabulary), elements, block,
         )  # fmt: skip
     named = {f"part_0_{suffix}.lance": build.labelled(t, params) for suffix, t in tables.items()}
     named["metadata.lance"] = build.metadata_table(params, [0])

@@ -17,7 +17,7 @@ from fulltext_corpus import QUERIES, assert_same_answers, search, text_table
 
 import quiver.format.dataset as qfd
 from quiver.format.dataset import dataset
-from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
+from quiver.format.errors import InvalidInputError
 
 pytestmark = pytest.mark.compat
 ENGINES = {"pylance": lance, "quiver": qfd}
@@ -141,7 +141,18 @@ def test_bad_distributed_builds_are_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(InvalidInputError, match="different tokenizer options"):
         ours.merge_index_metadata(index_uuid, "INVERTED")
-    with pytest.raises(UnsupportedFeatureError, match="128-document"):
-        ours.create_scalar_index(
-            "text", "INVERTED", fragment_ids=[0], index_uuid=index_uuid, block_size=256
-        )
+
+
+@pytest.mark.parametrize(("stager", "merger"), [("quiver", "quiver"), ("pylance", "quiver")])
+def test_wide_blocks_built_apart(tmp_path: Path, stager: str, merger: str) -> None:
+    """256-document posting blocks staged and merged apart answer as an index built at once
+    (pylance's), by either engine."""
+    table = text_table(1500, 65)
+    reference, path = str(tmp_path / "reference"), str(tmp_path / "apart")
+    for target in (reference, path):
+        lance.write_dataset(table, target, max_rows_per_file=300)
+    lance.dataset(reference).create_scalar_index(
+        "text", "INVERTED", block_size=256, with_position=True
+    )
+    _build_apart(path, stager, merger, "quiver", block_size=256, with_position=True)
+    _same_as_built_at_once(path, reference, f"wide {stager}/{merger}")
