@@ -667,9 +667,11 @@ def _remap_indices(
         try:
             r = remap_index(store, directory, str(_remap_kind(e)), e.pb, amap)
         except UnsupportedFeatureError:
-            if _remap_kind(e) != "INVERTED":
+            if _remap_kind(e) not in ("INVERTED", "VECTOR"):
                 raise
-            continue  # an older full-text index: it stops covering the rewritten rows
+            # an older full-text index, an IVF_RQ index: it stops covering the rewritten
+            # rows (searched exactly from then on)
+            continue
         remapped_out.append((store, r))
         out.append(r)
     return out

@@ -23,6 +23,7 @@ from quiver.format.index.vector.index import INDEX_FILE as VECTOR_INDEX_FILE
 from quiver.format.index.vector.index import open_vector_index
 from quiver.format.index.vector.ivf import IVF_KEY, read_message
 from quiver.format.index.vector.pq import ProductQuantizer
+from quiver.format.index.vector.rq import RaBitQ
 from quiver.format.index.vector.sq import ScalarQuantizer
 from quiver.format.proto import index_pb2
 from quiver.format.table.indices import IndexEntry, indices_of
@@ -219,6 +220,18 @@ def _vector_statistics(store: Any, directory: str, entry: IndexEntry) -> dict[st
             "num_bits": 8,
             "bounds": {"start": storage.start, "end": storage.end},
             "index_type": "SQ",
+            "metric_type": metric,
+        }
+    elif isinstance(storage, RaBitQ):  # its storage metadata, as written
+        sub = {
+            "rotate_mat_position": None,
+            "fast_rotation_signs": storage.signs.tolist(),
+            "rotation_type": "fast",
+            "code_dim": storage.dimension,
+            "num_bits": storage.num_bits,
+            "packed": storage.packed,
+            "query_estimator": "raw_query",
+            "index_type": "RQ",
             "metric_type": metric,
         }
     else:

@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from quiver.format import _kernels
-from quiver.format.errors import InvalidInputError
+from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
 from quiver.format.index.files import write_index_file
 from quiver.format.index.vector import flat as _flat
 from quiver.format.index.vector import pq as _pq
@@ -176,6 +176,11 @@ def model_of(index: VectorIndex) -> tuple[VectorParams, VectorModel]:
     """The parameters and trained model of an open index (to encode more rows with it, or
     write it again): training parameters are pylance's defaults."""
     storage = index.storage
+    if index.storage_kind == "IVF_RQ":
+        raise UnsupportedFeatureError(
+            f"{index.key}: Quiver searches IVF_RQ indices but does not build them yet "
+            "(optimize_indices, retrain and compaction need a build)"
+        )
     subs, bits, codebook, bounds = 0, 8, None, None
     if isinstance(storage, ProductQuantizer):
         subs, bits = storage.num_sub_vectors, storage.bits

@@ -12,6 +12,7 @@ in a cache bounded by bytes, shared by every index.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ from quiver.format.index.vector.hnsw import (
 )
 from quiver.format.index.vector.ivf import IVF_KEY, IvfModel, read_message
 from quiver.format.index.vector.pq import ProductQuantizer
+from quiver.format.index.vector.rq import RaBitQ, RqPartition, decode_partition
+from quiver.format.index.vector.rq import columns as rq_columns
 from quiver.format.index.vector.sq import ScalarQuantizer
 from quiver.format.io.lru import ByteLRU, OpenOnce
 from quiver.format.io.store import ObjectStore
@@ -44,13 +47,15 @@ STORAGE_FILE = "auxiliary.idx"
 INDEX_KEY = "lance:index"
 STORAGE_KEY = "storage_metadata"
 ROW_ID = "_rowid"
-SUPPORTED = ("IVF_FLAT", "IVF_PQ", "IVF_SQ", "IVF_HNSW_FLAT", "IVF_HNSW_PQ", "IVF_HNSW_SQ")
+SUPPORTED = (
+    "IVF_FLAT", "IVF_PQ", "IVF_SQ", "IVF_HNSW_FLAT", "IVF_HNSW_PQ", "IVF_HNSW_SQ", "IVF_RQ",
+)  # fmt: skip
 # Bytes of decoded partitions kept across queries, over all open indices.
 PARTITION_CACHE_BYTES = 256 << 20
 # Open indices kept (centroids, codebooks: small).
 OPEN_INDICES = 32
 
-Storage = FlatStorage | ProductQuantizer | ScalarQuantizer
+Storage = FlatStorage | ProductQuantizer | ScalarQuantizer | RaBitQ
 
 
 @dataclass(frozen=True)
@@ -154,8 +159,10 @@ class VectorIndex:
         except (ValueError, IndexError, TypeError) as e:
             raise CorruptFileError(f.path, f"bad {STORAGE_KEY}: {e}") from None
         dim = self.ivf.dimension
-        if self.storage_kind == "IVF_PQ":
-            storage: Storage = ProductQuantizer.read(f, meta, self.metric)
+        if self.storage_kind == "IVF_RQ":
+            storage: Storage = RaBitQ.read(meta, self.metric, dim, f.path)
+        elif self.storage_kind == "IVF_PQ":
+            storage = ProductQuantizer.read(f, meta, self.metric)
         elif self.storage_kind == "IVF_SQ":
             storage = ScalarQuantizer.read(meta, self.metric, f.path)
         else:
@@ -211,6 +218,27 @@ class VectorIndex:
         )
         PARTITIONS.put(key, part, part.nbytes)
         return part
+
+    @functools.cached_property
+    def rotated_centroids(self) -> np.ndarray:
+        """An IVF_RQ index's centroids rotated as its rows are (float32)."""
+        assert isinstance(self.storage, RaBitQ)
+        return self.storage.rotate(self.ivf.centroids.astype(np.float32))
+
+    def rq_partition(self, p: int) -> RqPartition:
+        """An IVF_RQ index's partition `p`, decoded, from the cache or the file."""
+        assert isinstance(self.storage, RaBitQ)
+        key = (self.key, p)
+        part = PARTITIONS.get(key)
+        if part is not None:
+            return part  # type: ignore[return-value]
+        start = int(self.ivf.offsets[p])
+        stop = start + int(self.ivf.lengths[p])
+        with self._lock:  # one reader per file: its page caches are not shared safely
+            table = self._storage_file.read(rq_columns(self.storage), start, stop)
+        decoded = decode_partition(self.storage, table, f"{self._storage_file.path} partition {p}")
+        PARTITIONS.put(key, decoded, decoded.nbytes)  # type: ignore[arg-type]
+        return decoded
 
     def _graph(self, p: int, n: int) -> Graph:
         """Partition `p`'s graph, read from `index.idx` (`n`: the partition's rows)."""

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from quiver.format.errors import CorruptFileError
+from quiver.format.errors import CorruptFileError, UnsupportedFeatureError
 from quiver.format.index.files import IndexFile, write_index_file
 from quiver.format.index.vector.build import model_of, storage_row, write_files
 from quiver.format.index.vector.hnsw import HNSW_KEY
@@ -47,6 +47,10 @@ def remap_vector_index(
     and their sizes."""
     with IndexFile(store, f"{directory}/{INDEX_FILE}") as index:
         graphs = HNSW_KEY in index.metadata
+        if b"IVF_RQ" in index.metadata.get("lance:index", b""):
+            raise UnsupportedFeatureError(
+                f"{index.path}: remapping an IVF_RQ index (its codes are packed by partition)"
+            )
     if graphs:
         return _rebuild(store, directory, target, remap)
     raw = store.read_all(f"{directory}/{INDEX_FILE}")

@@ -29,6 +29,7 @@ from quiver.format.file.parallel import map_parallel
 from quiver.format.index.vector.distance import normalize, top_k_per_query
 from quiver.format.index.vector.index import Partition, VectorIndex
 from quiver.format.index.vector.ivf import nearest_first
+from quiver.format.index.vector.rq import rq_search
 
 RowFilter = Callable[[np.ndarray], np.ndarray]  # row ids -> bool mask of allowed rows
 _METRICS = {"l2": _kernels.METRIC_L2, "cosine": _kernels.METRIC_COSINE, "dot": _kernels.METRIC_DOT}
@@ -313,6 +314,22 @@ def _search(
     ef: int | None,
 ) -> Candidates:
     """`ivf_search` of a chunk of queries."""
+    rq = [i for i, ix in enumerate(indices) if ix.storage_kind == "IVF_RQ"]
+    if rq:  # RaBitQ segments: one heap per query across the partitions it probes
+        parts = [
+            Candidates(*rq_search(indices[i], queries, k, fetch, minimum, maximum, allowed[i],
+                                  early_pruning))
+            for i in rq
+        ]  # fmt: skip
+        rest = [i for i in range(len(indices)) if i not in rq]
+        if rest:
+            parts.append(
+                _search(
+                    [indices[i] for i in rest], queries, k, fetch, minimum, maximum,
+                    [allowed[i] for i in rest], allowed_ids, distance_range, ef,
+                )
+            )  # fmt: skip
+        return Candidates.concat(parts).best(fetch)
     nq = len(queries)
     searches = [
         _Search(ix, queries, fetch, f, distance_range, ef)

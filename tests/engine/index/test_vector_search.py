@@ -259,17 +259,6 @@ def test_bad_requests_name_what_is_wrong(indexed) -> None:
         assert ds.uri in str(info.value), str(info.value)
 
 
-def test_rq_indices_are_refused_with_a_way_out(tmp_path) -> None:
-    """RaBitQ indices are not searched: the error names the index and the exact search."""
-    uri = build(tmp_path / "rq.lance", None, appended=0, delete=None, rows=900)
-    lance.dataset(uri).create_index("vec", "IVF_RQ", num_partitions=2)
-    q = queries(11, 1)[0]
-    with pytest.raises(UnsupportedFeatureError, match="IVF_RQ.*use_index"):
-        dataset(uri).to_table(nearest={"column": "vec", "q": q, "k": 5})
-    nearest = {"column": "vec", "q": q, "k": 5, "use_index": False}
-    compare(uri, "hnsw, exact", nearest=nearest, columns=["id"])
-
-
 def test_multivector_columns_searched_as_pylance(tmp_path) -> None:
     """A column of lists of vectors: a row's distance is, summed over the query's vectors,
     the distance to its nearest vector; null and empty rows never come back, and an index
