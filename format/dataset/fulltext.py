@@ -24,7 +24,7 @@ pylance orders tied scores arbitrarily, Quiver by row id.
 from __future__ import annotations
 
 import functools
-import threading
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -50,6 +50,7 @@ from quiver.format.dataset.fulltext_query import (
     columns_of,
     parse_query,
 )
+from quiver.format.dataset.fulltext_ranking import Ranked
 from quiver.format.dataset.nearest import (
     QUERY_INDEX,
     LocatedSearch,
@@ -74,89 +75,9 @@ _INVERTED = "InvertedIndexDetails"
 _F = np.float32
 
 
-class _Ranked:
-    """A query word's rows (ascending) and their weights, and the positions of its best
-    weights, sorted best first only as deep as a search has asked: a search with a limit
-    reads a frequent word's best few hundred rows, and a full sort of its 360,000 weights
-    cost 25 ms the first time the word was asked for (a partition: 1 ms)."""
-
-    def __init__(self, rows: np.ndarray, weights: np.ndarray) -> None:
-        self.rows = rows
-        self.weights = weights
-        self._best = np.empty(0, np.int64)  # positions, best weight first (stable on ties)
-        self._lock = threading.Lock()
-
-    @property
-    def nbytes(self) -> int:
-        return self.rows.nbytes + self.weights.nbytes + 8 * len(self.rows)
-
-    def best(self, depth: int) -> np.ndarray:
-        """Positions of the `depth` best weights (all rows when there are fewer)."""
-        if depth >= len(self.rows):
-            return np.arange(len(self.rows))
-        return self._prefix(depth + 1)[:depth]
-
-    def weight_after(self, depth: int) -> np.float32:
-        """The weight ranked just after the `depth` best (depth < len(rows))."""
-        return self.weights[self._prefix(depth + 1)[depth]]
-
-    def _prefix(self, wanted: int) -> np.ndarray:
-        best = self._best
-        if len(best) >= wanted:
-            return best
-        with self._lock:
-            if len(self._best) < wanted:
-                k = min(len(self.weights), max(wanted, 2 * len(self._best)))
-                self._best = best_positions(self.weights, k)
-            return self._best
-
-
-def best_positions(weights: np.ndarray, k: int) -> np.ndarray:
-    """Positions of the `k` (<= len) best `weights`, best first, ties by position, without
-    sorting them all: a strided sample sets a bar about 4k weights from the top, and only
-    the weights above it are sorted. Weights tie a lot (short documents give a word a few
-    distinct weights), so the ones at the bar are taken in position order as far as needed,
-    never all gathered."""
-    n = len(weights)
-    if k >= n:
-        return np.lexsort((np.arange(n), -weights))
-    sample = weights[:: max(1, n // (16 * k))]
-    rank = len(sample) - 1 - 4 * k * len(sample) // n
-    if rank > 0:
-        bar = np.partition(sample, rank)[rank]
-        above = np.flatnonzero(weights > bar)
-        if len(above) < k:
-            ties = _first_equal(weights, bar, k - len(above))
-            if len(ties) == k - len(above):
-                return np.concatenate([above[np.lexsort((above, -weights[above]))], ties])
-        elif len(above) <= n // 2:
-            return above[_best_of(weights[above], k)]
-    return _best_of(weights, k)
-
-
-def _best_of(values: np.ndarray, k: int) -> np.ndarray:
-    """`best_positions` by one partition of all `values`."""
-    bar = np.partition(values, len(values) - k)[len(values) - k]
-    above = np.flatnonzero(values > bar)
-    above = above[np.lexsort((above, -values[above]))]
-    return np.concatenate([above, _first_equal(values, bar, k - len(above))])
-
-
-def _first_equal(values: np.ndarray, value: np.float32, m: int) -> np.ndarray:
-    """The first `m` positions holding `value` (fewer if there are not as many)."""
-    found, count, step = [], 0, max(4096, 8 * m)
-    for start in range(0, len(values), step):
-        hits = np.flatnonzero(values[start : start + step] == value) + start
-        found.append(hits)
-        count += len(hits)
-        if count >= m:
-            break
-    return np.concatenate(found)[:m] if found else np.empty(0, np.int64)
-
-
 # per query word, its rows' weights, ranked best first as deep as searches went: what a
 # search with a limit reads of a frequent word
-RANKED: ByteLRU[_Ranked] = ByteLRU(128 << 20)
+RANKED: ByteLRU[Ranked] = ByteLRU(128 << 20)
 
 
 # per query word, its posting blocks and the rows block-max searches decoded from them
@@ -187,7 +108,21 @@ _UNINDEXED = Analyzer(
 
 def inverted_entries(core: DatasetCore, elements: bool = False) -> dict[str, list[IndexEntry]]:
     """Column name -> the segments of the INVERTED index on it (the first index's name) of
-    rows, or with `elements` of list elements (`fulltext_elements`)."""
+    rows, or with `elements` of list elements (`fulltext_elements`); worked out once per
+    version (a server plans and runs each search on the same open version)."""
+    per_core = _ENTRIES.get(core)
+    if per_core is None:
+        per_core = _ENTRIES.setdefault(core, {})
+    found = per_core.get(elements)
+    if found is None:
+        found = per_core[elements] = _inverted_entries(core, elements)
+    return {column: list(entries) for column, entries in found.items()}
+
+
+_ENTRIES: weakref.WeakKeyDictionary[DatasetCore, dict[bool, dict]] = weakref.WeakKeyDictionary()
+
+
+def _inverted_entries(core: DatasetCore, elements: bool) -> dict[str, list[IndexEntry]]:
     out: dict[str, list[IndexEntry]] = {}
     names = {f.id: f.name for f in core.lance_schema.walk()}
     entries = indices_of(core.manifest)
@@ -685,7 +620,7 @@ class FullTextSearch(LocatedSearch):
         BLOCK_MAX.resize(key, blocks.nbytes)
         return found
 
-    def _ranked(self, indices: list[InvertedIndex], token: str, corpus: _Corpus) -> _Ranked:
+    def _ranked(self, indices: list[InvertedIndex], token: str, corpus: _Corpus) -> Ranked:
         """A word's rows (ascending) and weights over every segment, computed once per word
         and corpus statistics."""
         key = _ranked_key(indices, token, corpus)
@@ -702,7 +637,7 @@ class FullTextSearch(LocatedSearch):
             if not ascending:
                 by_row = np.argsort(rows, kind="stable")
                 rows, weights = rows[by_row], weights[by_row]
-            found = _Ranked(rows, weights)
+            found = Ranked(rows, weights)
             RANKED.put(key, found, found.nbytes)
         return found
 

@@ -655,7 +655,7 @@ def test_fuzzy_automata_past_the_limit_are_refused_as_pylance(tmp_path: Path) ->
 def test_best_positions_rank_as_a_full_sort() -> None:
     """A frequent word's best rows: the positions a full sort by weight (best first, ties
     by position) puts first, whatever the weights' ties and order."""
-    from quiver.format.dataset.fulltext import best_positions
+    from quiver.format.dataset.fulltext_ranking import best_positions
 
     rng = np.random.default_rng(7)
     shapes = (
