@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from quiver.format.errors import CorruptFileError
 from quiver.format.index.fts.postings import read_varints, unpack4x
+from quiver.format.index.wire import varint
 
 WIDE = 256  # documents per full block
 
@@ -229,7 +230,7 @@ def encode_wide(bounds: np.ndarray, docs: np.ndarray, freqs: np.ndarray) -> pa.L
         for k in range(len(owner)):
             wf = int(body_width[k])
             above = np.flatnonzero(f[k] >> np.uint32(wf)) if wf < 32 else np.empty(0, np.int64)
-            patch = b"".join(bytes([int(i)]) + _leb128(int(f[k, i]) >> wf) for i in above.tolist())
+            patch = b"".join(bytes([int(i)]) + varint(int(f[k, i]) >> wf) for i in above.tolist())
             blobs[int(first_block[owner[k]] + nth[k])] = (
                 int(d[k, 0]).to_bytes(4, "little")
                 + bytes([int(id_width[k])])
@@ -243,7 +244,7 @@ def encode_wide(bounds: np.ndarray, docs: np.ndarray, freqs: np.ndarray) -> pa.L
         ids = docs[start : int(bounds[t + 1])].astype(np.int64)
         gaps = np.diff(ids, prepend=0)
         numbers = np.concatenate([gaps, freqs[start : int(bounds[t + 1])].astype(np.int64)])
-        blobs[int(first_block[t] + full[t])] = b"".join(_leb128(int(x)) for x in numbers)
+        blobs[int(first_block[t] + full[t])] = b"".join(varint(int(x)) for x in numbers)
     values = pa.array(blobs, pa.large_binary())
     return pa.ListArray.from_arrays(pa.array(first_block, pa.int32()), values)
 
@@ -259,15 +260,3 @@ def _packed(values: np.ndarray, widths: np.ndarray) -> list[bytes]:
         for k, row in zip(mine.tolist(), words, strict=True):
             out[k] = row.astype("<u4").tobytes()
     return out
-
-
-def _leb128(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
