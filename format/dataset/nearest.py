@@ -542,17 +542,20 @@ class NearestSearch(LocatedSearch):
                 f"{self.core.uri}: nearest: ef ({q.ef}) must be greater than or equal to k "
                 f"({fetch}, with the refine factor)"
             )
+        # a multivector query's vectors each keep k x 10 entries (graph searches at least
+        # as many nodes)
+        per_vector = k * XTR_OVERFETCH if q.multivector else fetch
         found = ivf_search(
             self.indices,
             q.queries,
             k,
-            k * XTR_OVERFETCH if q.multivector else fetch,
+            per_vector,
             minimum=1 if q.minimum_nprobes is None else q.minimum_nprobes,
             maximum=q.maximum_nprobes,
             allowed=self._per_segment(allowed),
             allowed_ids=allowed_ids,
             distance_range=q.distance_range,
-            ef=q.ef,
+            ef=q.ef if q.ef is None else max(q.ef, per_vector),
         )
         if q.multivector:  # each of the query's vectors searched: their entries scored
             found = xtr_scores(found, len(q.queries)).best(fetch)

@@ -150,3 +150,6 @@ def test_hnsw_forms_answer_near_pylance(tmp_path: Path) -> None:
         spread = np.abs(ours["_distance"].to_numpy() - theirs["_distance"].to_numpy())
         assert spread.max() < 0.1 * len(q)
     assert np.mean(agree) >= 0.8, agree
+    # an ef below the k x 10 entries each query vector keeps: raised to them, not refused
+    few = {"column": "mv", "q": q, "k": 7, "nprobes": 3, "ef": 10}
+    assert dataset(uri).to_table(nearest=few, columns=["id"]).num_rows == 7
