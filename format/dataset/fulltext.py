@@ -66,6 +66,7 @@ from quiver.format.index.fts.build import lists_elements
 from quiver.format.index.fts.fuzzy import expand
 from quiver.format.index.fts.index import InvertedIndex, open_inverted
 from quiver.format.index.fts.phrase import indexed_match
+from quiver.format.index.fts.postings import BLOCK
 from quiver.format.io.lru import ByteLRU
 from quiver.format.numeric import unique_sorted
 from quiver.format.table.indices import IndexEntry, indices_of
@@ -610,7 +611,10 @@ class FullTextSearch(LocatedSearch):
         live: Callable[[np.ndarray], np.ndarray],
     ) -> tuple[np.ndarray, np.ndarray] | None:
         """`BlockMax.best` of one word, its blocks and what searches decoded of them kept
-        per word and corpus statistics."""
+        per word and corpus statistics; None where a partition's blocks hold no best scores
+        (256-document blocks: the whole list is searched)."""
+        if any(p.block != BLOCK for i in indices for p in i.partitions):
+            return None
         key = _ranked_key(indices, token, corpus)
         blocks = BLOCK_MAX.get(key)
         if blocks is None:

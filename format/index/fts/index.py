@@ -34,11 +34,10 @@ from quiver.format.index.fts.postings import (
     VARINT,
     block_scores,
     checked_blocks,
-    decode_blocks,
     decode_positions,
     decode_positions_v1,
 )
-from quiver.format.index.fts.wide import WIDE, decode_wide, quantized_lengths
+from quiver.format.index.fts.wide import WIDE, decode, quantized_lengths
 from quiver.format.io.lru import ByteLRU, OpenOnce
 from quiver.format.io.store import ObjectStore
 
@@ -108,12 +107,8 @@ class Partition:
         wanted = [t for t in token_ids if t not in found]
         if wanted:
             for tid, (data, offsets, _) in zip(wanted, self.blocks(wanted), strict=True):
-                if self.block == WIDE:
-                    postings = decode_wide(data, offsets, None, int(self.df[tid]), self.invert.path)
-                else:
-                    postings = decode_blocks(
-                        data, offsets, None, int(self.df[tid]), self.codec, self.invert.path
-                    )
+                length, where = int(self.df[tid]), self.invert.path
+                postings = decode(data, offsets, None, length, self.codec, self.block, where)
                 cache_arrays(POSTINGS, (self.invert.path, tid), postings)
                 found[tid] = postings
         return [found[t] for t in token_ids]

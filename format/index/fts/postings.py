@@ -105,6 +105,16 @@ def block_scores(data: np.ndarray, offsets: np.ndarray, where: str) -> np.ndarra
     return heads.view("<f4").reshape(len(starts)).astype(np.float32)
 
 
+def chosen_blocks(blocks: np.ndarray | None, length: int, block: int) -> tuple[np.ndarray, bool]:
+    """Of the ascending block numbers `blocks` (None: all) of a token of `length` documents
+    in blocks of `block`: the full blocks, and whether the partial last one is among them."""
+    full, rest = divmod(length, block)
+    if blocks is None:
+        return np.arange(full), bool(rest)
+    tail = bool(rest) and len(blocks) > 0 and int(blocks[-1]) == full
+    return (blocks[:-1] if tail else blocks), tail
+
+
 def decode_blocks(
     data: np.ndarray,
     offsets: np.ndarray,
@@ -116,11 +126,7 @@ def decode_blocks(
     """(document ids, frequencies) of some of a token's blocks (`posting_blocks`): the
     ascending block numbers `blocks` (None: all of them), in their order."""
     full, rest = divmod(length, BLOCK)
-    if blocks is None:
-        chosen, tail = np.arange(full), bool(rest)
-    else:
-        tail = bool(rest) and len(blocks) > 0 and int(blocks[-1]) == full
-        chosen = blocks[:-1] if tail else blocks
+    chosen, tail = chosen_blocks(blocks, length, BLOCK)
     n = len(chosen) * BLOCK
     count = n + (rest if tail else 0)
     ids = np.empty(count, np.uint32)

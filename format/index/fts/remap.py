@@ -28,8 +28,8 @@ from quiver.format.index.fts.index import (
     open_partition,
     readable_format,
 )
-from quiver.format.index.fts.postings import decode_positions, decode_postings, posting_blocks
-from quiver.format.index.fts.wide import WIDE, decode_wide
+from quiver.format.index.fts.postings import decode_positions, posting_blocks
+from quiver.format.index.fts.wide import decode
 from quiver.format.io.store import ObjectStore
 from quiver.format.table.schema import LanceSchema
 
@@ -127,15 +127,10 @@ def postings_of(
         streams, offsets = table.column(0).to_pylist(), table.column(1).to_pylist()
     docs, freqs, places = [], [], []
     for t in range(len(part.df)):
-        cell = blobs[t]
-        if part.block == WIDE:
-            values = cell.values if cell.is_valid else []
-            data, bounds = posting_blocks(values, int(part.df[t]), where, WIDE)
-            ids, fr = decode_wide(data, bounds, None, int(part.df[t]), where)
-        else:
-            ids, fr = decode_postings(
-                cell.values if cell.is_valid else [], int(part.df[t]), part.codec, where
-            )
+        cell, length = blobs[t], int(part.df[t])
+        values = cell.values if cell.is_valid else []
+        data, bounds = posting_blocks(values, length, where, part.block)
+        ids, fr = decode(data, bounds, None, length, part.codec, part.block, where)
         docs.append(ids)
         freqs.append(fr)
         if streams is not None and offsets is not None:

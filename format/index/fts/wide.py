@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from quiver.format.errors import CorruptFileError
-from quiver.format.index.fts.postings import read_varints, unpack4x
+from quiver.format.index.fts.postings import chosen_blocks, decode_blocks, read_varints, unpack4x
 from quiver.format.index.wire import varint
 
 WIDE = 256  # documents per full block
@@ -55,17 +55,29 @@ def quantized_lengths(lengths: np.ndarray) -> np.ndarray:
     return ((n >> shift) << shift).astype(np.float32)
 
 
+def decode(
+    data: np.ndarray,
+    offsets: np.ndarray,
+    blocks: np.ndarray | None,
+    length: int,
+    codec: str,
+    block: int,
+    where: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(document ids, frequencies) of a token's posting blocks of either size (`block`
+    documents a full one): `decode_wide` or `postings.decode_blocks`."""
+    if block == WIDE:
+        return decode_wide(data, offsets, blocks, length, where)
+    return decode_blocks(data, offsets, blocks, length, codec, where)
+
+
 def decode_wide(
     data: np.ndarray, offsets: np.ndarray, blocks: np.ndarray | None, length: int, where: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """(document ids, frequencies) of the ascending blocks `blocks` (None: all) of a token's
     256-document posting blocks (`offsets` into `data`, one more than blocks)."""
     full, rest = divmod(length, WIDE)
-    if blocks is None:
-        chosen, tail = np.arange(full), bool(rest)
-    else:
-        tail = bool(rest) and len(blocks) > 0 and int(blocks[-1]) == full
-        chosen = blocks[:-1] if tail else blocks
+    chosen, tail = chosen_blocks(blocks, length, WIDE)
     ids = [np.empty(0, np.uint32)]
     freqs = [np.empty(0, np.uint32)]
     if len(chosen):
