@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -377,6 +378,22 @@ class LanceFragment:
 def fragments_of(core: DatasetCore) -> list[LanceFragment]:
     """The fragments of a dataset version."""
     return [LanceFragment(core, pb) for pb in core.manifest.pb.fragments]
+
+
+_SHARED: weakref.WeakKeyDictionary[DatasetCore, tuple[LanceFragment, ...]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def shared_fragments(core: DatasetCore) -> tuple[LanceFragment, ...]:
+    """The fragments of a dataset version, made once per version and shared by the searches
+    of it: what a fragment decodes on first use (its deletion vector, row ids, data file
+    names) is then decoded once per version, not once per search (a server answers many
+    searches of one version)."""
+    found = _SHARED.get(core)
+    if found is None:
+        found = _SHARED.setdefault(core, tuple(fragments_of(core)))
+    return found
 
 
 def fragment_of(core: DatasetCore, fragment_id: int) -> LanceFragment | None:

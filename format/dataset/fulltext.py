@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from quiver.format.dataset.core import DatasetCore
-from quiver.format.dataset.fragment import LanceFragment, fragments_of
+from quiver.format.dataset.fragment import LanceFragment, shared_fragments
 from quiver.format.dataset.fulltext_elements import (
     DOC_INDEX_FIELD,
     PhraseSpec,
@@ -292,7 +292,7 @@ class FullTextSearch(LocatedSearch):
             raise InvalidInputError(
                 f"{core.uri}: a batch of queries adds {QUERY_INDEX!r}, a column of the dataset"
             )
-        self._fragments = fragments_of(core)
+        self._fragments = shared_fragments(core)
         self._scanner = Scanner(
             core,
             self._fragments,

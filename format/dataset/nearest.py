@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import itertools
 import math
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from quiver.format.dataset.core import DatasetCore
-from quiver.format.dataset.fragment import LanceFragment, fragments_of
+from quiver.format.dataset.fragment import LanceFragment, shared_fragments
 from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, ROW_COLUMNS, ROW_ID_FIELD, Scanner
 from quiver.format.errors import ColumnNotFoundError, InvalidInputError, UnsupportedFeatureError
 from quiver.format.expr import filter_mask as _filter_mask
@@ -347,16 +348,24 @@ def _open(core: DatasetCore, entry: IndexEntry) -> VectorIndex:
     return open_vector_index(store, directory, entry.uuid, entry.name)
 
 
+_LOCATORS: weakref.WeakKeyDictionary[DatasetCore, RowLocator] = weakref.WeakKeyDictionary()
+
+
 class LocatedSearch:
     """A search of `core` over `_fragments` whose answers are row ids: `locator` says where
-    they live (made on first use, once)."""
+    they live (made on first use, once per version for the version's shared fragments)."""
 
     core: DatasetCore
     _fragments: Sequence[LanceFragment]
 
     @functools.cached_property
     def locator(self) -> RowLocator:
-        return RowLocator(self.core, self._fragments)
+        if self._fragments is not shared_fragments(self.core):
+            return RowLocator(self.core, self._fragments)
+        found = _LOCATORS.get(self.core)
+        if found is None:
+            found = _LOCATORS.setdefault(self.core, RowLocator(self.core, self._fragments))
+        return found
 
 
 class NearestSearch(LocatedSearch):
@@ -386,7 +395,7 @@ class NearestSearch(LocatedSearch):
             )
         self.names = names
         data = [c for c in names if c != DISTANCE]
-        self._fragments = fragments_of(core)
+        self._fragments = shared_fragments(core)
         # the scanner checks columns and filter, and knows the projection's schema
         scanner = Scanner(
             core,
