@@ -167,6 +167,7 @@ class NearestTicket:
     full_text: str | dict[str, Any] | list[Any] | None = None  # a full-text search instead
     fast_search: bool = False
     hybrid: dict[str, Any] | None = None
+    token: bytes = b""  # the signed bytes it was decoded from (not signed itself)
     fragment_id = None  # for the access log: a search reads every fragment
 
     def encode(self, signer: Signer) -> bytes:
@@ -210,6 +211,7 @@ class NearestTicket:
                 full_text=p.get("f"),
                 fast_search=bool(p.get("s", False)),
                 hybrid=p.get("h"),
+                token=bytes(token),
             )
             if t.full_text is not None and not isinstance(t.full_text, (str, dict, list)):
                 raise ValueError
@@ -264,14 +266,15 @@ class NearestPlan:
 
 
 def plan_nearest(reads: Any, request: ReadRequest) -> NearestPlan:
-    """The checked search, in a ticket pinned to the resolved version."""
+    """The checked search, in a ticket pinned to the resolved version; the search built to
+    check it is kept for the ticket's DoGet (`flight_server.planned`)."""
     _check_request(request)
     ds = reads.open(request)
     options = _options(request)
-    schema = search_of(ds, request, options).schema  # raises on anything the engine refuses
+    search = search_of(ds, request, options)  # raises on anything the engine refuses
     expires = int(time.time()) + reads.ticket_ttl if reads.ticket_ttl else None
-    if options is not None:
-        options["q"] = options["q"].tolist()
+    if options is not None:  # the search keeps its own options
+        options = {**options, "q": options["q"].tolist()}
     ticket = NearestTicket(
         dataset=request.dataset,
         version=ds.version,
@@ -287,17 +290,21 @@ def plan_nearest(reads: Any, request: ReadRequest) -> NearestPlan:
         fast_search=request.fast_search,
         hybrid=request.hybrid,
     ).encode(reads.signer)
-    return NearestPlan(ds.version, schema, ticket, expires)
+    reads.planned.put(ticket, search)
+    return NearestPlan(ds.version, search.schema, ticket, expires)
 
 
 def read_nearest(reads: Any, t: NearestTicket) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
-    """The schema and batches of a nearest ticket; the search runs when they are pulled."""
-    ds = reads.open_pinned(t.dataset, t.version, t.stamp)
-    nearest = None
-    if t.nearest:
-        nearest = dict(t.nearest)
-        nearest["q"] = np.asarray(nearest.get("q"), dtype=np.float32)
-    search = search_of(ds, t.request(), nearest)
+    """The schema and batches of a nearest ticket (its search as GetFlightInfo built it when
+    that is at hand, `flight_server.planned`); the search runs when they are pulled."""
+    ds = reads.open_pinned(t.dataset, t.version, t.stamp)  # still there
+    search = reads.planned.take(t.token)  # the search its GetFlightInfo built, if kept
+    if search is None:
+        nearest = None
+        if t.nearest:
+            nearest = dict(t.nearest)
+            nearest["q"] = np.asarray(nearest.get("q"), dtype=np.float32)
+        search = search_of(ds, t.request(), nearest)
 
     def batches() -> Iterator[pa.RecordBatch]:
         yield from _answer(search, t.limit).to_batches()

@@ -24,6 +24,7 @@ from quiver.flight_server import nearest
 from quiver.flight_server.errors import FailedPrecondition, InvalidArgument, NotFound
 from quiver.flight_server.handles import DatasetHandles, known_live_rows, live_rows, stamp
 from quiver.flight_server.names import discover, validate_name
+from quiver.flight_server.planned import PlannedSearches
 from quiver.flight_server.protocol import ReadRequest
 from quiver.flight_server.tickets import ReadTicket, Signer
 from quiver.format.dataset import LanceDataset, dataset
@@ -119,6 +120,7 @@ class Reads:
         self.ticket_ttl = ticket_ttl
         self.max_rows_per_endpoint = max_rows_per_endpoint
         self.batch_size = batch_size
+        self.planned = PlannedSearches()  # searches GetFlightInfo built, for their DoGet
 
     def open(self, request: ReadRequest) -> LanceDataset:
         """The dataset version a read request resolves to."""

@@ -72,6 +72,27 @@ def test_plain_flight_descriptor(served: tuple[str, Path]) -> None:
     client.close()
 
 
+def test_ticket_read_again(served: tuple[str, Path]) -> None:
+    """The first DoGet runs the search its GetFlightInfo built, a second one builds it from
+    the ticket: the same answer, pylance's."""
+    uri, root = served
+    client = fl.connect(uri)
+    cmd = {
+        "dataset": "docs",
+        "full_text_query": "blue fox",
+        "columns": ["id"],
+        "with_row_id": True,
+        "limit": 9,
+    }
+    info = client.get_flight_info(fl.FlightDescriptor.for_command(json.dumps(cmd)))
+    first = client.do_get(info.endpoints[0].ticket).read_all()
+    again = client.do_get(info.endpoints[0].ticket).read_all()
+    assert again.equals(first)
+    assert first.num_rows == 9
+    assert_same_answers(_pylance(root, full_text_query="blue fox", limit=9), first, "blue fox")
+    client.close()
+
+
 def test_refusals(served: tuple[str, Path]) -> None:
     uri, _ = served
     with Client(uri) as qc:
