@@ -120,9 +120,41 @@ def _walk_variable(
     """`walk` of rows of variable-width values, entry by entry in a kernel: counted, then
     written (a take of one long list, an index's posting list of thousands of blocks, is
     one row of many entries)."""
+    args = (cwb, bits_def, vis_max, lw, max_rep(layers))
+    rep, defs, vstarts, vlens = _kernel_walk(data, starts, ends, *args, where)
+    return rep, defs, defs <= vis_max, vstarts, vlens
+
+
+def walk_variable(
+    data: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    control: int,
+    lengths: int,
+    where: PageWhere,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`walk` of rows of one list level of all-valid variable-width values (no definition
+    bits; `control` bytes of repetition per entry, `lengths` bytes per value length): each
+    entry's (rep, value start, value length)."""
+    rep, _, vstarts, vlens = _kernel_walk(data, starts, ends, control, 0, 0, lengths, 1, where)
+    return rep, vstarts, vlens
+
+
+def _kernel_walk(
+    data: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    cwb: int,
+    bits_def: int,
+    vis_max: int,
+    lw: int,
+    top: int,
+    where: PageWhere,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(rep, def, value start, value length) of every entry, counted then written."""
     st = np.ascontiguousarray(starts, dtype=I64)
     en = np.ascontiguousarray(ends, dtype=I64)
-    args = (data, st, en, cwb, bits_def, vis_max, lw, max_rep(layers))
+    args = (data, st, en, cwb, bits_def, vis_max, lw, top)
     none = np.empty(0, I64)
     status, _, count = _kernels.fullzip_walk(*args, none, none, none, none)
     if status != _kernels.OK:
@@ -131,7 +163,7 @@ def _walk_variable(
     status, _, written = _kernels.fullzip_walk(*args, rep, defs, vstarts, vlens)
     if status != _kernels.OK or written != count:
         raise where.corrupt(_WALK_ERRORS.get(status, "a row runs past its end"))
-    return rep, defs, defs <= vis_max, vstarts, vlens
+    return rep, defs, vstarts, vlens
 
 
 def _fixed_stride_rows(

@@ -120,7 +120,7 @@ class _Column:
     indexes: dict[int, MiniBlockIndex] = field(default_factory=dict)  # mini-block pages
     # mini-block pages' prepared readers of runs of rows (None: not preparable)
     steps: dict[int, MiniBlockSteps | None] = field(default_factory=dict)
-    shapes: list[PageShape] | None = None  # pages' `list_bytes.page_shape`, once asked
+    shapes: list[PageShape | None] | None = None  # pages' `list_bytes.page_shape`, once asked
 
     @cached_property
     def starts(self) -> list[int]:
@@ -214,6 +214,7 @@ class StructuralFileReader(DataFileReader):
         self._column_of = column_map(self.path, fields, column_indices, self._container.num_columns)
         self.num_rows = self._container.num_rows
         self._columns: dict[int, _Column] = {}
+        self._list_bytes: dict[int, _Column | None] = {}  # `take_list_bytes`'s, by field id
 
     # -- public API ---------------------------------------------------------------------
     def read(
@@ -298,10 +299,27 @@ class StructuralFileReader(DataFileReader):
         (`list_bytes.take_list_bytes`: an index's posting lists); None when the field is
         not one, or is stored in pages that lean take does not read."""
         idx = checked_take_indices(self.path, indices, self.num_rows)
+        if field.id not in self._list_bytes:
+            self._list_bytes[field.id] = self._list_bytes_column(field)
+        col = self._list_bytes[field.id]
+        if col is None or not len(idx):
+            return None
+        with self._guard(col.where):
+            if col.shapes is None:
+                col.shapes = [
+                    page_shape(self._layout(col, k), list(page.buffers), page.length)
+                    for k, page in enumerate(col.info.pages)
+                ]
+            return take_list_bytes(
+                col.shapes, col.info.page_starts, idx, self._container.read_ranges, self.path
+            )
+
+    def _list_bytes_column(self, field: LanceField) -> _Column | None:
+        """The one leaf column of a list-of-binary `field`, which `take_list_bytes` may
+        read lean; None for any other field."""
         binary = (pa.types.is_binary, pa.types.is_large_binary)
         if (
             self.version == "2.3"
-            or not len(idx)
             or field.logical_type not in ("list", "large_list")
             or len(field.children) != 1
             or field.children[0].children
@@ -309,19 +327,7 @@ class StructuralFileReader(DataFileReader):
         ):
             return None
         ((_, cols),) = self._plan([field])
-        if len(cols) != 1:
-            return None
-        col = cols[0]
-        with self._guard(col.where):
-            if col.shapes is None:
-                col.shapes = [page_shape(self._layout(col, k)) for k in range(len(col.info.pages))]
-            pages = [
-                (shape, list(page.buffers), page.length)
-                for shape, page in zip(col.shapes, col.info.pages, strict=True)
-            ]
-            return take_list_bytes(
-                pages, col.info.page_starts, idx, self._container.read_ranges, self.path
-            )
+        return cols[0] if len(cols) == 1 else None
 
     def _taken_columns(self, fields: Sequence[LanceField]) -> list[pa.Array] | None:
         """The whole decoded columns of `fields` when every one is a fixed-width leaf
