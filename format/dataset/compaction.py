@@ -669,8 +669,8 @@ def _remap_indices(
         except UnsupportedFeatureError:
             if _remap_kind(e) not in ("INVERTED", "VECTOR"):
                 raise
-            # an older full-text index, an IVF_RQ index: it stops covering the rewritten
-            # rows (searched exactly from then on)
+            # an older full-text index: it stops covering the rewritten rows (searched
+            # exactly from then on)
             continue
         remapped_out.append((store, r))
         out.append(r)

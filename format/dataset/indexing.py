@@ -58,6 +58,7 @@ from quiver.format.index.scalar.zonemap import (
     build_zonemap,
     zonemap_details,
 )
+from quiver.format.index.vector import rq_build
 from quiver.format.index.vector.build import VECTOR_DETAILS, VECTOR_INDEX_TYPES
 from quiver.format.index.vector.hnsw import BUILD_GROUP, GROUP_BYTES
 from quiver.format.proto import table_pb2, transaction_pb2
@@ -767,6 +768,7 @@ def build_memory(core: DatasetCore, column: str, index_type: str, **options: Any
             "IVF_PQ": params.num_sub_vectors * params.num_bits // 8,
             "IVF_SQ": dim,
             "IVF_FLAT": dim * 4,
+            "IVF_RQ": rq_build.record_width(dim, params.num_bits),
         }[params.storage_kind]
         graphs = 0
         if params.hnsw is not None:  # a group of partitions' graphs built at once

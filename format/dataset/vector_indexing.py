@@ -26,6 +26,7 @@ from quiver.format.dataset.scan import ROW_ID_FIELD, Scanner
 from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
 from quiver.format.index.scalar.remap import discard
 from quiver.format.index.vector import build as _build
+from quiver.format.index.vector import rq_build
 from quiver.format.index.vector.build import VECTOR_DETAILS, VectorModel, VectorParams
 from quiver.format.index.vector.hnsw import EF_CONSTRUCTION, MAX_LEVEL, HnswParams, M
 from quiver.format.index.vector.index import INDEX_FILE, STORAGE_FILE, open_vector_index
@@ -40,7 +41,13 @@ Progress = Callable[[dict[str, Any]], None]
 
 FILES = (INDEX_FILE, STORAGE_FILE)
 # pylance's rows per partition when num_partitions is not given, and its cap on partitions
-_TARGET_PARTITION_SIZE = {"IVF_FLAT": 4096, "IVF_PQ": 8192, "IVF_SQ": 8192, "HNSW": 1 << 20}
+_TARGET_PARTITION_SIZE = {
+    "IVF_FLAT": 4096,
+    "IVF_PQ": 8192,
+    "IVF_SQ": 8192,
+    "IVF_RQ": 4096,
+    "HNSW": 1 << 20,
+}
 _MAX_PARTITIONS = 4096
 _METRICS = {"l2": "l2", "euclidean": "l2", "cosine": "cosine", "dot": "dot"}
 BATCH_ROWS = 65536  # rows encoded at a time
@@ -128,6 +135,21 @@ def vector_params(
             raise InvalidInputError(
                 f"{uri}: 4-bit PQ packs two codes a byte: num_sub_vectors ({subs}) must be even"
             )
+    elif stored == "IVF_RQ":
+        if multivector:
+            raise UnsupportedFeatureError(
+                f"{uri}: Quiver builds no IVF_RQ index of the multivector column {column!r}"
+            )
+        if dim % 8:
+            raise InvalidInputError(
+                f"{uri}: vector dimension must be divisible by 8 for IVF_RQ, not {dim}"
+            )
+        bits = 5 if num_bits is None else num_bits
+        if isinstance(bits, float) and bits.is_integer():
+            bits = int(bits)
+        if isinstance(bits, bool) or not isinstance(bits, int | np.integer) or not 1 <= bits <= 9:
+            raise InvalidInputError(f"{uri}: IVF_RQ num_bits must be in 1..=9, got {bits!r}")
+        bits = int(bits)
     elif num_bits not in (None, 8):
         raise InvalidInputError(f"{uri}: {kind} takes no num_bits other than 8")
     graph = None
@@ -254,7 +276,7 @@ def segment_model(
             metric,
             num_partitions=None,
             num_sub_vectors=details.pq.num_sub_vectors or None,
-            num_bits=details.pq.num_bits or None,
+            num_bits=details.pq.num_bits or details.rq.num_bits or None,
             sample_rate=int(hints.get("lance.ivf.sample_rate", "256")),
             max_iters=int(hints.get("lance.ivf.max_iters", "50")),
             target_partition_size=None,
@@ -344,7 +366,7 @@ def build_vector_segment(
         dataset_version,
         covers,
         (VECTOR_DETAILS, params.details()),
-        1,
+        rq_build.STORAGE_VERSION if params.storage_kind == "IVF_RQ" else 1,
         files,
     )
     return segment, directory

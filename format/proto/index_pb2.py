@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0bindex.proto\x12\x0elance.index.pb\"\xc9\x01\n\x06Tensor\x12\x32\n\tdata_type\x18\x01 \x01(\x0e\x32\x1f.lance.index.pb.Tensor.DataType\x12\r\n\x05shape\x18\x02 \x03(\r\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"n\n\x08\x44\x61taType\x12\x0c\n\x08\x42\x46LOAT16\x10\x00\x12\x0b\n\x07\x46LOAT16\x10\x01\x12\x0b\n\x07\x46LOAT32\x10\x02\x12\x0b\n\x07\x46LOAT64\x10\x03\x12\t\n\x05UINT8\x10\x04\x12\n\n\x06UINT16\x10\x05\x12\n\n\x06UINT32\x10\x06\x12\n\n\x06UINT64\x10\x07\"\x88\x01\n\x03IVF\x12\x11\n\tcentroids\x18\x01 \x03(\x02\x12\x0f\n\x07offsets\x18\x02 \x03(\x04\x12\x0f\n\x07lengths\x18\x03 \x03(\r\x12\x30\n\x10\x63\x65ntroids_tensor\x18\x04 \x01(\x0b\x32\x16.lance.index.pb.Tensor\x12\x11\n\x04loss\x18\x05 \x01(\x01H\x00\x88\x01\x01\x42\x07\n\x05_loss\"\xb2\x05\n\x12VectorIndexDetails\x12\x35\n\x0bmetric_type\x18\x01 \x01(\x0e\x32 .lance.index.pb.VectorMetricType\x12?\n\x04hnsw\x18\x03 \x01(\x0b\x32\x31.lance.index.pb.VectorIndexDetails.HnswParameters\x12\x44\n\x02pq\x18\x04 \x01(\x0b\x32\x36.lance.index.pb.VectorIndexDetails.ProductQuantizationH\x00\x12\x43\n\x02sq\x18\x05 \x01(\x0b\x32\x35.lance.index.pb.VectorIndexDetails.ScalarQuantizationH\x00\x12\x42\n\x04\x66lat\x18\x08 \x01(\x0b\x32\x32.lance.index.pb.VectorIndexDetails.FlatCompressionH\x00\x12K\n\rruntime_hints\x18\t \x03(\x0b\x32\x34.lance.index.pb.VectorIndexDetails.RuntimeHintsEntry\x1a@\n\x13ProductQuantization\x12\x10\n\x08num_bits\x18\x01 \x01(\r\x12\x17\n\x0fnum_sub_vectors\x18\x02 \x01(\r\x1a&\n\x12ScalarQuantization\x12\x10\n\x08num_bits\x18\x01 \x01(\r\x1a\x11\n\x0f\x46latCompression\x1aG\n\x0eHnswParameters\x12\t\n\x01m\x18\x01 \x01(\r\x12\x17\n\x0f\x65\x66_construction\x18\x02 \x01(\r\x12\x11\n\tmax_level\x18\x03 \x01(\r\x1a\x33\n\x11RuntimeHintsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\r\n\x0b\x63ompression*<\n\x10VectorMetricType\x12\x06\n\x02L2\x10\x00\x12\n\n\x06\x43osine\x10\x01\x12\x07\n\x03\x44ot\x10\x02\x12\x0b\n\x07Hamming\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0bindex.proto\x12\x0elance.index.pb\"\xc9\x01\n\x06Tensor\x12\x32\n\tdata_type\x18\x01 \x01(\x0e\x32\x1f.lance.index.pb.Tensor.DataType\x12\r\n\x05shape\x18\x02 \x03(\r\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"n\n\x08\x44\x61taType\x12\x0c\n\x08\x42\x46LOAT16\x10\x00\x12\x0b\n\x07\x46LOAT16\x10\x01\x12\x0b\n\x07\x46LOAT32\x10\x02\x12\x0b\n\x07\x46LOAT64\x10\x03\x12\t\n\x05UINT8\x10\x04\x12\n\n\x06UINT16\x10\x05\x12\n\n\x06UINT32\x10\x06\x12\n\n\x06UINT64\x10\x07\"\x88\x01\n\x03IVF\x12\x11\n\tcentroids\x18\x01 \x03(\x02\x12\x0f\n\x07offsets\x18\x02 \x03(\x04\x12\x0f\n\x07lengths\x18\x03 \x03(\r\x12\x30\n\x10\x63\x65ntroids_tensor\x18\x04 \x01(\x0b\x32\x16.lance.index.pb.Tensor\x12\x11\n\x04loss\x18\x05 \x01(\x01H\x00\x88\x01\x01\x42\x07\n\x05_loss\"\xb4\x06\n\x12VectorIndexDetails\x12\x35\n\x0bmetric_type\x18\x01 \x01(\x0e\x32 .lance.index.pb.VectorMetricType\x12?\n\x04hnsw\x18\x03 \x01(\x0b\x32\x31.lance.index.pb.VectorIndexDetails.HnswParameters\x12\x44\n\x02pq\x18\x04 \x01(\x0b\x32\x36.lance.index.pb.VectorIndexDetails.ProductQuantizationH\x00\x12\x43\n\x02sq\x18\x05 \x01(\x0b\x32\x35.lance.index.pb.VectorIndexDetails.ScalarQuantizationH\x00\x12\x42\n\x02rq\x18\x06 \x01(\x0b\x32\x34.lance.index.pb.VectorIndexDetails.RabitQuantizationH\x00\x12\x42\n\x04\x66lat\x18\x08 \x01(\x0b\x32\x32.lance.index.pb.VectorIndexDetails.FlatCompressionH\x00\x12K\n\rruntime_hints\x18\t \x03(\x0b\x32\x34.lance.index.pb.VectorIndexDetails.RuntimeHintsEntry\x1a@\n\x13ProductQuantization\x12\x10\n\x08num_bits\x18\x01 \x01(\r\x12\x17\n\x0fnum_sub_vectors\x18\x02 \x01(\r\x1a&\n\x12ScalarQuantization\x12\x10\n\x08num_bits\x18\x01 \x01(\r\x1a\x11\n\x0f\x46latCompression\x1a<\n\x11RabitQuantization\x12\x10\n\x08num_bits\x18\x01 \x01(\r\x12\x15\n\rrotation_type\x18\x02 \x01(\r\x1aG\n\x0eHnswParameters\x12\t\n\x01m\x18\x01 \x01(\r\x12\x17\n\x0f\x65\x66_construction\x18\x02 \x01(\r\x12\x11\n\tmax_level\x18\x03 \x01(\r\x1a\x33\n\x11RuntimeHintsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\r\n\x0b\x63ompression*<\n\x10VectorMetricType\x12\x06\n\x02L2\x10\x00\x12\n\n\x06\x43osine\x10\x01\x12\x07\n\x03\x44ot\x10\x02\x12\x0b\n\x07Hamming\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,8 +33,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_VECTORINDEXDETAILS_RUNTIMEHINTSENTRY']._loaded_options = None
   _globals['_VECTORINDEXDETAILS_RUNTIMEHINTSENTRY']._serialized_options = b'8\001'
-  _globals['_VECTORMETRICTYPE']._serialized_start=1067
-  _globals['_VECTORMETRICTYPE']._serialized_end=1127
+  _globals['_VECTORMETRICTYPE']._serialized_start=1197
+  _globals['_VECTORMETRICTYPE']._serialized_end=1257
   _globals['_TENSOR']._serialized_start=32
   _globals['_TENSOR']._serialized_end=233
   _globals['_TENSOR_DATATYPE']._serialized_start=123
@@ -42,15 +42,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_IVF']._serialized_start=236
   _globals['_IVF']._serialized_end=372
   _globals['_VECTORINDEXDETAILS']._serialized_start=375
-  _globals['_VECTORINDEXDETAILS']._serialized_end=1065
-  _globals['_VECTORINDEXDETAILS_PRODUCTQUANTIZATION']._serialized_start=801
-  _globals['_VECTORINDEXDETAILS_PRODUCTQUANTIZATION']._serialized_end=865
-  _globals['_VECTORINDEXDETAILS_SCALARQUANTIZATION']._serialized_start=867
-  _globals['_VECTORINDEXDETAILS_SCALARQUANTIZATION']._serialized_end=905
-  _globals['_VECTORINDEXDETAILS_FLATCOMPRESSION']._serialized_start=907
-  _globals['_VECTORINDEXDETAILS_FLATCOMPRESSION']._serialized_end=924
-  _globals['_VECTORINDEXDETAILS_HNSWPARAMETERS']._serialized_start=926
-  _globals['_VECTORINDEXDETAILS_HNSWPARAMETERS']._serialized_end=997
-  _globals['_VECTORINDEXDETAILS_RUNTIMEHINTSENTRY']._serialized_start=999
-  _globals['_VECTORINDEXDETAILS_RUNTIMEHINTSENTRY']._serialized_end=1050
+  _globals['_VECTORINDEXDETAILS']._serialized_end=1195
+  _globals['_VECTORINDEXDETAILS_PRODUCTQUANTIZATION']._serialized_start=869
+  _globals['_VECTORINDEXDETAILS_PRODUCTQUANTIZATION']._serialized_end=933
+  _globals['_VECTORINDEXDETAILS_SCALARQUANTIZATION']._serialized_start=935
+  _globals['_VECTORINDEXDETAILS_SCALARQUANTIZATION']._serialized_end=973
+  _globals['_VECTORINDEXDETAILS_FLATCOMPRESSION']._serialized_start=975
+  _globals['_VECTORINDEXDETAILS_FLATCOMPRESSION']._serialized_end=992
+  _globals['_VECTORINDEXDETAILS_RABITQUANTIZATION']._serialized_start=994
+  _globals['_VECTORINDEXDETAILS_RABITQUANTIZATION']._serialized_end=1054
+  _globals['_VECTORINDEXDETAILS_HNSWPARAMETERS']._serialized_start=1056
+  _globals['_VECTORINDEXDETAILS_HNSWPARAMETERS']._serialized_end=1127
+  _globals['_VECTORINDEXDETAILS_RUNTIMEHINTSENTRY']._serialized_start=1129
+  _globals['_VECTORINDEXDETAILS_RUNTIMEHINTSENTRY']._serialized_end=1180
 # @@protoc_insertion_point(module_scope)

@@ -240,6 +240,25 @@ def test_untrained_indices_over_flight(served, name) -> None:
         assert lance.dataset(path).stats.index_stats("v_idx")["index_type"] == "IVF_HNSW_SQ"
 
 
+def test_rq_index_built_and_searched_over_flight(served, name) -> None:
+    """An IVF_RQ index built by the create_index action: pylance's answers on it."""
+    path = served.path(name)
+    lance.write_dataset(_vectors(2_000), path, max_rows_per_file=1_000)
+    with Client(served.uri) as qc:
+        assert qc.create_index(name, "v", "IVF_RQ", num_partitions=2, num_bits=3) == {
+            "version": 2,
+            "name": "v_idx",
+        }
+        assert lance.dataset(path).stats.index_stats("v_idx")["index_type"] == "IVF_RQ"
+        for seed in (7, 8):
+            q = _vectors(1, seed=seed).column("v").to_pylist()[0]
+            ours = qc.nearest(name, "v", q, k=5, nprobes=2)
+            theirs = lance.dataset(path).to_table(
+                nearest={"column": "v", "q": q, "k": 5, "nprobes": 2}, columns=["id"]
+            )
+            assert ours.column("id").to_pylist() == theirs.column("id").to_pylist()
+
+
 def test_bad_vector_index_requests_get_their_codes(served, name) -> None:
     lance.write_dataset(_vectors(300), served.path(name))
     with Client(served.uri) as qc:
@@ -249,8 +268,8 @@ def test_bad_vector_index_requests_get_their_codes(served, name) -> None:
             qc.create_index(name, "v", "IVF_PQ", num_sub_vectors=3)
         with pytest.raises(InvalidArgument, match="metric"):
             qc.create_index(name, "v", "IVF_FLAT", metric="hamming")
-        with pytest.raises(Unimplemented, match="IVF_RQ"):
-            qc.create_index(name, "v", "IVF_RQ")
+        with pytest.raises(InvalidArgument, match="IVF_RQ num_bits must be in 1..=9"):
+            qc.create_index(name, "v", "IVF_RQ", num_bits=12)
         with pytest.raises(InvalidArgument, match="vector indices"):
             qc.action(
                 "create_index",

@@ -73,7 +73,7 @@ def _files(root: Path) -> set[str]:
         ("POST", "/v1/table/ns%24t/index/nope/stats", {}, 404, 6),
         ("POST", "/v1/table/ns%24t/create_index", {"column": "id", "index_type": "FTS"}, 400, 13),
         ("POST", "/v1/table/ns%24t/create_index", {"column": "s", "index_type": "IVF_RQ"},
-         406, 0),
+         400, 13),
         ("POST", "/v1/table/ns%24t/create_index", {"column": "zz", "index_type": "BTREE"}, 400, 13),
         ("POST", "/v1/namespace/new/create", {"properties": {"k": 1}}, 400, 13),
         ("POST", "/v1/namespace/new/create", {"mode": "sideways"}, 400, 13),

@@ -27,10 +27,11 @@ import numpy as np
 import pyarrow as pa
 
 from quiver.format import _kernels
-from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
+from quiver.format.errors import InvalidInputError
 from quiver.format.index.files import write_index_file
 from quiver.format.index.vector import flat as _flat
 from quiver.format.index.vector import pq as _pq
+from quiver.format.index.vector import rq_build
 from quiver.format.index.vector import sq as _sq
 from quiver.format.index.vector.hnsw import HNSW_KEY, PREFETCH_DISTANCE, BuiltGraphs, HnswParams
 from quiver.format.index.vector.hnsw import SCHEMA as GRAPH_SCHEMA
@@ -45,6 +46,7 @@ from quiver.format.index.vector.index import (
 from quiver.format.index.vector.ivf import IVF_KEY
 from quiver.format.index.vector.kmeans import assign, kmeans, normalize
 from quiver.format.index.vector.pq import ProductQuantizer
+from quiver.format.index.vector.rq import RaBitQ
 from quiver.format.index.vector.spill import EncodedRows
 from quiver.format.index.vector.sq import ScalarQuantizer
 from quiver.format.io.store import ObjectStore
@@ -61,6 +63,7 @@ VECTOR_INDEX_TYPES = (
     "IVF_HNSW_FLAT",
     "IVF_HNSW_PQ",
     "IVF_HNSW_SQ",
+    "IVF_RQ",
 )
 _METRIC_CODES = {
     "l2": index_pb2.L2,
@@ -138,6 +141,8 @@ class VectorParams:
             d.pq.num_sub_vectors = self.num_sub_vectors
         elif self.storage_kind == "IVF_SQ":
             d.sq.num_bits = 8
+        elif self.storage_kind == "IVF_RQ":
+            d.rq.num_bits = self.num_bits  # rotation_type 0: the fast rotation
         else:
             d.flat.SetInParent()
         if self.hnsw is not None:
@@ -151,12 +156,13 @@ class VectorParams:
 @dataclass
 class VectorModel:
     """What a build trained: centroids (and their k-means loss), a PQ codebook
-    (m, 2^bits, dim / m) or SQ bounds."""
+    (m, 2^bits, dim / m), SQ bounds or an RQ quantizer (its rotation's signs)."""
 
     centroids: np.ndarray
     loss: float = 0.0
     codebook: np.ndarray | None = None
     bounds: tuple[float, float] | None = None
+    rabitq: RaBitQ | None = None
 
 
 def untrained(files: object, fragment_ids: object) -> bool:
@@ -168,7 +174,9 @@ def untrained(files: object, fragment_ids: object) -> bool:
 def details_kind(details: index_pb2.VectorIndexDetails) -> str:
     """The index type a segment's details name (IVF_PQ, IVF_HNSW_SQ, ...), as pylance
     names an untrained one's."""
-    storage = {"pq": "PQ", "sq": "SQ"}.get(details.WhichOneof("compression") or "", "FLAT")
+    storage = {"pq": "PQ", "sq": "SQ", "rq": "RQ"}.get(
+        details.WhichOneof("compression") or "", "FLAT"
+    )
     return f"IVF_{'HNSW_' if details.HasField('hnsw') else ''}{storage}"
 
 
@@ -176,13 +184,10 @@ def model_of(index: VectorIndex) -> tuple[VectorParams, VectorModel]:
     """The parameters and trained model of an open index (to encode more rows with it, or
     write it again): training parameters are pylance's defaults."""
     storage = index.storage
-    if index.storage_kind == "IVF_RQ":
-        raise UnsupportedFeatureError(
-            f"{index.key}: Quiver searches IVF_RQ indices but does not build them yet "
-            "(optimize_indices, retrain and compaction need a build)"
-        )
-    subs, bits, codebook, bounds = 0, 8, None, None
-    if isinstance(storage, ProductQuantizer):
+    subs, bits, codebook, bounds, rabitq = 0, 8, None, None, None
+    if isinstance(storage, RaBitQ):
+        bits, rabitq = storage.num_bits, storage
+    elif isinstance(storage, ProductQuantizer):
         subs, bits = storage.num_sub_vectors, storage.bits
         codebook = storage.codebook[:, : 1 << bits]
     elif isinstance(storage, ScalarQuantizer):
@@ -196,13 +201,16 @@ def model_of(index: VectorIndex) -> tuple[VectorParams, VectorModel]:
         num_bits=bits,
         hnsw=index.hnsw_params,
     )
-    return params, VectorModel(index.ivf.centroids, index.ivf.loss, codebook, bounds)
+    return params, VectorModel(index.ivf.centroids, index.ivf.loss, codebook, bounds, rabitq)
 
 
 def prepare(params: VectorParams, vectors: np.ndarray) -> np.ndarray:
-    """Rows as the index compares them: float32, normalised for cosine."""
+    """Rows as the index compares them: float32, normalised for cosine (an IVF_RQ index's
+    rows as pylance's RaBitQ scales them)."""
     x = np.ascontiguousarray(vectors, dtype=np.float32)
-    return normalize(x) if params.metric == "cosine" else x
+    if params.metric != "cosine":
+        return x
+    return rq_build.normalized_rows(x) if params.storage_kind == "IVF_RQ" else normalize(x)
 
 
 def train(
@@ -231,6 +239,8 @@ def train(
         trained = kmeans(rows, p.num_partitions, p.assign_metric, max_iters=p.max_iters, rng=rng)
         centroids, loss = trained.centroids, trained.loss
     model = VectorModel(np.ascontiguousarray(centroids, dtype=np.float32), loss, bounds=bounds)
+    if p.storage_kind == "IVF_RQ":  # nothing to train: a random rotation
+        model.rabitq = rq_build.new_quantizer(p.dimension, p.num_bits, p.metric, rng)
     if p.storage_kind == "IVF_PQ":
         model.codebook = (
             np.ascontiguousarray(codebook, dtype=np.float32)
@@ -264,12 +274,16 @@ def encode(
     params: VectorParams, model: VectorModel, x: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Prepared rows' partitions (int32) and storage rows: PQ codes (n, m or m / 2 packed)
-    uint8, SQ codes (n, dim) uint8, or the vectors (n, dim) float32. Their distances to
-    their centroids add to `model.loss` (the IVF loss pylance records is over every row)."""
+    uint8, SQ codes (n, dim) uint8, RQ records (`rq_build.encode`) or the vectors (n, dim)
+    float32. Their distances to their centroids add to `model.loss` (the IVF loss pylance
+    records is over every row)."""
     labels, dists = assign(x, model.centroids, params.assign_metric)
     model.loss += float(dists.sum(dtype=np.float64))
     if params.storage_kind == "IVF_FLAT":
         return labels, x
+    if params.storage_kind == "IVF_RQ":
+        assert model.rabitq is not None
+        return labels, rq_build.encode(model.rabitq, model.centroids, x, labels)
     if params.storage_kind == "IVF_SQ":
         start, end = model.bounds or (0.0, 0.0)
         span = float(end) - float(start)
@@ -296,6 +310,8 @@ def storage_row(params: VectorParams) -> tuple[int, np.dtype]:
         return (m if params.num_bits == 8 else m // 2), np.dtype(np.uint8)
     if params.storage_kind == "IVF_SQ":
         return params.dimension, np.dtype(np.uint8)
+    if params.storage_kind == "IVF_RQ":
+        return rq_build.record_width(params.dimension, params.num_bits), np.dtype(np.uint8)
     return params.dimension, np.dtype(np.float32)
 
 
@@ -315,26 +331,32 @@ def write_files(
     lengths = encoded.lengths()
     offsets = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
     metric = params.metric
-    storage_meta, column, buffers = _storage_layout(params, model)
     ivf = index_pb2.IVF(offsets=offsets.tolist(), lengths=lengths.tolist())
+    if params.storage_kind == "IVF_RQ":
+        q = model.rabitq
+        assert q is not None
+        columns = rq_build.schema(q)
+        storage_json = rq_build.storage_json(q)
+        buffers: list[bytes] = []
+    else:
+        storage_meta, column, buffers = _storage_layout(params, model)
+        columns = pa.schema([pa.field(ROW_ID, pa.uint64()), column])
+        storage_json = json.dumps([json.dumps(storage_meta, separators=(",", ":"))])
     schema = LanceSchema.from_arrow(
-        pa.schema(
-            [pa.field(ROW_ID, pa.uint64()), column],
-            metadata={
-                "distance_type": metric,
-                IVF_KEY: "1",
-                STORAGE_KEY: json.dumps([json.dumps(storage_meta, separators=(",", ":"))]),
-            },
-        )
+        columns.with_metadata({"distance_type": metric, IVF_KEY: "1", STORAGE_KEY: storage_json})
     )
-    transposed = params.storage_kind == "IVF_PQ"
-    width = column.type.list_size
+    arrow_schema = schema.to_arrow()
 
     def tables() -> Iterable[pa.Table]:
+        transposed = params.storage_kind == "IVF_PQ"
         for ids, block in encoded.partitions():
+            if params.storage_kind == "IVF_RQ":
+                yield rq_build.partition_table(model.rabitq, ids, block, arrow_schema)  # type: ignore[arg-type]
+                continue
             flat = (block.T if transposed else block).ravel()
+            width = arrow_schema.field(1).type.list_size
             values = pa.FixedSizeListArray.from_arrays(pa.array(flat), width)
-            yield pa.table([pa.array(ids, pa.uint64()), values], schema=schema.to_arrow())
+            yield pa.table([pa.array(ids, pa.uint64()), values], schema=arrow_schema)
 
     aux_size = write_index_file(
         store,

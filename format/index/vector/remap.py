@@ -6,7 +6,9 @@ addresses (rows compaction dropped as deleted leave the index), in row id order.
 partition at a time (PQ codes in the layout they had), with the new partition layout in global
 buffer 1 and its other global buffers (the PQ codebook) as they were. An HNSW form's graphs
 name rows by their place in the partition, which the remap changes: its partitions' graphs are
-built again over the remapped rows, as pylance builds them again.
+built again over the remapped rows, as pylance builds them again. An IVF_RQ index packs its
+codes by their place in the partition too: its rows' codes and factors are unpacked, remapped
+and packed again (the rotation kept).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from quiver.format.errors import CorruptFileError, UnsupportedFeatureError
+from quiver.format.errors import CorruptFileError
 from quiver.format.index.files import IndexFile, write_index_file
+from quiver.format.index.vector import rq_build
 from quiver.format.index.vector.build import model_of, storage_row, write_files
 from quiver.format.index.vector.hnsw import HNSW_KEY
 from quiver.format.index.vector.index import (
@@ -29,6 +32,8 @@ from quiver.format.index.vector.index import (
     VectorIndex,
 )
 from quiver.format.index.vector.ivf import IVF_KEY, read_message
+from quiver.format.index.vector.rq import RaBitQ
+from quiver.format.index.vector.rq import columns as rq_columns
 from quiver.format.index.vector.spill import EncodedRows
 from quiver.format.io.store import ObjectStore, discard
 from quiver.format.proto import index_pb2
@@ -47,11 +52,8 @@ def remap_vector_index(
     and their sizes."""
     with IndexFile(store, f"{directory}/{INDEX_FILE}") as index:
         graphs = HNSW_KEY in index.metadata
-        if b"IVF_RQ" in index.metadata.get("lance:index", b""):
-            raise UnsupportedFeatureError(
-                f"{index.path}: remapping an IVF_RQ index (its codes are packed by partition)"
-            )
-    if graphs:
+        packed = b"IVF_RQ" in index.metadata.get("lance:index", b"")
+    if graphs or packed:
         return _rebuild(store, directory, target, remap)
     raw = store.read_all(f"{directory}/{INDEX_FILE}")
     sink = store.open_write(f"{target}/{INDEX_FILE}")
@@ -119,8 +121,8 @@ def _transposed(aux: IndexFile) -> bool:
 def _rebuild(
     store: ObjectStore, directory: str, target: str, remap: Remap
 ) -> list[tuple[str, int]]:
-    """An HNSW form remapped: its rows' storage, given their new ids, written again with new
-    graphs (the model kept)."""
+    """An HNSW form (or an IVF_RQ index) remapped: its rows' storage, given their new ids,
+    written again with new graphs (packed again; the model kept)."""
     index = VectorIndex(store, directory, "remap")
     try:
         params, model = model_of(index)
@@ -132,6 +134,14 @@ def _rebuild(
             layout = index.ivf
             for p, (start, length) in enumerate(zip(layout.offsets, layout.lengths, strict=True)):
                 if not length:
+                    continue
+                if isinstance(index.storage, RaBitQ):
+                    table = aux.read(rq_columns(index.storage), int(start), int(start + length))
+                    ids, records = rq_build.records_of(index.storage, table, aux.path)
+                    new, alive = remap(ids, aux.path)
+                    order = np.argsort(new[alive], kind="stable")
+                    labels = np.full(int(alive.sum()), p, np.int32)
+                    encoded.add(labels, new[alive][order], records[alive][order])
                     continue
                 table = aux.read([ROW_ID, column], int(start), int(start + length))
                 ids = table.column(ROW_ID).combine_chunks().to_numpy(zero_copy_only=False)

@@ -130,17 +130,22 @@ def columns(q: RaBitQ) -> list[str]:
     return ["_rowid", CODES, *FACTORS, *extra]
 
 
+def column_values(table: pa.Table, name: str, where: str) -> np.ndarray:
+    """An `auxiliary.idx` column's values (a fixed-size list's flattened); nulls refused."""
+    column = table.column(name).combine_chunks()
+    if column.null_count:
+        raise CorruptFileError(where, f"null values in {name}")
+    if pa.types.is_fixed_size_list(column.type):
+        column = column.flatten()
+    return column.to_numpy(zero_copy_only=False)
+
+
 def decode_partition(q: RaBitQ, table: pa.Table, where: str) -> RqPartition:
     """A partition's rows from its `auxiliary.idx` columns."""
     n, width = table.num_rows, q.dimension // 8
 
     def values(name: str) -> np.ndarray:
-        column = table.column(name).combine_chunks()
-        if column.null_count:
-            raise CorruptFileError(where, f"null values in {name}")
-        if pa.types.is_fixed_size_list(column.type):
-            column = column.flatten()
-        return column.to_numpy(zero_copy_only=False)
+        return column_values(table, name, where)
 
     raw = values(CODES).astype(np.uint8)
     if len(raw) != n * width:

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 import quiver
-from quiver.format.errors import ColumnNotFoundError, InvalidInputError, UnsupportedFeatureError
+from quiver.format.errors import ColumnNotFoundError, InvalidInputError
 from quiver.format.index.files import IndexFile
 from quiver.format.io.store import open_store
 from quiver.format.proto import index_pb2
@@ -298,7 +298,7 @@ def test_defaults_replace_and_refusals_as_pylance(tmp_path: Path) -> None:
         ({"index_type": "IVF_FLAT", "metric": "manhattan"}, InvalidInputError, "metric"),
         ({"index_type": "IVF_FLAT", "num_partitions": 0}, InvalidInputError, "positive"),
         ({"index_type": "IVF_FLAT", "num_partitions": 7000}, InvalidInputError, "7000 partitions"),
-        ({"index_type": "IVF_RQ"}, UnsupportedFeatureError, "IVF_RQ"),
+        ({"index_type": "IVF_RQ", "num_bits": 0}, InvalidInputError, "for IVF_RQ|IVF_RQ num_bits"),
         ({"index_type": "NOPE"}, InvalidInputError, "index type"),
         ({"index_type": "IVF_FLAT", "frobnicate": 1}, InvalidInputError, "frobnicate"),
         (

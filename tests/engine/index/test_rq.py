@@ -1,8 +1,10 @@
-"""IVF_RQ (RaBitQ) indices pylance 14 builds, searched by Quiver's engine with pylance's answers:
-every metric, one to nine bits a dimension, dimensions a power of two or not, nprobes given
-or pylance's own, refine factors, prefilters and postfilters, appended and deleted rows; the
-statistics pylance reports; what Quiver does not do yet (builds, optimize_indices) refused by
-name, and compaction leaving the index to the rows it did not rewrite."""
+"""IVF_RQ (RaBitQ) indices: those pylance 14 builds searched by Quiver's engine with
+pylance's answers (every metric, one to nine bits a dimension, dimensions a power of two or
+not, nprobes given or pylance's own, refine factors, prefilters and postfilters, appended and
+deleted rows; the statistics pylance reports), and those Quiver builds: each row encoded as
+pylance encodes it (codes and factors to the bit, given pylance's rotation), searched by
+pylance with Quiver's answers, about as good as pylance's own; extended by optimize_indices
+and remapped by compaction by either engine; bad parameters refused as pylance refuses them."""
 
 from __future__ import annotations
 
@@ -16,7 +18,6 @@ import pyarrow as pa
 import pytest
 
 from quiver.format.dataset import dataset
-from quiver.format.errors import UnsupportedFeatureError
 
 pytestmark = pytest.mark.compat
 
@@ -98,10 +99,151 @@ def test_rq_statistics_appends_deletes_and_refusals(tmp_path: Path) -> None:
     lance.write_dataset(appended, str(uri), mode="append")
     lance.dataset(str(uri)).delete("id % 7 = 0")
     _same(str(uri), x[[3, 500]], SEARCHES[:3], "after an append and a delete")
-    with pytest.raises(UnsupportedFeatureError, match="IVF_RQ"):
-        dataset(str(uri)).optimize.optimize_indices()
-    with pytest.raises(UnsupportedFeatureError, match="IVF_RQ"):
-        dataset(str(uri)).create_index("vec", "IVF_RQ", num_partitions=2, replace=True)
-    # compaction leaves the index to the rows it did not rewrite; the rest is searched exactly
+    # Quiver's optimize_indices encodes the appended rows with the index's own rotation
+    dataset(str(uri)).optimize.optimize_indices()
+    assert lance.dataset(str(uri)).stats.index_stats("vec_idx")["num_unindexed_rows"] == 0
+    _same(str(uri), x[[3, 500]], SEARCHES[:3], "after Quiver's optimize_indices")
+    # compaction remaps the index: its codes unpacked, given the new row ids, packed again
     dataset(str(uri)).optimize.compact_files(target_rows_per_fragment=100_000)
+    assert lance.dataset(str(uri)).stats.index_stats("vec_idx")["num_unindexed_rows"] == 0
     _same(str(uri), x[[3, 500]], [{"k": 10, "nprobes": 4}], "after Quiver's compaction")
+
+
+# -- builds ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("metric", "dim", "bits"),
+    [
+        ("l2", 32, 1),
+        ("l2", 40, 5),
+        ("cosine", 64, 3),
+        ("dot", 24, 9),
+        ("l2", 72, 7),
+        ("dot", 16, 2),
+    ],
+)
+def test_rows_encoded_as_pylance_encodes_them(
+    tmp_path: Path, metric: str, dim: int, bits: int
+) -> None:
+    """pylance builds; Quiver encodes every row again with that index's rotation, centroids
+    and partitions: the same sign codes, extended codes and factors, to the bit, and the
+    packed layouts round-trip."""
+    from quiver.format.index.vector import rq as _rq
+    from quiver.format.index.vector import rq_build
+    from quiver.format.index.vector.index import open_vector_index
+    from quiver.format.table.indices import indices_of
+
+    uri = tmp_path / "rq.lance"
+    x = _write(uri, dim, 1500, 7 * dim + bits)
+    lance.dataset(str(uri)).create_index(
+        "vec", "IVF_RQ", metric=metric, num_partitions=4, num_bits=bits
+    )
+    index = dataset(str(uri)).core
+    entry = indices_of(index.manifest)[0]
+    vi = open_vector_index(index.store, entry.directory, entry.uuid, entry.name)
+    q = vi.storage
+    ids = lance.dataset(str(uri)).to_table(columns=["id"], with_row_id=True)
+    where = dict(zip(ids["_rowid"].to_pylist(), ids["id"].to_pylist(), strict=True))
+    width = dim // 8
+    for p in range(vi.ivf.num_partitions):
+        stored = vi.rq_partition(p)
+        rows = x[[where[int(r)] for r in stored.row_ids]]
+        if metric == "cosine":
+            rows = rq_build.normalized_rows(rows)
+        records = rq_build.encode(q, vi.ivf.centroids, rows, np.full(len(rows), p))
+        bits_ = np.unpackbits(records[:, :width], axis=1, bitorder="little")
+        nibbles = (bits_.reshape(len(rows), dim // 4, 4).astype(np.int64) << np.arange(4)).sum(-1)
+        assert np.array_equal(nibbles, stored.nibbles)
+        factors = records[:, width : width + 12].copy().view("<f4")
+        for i, name in enumerate(("add", "scale", "error")):
+            assert np.array_equal(factors[:, i], getattr(stored, name)), name
+        signs = rq_build._pack_signs(records[:, :width])
+        assert np.array_equal(
+            _rq._unpack_signs(signs.ravel(), len(rows), width), records[:, :width]
+        )
+        if bits > 1:
+            at = width + 12
+            assert np.array_equal(records[:, at : at + dim], stored.ex)
+            ex_factors = records[:, at + dim :].copy().view("<f4")
+            assert np.array_equal(ex_factors[:, 0], stored.add_ex)
+            assert np.array_equal(ex_factors[:, 1], stored.scale_ex)
+            packed = rq_build._pack_ex(records[:, at : at + dim], bits - 1)
+            assert np.array_equal(_rq._unpack_ex(packed, bits - 1, dim), records[:, at : at + dim])
+
+
+@pytest.mark.parametrize(
+    ("metric", "dim", "bits"),
+    [("l2", 32, 1), ("l2", 40, 5), ("cosine", 64, 3), ("dot", 24, 9), ("l2", 128, 2)],
+)
+def test_quiver_built_rq_indices_are_searched_alike(
+    tmp_path: Path, metric: str, dim: int, bits: int
+) -> None:
+    uri = tmp_path / "rq.lance"
+    x = _write(uri, dim, 1800, dim + bits)
+    dataset(str(uri)).create_index("vec", "IVF_RQ", metric=metric, num_partitions=5, num_bits=bits)
+    theirs = lance.dataset(str(uri))
+    [described] = theirs.describe_indices()
+    assert described.index_type == "IVF_RQ"
+    assert theirs.stats.index_stats("vec_idx")["indices"][0]["sub_index"]["num_bits"] == bits
+    rng = np.random.default_rng(bits)
+    queries = x[rng.integers(0, len(x), 3)] + rng.normal(size=(3, dim)).astype(np.float32) * 0.3
+    _same(str(uri), queries, SEARCHES, f"Quiver-built {metric} d{dim} b{bits}")
+
+
+def test_quiver_built_manifest_entry_and_recall(tmp_path: Path) -> None:
+    """The manifest entry as pylance writes one (index version 2, the `rq` details, pylance's
+    hints); recall@10 against exact search about pylance's own index's."""
+    from quiver.format.proto import index_pb2
+    from quiver.format.table.indices import indices_of
+
+    x = _write(tmp_path / "q", 64, 4000, 11)
+    _write(tmp_path / "p", 64, 4000, 11)
+    dataset(str(tmp_path / "q")).create_index("vec", "IVF_RQ", num_partitions=6)
+    lance.dataset(str(tmp_path / "p")).create_index("vec", "IVF_RQ", num_partitions=6)
+    entries = [indices_of(dataset(str(tmp_path / n)).core.manifest)[0].pb for n in ("q", "p")]
+    assert entries[0].index_version == entries[1].index_version == 2
+    details = [index_pb2.VectorIndexDetails.FromString(e.index_details.value) for e in entries]
+    assert details[0] == details[1]
+    assert details[0].rq.num_bits == 5
+    rng = np.random.default_rng(3)
+    recall = {"q": 0, "p": 0}
+    for _ in range(20):
+        q = x[rng.integers(0, len(x))] + rng.normal(size=64).astype(np.float32) * 0.5
+        truth = set(np.argsort(((x - q) ** 2).sum(axis=1))[:10].tolist())
+        for name in recall:
+            found = _answers(lance.dataset(str(tmp_path / name)), nearest={
+                "column": "vec", "q": q, "k": 10, "nprobes": 3})["id"].to_pylist()  # fmt: skip
+            recall[name] += len(truth & set(found))
+    assert recall["q"] >= recall["p"] - 10, recall  # of 200
+
+
+def test_pylance_extends_and_compacts_quiver_built(tmp_path: Path) -> None:
+    uri = tmp_path / "rq.lance"
+    x = _write(uri, 32, 1600, 5)
+    dataset(str(uri)).create_index("vec", "IVF_RQ", num_partitions=4, num_bits=4)
+    appended = pa.table(
+        {
+            "id": pa.array(np.arange(1600, 1800)),
+            "vec": pa.FixedSizeListArray.from_arrays(pa.array(x[:200].ravel() + 0.01), 32),
+        }
+    )
+    lance.write_dataset(appended, str(uri), mode="append")
+    lance.dataset(str(uri)).optimize.optimize_indices()
+    _same(str(uri), x[[3, 900]], SEARCHES[:3], "after pylance's optimize_indices")
+    lance.dataset(str(uri)).delete("id % 5 = 0")
+    lance.dataset(str(uri)).optimize.compact_files(target_rows_per_fragment=100_000)
+    _same(str(uri), x[[3, 900]], [{"k": 10, "nprobes": 4}], "after pylance's compaction")
+
+
+def test_bad_rq_parameters_refused(tmp_path: Path) -> None:
+    from quiver.format.errors import InvalidInputError
+
+    uri = tmp_path / "rq.lance"
+    _write(uri, 12, 300, 1)
+    with pytest.raises(InvalidInputError, match="divisible by 8 for IVF_RQ"):
+        dataset(str(uri)).create_index("vec", "IVF_RQ", num_partitions=2)
+    uri = tmp_path / "rq8.lance"
+    _write(uri, 16, 300, 1)
+    for bits in (0, 10, 2.5, "5"):
+        with pytest.raises(InvalidInputError, match="num_bits must be in 1..=9"):
+            dataset(str(uri)).create_index("vec", "IVF_RQ", num_partitions=2, num_bits=bits)
+    assert not dataset(str(uri)).list_indices()
