@@ -1,11 +1,12 @@
-"""Vector-index benchmark: IVF_PQ builds by Quiver next to pylance's, on one table.
+"""Vector-index benchmark: IVF_PQ (or IVF_RQ) builds by Quiver next to pylance's, on one table.
 
-    .venv/bin/python -m benchmarks.vector_index [--rows 1000000] [--rounds 3]
+    .venv/bin/python -m benchmarks.vector_index [--rows 1000000] [--rounds 3] [--kind IVF_RQ]
 
 The table (cached under benchmarks/.data/, written once by pylance, storage version 2.2,
 1 M-row fragments): `id` int64 and `v`, 128 float32 values a row near a 24-dimensional
 subspace (embeddings have a low intrinsic dimension). The build: IVF_PQ on `v` with
-pylance's defaults for the row count (partitions = rows / 8,192) and 16 sub-vectors, l2,
+pylance's defaults for the row count (partitions = rows / 8,192) and 16 sub-vectors, l2
+(`--kind IVF_RQ`: RaBitQ codes of pylance's default 5 bits, partitions = rows / 4,096),
 by Quiver (`quiver.dataset(uri).create_index`) and by pylance
 (`lance.dataset(uri).create_index`) with the same arguments, timed from the dataset's open
 to the committed version.
@@ -159,7 +160,7 @@ def twin(uri: str, engine: str) -> str:
     return path
 
 
-def server_build(uri: str, partitions: int) -> tuple[float, float]:
+def server_build(uri: str, partitions: int, kind: str) -> tuple[float, float]:
     """The build through a Quiver server's create_index action: seconds and the server's
     peak RSS while it builds (MB)."""
     from quiver.clients import Client
@@ -176,9 +177,9 @@ def server_build(uri: str, partitions: int) -> tuple[float, float]:
             client.create_index(
                 Path(uri).stem,
                 "v",
-                "IVF_PQ",
+                kind,
                 num_partitions=partitions,
-                num_sub_vectors=SUB_VECTORS,
+                num_sub_vectors=SUB_VECTORS if kind == "IVF_PQ" else None,
                 replace=True,
             )
             seconds = time.perf_counter() - started
@@ -191,13 +192,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--kind", choices=["IVF_PQ", "IVF_RQ"], default="IVF_PQ")
     args = parser.parse_args()
     uri = table_path(args.rows)
-    partitions = min(max(1, args.rows // 8192), 4096)
+    kind = args.kind
+    partitions = min(max(1, args.rows // (8192 if kind == "IVF_PQ" else 4096)), 4096)
     results: dict[str, list[dict[str, float]]] = {"quiver": [], "pylance": []}
     for r in range(args.rounds):
         for engine in ["quiver", "pylance"] if r % 2 == 0 else ["pylance", "quiver"]:
-            results[engine].append(build(engine, uri, partitions))
+            results[engine].append(build(engine, uri, partitions, kind))
     ours, theirs = results["quiver"], results["pylance"]
     ratios = [t["seconds"] / o["seconds"] for o, t in zip(ours, theirs, strict=True)]
 
@@ -205,7 +208,7 @@ def main() -> None:
     truth = exact(uri, queries)
     copies = {engine: twin(uri, engine) for engine in ("quiver", "pylance")}
     for engine, path in copies.items():
-        build(engine, path, partitions)
+        build(engine, path, partitions, kind)
     quality = {engine: [recall(path, queries, truth)] for engine, path in copies.items()}
     speed: dict[str, list[float]] = {"quiver": [], "pylance": []}
     for r in range(1 + 2 * args.rounds):  # the first round warms each index's caches
@@ -213,20 +216,21 @@ def main() -> None:
             speed[engine].append(queries_per_second(copies[engine], queries))
     for engine in quality:
         quality[engine].append(statistics.median(speed[engine][1:]))
-    served_seconds, served_peak = server_build(uri, partitions)
+    served_seconds, served_peak = server_build(uri, partitions, kind)
 
     def cell(runs: list[dict[str, float]]) -> str:
         seconds = statistics.median(x["seconds"] for x in runs)
         peak = max(x["peak_mb"] for x in runs)
         return f"{seconds:.2f} ({peak:,.0f} MB)"
 
+    shape = f"{SUB_VECTORS} sub-vectors" if kind == "IVF_PQ" else "5 bits"
     print(
-        f"{args.rows:,} x {DIM} float32, IVF_PQ {partitions} partitions x {SUB_VECTORS} "
-        f"sub-vectors, {args.rounds} rounds, medians\n"
+        f"{args.rows:,} x {DIM} float32, {kind} {partitions} partitions x {shape}, "
+        f"{args.rounds} rounds, medians\n"
     )
     print("| build | pylance s (peak RSS) | Quiver s (peak RSS) | Quiver / pylance |")
     print("|---|---|---|---|")
-    print(f"| IVF_PQ on `v` | {cell(theirs)} | {cell(ours)} | {statistics.median(ratios):.2f} |")
+    print(f"| {kind} on `v` | {cell(theirs)} | {cell(ours)} | {statistics.median(ratios):.2f} |")
     print(f"\n{QUERIES} queries, k {K}, nprobes {NPROBES}, searched by pylance\n")
     print("| index built by | recall@10 | pylance queries/s |")
     print("|---|---|---|")

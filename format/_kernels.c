@@ -33,6 +33,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <float.h>
 #include <math.h>
 
 enum {
@@ -2656,6 +2657,249 @@ static PyObject *bm25_idf(PyObject *self, PyObject *args)
     return res;
 }
 
+/* -- RaBitQ extended codes (IVF_RQ builds) -------------------------------------------------- */
+
+/* A step of the rescale sweep: dimension `dim`'s code becomes `code` at t = code / a[dim]. */
+typedef struct {
+    float t;
+    int32_t dim;
+    int32_t code;
+} rq_step;
+
+static inline int rq_before(const rq_step *x, const rq_step *y)
+{
+    return x->t < y->t || (x->t == y->t && x->dim < y->dim);
+}
+
+/* Fraction of the sweep's end where it starts, by extended bits. */
+static const float RQ_SWEEP_START[9] = {0.0f, 0.15f, 0.20f, 0.52f, 0.59f,
+                                        0.71f, 0.75f, 0.77f, 0.81f};
+enum { RQ_BUCKETS = 1024 };
+
+/* The bucket of a step at t (a monotonic function of t: buckets keep t's order). */
+static inline int64_t rq_bucket(float t, float t_start, float scale)
+{
+    const int64_t b = (int64_t)((t - t_start) * scale);
+    return b < 0 ? 0 : (b >= RQ_BUCKETS ? RQ_BUCKETS - 1 : b);
+}
+
+/* The rescale t of one row of unit magnitudes a[0..dim) (none zero-length): its codes
+ * floor(t * a + 1e-5), at most `top`, have the largest <code + 1/2, a> / |code + 1/2|. From
+ * where the sweep starts, each step of one dimension's code, in increasing t (ties by
+ * dimension), moves the sums; the first step to their largest ratio sets t. Every operation
+ * float32, sums in dimension order then in step order (pylance's). The steps are ordered by
+ * buckets of t, then by insertion within a bucket (few share one). `steps` and `sorted` hold
+ * dim * top steps, `counts` RQ_BUCKETS + 1 entries. */
+static float rq_row_rescale(const float *a, int64_t dim, int top, int eb, rq_step *steps,
+                            rq_step *sorted, int64_t *counts)
+{
+    float max = 0.0f;
+    for (int64_t d = 0; d < dim; d++)
+        if (a[d] > max)
+            max = a[d];
+    if (!(max > 0.0f))
+        return 0.0f;
+    const float t_end = (float)(top + 10) / max;
+    const float t_start = t_end * RQ_SWEEP_START[eb];
+    float num = 0.0f, den = (float)dim * 0.25f;
+    int64_t n = 0;
+    for (int64_t d = 0; d < dim; d++) {
+        if (!(a[d] > 0.0f))
+            continue;
+        const float k = floorf(t_start * a[d] + 1e-5f);
+        const int start = k < 0.0f ? 0 : (k > (float)top ? top : (int)k);
+        den = den + (float)(start * start + start);
+        num = num + ((float)start + 0.5f) * a[d];
+        for (int code = start + 1; code <= top; code++) {
+            const float t = (float)code / a[d];
+            if (!(t < t_end))
+                break;
+            steps[n].t = t;
+            steps[n].dim = (int32_t)d;
+            steps[n].code = code;
+            n++;
+        }
+    }
+    float best = num / sqrtf(den), best_t = t_start;
+    if (n == 0)
+        return best_t;
+    const float scale = (float)RQ_BUCKETS / (t_end - t_start);
+    memset(counts, 0, sizeof(int64_t) * (RQ_BUCKETS + 1));
+    for (int64_t i = 0; i < n; i++)
+        counts[rq_bucket(steps[i].t, t_start, scale) + 1]++;
+    for (int64_t b = 0; b < RQ_BUCKETS; b++)
+        counts[b + 1] += counts[b];
+    for (int64_t i = 0; i < n; i++)
+        sorted[counts[rq_bucket(steps[i].t, t_start, scale)]++] = steps[i];
+    for (int64_t i = 1; i < n; i++) {
+        const rq_step item = sorted[i];
+        int64_t j = i;
+        while (j > 0 && rq_before(&item, &sorted[j - 1])) {
+            sorted[j] = sorted[j - 1];
+            j--;
+        }
+        sorted[j] = item;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        num = num + a[sorted[i].dim];
+        den = den + (float)(2 * sorted[i].code);
+        const float ratio = num / sqrtf(den);
+        if (ratio > best) {
+            best = ratio;
+            best_t = sorted[i].t;
+        }
+    }
+    return best_t;
+}
+
+/* In place: the Walsh-Hadamard butterflies of v[0..t) (t a power of two) at strides
+ * 1, 2, 4, ..., each level over the last one's values, then every value times `scale`. */
+static void rq_hadamard(float *v, int64_t t, float scale)
+{
+    for (int64_t h = 1; h < t; h *= 2)
+        for (int64_t j = 0; j < t; j += 2 * h)
+            for (int64_t i = j; i < j + h; i++) {
+                const float x = v[i], y = v[i + h];
+                v[i] = x + y;
+                v[i + h] = x - y;
+            }
+    for (int64_t i = 0; i < t; i++)
+        v[i] = v[i] * scale;
+}
+
+PyDoc_STRVAR(rq_rotate_doc,
+             "rq_rotate(x, dim, signs): pylance's fast rotation of each row of x (float32, "
+             "rows of `dim`, in place): four rounds of sign flips (`signs`: 4 rounds of dim/8 "
+             "bytes, bit i%8 of byte i/8 flips dimension i) and Walsh-Hadamard transforms of "
+             "the largest power-of-two head (even rounds) or tail (odd rounds), with a Kac "
+             "step when dim is not a power of two, then 0.25 times every value.");
+
+static PyObject *rq_rotate(PyObject *self, PyObject *args)
+{
+    Py_buffer x, signs;
+    Py_ssize_t dim;
+    if (!PyArg_ParseTuple(args, "w*ny*", &x, &dim, &signs))
+        return NULL;
+    Py_buffer *all[] = {&x, &signs};
+    const Py_ssize_t rows = dim > 0 ? x.len / 4 / dim : 0;
+    if (dim <= 0 || dim % 8 || x.len != rows * dim * 4 || signs.len != 4 * (dim / 8) ||
+        !aligned(x.buf, 4)) {
+        PyErr_SetString(PyExc_ValueError, "rq_rotate: bad lengths or alignment");
+        release(2, all);
+        return NULL;
+    }
+    int64_t t = 1;
+    while (2 * t <= dim)
+        t *= 2;
+    const float scale = 1.0f / sqrtf((float)t);
+    const int64_t half = dim / 2, per_round = dim / 8;
+    const uint8_t *flip = signs.buf;
+    float *v = x.buf;
+    BEGIN_NOGIL(rows * dim)
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        float *row = v + r * dim;
+        for (int round = 0; round < 4; round++) {
+            const uint8_t *bits = flip + round * per_round;
+            for (int64_t i = 0; i < dim; i++)
+                if ((bits[i / 8] >> (i % 8)) & 1)
+                    row[i] = -row[i];
+            if (t == dim) {
+                rq_hadamard(row, t, scale);
+                continue;
+            }
+            rq_hadamard(round % 2 == 0 ? row : row + (dim - t), t, scale);
+            for (int64_t i = 0; i < half; i++) {
+                const float a = row[i], b = row[i + half];
+                row[i] = a + b;
+                row[i + half] = a - b;
+            }
+        }
+        if (t != dim)
+            for (int64_t i = 0; i < dim; i++)
+                row[i] = row[i] * 0.25f;
+    }
+    END_NOGIL
+    release(2, all);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(rq_ex_codes_doc,
+             "rq_ex_codes(rot, dim, bits, codes, dots): RaBitQ's extended codes of `bits` bits "
+             "(1-8) of each row of rot (float32 rotated residuals, rows of `dim`) into codes "
+             "(uint8, a byte a dimension; the complement for negative dimensions), and into "
+             "dots (float32) each row's sum of rot times its full code's grid point, as "
+             "pylance's IVF_RQ builds compute them: the row scaled to unit length, the "
+             "rescale its codes line up best with (`rq_row_rescale`), float32 sums left to "
+             "right. A row of (nearly) zero length gets zero codes and a zero sum.");
+
+static PyObject *rq_ex_codes(PyObject *self, PyObject *args)
+{
+    Py_buffer rot, codes, dots;
+    Py_ssize_t dim;
+    int eb;
+    if (!PyArg_ParseTuple(args, "y*niw*w*", &rot, &dim, &eb, &codes, &dots))
+        return NULL;
+    Py_buffer *all[] = {&rot, &codes, &dots};
+    const Py_ssize_t rows = dim > 0 ? rot.len / 4 / dim : 0;
+    if (dim <= 0 || eb < 1 || eb > 8 || rot.len != rows * dim * 4 || codes.len != rows * dim ||
+        dots.len != rows * 4 || !aligned(rot.buf, 4) || !aligned(dots.buf, 4)) {
+        PyErr_SetString(PyExc_ValueError, "rq_ex_codes: bad lengths, bits or alignment");
+        release(3, all);
+        return NULL;
+    }
+    const int top = (1 << eb) - 1;
+    const float bias = -((float)(1 << eb) - 0.5f);
+    const size_t most = (size_t)dim * (size_t)top;
+    rq_step *steps = PyMem_RawMalloc(sizeof(rq_step) * 2 * most);
+    int64_t *counts = PyMem_RawMalloc(sizeof(int64_t) * (RQ_BUCKETS + 1));
+    float *a = PyMem_RawMalloc(sizeof(float) * (size_t)dim);
+    if (!steps || !counts || !a) {
+        PyMem_RawFree(steps);
+        PyMem_RawFree(counts);
+        PyMem_RawFree(a);
+        release(3, all);
+        return PyErr_NoMemory();
+    }
+    const float *values = rot.buf;
+    uint8_t *out = codes.buf;
+    float *sums = dots.buf;
+    BEGIN_NOGIL(rows * dim)
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const float *x = values + r * dim;
+        uint8_t *c = out + r * dim;
+        float norm = 0.0f;
+        for (Py_ssize_t d = 0; d < dim; d++)
+            norm = norm + x[d] * x[d];
+        if (!(norm > FLT_EPSILON) || !isfinite(norm)) {
+            memset(c, 0, (size_t)dim);
+            sums[r] = 0.0f;
+            continue;
+        }
+        const float length = sqrtf(norm);
+        for (Py_ssize_t d = 0; d < dim; d++)
+            a[d] = fabsf(x[d]) / length;
+        const float t = rq_row_rescale(a, dim, top, eb, steps, steps + most, counts);
+        float sum = 0.0f;
+        for (Py_ssize_t d = 0; d < dim; d++) {
+            const float k = floorf(t * a[d] + 1e-5f);
+            int code = k < 0.0f ? 0 : (k > (float)top ? top : (int)k);
+            const int negative = signbit(x[d]) != 0;
+            if (negative)
+                code = ~code & top;
+            c[d] = (uint8_t)code;
+            const int full = ((negative ? 0 : 1) << eb) + code;
+            sum = sum + x[d] * ((float)full + bias);
+        }
+        sums[r] = sum;
+    }
+    END_NOGIL
+    PyMem_RawFree(steps);
+    PyMem_RawFree(counts);
+    PyMem_RawFree(a);
+    release(3, all);
+    Py_RETURN_NONE;
+}
+
 /* -- full-zip entries (2.1+ pages of variable-width values) ------------------------------- */
 
 enum { FZ_OK, FZ_CONTROL, FZ_TOP, FZ_LENGTH, FZ_PAST };
@@ -3357,6 +3601,8 @@ static PyMethodDef methods[] = {
     METHOD(postings_full),
     METHOD(bm25_gather),
     METHOD(bm25_idf),
+    METHOD(rq_ex_codes),
+    METHOD(rq_rotate),
     METHOD(fullzip_walk),
     METHOD(xxh64_fixed),
     METHOD(sbbf_fill),

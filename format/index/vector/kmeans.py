@@ -16,9 +16,10 @@ centroids extended with |c|^2, then an argmin per row.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
@@ -29,6 +30,14 @@ __all__ = ["KMeans", "assign", "kmeans", "normalize"]
 _CHUNK_ROWS = 8192
 _POOL = ThreadPoolExecutor(max_workers=max(1, min(os.cpu_count() or 1, 8)))
 _BLAS: list[ThreadpoolController] = []
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def in_parallel(run: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """`run` of every item, spread over the build pool's threads (for work that releases
+    the GIL: kernels, large numpy operations)."""
+    return list(_POOL.map(run, items)) if len(items) > 1 else [run(i) for i in items]
 
 
 def _blas_limit() -> Any:

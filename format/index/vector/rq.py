@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from quiver.format import _kernels
 from quiver.format.errors import CorruptFileError, UnsupportedFeatureError
 
 F = np.float32
@@ -70,38 +71,10 @@ class RaBitQ:
         return cls(dim, bits, signs, metric, bool(meta.get("packed", False)))
 
     def rotate(self, x: np.ndarray) -> np.ndarray:
-        """pylance's fast rotation of the rows of `x` (float32)."""
-        out = np.array(x, dtype=F, copy=True)
-        d = self.dimension
-        per_round = d // 8
-        t = 1 << (d.bit_length() - 1)
-        scale = F(1.0) / np.sqrt(F(t))
-        half = d // 2
-        for r in range(4):
-            flip = np.unpackbits(self.signs[r * per_round : (r + 1) * per_round], bitorder="little")
-            out = np.where(flip[:d].astype(bool), -out, out).astype(F)
-            if t == d:
-                out = (_hadamard(out) * scale).astype(F)
-                continue
-            part = slice(0, t) if r % 2 == 0 else slice(d - t, d)
-            out[..., part] = (_hadamard(out[..., part]) * scale).astype(F)
-            a, b = out[..., :half].copy(), out[..., half : 2 * half].copy()
-            out[..., :half], out[..., half : 2 * half] = a + b, a - b
-        return out if t == d else (out * F(0.25)).astype(F)
-
-
-def _hadamard(v: np.ndarray) -> np.ndarray:
-    """Walsh-Hadamard butterflies along the last axis, strides 1, 2, 4, ... (float32)."""
-    v = v.copy()
-    n = v.shape[-1]
-    h = 1
-    while h < n:
-        s = v.reshape(v.shape[:-1] + (n // (2 * h), 2, h))
-        a, b = s[..., 0, :].copy(), s[..., 1, :].copy()
-        s[..., 0, :], s[..., 1, :] = a + b, a - b
-        v = s.reshape(v.shape)
-        h *= 2
-    return v
+        """pylance's fast rotation of the rows of `x` (float32; `_kernels.rq_rotate`)."""
+        out = np.array(x, dtype=F, order="C", copy=True)
+        _kernels.rq_rotate(out, self.dimension, np.ascontiguousarray(self.signs, np.uint8))
+        return out
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,9 @@ import json
 import numpy as np
 import pyarrow as pa
 
+from quiver.format import _kernels
 from quiver.format.errors import CorruptFileError
+from quiver.format.index.vector.kmeans import in_parallel
 from quiver.format.index.vector.rq import (
     _BLOCK,
     _PERM,
@@ -40,6 +42,7 @@ from quiver.format.index.vector.rq import (
 )
 
 _EPS = F(1e-5)
+_CHUNK_ROWS = 8192  # rows a thread encodes at a time
 # where the rescale sweep starts, as a fraction of where it ends, by extended bits
 _SWEEP_START = (0.0, 0.15, 0.20, 0.52, 0.59, 0.71, 0.75, 0.77, 0.81)
 _SWEEP_CELLS = 1 << 22  # (rows x steps) a chunk of the rescale sweep may hold
@@ -96,12 +99,30 @@ def normalized_rows(x: np.ndarray) -> np.ndarray:
 
 def encode(q: RaBitQ, centroids: np.ndarray, x: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """The records (rows x `record_width`, uint8) of prepared rows `x` (float32, normalised
-    for cosine) assigned to partitions `labels`."""
+    for cosine) assigned to partitions `labels`: chunks of rows over the build's threads
+    (the kernels and large numpy steps release the GIL)."""
+    crot = q.rotate(centroids)
+    starts = range(0, len(x), _CHUNK_ROWS)
+    chunks = in_parallel(
+        lambda lo: _encode(
+            q, centroids, crot, x[lo : lo + _CHUNK_ROWS], labels[lo : lo + _CHUNK_ROWS]
+        ),
+        starts,
+    )
+    if not chunks:
+        return np.empty((0, record_width(q.dimension, q.num_bits)), np.uint8)
+    return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+
+
+def _encode(
+    q: RaBitQ, centroids: np.ndarray, rotated: np.ndarray, x: np.ndarray, labels: np.ndarray
+) -> np.ndarray:
+    """`encode` of one chunk of rows (`rotated`: the rotated centroids)."""
     n, dim = x.shape
     c = centroids[labels]
     residual = (x - c).astype(F)
     rot = q.rotate(residual)
-    crot = q.rotate(centroids)[labels]
+    crot = rotated[labels]
     if q.metric == "dot":
         norm = _seq_sum(residual * residual)
     else:  # the IVF's float32 distance to the centroid
@@ -120,12 +141,12 @@ def encode(q: RaBitQ, centroids: np.ndarray, x: np.ndarray, labels: np.ndarray) 
     if q.num_bits > 1:
         eb = q.num_bits - 1
         ex, ex_res = _ex_codes(rot, eb)
-        full = (positive.astype(np.int64) << eb) + ex
+        full = (positive.astype(np.int64) << eb) + ex.astype(np.int64)
         grid = (full.astype(F) + F(-((1 << eb) - 0.5))).astype(F)
         ex_cent = _seq_sum(crot * grid)
         add_ex = (base + (two * _ratio((norm * ex_cent).astype(F), ex_res)).astype(F)).astype(F)
         scale_ex = _ratio((-two * norm).astype(F), ex_res)
-        parts += [ex.astype(np.uint8), _bytes(add_ex, scale_ex)]
+        parts += [ex, _bytes(add_ex, scale_ex)]
     out = np.concatenate(parts, axis=1)
     assert out.shape == (n, record_width(q.dimension, q.num_bits))
     return out
@@ -180,104 +201,16 @@ def storage_json(q: RaBitQ) -> str:
 
 # -- codes ------------------------------------------------------------------------------------
 def _ex_codes(rot: np.ndarray, eb: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's extended codes (rows x dim, 0 .. 2^eb - 1, the sign's complement for
-    negative dimensions) and `sum(rot * grid)` over its full code's grid points."""
-    n = len(rot)
-    codes = np.zeros(rot.shape, np.int64)
-    dots = np.zeros(n, F)
-    norm_sq = _seq_sum(rot * rot)
-    ok = (norm_sq > np.finfo(F).eps) & np.isfinite(norm_sq)
-    if not ok.any():
-        return codes, dots
-    rows = np.flatnonzero(ok)
-    a = (np.abs(rot[rows]) / np.sqrt(norm_sq[rows])[:, None]).astype(F)
-    top = (1 << eb) - 1
-    rescale = _rescale(a, eb)
-    ex = np.clip(np.floor((rescale[:, None] * a).astype(F) + _EPS), 0, top).astype(np.int64)
-    negative = np.signbit(rot[rows])
-    ex = np.where(negative, ~ex & top, ex)
-    codes[rows] = ex
-    full = ((~negative).astype(np.int64) << eb) + ex
-    grid = (full.astype(F) + F(-((1 << eb) - 0.5))).astype(F)
-    dots[rows] = _seq_sum(rot[rows] * grid)
+    """Each row's extended codes (rows x dim, 0 .. 2^eb - 1, the complement for negative
+    dimensions) and `sum(rot * grid)` over its full code's grid points
+    (`_kernels.rq_ex_codes`: the rescale of the row's unit magnitudes whose codes
+    floor(t * a + 1e-5) have the largest <code + 1/2, a> / |code + 1/2|, found by sweeping t
+    through the points where a dimension's code steps up)."""
+    rot = np.ascontiguousarray(rot, dtype=F)
+    codes = np.empty(rot.shape, np.uint8)
+    dots = np.empty(len(rot), F)
+    _kernels.rq_ex_codes(rot, rot.shape[1], eb, codes, dots)
     return codes, dots
-
-
-def _rescale(a: np.ndarray, eb: int) -> np.ndarray:
-    """Per row of unit magnitudes `a` (float32), the rescale t whose codes
-    floor(t * a + 1e-5) (at most 2^eb - 1) have the largest <code + 1/2, a> / |code + 1/2|:
-    from where the sweep starts, each step of one dimension's code in increasing t moves
-    the ratio; the first step to its largest value sets t (none beyond the start: t stays)."""
-    n, dim = a.shape
-    top = (1 << eb) - 1
-    t_end = (F(top + 10) / a.max(axis=1)).astype(F)
-    t_start = (t_end * F(_SWEEP_START[eb])).astype(F)
-    live = a > 0
-    start = np.where(live, np.clip(np.floor((t_start[:, None] * a).astype(F) + _EPS), 0, top), 0)
-    start = start.astype(np.int64)
-    den0 = _seq_sum(np.where(live, (start * start + start).astype(F), F(0)), F(dim * 0.25))
-    num0 = _seq_sum(np.where(live, ((start.astype(F) + F(0.5)) * a).astype(F), F(0)))
-    # the steps: code k of dimension d at t = k / a_d, for start < k <= top, t < t_end (the
-    # codes past t_end * a_d, two spared for float32 rounding, are not even considered)
-    limit = np.minimum(top, np.floor((t_end[:, None] * a).astype(np.float64)).astype(np.int64) + 2)
-    room = np.where(live, np.maximum(limit - start, 0), 0)
-    out = t_start.copy()
-    step_rows = max(1, _SWEEP_CELLS // max(1, int(room.sum(axis=1).max(initial=1))))
-    for lo in range(0, n, step_rows):
-        hi = min(n, lo + step_rows)
-        chunk = slice(lo, hi)
-        out[chunk] = _sweep(
-            a[chunk],
-            start[chunk],
-            room[chunk],
-            t_end[chunk],
-            t_start[chunk],
-            num0[chunk],
-            den0[chunk],
-        )
-    return out
-
-
-def _sweep(
-    a: np.ndarray,
-    start: np.ndarray,
-    room: np.ndarray,
-    t_end: np.ndarray,
-    t_start: np.ndarray,
-    num0: np.ndarray,
-    den0: np.ndarray,
-) -> np.ndarray:
-    """`_rescale` of a chunk of rows: their steps in t order, the ratio after each by
-    float32 running sums, the best step's t."""
-    n, dim = a.shape
-    counts = room.reshape(-1)
-    cell = np.repeat(np.arange(n * dim), counts)
-    first = np.repeat(np.cumsum(counts) - counts, counts)
-    code = start.reshape(-1)[cell] + (np.arange(len(cell)) - first) + 1
-    row, d = cell // dim, cell % dim
-    t = (code.astype(F) / a.reshape(-1)[cell]).astype(F)
-    keep = t < t_end[row]
-    row, d, code, t = row[keep], d[keep], code[keep], t[keep]
-    order = np.lexsort((d, t, row))  # by row, then t, ties by dimension
-    row, d, code, t = row[order], d[order], code[order], t[order]
-    per_row = np.bincount(row, minlength=n)
-    width = int(per_row.max(initial=0))
-    if width == 0:
-        return t_start
-    slot = np.arange(len(row)) - np.repeat(np.cumsum(per_row) - per_row, per_row)
-    nums = np.zeros((n, width + 1), F)
-    dens = np.zeros((n, width + 1), F)
-    nums[:, 0], dens[:, 0] = num0, den0
-    nums[row, slot + 1] = a[row, d]
-    dens[row, slot + 1] = (2 * code).astype(F)
-    nums = np.cumsum(nums, axis=1, dtype=F)
-    dens = np.cumsum(dens, axis=1, dtype=F)
-    ratios = (nums / np.sqrt(dens)).astype(F)
-    ratios[np.arange(width + 1)[None, :] > per_row[:, None]] = -np.inf
-    best = np.argmax(ratios, axis=1)  # the first step to the largest value
-    steps = np.zeros((n, width + 1), F)
-    steps[row, slot + 1] = t
-    return np.where(best > 0, steps[np.arange(n), best], t_start).astype(F)
 
 
 # -- factors ----------------------------------------------------------------------------------

@@ -247,3 +247,25 @@ def test_bad_rq_parameters_refused(tmp_path: Path) -> None:
         with pytest.raises(InvalidInputError, match="num_bits must be in 1..=9"):
             dataset(str(uri)).create_index("vec", "IVF_RQ", num_partitions=2, num_bits=bits)
     assert not dataset(str(uri)).list_indices()
+
+
+def test_rows_at_their_centroid_and_kernel_arguments() -> None:
+    """A row equal to its centroid (a zero residual) gets zero extended codes and finite
+    factors; the kernels refuse buffers of the wrong size."""
+    from quiver.format import _kernels
+    from quiver.format.index.vector import rq_build
+
+    rng = np.random.default_rng(5)
+    q = rq_build.new_quantizer(16, 4, "l2", rng)
+    centroids = rng.normal(size=(2, 16)).astype(np.float32)
+    rows = np.vstack([centroids[1], centroids[0] + 1.0]).astype(np.float32)
+    records = rq_build.encode(q, centroids, rows, np.array([1, 0]))
+    at = 16 // 8 + 12
+    assert not records[0, at : at + 16].any()
+    assert np.isfinite(records[:, 2:at].copy().view("<f4")).all()
+    with pytest.raises(ValueError, match="rq_rotate"):
+        _kernels.rq_rotate(np.zeros(12, np.float32), 12, np.zeros(4, np.uint8))
+    with pytest.raises(ValueError, match="rq_ex_codes"):
+        _kernels.rq_ex_codes(
+            np.zeros(16, np.float32), 16, 9, np.zeros(16, np.uint8), np.zeros(1, np.float32)
+        )
