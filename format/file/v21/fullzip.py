@@ -62,8 +62,10 @@ def walk(
     lw = 0 if fixed else int(layout.bits_per_offset) // 8
     if not fixed and lw not in (4, 8):
         raise where.corrupt(f"full-zip lengths of {8 * lw} bits")
-    if not fixed:
-        return _walk_variable(data, starts, ends, cwb, bits_def, vis_max, lw, layers, where)
+    if not fixed:  # entry by entry in a kernel (a posting list is one row of many entries)
+        args = (cwb, bits_def, vis_max, lw, max_rep(layers))
+        rep, defs, vstarts, vlens = _kernel_walk(data, starts, ends, *args, where)
+        return rep, defs, defs <= vis_max, vstarts, vlens
     w = where.full
     rows = np.arange(len(starts), dtype=I64)
     pos = starts.astype(I64, copy=True)
@@ -106,25 +108,6 @@ _WALK_ERRORS = {
 }
 
 
-def _walk_variable(
-    data: np.ndarray,
-    starts: np.ndarray,
-    ends: np.ndarray,
-    cwb: int,
-    bits_def: int,
-    vis_max: int,
-    lw: int,
-    layers: list,
-    where: PageWhere,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """`walk` of rows of variable-width values, entry by entry in a kernel: counted, then
-    written (a take of one long list, an index's posting list of thousands of blocks, is
-    one row of many entries)."""
-    args = (cwb, bits_def, vis_max, lw, max_rep(layers))
-    rep, defs, vstarts, vlens = _kernel_walk(data, starts, ends, *args, where)
-    return rep, defs, defs <= vis_max, vstarts, vlens
-
-
 def walk_variable(
     data: np.ndarray,
     starts: np.ndarray,
@@ -151,7 +134,8 @@ def _kernel_walk(
     top: int,
     where: PageWhere,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(rep, def, value start, value length) of every entry, counted then written."""
+    """(rep, def, value start, value length) of every entry of rows of variable-width
+    values, walked by a kernel: counted, then written."""
     st = np.ascontiguousarray(starts, dtype=I64)
     en = np.ascontiguousarray(ends, dtype=I64)
     args = (data, st, en, cwb, bits_def, vis_max, lw, top)
