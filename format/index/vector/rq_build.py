@@ -41,11 +41,7 @@ from quiver.format.index.vector.rq import (
     column_values,
 )
 
-_EPS = F(1e-5)
 _CHUNK_ROWS = 8192  # rows a thread encodes at a time
-# where the rescale sweep starts, as a fraction of where it ends, by extended bits
-_SWEEP_START = (0.0, 0.15, 0.20, 0.52, 0.59, 0.71, 0.75, 0.77, 0.81)
-_SWEEP_CELLS = 1 << 22  # (rows x steps) a chunk of the rescale sweep may hold
 STORAGE_VERSION = 2  # the manifest's index_version of an IVF_RQ segment (pylance 14's)
 
 
@@ -214,11 +210,9 @@ def _ex_codes(rot: np.ndarray, eb: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 # -- factors ----------------------------------------------------------------------------------
-def _seq_sum(v: np.ndarray, first: np.ndarray | np.float32 | None = None) -> np.ndarray:
-    """Float32 sums of each row of `v` left to right (after `first`)."""
+def _seq_sum(v: np.ndarray) -> np.ndarray:
+    """Float32 sums of each row of `v` left to right (cumsum adds in order; sum pairs)."""
     v = np.asarray(v, F)
-    if first is not None:
-        v = np.concatenate([np.broadcast_to(np.asarray(first, F), (len(v),))[:, None], v], axis=1)
     if v.shape[1] == 0:
         return np.zeros(len(v), F)
     return np.cumsum(v, axis=1, dtype=F)[:, -1]
