@@ -2657,6 +2657,48 @@ static PyObject *bm25_idf(PyObject *self, PyObject *args)
     return res;
 }
 
+PyDoc_STRVAR(leb128_doc,
+             "leb128(data, count, out): the first `count` LEB128 numbers of data (uint8) into "
+             "out (uint64); returns the bytes they take, -1 if data ends inside a number (or "
+             "before `count` of them), -2 if a number takes more than 5 bytes (35 bits).");
+
+static PyObject *leb128(PyObject *self, PyObject *args)
+{
+    Py_buffer data, out;
+    Py_ssize_t count;
+    if (!PyArg_ParseTuple(args, "y*nw*", &data, &count, &out))
+        return NULL;
+    Py_buffer *all[] = {&data, &out};
+    if (count < 0 || out.len != count * 8 || !aligned(out.buf, 8)) {
+        PyErr_SetString(PyExc_ValueError, "leb128: bad lengths or alignment");
+        release(2, all);
+        return NULL;
+    }
+    const uint8_t *d = data.buf;
+    uint64_t *o = out.buf;
+    Py_ssize_t at = 0, n = data.len, result = 0;
+    for (Py_ssize_t i = 0; i < count && result == 0; i++) {
+        uint64_t value = 0;
+        for (int k = 0;; k++) {
+            if (at >= n) {
+                result = -1;
+                break;
+            }
+            if (k == 5) {
+                result = -2;
+                break;
+            }
+            const uint8_t byte = d[at++];
+            value |= (uint64_t)(byte & 0x7F) << (7 * k);
+            if (!(byte & 0x80))
+                break;
+        }
+        o[i] = value;
+    }
+    release(2, all);
+    return PyLong_FromSsize_t(result == 0 ? at : result);
+}
+
 /* -- RaBitQ extended codes (IVF_RQ builds) -------------------------------------------------- */
 
 /* A step of the rescale sweep: dimension `dim`'s code becomes `code` at t = code / a[dim]. */
@@ -3602,6 +3644,7 @@ static PyMethodDef methods[] = {
     METHOD(bm25_gather),
     METHOD(bm25_idf),
     METHOD(rq_ex_codes),
+    METHOD(leb128),
     METHOD(rq_rotate),
     METHOD(fullzip_walk),
     METHOD(xxh64_fixed),

@@ -312,8 +312,7 @@ class LanceFragment:
         if kept is not None:  # every column decoded already: no file opened
             where = f"fragment {self.fragment_id}"
             idx = checked_take_indices(where, np.asarray(offsets), self.physical_rows)
-            positions = pa.array(idx)
-            arrays = [column.take(positions) for column in kept]
+            arrays = [_take_kept(column, idx) for column in kept]
             arrays += self._extra_columns(idx.astype(np.uint64), with_row_id, with_row_address)
             return _make_batch(arrays, out_schema, len(idx))
         with self.reader(projection) as r:
@@ -495,6 +494,16 @@ class FragmentReader:
         arrays = frag._assemble(self.projection, plans, parts, len(offsets))
         arrays += frag._extra_columns(offsets, with_row_id, with_row_address)
         return _make_batch(arrays, out_schema, len(offsets))
+
+
+def _take_kept(column: pa.Array, idx: np.ndarray) -> pa.Array:
+    """Rows `idx` of a decoded column: numbers without nulls by a numpy index (a search's
+    answers are a handful of rows: Arrow's take call costs more than the rows), the rest by
+    Arrow's take."""
+    kind = column.type
+    if not column.null_count and (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+        return pa.array(column.to_numpy(zero_copy_only=True)[idx], type=kind)
+    return column.take(pa.array(idx))
 
 
 def _make_batch(arrays: list[pa.Array], schema: pa.Schema, n: int) -> pa.RecordBatch:

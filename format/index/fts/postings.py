@@ -41,22 +41,14 @@ def unpack4x(words: np.ndarray, bits: int) -> np.ndarray:
 
 def read_varints(data: np.ndarray, count: int, where: str) -> tuple[np.ndarray, int]:
     """The first `count` LEB128 numbers of `data` (uint8; each at most 35 bits) as uint64,
-    and the bytes they take; vectorised, as a tail block holds up to 254 of them."""
-    if count == 0:
-        return np.zeros(0, np.uint64), 0
-    ends = np.flatnonzero(data < 0x80)[:count]
-    if len(ends) < count:
+    and the bytes they take (`_kernels.leb128`: a tail block holds up to 254 of them)."""
+    out = np.empty(count, np.uint64)
+    used = _kernels.leb128(np.ascontiguousarray(data, np.uint8), count, out)
+    if used == -1:
         raise CorruptFileError(where, "posting block ends inside a number")
-    used = int(ends[-1]) + 1
-    starts = np.empty(count, np.int64)
-    starts[0] = 0
-    starts[1:] = ends[:-1] + 1
-    if int((ends - starts).max()) > 4:
+    if used == -2:
         raise CorruptFileError(where, "posting block holds a number of more than 35 bits")
-    group = np.repeat(np.arange(count), ends - starts + 1)
-    shift = (np.arange(used) - starts[group]) * 7
-    parts = (data[:used] & 0x7F).astype(np.uint64) << shift.astype(np.uint64)
-    return np.add.reduceat(parts, starts), used
+    return out, used
 
 
 def decode_postings(
