@@ -392,7 +392,8 @@ def build_index(
     )
     if not train:  # pylance's untrained index: its kind and parameters, no files, no rows
         details = (VECTOR_DETAILS, params.details())
-        segment = segment_record(new_uuid, name, field.id, core.version, (), details, 1, ())
+        version = params.index_version
+        segment = segment_record(new_uuid, name, field.id, core.version, (), details, version, ())
         return Built(segment, None, (), same_name)
     segment, directory = _vector.build_vector_segment(
         core,

@@ -26,7 +26,6 @@ from quiver.format.dataset.scan import ROW_ID_FIELD, Scanner
 from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
 from quiver.format.index.scalar.remap import discard
 from quiver.format.index.vector import build as _build
-from quiver.format.index.vector import rq_build
 from quiver.format.index.vector.build import VECTOR_DETAILS, VectorModel, VectorParams
 from quiver.format.index.vector.hnsw import EF_CONSTRUCTION, MAX_LEVEL, HnswParams, M
 from quiver.format.index.vector.index import INDEX_FILE, STORAGE_FILE, open_vector_index
@@ -366,7 +365,7 @@ def build_vector_segment(
         dataset_version,
         covers,
         (VECTOR_DETAILS, params.details()),
-        rq_build.STORAGE_VERSION if params.storage_kind == "IVF_RQ" else 1,
+        params.index_version,
         files,
     )
     return segment, directory

@@ -94,6 +94,11 @@ class VectorParams:
         return self.kind.replace("HNSW_", "")
 
     @property
+    def index_version(self) -> int:
+        """The manifest entry's index version (pylance 14 writes 2 for IVF_RQ, else 1)."""
+        return rq_build.STORAGE_VERSION if self.storage_kind == "IVF_RQ" else 1
+
+    @property
     def assign_metric(self) -> str:
         """The metric rows are assigned to partitions by (cosine rows are normalised)."""
         return "dot" if self.metric == "dot" else "l2"

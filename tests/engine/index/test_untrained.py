@@ -82,6 +82,7 @@ VECTOR_CASES = [
     ("IVF_PQ", {"num_sub_vectors": 2, "num_bits": 4}),
     ("IVF_HNSW_SQ", {"m": 10}),
     ("IVF_FLAT", {"metric": "cosine"}),
+    ("IVF_RQ", {"num_bits": 3}),
 ]
 
 
