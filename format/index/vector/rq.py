@@ -357,8 +357,10 @@ class RqQuery:
     heap for every partition it probes, pylance's order)."""
 
     def __init__(self, quantizer: RaBitQ, centroids: np.ndarray, rotated: np.ndarray,
-                 query: np.ndarray, fetch: int) -> None:  # fmt: skip
+                 query: np.ndarray, fetch: int,
+                 bounds: tuple[float, float] = (-np.inf, np.inf)) -> None:  # fmt: skip
         self.q, self.fetch = quantizer, fetch
+        self.low, self.high = bounds  # a distance_range: rows outside never enter the heap
         self.metric = quantizer.metric
         self.query = normalized(query) if self.metric == "cosine" else np.asarray(query, F)
         self.centroid_dist = centroid_distances(self.query, centroids, self.metric)
@@ -413,10 +415,18 @@ class RqQuery:
         self, order: np.ndarray, dist: np.ndarray, lower: np.ndarray | None, ids: np.ndarray
     ) -> None:
         """Rows `order` offered in turn: while the heap is full, a row enters only nearer
-        than its farthest, and (with bounds) only if its bound is below that."""
+        than its farthest, and (with bounds) only if its bound is below that; with a
+        distance range, only rows inside it (a bound at or past its end skips the row)."""
         heap, k = self.heap, self.fetch
+        low, high = self.low, self.high
+        ranged = low != -np.inf or high != np.inf
         for i in order.tolist():
             self.visits += 1
+            if ranged:
+                if lower is not None and lower[i] >= high:
+                    continue
+                if not low <= dist[i] < high:
+                    continue
             if len(heap) >= k:
                 worst = -heap[0][0]
                 if lower is not None and lower[i] >= worst:
@@ -443,9 +453,11 @@ def rq_search(
     maximum: int | None,
     allowed: Callable[[np.ndarray], np.ndarray] | None,
     pruned: Callable[[np.ndarray, int, str], np.ndarray],
+    bounds: tuple[float, float] = (-np.inf, np.inf),
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(query index, row id, distance) of each query's best `fetch` rows in one IVF_RQ
-    index: `minimum` partitions probed (raised by `pruned`, pylance's early pruning, below
+    index (within `bounds`, a distance_range, as pylance offers rows to its heap):
+    `minimum` partitions probed (raised by `pruned`, pylance's early pruning, below
     `maximum`), then more one at a time while fewer than k allowed rows were offered."""
     q: RaBitQ = index.storage  # type: ignore[attr-defined]
     centroids = index.ivf.centroids.astype(F)  # type: ignore[attr-defined]
@@ -454,7 +466,7 @@ def rq_search(
     high = parts if maximum is None else min(maximum, parts)
     out_q, out_ids, out_d = [], [], []
     for qi, vector in enumerate(np.asarray(queries, F)):
-        search = RqQuery(q, centroids, rotated, vector, fetch)
+        search = RqQuery(q, centroids, rotated, vector, fetch, bounds)
         low = min(minimum, high)
         if high > low:
             low = int(min(max(low, int(pruned(search.centroid_dist[None], k, q.metric)[0])), high))

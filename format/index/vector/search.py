@@ -318,7 +318,7 @@ def _search(
     if rq:  # RaBitQ segments: one heap per query across the partitions it probes
         parts = [
             Candidates(*rq_search(indices[i], queries, k, fetch, minimum, maximum, allowed[i],
-                                  early_pruning))
+                                  early_pruning, distance_range))
             for i in rq
         ]  # fmt: skip
         rest = [i for i in range(len(indices)) if i not in rq]

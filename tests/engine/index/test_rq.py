@@ -269,3 +269,24 @@ def test_rows_at_their_centroid_and_kernel_arguments() -> None:
         _kernels.rq_ex_codes(
             np.zeros(16, np.float32), 16, 9, np.zeros(16, np.uint8), np.zeros(1, np.float32)
         )
+
+
+@pytest.mark.parametrize(("metric", "bits"), [("l2", 5), ("dot", 1), ("cosine", 3)])
+def test_distance_ranges_fill_k_inside_the_range(tmp_path: Path, metric: str, bits: int) -> None:
+    """With a distance_range, rows outside it never enter the search's heap (pylance's):
+    k rows inside the range when there are, not the range applied to the k best."""
+    uri = tmp_path / "rq.lance"
+    x = _write(uri, 32, 1500, bits)
+    dataset(str(uri)).create_index("vec", "IVF_RQ", metric=metric, num_partitions=3, num_bits=bits)
+    for q in x[[4, 700]] + np.float32(0.05):
+        base = _answers(lance.dataset(str(uri)), nearest={"column": "vec", "q": q, "k": 20})
+        d = base["_distance"].to_numpy()
+        for bounds in ((None, float(d[8])), (float(d[2]), float(d[15])), (float(d[1]), None)):
+            search = {"k": 10, "nprobes": 2, "distance_range": bounds}
+            kw = {"nearest": {"column": "vec", "q": q, **search}}
+            theirs, ours = (
+                _answers(lance.dataset(str(uri)), **kw),
+                _answers(dataset(str(uri)), **kw),
+            )
+            assert ours["_rowid"].equals(theirs["_rowid"]), (metric, bounds)
+            assert ours.num_rows == 10 or bounds[1] is not None, bounds
