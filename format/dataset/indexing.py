@@ -74,6 +74,7 @@ VECTOR_OPTIONS = (
     "m",
     "ef_construction",
     "max_level",
+    "rabitq_model",
     "seed",
     "progress",
 )
@@ -294,6 +295,7 @@ def create_index(
     m: int | None = None,
     ef_construction: int | None = None,
     max_level: int | None = None,
+    rabitq_model: str | None = None,
 ) -> DatasetCore:
     """Build an IVF index (IVF_FLAT, IVF_PQ, IVF_SQ or an IVF_HNSW_* form) of the vector column
     `column` over every live row of this version and commit it as the next version (pylance's
@@ -305,7 +307,7 @@ def create_index(
         pq_codebook, num_sub_vectors, num_bits=num_bits, sample_rate=sample_rate,
         max_iters=max_iters, target_partition_size=target_partition_size, index_uuid=index_uuid,
         train=train, seed=seed, progress=progress, m=m, ef_construction=ef_construction,
-        max_level=max_level,
+        max_level=max_level, rabitq_model=rabitq_model,
     )  # fmt: skip
     if progress is not None and built.directory is not None:
         progress({"stage": "commit", "index": built.segment.name})
@@ -336,6 +338,7 @@ def build_index(
     m: int | None = None,
     ef_construction: int | None = None,
     max_level: int | None = None,
+    rabitq_model: str | None = None,
 ) -> Built:
     """`create_index`'s segment, written and not committed: over the live rows of the
     fragments `fragment_ids` (None: every fragment), covering those; a scalar index type
@@ -379,7 +382,9 @@ def build_index(
         live_rows=live,
         hnsw=(m, ef_construction, max_level),
     )
-    centroids, codebook = _vector.check_given(core.uri, params, ivf_centroids, pq_codebook)
+    centroids, codebook, rabitq = _vector.check_given(
+        core.uri, params, ivf_centroids, pq_codebook, rabitq_model
+    )
     if centroids is not None:
         if num_partitions is not None and len(centroids) != params.num_partitions:
             raise InvalidInputError(
@@ -407,6 +412,7 @@ def build_index(
         covers,
         centroids=centroids,
         codebook=codebook,
+        rabitq=rabitq,
         rng=np.random.default_rng(seed),
         progress=progress,
     )

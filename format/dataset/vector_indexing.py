@@ -29,6 +29,8 @@ from quiver.format.index.vector import build as _build
 from quiver.format.index.vector.build import VECTOR_DETAILS, VectorModel, VectorParams
 from quiver.format.index.vector.hnsw import EF_CONSTRUCTION, MAX_LEVEL, HnswParams, M
 from quiver.format.index.vector.index import INDEX_FILE, STORAGE_FILE, open_vector_index
+from quiver.format.index.vector.rq import RaBitQ
+from quiver.format.index.vector.rq_build import given_model
 from quiver.format.index.vector.spill import EncodedRows
 from quiver.format.proto import index_pb2, table_pb2
 from quiver.format.table.indices import IndexEntry
@@ -310,6 +312,7 @@ def build_vector_segment(
     model: VectorModel | None = None,
     centroids: np.ndarray | None = None,
     codebook: np.ndarray | None = None,
+    rabitq: RaBitQ | None = None,
     rng: np.random.Generator | None = None,
     progress: Progress | None = None,
 ) -> tuple[table_pb2.IndexMetadata, str]:
@@ -334,8 +337,9 @@ def build_vector_segment(
                 sample = _sample(core, fragments, column, params, rng)
             report({"stage": "train", "index": name, "rows": len(sample)})
             model = _build.train(
-                params, sample, centroids=centroids, codebook=codebook, bounds=bounds, rng=rng
-            )
+                params, sample, centroids=centroids, codebook=codebook, bounds=bounds,
+                rabitq=rabitq, rng=rng,
+            )  # fmt: skip
         model = dataclasses.replace(model, loss=0.0)  # summed over every row by `encode`
         width, dtype = _build.storage_row(params)
         encoded = EncodedRows(params.num_partitions, width, dtype)
@@ -372,11 +376,16 @@ def build_vector_segment(
 
 
 def check_given(
-    uri: str, params: VectorParams, centroids: object, codebook: object
-) -> tuple[np.ndarray | None, np.ndarray | None]:
+    uri: str, params: VectorParams, centroids: object, codebook: object, rabitq_model: object
+) -> tuple[np.ndarray | None, np.ndarray | None, RaBitQ | None]:
     """Given IVF centroids (partitions x dim) and PQ codebook (sub-vectors x 2^bits x
-    dim / sub-vectors) as float32 arrays, checked against the parameters."""
-    c = b = None
+    dim / sub-vectors) as float32 arrays, and an IVF_RQ rotation (`rabitq_model`), checked
+    against the parameters."""
+    c = b = q = None
+    if rabitq_model is not None:
+        if params.storage_kind != "IVF_RQ":
+            raise InvalidInputError(f"{uri}: rabitq_model is an option of IVF_RQ indices")
+        q = given_model(rabitq_model, params.dimension, params.num_bits, params.metric, uri)
     if centroids is not None:
         c = np.asarray(centroids)
         if c.ndim != 2 or c.shape[1] != params.dimension or not len(c):
@@ -401,4 +410,4 @@ def check_given(
         if not np.issubdtype(b.dtype, np.floating):
             raise InvalidInputError(f"{uri}: PQ codebook must be floating numbers, got {b.dtype}")
         b = np.ascontiguousarray(b, dtype=np.float32)
-    return c, b
+    return c, b, q

@@ -225,6 +225,7 @@ def train(
     centroids: np.ndarray | None = None,
     codebook: np.ndarray | None = None,
     bounds: tuple[float, float] | None = None,
+    rabitq: RaBitQ | None = None,
     rng: np.random.Generator | None = None,
 ) -> VectorModel:
     """Train the model of an index on `sample` (prepared rows, in random order): IVF
@@ -244,8 +245,8 @@ def train(
         trained = kmeans(rows, p.num_partitions, p.assign_metric, max_iters=p.max_iters, rng=rng)
         centroids, loss = trained.centroids, trained.loss
     model = VectorModel(np.ascontiguousarray(centroids, dtype=np.float32), loss, bounds=bounds)
-    if p.storage_kind == "IVF_RQ":  # nothing to train: a random rotation
-        model.rabitq = rq_build.new_quantizer(p.dimension, p.num_bits, p.metric, rng)
+    if p.storage_kind == "IVF_RQ":  # nothing to train: a random rotation, unless given
+        model.rabitq = rabitq or rq_build.new_quantizer(p.dimension, p.num_bits, p.metric, rng)
     if p.storage_kind == "IVF_PQ":
         model.codebook = (
             np.ascontiguousarray(codebook, dtype=np.float32)

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from quiver.format import _kernels
-from quiver.format.errors import CorruptFileError
+from quiver.format.errors import CorruptFileError, InvalidInputError
 from quiver.format.index.vector.kmeans import in_parallel
 from quiver.format.index.vector.rq import (
     _BLOCK,
@@ -49,6 +49,39 @@ def new_quantizer(dimension: int, num_bits: int, metric: str, rng: np.random.Gen
     """A quantizer with fresh random rotation signs (pylance draws new ones every build)."""
     signs = rng.integers(0, 256, size=4 * (dimension // 8), dtype=np.uint8)
     return RaBitQ(dimension, num_bits, signs, metric, packed=True)
+
+
+def given_model(text: object, dimension: int, num_bits: int, metric: str, where: str) -> RaBitQ:
+    """The quantizer of a build's `rabitq_model` (pylance's `build_rq_model` JSON: the
+    storage metadata, unpacked): its rotation signs kept, checked as pylance checks it."""
+    if not isinstance(text, str):
+        raise InvalidInputError(f"{where}: rabitq_model must be a JSON string, not {text!r}")
+    try:
+        model = json.loads(text)
+        bits, dim = int(model["num_bits"]), int(model["code_dim"])
+        rotation = model.get("rotation_type", "fast")
+        estimator = model.get("query_estimator", "raw_query")
+        signs = np.array(model.get("fast_rotation_signs") or [], np.int64)
+    except (ValueError, TypeError, KeyError, OverflowError) as e:
+        raise InvalidInputError(f"{where}: invalid rabitq_model JSON: {e}") from None
+    if bits != num_bits:
+        raise InvalidInputError(
+            f"{where}: rabitq_model num_bits={bits} does not match requested num_bits={num_bits}"
+        )
+    if dim != dimension:
+        raise InvalidInputError(
+            f"{where}: rabitq_model dimension={dim} does not match vector dimension={dimension}"
+        )
+    if rotation != "fast" or estimator != "raw_query":
+        raise InvalidInputError(
+            f"{where}: rabitq_model of {rotation} rotation and {estimator} estimator: pylance 14 "
+            "and Quiver build fast rotations with raw-query estimates"
+        )
+    if len(signs) != 4 * (dimension // 8) or signs.min(initial=0) < 0 or signs.max(initial=0) > 255:
+        raise InvalidInputError(
+            f"{where}: rabitq_model fast_rotation_signs must be {4 * (dimension // 8)} bytes"
+        )
+    return RaBitQ(dimension, num_bits, signs.astype(np.uint8), metric, packed=True)
 
 
 def storage_metadata(q: RaBitQ) -> dict:

@@ -290,3 +290,57 @@ def test_distance_ranges_fill_k_inside_the_range(tmp_path: Path, metric: str, bi
             )
             assert ours["_rowid"].equals(theirs["_rowid"]), (metric, bounds)
             assert ours.num_rows == 10 or bounds[1] is not None, bounds
+
+
+@pytest.mark.parametrize(("metric", "bits"), [("l2", 5), ("cosine", 2), ("dot", 9)])
+def test_a_given_rotation_builds_pylance_s_rows(tmp_path: Path, metric: str, bits: int) -> None:
+    """`rabitq_model` (pylance's `build_rq_model`) and the same centroids: Quiver's
+    `auxiliary.idx` holds pylance's rows, codes and factors, column for column."""
+    from lance.file import LanceFileReader
+    from lance.lance import indices
+
+    model = indices.build_rq_model(32, num_bits=bits, dtype="float32")
+    x = _write(tmp_path / "q", 32, 1500, 9)
+    _write(tmp_path / "p", 32, 1500, 9)
+    centroids = x[:4]
+    for name, engine in (("q", dataset), ("p", lance.dataset)):
+        engine(str(tmp_path / name)).create_index(
+            "vec", "IVF_RQ", metric=metric, num_bits=bits, ivf_centroids=centroids,
+            rabitq_model=model,
+        )  # fmt: skip
+    tables = [
+        LanceFileReader(str(next((tmp_path / n / "_indices").glob("*/auxiliary.idx"))))
+        .read_all()
+        .to_table()
+        for n in ("q", "p")
+    ]
+    assert tables[0].schema.metadata == tables[1].schema.metadata
+    assert tables[0].equals(tables[1])
+
+
+def test_bad_rotations_refused(tmp_path: Path) -> None:
+    import json
+
+    from lance.lance import indices
+
+    from quiver.format.errors import InvalidInputError
+
+    uri = tmp_path / "rq.lance"
+    _write(uri, 16, 300, 1)
+    model = json.loads(indices.build_rq_model(16, num_bits=3, dtype="float32"))
+    for change, message in (
+        ({"num_bits": 5}, "num_bits=5 does not match requested num_bits=3"),
+        ({"code_dim": 24}, "dimension=24 does not match vector dimension=16"),
+        ({"rotation_type": "matrix"}, "matrix rotation"),
+        ({"fast_rotation_signs": [1, 2]}, "must be 8 bytes"),
+    ):
+        with pytest.raises(InvalidInputError, match=message):
+            dataset(str(uri)).create_index(
+                "vec", "IVF_RQ", num_partitions=2, num_bits=3,
+                rabitq_model=json.dumps({**model, **change}),
+            )  # fmt: skip
+    with pytest.raises(InvalidInputError, match="invalid rabitq_model JSON"):
+        dataset(str(uri)).create_index("vec", "IVF_RQ", num_bits=3, rabitq_model="{")
+    with pytest.raises(InvalidInputError, match="option of IVF_RQ"):
+        dataset(str(uri)).create_index("vec", "IVF_FLAT", rabitq_model=json.dumps(model))
+    assert not dataset(str(uri)).list_indices()
