@@ -62,17 +62,27 @@ def _segments(path: str) -> dict[str, list[int]]:
 
 @pytest.mark.parametrize(
     ("kind", "extra"),
-    [("IVF_PQ", {"num_sub_vectors": 2}), ("IVF_HNSW_SQ", {}), ("IVF_FLAT", {"metric": "cosine"})],
+    [
+        ("IVF_PQ", {"num_sub_vectors": 2}),
+        ("IVF_HNSW_SQ", {}),
+        ("IVF_FLAT", {"metric": "cosine"}),
+        ("IVF_RQ", {"num_bits": 3}),
+    ],
 )
 def test_vector_segments_of_either_engine_committed_by_either(
     tmp_path: Path, kind: str, extra: dict
 ) -> None:
-    """Workers build a segment per pair of fragments with shared centroids (and codebook);
+    """Workers build a segment per pair of fragments with shared centroids (and codebook,
+    or rotation);
     the segments, half from each engine, are committed as one index by each engine."""
     rng = np.random.default_rng(1)
     centroids = rng.standard_normal((3, DIM)).astype(np.float32)
     if kind == "IVF_PQ":
         extra = {**extra, "pq_codebook": rng.standard_normal((2, 256, 4)).astype(np.float32)}
+    if kind == "IVF_RQ":  # segments built apart share one rotation
+        from lance.lance import indices
+
+        extra = {**extra, "rabitq_model": indices.build_rq_model(DIM, num_bits=3, dtype="float32")}
     for committer in (lance, quiver):
         path = _dataset(tmp_path, committer.__name__)
         options = {"num_partitions": 3, "ivf_centroids": centroids, **extra}
