@@ -73,8 +73,8 @@ def test_vector_segments_of_either_engine_committed_by_either(
     tmp_path: Path, kind: str, extra: dict
 ) -> None:
     """Workers build a segment per pair of fragments with shared centroids (and codebook,
-    or rotation);
-    the segments, half from each engine, are committed as one index by each engine."""
+    or rotation); the segments, half from each engine, are committed as one index by each
+    engine."""
     rng = np.random.default_rng(1)
     centroids = rng.standard_normal((3, DIM)).astype(np.float32)
     if kind == "IVF_PQ":
