@@ -40,6 +40,7 @@ class IndexActions:
         m: int | None = None,
         ef_construction: int | None = None,
         max_level: int | None = None,
+        rabitq_model: str | None = None,
         train: bool | None = None,
         progress: Progress | None = None,
         params: dict[str, Any] | None = None,
@@ -48,13 +49,14 @@ class IndexActions:
 
         A BTREE or BITMAP index as pylance's `create_scalar_index` builds it (named
         `{column}_idx` by default, replacing the index of that name unless `replace=False`);
-        an IVF_FLAT, IVF_PQ or IVF_SQ index, or its IVF_HNSW_* form (`m`, `ef_construction`,
-        `max_level` shape the graphs), as pylance's `create_index` (its parameters and
-        defaults: `replace=False`, l2, partitions from the row count; PQ needs
-        `num_sub_vectors`). `train=False` builds an index of no rows, which
-        `optimize_indices` trains. An INVERTED (full-text) index takes pylance's tokenizer options
-        in `params` (`{"stem": False, "base_tokenizer": "whitespace", ...}`). `progress` is
-        called with each stage of the build as the server reports it."""
+        an IVF_FLAT, IVF_PQ, IVF_SQ or IVF_RQ index, or an IVF_HNSW_* form (`m`,
+        `ef_construction`, `max_level` shape the graphs), as pylance's `create_index` (its
+        parameters and defaults: `replace=False`, l2, partitions from the row count; PQ needs
+        `num_sub_vectors`; `rabitq_model` fixes an IVF_RQ index's rotation). `train=False`
+        builds an index of no rows, which `optimize_indices` trains. An INVERTED (full-text)
+        index takes pylance's tokenizer options in `params` (`{"stem": False,
+        "base_tokenizer": "whitespace", ...}`). `progress` is called with each stage of the
+        build as the server reports it."""
         body: dict[str, Any] = {"dataset": dataset, "column": column, "index_type": index_type}
         options = {
             "name": name,
@@ -69,6 +71,7 @@ class IndexActions:
             "m": m,
             "ef_construction": ef_construction,
             "max_level": max_level,
+            "rabitq_model": rabitq_model,
             "train": train,
             "ivf_centroids": None if ivf_centroids is None else np.asarray(ivf_centroids).tolist(),
             "pq_codebook": None if pq_codebook is None else np.asarray(pq_codebook).tolist(),

@@ -421,6 +421,7 @@ def _create_index(ctx: ActionContext, f: Fields) -> dict[str, Any]:
             "m": f.int("m", minimum=1),
             "ef_construction": f.int("ef_construction", minimum=1),
             "max_level": f.int("max_level", minimum=1),
+            "rabitq_model": f.str("rabitq_model"),
         }
         extra = {k: v for k, v in extra.items() if v is not None}
         estimate = build_memory(ds.core, column, index_type, **options, **extra)

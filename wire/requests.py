@@ -120,6 +120,7 @@ VECTOR_OPTIONS = (
     "m",
     "ef_construction",
     "max_level",
+    "rabitq_model",
 )
 # Actions whose body may ask for progress results before the final one ({"progress": true}).
 PROGRESS_ACTIONS = ("create_index", "optimize_indices")
@@ -230,12 +231,13 @@ ACTION_SHAPES: tuple[ActionShape, ...] = (
     ActionShape(
         "create_index",
         "Build an index of a column and commit it: {dataset, column, index_type (BTREE | "
-        "BITMAP | LABEL_LIST | ZONEMAP | INVERTED | IVF_FLAT | IVF_PQ | IVF_SQ | IVF_HNSW_FLAT | "
-        "IVF_HNSW_PQ | IVF_HNSW_SQ), name?, replace?, params? (INVERTED's tokenizer options), "
-        "metric?, num_partitions?, num_sub_vectors?, num_bits?, sample_rate?, max_iters?, "
-        "target_partition_size?, ivf_centroids?, pq_codebook?, m?, ef_construction?, "
-        "max_level? (HNSW graphs), train? (false: an index of no rows that optimize_indices "
-        "trains), progress?} -> {version, name}",
+        "BITMAP | LABEL_LIST | ZONEMAP | INVERTED | IVF_FLAT | IVF_PQ | IVF_SQ | IVF_RQ | "
+        "IVF_HNSW_FLAT | IVF_HNSW_PQ | IVF_HNSW_SQ), name?, replace?, params? (INVERTED's "
+        "tokenizer options), metric?, num_partitions?, num_sub_vectors?, num_bits?, "
+        "sample_rate?, max_iters?, target_partition_size?, ivf_centroids?, pq_codebook?, m?, "
+        "ef_construction?, max_level? (HNSW graphs), rabitq_model? (IVF_RQ's rotation), train? "
+        "(false: an index of no rows that optimize_indices trains), progress?} -> "
+        "{version, name}",
         (
             "dataset",
             "column",

@@ -241,15 +241,24 @@ def test_untrained_indices_over_flight(served, name) -> None:
 
 
 def test_rq_index_built_and_searched_over_flight(served, name) -> None:
-    """An IVF_RQ index built by the create_index action: pylance's answers on it."""
+    """An IVF_RQ index built by the create_index action with a given rotation
+    (`rabitq_model`): pylance's answers on it."""
+    import json
+
+    from lance.lance import indices
+
+    model = indices.build_rq_model(8, num_bits=3, dtype="float32")
     path = served.path(name)
     lance.write_dataset(_vectors(2_000), path, max_rows_per_file=1_000)
     with Client(served.uri) as qc:
-        assert qc.create_index(name, "v", "IVF_RQ", num_partitions=2, num_bits=3) == {
-            "version": 2,
-            "name": "v_idx",
-        }
-        assert lance.dataset(path).stats.index_stats("v_idx")["index_type"] == "IVF_RQ"
+        built = qc.create_index(
+            name, "v", "IVF_RQ", num_partitions=2, num_bits=3, rabitq_model=model
+        )
+        assert built == {"version": 2, "name": "v_idx"}
+        stats = lance.dataset(path).stats.index_stats("v_idx")
+        assert stats["index_type"] == "IVF_RQ"
+        signs = stats["indices"][0]["sub_index"]["fast_rotation_signs"]
+        assert signs == json.loads(model)["fast_rotation_signs"]
         for seed in (7, 8):
             q = _vectors(1, seed=seed).column("v").to_pylist()[0]
             ours = qc.nearest(name, "v", q, k=5, nprobes=2)
