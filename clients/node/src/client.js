@@ -936,10 +936,11 @@ class Client {
 
   /**
    * Build an index of `column` in the server and commit it: {version, name}. BTREE and BITMAP
-   * as pylance's create_scalar_index; IVF_FLAT, IVF_PQ and IVF_SQ as pylance's create_index
-   * (options metric, numPartitions, numSubVectors, numBits, sampleRate, maxIters,
+   * as pylance's create_scalar_index; IVF_FLAT, IVF_PQ, IVF_SQ and IVF_RQ as pylance's
+   * create_index (options metric, numPartitions, numSubVectors, numBits, sampleRate, maxIters,
    * targetPartitionSize, ivfCentroids and pqCodebook as arrays of arrays; m, efConstruction
-   * and maxLevel for the graphs of IVF_HNSW_* indices). `onProgress` is
+   * and maxLevel for the graphs of IVF_HNSW_* indices; rabitqModel, pylance's build_rq_model
+   * JSON, for an IVF_RQ index's rotation). `onProgress` is
    * called with each stage of the build ({stage, index, ...}) as the server reports it.
    */
   async createIndex(dataset, column, indexType, options = {}) {
@@ -960,6 +961,7 @@ class Client {
       m: 'm',
       efConstruction: 'ef_construction',
       maxLevel: 'max_level',
+      rabitqModel: 'rabitq_model',
       train: 'train',
     };
     for (const [key, value] of Object.entries(rest)) {

@@ -261,6 +261,8 @@ describe('writes', { skip: !config && SKIP }, () => {
     assert.equal((await client.createIndex('node_vec', 'v', 'IVF_FLAT', { name: 'flat', ivfCentroids: [[1, 0, 0, 0], [0, 1, 0, 0]] })).name, 'flat');
     await assert.rejects(client.createIndex('node_vec', 'v', 'IVF_PQ', { onProgress: () => {} }), (e) => e.grpcCode === 3 && /num_sub_vectors/.test(e.message));
     await assert.rejects(client.createIndex('node_vec', 'v', 'IVF_PQ', { bogus: 1 }), TypeError);
+    // IVF_RQ options reach the server (which refuses 4 dimensions: they must be multiples of 8)
+    await assert.rejects(client.createIndex('node_vec', 'v', 'IVF_RQ', { numBits: 3, rabitqModel: '{}' }), (e) => e.grpcCode === 3 && /divisible by 8 for IVF_RQ/.test(e.message));
     // an HNSW form with its graph options, searched with ef
     await client.write('node_graph', vectorRows(1000), { mode: 'create' });
     const hnsw = await client.createIndex('node_graph', 'v', 'IVF_HNSW_SQ', { numPartitions: 2, m: 8, efConstruction: 40, maxLevel: 4 });

@@ -155,12 +155,19 @@ export interface CreateIndexOptions {
   metric?: 'l2' | 'cosine' | 'dot' | string;
   numPartitions?: number;
   numSubVectors?: number;
-  numBits?: 4 | 8;
+  /** PQ code bits (4 or 8), or an IVF_RQ index's bits per dimension (1-9) */
+  numBits?: number;
   sampleRate?: number;
   maxIters?: number;
   targetPartitionSize?: number;
   ivfCentroids?: number[][];
   pqCodebook?: number[][][];
+  m?: number;
+  efConstruction?: number;
+  maxLevel?: number;
+  /** an IVF_RQ index's rotation: pylance's build_rq_model JSON */
+  rabitqModel?: string;
+  train?: boolean;
   onProgress?: (stage: IndexBuildStage) => void;
 }
 
@@ -299,7 +306,7 @@ export class Client {
   alterColumns(dataset: string, ...alterations: { path: string; name?: string; nullable?: boolean; data_type?: string }[]): Promise<{ version: number }>;
   dropDataset(dataset: string): Promise<{ dataset: string; dropped: boolean }>;
   /** Build a BTREE or BITMAP index of `column` in the server and commit it. */
-  createIndex(dataset: string, column: string, indexType: 'BTREE' | 'BITMAP' | 'NGRAM' | 'INVERTED' | 'IVF_FLAT' | 'IVF_PQ' | 'IVF_SQ' | string, options?: CreateIndexOptions): Promise<{ version: number; name: string }>;
+  createIndex(dataset: string, column: string, indexType: 'BTREE' | 'BITMAP' | 'NGRAM' | 'INVERTED' | 'IVF_FLAT' | 'IVF_PQ' | 'IVF_SQ' | 'IVF_RQ' | string, options?: CreateIndexOptions): Promise<{ version: number; name: string }>;
   /** Index the fragments no index covers (pylance's optimize_indices). */
   optimizeIndices(dataset: string, options?: { numIndicesToMerge?: number; indexNames?: string[]; retrain?: boolean; onProgress?: (stage: IndexBuildStage) => void }): Promise<{ version: number; optimized: boolean }>;
   /** Drop the index `name` (every segment) as a new version. */
