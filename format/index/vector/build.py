@@ -47,6 +47,7 @@ from quiver.format.index.vector.ivf import IVF_KEY
 from quiver.format.index.vector.kmeans import assign, kmeans, normalize
 from quiver.format.index.vector.pq import ProductQuantizer
 from quiver.format.index.vector.rq import RaBitQ
+from quiver.format.index.vector.rq import normalized as rq_normalized
 from quiver.format.index.vector.spill import EncodedRows
 from quiver.format.index.vector.sq import ScalarQuantizer
 from quiver.format.io.store import ObjectStore
@@ -215,7 +216,7 @@ def prepare(params: VectorParams, vectors: np.ndarray) -> np.ndarray:
     x = np.ascontiguousarray(vectors, dtype=np.float32)
     if params.metric != "cosine":
         return x
-    return rq_build.normalized_rows(x) if params.storage_kind == "IVF_RQ" else normalize(x)
+    return rq_normalized(x) if params.storage_kind == "IVF_RQ" else normalize(x)
 
 
 def train(

@@ -113,8 +113,21 @@ def column_values(table: pa.Table, name: str, where: str) -> np.ndarray:
     return column.to_numpy(zero_copy_only=False)
 
 
-def decode_partition(q: RaBitQ, table: pa.Table, where: str) -> RqPartition:
-    """A partition's rows from its `auxiliary.idx` columns."""
+@dataclass(frozen=True)
+class StoredCodes:
+    """A partition's `auxiliary.idx` rows, unpacked: row ids, sign codes (rows x dim/8
+    bytes), the three factors (rows x 3) and, with more than one bit, the extended codes
+    (rows x dim) and their two factors (rows x 2)."""
+
+    row_ids: np.ndarray
+    signs: np.ndarray
+    factors: np.ndarray
+    ex: np.ndarray | None = None
+    ex_factors: np.ndarray | None = None
+
+
+def stored_codes(q: RaBitQ, table: pa.Table, where: str) -> StoredCodes:
+    """A partition's rows from its `auxiliary.idx` columns, unpacked and checked."""
     n, width = table.num_rows, q.dimension // 8
 
     def values(name: str) -> np.ndarray:
@@ -123,21 +136,33 @@ def decode_partition(q: RaBitQ, table: pa.Table, where: str) -> RqPartition:
     raw = values(CODES).astype(np.uint8)
     if len(raw) != n * width:
         raise CorruptFileError(where, f"{len(raw)} code bytes for {n} rows of {width}")
-    codes = _unpack_signs(raw, n, width) if q.packed else raw.reshape(n, width)
-    bits = np.unpackbits(codes, axis=1, bitorder="little")
-    nibbles = (bits.reshape(n, q.dimension // 4, 4).astype(np.int64) << np.arange(4)).sum(-1)
-    add, scale, error = (values(c).astype(F) for c in FACTORS)
-    ex = add_ex = scale_ex = None
-    if q.num_bits > 1:
-        eb = q.num_bits - 1
-        blocked = values(EX_CODES).astype(np.uint8)
-        per_row = -(-q.dimension // 64) * 8 * eb
-        if len(blocked) != n * per_row:
-            raise CorruptFileError(where, f"{len(blocked)} extended code bytes for {n} rows")
-        ex = _unpack_ex(blocked.reshape(n, per_row), eb, q.dimension).astype(F)
-        add_ex, scale_ex = (values(c).astype(F) for c in EX_FACTORS)
+    signs = _unpack_signs(raw, n, width) if q.packed else raw.reshape(n, width)
+    factors = np.stack([values(c).astype(F) for c in FACTORS], axis=1)
     ids = values("_rowid").astype(np.uint64)
-    return RqPartition(ids, nibbles, add, scale, error, ex, add_ex, scale_ex)
+    if q.num_bits == 1:
+        return StoredCodes(ids, signs, factors)
+    eb = q.num_bits - 1
+    blocked = values(EX_CODES).astype(np.uint8)
+    per_row = -(-q.dimension // 64) * 8 * eb
+    if len(blocked) != n * per_row:
+        raise CorruptFileError(where, f"{len(blocked)} extended code bytes for {n} rows")
+    ex = _unpack_ex(blocked.reshape(n, per_row), eb, q.dimension)
+    ex_factors = np.stack([values(c).astype(F) for c in EX_FACTORS], axis=1)
+    return StoredCodes(ids, signs, factors, ex, ex_factors)
+
+
+def decode_partition(q: RaBitQ, table: pa.Table, where: str) -> RqPartition:
+    """A partition's rows from its `auxiliary.idx` columns, as searches read them."""
+    stored = stored_codes(q, table, where)
+    n = len(stored.row_ids)
+    bits = np.unpackbits(stored.signs, axis=1, bitorder="little")
+    nibbles = (bits.reshape(n, q.dimension // 4, 4).astype(np.int64) << np.arange(4)).sum(-1)
+    add, scale, error = (np.ascontiguousarray(stored.factors[:, i]) for i in range(3))
+    ex = add_ex = scale_ex = None
+    if stored.ex is not None and stored.ex_factors is not None:
+        ex = stored.ex.astype(F)
+        add_ex, scale_ex = (np.ascontiguousarray(stored.ex_factors[:, i]) for i in range(2))
+    return RqPartition(stored.row_ids, nibbles, add, scale, error, ex, add_ex, scale_ex)
 
 
 def _unpack_signs(packed: np.ndarray, n: int, width: int) -> np.ndarray:
@@ -219,11 +244,13 @@ def _fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     ).astype(F)
 
 
-def _seq_sum(v: np.ndarray) -> np.float32:
-    s = F(0)
-    for a in np.asarray(v, F):
-        s = F(s + a)
-    return s
+def seq_sum(v: np.ndarray) -> np.ndarray:
+    """Float32 sums along the last axis, left to right (cumsum adds in order; sum pairs):
+    a scalar for a vector, one a row for rows."""
+    v = np.asarray(v, F)
+    if v.shape[-1] == 0:
+        return np.zeros(v.shape[:-1], F)[()]
+    return np.cumsum(v, axis=-1, dtype=F)[..., -1]
 
 
 def _reduce16(acc: np.ndarray) -> np.ndarray:
@@ -277,8 +304,10 @@ def _dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def normalized(q: np.ndarray) -> np.ndarray:
+    """A vector, or rows, scaled to unit length as pylance's IVF_RQ does (the square root of
+    a float32 sum of squares taken left to right): queries, and cosine rows in builds."""
     q = np.asarray(q, F)
-    return (q / np.sqrt(_seq_sum((q * q).astype(F)), dtype=F)).astype(F)
+    return (q / np.sqrt(seq_sum((q * q).astype(F)), dtype=F)[..., None]).astype(F)
 
 
 def centroid_distances(q: np.ndarray, centroids: np.ndarray, metric: str) -> np.ndarray:
@@ -367,7 +396,7 @@ class RqQuery:
         self.rotated_centroids = rotated
         self.qr = quantizer.rotate(self.query[None])[0]
         self.table = _table(self.qr)
-        self.total = _seq_sum(self.qr)
+        self.total = seq_sum(self.qr)
         self.heap: list[tuple[float, int, int]] = []  # (-distance, -visit, row id)
         self.visits = 0
         self.seen = 0  # rows offered (those the filter allows)

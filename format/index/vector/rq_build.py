@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from quiver.format import _kernels
-from quiver.format.errors import CorruptFileError, InvalidInputError
+from quiver.format.errors import InvalidInputError
 from quiver.format.index.vector.kmeans import in_parallel
 from quiver.format.index.vector.rq import (
     _BLOCK,
@@ -36,9 +36,8 @@ from quiver.format.index.vector.rq import (
     F,
     RaBitQ,
     _l2_lanes,
-    _unpack_ex,
-    _unpack_signs,
-    column_values,
+    seq_sum,
+    stored_codes,
 )
 
 _CHUNK_ROWS = 8192  # rows a thread encodes at a time
@@ -119,13 +118,6 @@ def record_width(dimension: int, num_bits: int) -> int:
     return width
 
 
-def normalized_rows(x: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit length as pylance's IVF_RQ does (the square root of a float32 sum
-    of squares taken left to right): how cosine rows are encoded and assigned."""
-    x = np.asarray(x, F)
-    return (x / np.sqrt(_seq_sum((x * x).astype(F)))[:, None]).astype(F)
-
-
 def encode(q: RaBitQ, centroids: np.ndarray, x: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """The records (rows x `record_width`, uint8) of prepared rows `x` (float32, normalised
     for cosine) assigned to partitions `labels`: chunks of rows over the build's threads
@@ -153,14 +145,14 @@ def _encode(
     rot = q.rotate(residual)
     crot = rotated[labels]
     if q.metric == "dot":
-        norm = _seq_sum(residual * residual)
+        norm = seq_sum(residual * residual)
     else:  # the IVF's float32 distance to the centroid
         norm = _l2_lanes(residual)
     positive = ~np.signbit(rot)
     g = np.where(positive, F(0.5), F(-0.5)).astype(F)
-    b_res = _seq_sum(rot * g)
-    b_cent = _seq_sum(crot * g)
-    rc = _seq_sum(rot * crot)
+    b_res = seq_sum(rot * g)
+    b_cent = seq_sum(crot * g)
+    rc = seq_sum(rot * crot)
     two = F(2) if q.metric != "dot" else F(1)
     base = norm if q.metric != "dot" else (F(1) - rc).astype(F)
     add = (base + (two * _ratio((norm * b_cent).astype(F), b_res)).astype(F)).astype(F)
@@ -172,7 +164,7 @@ def _encode(
         ex, ex_res = _ex_codes(rot, eb)
         full = (positive.astype(np.int64) << eb) + ex.astype(np.int64)
         grid = (full.astype(F) + F(-((1 << eb) - 0.5))).astype(F)
-        ex_cent = _seq_sum(crot * grid)
+        ex_cent = seq_sum(crot * grid)
         add_ex = (base + (two * _ratio((norm * ex_cent).astype(F), ex_res)).astype(F)).astype(F)
         scale_ex = _ratio((-two * norm).astype(F), ex_res)
         parts += [ex, _bytes(add_ex, scale_ex)]
@@ -203,24 +195,11 @@ def partition_table(q: RaBitQ, ids: np.ndarray, records: np.ndarray, schema: pa.
 def records_of(q: RaBitQ, table: pa.Table, where: str) -> tuple[np.ndarray, np.ndarray]:
     """A partition's row ids and records from its `auxiliary.idx` columns (codes unpacked):
     to pack them again after its rows are remapped."""
-
-    def values(name: str) -> np.ndarray:
-        return column_values(table, name, where)
-
-    n, width = table.num_rows, q.dimension // 8
-    raw = values(CODES).astype(np.uint8)
-    if len(raw) != n * width:
-        raise CorruptFileError(where, f"{len(raw)} code bytes for {n} rows of {width}")
-    signs = _unpack_signs(raw, n, width) if q.packed else raw.reshape(n, width)
-    parts = [signs, _bytes(*(values(c).astype(F) for c in FACTORS))]
-    if q.num_bits > 1:
-        blocked = values(EX_CODES).astype(np.uint8)
-        if len(blocked) != n * _ex_bytes(q):
-            raise CorruptFileError(where, f"{len(blocked)} extended code bytes for {n} rows")
-        ex = _unpack_ex(blocked.reshape(n, _ex_bytes(q)), q.num_bits - 1, q.dimension)
-        parts += [ex.astype(np.uint8), _bytes(*(values(c).astype(F) for c in EX_FACTORS))]
-    ids = values("_rowid").astype(np.uint64)
-    return ids, np.concatenate(parts, axis=1)
+    stored = stored_codes(q, table, where)
+    parts = [stored.signs, _bytes(*stored.factors.T)]
+    if stored.ex is not None and stored.ex_factors is not None:
+        parts += [stored.ex.astype(np.uint8), _bytes(*stored.ex_factors.T)]
+    return stored.row_ids, np.concatenate(parts, axis=1)
 
 
 def storage_json(q: RaBitQ) -> str:
@@ -243,14 +222,6 @@ def _ex_codes(rot: np.ndarray, eb: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 # -- factors ----------------------------------------------------------------------------------
-def _seq_sum(v: np.ndarray) -> np.ndarray:
-    """Float32 sums of each row of `v` left to right (cumsum adds in order; sum pairs)."""
-    v = np.asarray(v, F)
-    if v.shape[1] == 0:
-        return np.zeros(len(v), F)
-    return np.cumsum(v, axis=1, dtype=F)[:, -1]
-
-
 def _ratio(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """x / y, 0 where y is 0 (float32)."""
     safe = np.where(y == 0, F(1), y).astype(F)

@@ -148,7 +148,7 @@ def test_rows_encoded_as_pylance_encodes_them(
         stored = vi.rq_partition(p)
         rows = x[[where[int(r)] for r in stored.row_ids]]
         if metric == "cosine":
-            rows = rq_build.normalized_rows(rows)
+            rows = _rq.normalized(rows)
         records = rq_build.encode(q, vi.ivf.centroids, rows, np.full(len(rows), p))
         bits_ = np.unpackbits(records[:, :width], axis=1, bitorder="little")
         nibbles = (bits_.reshape(len(rows), dim // 4, 4).astype(np.int64) << np.arange(4)).sum(-1)
