@@ -197,7 +197,7 @@ def test_quiver_built_manifest_entry_and_recall(tmp_path: Path) -> None:
 
     x = _write(tmp_path / "q", 64, 4000, 11)
     _write(tmp_path / "p", 64, 4000, 11)
-    dataset(str(tmp_path / "q")).create_index("vec", "IVF_RQ", num_partitions=6)
+    dataset(str(tmp_path / "q")).create_index("vec", "IVF_RQ", num_partitions=6, seed=7)
     lance.dataset(str(tmp_path / "p")).create_index("vec", "IVF_RQ", num_partitions=6)
     entries = [indices_of(dataset(str(tmp_path / n)).core.manifest)[0].pb for n in ("q", "p")]
     assert entries[0].index_version == entries[1].index_version == 2
@@ -206,14 +206,16 @@ def test_quiver_built_manifest_entry_and_recall(tmp_path: Path) -> None:
     assert details[0].rq.num_bits == 5
     rng = np.random.default_rng(3)
     recall = {"q": 0, "p": 0}
-    for _ in range(20):
+    for _ in range(50):
         q = x[rng.integers(0, len(x))] + rng.normal(size=64).astype(np.float32) * 0.5
         truth = set(np.argsort(((x - q) ** 2).sum(axis=1))[:10].tolist())
         for name in recall:
             found = _answers(lance.dataset(str(tmp_path / name)), nearest={
                 "column": "vec", "q": q, "k": 10, "nprobes": 3})["id"].to_pylist()  # fmt: skip
             recall[name] += len(truth & set(found))
-    assert recall["q"] >= recall["p"] - 10, recall  # of 200
+    # Of 500. pylance's builds draw a fresh rotation each time (recall 455-480 over repeated
+    # builds of this table), so the margin covers its spread, not a loss of Quiver's.
+    assert recall["q"] >= recall["p"] - 25, recall
 
 
 def test_pylance_extends_and_compacts_quiver_built(tmp_path: Path) -> None:
