@@ -725,8 +725,11 @@ class Client(Writes, RowChanges, IndexActions, _nearest.Searches, Blobs):
         max_rows_per_group: int | None = None,
         materialize_deletions: bool | None = None,
         materialize_deletions_threshold: float | None = None,
+        defer_index_remap: bool | None = None,
     ) -> dict[str, Any]:
-        """Merge small fragments and purge deleted rows (pylance's `compact_files`)."""
+        """Merge small fragments and purge deleted rows (pylance's `compact_files`);
+        `defer_index_remap` leaves indices as they are and records the moves in the
+        dataset's fragment reuse index instead."""
         return self.action(
             "compact",
             _without_none(
@@ -735,6 +738,7 @@ class Client(Writes, RowChanges, IndexActions, _nearest.Searches, Blobs):
                 max_rows_per_group=max_rows_per_group,
                 materialize_deletions=materialize_deletions,
                 materialize_deletions_threshold=materialize_deletions_threshold,
+                defer_index_remap=defer_index_remap,
             ),
         )
 

@@ -343,6 +343,7 @@ def _compact(ctx: ActionContext, f: Fields) -> dict[str, Any]:
         "max_rows_per_group": f.int("max_rows_per_group", minimum=1),
         "materialize_deletions": f.bool("materialize_deletions"),
         "materialize_deletions_threshold": f.number("materialize_deletions_threshold", minimum=0),
+        "defer_index_remap": f.bool("defer_index_remap"),
     }
     ds = ctx.handles.open_latest(name)
     done = ds.optimize.compact_files(**{k: v for k, v in options.items() if v is not None})

@@ -267,13 +267,15 @@ ACTION_SHAPES: tuple[ActionShape, ...] = (
     ActionShape(
         "compact",
         "Merge small fragments and purge deleted rows: {dataset, target_rows_per_fragment?, "
-        "max_rows_per_group?, materialize_deletions?, materialize_deletions_threshold?}",
+        "max_rows_per_group?, materialize_deletions?, materialize_deletions_threshold?, "
+        "defer_index_remap?}",
         (
             "dataset",
             "target_rows_per_fragment",
             "max_rows_per_group",
             "materialize_deletions",
             "materialize_deletions_threshold",
+            "defer_index_remap",
         ),
         WRITE,
     ),

@@ -18,7 +18,7 @@ stable row ids or not): once the new files are written, a ReserveFragments versi
 the new fragments' ids (one reservation for all of them, handed out in task order), then one
 Rewrite version (on the version compaction read) replaces the old fragments; nothing is
 committed when there is nothing to compact. Indices keep covering the rewritten rows, as
-with pylance 14 (which remaps at once; its deferred "fragment reuse index" is opt-in):
+with pylance 14 (which remaps at once unless told to defer, below):
 every BTREE, BITMAP, LABEL_LIST, NGRAM, INVERTED and IVF index over rewritten fragments
 that holds row addresses (all of them without stable row ids) is written again with the new
 addresses (`format.index.scalar.remap`, `format.index.fts.remap`,
@@ -37,7 +37,12 @@ mixed-file-versions flag, as pylance does), `max_bytes_per_file` (a file closes 
 flushed pages reach it), `batch_size`, and `compaction_mode` "reencode" or
 "try_binary_copy" / "force_binary_copy" (pages copied without decoding them where pylance
 would: `format.dataset.compaction_copy`); each also from the `lance.compaction.*` config.
-`defer_index_remap` (a fragment reuse index) is refused.
+
+`defer_index_remap` leaves indices as they are and records the moves instead, in the
+fragment reuse index (`format.table.frag_reuse`: one more version, a group per task), when
+some index covers a rewritten fragment, as pylance 14 does (refused with stable row ids, as
+pylance refuses it); readers replay the moves over every index's row addresses. A later
+compaction that remaps indices applies the recorded moves first.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import uuid as _uuid
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -67,11 +73,15 @@ from quiver.format.errors import (
 )
 from quiver.format.file.base import DEFAULT_BATCH_SIZE
 from quiver.format.index.pruning import scalar_kind
-from quiver.format.index.scalar.remap import AddressMap, Moved, RemappedIndex, discard, remap_index
+from quiver.format.index.scalar.remap import RemappedIndex, discard, remap_index
 from quiver.format.proto import table_pb2, transaction_pb2
 from quiver.format.table import versions as _versions
-from quiver.format.table.commit import stores_row_ids
-from quiver.format.table.indices import IndexEntry, indices_of
+from quiver.format.table.addresses import AddressMap, Moved
+from quiver.format.table.commit import DeferredRemap
+from quiver.format.table.frag_reuse import DETAILS_FILE as FRAG_REUSE_DETAILS
+from quiver.format.table.frag_reuse import FRAG_REUSE_INDEX, Rewritten, next_frag_reuse
+from quiver.format.table.index_carry import stores_row_ids
+from quiver.format.table.indices import IndexEntry, frag_reuse_of, indices_of
 from quiver.format.table.rowids import decode_row_versions, encode_row_ids, encode_row_versions
 from quiver.format.table.transaction import check_writable, new_transaction
 
@@ -109,6 +119,7 @@ class _Options:
     batch_size: int | None = None  # rows per batch read from the old fragments
     compaction_mode: str = "reencode"  # or try_binary_copy / force_binary_copy
     read_batch_bytes: int | None = None  # a binary copy's reads (binary_copy_read_batch_bytes)
+    defer_index_remap: bool = False  # a fragment reuse index instead of remapped indices
 
 
 @dataclass
@@ -212,10 +223,13 @@ def _resolve_options(ds: DatasetCore, given: dict[str, Any]) -> _Options:
         raise InvalidInputError(
             f"compaction_mode must be one of {', '.join(COMPACTION_MODES)}, not {mode!r}"
         )
-    if values["defer_index_remap"]:
+    defer = values["defer_index_remap"]
+    if not isinstance(defer, (bool, np.bool_)):
+        raise InvalidInputError(f"defer_index_remap must be a boolean, not {defer!r}")
+    if defer and ds.manifest.uses_stable_row_ids:
         raise UnsupportedFeatureError(
-            f"{ds.uri}: defer_index_remap (a fragment reuse index) is not supported by this "
-            "engine; indices are remapped as compaction commits"
+            f"{ds.uri}: cannot compact with defer_index_remap: the dataset uses stable row "
+            "ids (their indices need no remap), as pylance 14 refuses it"
         )
     threshold = float(values["materialize_deletions_threshold"])
     materialize = bool(values["materialize_deletions"])
@@ -243,6 +257,7 @@ def _resolve_options(ds: DatasetCore, given: dict[str, Any]) -> _Options:
         values["batch_size"],
         mode,
         values["binary_copy_read_batch_bytes"],
+        bool(defer),
     )
 
 
@@ -542,6 +557,7 @@ def compact_files(
         ds.data_storage_version
     )
     written: list[str] = []
+    written_indices: list[str] = []  # a fragment reuse index's details file
     remapped_out: list[tuple[Any, RemappedIndex]] = []
     committing = False
     try:
@@ -553,9 +569,14 @@ def compact_files(
                 )
         else:
             outputs = [_rewrite(ds, t, opts, storage_version, written) for t in tasks]
-        _reserve_ids(ds, [f for frags in outputs for f in frags])
+        reserved = _reserve_ids(ds, [f for frags in outputs for f in frags])
         amap = _address_map(tasks, outputs)
-        remapped = _remap_indices(ds, tasks, amap, remapped_out)
+        deferred = None
+        if opts.defer_index_remap and _indexed(ds, tasks):
+            deferred = _deferred_remap(ds, reserved, tasks, outputs, written_indices)
+            remapped = []
+        else:
+            remapped = _remap_indices(ds, tasks, amap, remapped_out)
         groups = [
             transaction_pb2.Transaction.Rewrite.RewriteGroup(
                 old_fragments=[f.metadata for f in task.fragments], new_fragments=new
@@ -567,7 +588,7 @@ def compact_files(
         )
         txn = new_transaction(ds.version, "rewrite", body)
         committing = True
-        committed = ds.commit(txn, moved=amap)
+        committed = ds.commit(txn, moved=amap, deferred=deferred)
     except BaseException as e:
         # Files of a commit that surely did not land are removed at once; after an ambiguous
         # commit failure they stay unless no newer version references them (cleanup
@@ -579,6 +600,9 @@ def compact_files(
                     ds.store.delete(f"data/{name}")
             for store, r in remapped_out:
                 discard(store, r.directory, [f.path for f in r.rewritten.new_index_files])
+            for path in written_indices:
+                with contextlib.suppress(Exception):
+                    ds.store.delete(path)
         raise
     old = [f.metadata for task in tasks for f in task.fragments]
     new = [f for frags in outputs for f in frags]
@@ -590,8 +614,9 @@ def compact_files(
     )
 
 
-def _reserve_ids(ds: DatasetCore, new: Sequence[table_pb2.DataFragment]) -> None:
-    """Give the new fragments their ids from one ReserveFragments commit, in task order.
+def _reserve_ids(ds: DatasetCore, new: Sequence[table_pb2.DataFragment]) -> int:
+    """Give the new fragments their ids from one ReserveFragments commit, in task order;
+    returns the version it committed.
 
     pylance 14 commits this version before every compaction's Rewrite (indexed or not, with
     stable row ids or not), so that the rewrite and remapped indices name the new ids."""
@@ -605,6 +630,7 @@ def _reserve_ids(ds: DatasetCore, new: Sequence[table_pb2.DataFragment]) -> None
     top = int(reserved.manifest.pb.max_fragment_id)
     for i, frag in enumerate(new):
         frag.id = top - len(new) + 1 + i
+    return reserved.version
 
 
 def _address_map(
@@ -642,10 +668,6 @@ def _remap_indices(
     removal on failure)."""
     old_ids = {f.fragment_id for task in tasks for f in task.fragments}
     entries = indices_of(ds.manifest, system=True)
-    # a deferred remap (pylance's fragment reuse index) already holds old addresses: leave
-    # such datasets to drop rewritten fragments from their indices, as before
-    if any(e.name == "__lance_frag_reuse" for e in entries):
-        return []
     stable = ds.manifest.uses_stable_row_ids
     to_remap = [
         e
@@ -660,6 +682,9 @@ def _remap_indices(
         return []
     if amap is None:
         raise LanceError(f"{ds.uri}: compaction could not map the rows it moved")
+    reuse = frag_reuse_of(ds.manifest)
+    if reuse is not None:  # indices may still hold addresses of earlier deferred moves
+        amap = reuse.address_map.then(amap, ds.uri)
     out = []
     for e in to_remap:
         base = e.pb.base_id if e.pb.HasField("base_id") else None
@@ -675,6 +700,50 @@ def _remap_indices(
         remapped_out.append((store, r))
         out.append(r)
     return out
+
+
+def _indexed(ds: DatasetCore, tasks: Sequence[_Bin]) -> bool:
+    """Whether some index covers a fragment the compaction rewrites (pylance 14 records a
+    deferred remap only then)."""
+    old_ids = {f.fragment_id for task in tasks for f in task.fragments}
+    return any(e.fragment_ids and e.fragment_ids & old_ids for e in indices_of(ds.manifest))
+
+
+def _deferred_remap(
+    ds: DatasetCore,
+    reserved: int,
+    tasks: Sequence[_Bin],
+    outputs: Sequence[list[table_pb2.DataFragment]],
+    written: list[str],
+) -> DeferredRemap:
+    """The fragment reuse index this compaction leaves instead of remapping indices: the
+    version's one (if any) with one more version, a group per task (its details written to
+    the index's folder when too large to keep inline; the path is appended to `written`),
+    recorded at version `reserved` (the fragment ids' reservation), as pylance records it."""
+    previous = frag_reuse_of(ds.manifest)
+    if previous is None and any(
+        e.name == FRAG_REUSE_INDEX for e in indices_of(ds.manifest, system=True)
+    ):
+        raise UnsupportedFeatureError(
+            f"{ds.uri}: its fragment reuse index cannot be read, so a deferred compaction "
+            "would lose the moves it records; compact without defer_index_remap"
+        )
+    groups = [
+        Rewritten(
+            [
+                (f.fragment_id, f.physical_rows, _num_deletions(f), f.live_mask)
+                for f in task.fragments
+            ],
+            [(int(f.id), int(f.physical_rows)) for f in frags],
+        )
+        for task, frags in zip(tasks, outputs, strict=True)
+    ]
+    pb, external = next_frag_reuse(previous, reserved, groups)
+    if external is not None:
+        path = f"_indices/{_uuid.UUID(bytes=bytes(pb.uuid.uuid))}/{FRAG_REUSE_DETAILS}"
+        written.append(path)
+        ds.store.put(path, external)
+    return DeferredRemap(pb, previous.uuid if previous is not None else None)
 
 
 def _remap_kind(entry: IndexEntry) -> str | None:

@@ -18,7 +18,7 @@ from quiver.format.errors import CorruptFileError
 from quiver.format.io.store import ObjectStore, open_store
 from quiver.format.proto import transaction_pb2
 from quiver.format.table import versions as _versions
-from quiver.format.table.commit import RowMover, commit_transaction
+from quiver.format.table.commit import DeferredRemap, RowMover, commit_transaction
 from quiver.format.table.manifest import Manifest
 from quiver.format.table.schema import LanceSchema
 from quiver.format.table.transaction import ManifestContext
@@ -146,10 +146,16 @@ class DatasetCore:
         ctx: ManifestContext | None = None,
         *,
         moved: RowMover | None = None,
+        deferred: DeferredRemap | None = None,
     ) -> DatasetCore:
         """Commit `txn` (read on this version or an older one) and return the new version;
-        `moved` is a compaction's map of the rows it moved (see `commit_transaction`)."""
+        `moved` is a compaction's map of the rows it moved, `deferred` the fragment reuse
+        index of one that deferred its index remap (see `commit_transaction`)."""
         result = commit_transaction(
-            self.store, txn, ctx=ctx or ManifestContext(load_version=self.load_version), moved=moved
+            self.store,
+            txn,
+            ctx=ctx or ManifestContext(load_version=self.load_version),
+            moved=moved,
+            deferred=deferred,
         )
         return DatasetCore(self.store, result.manifest, self.storage_options)

@@ -427,6 +427,10 @@ class LanceDataset(_blobs.BlobMethods, SessionMethods, DistributedIndexMethods):
         """One description per index: type, fields, rows indexed, segments, size."""
         return _catalog.describe_indices(self._core)
 
+    def remap_row_addrs(self, addrs: Any) -> pa.Array | None:
+        """Row addresses now of rows deferred compactions moved (see `_catalog`)."""
+        return _catalog.remap_row_addrs(self._core, addrs)
+
     def index_statistics(self, index_name: str) -> dict[str, Any]:
         """pylance's statistics of one index; IndexNotFoundError (a KeyError) if none."""
         return _catalog.index_statistics(self._core, index_name)

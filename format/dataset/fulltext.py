@@ -69,7 +69,7 @@ from quiver.format.index.fts.phrase import indexed_match
 from quiver.format.index.fts.postings import BLOCK
 from quiver.format.io.lru import ByteLRU
 from quiver.format.numeric import unique_sorted
-from quiver.format.table.indices import IndexEntry, indices_of
+from quiver.format.table.indices import IndexEntry, frag_reuse_of, indices_of
 
 SCORE = "_score"
 _INVERTED = "InvertedIndexDetails"
@@ -490,7 +490,7 @@ class FullTextSearch(LocatedSearch):
     def _open(self, entry: IndexEntry) -> InvertedIndex:
         base = entry.pb.base_id if entry.pb.HasField("base_id") else None
         store, directory = self.core.resolve(entry.directory, base, relative_to_root=True)
-        return open_inverted(store, directory, entry.uuid)
+        return open_inverted(store, directory, entry.uuid, frag_reuse_of(self.core.manifest))
 
     def _covered(self, entries: list[IndexEntry]) -> set[int]:
         covered: set[int] = set()
@@ -509,6 +509,7 @@ class FullTextSearch(LocatedSearch):
         # index holds is an answer, nothing to check
         whole = (
             not self.core.manifest.uses_stable_row_ids
+            and frag_reuse_of(self.core.manifest) is None  # its dropped rows hold GONE
             and covered == {f.fragment_id for f in self._fragments}
             and not any(f.num_deletions for f in self._fragments)
         )

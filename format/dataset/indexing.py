@@ -21,7 +21,11 @@ import pyarrow as pa
 from quiver.format.dataset import vector_indexing as _vector
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fragment import LanceFragment, fragments_of
-from quiver.format.dataset.index_segments import index_file_version, segment_record
+from quiver.format.dataset.index_segments import (
+    carried_as_of_now,
+    index_file_version,
+    segment_record,
+)
 from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, ROW_ID_FIELD, Scanner
 from quiver.format.errors import (
     IndexNotFoundError,
@@ -686,10 +690,11 @@ def optimize_indices(
                 # pylance's way: the merged segments' partitions (zones) kept as they are,
                 # more for the rest
                 params = segment_params(core, kind, segments[-1])
-                segment, directory = build_segment(
-                    core, kind, field_id, column, name, _uuid.uuid4(),
-                    [fragments[f] for f in unindexed], version, covers, params, merged,
-                )  # fmt: skip
+                with carried_as_of_now(core, kind, merged) as carried:
+                    segment, directory = build_segment(
+                        core, kind, field_id, column, name, _uuid.uuid4(),
+                        [fragments[f] for f in unindexed], version, covers, params, carried,
+                    )  # fmt: skip
             else:  # rebuilt from the rows (a MinHash segment's signatures are the same)
                 params = segment_params(core, kind, segments[-1])
                 segment, directory = build_segment(

@@ -36,7 +36,7 @@ from quiver.format.index.scalar.minhash import (
     search_segment,
 )
 from quiver.format.index.vector.build import untrained
-from quiver.format.table.indices import IndexEntry, indices_of
+from quiver.format.table.indices import IndexEntry, frag_reuse_of, indices_of
 
 if TYPE_CHECKING:
     from quiver.format.dataset.core import DatasetCore
@@ -191,7 +191,11 @@ class MinHashSearch(LocatedSearch):
         base = entry.pb.base_id if entry.pb.HasField("base_id") else None
         store, directory = self.core.resolve(entry.directory, base, relative_to_root=True)
         row_ids, signatures = search_segment(store, directory, self.params, keys)
-        return row_ids.astype(np.uint64), distances(signature, signatures)
+        row_ids = row_ids.astype(np.uint64)
+        reuse = frag_reuse_of(self.core.manifest)
+        if reuse is not None:  # rows compactions moved (GONE: dropped, never live)
+            row_ids = reuse.apply(row_ids)[0]
+        return row_ids, distances(signature, signatures)
 
     def _unindexed(
         self, fragments: list[LanceFragment], keys: np.ndarray, signature: np.ndarray

@@ -34,7 +34,7 @@ from quiver.format.expr import filter_mask as _filter_mask
 from quiver.format.index.vector.build import untrained
 from quiver.format.index.vector.distance import metric_name, paired
 from quiver.format.index.vector.flat import TopK, nearest_in_lists, vector_matrix
-from quiver.format.index.vector.index import VectorIndex, open_vector_index
+from quiver.format.index.vector.index import ReusedIndex, VectorIndex, open_vector_index
 from quiver.format.index.vector.search import (
     XTR_OVERFETCH,
     Candidates,
@@ -42,7 +42,7 @@ from quiver.format.index.vector.search import (
     ivf_search,
     xtr_scores,
 )
-from quiver.format.table.indices import IndexEntry, indices_of
+from quiver.format.table.indices import IndexEntry, frag_reuse_of, indices_of
 
 DISTANCE = "_distance"
 QUERY_INDEX = "query_index"
@@ -342,10 +342,12 @@ def _vector_index(core: DatasetCore, column: str) -> list[IndexEntry]:
     return [e for e in entries if e.name == first.name and not untrained(e.files, e.fragment_ids)]
 
 
-def _open(core: DatasetCore, entry: IndexEntry) -> VectorIndex:
+def _open(core: DatasetCore, entry: IndexEntry) -> VectorIndex | ReusedIndex:
     base = entry.pb.base_id if entry.pb.HasField("base_id") else None
     store, directory = core.resolve(entry.directory, base, relative_to_root=True)
-    return open_vector_index(store, directory, entry.uuid, entry.name)
+    index = open_vector_index(store, directory, entry.uuid, entry.name)
+    reuse = frag_reuse_of(core.manifest)
+    return index if reuse is None else ReusedIndex(index, reuse)
 
 
 _LOCATORS: weakref.WeakKeyDictionary[DatasetCore, RowLocator] = weakref.WeakKeyDictionary()

@@ -40,7 +40,8 @@ from quiver.format.index.scalar.rows import EMPTY
 from quiver.format.io.lru import ByteLRU
 from quiver.format.io.store import ObjectStore
 from quiver.format.numeric import unique_sorted
-from quiver.format.table.indices import IndexEntry, indices_of
+from quiver.format.table.frag_reuse import FRAG_REUSE_INDEX, FragReuse
+from quiver.format.table.indices import IndexEntry, frag_reuse_of, indices_of
 from quiver.format.table.manifest import Manifest
 
 log = logging.getLogger("quiver.index")
@@ -182,8 +183,8 @@ def prune(core: Core, sql: str, filter_schema: pa.Schema) -> IndexPruning | None
     if any(f.WhichOneof("row_id_sequence") for f in frags):
         return None  # stable row ids: index row ids are not row addresses
     entries = indices_of(manifest, system=True)
-    if any(e.is_system for e in entries):
-        return None  # a fragment reuse index: row ids of indices may point at old fragments
+    if any(e.is_system and e.name != FRAG_REUSE_INDEX for e in entries):
+        return None  # a MemWAL index: rows not in the fragments yet
     by_column = _usable_indices(core, entries)
     ngrams = _segments_of(core, entries, "NGRAM")
     blooms = _segments_of(core, entries, "BLOOMFILTER")
@@ -198,6 +199,7 @@ def prune(core: Core, sql: str, filter_schema: pa.Schema) -> IndexPruning | None
         return found or None
     physical = {int(f.id): int(f.physical_rows) for f in frags}
     walker = _Walker(core, sql, filter_schema, by_column, physical, ngrams, blooms)
+    walker.reuse = frag_reuse_of(manifest)
     try:
         answer = walker.visit(parse_filter(sql, dataset=core.uri), False)
     except (LanceError, pa.ArrowException, ValueError, TypeError, KeyError, RecursionError) as e:
@@ -265,6 +267,17 @@ class _Walker:
         self.blooms = blooms or {}
         self.physical = physical
         self.used: set[str] = set()
+        # a fragment reuse index: indices' row addresses of fragments compactions rewrote
+        # are moved to the rows' new places (see `_answer`)
+        self.reuse: FragReuse | None = None
+
+    @property
+    def index_physical(self) -> Mapping[int, int]:
+        """Physical rows of the fragments an index may name: those of this version and,
+        under a fragment reuse index, those compactions rewrote."""
+        if self.reuse is None:
+            return self.physical
+        return {**self.reuse.old_physical_rows, **self.physical}
 
     def visit(self, node: exp.Expression, negated: bool) -> _Answer | None:
         node = unparen(node)
@@ -371,7 +384,7 @@ class _Walker:
         def search(store: ObjectStore, directory: str) -> np.ndarray:
             if scalar_kind(entry) == "BTREE":
                 return _loaded(BTreeIndex, store, directory).search(leaf)
-            return _loaded(BitmapIndex, store, directory).search(leaf, self.physical)
+            return _loaded(BitmapIndex, store, directory).search(leaf, self.index_physical)
 
         return self._answer(entry, leaf.key, search)
 
@@ -383,7 +396,7 @@ class _Walker:
             asked: Any = "null"
 
             def search(store: ObjectStore, directory: str) -> np.ndarray:
-                return _loaded(BloomIndex, store, directory).null_rows(self.physical)
+                return _loaded(BloomIndex, store, directory).null_rows(self.index_physical)
         else:
             values = self._constants(node, column, field.type)
             if values is None:
@@ -450,7 +463,11 @@ class _Walker:
                 entry.pb.base_id if entry.pb.HasField("base_id") else None,
                 relative_to_root=True,
             )
-            rows = _within(search(store, directory), covered)
+            rows = search(store, directory)
+            if self.reuse is not None:
+                moved, alive = self.reuse.apply(rows)
+                rows = unique_sorted(moved[alive])
+            rows = _within(rows, covered)
             _answers.put(key, rows, rows.nbytes + 256)
         self.used.add(entry.name)
         return _Answer(covered, rows)

@@ -14,7 +14,6 @@ import json
 import random
 import struct
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -32,7 +31,8 @@ from quiver.format.proto import table_pb2, transaction_pb2
 from quiver.format.table import versions as _versions
 from quiver.format.table.conflicts import Resolution, check
 from quiver.format.table.deletion import read_deletion_file, with_deletion_file
-from quiver.format.table.indices import SYSTEM_INDICES
+from quiver.format.table.index_carry import carry_indices, index_section_of, index_source
+from quiver.format.table.indices import frag_reuse_of
 from quiver.format.table.manifest import (
     FLAG_STABLE_ROW_IDS,
     Manifest,
@@ -40,9 +40,7 @@ from quiver.format.table.manifest import (
     encode_manifest,
     inline_transaction,
     manifest_name,
-    read_section,
 )
-from quiver.format.table.rowids import row_id_count
 from quiver.format.table.transaction import (
     IDEMPOTENCY_KEY,
     ManifestContext,
@@ -150,242 +148,6 @@ def find_idempotent_commit(
     return None
 
 
-def _index_section(store: ObjectStore, manifest: Manifest | None) -> bytes | None:
-    """The previous version's index section, to carry over unchanged."""
-    if manifest is None or not manifest.pb.HasField("index_section"):
-        return None
-    section = read_section(
-        manifest, manifest.pb.index_section, table_pb2.IndexSection, "index section"
-    )
-    return section.SerializeToString()
-
-
-def _index_source(
-    base: Manifest | None, txn: transaction_pb2.Transaction, ctx: ManifestContext
-) -> Manifest | None:
-    """The manifest whose indices a commit carries: a restore brings back the restored
-    version's (as pylance does), every other commit keeps the latest version's."""
-    if operation_of(txn) == "restore" and ctx.load_version is not None:
-        return ctx.load_version(txn.restore.version)
-    return base
-
-
-def _create_indices(
-    section: bytes | None, body: transaction_pb2.Transaction.CreateIndex
-) -> bytes | None:
-    """The index section after a CreateIndex: the removed segments (by uuid) gone, the new
-    ones appended, as pylance applies it."""
-    pb = table_pb2.IndexSection()
-    if section is not None:
-        pb.ParseFromString(section)
-    removed = {bytes(i.uuid.uuid) for i in body.removed_indices}
-    kept = [i for i in pb.indices if bytes(i.uuid.uuid) not in removed]
-    del pb.indices[:]
-    pb.indices.extend(kept)
-    pb.indices.extend(body.new_indices)
-    return pb.SerializeToString() if pb.indices else None
-
-
-def _prune_indices(
-    section: bytes | None,
-    txn: transaction_pb2.Transaction,
-    field_ids: set[int],
-    stable: bool = False,
-    fragments: Sequence[table_pb2.DataFragment] = (),
-) -> bytes | None:
-    """Carry indices over as pylance 14 does: none after an overwrite; a rewrite moves its
-    indices to their remapped files (see `_rewrite_indices`); an update drops the
-    fragments whose indexed columns it rewrote in place (`fields_modified`) and, with
-    stable row ids, adds the fragments of rows it moved unchanged (see `_update_indices`).
-    Fragment bitmaps otherwise stay as they are, also when a delete or update removes a
-    fragment (a bitmap names the fragments whose rows the index holds; readers intersect
-    it with the fragments that exist). Deletes, updates, merges and projections then keep
-    only the relevant indices (`_retain_relevant`)."""
-    op = operation_of(txn)
-    if op == "create_index":
-        return _create_indices(section, txn.create_index)
-    if section is None:
-        return None
-    if op == "overwrite":
-        return None
-    pb = table_pb2.IndexSection()
-    pb.ParseFromString(section)
-    kept = [i for i in pb.indices if set(i.fields) <= field_ids]
-    if len(kept) != len(pb.indices):
-        del pb.indices[:]
-        pb.indices.extend(kept)
-        section = pb.SerializeToString()
-    if op == "rewrite":
-        return _rewrite_indices(section, txn.rewrite, stable)
-    if op not in ("delete", "update", "merge", "project"):
-        return section
-    if op == "update":
-        _update_indices(pb, txn.update, stable, fragments)
-    _retain_relevant(pb, {int(f.id) for f in fragments})
-    return pb.SerializeToString()
-
-
-def _bitmap(index: table_pb2.IndexMetadata):  # noqa: ANN202 - pyroaring is imported late
-    from pyroaring import BitMap
-
-    return BitMap.deserialize(index.fragment_bitmap) if index.fragment_bitmap else None
-
-
-def _update_indices(
-    pb: table_pb2.IndexSection,
-    body: transaction_pb2.Transaction.Update,
-    stable: bool,
-    fragments: Sequence[table_pb2.DataFragment],
-) -> None:
-    """An update's effect on index coverage (pylance 14's `build_manifest`):
-    - an index over a field in `fields_modified` stops covering the `updated_fragments`
-      (their values of that field were rewritten in place);
-    - with stable row ids and rows rewritten (update mode REWRITE_ROWS), a new fragment
-      holding only moved rows (a row id for every row) joins every index that holds row
-      ids (not addresses: a BTREE of index version 1 does not), covers none of
-      `fields_for_preserving_frag_bitmap` and covered every fragment the rows came from:
-      the index still holds those rows' ids with their unchanged values."""
-    modified = set(body.fields_modified)
-    updated = [int(f.id) for f in body.updated_fragments]
-    moved_from = list(body.removed_fragment_ids) + updated
-    pure: list[int] = []
-    if stable and body.update_mode == transaction_pb2.Transaction.REWRITE_ROWS:
-        # the committed copies have fresh ids: find them by their (unique) data files
-        carried = {
-            tuple(df.path for df in f.files)
-            for f in body.new_fragments
-            if f.HasField("inline_row_ids")
-            and row_id_count(f.inline_row_ids) == int(f.physical_rows)
-        }
-        pure = [int(f.id) for f in fragments if tuple(df.path for df in f.files) in carried]
-    preserving = set(body.fields_for_preserving_frag_bitmap)
-    for index in pb.indices:
-        bitmap = _bitmap(index)
-        if bitmap is None:
-            continue
-        if modified & set(index.fields):
-            for fid in updated:
-                bitmap.discard(fid)
-        if (
-            pure
-            and stores_row_ids(index)
-            and not preserving & set(index.fields)
-            and all(f in bitmap for f in moved_from)
-        ):
-            bitmap.update(pure)
-        index.fragment_bitmap = bitmap.serialize()
-
-
-def _retain_relevant(pb: table_pb2.IndexSection, existing: set[int]) -> None:
-    """pylance 14's retention of indices after deletes, updates, merges and projections,
-    judged by each index's effective coverage (its bitmap among the fragments that exist):
-    of several segments of one name, those covering nothing are dropped while another
-    covers something, else all but the oldest (all, for a vector index); a lone vector
-    index covering nothing is dropped. System indices always stay."""
-
-    def empty(index: table_pb2.IndexMetadata) -> bool:
-        bitmap = _bitmap(index)
-        return bitmap is None or not any(f in existing for f in bitmap)
-
-    def vector(index: table_pb2.IndexMetadata) -> bool:
-        return _kind(index) == "VectorIndexDetails"
-
-    by_name: dict[str, list[table_pb2.IndexMetadata]] = {}
-    for index in pb.indices:
-        if index.name not in SYSTEM_INDICES:
-            by_name.setdefault(index.name, []).append(index)
-    keep: set[bytes] = set()
-    for same in by_name.values():
-        live = [i for i in same if not empty(i)]
-        if live:
-            keep.update(bytes(i.uuid.uuid) for i in live)
-        elif len(same) > 1:
-            oldest = min(same, key=lambda i: int(i.dataset_version))
-            if not vector(oldest):
-                keep.add(bytes(oldest.uuid.uuid))
-        elif not vector(same[0]):
-            keep.add(bytes(same[0].uuid.uuid))
-    retained = [i for i in pb.indices if i.name in SYSTEM_INDICES or bytes(i.uuid.uuid) in keep]
-    if len(retained) != len(pb.indices):
-        del pb.indices[:]
-        pb.indices.extend(retained)
-
-
-def stores_row_ids(index: table_pb2.IndexMetadata) -> bool:
-    """Whether an index of a dataset with stable row ids holds stable row ids (which
-    compaction keeps) rather than row addresses: pylance 14 builds BITMAP, INVERTED, NGRAM,
-    LABEL_LIST and vector indices so, and its BTREE ones with addresses, marked by
-    index_version 1 (older BTREE ones, version 0, hold row ids). Others (ZONEMAP,
-    BLOOMFILTER: per-fragment zones) and unknown kinds are treated as addresses."""
-    kind = _kind(index)
-    version = int(index.index_version) if index.HasField("index_version") else 0
-    if kind == "BTreeIndexDetails":
-        return version == 0
-    return kind in _ROW_ID_INDICES
-
-
-def _kind(index: table_pb2.IndexMetadata) -> str:
-    return index.index_details.type_url.rsplit(".", 1)[-1]
-
-
-_NEVER_REMAPPED = ("ZoneMapIndexDetails", "BloomFilterIndexDetails")
-_ROW_ID_INDICES = (
-    "BitmapIndexDetails",
-    "InvertedIndexDetails",
-    "NGramIndexDetails",
-    "LabelListIndexDetails",
-    "VectorIndexDetails",
-    "MinHashLshIndexDetails",
-)
-
-
-def _rewrite_indices(
-    section: bytes, body: transaction_pb2.Transaction.Rewrite, stable: bool
-) -> bytes:
-    """The index section after a rewrite (compaction), as pylance applies one.
-
-    An index the rewrite remapped (`rewritten_indices`: its data rewritten with the new row
-    addresses) takes its new uuid, files and details, and its bitmap trades each wholly
-    covered group's old fragments for the new ones (whose ids the rewrite reserved); with
-    stable row ids so does, unchanged, an index that stores row ids (they survive
-    compaction), and any other index, or a group whose new ids are not known yet, loses the
-    old fragments (their rows are then scanned unindexed, never wrongly answered). Without
-    stable row ids a ZONEMAP or BLOOMFILTER index (which pylance 14 never remaps) keeps its
-    bitmap as it is, as pylance leaves it: the old fragments are gone (ids are never
-    reused), so it covers none of the new rows."""
-    from pyroaring import BitMap
-
-    groups = [(g.old_fragments, g.new_fragments) for g in body.groups]
-    if body.old_fragments or body.new_fragments:  # the pre-groups form
-        groups.append((body.old_fragments, body.new_fragments))
-    moves = [
-        (BitMap(int(f.id) for f in old), BitMap(int(f.id) for f in new), all(f.id for f in new))
-        for old, new in groups
-    ]
-    remapped = {bytes(r.old_id.uuid): r for r in body.rewritten_indices}
-    pb = table_pb2.IndexSection()
-    pb.ParseFromString(section)
-    for index in pb.indices:
-        bitmap = BitMap.deserialize(index.fragment_bitmap) if index.fragment_bitmap else BitMap()
-        r = remapped.get(bytes(index.uuid.uuid))
-        if r is None and not stable and _kind(index) in _NEVER_REMAPPED:
-            continue
-        for old, new, known in moves:
-            covered = old.issubset(bitmap)
-            bitmap -= old
-            if covered and known and (r is not None or (stable and stores_row_ids(index))):
-                bitmap |= new
-        if r is not None:
-            index.uuid.CopyFrom(r.new_id)
-            if r.HasField("new_index_details"):
-                index.index_details.CopyFrom(r.new_index_details)
-            index.index_version = r.new_index_version
-            del index.files[:]
-            index.files.extend(r.new_index_files)
-        index.fragment_bitmap = bitmap.serialize()
-    return pb.SerializeToString()
-
-
 def _rebase(
     store: ObjectStore,
     mine: transaction_pb2.Transaction,
@@ -460,8 +222,18 @@ def _rebase(
     return rebased
 
 
+@dataclass(frozen=True)
+class DeferredRemap:
+    """What a compaction that deferred its index remap commits beside its Rewrite: the
+    fragment reuse index it leaves (`format.table.frag_reuse`), which extends the version's
+    one of uuid `built_on` (None: there was none)."""
+
+    index: table_pb2.IndexMetadata
+    built_on: str | None
+
+
 class RowMover(Protocol):
-    """Where a compaction moved rows (`format.index.scalar.remap.AddressMap`)."""
+    """Where a compaction moved rows (`format.table.addresses.AddressMap`)."""
 
     def apply(self, addresses: np.ndarray, where: str) -> tuple[np.ndarray, np.ndarray]: ...
 
@@ -592,6 +364,7 @@ def commit_transaction(
     max_retries: int = DEFAULT_MAX_RETRIES,
     affected: dict[int, np.ndarray] | None = None,
     moved: RowMover | None = None,
+    deferred: DeferredRemap | None = None,
 ) -> CommitResult:
     """Commit `txn` (built on `txn.read_version`; 0 creates the dataset) as the next version.
 
@@ -599,14 +372,18 @@ def commit_transaction(
     deletes, so that it can be rebased over concurrent deletes and updates of other rows
     of the same fragments (see `_rebase`); `moved` maps the rows a compaction (Rewrite)
     moved to their new addresses, so that it can be rebased over concurrent deletes and
-    updates of the fragments it rewrote (see `_rebase_rewrite`)."""
+    updates of the fragments it rewrote (see `_rebase_rewrite`); `deferred` is the fragment
+    reuse index of a Rewrite that deferred its index remap (refused, retryable, when another
+    commit changed that index meanwhile)."""
     ctx = ctx or ManifestContext()
     txn_name = transaction_file_name(txn)
     store.put(f"{TRANSACTIONS_DIR}/{txn_name}", txn.SerializeToString())
     landed = False
     tried: list[int] = []  # versions whose manifest this commit tried to create
     try:
-        result = _commit_attempts(store, txn, txn_name, ctx, max_retries, affected, tried, moved)
+        result = _commit_attempts(
+            store, txn, txn_name, ctx, max_retries, affected, tried, moved, deferred
+        )
         landed = not result.duplicate
         return result
     except Exception as e:
@@ -634,6 +411,7 @@ def _commit_attempts(
     affected: dict[int, np.ndarray] | None = None,
     tried: list[int] | None = None,
     moved: RowMover | None = None,
+    deferred: DeferredRemap | None = None,
 ) -> CommitResult:
     """Write the next manifest, checking and rebasing over concurrent commits (the versions
     it tries to create are appended to `tried`)."""
@@ -694,6 +472,15 @@ def _commit_attempts(
         base = _versions.load_manifest(store, entries[latest_version]) if latest_version else None
         if base is not None:
             check_writable(base, store.uri)
+        if deferred is not None:
+            now = frag_reuse_of(base) if base is not None else None
+            if (now.uuid if now is not None else None) != deferred.built_on:
+                raise CommitConflictError(
+                    f"{store.uri}: another commit changed the fragment reuse index since "
+                    f"version {txn.read_version}; retry the compaction on the new version",
+                    version=latest_version,
+                    retryable=True,
+                )
         version = latest_version + 1
         v2_names = all(e.v2 for e in entries.values()) if entries else True
         pb = build_manifest(base, txn, version, ctx)
@@ -701,12 +488,13 @@ def _commit_attempts(
         data = encode_manifest(
             pb,
             transaction=txn,
-            index_section=_prune_indices(
-                _index_section(store, _index_source(base, txn, ctx)),
+            index_section=carry_indices(
+                index_section_of(index_source(base, txn, ctx)),
                 txn,
                 {f.id for f in pb.fields},
                 stable=bool(pb.reader_feature_flags & FLAG_STABLE_ROW_IDS),
                 fragments=pb.fragments,
+                reuse=deferred.index if deferred is not None else None,
             ),
             prefix=_dictionary_prefix(pb, base, ctx),
         )
@@ -740,6 +528,7 @@ def _commit_attempts(
         _write_hint(store, version)
         manifest = decode_manifest(data, store.uri_of(path))
         manifest.path = path
+        manifest.read_file = store.read_all
         return CommitResult(manifest)
     raise CommitConflictError(
         f"{store.uri}: gave up after {max_retries} retries: too many concurrent commits",
@@ -779,4 +568,5 @@ def commit_clone(
     _write_hint(store, pb.version)
     manifest = decode_manifest(data, store.uri_of(path))
     manifest.path = path
+    manifest.read_file = store.read_all
     return manifest

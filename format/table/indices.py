@@ -6,15 +6,20 @@ vector search, `describe`) goes through `indices_of`, so the section is parsed o
 
 from __future__ import annotations
 
+import logging
 import uuid as _uuid
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from quiver.format.errors import LanceError
 from quiver.format.proto import table_pb2
+from quiver.format.table.frag_reuse import FRAG_REUSE_INDEX, FragReuse
 from quiver.format.table.manifest import Manifest, read_section
 
+log = logging.getLogger("quiver.format")
+
 # Indices pylance keeps for its own bookkeeping, not over user columns.
-SYSTEM_INDICES = frozenset({"__lance_frag_reuse", "__lance_mem_wal"})
+SYSTEM_INDICES = frozenset({FRAG_REUSE_INDEX, "__lance_mem_wal"})
 # the details type pylance gives INVERTED indices (see index.fts.build)
 _INVERTED_DETAILS = "/lance.table.InvertedIndexDetails"
 
@@ -85,17 +90,58 @@ def _known_by_files(pb: table_pb2.IndexMetadata) -> str:
 # a version's index entries, parsed once per manifest object (manifests never change; a
 # search planned for GetFlightInfo and again for DoGet read them four times): id -> (a weak
 # reference to the manifest, its entries), dropped with the manifest
-_ENTRIES: dict[int, tuple[weakref.ref, tuple[IndexEntry, ...]]] = {}
+_ENTRIES: dict[int, tuple[weakref.ref, tuple[IndexEntry, ...], FragReuse | None]] = {}
 
 
 def indices_of(manifest: Manifest, *, system: bool = False) -> list[IndexEntry]:
-    """The indices of a version in manifest order; system indices only when asked."""
+    """The indices of a version in manifest order; system indices only when asked.
+
+    With a fragment reuse index, each one's `fragment_ids` are as its versions leave them
+    (the fragments whose rows the index answers for, once its row addresses are remapped
+    with `frag_reuse_of`), as pylance lists them; `pb` keeps the recorded bitmap."""
+    return (
+        list(_held(manifest)[0]) if system else [i for i in _held(manifest)[0] if not i.is_system]
+    )
+
+
+def frag_reuse_of(manifest: Manifest) -> FragReuse | None:
+    """The version's fragment reuse index (pylance's deferred index remaps), or None."""
+    return _held(manifest)[1]
+
+
+def _held(manifest: Manifest) -> tuple[tuple[IndexEntry, ...], FragReuse | None]:
     key = id(manifest)
     held = _ENTRIES.get(key)
     if held is not None and held[0]() is manifest:
-        out = held[1]
-    else:
-        section = index_section(manifest)
-        out = () if section is None else tuple(index_entry(pb) for pb in section.indices)
-        _ENTRIES[key] = (weakref.ref(manifest, lambda _, k=key: _ENTRIES.pop(k, None)), out)
-    return list(out) if system else [i for i in out if not i.is_system]
+        return held[1], held[2]
+    section = index_section(manifest)
+    out = () if section is None else tuple(index_entry(pb) for pb in section.indices)
+    reuse = None
+    found = next((e for e in out if e.name == FRAG_REUSE_INDEX), None)
+    # (with stable row ids indices hold row ids, which compaction keeps: nothing to replay,
+    # and pylance 14 never writes one then)
+    if found is not None and not manifest.uses_stable_row_ids:
+        try:
+            reuse = FragReuse.read(found.pb, manifest.path, manifest.read_file)
+        except (LanceError, OSError) as e:
+            # without its moves every index covers only the fragments it was built on:
+            # reads then scan the rewritten rows (correct, not narrowed)
+            log.warning(
+                "%s: fragment reuse index not read, indices not replayed: %s", manifest.path, e
+            )
+            return _hold(manifest, out, None)
+        out = tuple(
+            e
+            if e.fragment_ids is None
+            else replace(e, fragment_ids=reuse.fragment_ids(e.fragment_ids))
+            for e in out
+        )
+    return _hold(manifest, out, reuse)
+
+
+def _hold(
+    manifest: Manifest, out: tuple[IndexEntry, ...], reuse: FragReuse | None
+) -> tuple[tuple[IndexEntry, ...], FragReuse | None]:
+    key = id(manifest)
+    _ENTRIES[key] = (weakref.ref(manifest, lambda _, k=key: _ENTRIES.pop(k, None)), out, reuse)
+    return out, reuse

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 import struct
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from google.protobuf.message import DecodeError
@@ -112,6 +113,9 @@ class Manifest:
     path: str  # relative to the dataset root
     size: int
     raw: bytes | None = None  # the whole file when it was read in one piece
+    # reads a file of the dataset (a path relative to its root), for what the manifest
+    # names outside itself (a fragment reuse index's details)
+    read_file: Callable[[str], bytes] | None = field(default=None, repr=False, compare=False)
 
     @property
     def version(self) -> int:

@@ -335,7 +335,7 @@ def build_manifest(
     elif op == "update_config":
         _apply_config(m, txn.update_config)
     elif op == "create_index":
-        pass  # only the index section changes (`commit._prune_indices`)
+        pass  # only the index section changes (`index_carry.carry_indices`)
     elif op == "reserve_fragments":
         base = _next_fragment_id(m)
         if txn.reserve_fragments.num_fragments:

@@ -128,6 +128,7 @@ def load_manifest(store: ObjectStore, entry: ManifestEntry) -> Manifest:
         ) from None
     manifest = decode_manifest(data, store.uri_of(entry.path))
     manifest.path = entry.path
+    manifest.read_file = store.read_all
     if manifest.version != entry.version:
         raise CorruptFileError(
             store.uri_of(entry.path),

@@ -61,6 +61,26 @@ def test_build_use_and_drop_over_flight(served, name) -> None:
         assert [i["name"] for i in lance.dataset(path).list_indices()] == ["id_idx"]
 
 
+def test_deferred_compaction_over_flight(served, name) -> None:
+    """`compact` with `defer_index_remap` leaves the BTREE as it is and records the moves:
+    reads over Flight are still narrowed by it (one endpoint), and pylance reads the same
+    rows through its fragment reuse index."""
+    path = served.path(name)
+    lance.write_dataset(_rows(20_000), path, max_rows_per_file=5_000)
+    with Client(served.uri) as qc:
+        qc.create_index(name, "id", "BTREE")
+        qc.delete(name, "id % 4 = 0")
+        done = qc.compact(name, defer_index_remap=True)
+        assert done["fragments_removed"] == 4 and done["fragments_added"] == 1
+        ds = lance.dataset(path)
+        assert [d.name for d in ds.describe_indices()] == ["__lance_frag_reuse", "id_idx"]
+        assert len(qc.flight_info(name, filter="id = 12345").endpoints) == 1
+        assert qc.read(name, filter="id in (12344, 12345)").column("id").to_pylist() == [12345]
+        assert ds.to_table(filter="id in (12344, 12345)")["id"].to_pylist() == [12345]
+        with pytest.raises(InvalidArgument, match="defer_index_remap"):
+            qc.compact(name, defer_index_remap="yes")  # type: ignore[arg-type]
+
+
 def test_ngram_index_over_flight(served, name) -> None:
     """An NGRAM index built over Flight is pylance's, and narrows `contains` reads to the
     fragments holding the needle's trigrams."""

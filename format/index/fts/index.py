@@ -40,6 +40,7 @@ from quiver.format.index.fts.postings import (
 from quiver.format.index.fts.wide import WIDE, decode, quantized_lengths
 from quiver.format.io.lru import ByteLRU, OpenOnce
 from quiver.format.io.store import ObjectStore
+from quiver.format.table.frag_reuse import FragReuse
 
 
 def cache_arrays(cache: ByteLRU[tuple[np.ndarray, ...]], key: Hashable, arrays: tuple) -> None:
@@ -188,7 +189,7 @@ def readable_format(metadata: dict[str, bytes], where: str) -> str:
 class InvertedIndex:
     """An open INVERTED index segment (close it, or use it as a context manager)."""
 
-    def __init__(self, store: ObjectStore, directory: str) -> None:
+    def __init__(self, store: ObjectStore, directory: str, reuse: FragReuse | None = None) -> None:
         self.where = store.uri_of(directory)
         self.partitions: list[Partition] = []
         self._vocabulary: list[str] | None = None
@@ -204,7 +205,13 @@ class InvertedIndex:
         self.analyzer = Analyzer(self.params)
         try:
             for pid in ids:
-                self.partitions.append(open_partition(store, directory, int(pid), token_format))
+                part = open_partition(store, directory, int(pid), token_format)
+                if reuse is not None:
+                    # documents of rows a compaction moved answer with the rows' addresses
+                    # now (GONE: dropped, in no fragment); statistics stay as built, as
+                    # pylance reads an index through a fragment reuse index
+                    part.row_ids = reuse.apply(part.row_ids)[0]
+                self.partitions.append(part)
         except BaseException:
             self.close()
             raise
@@ -339,7 +346,10 @@ def open_partition(store: ObjectStore, directory: str, pid: int, token_format: s
     )  # fmt: skip
 
 
-def open_inverted(store: ObjectStore, directory: str, uuid: str) -> InvertedIndex:
+def open_inverted(
+    store: ObjectStore, directory: str, uuid: str, reuse: FragReuse | None = None
+) -> InvertedIndex:
     """The index in `directory` of `store`, opened once per process (by URI and uuid: an
-    index's files never change)."""
-    return _OPEN.get((store.uri_of(directory), uuid), lambda: InvertedIndex(store, directory))
+    index's files never change), read through the version's fragment reuse index if any."""
+    key = (store.uri_of(directory), uuid, reuse.uuid if reuse is not None else None)
+    return _OPEN.get(key, lambda: InvertedIndex(store, directory, reuse))

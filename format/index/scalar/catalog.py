@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from quiver.format.errors import IndexNotFoundError
+from quiver.format.errors import IndexNotFoundError, InvalidInputError
 from quiver.format.index.files import IndexFile
 from quiver.format.index.pruning import Core, scalar_kind
 from quiver.format.index.scalar.bitmap import BitmapIndex
@@ -26,7 +26,8 @@ from quiver.format.index.vector.pq import ProductQuantizer
 from quiver.format.index.vector.rq import RaBitQ
 from quiver.format.index.vector.sq import ScalarQuantizer
 from quiver.format.proto import index_pb2
-from quiver.format.table.indices import IndexEntry, indices_of
+from quiver.format.table.frag_reuse import FRAG_REUSE_INDEX
+from quiver.format.table.indices import IndexEntry, frag_reuse_of, indices_of
 
 # pylance's names of index types, by the message of their details
 _TYPE_NAMES = {
@@ -82,7 +83,7 @@ def list_indices(core: Core) -> list[dict[str, Any]]:
     (the dataset version it was built on), fragment_ids (a set) and base_id."""
     names = _field_names(core)
     out = []
-    for e in sorted(indices_of(core.manifest), key=lambda e: e.name):
+    for e in sorted((e for v in _by_name(core).values() for e in v), key=lambda e: e.name):
         out.append(
             {
                 "name": e.name,
@@ -132,6 +133,9 @@ def index_statistics(core: Core, name: str) -> dict[str, Any]:
     if segments is None:
         known = ", ".join(sorted(_by_name(core))) or "none"
         raise IndexNotFoundError(f'{core.uri}: index "{name}" not found; indices: {known}')
+    reuse = frag_reuse_of(core.manifest)
+    if name == FRAG_REUSE_INDEX and reuse is not None:
+        return {"num_versions": len(reuse.versions)}
     live = _live_rows(core)
     covered = set().union(*(s.fragment_ids or () for s in segments)) & live.keys()
     per_segment = [_segment_statistics(core, s) for s in segments]
@@ -287,9 +291,11 @@ def _where(core: Core, entry: IndexEntry) -> tuple[Any, str]:
 
 
 def _by_name(core: Core) -> dict[str, list[IndexEntry]]:
+    """The version's indices by name, its fragment reuse index too (pylance lists it)."""
     out: dict[str, list[IndexEntry]] = {}
-    for e in indices_of(core.manifest):
-        out.setdefault(e.name, []).append(e)
+    for e in indices_of(core.manifest, system=True):
+        if not e.is_system or e.name == FRAG_REUSE_INDEX:
+            out.setdefault(e.name, []).append(e)
     return out
 
 
@@ -314,3 +320,22 @@ def _live_rows(core: Core) -> dict[int, int]:
         deleted = f.deletion_file.num_deleted_rows if f.HasField("deletion_file") else 0
         out[int(f.id)] = int(f.physical_rows) - int(deleted)
     return out
+
+
+def remap_row_addrs(core: Core, addrs: Any) -> pa.Array | None:
+    """pylance's `remap_row_addrs`: row addresses moved across the compactions the
+    version's fragment reuse index records (null: a row a compaction dropped; an address
+    of no such compaction unchanged); None without a fragment reuse index."""
+    reuse = frag_reuse_of(core.manifest)
+    if reuse is None:
+        return None
+    try:
+        given = addrs if isinstance(addrs, (pa.Array, pa.ChunkedArray)) else pa.array(addrs)
+        given = given.cast(pa.uint64())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as e:
+        raise InvalidInputError(f"{core.uri}: remap_row_addrs takes row addresses: {e}") from None
+    if isinstance(given, pa.ChunkedArray):
+        given = given.combine_chunks()
+    valid = given.is_valid().to_numpy(zero_copy_only=False)
+    moved, alive = reuse.apply(given.fill_null(0).to_numpy())
+    return pa.array(moved, pa.uint64(), mask=~(alive & valid))

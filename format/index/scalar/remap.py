@@ -37,100 +37,16 @@ from quiver.format.index.vector.remap import remap_vector_index
 from quiver.format.io.store import ObjectStore
 from quiver.format.numeric import unique_sorted
 from quiver.format.proto import table_pb2, transaction_pb2
+from quiver.format.table.addresses import AddressMap
 
-__all__ = ["AddressMap", "Moved", "RemappedIndex", "discard", "remap_index"]
+__all__ = ["RemappedIndex", "discard", "remap_index"]
 
 _LOW = np.uint64(0xFFFFFFFF)
 _SHIFT = np.uint64(32)
-_GONE = np.uint64(np.iinfo(np.uint64).max)  # a deleted row: no new address
 _U32 = struct.Struct("<I")
 _NO_ROWS = _U32.pack(0)  # a row id map of no fragments
 # rows of a BITMAP lookup remapped at a time (each row's bitmap may be large)
 _BITMAP_CHUNK = 256
-
-
-@dataclass(frozen=True)
-class Moved:
-    """One rewrite group: old fragments (id, physical rows, live mask or None for all) whose
-    live rows, in order, became the rows of the new fragments (id, rows)."""
-
-    old: Sequence[tuple[int, int, np.ndarray | None]]
-    new: Sequence[tuple[int, int]]
-
-
-@dataclass(frozen=True)
-class AddressMap:
-    """Where compaction moved each physical row of the rewritten fragments."""
-
-    fragments: np.ndarray  # sorted old fragment ids (uint64)
-    starts: np.ndarray  # where each fragment's rows start in `targets` (int64)
-    lengths: np.ndarray  # physical rows of each (int64)
-    targets: np.ndarray  # new address per old physical row, _GONE when deleted (uint64)
-
-    @classmethod
-    def build(cls, groups: Sequence[Moved]) -> AddressMap:
-        """The map of every group; each group's live rows must fill its new fragments."""
-        ids, lengths, parts = [], [], []
-        for g in groups:
-            new = [
-                (np.uint64(fid) << _SHIFT) | np.arange(rows, dtype=np.uint64) for fid, rows in g.new
-            ]
-            sequence = np.concatenate(new) if new else np.empty(0, np.uint64)
-            live_rows = sum(r if m is None else int(np.count_nonzero(m)) for _, r, m in g.old)
-            if live_rows != len(sequence):
-                raise LanceError(
-                    f"compaction moved {live_rows} live rows of fragments "
-                    f"{[f for f, _, _ in g.old]} into {len(sequence)} new rows"
-                )
-            used = 0
-            for fid, rows, live in g.old:
-                target = np.full(rows, _GONE, dtype=np.uint64)
-                where = np.arange(rows) if live is None else np.flatnonzero(live)
-                target[where] = sequence[used : used + len(where)]
-                used += len(where)
-                ids.append(fid)
-                lengths.append(rows)
-                parts.append(target)
-        order = np.argsort(np.asarray(ids, dtype=np.uint64), kind="stable")
-        fragments = np.asarray(ids, dtype=np.uint64)[order]
-        if len(np.unique(fragments)) != len(fragments):
-            raise LanceError(f"compaction rewrites a fragment twice: {fragments.tolist()}")
-        sizes = np.asarray(lengths, dtype=np.int64)[order]
-        starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
-        targets = [parts[i] for i in order]
-        return cls(
-            fragments,
-            starts,
-            sizes,
-            np.concatenate(targets) if targets else np.empty(0, np.uint64),
-        )
-
-    def apply(self, addresses: np.ndarray, where: str) -> tuple[np.ndarray, np.ndarray]:
-        """The new address of each of `addresses` (unchanged outside the rewritten
-        fragments) and a mask of those still alive (False: the row was deleted)."""
-        addresses = np.asarray(addresses, dtype=np.uint64)
-        out = addresses.copy()
-        if not len(self.fragments) or not len(addresses):
-            return out, np.ones(len(addresses), dtype=bool)
-        frag = addresses >> _SHIFT
-        pos = np.searchsorted(self.fragments, frag)
-        pos_c = np.minimum(pos, len(self.fragments) - 1)
-        moved = self.fragments[pos_c] == frag
-        offsets = (addresses[moved] & _LOW).astype(np.int64)
-        if np.any(offsets >= self.lengths[pos_c[moved]]):
-            raise CorruptFileError(where, "index names a row past the end of its fragment")
-        out[moved] = self.targets[self.starts[pos_c[moved]] + offsets]
-        keep = out != _GONE
-        return out, keep
-
-    def covers(self, fragment: int) -> bool:
-        """Whether compaction rewrote `fragment`."""
-        i = int(np.searchsorted(self.fragments, np.uint64(fragment)))
-        return i < len(self.fragments) and int(self.fragments[i]) == fragment
-
-    def length(self, fragment: int) -> int:
-        """Physical rows of a rewritten fragment."""
-        return int(self.lengths[int(np.searchsorted(self.fragments, np.uint64(fragment)))])
 
 
 @dataclass(frozen=True)

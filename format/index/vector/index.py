@@ -12,6 +12,7 @@ in a cache bounded by bytes, shared by every index.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import threading
@@ -41,6 +42,7 @@ from quiver.format.index.vector.sq import ScalarQuantizer
 from quiver.format.io.lru import ByteLRU, OpenOnce
 from quiver.format.io.store import ObjectStore
 from quiver.format.proto import index_pb2
+from quiver.format.table.frag_reuse import FragReuse
 
 INDEX_FILE = "index.idx"
 STORAGE_FILE = "auxiliary.idx"
@@ -272,6 +274,38 @@ class VectorIndex:
 
 
 _OPEN: OpenOnce[VectorIndex] = OpenOnce(OPEN_INDICES)
+# partitions' row ids as a fragment reuse index moves them: (index, partition, reuse index)
+_MOVED_IDS: ByteLRU[np.ndarray] = ByteLRU(PARTITION_CACHE_BYTES // 8)
+
+
+class ReusedIndex:
+    """A vector index read through a fragment reuse index (compactions that deferred their
+    remap): its partitions' row ids are the rows' addresses now, `GONE` for rows a compaction
+    dropped (they lie in no fragment, so no search answers them), everything else as
+    stored; otherwise it is the index itself."""
+
+    def __init__(self, index: VectorIndex, reuse: FragReuse) -> None:
+        self._index = index
+        self._reuse = reuse
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._index, name)
+
+    def _moved(self, p: int, row_ids: np.ndarray) -> np.ndarray:
+        key = (self._index.key, p, self._reuse.uuid)
+        ids = _MOVED_IDS.get(key)
+        if ids is None:
+            ids = np.require(self._reuse.apply(row_ids)[0], requirements="CA")
+            _MOVED_IDS.put(key, ids, ids.nbytes + 64)
+        return ids
+
+    def partition(self, p: int) -> Partition:
+        part = self._index.partition(p)
+        return dataclasses.replace(part, row_ids=self._moved(p, part.row_ids))
+
+    def rq_partition(self, p: int) -> RqPartition:
+        part = self._index.rq_partition(p)
+        return dataclasses.replace(part, row_ids=self._moved(p, part.row_ids))
 
 
 def open_vector_index(store: ObjectStore, directory: str, uuid: str, name: str) -> VectorIndex:

@@ -101,7 +101,7 @@ def test_compaction_options_refused(tmp_path: Path) -> None:
     version = ds.version
     for options, error in [
         ({"compaction_mode": "force_binary_copy"}, UnsupportedFeatureError),  # deleted rows
-        ({"defer_index_remap": True}, UnsupportedFeatureError),
+        ({"defer_index_remap": "yes"}, InvalidInputError),
         ({"compaction_mode": "fast"}, InvalidInputError),
         ({"max_source_rows": 0}, InvalidInputError),
         ({"data_storage_version": "legacy"}, InvalidInputError),
