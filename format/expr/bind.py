@@ -28,6 +28,7 @@ from quiver.format.expr import floats as F
 from quiver.format.expr import plan as P
 from quiver.format.expr import types as T
 from quiver.format.expr.functions import FunctionCalls
+from quiver.format.expr.geo import geo_kind
 from quiver.format.expr.parse import LanceFilterDialect, describe_filter
 from quiver.format.expr.typed import (
     ARITH_NODES,
@@ -198,6 +199,7 @@ class Binder(FunctionCalls):
         self.columns.add(field.name)
         path = [field.name]
         dtype = field.type
+        geo = geo_kind(field)
         for name, _quoted in parts[1:]:
             if not pa.types.is_struct(dtype):
                 raise self.bind_error(
@@ -213,11 +215,12 @@ class Binder(FunctionCalls):
             child = dtype.field(index)
             path.append(child.name)
             dtype = child.type
+            geo = geo_kind(child)
         expr = pc.field(*path)
         if pa.types.is_dictionary(dtype):
             dtype = dtype.value_type
             expr = expr.cast(dtype)
-        return Typed(type=dtype, expr=expr, path=tuple(path), sql=".".join(path))
+        return Typed(type=dtype, expr=expr, path=tuple(path), sql=".".join(path), geo=geo)
 
     # ------------------------------------------------------------------ literals
 

@@ -12,11 +12,12 @@ from sqlglot import exp
 
 from quiver.format.expr import types as T
 from quiver.format.expr.functions_array import ArrayFunctions
+from quiver.format.expr.functions_geo import GeoFunctions
 from quiver.format.expr.functions_scalar import ScalarFunctions
 from quiver.format.expr.typed import NULL_BOOL, Typed, const
 
 
-class FunctionCalls(ScalarFunctions, ArrayFunctions):
+class FunctionCalls(ScalarFunctions, ArrayFunctions, GeoFunctions):
     """Binding of function calls, regular expressions, COALESCE and LIKE (a Binder part)."""
 
     def _like(self, node: exp.Expression, negated: bool) -> Typed:
@@ -158,10 +159,12 @@ class FunctionCalls(ScalarFunctions, ArrayFunctions):
         raise self.unsupported(f"{self._text(node)!r}")
 
     def _more_functions(self, node: exp.Expression) -> Typed | None:
-        """DataFusion's other scalar and list functions (`functions_scalar`,
-        `functions_array`), or None."""
+        """DataFusion's other scalar, list and spatial functions (`functions_scalar`,
+        `functions_array`, `functions_geo`), or None."""
         bound = self._scalar_function(node)
-        return bound if bound is not None else self._array_function(node)
+        if bound is None:
+            bound = self._array_function(node)
+        return bound if bound is not None else self._geo_function(node)
 
     def _regexp(
         self, subject: exp.Expression, pattern: exp.Expression, flags: exp.Expression | None

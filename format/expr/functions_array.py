@@ -19,7 +19,7 @@ from quiver.format.expr import types as T
 from quiver.format.expr.typed import Typed, const
 
 
-def _register(name: str, fn, in_types: dict[str, pa.DataType], out: pa.DataType) -> str:
+def register_function(name: str, fn, in_types: dict[str, pa.DataType], out: pa.DataType) -> str:
     """Register a vectorised scalar compute function once (per process) and return its name."""
     if name not in pc.list_functions():
         try:
@@ -161,7 +161,7 @@ class ArrayFunctions:
         if lists.const:
             array = pa.array([lists.value.as_py()], lists.type)
             return const(_list_test(mode, array, needles)[0], fn)
-        name = _register(
+        name = register_function(
             f"quiver_list_has_{mode}_{lists.type}",
             lambda xs, ns: _list_test(mode, xs, ns),
             {"lists": lists.type, "needles": pa.list_(item_type)},
@@ -185,7 +185,7 @@ class ArrayFunctions:
         x = self._cast(x, pa.string())
         if x.const:
             return const(_regexp_match(pa.array([x.value.as_py()]), pa.scalar(pattern))[0])
-        name = _register(
+        name = register_function(
             "quiver_regexp_match",
             _regexp_match,
             {"values": pa.string(), "pattern": pa.string()},

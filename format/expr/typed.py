@@ -30,6 +30,7 @@ class Typed:
     uncast: Typed | None = None  # for an explicit CAST of a runtime value: the value before it
     neg_nan: pc.Expression | None = None  # floats: where the value is a negative NaN
     plan: Plan | None = None  # booleans: staged AND/OR evaluation, when a term could fail
+    geo: str | None = None  # a geometry: its GeoArrow encoding (`format.expr.geo`)
 
     @property
     def const(self) -> bool:
