@@ -35,7 +35,7 @@ from quiver.flight_server.protocol import (
 )
 from quiver.flight_server.writes import Writes
 from quiver.format.dataset import dataset
-from quiver.format.dataset.indexing import build_memory
+from quiver.format.dataset.index_memory import build_memory
 from quiver.format.dataset.update import delete as delete_rows
 from quiver.format.dataset.update import update as update_rows
 from quiver.format.errors import DatasetNotFoundError
@@ -386,6 +386,7 @@ _KINDS = {
     "LabelList": "LABEL_LIST",
     "ZoneMap": "ZONEMAP",
     "BloomFilter": "BLOOMFILTER",
+    "RTree": "RTREE",
 }
 
 

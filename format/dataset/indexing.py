@@ -30,15 +30,14 @@ from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, ROW_ID_FIELD, Scanner
 from quiver.format.errors import (
     IndexNotFoundError,
     InvalidInputError,
-    LanceError,
     UnsupportedFeatureError,
 )
-from quiver.format.file.types import fixed_bits
 from quiver.format.index.fts import build as _fts
 from quiver.format.index.fts.build import INVERTED_DETAILS
 from quiver.format.index.scalar import bitmap as _bitmap
 from quiver.format.index.scalar import btree as _btree
 from quiver.format.index.scalar import minhash as _minhash
+from quiver.format.index.scalar import rtree as _rtree
 from quiver.format.index.scalar.bloom import (
     BLOOM_DETAILS,
     BLOOM_FILE,
@@ -62,9 +61,7 @@ from quiver.format.index.scalar.zonemap import (
     build_zonemap,
     zonemap_details,
 )
-from quiver.format.index.vector import rq_build
 from quiver.format.index.vector.build import VECTOR_DETAILS, VECTOR_INDEX_TYPES
-from quiver.format.index.vector.hnsw import BUILD_GROUP, GROUP_BYTES
 from quiver.format.proto import table_pb2, transaction_pb2
 from quiver.format.table.commit import commit_transaction
 from quiver.format.table.indices import IndexEntry, indices_of
@@ -87,7 +84,6 @@ __all__ = [
     "SCALAR_INDEX_TYPES",
     "VECTOR_INDEX_TYPES",
     "VECTOR_OPTIONS",
-    "build_memory",
     "create_index",
     "create_scalar_index",
     "drop_index",
@@ -119,6 +115,8 @@ _BUILDERS: dict[str, tuple[Any, str, tuple[str, ...]]] = {
     "NGRAM": (build_ngram, NGRAM_DETAILS, (POSTINGS_FILE,)),
     # MINHASHLSH takes its MinHashParams: built in build_segment
     "MINHASHLSH": (None, _minhash.MINHASH_DETAILS, _minhash.FILES),
+    # RTREE takes the column's GeoArrow encoding: built in build_segment
+    "RTREE": (None, _rtree.DETAILS, _rtree.FILES),
 }
 
 
@@ -242,10 +240,11 @@ def build_scalar_index(
     if kind not in _BUILDERS:
         raise UnsupportedFeatureError(
             f"{core.uri}: Quiver builds BTREE, BITMAP, LABEL_LIST, ZONEMAP, BLOOMFILTER, NGRAM, "
-            f"INVERTED and MINHASHLSH scalar indices, not {kind} yet"
+            f"INVERTED, MINHASHLSH and RTREE scalar indices, not {kind} yet"
         )
-    # pylance ignores the options of NGRAM and BLOOMFILTER (its 8192 items at 0.00057 stand)
-    if options and kind not in ("INVERTED", "NGRAM", "BLOOMFILTER", "MINHASHLSH"):
+    # pylance ignores the options of NGRAM, BLOOMFILTER (its 8192 items at 0.00057 stand)
+    # and RTREE (its pages stay 4096 boxes)
+    if options and kind not in ("INVERTED", "NGRAM", "BLOOMFILTER", "MINHASHLSH", "RTREE"):
         raise InvalidInputError(f"{core.uri}: unknown {kind} index option {sorted(options)[0]!r}")
     params: Any = _fts.index_params(options, core.uri) if kind == "INVERTED" else None
     if kind == "MINHASHLSH":
@@ -257,6 +256,8 @@ def build_scalar_index(
     elements = kind == "INVERTED" and bool(params.get(_fts.LIST_ELEMENT))
     if kind == "BLOOMFILTER":
         check_bloom_type(column, arrow_type)
+    elif kind == "RTREE":
+        _rtree.check_field(column, core.lance_schema.project([column]).to_arrow().field(0))
     elif elements:  # pylance's index of list elements: its own name, lists of strings
         _fts.list_elements(pa.array([], arrow_type), np.zeros(0, np.uint64), core.uri)
         name = f"{column}_list_element_idx" if name is None else name
@@ -527,6 +528,12 @@ def build_segment(
                 params,
                 "2.1" if version == "2.0" else version,
             )
+        elif kind == "RTREE":
+            field = core.lance_schema.project([column]).to_arrow().field(0)
+            files = _rtree.build_rtree(
+                core.store, directory, values, row_ids, index_file_version(core),
+                _rtree.check_field(column, field),
+            )  # fmt: skip
         elif kind == "BLOOMFILTER" and previous:
             files = build_bloomfilter(
                 core.store,
@@ -667,6 +674,9 @@ def optimize_indices(
             # (an untrained segment, covering nothing, counts as none, except for INVERTED
             # indices, whose merges keep the segments' partitions: pylance's)
             trained = [s for s in merged if s.fragment_ids or kind == "INVERTED"]
+            if kind == "RTREE":  # rebuilt over the live rows: what compaction left counts none
+                covers &= set(fragments)
+                trained = [s for s in trained if set(s.fragment_ids or ()) & covers]
             version = min((s.dataset_version for s in trained), default=core.version)
             if kind == "ZONEMAP" and len(merged) > 1:
                 version = core.version
@@ -741,53 +751,3 @@ def segment_kind(entry: IndexEntry) -> str | None:
     if entry.details_type == VECTOR_DETAILS:
         return VECTOR
     return next((k for k, (_, d, _) in _BUILDERS.items() if d == entry.details_type), None)
-
-
-def build_memory(core: DatasetCore, column: str, index_type: str, **options: Any) -> int:
-    """About the bytes a build of an index of `column` holds at its peak (for a server's
-    memory budget): a scalar index holds the column's values, their row ids and the sort's
-    copies; a vector index its training sample, one batch of vectors and every row's code.
-    Options are `create_index`'s (unknown or bad ones are left to the build to refuse)."""
-    kind = str(index_type).upper()
-    rows = sum(f.count_rows() for f in fragments_of(core))
-    try:
-        arrow_type = core.lance_schema.project([column]).to_arrow().field(0).type
-    except LanceError:
-        return 1  # the build names the missing column
-    if kind in VECTOR_INDEX_TYPES and _vector.is_multivector(arrow_type):
-        arrow_type = arrow_type.value_type  # about a vector a row counted
-    if kind in VECTOR_INDEX_TYPES and pa.types.is_fixed_size_list(arrow_type):
-        dim = arrow_type.list_size
-        try:
-            params = _vector.vector_params(
-                core,
-                column,
-                kind,
-                options.get("metric") or "l2",
-                num_partitions=options.get("num_partitions"),
-                num_sub_vectors=options.get("num_sub_vectors") or 1,
-                num_bits=options.get("num_bits"),
-                sample_rate=options.get("sample_rate") or 256,
-                max_iters=options.get("max_iters") or 50,
-                target_partition_size=options.get("target_partition_size"),
-                live_rows=rows,
-            )
-        except LanceError:
-            return 1
-        sample = min(params.training_rows(), rows) * dim * 4 * 2
-        batch = min(_vector.BATCH_ROWS, rows) * dim * 4 * 4
-        code = {
-            "IVF_PQ": params.num_sub_vectors * params.num_bits // 8,
-            "IVF_SQ": dim,
-            "IVF_FLAT": dim * 4,
-            "IVF_RQ": rq_build.record_width(dim, params.num_bits),
-        }[params.storage_kind]
-        graphs = 0
-        if params.hnsw is not None:  # a group of partitions' graphs built at once
-            per = -(-rows // params.num_partitions)
-            part = min(rows, max(per, min(per * BUILD_GROUP, GROUP_BYTES // (dim * 4))))
-            graphs = part * (dim * 4 + params.hnsw.m * 3 * 8 * 2)
-        return sample + batch + rows * (code + 12) * 2 + graphs
-    bits = fixed_bits(arrow_type.value_type if kind == "LABEL_LIST" else arrow_type)
-    width = 16 if bits is None else max(1, bits // 8)  # variable-width values: a guess
-    return rows * (width + 8) * 5

@@ -37,6 +37,7 @@ from quiver.format.index.scalar.btree import BTreeIndex
 from quiver.format.index.scalar.ngram import NGramIndex, text_tokens
 from quiver.format.index.scalar.query import Bounds, Leaf
 from quiver.format.index.scalar.rows import EMPTY
+from quiver.format.index.scalar.rtree import RTreeIndex, spatial_box
 from quiver.format.io.lru import ByteLRU
 from quiver.format.io.store import ObjectStore
 from quiver.format.numeric import unique_sorted
@@ -164,6 +165,8 @@ def scalar_kind(entry: IndexEntry) -> str | None:
         return "NGRAM"
     if kind == "BloomFilterIndexDetails":
         return "BLOOMFILTER"
+    if kind == "RTreeIndexDetails":
+        return "RTREE"
     names = {path for path, _ in entry.files}
     if not entry.details_type and "page_lookup.lance" in names:
         return "BTREE"
@@ -188,10 +191,11 @@ def prune(core: Core, sql: str, filter_schema: pa.Schema) -> IndexPruning | None
     by_column = _usable_indices(core, entries)
     ngrams = _segments_of(core, entries, "NGRAM")
     blooms = _segments_of(core, entries, "BLOOMFILTER")
-    if not by_column and not ngrams and not blooms:
+    rtrees = _segments_of(core, entries, "RTREE")
+    if not by_column and not ngrams and not blooms and not rtrees:
         return None
     # the same filter on the same version and indices (a read's GetFlightInfo and DoGets)
-    segments = [s for v in [*ngrams.values(), *blooms.values()] for s in v]
+    segments = [s for v in [*ngrams.values(), *blooms.values(), *rtrees.values()] for s in v]
     uuids = sorted(e.uuid for e in [*by_column.values(), *segments])
     key = ("pruning", core.uri, manifest.version, tuple(uuids), sql, filter_schema)
     found = _answers.get(key)
@@ -200,6 +204,7 @@ def prune(core: Core, sql: str, filter_schema: pa.Schema) -> IndexPruning | None
     physical = {int(f.id): int(f.physical_rows) for f in frags}
     walker = _Walker(core, sql, filter_schema, by_column, physical, ngrams, blooms)
     walker.reuse = frag_reuse_of(manifest)
+    walker.rtrees = rtrees
     try:
         answer = walker.visit(parse_filter(sql, dataset=core.uri), False)
     except (LanceError, pa.ArrowException, ValueError, TypeError, KeyError, RecursionError) as e:
@@ -270,6 +275,7 @@ class _Walker:
         # a fragment reuse index: indices' row addresses of fragments compactions rewrote
         # are moved to the rows' new places (see `_answer`)
         self.reuse: FragReuse | None = None
+        self.rtrees: dict[str, list[IndexEntry]] = {}  # RTREE segments by column
 
     @property
     def index_physical(self) -> Mapping[int, int]:
@@ -304,6 +310,8 @@ class _Walker:
                 rows = np.concatenate([a.rows for a in answers])
                 covered = frozenset().union(*(a.covered for a in answers))
                 return _Answer(covered, unique_sorted(rows) if len(answers) > 1 else rows)
+        if column in self.rtrees and not negated:
+            return self._spatial_search(node, column)
         entry = self.by_column.get(column)
         field = self.schema.field(column)
         if entry is None and column in self.blooms and not negated:
@@ -387,6 +395,26 @@ class _Walker:
             return _loaded(BitmapIndex, store, directory).search(leaf, self.index_physical)
 
         return self._answer(entry, leaf.key, search)
+
+    def _spatial_search(self, node: exp.Expression, column: str) -> _Answer | None:
+        """An RTREE's answer to a spatial predicate of the column and a constant geometry
+        (or `st_distance(column, g) < d`): the rows whose boxes meet the constant's box
+        (grown by d); None for other nodes."""
+
+        def constant(arg: exp.Expression) -> Any:
+            value = Binder(self.sql, self.schema, self.core.uri).bind(arg)
+            return value if value.const and value.geo and not value.is_null_const else None
+
+        box = spatial_box(node, lambda n: _bare_column(n, column) is not None, constant)
+        if box is None:
+            return None
+        answers = [
+            self._answer(e, ("rtree", box), lambda s, d: _loaded(RTreeIndex, s, d).search(box))
+            for e in self.rtrees[column]
+        ]
+        rows = np.concatenate([a.rows for a in answers])
+        covered = frozenset().union(*(a.covered for a in answers))
+        return _Answer(covered, unique_sorted(rows) if len(answers) > 1 else rows)
 
     def _bloom_search(self, node: exp.Expression, column: str, field: pa.Field) -> _Answer | None:
         """A BLOOMFILTER's answer to `column = v`, `column IN (...)` or `column IS NULL`:

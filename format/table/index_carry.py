@@ -209,7 +209,7 @@ def _kind(index: table_pb2.IndexMetadata) -> str:
     return index.index_details.type_url.rsplit(".", 1)[-1]
 
 
-_NEVER_REMAPPED = ("ZoneMapIndexDetails", "BloomFilterIndexDetails")
+_NEVER_REMAPPED = ("ZoneMapIndexDetails", "BloomFilterIndexDetails", "RTreeIndexDetails")
 _ROW_ID_INDICES = (
     "BitmapIndexDetails",
     "InvertedIndexDetails",
@@ -217,6 +217,7 @@ _ROW_ID_INDICES = (
     "LabelListIndexDetails",
     "VectorIndexDetails",
     "MinHashLshIndexDetails",
+    "RTreeIndexDetails",
 )
 
 

@@ -471,12 +471,14 @@ class LanceSchema:
                 extension = f.type.extension_name
                 meta = {_EXTENSION_NAME: extension.encode(), **meta}
                 f = pa.field(f.name, f.type.storage_type, f.nullable, f.metadata)
-            elif meta.get(_EXTENSION_NAME) == BLOB_V2_EXTENSION.encode():
-                extension = BLOB_V2_EXTENSION
+            elif _EXTENSION_NAME in meta:
+                extension = meta[_EXTENSION_NAME].decode("utf-8", "replace")
             lf = LanceField(
                 id=next_id[0],
                 name=f.name,
-                extension_name=extension if extension == BLOB_V2_EXTENSION else "",
+                # pylance 14 records a field's extension name (GeoArrow's, blob v2, any);
+                # arrow.json it turns into its own lance.json storage, which Quiver does not
+                extension_name=extension if extension != "arrow.json" else "",
                 logical_type=logical_type_of(f.type),
                 nullable=f.nullable,
                 parent_id=parent,

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from quiver.clients import Client
-from quiver.clients.errors import InvalidArgument, NotFound, Unimplemented
+from quiver.clients.errors import InvalidArgument, NotFound
 
 served = flight_helpers.served  # fixtures shared by the server test modules
 name = flight_helpers.name
@@ -81,6 +81,29 @@ def test_deferred_compaction_over_flight(served, name) -> None:
             qc.compact(name, defer_index_remap="yes")  # type: ignore[arg-type]
 
 
+def test_rtree_index_over_flight(served, name) -> None:
+    """An RTREE built over Flight is pylance's, and narrows spatial reads to the fragment
+    holding the box's points (one endpoint)."""
+    path = served.path(name)
+    xs = np.arange(20_000, dtype=np.float64)
+    points = pa.StructArray.from_arrays([pa.array(xs), pa.array(xs / 2)], names=["x", "y"])
+    geom = pa.field("geom", points.type, metadata={"ARROW:extension:name": "geoarrow.point"})
+    table = pa.Table.from_arrays(
+        [pa.array(np.arange(20_000)), points],
+        schema=pa.schema([pa.field("id", pa.int64()), geom]),
+    )
+    lance.write_dataset(table, path, max_rows_per_file=5_000)
+    with Client(served.uri) as qc:
+        assert qc.create_index(name, "geom", "RTREE") == {"version": 2, "name": "geom_idx"}
+        [index] = lance.dataset(path).describe_indices()
+        assert index.index_type == "RTree"
+        box = "POLYGON((100 40, 110 40, 110 60, 100 60, 100 40))"
+        sql = f"st_intersects(geom, st_geomfromtext('{box}'))"
+        assert len(qc.flight_info(name, filter=sql).endpoints) == 1
+        assert qc.read(name, filter=sql).column("id").to_pylist() == list(range(100, 111))
+        assert lance.dataset(path).to_table(filter=sql)["id"].to_pylist() == list(range(100, 111))
+
+
 def test_ngram_index_over_flight(served, name) -> None:
     """An NGRAM index built over Flight is pylance's, and narrows `contains` reads to the
     fragments holding the needle's trigrams."""
@@ -126,7 +149,7 @@ def test_bad_index_requests_get_their_codes(served, name) -> None:
     with Client(served.uri) as qc:
         with pytest.raises(InvalidArgument, match="index type"):
             qc.create_index(name, "id", "FOO")
-        with pytest.raises(Unimplemented, match="RTREE"):
+        with pytest.raises(InvalidArgument, match="RTREE index needs a GeoArrow column"):
             qc.create_index(name, "cat", "RTREE")
         with pytest.raises(InvalidArgument, match="NGRAM index needs a text column"):
             qc.create_index(name, "id", "NGRAM")

@@ -18,6 +18,7 @@ from quiver.format.index.pruning import Core, scalar_kind
 from quiver.format.index.scalar.bitmap import BitmapIndex
 from quiver.format.index.scalar.btree import BTreeIndex
 from quiver.format.index.scalar.ngram import POSTINGS_FILE
+from quiver.format.index.scalar.rtree import RTreeIndex
 from quiver.format.index.vector.build import details_kind, untrained
 from quiver.format.index.vector.index import INDEX_FILE as VECTOR_INDEX_FILE
 from quiver.format.index.vector.index import open_vector_index
@@ -197,6 +198,8 @@ def _segment_statistics(core: Core, entry: IndexEntry) -> dict[str, Any]:
     if kind == "NGRAM":
         with IndexFile(store, f"{directory}/{POSTINGS_FILE}") as f:
             return {"num_ngrams": f.num_rows}
+    if kind == "RTREE":
+        return RTreeIndex.load(store, directory).statistics()
     if entry.details_type.endswith("LabelListIndexDetails"):
         with IndexFile(store, f"{directory}/bitmap_page_lookup.lance") as f:
             return {"num_bitmaps": f.num_rows}

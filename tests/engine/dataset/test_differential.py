@@ -161,15 +161,6 @@ class _Sequence:
                 lambda e, u: e.dataset(u).optimize.compact_files(target_rows_per_fragment=target),
             )
         )
-        if not self.stable:  # (both engines refuse to defer with stable row ids)
-            ops.append(
-                (
-                    f"compact_files target={target} defer_index_remap",
-                    lambda e, u: e.dataset(u).optimize.compact_files(
-                        target_rows_per_fragment=target, defer_index_remap=True
-                    ),
-                )
-            )
         ops.append(
             (
                 "cleanup_old_versions",

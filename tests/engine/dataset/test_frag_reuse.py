@@ -236,3 +236,38 @@ def test_deferred_compactions_beside_readers(tmp_path: Path) -> None:
     reader.join()
     assert not errors
     assert _answers(dataset(uri)) == before
+
+
+@pytest.mark.xfail(strict=True, reason="pylance 14 bug: a compaction that remaps at once after "
+                   "a deferred one leaves the BTREE's rows at their pre-deferred addresses "
+                   "(pylance's own indexed reads then miss rows; Quiver's compaction applies "
+                   "the recorded moves first: see the next test)")  # fmt: skip
+def test_pylance_remapping_after_a_deferred_compaction(tmp_path: Path) -> None:
+    uri = _deferred_then_remapped(tmp_path, lance.dataset)
+    theirs = lance.dataset(uri)
+    assert _rows(theirs, "s = 'w2'") == _rows(theirs, "s = 'w2'", use_scalar_index=False)
+
+
+def test_quiver_remapping_after_a_deferred_compaction(tmp_path: Path) -> None:
+    uri = _deferred_then_remapped(tmp_path, dataset)
+    expected = _rows(lance.dataset(uri), "s = 'w2'", use_scalar_index=False)
+    assert _rows(lance.dataset(uri), "s = 'w2'") == expected
+    assert _rows(dataset(uri), "s = 'w2'") == expected
+
+
+def _deferred_then_remapped(tmp_path: Path, open_: Callable[[str], Any]) -> str:
+    """A BTREE, a deferred compaction, deletes, then a compaction (by `open_`'s engine)
+    that remaps at once the fragment the deferred one wrote."""
+    uri = str(tmp_path / "d")
+    for i in range(4):
+        _append(uri, i)
+    lance.dataset(uri).create_scalar_index("s", "BTREE")
+    lance.dataset(uri).delete("id % 3 = 0")
+    lance.dataset(uri).optimize.compact_files(defer_index_remap=True, target_rows_per_fragment=500)
+    lance.dataset(uri).delete("id % 5 = 1")
+    open_(uri).optimize.compact_files(target_rows_per_fragment=10_000)
+    return uri
+
+
+def _rows(ds: Any, sql: str, **kw: Any) -> list[int]:
+    return sorted(ds.to_table(filter=sql, columns=["id"], **kw)["id"].to_pylist())

@@ -25,7 +25,6 @@ from quiver.format.errors import (
     CommitConflictError,
     IndexNotFoundError,
     InvalidInputError,
-    UnsupportedFeatureError,
 )
 from quiver.format.index.files import IndexFile
 from quiver.format.io.store import open_store
@@ -220,7 +219,7 @@ def test_replace_refuse_and_drop_as_pylance(tmp_path: Path) -> None:
         q.create_scalar_index("nope", "BTREE")
     with pytest.raises(InvalidInputError, match="index type"):
         q.create_scalar_index("i64", "FOO")
-    with pytest.raises(UnsupportedFeatureError, match="RTREE"):
+    with pytest.raises(InvalidInputError, match="RTREE index needs a GeoArrow column"):
         q.create_scalar_index("s", "RTREE")
     with pytest.raises(InvalidInputError, match="NGRAM index needs a text column"):
         q.create_scalar_index("i64", "NGRAM")
