@@ -28,6 +28,7 @@ from quiver.format.expr.functions_array import register_function
 
 __all__ = [
     "CONSTRUCTORS",
+    "apply",
     "GEOARROW",
     "MEASURES",
     "PREDICATES",
@@ -154,10 +155,6 @@ def wkb_of(geoms: np.ndarray) -> pa.Array:
     return pa.array(_shapely().to_wkb(geoms), pa.binary())
 
 
-def _result(values: np.ndarray, valid: np.ndarray, out_type: pa.DataType) -> pa.Array:
-    return pa.array(values, out_type, mask=~valid)
-
-
 def _evaluate(fn: str, geoms: list[np.ndarray]) -> tuple[np.ndarray, pa.DataType]:
     shapely = _shapely()
     if fn in PREDICATES:
@@ -174,21 +171,22 @@ def _evaluate(fn: str, geoms: list[np.ndarray]) -> tuple[np.ndarray, pa.DataType
 
 def apply(fn: str, args: list[tuple[Any, str]], length: int) -> pa.Array:
     """`fn` over geometry arguments (arrays or scalars with their GeoArrow kind)."""
+    shapely = _shapely()
     geoms = []
     valid = np.ones(length, bool)
     for value, kind in args:
         g = geometries(value, kind)
         if len(g) == 1 and length != 1:
             g = np.repeat(g, length)
-        valid &= np.asarray([x is not None for x in g], bool) if g.dtype == object else True
+        valid &= ~shapely.is_missing(g)
         geoms.append(g)
-    safe = [np.where(valid, g, _shapely().from_wkt("POINT EMPTY")) for g in geoms]
-    values, out_type = _evaluate(fn, safe)
+    empty = shapely.from_wkt("POINT EMPTY")
+    values, out_type = _evaluate(fn, [np.where(valid, g, empty) for g in geoms])
     if out_type == pa.binary():
         values = np.asarray(values, dtype=object)
         values[~valid] = None
         return wkb_of(values)
-    return _result(values, valid, out_type)
+    return pa.array(values, out_type, mask=~valid)
 
 
 def geo_udf(fn: str, types: list[pa.DataType], kinds: list[str]) -> Callable[..., pc.Expression]:

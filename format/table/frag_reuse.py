@@ -27,6 +27,7 @@ import numpy as np
 from pyroaring import BitMap, BitMap64
 
 from quiver.format.errors import CorruptFileError, LanceError
+from quiver.format.io.lru import ByteLRU
 from quiver.format.proto import table_pb2
 from quiver.format.table.addresses import AddressMap, Moved
 
@@ -45,6 +46,8 @@ DETAILS_FILE = "details.binpb"
 INLINE_LIMIT = 204_800  # bytes of content kept in the manifest (pylance's limit)
 
 _Details = table_pb2.FragmentReuseIndexDetails
+# composed maps of reuse indices, by uuid (8 bytes per row the compactions moved)
+_MAPS: ByteLRU[AddressMap] = ByteLRU(512 << 20, 64)
 _SHIFT = np.uint64(32)
 _LOW = np.uint64(0xFFFFFFFF)
 
@@ -107,14 +110,19 @@ class FragReuse:
                     out.update(int(f.id) for f in group.new_fragments)
         return frozenset(out)
 
-    @cached_property
+    @property
     def address_map(self) -> AddressMap:
-        """Every version's moves as one map (old row address -> row address now)."""
-        out: AddressMap | None = None
-        for version in self.versions:
-            moves = AddressMap.build([self._moved(g) for g in version.groups])
-            out = moves if out is None else out.then(moves, self.where)
-        return out if out is not None else AddressMap.build([])
+        """Every version's moves as one map (old row address -> row address now), built
+        once per process for each reuse index (a new one comes with every deferred
+        compaction; every manifest read of a version shares it)."""
+        found = _MAPS.get(self.uuid)
+        if found is None:
+            found = AddressMap.build([])
+            for version in self.versions:
+                moves = AddressMap.build([self._moved(g) for g in version.groups])
+                found = moves if not len(found.fragments) else found.then(moves, self.where)
+            _MAPS.put(self.uuid, found, found.targets.nbytes + found.lengths.nbytes * 3 + 256)
+        return found
 
     def apply(self, addresses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The addresses now of index row `addresses` (`GONE` for a dropped row) and which
@@ -141,11 +149,12 @@ class FragReuse:
             raise CorruptFileError(self.where, f"bad fragment reuse row addresses: {e}") from None
         # the survivors are in address order: the old fragments' rows follow by id
         old = sorted(group.old_fragments, key=lambda f: int(f.id))
-        frags = survivors >> _SHIFT
         out = []
         for f in old:
             rows = int(f.physical_rows)
-            offsets = (survivors[frags == np.uint64(f.id)] & _LOW).astype(np.int64)
+            first = np.uint64(f.id) << _SHIFT
+            lo, hi = np.searchsorted(survivors, [first, first + (_LOW + np.uint64(1))])
+            offsets = (survivors[lo:hi] & _LOW).astype(np.int64)
             if len(offsets) and int(offsets[-1]) >= rows:
                 raise CorruptFileError(
                     self.where, f"fragment reuse index names a row past fragment {f.id}'s end"

@@ -71,10 +71,10 @@ def bounds_of(values: pa.Array, kind: str) -> tuple[np.ndarray, np.ndarray]:
     import shapely
 
     shapes = geometries(values, kind)
-    valid = np.array([g is not None for g in shapes], dtype=bool)
+    valid = ~shapely.is_missing(shapes)
     boxes = np.full((len(shapes), 4), np.nan)
     if valid.any():
-        boxes[valid] = shapely.bounds(shapes[valid].astype(object))
+        boxes[valid] = shapely.bounds(shapes[valid])
     return boxes, valid
 
 
