@@ -34,13 +34,13 @@ from quiver.format.dataset.fulltext import FullTextSearch
 from quiver.format.dataset.history import version_history
 from quiver.format.dataset.hybrid import hybrid_table
 from quiver.format.dataset.merge_insert import MergeInsertBuilder
-from quiver.format.dataset.minhash import is_minhash_query, search_nearest
+from quiver.format.dataset.minhash import is_minhash_query
 from quiver.format.dataset.nearest import NearestSearch, nearest_table
-from quiver.format.dataset.ordering import OrderedScan, scan_options
+from quiver.format.dataset.ordering import OrderedScan
 from quiver.format.dataset.refs import Branches, Tags, create_branch
 from quiver.format.dataset.row_changes import DEFAULT_CONFLICT_RETRIES, DEFAULT_RETRY_TIMEOUT
 from quiver.format.dataset.scan import Scanner
-from quiver.format.dataset.scanner_builder import pylance_keywords
+from quiver.format.dataset.scan_plan import plan_scan
 from quiver.format.dataset.session import SessionMethods
 from quiver.format.dataset.stats import LanceStats
 from quiver.format.dataset.validate import validate as _validate
@@ -284,62 +284,16 @@ class LanceDataset(_blobs.BlobMethods, SessionMethods, DistributedIndexMethods):
         pylance's `order_by` sorts the rows (`format.dataset.ordering`); `use_scalar_index`
         False reads without index pruning; `late_materialization`, `scan_in_order` and
         `strict_batch_size` change no result here (batches already hold `batch_size` rows,
-        in order)."""
-        batch_bytes, readahead_bytes, autoproject = pylance_keywords(
-            self, options, batch_bytes, readahead_bytes
-        )
-        if _blobs.as_bytes(self.uri, options.pop("blob_handling", None)):
-            inner = self.scanner(columns, filter, limit, offset, batch_size, fragments=fragments,
-                with_row_id=with_row_id, with_row_address=True, **options)  # fmt: skip
-            return BlobBytesScan(inner, self._core, keep_address=with_row_address)
-        order_by, use_scalar_index = scan_options(self.uri, options)
-        if options.get("include_deleted_rows"):
-            ids = {"with_row_id": with_row_id, "with_row_address": with_row_address}
-            inner = self.scanner(columns, filter, limit, offset, batch_size, **ids)
-            return DeletedRowsScan(inner, self.uri)  # type: ignore[arg-type]
-        if order_by:
-            names = None if columns is None else list(columns)
-            if isinstance(columns, dict):
-                raise InvalidInputError(f"{self.uri}: order_by with SQL projections")
-            extra = [k.column_name for k in order_by if names and k.column_name not in names]
-            inner = self.scanner(names and names + extra, filter, batch_size=batch_size,
-                                 with_row_id=with_row_id, with_row_address=with_row_address,
-                                 use_scalar_index=use_scalar_index)  # fmt: skip
-            return OrderedScan(inner, order_by, limit=limit, offset=offset,
-                               batch_size=batch_size, dropped=extra)  # fmt: skip
-        if full_text_query is not None:
-            if nearest is not None:
-                raise InvalidInputError(
-                    f"{self.uri}: a hybrid search (nearest with full_text_query) is a table: "
-                    "call to_table"
-                )
-            return FullTextSearch(
-                self._core, full_text_query, columns=columns, filter=filter,  # type: ignore[arg-type]
-                prefilter=prefilter, with_row_id=with_row_id, with_row_address=with_row_address,
-                limit=limit, offset=offset, fast_search=fast_search, autoproject=autoproject,
-            )  # fmt: skip
-        if nearest is not None:  # a vector search, or a MinHash one
-            return search_nearest(
-                self._core, nearest, columns=columns, filter=filter, prefilter=prefilter,
-                with_row_id=with_row_id, with_row_address=with_row_address, autoproject=autoproject,
-                limit=limit, offset=offset, fast_search=fast_search,
-            )  # fmt: skip
-        return Scanner(
-            self._core,
-            fragments if fragments is not None else fragments_of(self._core),
-            columns=columns,
-            filter=filter,
-            limit=limit,
-            offset=offset,
-            batch_size=batch_size,
-            with_row_id=with_row_id,
-            with_row_address=with_row_address,
-            fragment_readahead=fragment_readahead,
-            physical_range=physical_range,
-            readahead_bytes=readahead_bytes,
-            batch_bytes=batch_bytes,
-            use_scalar_index=use_scalar_index,
-        )
+        in order). pylance's `row_addr_allowlist` / `_blocklist`, `index_segments` and
+        `scan_stats_callback` are `format.dataset.scan_extras`' (see `scan_plan`)."""
+        return plan_scan(
+            self, self._core, columns, filter, limit, offset, batch_size,
+            with_row_id=with_row_id, with_row_address=with_row_address, fragments=fragments,
+            fragment_readahead=fragment_readahead, physical_range=physical_range,
+            readahead_bytes=readahead_bytes, batch_bytes=batch_bytes, nearest=nearest,
+            prefilter=prefilter, full_text_query=full_text_query, fast_search=fast_search,
+            **options,
+        )  # fmt: skip
 
     def to_table(
         self,

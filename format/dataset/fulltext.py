@@ -58,6 +58,7 @@ from quiver.format.dataset.nearest import (
     with_measure,
 )
 from quiver.format.dataset.scan import ROW_ID_FIELD, Scanner
+from quiver.format.dataset.scan_extras import RowMask
 from quiver.format.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
 from quiver.format.index.fts import bm25
 from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
@@ -275,8 +276,10 @@ class FullTextSearch(LocatedSearch):
         offset: int | None = None,
         fast_search: bool = False,
         autoproject: bool = True,
+        row_mask: RowMask | None = None,
     ) -> None:
         self.core = core
+        self.row_mask = row_mask  # pylance's row address prefilter
         # `_score` ends the columns unless they place it or `autoproject` is off (pylance's
         # disable_scoring_autoprojection)
         self.autoproject = autoproject
@@ -510,6 +513,7 @@ class FullTextSearch(LocatedSearch):
         whole = (
             not self.core.manifest.uses_stable_row_ids
             and frag_reuse_of(self.core.manifest) is None  # its dropped rows hold GONE
+            and self.row_mask is None
             and covered == {f.fragment_id for f in self._fragments}
             and not any(f.num_deletions for f in self._fragments)
         )
@@ -522,6 +526,8 @@ class FullTextSearch(LocatedSearch):
                 keep = alive & np.isin(addr >> np.uint64(32), inside)
             if allowed is not None:
                 keep &= np.isin(rows, allowed)
+            if self.row_mask is not None:
+                keep &= self.row_mask.keep(rows)
             return keep
 
         return live
@@ -662,7 +668,10 @@ class FullTextSearch(LocatedSearch):
         hits: dict[str, tuple[list[int], list[int], list[int]]] = {t: ([], [], []) for t in wanted}
         for batch in self._rows(fragments, [column], filtered):
             ids = batch.column(ROW_ID_FIELD.name).to_numpy()
-            for rid, text in zip(ids, batch.column(column).to_pylist(), strict=True):
+            masked = None if self.row_mask is None else self.row_mask.keep(ids)
+            for i, (rid, text) in enumerate(
+                zip(ids, batch.column(column).to_pylist(), strict=True)
+            ):
                 placed = analyzer.positioned(text)
                 if not placed:
                     continue
@@ -674,6 +683,8 @@ class FullTextSearch(LocatedSearch):
                 corpus.df.update(present)
                 if phrase is not None and not holds_phrase(placed, phrase):
                     continue
+                if masked is not None and not masked[i]:
+                    continue  # (counted in the statistics, never an answer)
                 for t in present:
                     rows, freqs, lengths = hits[t]
                     rows.append(int(rid))

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from quiver.format.dataset.query import FullTextQuery
 from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
 
 
@@ -91,10 +92,16 @@ def parse_query(value: Any, where: str) -> Query:
     what is wrong."""
     if isinstance(value, str):
         return _text(value, None, where)
+    if isinstance(value, FullTextQuery):
+        value = value.to_dict()
     if not isinstance(value, dict):
+        hint = ""
+        if type(value).__module__.startswith("lance"):
+            hint = " (build it with quiver.format.dataset.query's classes of the same name)"
         raise UnsupportedFeatureError(
-            f"{where}: full_text_query must be a string, {{'query', 'columns'}} or a "
-            f"structured query ({', '.join(_STRUCTURED)}), not {type(value).__name__}"
+            f"{where}: full_text_query must be a string, {{'query', 'columns'}}, a "
+            f"structured query ({', '.join(_STRUCTURED)}) or a query object, not "
+            f"{type(value).__name__}{hint}"
         )
     if "query" in value and not set(value) & set(_STRUCTURED):
         unknown = sorted(set(value) - {"query", "columns"})

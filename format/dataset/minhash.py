@@ -28,6 +28,7 @@ from quiver.format.dataset.nearest import (
     with_measure,
 )
 from quiver.format.dataset.scan import ROW_ID_FIELD, Scanner
+from quiver.format.dataset.scan_extras import RowMask
 from quiver.format.errors import InvalidInputError
 from quiver.format.index.scalar.minhash import (
     MINHASH_DETAILS,
@@ -69,6 +70,7 @@ def search_nearest(core: DatasetCore, nearest: Any, **options: Any) -> Any:
     """The planned search of `scanner(nearest=...)`: a MinHash search for a MinHash query
     (with `limit`, `offset` and `fast_search`), else a vector search."""
     if is_minhash_query(nearest):
+        options.pop("index_segments", None)  # (refused for these before)
         return MinHashSearch(core, nearest, **options)
     for used_by_minhash_only in ("limit", "offset", "fast_search"):
         options.pop(used_by_minhash_only, None)
@@ -104,8 +106,10 @@ class MinHashSearch(LocatedSearch):
         offset: int | None = None,
         fast_search: bool = False,
         autoproject: bool = True,
+        row_mask: RowMask | None = None,
     ) -> None:
         self.core = core
+        self.row_mask = row_mask  # pylance's row address prefilter
         text, self.column = query.text, query.column
         if not isinstance(text, str) or not isinstance(self.column, str):
             raise InvalidInputError(f"{core.uri}: a MinHashQuery needs a text and a column name")
@@ -179,6 +183,9 @@ class MinHashSearch(LocatedSearch):
             dist.append(d)
         row_ids = np.concatenate(ids) if ids else np.empty(0, np.uint64)
         found_dist = np.concatenate(dist) if dist else np.empty(0, np.float32)
+        if self.row_mask is not None:
+            keep = self.row_mask.keep(row_ids)
+            row_ids, found_dist = row_ids[keep], found_dist[keep]
         if allowed is not None:
             keep = np.isin(row_ids, allowed)
             row_ids, found_dist = row_ids[keep], found_dist[keep]

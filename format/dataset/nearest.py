@@ -29,6 +29,7 @@ import pyarrow as pa
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fragment import LanceFragment, shared_fragments
 from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, ROW_COLUMNS, ROW_ID_FIELD, Scanner
+from quiver.format.dataset.scan_extras import RowMask
 from quiver.format.errors import ColumnNotFoundError, InvalidInputError, UnsupportedFeatureError
 from quiver.format.expr import filter_mask as _filter_mask
 from quiver.format.index.vector.build import untrained
@@ -384,9 +385,13 @@ class NearestSearch(LocatedSearch):
         with_row_id: bool = False,
         with_row_address: bool = False,
         autoproject: bool = True,
+        row_mask: RowMask | None = None,
+        index_segments: Sequence[str] | None = None,
     ) -> None:
         self.core = core
         self.autoproject = autoproject  # `_distance` ends the columns unless they place it
+        self.row_mask = row_mask  # pylance's row address prefilter
+        # pylance's with_index_segments: only these segments' rows are searched
         self.query = NearestQuery.parse(core, nearest)
         if not isinstance(prefilter, bool):
             raise InvalidInputError(f"{core.uri}: prefilter must be true or false")
@@ -416,6 +421,16 @@ class NearestSearch(LocatedSearch):
         self.filter = filter
         self.prefilter = prefilter
         self.entries = _vector_index(core, self.query.column) if self.query.use_index else []
+        self.only_segments = index_segments is not None
+        if index_segments is not None:
+            known = {e.uuid for e in self.entries}
+            missing = [s for s in index_segments if s not in known]
+            if missing:
+                raise InvalidInputError(
+                    f"{core.uri}: no segment {missing[0]} in the vector index of "
+                    f"{self.query.column!r}"
+                )
+            self.entries = [e for e in self.entries if e.uuid in set(index_segments)]
         self.indices = [_open(core, e) for e in self.entries]
         if self.indices and self.query.metric not in (None, self.indices[0].metric):
             self.indices, self.entries = [], []  # another metric: pylance searches exactly
@@ -447,6 +462,9 @@ class NearestSearch(LocatedSearch):
         col = self.query.column
         for batch in self._scan(fragments, [col], self.prefilter and self.filter is not None):
             ids = batch.column(ROW_ID_FIELD.name).to_numpy().astype(np.uint64, copy=False)
+            if self.row_mask is not None:
+                kept = self.row_mask.keep(ids)
+                batch, ids = batch.filter(pa.array(kept)), ids[kept]
             if self.query.multivector:
                 top.add_multivectors(ids, batch.column(col))
             else:
@@ -547,6 +565,8 @@ class NearestSearch(LocatedSearch):
         if not self.indices:
             return self._exact(self._fragments, k)
         allowed, allowed_ids = self._allowed()
+        if self.row_mask is not None:
+            allowed, allowed_ids = _masked(allowed, allowed_ids, self.row_mask)
         fetch = k * (q.refine_factor or 1)
         if q.ef is not None and q.ef < fetch and any(ix.hnsw for ix in self.indices):
             raise InvalidInputError(
@@ -574,7 +594,7 @@ class NearestSearch(LocatedSearch):
             found = self._measure(found).within(lower, upper).best(k)
         covered = self._covered()
         rest = [f for f in self._fragments if f.fragment_id not in covered]
-        if rest:
+        if rest and not self.only_segments:
             if q.refine_factor is None:
                 found = self._measure(found).within(lower, upper)
             found = Candidates.concat([found, self._exact(rest, k)]).best(k)
@@ -623,6 +643,17 @@ class NearestSearch(LocatedSearch):
             else:
                 columns.append(rows.column(f.name))
         return pa.Table.from_arrays(columns, schema=out)
+
+
+def _masked(
+    allowed: RowFilter | None, ids: np.ndarray | None, mask: RowMask
+) -> tuple[RowFilter, np.ndarray | None]:
+    """A search's row filter (and known rows) kept to a row address mask."""
+    if ids is not None:
+        ids = ids[mask.keep(ids)]
+    if allowed is None:
+        return mask.keep, ids
+    return (lambda row_ids: allowed(row_ids) & mask.keep(row_ids)), ids
 
 
 def _fragment_set(ids: set[int]) -> Callable[[np.ndarray], np.ndarray]:

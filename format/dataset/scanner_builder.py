@@ -7,9 +7,8 @@ Each call sets what the keyword of the same meaning of `LanceDataset.scanner` se
 by a Substrait plan (`format.dataset.sql.aggregate`). Calls of pylance's that only tune its
 own reader are checked and change nothing here (`batch_readahead`, `use_stats`,
 `query_parallelism`): Quiver reads ahead by fragments, bounded by bytes (`io_buffer_size`
-sets that bound). Calls for what Quiver lacks are refused by name when they would change the
-answer: `with_index_segments`, `row_addr_prefilter`, `scan_stats_callback`, and pylance's
-Python query objects.
+sets that bound). `with_index_segments`, `row_addr_prefilter` and `scan_stats_callback` are
+`format.dataset.scan_extras`'. pylance's Python query objects are refused by name.
 
 `LanceDataset.scanner` takes pylance's keywords of these calls too (`pylance_keywords`).
 """
@@ -17,12 +16,14 @@ Python query objects.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
 
 from quiver.format.dataset.blobs import as_bytes
 from quiver.format.dataset.fragment import LanceFragment
+from quiver.format.dataset.scan_extras import segment_ids
 from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
 from quiver.format.expr import expression_to_sql
 
@@ -185,18 +186,19 @@ class ScannerBuilder:
     def late_materialization(self, late_materialization: bool | list[str]) -> ScannerBuilder:
         return self._set("late_materialization", late_materialization)
 
-    # -- refused --------------------------------------------------------------------------
+    # -- restrictions and statistics (`format.dataset.scan_extras`) -----------------------
     def with_index_segments(self, index_segments: Iterable[Any] | None) -> ScannerBuilder:
-        if index_segments is not None:
-            self._refuse("with_index_segments")
-        return self
+        """A vector search reads only these segments (uuids) of its index."""
+        given = None if index_segments is None else segment_ids(self.ds.uri, index_segments)
+        return self._set("index_segments", given)
 
     def row_addr_prefilter(
         self, allowlist: bytes | None = None, blocklist: bytes | None = None
     ) -> ScannerBuilder:
-        if allowlist is not None or blocklist is not None:
-            self._refuse("row_addr_prefilter")
-        return self
+        """Rows kept to those a serialized row id map names, rid of those another names
+        (neither: no mask), before a search ranks and a scan's offset and limit."""
+        self._set("row_addr_allowlist", allowlist)
+        return self._set("row_addr_blocklist", blocklist)
 
     def minhash_search(self, query: Any) -> ScannerBuilder:
         """A near-duplicate search (a `MinHashQuery`) over a MINHASHLSH index."""
@@ -207,8 +209,8 @@ class ScannerBuilder:
         return self._set("nearest", query)
 
     def scan_stats_callback(self, callback: Any) -> ScannerBuilder:
-        self._refuse("scan_stats_callback")
-        return self
+        """Called with the scan's `ScanStatistics` once it has been read to its end."""
+        return self._set("scan_stats_callback", callback)
 
     def disable_scoring_autoprojection(self, disable: bool = True) -> ScannerBuilder:
         """Whether a search leaves `_score` / `_distance` out unless the columns name it."""
@@ -285,13 +287,24 @@ _KEYWORD_CALLS = {
 }
 
 
+@dataclass(frozen=True)
+class Keywords:
+    """pylance's `scanner` keywords as Quiver's scanner takes them."""
+
+    batch_bytes: int | None
+    readahead_bytes: int | None
+    autoproject: bool  # whether a search's score or distance ends its columns
+    index_segments: tuple[str, ...] | None
+    allowlist: Any
+    blocklist: Any
+    stats_callback: Any
+
+
 def pylance_keywords(
     ds: LanceDataset, options: dict[str, Any], batch_bytes: int | None, readahead: int | None
-) -> tuple[int | None, int | None, bool]:
+) -> Keywords:
     """pylance's `scanner` keywords among `options` that Quiver's scanner knows under other
-    names or not at all, taken out and checked as the builder's calls check them: the
-    scan's `batch_bytes`, `readahead_bytes` and whether a search's score or distance ends
-    its columns (`autoproject`)."""
+    names or not at all, taken out and checked as the builder's calls check them."""
     builder = ScannerBuilder(ds)
     for key, call in _KEYWORD_CALLS.items():
         value = options.pop(key, None)
@@ -301,9 +314,12 @@ def pylance_keywords(
         options.pop("row_addr_allowlist", None), options.pop("row_addr_blocklist", None)
     )
     given = builder._options
-    autoproject = given.get("autoproject", options.pop("autoproject", True))
-    return (
+    return Keywords(
         given.get("batch_bytes", batch_bytes),
         given.get("readahead_bytes", readahead),
-        autoproject,
+        given.get("autoproject", options.pop("autoproject", True)),
+        given.get("index_segments"),
+        given.get("row_addr_allowlist"),
+        given.get("row_addr_blocklist"),
+        given.get("scan_stats_callback"),
     )
