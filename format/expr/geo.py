@@ -31,10 +31,12 @@ __all__ = [
     "apply",
     "GEOARROW",
     "MEASURES",
+    "NATIVE_DEPTHS",
     "PREDICATES",
     "geo_kind",
     "geo_udf",
     "geometries",
+    "ragged_coordinates",
     "wkb_of",
 ]
 
@@ -97,7 +99,7 @@ def _coords(array: pa.Array) -> np.ndarray:
     raise TypeError(f"not a GeoArrow coordinate array: {array.type}")
 
 
-def _ragged(array: pa.Array, depth: int) -> tuple[np.ndarray, list[np.ndarray]]:
+def ragged_coordinates(array: pa.Array, depth: int) -> tuple[np.ndarray, list[np.ndarray]]:
     """Coordinates and offsets (outermost first) of `depth` levels of lists of points,
     each level's offsets starting at 0."""
     offsets: list[np.ndarray] = []
@@ -118,6 +120,7 @@ _NATIVE = {
     "geoarrow.multilinestring": (2, "MULTILINESTRING"),
     "geoarrow.multipolygon": (3, "MULTIPOLYGON"),
 }
+NATIVE_DEPTHS = {kind: depth for kind, (depth, _) in _NATIVE.items()}  # levels of lists
 
 
 def geometries(array: pa.Array | pa.ChunkedArray | pa.Scalar, kind: str) -> np.ndarray:
@@ -138,7 +141,7 @@ def geometries(array: pa.Array | pa.ChunkedArray | pa.Scalar, kind: str) -> np.n
         out = shapely.box(cols[0], cols[1], cols[2], cols[3])
     else:
         depth, name = _NATIVE[kind]
-        coords, offsets = _ragged(array, depth)
+        coords, offsets = ragged_coordinates(array, depth)
         geometry_type = getattr(shapely.GeometryType, name)
         if depth == 0:
             out = shapely.points(coords)

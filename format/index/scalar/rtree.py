@@ -26,7 +26,13 @@ import pyarrow as pa
 from sqlglot import exp
 
 from quiver.format.errors import CorruptFileError, InvalidInputError
-from quiver.format.expr.geo import PREDICATES, geo_kind, geometries
+from quiver.format.expr.geo import (
+    NATIVE_DEPTHS,
+    PREDICATES,
+    geo_kind,
+    geometries,
+    ragged_coordinates,
+)
 from quiver.format.index.files import IndexFile, write_index_file
 from quiver.format.index.scalar.build import row_id_map
 from quiver.format.index.scalar.rows import parse_row_id_map
@@ -67,14 +73,40 @@ def check_field(column: str, field: pa.Field) -> str:
 
 
 def bounds_of(values: pa.Array, kind: str) -> tuple[np.ndarray, np.ndarray]:
-    """(n, 4) float64 boxes of GeoArrow `values` and which are non-null."""
+    """(n, 4) float64 boxes of GeoArrow `values` and which are non-null (native encodings
+    from their coordinates, the others through shapely)."""
     import shapely
 
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if kind in NATIVE_DEPTHS:
+        return _native_bounds(values, NATIVE_DEPTHS[kind])
     shapes = geometries(values, kind)
     valid = ~shapely.is_missing(shapes)
     boxes = np.full((len(shapes), 4), np.nan)
     if valid.any():
         boxes[valid] = shapely.bounds(shapes[valid])
+    return boxes, valid
+
+
+def _native_bounds(values: pa.Array, depth: int) -> tuple[np.ndarray, np.ndarray]:
+    """Boxes of native GeoArrow geometries: each one's coordinates' extremes."""
+    valid = np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    coords, offsets = ragged_coordinates(values, depth)
+    starts = np.arange(len(values) + 1, dtype=np.int64)
+    for level in offsets:  # each geometry's range of coordinates
+        starts = level[starts]
+    xy = coords[:, :2]
+    has = starts[1:] > starts[:-1]
+    valid &= has
+    boxes = np.full((len(values), 4), np.nan)
+    if valid.any():
+        at = starts[:-1][has]
+        lo = np.minimum.reduceat(xy, at, axis=0)
+        hi = np.maximum.reduceat(xy, at, axis=0)
+        # (reduceat over a range that runs to the next non-empty geometry's start: the
+        # empty ones between hold no coordinates, so each range is exactly one geometry's)
+        boxes[has] = np.column_stack([lo, hi])
     return boxes, valid
 
 
