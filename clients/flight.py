@@ -361,8 +361,8 @@ class Client(Writes, RowChanges, IndexActions, _nearest.Searches, Blobs):
     def nearest(self, dataset: str, column: str, q: Any, k: int = 10, **options: Any) -> pa.Table:
         """The k rows nearest to query vector `q` by `column`, with `_distance`, nearest first
         (a list of vectors: each one's, `query_index` first). Options: metric, nprobes,
-        minimum_nprobes, maximum_nprobes, refine_factor, use_index, columns, filter, prefilter,
-        with_row_id, version | tag | as_of (`clients.nearest`)."""
+        minimum_nprobes, maximum_nprobes, search_effort, refine_factor, use_index, columns,
+        filter, prefilter, with_row_id, version | tag | as_of (`clients.nearest`)."""
         searching, reading = _nearest.split_options(options)
         return _nearest.search(
             self, dataset, column, q, k, search_options=searching, read_options=reading

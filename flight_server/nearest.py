@@ -82,6 +82,9 @@ def nearest_options(value: dict[str, Any], *, need_q: bool) -> dict[str, Any]:
     use_index = f.bool("use_index")
     if use_index is not None:
         out["use_index"] = use_index
+    effort = f.number("search_effort", minimum=0)
+    if effort is not None:
+        out["search_effort"] = effort
     bounds = f.list("distance_range")
     if bounds is not None:
         if len(bounds) != 2 or not all(

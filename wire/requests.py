@@ -63,6 +63,7 @@ NEAREST_KEYS: tuple[str, ...] = (
     "ef",
     "use_index",
     "distance_range",
+    "search_effort",
 )
 PUT_KEYS: tuple[str, ...] = (
     "dataset",

@@ -60,6 +60,7 @@ NEAREST_KEYS = (
     "use_index",
     "ef",
     "distance_range",
+    "search_effort",
 )
 _FLOATS = (pa.float16(), pa.float32(), pa.float64())
 
@@ -93,6 +94,8 @@ class NearestQuery:
     multivector: bool = False
     # nodes an HNSW graph search keeps (None: 1.5 times the rows it looks for)
     ef: int | None = None
+    # pylance's initial IVF budget in [0, 1] (None: its automatic choice; see `search`)
+    search_effort: float | None = None
 
     @classmethod
     def parse(cls, core: DatasetCore, nearest: Any) -> NearestQuery:
@@ -124,7 +127,14 @@ class NearestQuery:
         nprobes = _count(where, "nprobes", nearest.get("nprobes"), 1)
         lo = _count(where, "minimum_nprobes", nearest.get("minimum_nprobes"), 0)
         hi = _count(where, "maximum_nprobes", nearest.get("maximum_nprobes"), 0)
-        if nprobes is not None:
+        effort = nearest.get("search_effort")
+        if effort is not None:
+            if isinstance(effort, bool) or not isinstance(effort, (int, float)):
+                raise InvalidInputError(f"{where}: search_effort must be a number in [0, 1]")
+            if not (math.isfinite(effort) and 0 <= effort <= 1):
+                raise InvalidInputError(f"{where}: search_effort {effort} is not in [0, 1]")
+            effort = float(effort)
+        if nprobes is not None and effort is None:  # (an effort ignores nprobes)
             lo = hi = nprobes
         if lo is not None and hi is not None and lo > hi:
             raise InvalidInputError(f"{where}: minimum_nprobes {lo} > maximum_nprobes {hi}")
@@ -146,6 +156,7 @@ class NearestQuery:
             distance_range=_distance_range(where, nearest.get("distance_range")),
             multivector=multivector,
             ef=ef,
+            search_effort=effort,
         )
 
 
@@ -587,6 +598,7 @@ class NearestSearch(LocatedSearch):
             allowed_ids=allowed_ids,
             distance_range=q.distance_range,
             ef=q.ef if q.ef is None else max(q.ef, per_vector),
+            effort=q.search_effort,
         )
         if q.multivector:  # each of the query's vectors searched: their entries scored
             found = xtr_scores(found, len(q.queries)).best(fetch)

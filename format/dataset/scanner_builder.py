@@ -121,8 +121,8 @@ class ScannerBuilder:
         search_effort: float | None = None,
     ) -> ScannerBuilder:
         """A nearest-neighbour search (the keys of `scanner(nearest={...})`)."""
-        if approx_mode != "normal" or search_effort is not None:
-            self._refuse("approx_mode and search_effort")
+        if approx_mode != "normal":
+            self._refuse("approx_mode")
         query = {"column": column, "q": q, "use_index": use_index}
         optional = {
             "k": k,
@@ -133,6 +133,7 @@ class ScannerBuilder:
             "refine_factor": refine_factor,
             "ef": ef,
             "distance_range": distance_range,
+            "search_effort": search_effort,
         }
         query.update({key: v for key, v in optional.items() if v is not None})
         return self._set("nearest", query)

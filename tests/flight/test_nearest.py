@@ -177,6 +177,15 @@ def test_distance_range_over_flight_matches_pylance(
     assert "distance_range" in assert_clean_error(e.value, "invalid_argument", served.root)
 
 
+def test_search_effort_over_flight_matches_pylance(client: Client, datasets) -> None:
+    q = queries(12, 1)[0]
+    for effort in (0.0, 0.3, 1.0):
+        nearest = {"column": "vec", "q": q, "k": 10, "search_effort": effort}
+        want = pylance_nearest(datasets["pq"], nearest=nearest, columns=["id"])
+        got = client.nearest("pq", "vec", q, k=10, search_effort=effort, columns=["id"])
+        assert_same_neighbours(got, want, f"effort {effort}")
+
+
 def test_ticket_pins_the_version(served: Served, client: Client, datasets) -> None:
     """A ticket planned before an append answers for its version: the new rows, nearer
     than anything, are not in it; a new plan finds them."""

@@ -39,7 +39,7 @@ function asOfText(asOf) {
  * @param {object} [options] columns, filter, version, tag, asOf, limit, withRowId,
  *   maxRowsPerEndpoint, appendedSince; a search: fullTextQuery (a query, or an array of them:
  *   a batch), nearest ({column, q, k, metric, nprobes, minimumNprobes, maximumNprobes,
- *   refineFactor, ef, useIndex}), both with hybrid ({fusion, rrfK, weight, normalize}),
+ *   searchEffort, refineFactor, ef, useIndex}), both with hybrid ({fusion, rrfK, weight, normalize}),
  *   prefilter, fastSearch; blobHandling ('all_binary': blob columns as their bytes)
  */
 const READ_OPTIONS = new Set([
@@ -52,6 +52,7 @@ const NEAREST_OPTIONS = {
   column: 'column', q: 'q', k: 'k', metric: 'metric', nprobes: 'nprobes',
   minimumNprobes: 'minimum_nprobes', maximumNprobes: 'maximum_nprobes',
   refineFactor: 'refine_factor', ef: 'ef', useIndex: 'use_index', distanceRange: 'distance_range',
+  searchEffort: 'search_effort',
 };
 const HYBRID_OPTIONS = { fusion: 'fusion', rrfK: 'rrf_k', weight: 'weight', normalize: 'normalize' };
 const FUSIONS = ['rrf', 'linear'];

@@ -87,6 +87,8 @@ export interface NearestOptions {
   nprobes?: number;
   minimumNprobes?: number;
   maximumNprobes?: number;
+  /** pylance's initial IVF budget in [0, 1] (0.5: its automatic choice); overrides nprobes. */
+  searchEffort?: number;
   refineFactor?: number;
   useIndex?: boolean;
   /** Keep rows at lower <= distance < upper (null: no bound), as pylance's distance_range. */

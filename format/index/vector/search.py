@@ -103,6 +103,28 @@ def early_pruning(centroid_dist: np.ndarray, k: int, metric: str) -> np.ndarray:
     return np.clip(within, min(lo, parts), parts if hi is None else min(hi, parts))
 
 
+Pruning = Callable[[np.ndarray, int, str], np.ndarray]
+
+
+def effort_pruning(effort: float, minimum: int, maximum: int | None) -> Pruning:
+    """pylance 14's `search_effort`: per query, the partitions probed first go from the
+    caller's minimum (at least one) at 0 to the automatic choice (`early_pruning`) at 0.5
+    and every partition allowed (`maximum`) at 1, geometrically in between, rounded up
+    (more are still probed while fewer than k rows are found, as without an effort)."""
+
+    def pruned(centroid_dist: np.ndarray, k: int, metric: str) -> np.ndarray:
+        parts = centroid_dist.shape[1] if maximum is None else min(maximum, centroid_dist.shape[1])
+        low = float(min(max(minimum, 1), parts))
+        auto = np.maximum(early_pruning(centroid_dist, k, metric).astype(np.float64), low)
+        if effort <= 0.5:
+            budget = low * (auto / low) ** (2 * effort)
+        else:
+            budget = auto * (parts / auto) ** (2 * effort - 1)
+        return np.ceil(budget - 1e-9).astype(np.int64)
+
+    return pruned
+
+
 class _Search:
     """One delta's probing state for a batch of queries."""
 
@@ -268,10 +290,12 @@ def ivf_search(
     allowed_ids: np.ndarray | None = None,
     distance_range: tuple[float, float] = (-np.inf, np.inf),
     ef: int | None = None,
+    effort: float | None = None,
 ) -> Candidates:
     """The best `fetch` rows per query over every delta of an index, only rows at
     `distance_range` (lower <= distance < upper, as the index measures it) counting; `ef`
-    is the number of nodes HNSW graph searches keep (at least `fetch`).
+    is the number of nodes HNSW graph searches keep (at least `fetch`); `effort` is
+    pylance's `search_effort` (see `effort_pruning`).
 
     `allowed` tells which row ids may be returned (deleted rows and, with a prefilter, rows
     not matching it are refused), one filter for every delta or one per delta (each answers
@@ -296,6 +320,7 @@ def ivf_search(
             allowed_ids,
             distance_range,
             ef,
+            early_pruning if effort is None else effort_pruning(effort, minimum, maximum),
         )
         found.append(dataclasses.replace(part, query=part.query + start))
     return Candidates.concat(found)
@@ -312,13 +337,16 @@ def _search(
     allowed_ids: np.ndarray | None,
     distance_range: tuple[float, float],
     ef: int | None,
+    pruning: Pruning = None,  # type: ignore[assignment]
 ) -> Candidates:
-    """`ivf_search` of a chunk of queries."""
+    """`ivf_search` of a chunk of queries; `pruning` tells how many partitions each query
+    probes first."""
+    pruning = pruning or early_pruning
     rq = [i for i, ix in enumerate(indices) if ix.storage_kind == "IVF_RQ"]
     if rq:  # RaBitQ segments: one heap per query across the partitions it probes
         parts = [
             Candidates(*rq_search(indices[i], queries, k, fetch, minimum, maximum, allowed[i],
-                                  early_pruning, distance_range))
+                                  pruning, distance_range))
             for i in rq
         ]  # fmt: skip
         rest = [i for i in range(len(indices)) if i not in rq]
@@ -326,7 +354,7 @@ def _search(
             parts.append(
                 _search(
                     [indices[i] for i in rest], queries, k, fetch, minimum, maximum,
-                    [allowed[i] for i in rest], allowed_ids, distance_range, ef,
+                    [allowed[i] for i in rest], allowed_ids, distance_range, ef, pruning,
                 )
             )  # fmt: skip
         return Candidates.concat(parts).best(fetch)
@@ -342,7 +370,7 @@ def _search(
         high = parts if maximum is None else min(maximum, parts)
         low = np.full(nq, min(minimum, high), dtype=np.int64)
         if high > low.max(initial=0):
-            pruned = early_pruning(s.centroid_dist, k, s.index.metric)
+            pruned = pruning(s.centroid_dist, k, s.index.metric)
             low = np.minimum(np.maximum(low, pruned), high)
         q = np.repeat(np.arange(nq), low)
         rank = np.arange(len(q)) - np.repeat(np.cumsum(low) - low, low)
