@@ -14,14 +14,19 @@ Layouts (reference §10):
   validity bitmap first for vectors with null items; variable width: ``length + bytes``
   for valid visible values), plus a row-offset index;
 * all-null: 2.1 ``AllNullLayout`` (raw u16 rep/def buffers when levels are needed), 2.2
-  ``ConstantLayout`` without a value (levels described as ``Flat(16)``); 2.2 pages of one
-  repeated fixed-width value are ``ConstantLayout`` with an inline value;
+  ``ConstantLayout`` without a value (levels described as ``Flat(16)``);
+* constant (2.2, before full-zip, as pylance): a flat page whose values, NULLs aside, are
+  all one scalar is a ``ConstantLayout``: a fixed-width value inline (a boolean as one
+  byte), a variable-width one in a buffer (u32 2, the offsets' and bytes' lengths, the
+  offsets ``[0, len]`` at the column's offset width, the bytes), then, with NULLs, an
+  empty repetition buffer and the raw u16 definition levels;
 * dictionary: mini-block indices (u32, or the key width of dictionary-typed fields) plus
   one block-encoded dictionary buffer, when pylance's size estimate says it pays.
 """
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -413,6 +418,10 @@ def encode_page(page: PageInput, where: str, *, full_zip: bool = False) -> Encod
     if page.dict_index_bits:
         return _dictionary_page(page, arr, where, page.dict_index_bits)
     vals = physical(arr, where)
+    if not full_zip:
+        constant = _constant_page(page, arr, vals)
+        if constant is not None:
+            return constant
     if full_zip:
         if isinstance(vals, FixedValues) and _fullzip_rows(vals) is not None:
             return _full_zip(page, vals)
@@ -425,25 +434,68 @@ def encode_page(page: PageInput, where: str, *, full_zip: bool = False) -> Encod
             return _full_zip(page, vals)
     elif isinstance(vals, VariableValues) and vals.max_length >= FULLZIP_MIN_BYTES:
         return _full_zip(page, vals)
-    if page.version != "2.1" and page.rep is None and page.defs is None:
-        constant = _constant_value(vals)
-        if constant is not None:
-            cl = pb.ConstantLayout(inline_value=constant)
-            cl.layers.extend(_layers_pb(page.layers))
-            return EncodedPage(pb.PageLayout(constant_layout=cl), [])
     if page.dictionary and _dictionary_pays(arr, vals):
         return _dictionary_page(page, arr, where)
     integers = pa.types.is_integer(arr.type) or pa.types.is_temporal(arr.type)
     return _mini_block(page, vals, _value_enc(vals), integers=integers)
 
 
-def _constant_value(vals: Physical) -> bytes | None:
-    """The LE bytes of a page whose values are all the same fixed-width scalar (2.2+)."""
-    if not isinstance(vals, FixedValues) or vals.fsl or vals.bits % 8 or vals.bits > 256:
+def _constant_page(page: PageInput, arr: pa.Array, vals: Physical) -> EncodedPage | None:
+    """A 2.2 page whose values (NULLs aside) are all one scalar, as pylance writes it: a
+    fixed-width value inline, a variable-width one in a buffer (its serialized offsets and
+    bytes), then, when the page has NULLs, empty repetition and the definition levels."""
+    if page.version == "2.1" or page.rep is not None or len(page.layers) != 1:
         return None
-    w = vals.bits // 8
-    rows = vals.data.reshape(vals.count, w)
-    if vals.count == 0 or not (rows == rows[0]).all():
+    valid = None if arr.null_count == 0 else np.asarray(arr.is_valid(), dtype=bool)
+    if valid is not None and page.defs is None:
+        return None
+    if page.version != "2.2" and (page.defs is not None or not isinstance(vals, FixedValues)):
+        return None  # 2.3 pages: only a fixed-width value without NULLs (planar otherwise)
+    value = _constant_value(vals, valid)
+    if value is None:
+        return None
+    cl = pb.ConstantLayout()
+    cl.layers.extend(_layers_pb(page.layers))
+    bufs: list[bytes] = []
+    if isinstance(vals, FixedValues):
+        cl.inline_value = value
+    else:
+        assert isinstance(vals, VariableValues)
+        width = vals.offset_bits // 8
+        offsets = (0).to_bytes(width, "little") + len(value).to_bytes(width, "little")
+        head = struct.pack("<III", 2, len(offsets), len(value))
+        bufs.append(head + offsets + value)
+    if page.defs is not None:
+        bufs += [b"", np.ascontiguousarray(page.defs, dtype="<u2").view(np.uint8).tobytes()]
+    return EncodedPage(pb.PageLayout(constant_layout=cl), bufs)
+
+
+def _constant_value(vals: Physical, valid: np.ndarray | None) -> bytes | None:
+    """The bytes of the one value of a page's valid slots (fixed-width: LE, whole bytes,
+    at most 32; a boolean one byte), or None when they differ."""
+    if isinstance(vals, VariableValues):
+        starts, stops = vals.offsets[:-1], vals.offsets[1:]
+        if valid is not None:
+            starts, stops = starts[valid], stops[valid]
+        if not len(starts):
+            return None
+        width = int(stops[0] - starts[0])
+        # (a NULL slot is empty, so the valid values' bytes are one run)
+        block = vals.data[int(starts[0]) : int(stops[-1])]
+        if len(block) != width * len(starts) or np.any(stops - starts != width):
+            return None
+        if width and not (block.reshape(-1, width) == block[:width]).all():
+            return None
+        return block[:width].tobytes()
+    if not isinstance(vals, FixedValues) or vals.fsl or vals.bits > 256:
+        return None
+    if vals.bits % 8 and vals.bits != 1:
+        return None
+    # (booleans are held a byte each: pylance's constant is that byte)
+    rows = vals.data.reshape(vals.count, max(1, vals.bits // 8))
+    if valid is not None:
+        rows = rows[valid]
+    if not len(rows) or not (rows == rows[0]).all():
         return None
     return rows[0].tobytes()
 

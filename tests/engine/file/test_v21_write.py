@@ -494,3 +494,41 @@ def test_compressed_pages(tmp_path: Path, version: str) -> None:
         assert const.constant_layout.inline_value == np.int16(-3).tobytes()
     assert_same_table(lance.dataset(uri).to_table(), table, "pylance reads ours")
     assert_same_table(dataset(uri).to_table(), table, "we read ours")
+
+
+def test_constant_pages_are_pylance_s(tmp_path: Path) -> None:
+    """2.2 pages whose values (NULLs aside) are all one scalar: the constant layout pylance
+    writes (strings, long ones included, binaries, large strings, booleans, nullable
+    columns with their definition levels), the file byte for byte as pylance's."""
+    n = 1000
+    table = pa.table(
+        {
+            "short": pa.array(["hello"] * n),
+            "long": pa.array(["x" * 300] * n),
+            "bin": pa.array([b"ab"] * n, pa.binary()),
+            "large": pa.array(["hey"] * n, pa.large_string()),
+            "empty": pa.array([""] * n),
+            "mixed": pa.array(["a", "b"] * (n // 2)),
+            "nullable_s": pa.array(["q"] * (n - 1) + [None]),
+            "nullable_i": pa.array([7] * (n - 1) + [None], pa.int64()),
+            "half_f": pa.array([1.5] * (n // 2) + [None] * (n // 2)),
+            "flag": pa.array([True] * n),
+            "nothing": pa.array([None] * n, pa.string()),
+        }
+    )
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    write_dataset(table, ours, data_storage_version="2.2")
+    lance.write_dataset(table, theirs, data_storage_version="2.2")
+    [mine] = list(Path(ours, "data").glob("*.lance"))
+    [their] = list(Path(theirs, "data").glob("*.lance"))
+    assert mine.read_bytes() == their.read_bytes()
+    store = open_store(str(mine.parent))
+    c = V2Container(store.open(mine.name), mine.name)
+    first_pages = [
+        pb21.PageLayout.FromString(c.resolve(c.column(i).pages[0].encoding, "page").value)
+        for i in range(c.num_columns)
+    ]
+    layouts_by_name = dict(zip(table.column_names, first_pages, strict=True))
+    assert [k for k, p in layouts_by_name.items() if not p.HasField("constant_layout")] == ["mixed"]
+    assert_same_table(lance.dataset(ours).to_table(), table, "pylance reads ours")
+    assert_same_table(dataset(ours).to_table(), table, "we read ours")
