@@ -18,3 +18,11 @@ def unique_sorted(values: np.ndarray) -> np.ndarray:
     keep[0] = True
     np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
     return ordered[keep]
+
+
+def sorted_member(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Which of `values` are in `sorted_values` (ascending), by binary search."""
+    if not len(sorted_values):
+        return np.zeros(len(values), dtype=bool)
+    pos = np.minimum(np.searchsorted(sorted_values, values), len(sorted_values) - 1)
+    return sorted_values[pos] == values

@@ -43,6 +43,7 @@ from quiver.format.index.vector.search import (
     ivf_search,
     xtr_scores,
 )
+from quiver.format.numeric import sorted_member
 from quiver.format.table.indices import IndexEntry, frag_reuse_of, indices_of
 
 DISTANCE = "_distance"
@@ -526,14 +527,7 @@ class NearestSearch(LocatedSearch):
         ]
         allowed = np.sort(np.concatenate(ids).astype(np.uint64)) if ids else np.empty(0, np.uint64)
 
-        def member(row_ids: np.ndarray) -> np.ndarray:
-            pos = np.searchsorted(allowed, row_ids)
-            inside = pos < len(allowed)
-            hit = inside.copy()
-            hit[inside] = allowed[pos[inside]] == row_ids[inside]
-            return hit
-
-        return member, allowed
+        return (lambda row_ids: sorted_member(allowed, row_ids)), allowed
 
     def _per_segment(self, allowed: RowFilter | None) -> list[RowFilter | None]:
         """One filter per segment of a delta index: a segment answers only for rows now in

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import logging
+import time
 import uuid as _uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ import pyarrow as pa
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.errors import CorruptFileError, InvalidInputError
 from quiver.format.index.scalar.rows import parse_row_id_map
+from quiver.format.numeric import sorted_member
 
 __all__ = ["MaskedScan", "RowMask", "ScanStatistics", "StatsScan", "segment_ids"]
 
@@ -55,9 +57,9 @@ class RowMask:
     def keep(self, row_ids: np.ndarray) -> np.ndarray:
         """Which of `row_ids` the mask keeps."""
         ids = np.asarray(row_ids, dtype=np.uint64)
-        out = np.ones(len(ids), bool) if self.allow is None else _member(self.allow, ids)
+        out = np.ones(len(ids), bool) if self.allow is None else sorted_member(self.allow, ids)
         if self.block is not None:
-            out &= ~_member(self.block, ids)
+            out &= ~sorted_member(self.block, ids)
         return out
 
     def fragments(self) -> set[int] | None:
@@ -81,13 +83,6 @@ def _parsed(uri: str, value: Any, what: str, physical: dict[int, int]) -> np.nda
         raise InvalidInputError(
             f"{uri}: the row address {what} is not a serialized row id map: {e}"
         ) from None
-
-
-def _member(sorted_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    if not len(sorted_ids):
-        return np.zeros(len(ids), bool)
-    pos = np.minimum(np.searchsorted(sorted_ids, ids), len(sorted_ids) - 1)
-    return sorted_ids[pos] == ids
 
 
 def segment_ids(uri: str, given: Iterable[Any]) -> tuple[str, ...]:
@@ -193,27 +188,25 @@ class StatsScan:
         return getattr(self._inner, name)
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
-        import time
-
         before = self._core.store.io.snapshot()
         start = time.perf_counter_ns()
         rows = 0
-        fragments: set[int] = set()
         for batch in self._inner.to_batches():
             rows += batch.num_rows
             yield batch
         after = self._core.store.io.snapshot()
-        fragments = {int(f.id) for f in self._core.manifest.pb.fragments}
+        fragments = len(self._core.manifest.pb.fragments)
+        iops = after.read_iops - before.read_iops
         stats = ScanStatistics(
             all_counts={
-                "fragments_scanned": len(fragments),
-                "ranges_scanned": len(fragments),
+                "fragments_scanned": fragments,
+                "ranges_scanned": fragments,
                 "rows_scanned": rows,
             },
             all_times={"elapsed_compute": time.perf_counter_ns() - start},
             bytes_read=after.read_bytes - before.read_bytes,
-            iops=after.read_iops - before.read_iops,
-            requests=after.read_iops - before.read_iops,
+            iops=iops,
+            requests=iops,
         )
         try:
             self._callback(stats)

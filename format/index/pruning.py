@@ -306,10 +306,7 @@ class _Walker:
             literals = _literal_texts(node, column)
             tokens = set().union(*map(text_tokens, literals)) if literals else set()
             if tokens:
-                answers = [self._ngram_search(e, tokens) for e in segments]
-                rows = np.concatenate([a.rows for a in answers])
-                covered = frozenset().union(*(a.covered for a in answers))
-                return _Answer(covered, unique_sorted(rows) if len(answers) > 1 else rows)
+                return _segments_answer([self._ngram_search(e, tokens) for e in segments])
         if column in self.rtrees and not negated:
             return self._spatial_search(node, column)
         entry = self.by_column.get(column)
@@ -412,9 +409,7 @@ class _Walker:
             self._answer(e, ("rtree", box), lambda s, d: _loaded(RTreeIndex, s, d).search(box))
             for e in self.rtrees[column]
         ]
-        rows = np.concatenate([a.rows for a in answers])
-        covered = frozenset().union(*(a.covered for a in answers))
-        return _Answer(covered, unique_sorted(rows) if len(answers) > 1 else rows)
+        return _segments_answer(answers)
 
     def _bloom_search(self, node: exp.Expression, column: str, field: pa.Field) -> _Answer | None:
         """A BLOOMFILTER's answer to `column = v`, `column IN (...)` or `column IS NULL`:
@@ -435,9 +430,7 @@ class _Walker:
                 return _loaded(BloomIndex, store, directory).search(values, field.type)
 
         answers = [self._answer(e, asked, search) for e in self.blooms[column]]
-        rows = np.concatenate([a.rows for a in answers])
-        covered = frozenset().union(*(a.covered for a in answers))
-        return _Answer(covered, unique_sorted(rows) if len(answers) > 1 else rows)
+        return _segments_answer(answers)
 
     def _constants(
         self, node: exp.Expression, column: str, type_: pa.DataType
@@ -649,6 +642,14 @@ def _loaded(kind: Any, store: ObjectStore, directory: str) -> Any:
         size = sum(x.nbytes if hasattr(x, "nbytes") else sum(y.nbytes for y in x) for x in flat)
         _lookups.put(key, index, size + 1024)
     return index
+
+
+def _segments_answer(answers: list[_Answer]) -> _Answer:
+    """The answer of an index's segments (they cover disjoint fragments): their rows and
+    fragments together."""
+    rows = np.concatenate([a.rows for a in answers])
+    covered = frozenset().union(*(a.covered for a in answers))
+    return _Answer(covered, unique_sorted(rows) if len(answers) > 1 else rows)
 
 
 def _fragments_of(rows: np.ndarray) -> np.ndarray:
