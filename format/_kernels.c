@@ -2457,6 +2457,55 @@ static inline void unpack4x_block(const uint8_t *src, int bits, uint32_t *dst)
     }
 }
 
+PyDoc_STRVAR(pack4x_doc,
+             "pack4x(values, bits, out): blocks of 128 uint32 values of at most `bits` bits "
+             "into BitPacker4x blocks (4 * bits uint32 words each, as unpack4x reads them); a "
+             "ValueError for a value wider than `bits`.");
+
+static PyObject *pack4x(PyObject *self, PyObject *args)
+{
+    Py_buffer values, out;
+    int bits;
+    if (!PyArg_ParseTuple(args, "y*iw*", &values, &bits, &out))
+        return NULL;
+    Py_buffer *all[] = {&values, &out};
+    PyObject *res = NULL;
+    const Py_ssize_t blocks = values.len / 512;
+    if (bits < 1 || bits > 32 || values.len % 512 || out.len != blocks * 16 * bits ||
+        !aligned(values.buf, 4) || !aligned(out.buf, 4)) {
+        PyErr_SetString(PyExc_ValueError, "pack4x: bad width, lengths or alignment");
+        release(2, all);
+        return NULL;
+    }
+    const uint32_t *v = values.buf;
+    uint32_t *w = out.buf;
+    const uint64_t limit = (uint64_t)1 << bits;
+    int wide = 0;
+    BEGIN_NOGIL(values.len / 4)
+    for (Py_ssize_t b = 0; b < blocks && !wide; b++) {
+        const uint32_t *src = v + b * 128;
+        uint32_t *dst = w + b * 4 * bits;
+        memset(dst, 0, 16 * (size_t)bits);
+        for (int j = 0; j < 32; j++) {
+            const int start = j * bits, word = start >> 5, shift = start & 31;
+            for (int l = 0; l < 4; l++) {
+                const uint64_t x = src[j * 4 + l];
+                wide |= x >= limit;
+                dst[word * 4 + l] |= (uint32_t)(x << shift);
+                if (shift + bits > 32)
+                    dst[(word + 1) * 4 + l] |= (uint32_t)(x >> (32 - shift));
+            }
+        }
+    }
+    END_NOGIL
+    if (wide)
+        PyErr_SetString(PyExc_ValueError, "pack4x: a value is wider than the block's width");
+    else
+        res = Py_None, Py_INCREF(res);
+    release(2, all);
+    return res;
+}
+
 PyDoc_STRVAR(unpack4x_doc,
              "unpack4x(words, bits, out): BitPacker4x blocks of `bits`-bit values (4 * bits "
              "uint32 words each: four interleaved lanes, lane j holding values j, j + 4, ..., "
@@ -3484,71 +3533,165 @@ static int word_table_grow(WordTable *t, const uint8_t *text, const int64_t *end
     return 0;
 }
 
-PyDoc_STRVAR(
-    split_words_doc,
-    "split_words(data, offsets, validity, offset, rows, separators, out_word, out_row, "
-    "out_place, out_text, out_ends) -> (occurrences, distinct): the words of the texts `rows` "
-    "(indices into a large_string array: its data and int64 offsets buffers, its validity "
-    "bitmap or None, its offset), a word being a maximal run of bytes that are not separators "
-    "(separators: 256 bytes, non-zero for a separator byte); null texts have none. Each "
-    "occurrence, in order: its distinct word (int32, numbered by first appearance), its text "
-    "(int32, an index into `rows`) and its place among its text's words (uint32). The "
-    "distinct words' bytes go one after another into out_text, out_ends (int64, distinct + 1) "
-    "their ends from 0. A ValueError when the outputs are too small or the offsets lie.");
+/* The distinct words met so far: their bytes one after another in `words`, their ends in
+   `ends` (ends[0] = 0), found through `table`. */
+typedef struct {
+    WordTable table;
+    uint8_t *words;
+    int64_t *ends;
+    Py_ssize_t used, cap_text;
+    int32_t n, cap;
+} Vocabulary;
+
+/* The id of the word text[0:len], added when new; -2: the outputs are too small, -3: no
+   memory. */
+static inline int32_t vocabulary_id(Vocabulary *v, const uint8_t *text, Py_ssize_t len)
+{
+    const uint64_t h = word_hash(text, len);
+    const uint32_t tag = (uint32_t)(h >> 32);
+    WordTable *t = &v->table;
+    size_t s = (size_t)h & t->mask;
+    for (; t->slot[s]; s = (s + 1) & t->mask) {
+        int32_t c = t->slot[s] - 1;
+        if (t->tag[s] == tag && v->ends[c + 1] - v->ends[c] == len &&
+            memcmp(v->words + v->ends[c], text, (size_t)len) == 0)
+            return c;
+    }
+    if (v->n >= v->cap || v->used + len > v->cap_text)
+        return -2;
+    memcpy(v->words + v->used, text, (size_t)len);
+    v->used += len;
+    const int32_t d = v->n++;
+    v->ends[v->n] = v->used;
+    t->slot[s] = d + 1, t->tag[s] = tag;
+    if ((size_t)v->n * 2 > t->mask && word_table_grow(t, v->words, v->ends, v->n) < 0)
+        return -3;
+    return d;
+}
+
+/* Shared by split_words and split_ngrams: the arguments after the mode's own, checked. */
+typedef struct {
+    Py_buffer data, offsets, rowsb, ow, orow, op, ot, oe, valid;
+} SplitArgs;
+
+static void split_release(SplitArgs *a)
+{
+    Py_buffer *all[] = {&a->data, &a->offsets, &a->rowsb, &a->ow, &a->orow, &a->op, &a->ot, &a->oe};
+    release(8, all);
+    if (a->valid.obj)
+        PyBuffer_Release(&a->valid);
+}
+
+/* The text `rows[i]` of a split: [*start, *stop) of the data; 0: a null text, 1: a valid
+   one, -1: offsets outside the data. */
+static inline int split_text(const SplitArgs *a, Py_ssize_t offset, Py_ssize_t i, int64_t *start,
+                             int64_t *stop)
+{
+    const int64_t *ends = a->offsets.buf, *rows = a->rowsb.buf;
+    const uint8_t *bits = a->valid.buf;
+    const int64_t at = rows[i] + offset;
+    if (rows[i] < 0 || at + 1 >= a->offsets.len / 8 || (bits && at / 8 >= a->valid.len))
+        return -1;
+    if (bits && !((bits[at / 8] >> (at % 8)) & 1))
+        return 0;
+    *start = ends[at], *stop = ends[at + 1];
+    return (*start < 0 || *start > *stop || *stop > a->data.len) ? -1 : 1;
+}
+
+static PyObject *split_finish(int err, Py_ssize_t n, Vocabulary *v, const char *name)
+{
+    PyMem_RawFree(v->table.slot), PyMem_RawFree(v->table.tag);
+    if (err == 1)
+        PyErr_Format(PyExc_ValueError, "%s: a text's offsets lie outside the data", name);
+    else if (err == 2)
+        PyErr_Format(PyExc_ValueError, "%s: the outputs are too small", name);
+    else if (err == 3)
+        PyErr_NoMemory();
+    else
+        return Py_BuildValue("nn", n, (Py_ssize_t)v->n);
+    return NULL;
+}
+
+/* Parses the shared arguments around the mode's own (`format` in the middle); 0 on success
+   with `v` ready, -1 with an exception set and every buffer released. */
+static int split_start(SplitArgs *a, Vocabulary *v, PyObject *validity, const char *name)
+{
+    memset(&a->valid, 0, sizeof(a->valid));
+    if (validity != Py_None && PyObject_GetBuffer(validity, &a->valid, PyBUF_SIMPLE) < 0) {
+        split_release(a);
+        return -1;
+    }
+    const Py_ssize_t n_rows = len64(&a->rowsb);
+    if (a->offsets.len % 8 || a->rowsb.len % 8 || a->orow.len != a->ow.len ||
+        a->op.len != a->ow.len || a->ow.len % 4 || a->oe.len % 8 || a->oe.len < 8 ||
+        !aligned(a->offsets.buf, 8) || !aligned(a->rowsb.buf, 8) || !aligned(a->ow.buf, 4) ||
+        !aligned(a->orow.buf, 4) || !aligned(a->op.buf, 4) || !aligned(a->oe.buf, 8) ||
+        n_rows > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s: arrays of inconsistent sizes", name);
+        split_release(a);
+        return -1;
+    }
+    *v = (Vocabulary){{PyMem_RawCalloc(4096, sizeof(int32_t)), PyMem_RawMalloc(4096 * 4), 4095},
+                      a->ot.buf, a->oe.buf, 0, a->ot.len, 0,
+                      (int32_t)(a->oe.len / 8 - 1 > INT32_MAX ? INT32_MAX : a->oe.len / 8 - 1)};
+    if (!v->table.slot || !v->table.tag) {
+        PyMem_RawFree(v->table.slot), PyMem_RawFree(v->table.tag);
+        PyErr_NoMemory();
+        split_release(a);
+        return -1;
+    }
+    v->ends[0] = 0;
+    return 0;
+}
+
+#define SPLIT_OUTPUT_DOC                                                                         \
+    "Each occurrence, in order: its distinct word (int32, numbered by first appearance), its "  \
+    "text (int32, an index into `rows`) and its place (uint32). The distinct words' bytes go "  \
+    "one after another into out_text, out_ends (int64, distinct + 1) their ends from 0. A "     \
+    "ValueError when the outputs are too small or the offsets lie."
+
+PyDoc_STRVAR(split_words_doc,
+             "split_words(data, offsets, validity, offset, rows, separators, out_word, out_row, "
+             "out_place, out_text, out_ends) -> (occurrences, distinct): the words of the texts "
+             "`rows` (indices into a large_string array: its data and int64 offsets buffers, its "
+             "validity bitmap or None, its offset), a word being a maximal run of bytes that are "
+             "not separators (separators: 256 bytes, non-zero for a separator byte); null texts "
+             "have none. A word's place is its number among its text's words. " SPLIT_OUTPUT_DOC);
 
 static PyObject *split_words(PyObject *self, PyObject *args)
 {
-    Py_buffer data, offsets, rowsb, sep, ow, orow, op, ot, oe;
+    SplitArgs a;
+    Py_buffer sep;
     PyObject *validity;
     Py_ssize_t offset;
-    if (!PyArg_ParseTuple(args, "y*y*Ony*y*w*w*w*w*w*", &data, &offsets, &validity, &offset,
-                          &rowsb, &sep, &ow, &orow, &op, &ot, &oe))
+    Vocabulary v;
+    if (!PyArg_ParseTuple(args, "y*y*Ony*y*w*w*w*w*w*", &a.data, &a.offsets, &validity, &offset,
+                          &a.rowsb, &sep, &a.ow, &a.orow, &a.op, &a.ot, &a.oe))
         return NULL;
-    Py_buffer *all[] = {&data, &offsets, &rowsb, &sep, &ow, &orow, &op, &ot, &oe};
-    Py_buffer valid = {0};
-    PyObject *res = NULL;
-    if (validity != Py_None && PyObject_GetBuffer(validity, &valid, PyBUF_SIMPLE) < 0)
-        goto done;
-    const Py_ssize_t n_offsets = offsets.len / 8, n_rows = len64(&rowsb);
-    const Py_ssize_t cap = ow.len / 4, cap_text = ot.len, cap_distinct = oe.len / 8 - 1;
-    if (sep.len != 256 || offsets.len % 8 || rowsb.len % 8 || orow.len != ow.len ||
-        op.len != ow.len || ow.len % 4 || oe.len % 8 || cap_distinct < 0 || offset < 0 ||
-        !aligned(offsets.buf, 8) || !aligned(rowsb.buf, 8) || !aligned(ow.buf, 4) ||
-        !aligned(orow.buf, 4) || !aligned(op.buf, 4) || !aligned(oe.buf, 8) ||
-        n_rows > INT32_MAX) {
+    if (sep.len != 256 || offset < 0) {
         PyErr_SetString(PyExc_ValueError, "split_words: arrays of inconsistent sizes");
-        goto done;
+        PyBuffer_Release(&sep);
+        memset(&a.valid, 0, sizeof(a.valid));
+        split_release(&a);
+        return NULL;
     }
-    const uint8_t *text = data.buf, *is_sep = sep.buf, *bits = valid.buf;
-    const int64_t *ends = offsets.buf, *rows = rowsb.buf;
-    int32_t *out_word = ow.buf, *out_row = orow.buf;
-    uint32_t *out_place = op.buf;
-    uint8_t *words = ot.buf;
-    int64_t *wends = oe.buf;
-    Py_ssize_t n = 0, used = 0;
-    int32_t nd = 0;
+    if (split_start(&a, &v, validity, "split_words") < 0) {
+        PyBuffer_Release(&sep);
+        return NULL;
+    }
+    const uint8_t *text = a.data.buf, *is_sep = sep.buf;
+    int32_t *out_word = a.ow.buf, *out_row = a.orow.buf;
+    uint32_t *out_place = a.op.buf;
+    const Py_ssize_t cap = a.ow.len / 4, n_rows = len64(&a.rowsb);
+    Py_ssize_t n = 0;
     int err = 0; /* 1: offsets outside the data, 2: outputs too small, 3: no memory */
-    WordTable t = {PyMem_RawCalloc(4096, sizeof(int32_t)), PyMem_RawMalloc(4096 * 4), 4095};
-    if (!t.slot || !t.tag) {
-        PyMem_RawFree(t.slot), PyMem_RawFree(t.tag);
-        PyErr_NoMemory();
-        goto done;
-    }
-    wends[0] = 0;
-    BEGIN_NOGIL(data.len)
+    BEGIN_NOGIL(a.data.len)
     for (Py_ssize_t i = 0; i < n_rows && !err; i++) {
-        const int64_t at = rows[i] + offset;
-        if (rows[i] < 0 || at + 1 >= n_offsets ||
-            (bits && (at / 8 >= valid.len))) {
-            err = 1;
-            break;
-        }
-        if (bits && !((bits[at / 8] >> (at % 8)) & 1))
+        int64_t start = 0, stop = 0;
+        const int kind = split_text(&a, offset, i, &start, &stop);
+        if (kind <= 0) {
+            err = kind < 0;
             continue;
-        const int64_t start = ends[at], stop = ends[at + 1];
-        if (start < 0 || start > stop || stop > data.len) {
-            err = 1;
-            break;
         }
         uint32_t place = 0;
         for (int64_t p = start; p < stop;) {
@@ -3559,36 +3702,9 @@ static PyObject *split_words(PyObject *self, PyObject *args)
             int64_t q = p;
             while (q < stop && !is_sep[text[q]])
                 q++;
-            const Py_ssize_t len = (Py_ssize_t)(q - p);
-            const uint64_t h = word_hash(text + p, len);
-            const uint32_t tag = (uint32_t)(h >> 32);
-            size_t s = (size_t)h & t.mask;
-            int32_t d = -1;
-            for (; t.slot[s]; s = (s + 1) & t.mask) {
-                int32_t c = t.slot[s] - 1;
-                if (t.tag[s] == tag && wends[c + 1] - wends[c] == len &&
-                    memcmp(words + wends[c], text + p, (size_t)len) == 0) {
-                    d = c;
-                    break;
-                }
-            }
-            if (d < 0) { /* a new word */
-                if (nd >= cap_distinct || used + len > cap_text) {
-                    err = 2;
-                    break;
-                }
-                memcpy(words + used, text + p, (size_t)len);
-                used += len;
-                d = nd++;
-                wends[nd] = used;
-                t.slot[s] = d + 1, t.tag[s] = tag;
-                if ((size_t)nd * 2 > t.mask && word_table_grow(&t, words, wends, nd) < 0) {
-                    err = 3;
-                    break;
-                }
-            }
-            if (n >= cap) {
-                err = 2;
+            const int32_t d = vocabulary_id(&v, text + p, (Py_ssize_t)(q - p));
+            if (d < 0 || n >= cap) {
+                err = d < 0 ? -d : 2;
                 break;
             }
             out_word[n] = d, out_row[n] = (int32_t)i, out_place[n] = place++;
@@ -3597,20 +3713,68 @@ static PyObject *split_words(PyObject *self, PyObject *args)
         }
     }
     END_NOGIL
-    PyMem_RawFree(t.slot), PyMem_RawFree(t.tag);
-    if (err == 1)
-        PyErr_SetString(PyExc_ValueError, "split_words: a text's offsets lie outside the data");
-    else if (err == 2)
-        PyErr_SetString(PyExc_ValueError, "split_words: the outputs are too small");
-    else if (err == 3)
-        PyErr_NoMemory();
-    else
-        res = Py_BuildValue("nn", n, (Py_ssize_t)nd);
-done:
-    if (valid.obj)
-        PyBuffer_Release(&valid);
-    release(9, all);
-    return res;
+    PyBuffer_Release(&sep);
+    split_release(&a);
+    return split_finish(err, n, &v, "split_words");
+}
+
+PyDoc_STRVAR(split_ngrams_doc,
+             "split_ngrams(data, offsets, validity, offset, rows, shortest, longest, prefix_only, "
+             "out_word, out_row, out_place, out_text, out_ends) -> (occurrences, distinct): the "
+             "byte n-grams of the texts `rows` (as split_words takes them; ASCII texts, whose "
+             "bytes are their characters), `shortest` to `longest` bytes long, by start then "
+             "length (with prefix_only, those at the start alone), as tantivy's NgramTokenizer "
+             "gives them; every place is 0. " SPLIT_OUTPUT_DOC);
+
+static PyObject *split_ngrams(PyObject *self, PyObject *args)
+{
+    SplitArgs a;
+    PyObject *validity;
+    Py_ssize_t offset, shortest, longest;
+    int prefix_only;
+    Vocabulary v;
+    if (!PyArg_ParseTuple(args, "y*y*Ony*nnpw*w*w*w*w*", &a.data, &a.offsets, &validity,
+                          &offset, &a.rowsb, &shortest, &longest, &prefix_only, &a.ow, &a.orow,
+                          &a.op, &a.ot, &a.oe))
+        return NULL;
+    if (shortest < 1 || longest < shortest || offset < 0) {
+        PyErr_SetString(PyExc_ValueError, "split_ngrams: bad lengths or offset");
+        memset(&a.valid, 0, sizeof(a.valid));
+        split_release(&a);
+        return NULL;
+    }
+    if (split_start(&a, &v, validity, "split_ngrams") < 0)
+        return NULL;
+    const uint8_t *text = a.data.buf;
+    int32_t *out_word = a.ow.buf, *out_row = a.orow.buf;
+    uint32_t *out_place = a.op.buf;
+    const Py_ssize_t cap = a.ow.len / 4, n_rows = len64(&a.rowsb);
+    Py_ssize_t n = 0;
+    int err = 0;
+    BEGIN_NOGIL(a.data.len)
+    for (Py_ssize_t i = 0; i < n_rows && !err; i++) {
+        int64_t start = 0, stop = 0;
+        const int kind = split_text(&a, offset, i, &start, &stop);
+        if (kind <= 0) {
+            err = kind < 0;
+            continue;
+        }
+        const int64_t last = prefix_only ? start : stop - shortest;
+        for (int64_t p = start; p <= last && !err; p++) {
+            for (Py_ssize_t len = shortest; len <= longest && p + len <= stop; len++) {
+                const int32_t d = vocabulary_id(&v, text + p, len);
+                if (d < 0 || n >= cap) {
+                    err = d < 0 ? -d : 2;
+                    break;
+                }
+                out_word[n] = d, out_row[n] = (int32_t)i, out_place[n] = 0;
+                n++;
+            }
+        }
+    }
+    END_NOGIL
+    split_release(&a);
+    return split_finish(err, n, &v, "split_ngrams");
 }
 
 #define METHOD(name) {#name, name, METH_VARARGS, name##_doc}
@@ -3640,6 +3804,7 @@ static PyMethodDef methods[] = {
     METHOD(take_items),
     METHOD(rebase_ends),
     METHOD(unpack4x),
+    METHOD(pack4x),
     METHOD(postings_full),
     METHOD(bm25_gather),
     METHOD(bm25_idf),
@@ -3650,6 +3815,7 @@ static PyMethodDef methods[] = {
     METHOD(xxh64_fixed),
     METHOD(sbbf_fill),
     METHOD(split_words),
+    METHOD(split_ngrams),
     METHOD(minhash_sign),
     METHOD(minhash_bands),
     {NULL, NULL, 0, NULL},

@@ -33,6 +33,8 @@ FIXED32 = "fixed32_v1"
 def unpack4x(words: np.ndarray, bits: int) -> np.ndarray:
     """BitPacker4x blocks of `bits`-bit values: `words` (blocks, 4 * bits) uint32 ->
     (blocks, 128) uint32."""
+    if not bits:  # all zeros (an empty buffer's address need not be aligned)
+        return np.zeros((words.shape[0], BLOCK), np.uint32)
     words = np.require(words, dtype="<u4", requirements=["C_CONTIGUOUS", "ALIGNED"])
     out = np.empty((words.shape[0], BLOCK), np.uint32)
     _kernels.unpack4x(words, bits, out)

@@ -514,6 +514,20 @@ def test_phrases_on_every_six_word_row(tmp_path: Path) -> None:
             )
 
 
+def test_phrases_of_a_word_always_first(tmp_path: Path) -> None:
+    """A word at position 0 of every row: its position groups are all zero, packed in no
+    bits (the empty group sits at an odd offset of the stream)."""
+    path = str(tmp_path / "ds")
+    texts = [f"alpha beta w{i % 5}" for i in range(400)]
+    lance.write_dataset(pa.table({"id": np.arange(400), "text": texts}), path)
+    lance.dataset(path).create_scalar_index("text", "INVERTED", with_position=True)
+    for slop in (0, 1):
+        pq, js = _phrase_pair("alpha beta", slop)
+        want = search(lance.dataset(path), full_text_query=pq)
+        assert want.num_rows == 400
+        assert_same_answers(want, search(dataset(path), full_text_query=js), f"slop {slop}")
+
+
 def test_phrases_as_pylance_answers_them(tmp_path: Path) -> None:
     """Phrase queries (structured and quoted strings) with pylance's answers: positions of
     format 2 and 1, stop words keeping their slots, a single word, rows appended since the
