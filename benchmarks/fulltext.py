@@ -34,8 +34,9 @@ narrow them with the NGRAM index; answers checked equal. Figures as for single q
 MinHash (also alone with `--minhash`): near-duplicate searches in process, a MINHASHLSH index
 pylance built, each query a document with its last word changed; answers checked equal.
 
-Builds: `create_scalar_index("text", ...)` of INVERTED, NGRAM and MINHASHLSH by pylance and by
-Quiver's engine on copies of the data, each in a fresh process (Quiver's with the allocator
+Builds (also alone with `--builds`): `create_scalar_index("text", ...)` of INVERTED (the
+default tokenizer, and the `ngram` one), NGRAM and MINHASHLSH by pylance and by Quiver's
+engine on copies of the data, each in a fresh process (Quiver's with the allocator
 settings `quiver serve` runs with), alternating, `--rounds` times; the ratio is pylance's
 seconds / Quiver's (above 1 Quiver builds faster).
 """
@@ -318,9 +319,9 @@ def searches(path: Path, vocabulary: list[str], n: int, rounds: int) -> None:
 
 _BUILD = textwrap.dedent(
     """
-    import sys, time, warnings
+    import json, sys, time, warnings
     warnings.simplefilter("ignore")
-    engine, path, kind = sys.argv[1], sys.argv[2], sys.argv[3]
+    engine, path, kind, options = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
     if engine == "quiver":
         import quiver
         from quiver.flight_server.memory import tune_allocator
@@ -330,15 +331,15 @@ _BUILD = textwrap.dedent(
         import lance
         ds = lance.dataset(path)
     t0 = time.perf_counter()
-    ds.create_scalar_index("text", kind)
+    ds.create_scalar_index("text", kind, **json.loads(options))
     print(time.perf_counter() - t0)
     """
 )
 
 
-def builds(path: Path, rounds: int, kind: str) -> None:
-    """Each build of a `kind` index in a fresh process (as a server or a job runs one),
-    engines alternating."""
+def builds(path: Path, rounds: int, kind: str, **options: object) -> None:
+    """Each build of a `kind` index (with `options`) in a fresh process (as a server or a
+    job runs one), engines alternating."""
     table = lance.dataset(str(path)).to_table(columns=["id", "text"])
     seconds: dict[str, list[float]] = {"quiver": [], "pylance": []}
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
@@ -347,13 +348,14 @@ def builds(path: Path, rounds: int, kind: str) -> None:
                 copy = Path(tmp) / f"{name}-{i}.lance"
                 lance.write_dataset(table, str(copy), max_rows_per_file=250_000)
                 out = subprocess.run(
-                    [sys.executable, "-c", _BUILD, name, str(copy), kind],
+                    [sys.executable, "-c", _BUILD, name, str(copy), kind, json.dumps(options)],
                     capture_output=True, text=True, check=True,
                 )  # fmt: skip
                 seconds[name].append(float(out.stdout.split()[-1]))
                 shutil.rmtree(copy)
     q, p = statistics.median(seconds["quiver"]), statistics.median(seconds["pylance"])
-    print(f"{kind} build: Quiver {q:.2f} s, pylance {p:.2f} s; ratio {p / q:.2f}x", flush=True)
+    what = " ".join([kind, *(f"{k}={v}" for k, v in options.items())])
+    print(f"{what} build: Quiver {q:.2f} s, pylance {p:.2f} s; ratio {p / q:.2f}x", flush=True)
 
 
 def near_duplicates(path: Path, queries: int, rounds: int) -> None:
@@ -402,15 +404,20 @@ def main() -> None:
     parser.add_argument(
         "--searches", action="store_true", help="only the searches and filters over Flight"
     )
+    parser.add_argument("--builds", action="store_true", help="only the index builds")
     args = parser.parse_args()
     path, vocabulary = corpus(args.rows)
     print(f"{args.rows:,} documents; {os.cpu_count()} cores", flush=True)
     if not args.minhash:
-        searches(path, vocabulary, args.queries, args.rounds)
+        if not args.builds:
+            searches(path, vocabulary, args.queries, args.rounds)
         if args.searches:
             return
         builds(path, args.rounds, "INVERTED")
+        builds(path, args.rounds, "INVERTED", base_tokenizer="ngram")
         builds(path, args.rounds, "NGRAM")
+        if args.builds:
+            return
     builds(path, args.rounds, "MINHASHLSH")
     near_duplicates(path, args.queries, args.rounds)
 

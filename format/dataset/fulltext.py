@@ -381,9 +381,14 @@ class FullTextSearch(LocatedSearch):
                 f"try recreating the index on {column!r} with position"
             )
         analyzer = indices[0].analyzer if indices else _UNINDEXED
-        placed = analyzer.positioned(text)
+        placed = analyzer.query_tokens(text)
         tokens = [t for _, t in placed]
         phrase = None if slop is None else (tokens, [p for p, _ in placed], slop)
+        indexed_phrase = phrase
+        if analyzer.params.base_tokenizer == "ngram":
+            # as pylance: indexed rows holding any n-gram match, with `AND` or as a phrase;
+            # a phrase among rows no index covers needs them all (all at position 0)
+            require_all, indexed_phrase = False, None
         asked: list[tuple[int, str]] = []  # a fuzzy query's own tokens (the simple split)
         chosen: list[tuple[int, str]] = []  # and their expansions among the index's tokens
         if fuzzy is not None and indices:
@@ -401,17 +406,19 @@ class FullTextSearch(LocatedSearch):
         covered = self._covered(entries)
         if asked:
             ids, scores = self._fuzzy_indexed(indices, asked, chosen, covered, corpus, require_all)
-        elif top is not None and indices and not require_all and phrase is None:
+        elif top is not None and indices and not require_all and indexed_phrase is None:
             ids, scores = self._indexed_top(indices, tokens, covered, corpus, top)
         else:
             found = self._indexed(indices, tokens, covered)
-            if phrase is not None:
-                found = _phrased(found, _phrase_rows(indices, *phrase))
+            if indexed_phrase is not None:
+                found = _phrased(found, _phrase_rows(indices, *indexed_phrase))
             ids, scores = _score(tokens, corpus, found, require_all)
         rest = [f for f in self._fragments if f.fragment_id not in covered]
         if rest and tokens and not (self.fast_search and indices):
             flat_found, flat_corpus = self._flat(rest, column, analyzer, set(tokens), phrase)
-            flat_ids, flat_scores = _score(tokens, corpus + flat_corpus, flat_found, require_all)
+            # pylance scores rows no index covers with every query token, repeats included
+            every = [t for _, t in analyzer.positioned(text)]
+            flat_ids, flat_scores = _score(every, corpus + flat_corpus, flat_found, require_all)
             ids = np.concatenate([ids, flat_ids])
             scores = np.concatenate([scores, flat_scores])
         order = np.argsort(ids, kind="stable")

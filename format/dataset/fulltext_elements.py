@@ -124,7 +124,7 @@ def search_elements(search: Any, column: str, query: Match | Phrase) -> ElementA
     entries = search.element_entries[column]
     indices: list[InvertedIndex] = [search._open(e) for e in entries]
     analyzer = indices[0].analyzer
-    placed = analyzer.positioned(query.text)
+    placed = analyzer.query_tokens(query.text)
     tokens = [t for _, t in placed]
     slop = query.slop if isinstance(query, Phrase) else None
     if slop is not None and any(not p.position_columns for i in indices for p in i.partitions):

@@ -4,7 +4,10 @@ An index's parameters (its `metadata.lance` ``params``) choose the pipeline, whi
 pylance's order:
 
 1. the base tokenizer: ``simple`` (maximal runs of Unicode alphanumeric characters),
-   ``whitespace`` (runs between whitespace) or ``raw`` (the whole text, one token);
+   ``whitespace`` (runs between whitespace), ``raw`` (the whole text, one token) or
+   ``ngram`` (every run of ``min_ngram_length`` to ``max_ngram_length`` characters of the
+   whole text, spaces included, by start then length; with ``prefix_only`` those at the
+   start alone);
 2. tokens of ``max_token_length`` UTF-8 bytes or more are dropped;
 3. ``lower_case``: each character lower-cased on its own;
 4. ``stem``: the Snowball stemmer of the language (``snowballstemmer``, which runs
@@ -30,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from quiver.format import _kernels
-from quiver.format.errors import UnsupportedFeatureError
+from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
 from quiver.format.index.fts.folding import FOLDING
 
 # pylance 14's English stop words, matched after stemming
@@ -84,16 +87,26 @@ class AnalyzerParams:
     remove_stop_words: bool = True
     custom_stop_words: tuple[str, ...] | None = None
     ascii_folding: bool = True
+    min_ngram_length: int = 3
+    max_ngram_length: int = 3
+    prefix_only: bool = False
 
     @classmethod
     def from_json(cls, doc: dict[str, Any], where: str) -> AnalyzerParams:
         """The options an index's ``params`` JSON records; UnsupportedFeatureError for a
         tokenizer or language Quiver does not implement."""
         base = str(doc.get("base_tokenizer", "simple"))
-        if base not in ("simple", "whitespace", "raw"):
+        if base not in ("simple", "whitespace", "raw", "ngram"):
             raise UnsupportedFeatureError(
                 f"{where}: the {base!r} tokenizer of this full-text index is not supported "
-                "(simple, whitespace and raw are)"
+                "(simple, whitespace, raw and ngram are)"
+            )
+        shortest = int(doc.get("min_ngram_length", 3))
+        longest = int(doc.get("max_ngram_length", 3))
+        if base == "ngram" and not 0 < shortest <= longest:
+            raise InvalidInputError(
+                f"{where}: n-grams need 0 < min_ngram_length <= max_ngram_length, not "
+                f"{shortest} and {longest}"
             )
         language = str(doc.get("language", "English"))
         stem, stop = bool(doc.get("stem", False)), bool(doc.get("remove_stop_words", False))
@@ -113,6 +126,9 @@ class AnalyzerParams:
             remove_stop_words=stop,
             custom_stop_words=tuple(custom) if custom is not None else None,
             ascii_folding=bool(doc.get("ascii_folding", False)),
+            min_ngram_length=shortest,
+            max_ngram_length=longest,
+            prefix_only=bool(doc.get("prefix_only", False)),
         )
 
 
@@ -125,7 +141,7 @@ class Analyzer:
             self._stop_words = frozenset(params.custom_stop_words)
         else:
             self._stop_words = ENGLISH_STOP_WORDS
-        self._split = _splitter(params.base_tokenizer)
+        self._split = _splitter(params)
         self._normalize = _normalizer(params, self._stop_words)
 
     def tokens(self, text: str | None) -> list[str]:
@@ -149,13 +165,20 @@ class Analyzer:
             return []
         out = []
         limit = self.params.max_token_length
+        # tantivy's n-grams are all at position 0
+        ngrams = self.params.base_tokenizer == "ngram"
         for position, raw in enumerate(self._split(text)):
             if limit is not None and len(raw.encode("utf-8")) >= limit:
                 continue
             token = self._normalize(raw)
             if token is not None:
-                out.append((position, token))
+                out.append((0 if ngrams else position, token))
         return out
+
+    def query_tokens(self, text: str) -> list[tuple[int, str]]:
+        """A query's (position, token) pairs: `positioned`, each pair once, as pylance
+        collects a query's tokens (n-grams, all at position 0, count once each)."""
+        return list(dict.fromkeys(self.positioned(text)))
 
     def occurrences(self, texts: pa.Array, positions: bool = True) -> Occurrences:
         """Every token of every text, as arrays: the column's analysis in bulk, which an
@@ -165,17 +188,17 @@ class Analyzer:
         positions are not computed (left empty)."""
         texts = texts.cast(pa.large_string()) if not pa.types.is_large_string(texts.type) else texts
         n = len(texts)
-        separators = _SEPARATOR_BYTES.get(self.params.base_tokenizer)
-        if separators is None:
-            bulk = np.zeros(n, bool)
-        elif self.params.base_tokenizer == "simple":
+        base = self.params.base_tokenizer
+        separators = _SEPARATOR_BYTES.get(base)
+        if base in ("simple", "ngram"):  # ASCII texts: a byte is a character
             bulk = pc.fill_null(pc.string_is_ascii(texts), True).to_numpy(zero_copy_only=False)
+        elif separators is None:
+            bulk = np.zeros(n, bool)
         else:
             bulk = np.ones(n, bool)
         ids: dict[str, int] = {}
         parts = []
         if bulk.any():
-            assert separators is not None
             parts.append(self._bulk(texts, np.flatnonzero(bulk), separators, ids, positions))
         if not bulk.all():
             parts.append(self._one_by_one(texts, np.flatnonzero(~bulk), ids, positions))
@@ -202,12 +225,13 @@ class Analyzer:
         self,
         texts: pa.Array,
         rows: np.ndarray,
-        separators: np.ndarray,
+        separators: np.ndarray | None,
         ids: dict[str, int],
         positions: bool,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(rows, positions, token ids) of texts `rows` (a large_string array), split a
-        chunk of rows at a time by `_kernels.split_words` into occurrences of the chunk's
+        chunk of rows at a time by `_kernels.split_words` (at `separators`), or into
+        n-grams by `_kernels.split_ngrams` (ASCII texts), into occurrences of the chunk's
         distinct words; each distinct word is judged (too long, a stop word) and normalised
         once over the whole column."""
         validity, offsets, data = texts.buffers()
@@ -220,10 +244,20 @@ class Analyzer:
         for start in range(0, len(rows), _BULK_ROWS):
             chunk = np.ascontiguousarray(rows[start : start + _BULK_ROWS], np.int64)
             at = chunk + texts.offset
-            out = scratch.sized(len(chunk), int((ends[at + 1] - ends[at]).sum()))
-            n, distinct = _kernels.split_words(
-                data, offsets, validity, texts.offset, chunk, separators, *out
-            )
+            nbytes = int((ends[at + 1] - ends[at]).sum())
+            if separators is not None:
+                out = scratch.sized(len(chunk), nbytes)
+                n, distinct = _kernels.split_words(
+                    data, offsets, validity, texts.offset, chunk, separators, *out
+                )
+            else:
+                p = self.params
+                lengths = p.max_ngram_length - p.min_ngram_length + 1
+                out = scratch.sized_for(nbytes * lengths, nbytes * lengths * p.max_ngram_length)
+                n, distinct = _kernels.split_ngrams(
+                    data, offsets, validity, texts.offset, chunk, p.min_ngram_length,
+                    p.max_ngram_length, p.prefix_only, *out,
+                )  # fmt: skip
             word, owner, place, text, word_ends = out
             words = pa.LargeStringArray.from_buffers(
                 distinct,
@@ -292,8 +326,12 @@ class _SplitScratch:
         self._out: tuple[np.ndarray, ...] = ()
 
     def sized(self, texts: int, nbytes: int) -> tuple[np.ndarray, ...]:
+        """Room for the words of `texts` texts of `nbytes` bytes in all."""
         # a word takes a byte and is followed by a separator or its text's end
-        occurrences = (nbytes + texts) // 2 + 1
+        return self.sized_for((nbytes + texts) // 2 + 1, nbytes)
+
+    def sized_for(self, occurrences: int, nbytes: int) -> tuple[np.ndarray, ...]:
+        """Room for `occurrences` occurrences of distinct words of `nbytes` bytes in all."""
         if occurrences > self._occurrences or nbytes > self._bytes:
             self._occurrences = max(occurrences, self._occurrences)
             self._bytes = max(nbytes, self._bytes)
@@ -344,12 +382,27 @@ def _id_of(ids: dict[str, int], token: str | None) -> int:
     return found
 
 
-def _splitter(base: str) -> Callable[[str], list[str]]:
+def _splitter(params: AnalyzerParams) -> Callable[[str], list[str]]:
+    base = params.base_tokenizer
     if base == "simple":
         return _SIMPLE.findall
     if base == "whitespace":
         return _WHITESPACE.findall
+    if base == "ngram":
+        return functools.partial(
+            _ngrams, params.min_ngram_length, params.max_ngram_length, params.prefix_only
+        )
     return lambda text: [text]
+
+
+def _ngrams(shortest: int, longest: int, prefix_only: bool, text: str) -> list[str]:
+    """The character n-grams of `text`, by start then length (tantivy's NgramTokenizer)."""
+    starts = range(1 if prefix_only else max(len(text) - shortest + 1, 0))
+    return [
+        text[start : start + n]
+        for start in starts
+        for n in range(shortest, min(longest, len(text) - start) + 1)
+    ]
 
 
 def _normalizer(params: AnalyzerParams, stop_words: frozenset[str]) -> Callable[[str], str | None]:

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
 from quiver.format.index.files import write_index_file
@@ -60,6 +61,12 @@ def files_of(partitions: int) -> tuple[str, ...]:
 
 
 _EMPTY_ROARING = bytes.fromhex("3a30000000000000")
+_ENCODED_POSTINGS = 1 << 21  # postings encoded at a time
+# the build's memory: `memory_limit` (MiB) by default, and what a token occurrence costs
+# while its partition is built (its analysis, sort and postings, measured)
+MEMORY_LIMIT, DEFAULT_MEMORY_MIB = "memory_limit", 1024
+_BYTES_PER_OCCURRENCE = 80
+_BYTES_PER_WORD = 5  # a word and its separator, short words counted generously
 # pylance's index parameters and their defaults (create_scalar_index's keyword arguments)
 DEFAULT_PARAMS: dict[str, Any] = {
     "base_tokenizer": "simple",
@@ -72,12 +79,16 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "custom_stop_words": None,
     "ascii_folding": True,
 }
+# the n-gram tokenizer's options (recorded by every index, used by `ngram` ones)
+NGRAM_PARAMS: dict[str, Any] = {"min_ngram_length": 3, "max_ngram_length": 3, "prefix_only": False}
+# pylance 14's code analyzer flags, recorded off by every text index
+_CODE_FLAGS = ("split_identifiers", "split_on_numerics", "preserve_original", "index_operators")
 
 
 def index_params(options: dict[str, Any], where: str) -> dict[str, Any]:
     """pylance's `create_scalar_index(..., "INVERTED", **options)` options with defaults;
     refused when unknown or not built by Quiver yet."""
-    known = set(DEFAULT_PARAMS) | {"min_ngram_length", "max_ngram_length", "prefix_only"}
+    known = set(DEFAULT_PARAMS) | set(NGRAM_PARAMS)
     known |= {"memory_limit", "num_workers", "block_size", "format_version"}
     known |= {"document_granularity"}
     unknown = sorted(set(options) - known)
@@ -114,9 +125,22 @@ def index_params(options: dict[str, Any], where: str) -> dict[str, Any]:
         )
     if block == WIDE:  # 256-document blocks are format 3's alone (pylance: the default then)
         number = 3
-    params = {**DEFAULT_PARAMS, **{k: v for k, v in options.items() if k in DEFAULT_PARAMS}}
+    defaults = dict(DEFAULT_PARAMS)
+    if options.get("base_tokenizer") == "ngram":  # no stemming or stop words unless asked
+        defaults |= {"stem": False, "remove_stop_words": False}
+    params = {**defaults, **NGRAM_PARAMS}
+    params |= {k: v for k, v in options.items() if k in params}
+    for key in ("min_ngram_length", "max_ngram_length"):
+        value = params[key]
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidInputError(f"{where}: {key} must be an integer, not {value!r}")
     AnalyzerParams.from_json(params, where)  # refuses tokenizers Quiver does not have
     params["format_version"] = number or INDEX_VERSION
+    limit = options.get(MEMORY_LIMIT)
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+            raise InvalidInputError(f"{where}: memory_limit must be a positive MiB count")
+        params[MEMORY_LIMIT] = limit
     if block == WIDE:
         params["block_size"] = WIDE
     if granularity == "list_element":  # each element of a list of strings a document
@@ -149,7 +173,9 @@ def details(params: dict[str, Any], version: int | None = None) -> bytes:
         out += number(4, params["max_token_length"])
     for n, key in ((5, "lower_case"), (6, "stem"), (7, "remove_stop_words"), (8, "ascii_folding")):
         out += number(n, params[key])
-    out += number(9, 3) + number(10, 3) + number(12, params.get("block_size", BLOCK))
+    ngrams = {**NGRAM_PARAMS, **params}
+    out += number(9, ngrams["min_ngram_length"]) + number(10, ngrams["max_ngram_length"])
+    out += number(11, ngrams["prefix_only"]) + number(12, params.get("block_size", BLOCK))
     out += number(14, params.get(LIST_ELEMENT, 0))
     out += number(15, version or format_version(params))
     return out
@@ -222,7 +248,10 @@ def partition_tables(
     del change
     counts = np.diff(np.append(runs, len(key))).astype(np.uint32)
     uniq = key[runs]
-    tok = uniq // n_docs
+    del key
+    # the keys are sorted by token: each token's run found by a search, not a division
+    ends = np.searchsorted(uniq, np.arange(1, len(vocabulary) + 1, dtype=np.int64) * n_docs)
+    tok = np.repeat(np.arange(len(vocabulary), dtype=np.int64), np.diff(ends, prepend=0))
     doc = (uniq - tok * n_docs).astype(np.uint32)
     return encoded_partition(
         tok, doc, counts, places if with_positions else None, lengths, doc_rows, vocabulary,
@@ -251,12 +280,23 @@ def encoded_partition(
     bounds = np.concatenate([[0], np.cumsum(df)]).astype(np.int64)
     # pylance's block scores: BM25 of each posting with this partition's statistics
     norm = bm25.norms(lengths, bm25.mean_length(total, n_docs))
-    scores = bm25.weights(bm25.idf(df, n_docs)[tok], counts, norm[doc])
-    # upper bounds for pruning: a hair above, so float rounding never prunes an answer
-    scores = np.nextafter(scores, np.float32(np.inf))
-    postings, best = encode_postings(bounds, doc, counts.astype(np.uint32), scores)
-    if block == WIDE:  # format 3's wide blocks: no best scores inside, `_max_score` as above
-        postings = encode_wide(bounds, doc, counts.astype(np.uint32))
+    idf = bm25.idf(df, n_docs)
+    counts = counts.astype(np.uint32, copy=False)
+    parts, bests = [], []
+    # a group of tokens at a time: the encoder's temporaries stay a few times a group's
+    for first, last in _token_groups(bounds, _ENCODED_POSTINGS):
+        lo, hi = int(bounds[first]), int(bounds[last])
+        group = bounds[first : last + 1] - lo
+        scores = bm25.weights(idf[tok[lo:hi]], counts[lo:hi], norm[doc[lo:hi]])
+        # upper bounds for pruning: a hair above, so float rounding never prunes an answer
+        scores = np.nextafter(scores, np.float32(np.inf))
+        encoded, best = encode_postings(group, doc[lo:hi], counts[lo:hi], scores)
+        if block == WIDE:  # format 3's wide blocks: no best scores inside, `_max_score` as above
+            encoded = encode_wide(group, doc[lo:hi], counts[lo:hi])
+        parts.append(encoded)
+        bests.append(best)
+    postings = parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
+    best = np.concatenate(bests) if bests else np.zeros(0, np.float32)
     positions = None
     if places is not None:
         positions = encode_positions(bounds, counts, places, docs_per_block=block)
@@ -265,6 +305,47 @@ def encoded_partition(
         "docs": _docs(doc_rows, lengths, total, elements),
         "tokens": _tokens(vocabulary),
     }
+
+
+def occurrence_budget(params: dict[str, Any]) -> int:
+    """Token occurrences one partition is built from: pylance's `memory_limit` (MiB, a
+    build option) over what an occurrence costs while its partition is built."""
+    limit = params.get(MEMORY_LIMIT) or DEFAULT_MEMORY_MIB
+    return max(1, int(limit) * (1 << 20) // _BYTES_PER_OCCURRENCE)
+
+
+def row_ranges(analyzer: AnalyzerParams, texts: pa.Array, budget: int) -> list[tuple[int, int]]:
+    """Consecutive ranges [lo, hi) of `texts` whose token occurrences (estimated from
+    their bytes: an n-gram per byte and length, a word per few bytes) stay within
+    `budget` each; one range at least."""
+    n = len(texts)
+    size = pc.fill_null(pc.binary_length(texts), 0).to_numpy(zero_copy_only=False)
+    size = size.astype(np.int64)
+    if analyzer.base_tokenizer == "ngram":
+        low, high = analyzer.min_ngram_length, analyzer.max_ngram_length
+        if analyzer.prefix_only:
+            estimate = np.clip(size - low + 1, 0, high - low + 1)
+        else:
+            estimate = sum(np.maximum(size - k + 1, 0) for k in range(low, high + 1))
+    else:
+        estimate = size // _BYTES_PER_WORD + 1
+    total = np.cumsum(estimate)
+    if not n or int(total[-1]) <= budget:
+        return [(0, n)]
+    cuts = np.searchsorted(total, np.arange(budget, int(total[-1]), budget), side="right")
+    edges = np.unique(np.concatenate([[0], cuts, [n]]).clip(0, n))
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+
+
+def _token_groups(bounds: np.ndarray, size: int) -> list[tuple[int, int]]:
+    """Consecutive token ranges [first, last) of about `size` postings each (a token's
+    postings never split; at least one range, empty when there is no token)."""
+    tokens = len(bounds) - 1
+    if tokens <= 0:
+        return [(0, 0)]
+    cuts = np.searchsorted(bounds, np.arange(size, int(bounds[-1]), size), side="right") - 1
+    edges = np.unique(np.concatenate([[0], cuts, [tokens]]).clip(0, tokens))
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
 
 
 def empty_partition(
@@ -354,8 +435,13 @@ def build_inverted(
     if params.get(LIST_ELEMENT):
         texts, row_ids, elements = list_elements(texts, row_ids, store.uri_of(directory))
     block = int(params.get("block_size", BLOCK))
-    tables = partition_tables(analyzer, texts, row_ids, elements, block)
-    if (tables or not count) and not untrained:
+    ranges = [] if untrained else row_ranges(analyzer.params, texts, occurrence_budget(params))
+    written = False
+    for lo, hi in ranges:  # a partition per range: the build's memory stays the budget's
+        part = elements[lo:hi] if elements is not None else None
+        tables = partition_tables(analyzer, texts.slice(lo, hi - lo), row_ids[lo:hi], part, block)
+        if not tables and (written or count or hi < len(texts)):
+            continue
         if not tables:  # an index of no document: one empty partition, as pylance writes
             tables = empty_partition(bool(params["with_position"]), elements is not None, block)
         named = {
@@ -363,6 +449,8 @@ def build_inverted(
         }
         files += write_tables(store, directory, named, version)
         count += 1
+        written = True
+        del tables, named
     meta = {"metadata.lance": metadata_table(params, list(range(count)))}
     files += write_tables(store, directory, meta, version)
     return files
@@ -394,6 +482,9 @@ def params_of(analyzer: AnalyzerParams, format_version: int, block: int = BLOCK)
         else None,
         "ascii_folding": analyzer.ascii_folding,
         "with_position": analyzer.with_position,
+        "min_ngram_length": analyzer.min_ngram_length,
+        "max_ngram_length": analyzer.max_ngram_length,
+        "prefix_only": analyzer.prefix_only,
         "format_version": version,
     }
     if block == WIDE:
@@ -517,14 +608,13 @@ def _tokens(tokens: list[str]) -> pa.Table:
 
 def metadata_table(params: dict[str, Any], partitions: list[int], rows: int = 1) -> pa.Table:
     """An index's `metadata.lance` table (a staged partition's has no row)."""
-    internal = ("format_version", "block_size", LIST_ELEMENT)
+    internal = ("format_version", "block_size", LIST_ELEMENT, MEMORY_LIMIT)
     doc = {
         "lance_tokenizer": "text",
         **{k: v for k, v in params.items() if k not in internal},
-        "min_ngram_length": 3,
-        "max_ngram_length": 3,
-        "prefix_only": False,
+        **{k: params.get(k, v) for k, v in NGRAM_PARAMS.items()},
         "block_size": params.get("block_size", BLOCK),
+        **dict.fromkeys(_CODE_FLAGS, False),
     }
     schema = pa.schema(
         [pa.field("deleted_fragments", pa.binary(), nullable=False)],

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from quiver.format import _kernels
 from quiver.format.index.fts.postings import BLOCK
 
 _HEAD = np.dtype([("score", "<f4"), ("first", "<u4"), ("bits", "u1")])
@@ -22,16 +23,10 @@ _HEAD = np.dtype([("score", "<f4"), ("first", "<u4"), ("bits", "u1")])
 def pack4x(values: np.ndarray, bits: int) -> np.ndarray:
     """BitPacker4x blocks: (blocks, 128) uint32 values of at most `bits` bits -> (blocks,
     4 * bits) uint32 words (four interleaved lanes, low bits first)."""
-    blocks = values.shape[0]
-    words = np.zeros((blocks, bits + 1, 4), np.uint64)
-    lanes = values.reshape(blocks, 32, 4).astype(np.uint64)
-    start = np.arange(32) * bits
-    word, shift = start // 32, (start % 32).astype(np.uint64)
-    for m in range(32):
-        shifted = lanes[:, m, :] << shift[m]
-        words[:, word[m], :] |= shifted & np.uint64(0xFFFFFFFF)
-        words[:, word[m] + 1, :] |= shifted >> np.uint64(32)
-    return words[:, :bits, :].reshape(blocks, 4 * bits).astype(np.uint32)
+    values = np.require(values, dtype="<u4", requirements=["C_CONTIGUOUS", "ALIGNED"])
+    words = np.empty((values.shape[0], 4 * bits), np.uint32)
+    _kernels.pack4x(values, bits, words)
+    return words
 
 
 def _widths(values: np.ndarray) -> np.ndarray:

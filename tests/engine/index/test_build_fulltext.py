@@ -57,8 +57,34 @@ def _same_everywhere(ours: str, theirs: str, what: str, options=({}, {"limit": 6
         {"with_position": True},
         {"format_version": 3, "with_position": True},
         {"format_version": "v2", "block_size": 128},
+        {"base_tokenizer": "ngram"},
+        {
+            "base_tokenizer": "ngram",
+            "min_ngram_length": 1,
+            "max_ngram_length": 4,
+            "lower_case": False,
+            "with_position": True,
+        },
+        {
+            "base_tokenizer": "ngram",
+            "min_ngram_length": 2,
+            "max_ngram_length": 5,
+            "prefix_only": True,
+        },
     ],
-    ids=["default", "plain", "whitespace", "raw", "short", "positions", "format-3", "format-v2"],
+    ids=[
+        "default",
+        "plain",
+        "whitespace",
+        "raw",
+        "short",
+        "positions",
+        "format-3",
+        "format-v2",
+        "ngram",
+        "ngram-1-4",
+        "ngram-prefix",
+    ],  # fmt: skip
 )
 def test_pylance_searches_quiver_indices_as_its_own(tmp_path: Path, options: dict) -> None:
     ours, theirs = _pair(tmp_path, text_table(1500, 41), **options)
@@ -69,6 +95,28 @@ def test_pylance_searches_quiver_indices_as_its_own(tmp_path: Path, options: dic
     # the format version pylance records, in the manifest and the index's files
     assert _format_of(ours) == _format_of(theirs)
     _same_everywhere(ours, theirs, str(options))
+
+
+@pytest.mark.parametrize("tokenizer", ["simple", "ngram"])
+def test_a_memory_limit_builds_partitions_within_it(tmp_path: Path, tokenizer: str) -> None:
+    """`memory_limit` (MiB) bounds the occurrences one partition is built from: a small
+    one builds several partitions, each written before the next is analysed, which both
+    engines search with the statistics of all (the same answers as pylance's one)."""
+    from quiver.format.index.fts import build
+
+    options = {"base_tokenizer": tokenizer, "with_position": True}
+    ours, theirs = _pair(tmp_path, text_table(1500, 43), **options)
+    [directory] = (Path(ours) / "_indices").iterdir()
+    assert len(list(directory.glob("part_*_docs.lance"))) == 1
+    dataset(ours).create_scalar_index("text", "INVERTED", replace=True, memory_limit=1, **options)
+    directory = Path(ours) / "_indices" / dataset(ours).list_indices()[0]["uuid"]
+    budget = build.occurrence_budget({"memory_limit": 1})
+    parts = sorted(directory.glob("part_*_docs.lance"))
+    assert len(parts) > 1, budget
+    assert b"memory_limit" not in (directory / "metadata.lance").read_bytes()
+    _same_everywhere(ours, theirs, f"{tokenizer} in {len(parts)} partitions")
+    with pytest.raises(InvalidInputError, match="memory_limit"):
+        dataset(ours).create_scalar_index("text", "INVERTED", replace=True, memory_limit=0)
 
 
 def _format_of(path: str) -> tuple[int, str, bytes]:
@@ -240,7 +288,7 @@ def test_flight_and_namespace_build(tmp_path: Path) -> None:
         _same_everywhere(ours, reference, f"built through {name}", ({"limit": 5},))
 
 
-@pytest.mark.parametrize("base", ["simple", "whitespace", "raw"])
+@pytest.mark.parametrize("base", ["simple", "whitespace", "raw", "ngram"])
 def test_bulk_analysis_is_the_per_text_analysis(base: str) -> None:
     """`Analyzer.occurrences` (Arrow's split where a text allows) finds exactly the tokens
     and positions the per-text analyzer does, ids numbered by first appearance."""
