@@ -286,14 +286,17 @@ def read_options(options: Any) -> dict[str, Any]:
     return out
 
 
+# the structured full-text queries (the engine's `fulltext_query` forms)
+_STRUCTURED_QUERIES = {"match", "multi_match", "combined_fields", "boolean", "boost", "phrase"}
+
+
 def _text_query(value: Any) -> bool:
     """Whether a parsed JSON value is one full-text query: text, {"query", "columns"} or a
     structured query."""
     if isinstance(value, str):
         return True
     return isinstance(value, dict) and (
-        isinstance(value.get("query"), str)
-        or bool(set(value) & {"match", "multi_match", "boolean", "boost", "phrase"})
+        isinstance(value.get("query"), str) or bool(set(value) & _STRUCTURED_QUERIES)
     )
 
 
@@ -318,7 +321,8 @@ def full_text_option(options: Any) -> str | dict[str, Any] | list[Any] | None:
             raise QuiverOptionError(
                 "the 'full_text_query' option is the query text, a JSON object "
                 '{"query": "...", "columns": [...]}, a structured query ({"match": ...}, '
-                f"multi_match, boolean, boost, phrase) or a JSON list of them, not {raw!r}"
+                f"multi_match, combined_fields, boolean, boost, phrase) or a JSON list of them, "
+                f"not {raw!r}"
             )
         return value
     return text

@@ -109,7 +109,7 @@ def query_table(ctx: Context, call: Call) -> ArrowFile:
 def _full_text(call: Call) -> dict[str, Any] | None:
     """QueryTable's ``full_text_query`` as the engine takes it: ``{"string_query": {"query",
     "columns"?}}``, or ``{"structured_query": {"query": FtsQuery}}`` (match, phrase, multi_match,
-    boolean, boost), which is the engine's structured form."""
+    combined_fields, boolean, boost), which is the engine's structured form."""
     value = call.body.get("full_text_query")
     if value is None:
         return None

@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fragment import LanceFragment, shared_fragments
+from quiver.format.dataset.fulltext_combined import combined_rows
 from quiver.format.dataset.fulltext_elements import (
     DOC_INDEX_FIELD,
     PhraseSpec,
@@ -44,6 +45,7 @@ from quiver.format.dataset.fulltext_elements import (
 from quiver.format.dataset.fulltext_query import (
     AnyOf,
     Boost,
+    Combined,
     Match,
     Phrase,
     Query,
@@ -225,6 +227,8 @@ def _searches_every_index(query: Query) -> bool:
     """Whether some match of the query names no column (and so searches every index)."""
     if isinstance(query, (Match, Phrase)):
         return query.columns is None
+    if isinstance(query, Combined):
+        return False
     if isinstance(query, AnyOf):
         return any(_searches_every_index(q) for q in query.queries)
     if isinstance(query, Boost):
@@ -320,7 +324,9 @@ class FullTextSearch(LocatedSearch):
                 f"{core.uri}: cannot perform full text search unless an INVERTED index has "
                 "been created on at least one column"
             )
-        for c in sorted(set().union(*(columns_of(q) for q in self.queries)) - {self.elements}):
+        named = set().union(*(columns_of(q) for q in self.queries))
+        # (a column of list elements is refused by the query that names it, if it must be)
+        for c in sorted(named - {self.elements} - set(self.element_entries)):
             kind = core.lance_schema.field(c).to_arrow().type  # ColumnNotFoundError names it
             if not pa.types.is_string(kind) and not pa.types.is_large_string(kind):
                 raise InvalidInputError(f"{core.uri}: column {c!r} does not hold text")
@@ -466,6 +472,8 @@ class FullTextSearch(LocatedSearch):
         if isinstance(query, Phrase):
             columns = query.columns or tuple(sorted(self._indexed_columns))
             return _best([self._column(c, query.text, False, slop=query.slop) for c in columns])
+        if isinstance(query, Combined):
+            return combined_rows(self, query)
         if isinstance(query, AnyOf):
             return _best([self._evaluate(q, top) for q in query.queries])
         if isinstance(query, Boost):

@@ -12,6 +12,9 @@
   - ``{"boost": {"positive": q, "negative": q, "negative_boost"?}}`` (`BoostQuery`);
   - ``{"phrase": {"terms", "column"?, "slop"?}}`` (`PhraseQuery`: needs an index with
     positions);
+  - ``{"combined_fields": {"query", "columns", "boost"?: [w, ...], "operator"?}}``
+    (`CombinedFieldsQuery`: BM25F over the columns as one field,
+    `format.dataset.fulltext_combined`);
   - a match or phrase may name its ``"document_granularity"``: ``"row"`` or
     ``"list_element"`` (documents of list elements: `format.dataset.fulltext_elements`);
 
@@ -83,8 +86,21 @@ class Boost:
     negative_boost: float = 0.5
 
 
-Query = Match | Phrase | AnyOf | Boolean | Boost
-_STRUCTURED = ("match", "multi_match", "boolean", "boost", "phrase")
+@dataclass(frozen=True)
+class Combined:
+    """Rows holding the text's tokens (all of them when `require_all`) in any of `columns`,
+    scored by BM25F: the columns as one field, each column's term frequencies and lengths
+    weighted by its boost."""
+
+    text: str
+    columns: tuple[str, ...]
+    boosts: tuple[float, ...]
+    require_all: bool = False
+
+
+Query = Match | Phrase | AnyOf | Boolean | Boost | Combined
+_STRUCTURED = ("match", "multi_match", "boolean", "boost", "phrase", "combined_fields")
+MAX_FIELD_BOOST = 1048576.0  # pylance's bound on a combined field's weight
 
 
 def parse_query(value: Any, where: str) -> Query:
@@ -160,6 +176,8 @@ def _structured(value: dict[str, Any], where: str) -> Query:
             raise InvalidInputError(f"{where}: 'phrase.slop' must be a whole number >= 0")
         columns = _columns(body.get("column"), where, "'phrase.column'")
         return Phrase(terms, columns, slop, _granularity(body, where, "phrase"))
+    if kind == "combined_fields":
+        return _combined(body, where)
     if kind == "multi_match":
         queries = body.get("match_queries")
         if not isinstance(queries, list) or not queries:
@@ -223,6 +241,46 @@ def _match(body: dict[str, Any], where: str) -> Match:
     )
 
 
+def _combined(body: dict[str, Any], where: str) -> Combined:
+    """A `combined_fields` body (lance's serde form of `CombinedFieldsQuery`), refused as
+    pylance refuses it."""
+    unknown = sorted(set(body) - {"query", "columns", "boost", "operator"})
+    if unknown:
+        raise InvalidInputError(f"{where}: 'combined_fields' has unknown key {unknown[0]!r}")
+    text = body.get("query")
+    if not isinstance(text, str):
+        raise InvalidInputError(f"{where}: 'combined_fields.query' must be a string")
+    columns = body.get("columns")
+    if not isinstance(columns, (list, tuple)) or not all(isinstance(c, str) for c in columns):
+        raise InvalidInputError(f"{where}: 'combined_fields.columns' must name columns")
+    if not columns:
+        raise InvalidInputError(f"{where}: Cannot create CombinedFieldsQuery with no columns")
+    for i, column in enumerate(columns):
+        if column in columns[:i]:
+            raise InvalidInputError(
+                f"{where}: CombinedFieldsQuery columns must be unique, but {column!r} is duplicated"
+            )
+    boosts = body.get("boost")
+    boosts = [1.0] * len(columns) if boosts is None else boosts
+    if not isinstance(boosts, (list, tuple)) or len(boosts) != len(columns):
+        count = len(boosts) if isinstance(boosts, (list, tuple)) else boosts
+        raise InvalidInputError(
+            f"{where}: The number of boosts ({count}) must match the number of columns "
+            f"({len(columns)})"
+        )
+    for column, boost in zip(columns, boosts, strict=True):
+        number = isinstance(boost, (int, float)) and not isinstance(boost, bool)
+        if not number or not 1.0 <= boost <= MAX_FIELD_BOOST:  # NaN fails both bounds
+            raise InvalidInputError(
+                f"{where}: combined_fields boost for column {column!r} must be a finite "
+                f"value in [1, {MAX_FIELD_BOOST:.0f}], got {boost!r}"
+            )
+    operator = str(body.get("operator") or "Or").lower()
+    if operator not in ("or", "and"):
+        raise InvalidInputError(f"{where}: 'combined_fields.operator' must be Or or And")
+    return Combined(text, tuple(columns), tuple(float(b) for b in boosts), operator == "and")
+
+
 def _granularity(body: dict[str, Any], where: str, what: str) -> str | None:
     """A match's or phrase's `document_granularity` ("row", "list_element" or None)."""
     value = body.get("document_granularity")
@@ -239,7 +297,7 @@ def _granularity(body: dict[str, Any], where: str, what: str) -> str | None:
 
 def columns_of(query: Query) -> set[str]:
     """The columns a query names (its matches without columns search every index)."""
-    if isinstance(query, (Match, Phrase)):
+    if isinstance(query, (Match, Phrase, Combined)):
         return set(query.columns or ())
     if isinstance(query, AnyOf):
         return set().union(*(columns_of(q) for q in query.queries))

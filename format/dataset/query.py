@@ -1,14 +1,13 @@
 """Full-text query objects with pylance 14's classes and signatures (`lance.query`):
-`MatchQuery`, `PhraseQuery`, `BoostQuery`, `MultiMatchQuery`, `BooleanQuery`, with
-`FullTextOperator`, `Occur` and `DocumentGranularity`. Each is its structured form
-(`to_dict()`, the Lance namespace's `FtsQuery` JSON that `full_text_query` also takes:
+`MatchQuery`, `PhraseQuery`, `BoostQuery`, `MultiMatchQuery`, `CombinedFieldsQuery`,
+`BooleanQuery`, with `FullTextOperator`, `Occur` and `DocumentGranularity`. Each is its
+structured form (`to_dict()`, the Lance namespace's `FtsQuery` JSON that `full_text_query`
+also takes:
 `format.dataset.fulltext_query`), so pylance code runs with these imported from here::
 
     from quiver.format.dataset.query import BooleanQuery, MatchQuery, Occur
 
     ds.to_table(full_text_query=BooleanQuery([(Occur.MUST, MatchQuery("lance", "text"))]))
-
-pylance's `CombinedFieldsQuery` (BM25F across columns) is not among them.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from typing import Any
 __all__ = [
     "BooleanQuery",
     "BoostQuery",
+    "CombinedFieldsQuery",
     "DocumentGranularity",
     "FullTextOperator",
     "FullTextQuery",
@@ -36,6 +36,7 @@ class FullTextQueryType(Enum):
     MATCH_PHRASE = "match_phrase"
     BOOST = "boost"
     MULTI_MATCH = "multi_match"
+    COMBINED_FIELDS = "combined_fields"
     BOOLEAN = "boolean"
 
 
@@ -179,6 +180,35 @@ class MultiMatchQuery(FullTextQuery):
 
     def query_type(self) -> FullTextQueryType:
         return FullTextQueryType.MULTI_MATCH
+
+
+class CombinedFieldsQuery(FullTextQuery):
+    """The query over `columns` as one field (BM25F): each column's term frequencies and
+    lengths weighted by its boost (at least 1); with `AND`, every term in some column."""
+
+    def __init__(
+        self,
+        query: str,
+        columns: list[str],
+        *,
+        boosts: list[float] | None = None,
+        operator: FullTextOperator = FullTextOperator.OR,
+    ) -> None:
+        self._body = {
+            "query": query,
+            "columns": list(columns),
+            "boost": list(boosts) if boosts is not None else [1.0] * len(columns),
+            "operator": _operator(operator),
+        }
+        from quiver.format.dataset.fulltext_query import parse_query
+
+        parse_query(self.to_dict(), "CombinedFieldsQuery")  # refused here, as pylance does
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"combined_fields": dict(self._body)}
+
+    def query_type(self) -> FullTextQueryType:
+        return FullTextQueryType.COMBINED_FIELDS
 
 
 class BooleanQuery(FullTextQuery):

@@ -59,6 +59,22 @@ def test_client_reads_as_pylance(served: tuple[str, Path], options: dict) -> Non
     assert_same_answers(_pylance(root, **options), ours, str(options))
 
 
+def test_combined_fields_over_flight(served: tuple[str, Path]) -> None:
+    """pylance's CombinedFieldsQuery in its serde form: BM25F over an indexed and an
+    unindexed column, as pylance scores it."""
+    from lance.query import CombinedFieldsQuery
+
+    uri, root = served
+    body = {"query": "apple river", "columns": ["text", "title"], "boost": [2.0, 1.0]}
+    with Client(uri) as qc:
+        ours = qc.read(
+            "docs", columns=["id"], with_row_id=True, limit=9,
+            full_text_query={"combined_fields": body},
+        )  # fmt: skip
+    query = CombinedFieldsQuery("apple river", ["text", "title"], boosts=[2.0, 1.0])
+    assert_same_answers(_pylance(root, full_text_query=query, limit=9), ours, "combined")
+
+
 def test_plain_flight_descriptor(served: tuple[str, Path]) -> None:
     uri, root = served
     client = fl.connect(uri)

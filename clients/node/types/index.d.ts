@@ -45,7 +45,8 @@ export interface ReadOptions extends VersionOptions {
   appendedSince?: number;
   /**
    * A full-text search: the query text, `{query, columns}`, or a structured query
-   * (`{match: {terms, column, operator, boost}}`, `multi_match`, `boolean`, `boost`). The
+   * (`{match: {terms, column, operator, boost}}`, `multi_match`, `combined_fields`, `boolean`,
+   * `boost`). The
    * rows come best first with `_score` (one endpoint).
    */
   fullTextQuery?: string | Record<string, unknown> | Array<string | Record<string, unknown>>;

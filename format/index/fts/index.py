@@ -93,6 +93,13 @@ class Partition:
         256-document blocks (pylance's)."""
         return quantized_lengths(self.lengths) if self.block == WIDE else self.lengths
 
+    @functools.cached_property
+    def by_row_id(self) -> tuple[np.ndarray, np.ndarray]:
+        """(row ids ascending, their documents' scored lengths): a row's length found by a
+        search (combined-fields queries weigh every column's length)."""
+        order = np.argsort(self.row_ids, kind="stable")
+        return self.row_ids[order], self.scored_lengths[order]
+
     def postings(self, token_id: int) -> tuple[np.ndarray, np.ndarray]:
         """(document ids, frequencies) of one token (decoded once, then cached)."""
         return self.fetch([token_id])[0]
