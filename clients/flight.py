@@ -362,7 +362,9 @@ class Client(Writes, RowChanges, IndexActions, _nearest.Searches, Blobs):
         """The k rows nearest to query vector `q` by `column`, with `_distance`, nearest first
         (a list of vectors: each one's, `query_index` first). Options: metric, nprobes,
         minimum_nprobes, maximum_nprobes, search_effort, refine_factor, use_index, columns,
-        filter, prefilter, with_row_id, version | tag | as_of (`clients.nearest`)."""
+        filter, prefilter, with_row_id, version | tag | as_of, and `search_filter`
+        (`{"full_text_query": query}`: only rows the query matches, before the search with
+        `prefilter`, as pylance's full-text filter) (`clients.nearest`)."""
         searching, reading = _nearest.split_options(options)
         return _nearest.search(
             self, dataset, column, q, k, search_options=searching, read_options=reading
@@ -502,6 +504,7 @@ class Client(Writes, RowChanges, IndexActions, _nearest.Searches, Blobs):
         fast_search: bool = False,
         branch: str | None = None,
         blob_handling: str | None = None,
+        search_filter: dict[str, Any] | None = None,
     ) -> pa.Table:
         """Read a dataset (one version of it, on `branch` if given) into a `pyarrow.Table`.
 
@@ -512,7 +515,9 @@ class Client(Writes, RowChanges, IndexActions, _nearest.Searches, Blobs):
         structured query; a list: each one's `limit` rows after its `query_index`) reads
         the matching rows best first with `_score`, as pylance's `to_table` does.
         `blob_handling="all_binary"` reads blob columns as their bytes (by default a scan
-        returns their descriptions, as pylance's does; `take_blobs` reads ranges of them)."""
+        returns their descriptions, as pylance's does; `take_blobs` reads ranges of them).
+        `search_filter={"nearest": {"column", "q", "k"...}}` filters a full-text search by a
+        vector search (`prefilter=True`: before it), as pylance's `VectorSearchQuery` filter."""
         if parallel < 1:
             raise ValueError("parallel must be at least 1")
         info = self.flight_info(
@@ -530,6 +535,7 @@ class Client(Writes, RowChanges, IndexActions, _nearest.Searches, Blobs):
             fast_search=fast_search,
             **({"branch": branch} if branch is not None else {}),
             **({"blob_handling": blob_handling} if blob_handling is not None else {}),
+            **({"search_filter": search_filter} if search_filter is not None else {}),
         )
         schema = info.schema
         endpoints = list(info.endpoints)

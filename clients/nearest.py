@@ -136,7 +136,7 @@ def split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
     search_keys = ("metric", "nprobes", "minimum_nprobes", "maximum_nprobes", "refine_factor", "ef")
     search_keys += ("use_index", "distance_range", "search_effort")
     read_keys = ("columns", "filter", "prefilter", "with_row_id", "version", "tag", "as_of")
-    read_keys += ("branch",)
+    read_keys += ("branch", "search_filter")
     unknown = sorted(set(options) - set(search_keys) - set(read_keys))
     if unknown:
         raise TypeError(f"unknown nearest option {unknown[0]!r}")
@@ -150,7 +150,7 @@ def split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
 
 
 _TEXT_OPTIONS = ("columns", "filter", "prefilter", "with_row_id", "fast_search")
-_TEXT_OPTIONS += ("version", "tag", "as_of", "branch")
+_TEXT_OPTIONS += ("version", "tag", "as_of", "branch", "search_filter")
 
 
 def _text_command(

@@ -44,6 +44,7 @@ from quiver.format.dataset import LanceDataset
 from quiver.format.dataset.fulltext import FullTextSearch
 from quiver.format.dataset.hybrid import HybridSearch
 from quiver.format.dataset.nearest import NearestSearch
+from quiver.format.dataset.search_filter import SearchFilter, filtered_search
 from quiver.wire.requests import NEAREST_KEYS, READ
 
 NEAREST_KIND = "qn1"
@@ -108,6 +109,10 @@ def _check_request(request: ReadRequest) -> None:
         raise InvalidArgument(
             "CMD descriptor: 'hybrid' goes with both 'nearest' and 'full_text_query'"
         )
+    if request.search_filter is not None and request.hybrid is not None:
+        raise InvalidArgument("CMD descriptor: 'search_filter' does not go with 'hybrid'")
+    if request.search_filter is not None and isinstance(request.full_text_query, list):
+        raise InvalidArgument("CMD descriptor: 'search_filter' does not go with a batch")
     if request.appended_since is not None:
         raise InvalidArgument(f"CMD descriptor: {what} cannot be combined with 'appended_since'")
     if request.max_rows_per_endpoint is not None:
@@ -120,6 +125,8 @@ def search_of(
     ds: LanceDataset, request: ReadRequest, nearest: dict[str, Any] | None
 ) -> NearestSearch | FullTextSearch | HybridSearch:
     """The engine's search for a request (raises on a bad column, vector, filter...)."""
+    if request.search_filter is not None:
+        return _filtered(ds, request, nearest)
     if request.full_text_query is not None and nearest is not None:
         return HybridSearch(
             ds.core,
@@ -153,6 +160,22 @@ def search_of(
     )
 
 
+def _filtered(ds: LanceDataset, request: ReadRequest, nearest: dict[str, Any] | None) -> Any:
+    """A search filtered by another (`format.dataset.search_filter`)."""
+    assert request.search_filter is not None
+    inner = request.search_filter
+    vector = None
+    if "nearest" in inner:
+        vector = nearest_options(inner["nearest"], need_q=True)
+    search = SearchFilter(request.filter, inner.get("full_text_query"), vector)
+    return filtered_search(
+        ds.core, search, columns=list(request.columns) if request.columns is not None else None,
+        nearest=nearest, full_text_query=request.full_text_query, prefilter=request.prefilter,
+        limit=request.limit, offset=None, fast_search=request.fast_search,
+        with_row_id=request.with_row_id, with_row_address=False, autoproject=True, mask=None,
+    )  # fmt: skip
+
+
 @dataclass(frozen=True)
 class NearestTicket:
     """One nearest-neighbour search, pinned to a version (DoGet's ticket of kind qn1)."""
@@ -170,6 +193,7 @@ class NearestTicket:
     full_text: str | dict[str, Any] | list[Any] | None = None  # a full-text search instead
     fast_search: bool = False
     hybrid: dict[str, Any] | None = None
+    search_filter: dict[str, Any] | None = None  # a search filtering this one (as asked)
     token: bytes = b""  # the signed bytes it was decoded from (not signed itself)
     fragment_id = None  # for the access log: a search reads every fragment
 
@@ -193,6 +217,8 @@ class NearestTicket:
             payload["s"] = self.fast_search
         if self.hybrid is not None:
             payload["h"] = self.hybrid
+        if self.search_filter is not None:
+            payload["g"] = self.search_filter
         return signer.sign(NEAREST_KIND, payload).encode("ascii")
 
     @classmethod
@@ -214,6 +240,7 @@ class NearestTicket:
                 full_text=p.get("f"),
                 fast_search=bool(p.get("s", False)),
                 hybrid=p.get("h"),
+                search_filter=p.get("g"),
                 token=bytes(token),
             )
             if t.full_text is not None and not isinstance(t.full_text, (str, dict, list)):
@@ -236,6 +263,7 @@ class NearestTicket:
             full_text_query=self.full_text,
             fast_search=self.fast_search,
             hybrid=self.hybrid,
+            search_filter=self.search_filter,
         )
 
 
@@ -292,6 +320,7 @@ def plan_nearest(reads: Any, request: ReadRequest) -> NearestPlan:
         full_text=request.full_text_query,
         fast_search=request.fast_search,
         hybrid=request.hybrid,
+        search_filter=request.search_filter,
     ).encode(reads.signer)
     reads.planned.put(ticket, search)
     return NearestPlan(ds.version, search.schema, ticket, expires)
@@ -336,6 +365,12 @@ def exchange_request(descriptor: flight.FlightDescriptor) -> ReadRequest:
     _check_request(request)
     if request.limit is not None and request.nearest is not None and "q" not in request.nearest:
         raise InvalidArgument("DoExchange: 'limit' does not apply to batched searches (use k)")
+    if (
+        request.search_filter is not None
+        and request.nearest is not None
+        and ("q" not in request.nearest)
+    ):
+        raise InvalidArgument("DoExchange: 'search_filter' does not go with batched searches")
     return request
 
 

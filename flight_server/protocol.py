@@ -222,6 +222,8 @@ class ReadRequest:
     full_text_query: str | dict[str, Any] | list[Any] | None = None
     fast_search: bool = False
     hybrid: dict[str, Any] | None = None  # fusion options when both searches are asked
+    # a search filtering the search: {"full_text_query": q} or {"nearest": {...}}
+    search_filter: dict[str, Any] | None = None
     blob_handling: str | None = None  # "all_binary": blob columns as bytes
 
     @property
@@ -288,8 +290,30 @@ def read_request_from_command(cmd: bytes) -> ReadRequest:
         full_text_query=_full_text(f),
         fast_search=f.bool("fast_search", default=False),
         hybrid=f.obj("hybrid"),
+        search_filter=_search_filter(f),
         blob_handling=_blob_handling(f),
     )
+
+
+def _search_filter(f: Fields) -> dict[str, Any] | None:
+    """A CMD descriptor's `search_filter`: `{"full_text_query": q}` (a string or a structured
+    query) filtering a vector search, or `{"nearest": {...}}` a full-text search."""
+    value = f.obj("search_filter")
+    if value is None:
+        return None
+    keys = sorted(value)
+    text = keys == ["full_text_query"] and isinstance(value["full_text_query"], (str, dict))
+    vector = keys == ["nearest"] and isinstance(value["nearest"], dict)
+    if not (text or vector):
+        raise InvalidArgument(
+            'CMD descriptor: \'search_filter\' is {"full_text_query": query} or {"nearest": {...}}'
+        )
+    if not f.has("nearest") and not f.has("full_text_query"):
+        raise InvalidArgument(
+            "CMD descriptor: 'search_filter' filters a search: give 'nearest' or "
+            "'full_text_query' too"
+        )
+    return value
 
 
 def _blob_handling(f: Fields) -> str | None:

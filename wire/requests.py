@@ -42,6 +42,7 @@ READ_KEYS: tuple[str, ...] = (
     "full_text_query",
     "fast_search",
     "hybrid",
+    "search_filter",
     "blob_handling",
 )
 # The bytes one `read_blob` action answers at most (a longer range takes several calls).
@@ -390,6 +391,7 @@ def read_command(
     hybrid: dict[str, Any] | None = None,
     branch: str | None = None,
     blob_handling: str | None = None,
+    search_filter: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The JSON object of a read CMD descriptor; only the options that are set appear.
 
@@ -403,8 +405,11 @@ def read_command(
     with `_score`; a list of them is a batch, each query's best `limit` rows after its
     `query_index`. `fast_search` leaves out rows no index covers. Both `nearest` and
     `full_text_query` make a hybrid search, fused as `hybrid` says (`fusion`: "rrf" |
-    "linear", `rrf_k`, `weight`, `normalize`: "score" | "rank"). `blob_handling`
-    "all_binary" returns blob columns as their bytes instead of their descriptions.
+    "linear", `rrf_k`, `weight`, `normalize`: "score" | "rank"). `search_filter` filters a
+    search by another, as pylance's query filters do: `{"full_text_query": query}` a
+    vector search, `{"nearest": {...}}` a full-text search (`prefilter`: before it).
+    `blob_handling` "all_binary" returns blob columns as their bytes instead of their
+    descriptions.
     """
     if not isinstance(dataset, str) or not dataset:
         raise TypeError("dataset must be a non-empty string")
@@ -455,6 +460,8 @@ def read_command(
         cmd["fast_search"] = True
     if hybrid is not None:
         cmd["hybrid"] = dict(hybrid)
+    if search_filter is not None:
+        cmd["search_filter"] = search_filter_object(search_filter)
     if blob_handling is not None:
         if blob_handling not in BLOB_HANDLING:
             raise InvalidArgument(
@@ -462,6 +469,21 @@ def read_command(
             )
         cmd["blob_handling"] = blob_handling
     return cmd
+
+
+def search_filter_object(value: dict[str, Any]) -> dict[str, Any]:
+    """A read's `search_filter`: `{"full_text_query": query}` or `{"nearest": {...}}` (its
+    vector as JSON numbers)."""
+    if not isinstance(value, dict) or len(value) != 1:
+        raise InvalidArgument(
+            "search_filter must be {'full_text_query': query} or {'nearest': {...}}"
+        )
+    ((key, inner),) = value.items()
+    if key == "full_text_query" and isinstance(inner, (str, dict)):
+        return {key: inner}
+    if key == "nearest" and isinstance(inner, dict):
+        return {key: nearest_object(**inner)}
+    raise InvalidArgument("search_filter must be {'full_text_query': query} or {'nearest': {...}}")
 
 
 def nearest_object(column: str, q: Any = None, k: int | None = None, **options: Any) -> dict:

@@ -318,7 +318,8 @@ class LanceDataset(_blobs.BlobMethods, SessionMethods, DistributedIndexMethods):
         two fused as LanceDB's hybrid search fuses them (`format.dataset.hybrid`; `hybrid`:
         fusion "rrf" | "linear", rrf_k, weight, normalize "score" | "rank"); scan options
         (`order_by`...) as `scanner`'s."""
-        if options:
+        if options or not (filter is None or isinstance(filter, str | pc.Expression)):
+            # scan options, or a search filtering the search (`format.dataset.search_filter`)
             return self.scanner(
                 columns, filter, limit, offset, batch_size, with_row_id=with_row_id,
                 with_row_address=with_row_address, nearest=nearest, prefilter=prefilter,

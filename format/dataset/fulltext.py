@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -61,6 +61,7 @@ from quiver.format.dataset.nearest import (
 )
 from quiver.format.dataset.scan import ROW_ID_FIELD, Scanner
 from quiver.format.dataset.scan_extras import RowMask
+from quiver.format.dataset.take import take_rows
 from quiver.format.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
 from quiver.format.index.fts import bm25
 from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
@@ -281,9 +282,14 @@ class FullTextSearch(LocatedSearch):
         fast_search: bool = False,
         autoproject: bool = True,
         row_mask: RowMask | None = None,
+        among: np.ndarray | None = None,
     ) -> None:
         self.core = core
         self.row_mask = row_mask  # pylance's row address prefilter
+        # rows (row ids) a vector search chose: searched alone, read and analysed as no
+        # index held them, their statistics added to the indices' (pylance's full-text
+        # search prefiltered by a vector search)
+        self.among = among
         # `_score` ends the columns unless they place it or `autoproject` is off (pylance's
         # disable_scoring_autoprojection)
         self.autoproject = autoproject
@@ -357,6 +363,12 @@ class FullTextSearch(LocatedSearch):
             with_row_id=True,
         ).to_batches()
 
+    def _among(self, column: str) -> Iterable[pa.RecordBatch]:
+        """`column` and `_rowid` of the rows `among` names."""
+        assert self.among is not None
+        rows = take_rows(self.core, self._fragments, self.among, [column], with_row_id=True)
+        return rows.to_batches()
+
     def _allowed(self, covered: set[int]) -> np.ndarray | None:
         """Row ids a prefilter lets the index answer (sorted), or None without one."""
         if not (self.prefilter and self.filter is not None):
@@ -410,7 +422,9 @@ class FullTextSearch(LocatedSearch):
             Counter({t: sum(i.document_frequency(t) for i in indices) for t in terms}),
         )
         covered = self._covered(entries)
-        if asked:
+        if self.among is not None:  # only the rows a vector search chose, read below
+            ids, scores = np.empty(0, np.uint64), np.empty(0, np.float32)
+        elif asked:
             ids, scores = self._fuzzy_indexed(indices, asked, chosen, covered, corpus, require_all)
         elif top is not None and indices and not require_all and indexed_phrase is None:
             ids, scores = self._indexed_top(indices, tokens, covered, corpus, top)
@@ -420,8 +434,13 @@ class FullTextSearch(LocatedSearch):
                 found = _phrased(found, _phrase_rows(indices, *indexed_phrase))
             ids, scores = _score(tokens, corpus, found, require_all)
         rest = [f for f in self._fragments if f.fragment_id not in covered]
-        if rest and tokens and not (self.fast_search and indices):
-            flat_found, flat_corpus = self._flat(rest, column, analyzer, set(tokens), phrase)
+        batches: Iterable[pa.RecordBatch]
+        if self.among is not None:  # the rows a vector search chose, read as unindexed
+            batches = self._among(column)
+        else:
+            batches = self._rows(rest, [column], self.prefilter and self.filter is not None)
+        if (rest or self.among is not None) and tokens and not (self.fast_search and indices):
+            flat_found, flat_corpus = self._flat(batches, column, analyzer, set(tokens), phrase)
             # pylance scores rows no index covers with every query token, repeats included
             every = [t for _, t in analyzer.positioned(text)]
             flat_ids, flat_scores = _score(every, corpus + flat_corpus, flat_found, require_all)
@@ -669,19 +688,19 @@ class FullTextSearch(LocatedSearch):
 
     def _flat(
         self,
-        fragments: list[LanceFragment],
+        batches: Iterable[pa.RecordBatch],
         column: str,
         analyzer: Analyzer,
         wanted: set[str],
         phrase: PhraseSpec | None = None,
     ) -> tuple[dict[str, tuple[np.ndarray, ...]], _Corpus]:
-        """The query tokens' matches among rows no index covers, read and analysed, and
-        those rows' statistics; with a `phrase` (tokens, query positions, slop), only rows holding
-        the phrase match (every row counts in the statistics)."""
-        filtered = self.prefilter and self.filter is not None
+        """The query tokens' matches among rows read as no index holds them (`batches` of
+        `column` and `_rowid`), analysed, and those rows' statistics; with a `phrase`
+        (tokens, query positions, slop), only rows holding the phrase match (every row
+        counts in the statistics)."""
         corpus = _Corpus()
         hits: dict[str, tuple[list[int], list[int], list[int]]] = {t: ([], [], []) for t in wanted}
-        for batch in self._rows(fragments, [column], filtered):
+        for batch in batches:
             ids = batch.column(ROW_ID_FIELD.name).to_numpy()
             masked = None if self.row_mask is None else self.row_mask.keep(ids)
             for i, (rid, text) in enumerate(

@@ -23,6 +23,7 @@ from quiver.format.dataset.ordering import OrderedScan, scan_options
 from quiver.format.dataset.scan import Scanner
 from quiver.format.dataset.scan_extras import MaskedScan, RowMask, StatsScan
 from quiver.format.dataset.scanner_builder import pylance_keywords
+from quiver.format.dataset.search_filter import filtered_search, search_filter_of
 from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
 
 if TYPE_CHECKING:
@@ -70,6 +71,16 @@ def plan_scan(
             f"{ds.uri}: with_index_segments is only supported for vector search"
         )
     mask = RowMask.parse(core, kw.allowlist, kw.blocklist)
+    search = search_filter_of(ds.uri, filter)
+    if search is not None and search.text is None and search.vector is None:
+        filter = search.expr  # pylance's dict form of a SQL filter alone
+    elif search is not None:  # a search filtering another
+        return filtered_search(
+            core, search, columns=columns, nearest=nearest, full_text_query=full_text_query,
+            prefilter=prefilter, limit=limit, offset=offset, fast_search=fast_search,
+            with_row_id=with_row_id, with_row_address=with_row_address,
+            autoproject=autoproject, mask=mask,
+        )  # fmt: skip
     if mask is not None and nearest is None and full_text_query is None:
         if options.get("order_by") or options.get("include_deleted_rows"):
             raise UnsupportedFeatureError(

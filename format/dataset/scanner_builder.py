@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from quiver.format.dataset.blobs import as_bytes
 from quiver.format.dataset.fragment import LanceFragment
 from quiver.format.dataset.scan_extras import segment_ids
+from quiver.format.dataset.search_filter import search_filter_of
 from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
 from quiver.format.expr import expression_to_sql
 
@@ -38,6 +39,7 @@ class ScannerBuilder:
         self.ds = ds
         self._options: dict[str, Any] = {}
         self._aggregate: bytes | None = None
+        self._search_filter: Any = None
 
     # -- what is read ---------------------------------------------------------------------
     def columns(self, cols: list[str] | dict[str, str] | None = None) -> ScannerBuilder:
@@ -46,17 +48,21 @@ class ScannerBuilder:
             raise TypeError(f"columns must be a list or dict[name, expression], got {type(cols)}")
         return self._set("columns", cols)
 
-    def filter(self, filter: str | pc.Expression | dict[str, Any]) -> ScannerBuilder:
-        """A SQL filter or a `pyarrow.compute.Expression` (or pylance's dict form with
-        `expr_filter`)."""
-        if isinstance(filter, dict):
-            if filter.get("search_filter") is not None:
-                self._refuse("a search_filter (pylance's query objects)")
-            expr = filter.get("expr_filter")
-            return self.filter(expr) if expr is not None else self
-        if not isinstance(filter, str | pc.Expression):
-            self._refuse(f"a filter of type {type(filter).__name__} (pylance's query objects)")
-        return self._set("filter", filter)
+    def filter(self, filter: Any) -> ScannerBuilder:
+        """A SQL filter or a `pyarrow.compute.Expression`; or a search filtering the search
+        (a full-text query or a `VectorSearchQuery`: `format.dataset.search_filter`), kept
+        beside it; or pylance's dict of both (`expr_filter`, `search_filter`)."""
+        if isinstance(filter, dict) and set(filter) <= {"expr_filter", "search_filter"}:
+            for key in ("expr_filter", "search_filter"):
+                if filter.get(key) is not None:
+                    self.filter(filter[key])
+            return self
+        if isinstance(filter, str | pc.Expression):
+            return self._set("filter", filter)
+        found = search_filter_of(self.ds.uri, filter)  # refuses what is no filter
+        assert found is not None
+        self._search_filter = filter
+        return self
 
     def prefilter(self, prefilter: bool) -> ScannerBuilder:
         """Whether a search applies the filter before finding its nearest rows."""
@@ -238,6 +244,11 @@ class ScannerBuilder:
     def to_scanner(self) -> Any:
         """The planned scan (or aggregate): `to_table`, `to_batches`, `to_reader`..."""
         options = dict(self._options)
+        if self._search_filter is not None:
+            options["filter"] = {
+                "expr_filter": options.get("filter"),
+                "search_filter": self._search_filter,
+            }
         if self._aggregate is None:
             return self.ds.scanner(**options)
         from quiver.format.dataset.sql.aggregate import AggregateScan

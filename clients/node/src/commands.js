@@ -40,11 +40,13 @@ function asOfText(asOf) {
  *   maxRowsPerEndpoint, appendedSince; a search: fullTextQuery (a query, or an array of them:
  *   a batch), nearest ({column, q, k, metric, nprobes, minimumNprobes, maximumNprobes,
  *   searchEffort, refineFactor, ef, useIndex}), both with hybrid ({fusion, rrfK, weight, normalize}),
- *   prefilter, fastSearch; blobHandling ('all_binary': blob columns as their bytes)
+ *   prefilter, fastSearch; searchFilter ({fullTextQuery} filtering a vector search, or
+ *   {nearest} filtering a full-text search: pylance's query filters); blobHandling
+ *   ('all_binary': blob columns as their bytes)
  */
 const READ_OPTIONS = new Set([
   'branch', 'columns', 'filter', 'version', 'tag', 'asOf', 'limit', 'withRowId', 'maxRowsPerEndpoint', 'appendedSince',
-  'fullTextQuery', 'prefilter', 'fastSearch', 'nearest', 'hybrid', 'blobHandling',
+  'fullTextQuery', 'prefilter', 'fastSearch', 'nearest', 'hybrid', 'searchFilter', 'blobHandling',
 ]);
 const BLOB_HANDLING = ['blobs_descriptions', 'all_descriptions', 'all_binary'];
 // a vector search's options: the server's keys by their JavaScript names
@@ -147,7 +149,7 @@ function readCommand(dataset, options = {}) {
   if (unknown.length) throw new TypeError(`unknown read option(s): ${unknown.join(', ')}`);
   const {
     branch, columns, filter, version, tag, asOf, limit, withRowId, maxRowsPerEndpoint, appendedSince,
-    fullTextQuery, prefilter, fastSearch, nearest, hybrid, blobHandling,
+    fullTextQuery, prefilter, fastSearch, nearest, hybrid, searchFilter, blobHandling,
   } = options;
   const pins = [['version', version], ['tag', tag], ['asOf', asOf]].filter(([, v]) => v != null);
   if (pins.length > 1) {
@@ -186,6 +188,7 @@ function readCommand(dataset, options = {}) {
     if (Array.isArray(fullTextQuery)) throw new InvalidArgument('a hybrid search takes one fullTextQuery, not a batch');
     cmd.hybrid = hybridObject(hybrid);
   }
+  if (searchFilter != null) cmd.search_filter = searchFilterObject(searchFilter);
   if (prefilter) cmd.prefilter = true;
   if (fastSearch) cmd.fast_search = true;
   if (blobHandling != null) {
@@ -195,6 +198,16 @@ function readCommand(dataset, options = {}) {
     cmd.blob_handling = blobHandling;
   }
   return cmd;
+}
+
+/** A read's search_filter: {fullTextQuery} (a query) or {nearest} (a vector search). */
+function searchFilterObject(value) {
+  const keys = value && typeof value === 'object' ? Object.keys(value) : [];
+  if (keys.length === 1 && keys[0] === 'fullTextQuery' && isTextQuery(value.fullTextQuery)) {
+    return { full_text_query: value.fullTextQuery };
+  }
+  if (keys.length === 1 && keys[0] === 'nearest') return { nearest: nearestObject(value.nearest) };
+  throw new InvalidArgument('searchFilter must be {fullTextQuery: query} or {nearest: {column, q, k...}}');
 }
 
 /** The JSON object of a DoPut CMD descriptor. */

@@ -131,6 +131,21 @@ test('read commands carry only the options given, in the server\'s names', () =>
   assert.deepEqual(quiver.readCommand('s', { tag: undefined, version: null }), { dataset: 's' });
 });
 
+test('search filters: a full-text query or a vector search filtering the other search', () => {
+  assert.deepEqual(
+    quiver.readCommand('docs', { nearest: { column: 'vec', q: [1, 2], k: 3 }, searchFilter: { fullTextQuery: 'kiwi' } }),
+    { dataset: 'docs', nearest: { column: 'vec', q: [1, 2], k: 3 }, search_filter: { full_text_query: 'kiwi' } },
+  );
+  assert.deepEqual(
+    quiver.readCommand('docs', {
+      fullTextQuery: 'kiwi', prefilter: true, searchFilter: { nearest: { column: 'vec', q: [1, 2], k: 4 } },
+    }),
+    { dataset: 'docs', full_text_query: 'kiwi', prefilter: true,
+      search_filter: { nearest: { column: 'vec', q: [1, 2], k: 4 } } },
+  );
+  assert.throws(() => quiver.readCommand('docs', { fullTextQuery: 'x', searchFilter: { other: 1 } }), quiver.InvalidArgument);
+});
+
 test('search read commands: nearest, hybrid, batches', () => {
   assert.deepEqual(
     quiver.readCommand('d', {

@@ -51,6 +51,12 @@ export interface ReadOptions extends VersionOptions {
    */
   fullTextQuery?: string | Record<string, unknown> | Array<string | Record<string, unknown>>;
   /**
+   * A search filtering the search, as pylance's query filters: `{fullTextQuery}` keeps a
+   * vector search's rows the query matches, `{nearest}` ranks a full-text search's rows by a
+   * vector search (with `prefilter`, the other search runs first).
+   */
+  searchFilter?: { fullTextQuery: string | Record<string, unknown> } | { nearest: NearestQuery };
+  /**
    * A vector search: the `k` rows nearest to `q` by `column` with `_distance` (an array of
    * vectors: each one's rows after its `query_index`). With `fullTextQuery`: a hybrid search.
    */

@@ -250,11 +250,12 @@ def test_what_quiver_lacks_is_refused_by_name(uri: str):
     ds = dataset(uri)
     refused = {
         "approx_mode": lambda b: b.nearest("vec", QUERY, approx_mode="fast"),
-        "search_filter": lambda b: b.filter({"search_filter": object()}),
     }
     for what, chain in refused.items():
         with pytest.raises(UnsupportedFeatureError, match=what):
             chain(ScannerBuilder(ds))
+    with pytest.raises(InvalidInputError, match="a filter is"):  # no search, no SQL
+        ScannerBuilder(ds).filter({"search_filter": object()})
     with pytest.raises(InvalidInputError, match="Unknown option nope"):
         ScannerBuilder(ds).apply_defaults({"nope": 1})
     with pytest.raises(InvalidInputError, match="Limit must be non-negative"):
