@@ -134,7 +134,7 @@ def search_batch(
 def split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Search options (metric, nprobes...) apart from read options (filter, columns...)."""
     search_keys = ("metric", "nprobes", "minimum_nprobes", "maximum_nprobes", "refine_factor", "ef")
-    search_keys += ("use_index", "distance_range", "search_effort")
+    search_keys += ("use_index", "distance_range", "search_effort", "approx_mode")
     read_keys = ("columns", "filter", "prefilter", "with_row_id", "version", "tag", "as_of")
     read_keys += ("branch", "search_filter")
     unknown = sorted(set(options) - set(search_keys) - set(read_keys))

@@ -86,6 +86,9 @@ def nearest_options(value: dict[str, Any], *, need_q: bool) -> dict[str, Any]:
     effort = f.number("search_effort", minimum=0)
     if effort is not None:
         out["search_effort"] = effort
+    mode = f.str("approx_mode")
+    if mode is not None:
+        out["approx_mode"] = mode  # (the engine names the modes it takes)
     bounds = f.list("distance_range")
     if bounds is not None:
         if len(bounds) != 2 or not all(

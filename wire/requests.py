@@ -65,6 +65,7 @@ NEAREST_KEYS: tuple[str, ...] = (
     "use_index",
     "distance_range",
     "search_effort",
+    "approx_mode",
 )
 PUT_KEYS: tuple[str, ...] = (
     "dataset",

@@ -62,7 +62,9 @@ NEAREST_KEYS = (
     "ef",
     "distance_range",
     "search_effort",
+    "approx_mode",
 )
+APPROX_MODES = ("fast", "normal", "accurate")
 _FLOATS = (pa.float16(), pa.float32(), pa.float64())
 
 
@@ -97,6 +99,8 @@ class NearestQuery:
     ef: int | None = None
     # pylance's initial IVF budget in [0, 1] (None: its automatic choice; see `search`)
     search_effort: float | None = None
+    # how IVF_RQ segments estimate distances ("fast", "normal", "accurate"; others ignore it)
+    approx_mode: str = "normal"
 
     @classmethod
     def parse(cls, core: DatasetCore, nearest: Any) -> NearestQuery:
@@ -140,6 +144,12 @@ class NearestQuery:
         if lo is not None and hi is not None and lo > hi:
             raise InvalidInputError(f"{where}: minimum_nprobes {lo} > maximum_nprobes {hi}")
         ef = _count(where, "ef", nearest.get("ef"), 1)  # HNSW only: IVF indices ignore it
+        approx_mode = nearest.get("approx_mode", "normal")
+        if approx_mode not in APPROX_MODES:
+            raise InvalidInputError(
+                f"{where}: approx_mode must be one of 'fast', 'normal', or 'accurate', got "
+                f"{approx_mode!r}"
+            )
         metric = nearest.get("metric")
         use_index = nearest.get("use_index", True)
         if not isinstance(use_index, bool):
@@ -158,6 +168,7 @@ class NearestQuery:
             multivector=multivector,
             ef=ef,
             search_effort=effort,
+            approx_mode=approx_mode,
         )
 
 
@@ -593,6 +604,7 @@ class NearestSearch(LocatedSearch):
             distance_range=q.distance_range,
             ef=q.ef if q.ef is None else max(q.ef, per_vector),
             effort=q.search_effort,
+            approx_mode=q.approx_mode,
         )
         if q.multivector:  # each of the query's vectors searched: their entries scored
             found = xtr_scores(found, len(q.queries)).best(fetch)

@@ -127,9 +127,9 @@ class ScannerBuilder:
         search_effort: float | None = None,
     ) -> ScannerBuilder:
         """A nearest-neighbour search (the keys of `scanner(nearest={...})`)."""
-        if approx_mode != "normal":
-            self._refuse("approx_mode")
         query = {"column": column, "q": q, "use_index": use_index}
+        if approx_mode != "normal":
+            query["approx_mode"] = approx_mode
         optional = {
             "k": k,
             "metric": metric,

@@ -121,8 +121,7 @@ def _nearest_of(value: Any) -> dict[str, Any] | None:
     if not isinstance(found, dict):
         return None
     kept = {k: v for k, v in found.items() if v is not None}
-    if kept.get("approx_mode") == "normal":
-        del kept["approx_mode"]
+    kept.pop("query_parallelism", None)  # (threads: the answer is the same)
     return kept
 
 

@@ -186,6 +186,16 @@ def test_search_effort_over_flight_matches_pylance(client: Client, datasets) -> 
         assert_same_neighbours(got, want, f"effort {effort}")
 
 
+def test_approx_mode_over_flight_matches_pylance(served: Served, client: Client) -> None:
+    uri = build(served.root / "rq.lance", "IVF_RQ", "l2", appended=0, delete=None)
+    q = queries(13, 1)[0]
+    for mode in ("fast", "normal", "accurate"):
+        nearest = {"column": "vec", "q": q, "k": 10, "nprobes": 3, "approx_mode": mode}
+        want = pylance_nearest(uri, nearest=nearest, columns=["id"])
+        got = client.nearest("rq", "vec", q, k=10, nprobes=3, approx_mode=mode, columns=["id"])
+        assert_same_neighbours(got, want, f"approx_mode {mode}")
+
+
 def test_ticket_pins_the_version(served: Served, client: Client, datasets) -> None:
     """A ticket planned before an append answers for its version: the new rows, nearer
     than anything, are not in it; a new plan finds them."""

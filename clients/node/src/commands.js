@@ -54,7 +54,7 @@ const NEAREST_OPTIONS = {
   column: 'column', q: 'q', k: 'k', metric: 'metric', nprobes: 'nprobes',
   minimumNprobes: 'minimum_nprobes', maximumNprobes: 'maximum_nprobes',
   refineFactor: 'refine_factor', ef: 'ef', useIndex: 'use_index', distanceRange: 'distance_range',
-  searchEffort: 'search_effort',
+  searchEffort: 'search_effort', approxMode: 'approx_mode',
 };
 const HYBRID_OPTIONS = { fusion: 'fusion', rrfK: 'rrf_k', weight: 'weight', normalize: 'normalize' };
 const FUSIONS = ['rrf', 'linear'];

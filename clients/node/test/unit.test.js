@@ -162,6 +162,9 @@ test('search read commands: nearest, hybrid, batches', () => {
   assert.deepEqual(quiver.readCommand('d', { nearest: { column: 'v', q: [1], searchEffort: 0.25 } }), {
     dataset: 'd', nearest: { column: 'v', q: [1], search_effort: 0.25 },
   });
+  assert.deepEqual(quiver.readCommand('d', { nearest: { column: 'v', q: [1], approxMode: 'fast' } }), {
+    dataset: 'd', nearest: { column: 'v', q: [1], approx_mode: 'fast' },
+  });
   assert.deepEqual(quiver.readCommand('d', { fullTextQuery: ['a', { match: { terms: 'b' } }] }), {
     dataset: 'd', full_text_query: ['a', { match: { terms: 'b' } }],
   });

@@ -96,6 +96,8 @@ export interface NearestOptions {
   maximumNprobes?: number;
   /** pylance's initial IVF budget in [0, 1] (0.5: its automatic choice); overrides nprobes. */
   searchEffort?: number;
+  /** How IVF_RQ indices estimate distances, as pylance's approx_mode (others ignore it). */
+  approxMode?: 'fast' | 'normal' | 'accurate';
   refineFactor?: number;
   useIndex?: boolean;
   /** Keep rows at lower <= distance < upper (null: no bound), as pylance's distance_range. */

@@ -330,21 +330,23 @@ def _table(qr: np.ndarray) -> np.ndarray:
     return out
 
 
-def _binary(nibbles: np.ndarray, table: np.ndarray) -> np.ndarray:
+def _binary(nibbles: np.ndarray, table: np.ndarray, bits: int = 8) -> np.ndarray:
     """Per row, the rotated query summed over its set sign bits: rows in whole blocks of
-    32 through the table quantized to bytes (FastScan), the rest exactly."""
+    32 through the table quantized to `bits` bits (FastScan: 8; pylance's "accurate"
+    mode: 16), the rest exactly."""
     n, groups = nibbles.shape
     out = np.zeros(n, F)
     simd = n // _BLOCK * _BLOCK
+    top = F(2**bits - 1)
     if simd:
         low, high = table.min(), table.max()
         span = F(high - low)
-        factor = F(F(255) / span)
+        factor = F(top / span)
         if np.isfinite(span) and np.isfinite(factor):
             levels = np.rint(((table - low).astype(F) * factor).astype(F))
-            levels = np.clip(levels, 0, 255).astype(np.int64)
+            levels = np.clip(levels, 0, int(top)).astype(np.int64)
             sums = levels[np.arange(groups)[None, :], nibbles[:simd]].sum(1)
-            out[:simd] = (sums.astype(F) * F(span / F(255))).astype(F) + F(F(groups) * low)
+            out[:simd] = (sums.astype(F) * F(span / top)).astype(F) + F(F(groups) * low)
         else:  # a flat table (a zero query): every row exactly
             simd = 0
     rest = nibbles[simd:]
@@ -387,8 +389,10 @@ class RqQuery:
 
     def __init__(self, quantizer: RaBitQ, centroids: np.ndarray, rotated: np.ndarray,
                  query: np.ndarray, fetch: int,
-                 bounds: tuple[float, float] = (-np.inf, np.inf)) -> None:  # fmt: skip
+                 bounds: tuple[float, float] = (-np.inf, np.inf),
+                 approx_mode: str = "normal") -> None:  # fmt: skip
         self.q, self.fetch = quantizer, fetch
+        self.mode = approx_mode
         self.low, self.high = bounds  # a distance_range: rows outside never enter the heap
         self.metric = quantizer.metric
         self.query = normalized(query) if self.metric == "cosine" else np.asarray(query, F)
@@ -406,7 +410,7 @@ class RqQuery:
         n = len(part.row_ids)
         if not n:
             return
-        b = _binary(part.nibbles, self.table)
+        b = _binary(part.nibbles, self.table, 16 if self.mode == "accurate" else 8)
         if self.metric == "dot":
             c = self.rotated_centroids[p]
             ip = _dot(self.qr, c)
@@ -429,7 +433,7 @@ class RqQuery:
         eb = self.q.num_bits - 1
         order = np.arange(n) if allowed is None else np.flatnonzero(allowed)
         self.seen += len(order)
-        if eb == 0:
+        if eb == 0 or self.mode == "fast":  # ("fast": the sign bits' estimate alone)
             self._offer(order, estimate, None, part.row_ids)
             return
         assert part.ex is not None and part.add_ex is not None and part.scale_ex is not None
@@ -483,9 +487,12 @@ def rq_search(
     allowed: Callable[[np.ndarray], np.ndarray] | None,
     pruned: Callable[[np.ndarray, int, str], np.ndarray],
     bounds: tuple[float, float] = (-np.inf, np.inf),
+    approx_mode: str = "normal",
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(query index, row id, distance) of each query's best `fetch` rows in one IVF_RQ
-    index (within `bounds`, a distance_range, as pylance offers rows to its heap):
+    index (within `bounds`, a distance_range, as pylance offers rows to its heap; with
+    pylance's `approx_mode`: "fast" ranks by the sign bits' estimate alone, "accurate"
+    quantizes the FastScan table to 16 bits instead of 8):
     `minimum` partitions probed (raised by `pruned`, pylance's early pruning, below
     `maximum`), then more one at a time while fewer than k allowed rows were offered."""
     q: RaBitQ = index.storage  # type: ignore[attr-defined]
@@ -495,7 +502,7 @@ def rq_search(
     high = parts if maximum is None else min(maximum, parts)
     out_q, out_ids, out_d = [], [], []
     for qi, vector in enumerate(np.asarray(queries, F)):
-        search = RqQuery(q, centroids, rotated, vector, fetch, bounds)
+        search = RqQuery(q, centroids, rotated, vector, fetch, bounds, approx_mode)
         low = min(minimum, high)
         if high > low:
             low = int(min(max(low, int(pruned(search.centroid_dist[None], k, q.metric)[0])), high))

@@ -291,11 +291,13 @@ def ivf_search(
     distance_range: tuple[float, float] = (-np.inf, np.inf),
     ef: int | None = None,
     effort: float | None = None,
+    approx_mode: str = "normal",
 ) -> Candidates:
     """The best `fetch` rows per query over every delta of an index, only rows at
     `distance_range` (lower <= distance < upper, as the index measures it) counting; `ef`
     is the number of nodes HNSW graph searches keep (at least `fetch`); `effort` is
-    pylance's `search_effort` (see `effort_pruning`).
+    pylance's `search_effort` (see `effort_pruning`); `approx_mode` how IVF_RQ segments
+    estimate distances (`format.index.vector.rq`; other indices ignore it).
 
     `allowed` tells which row ids may be returned (deleted rows and, with a prefilter, rows
     not matching it are refused), one filter for every delta or one per delta (each answers
@@ -321,6 +323,7 @@ def ivf_search(
             distance_range,
             ef,
             early_pruning if effort is None else effort_pruning(effort, minimum, maximum),
+            approx_mode,
         )
         found.append(dataclasses.replace(part, query=part.query + start))
     return Candidates.concat(found)
@@ -338,6 +341,7 @@ def _search(
     distance_range: tuple[float, float],
     ef: int | None,
     pruning: Pruning = None,  # type: ignore[assignment]
+    approx_mode: str = "normal",
 ) -> Candidates:
     """`ivf_search` of a chunk of queries; `pruning` tells how many partitions each query
     probes first."""
@@ -346,7 +350,7 @@ def _search(
     if rq:  # RaBitQ segments: one heap per query across the partitions it probes
         parts = [
             Candidates(*rq_search(indices[i], queries, k, fetch, minimum, maximum, allowed[i],
-                                  pruning, distance_range))
+                                  pruning, distance_range, approx_mode))
             for i in rq
         ]  # fmt: skip
         rest = [i for i in range(len(indices)) if i not in rq]

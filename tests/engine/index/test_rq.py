@@ -1,6 +1,7 @@
 """IVF_RQ (RaBitQ) indices: those pylance 14 builds searched by Quiver's engine with
 pylance's answers (every metric, one to nine bits a dimension, dimensions a power of two or
-not, nprobes given or pylance's own, refine factors, prefilters and postfilters, appended and
+not, nprobes given or pylance's own, refine factors, each `approx_mode`, prefilters and
+postfilters, appended and
 deleted rows; the statistics pylance reports), and those Quiver builds: each row encoded as
 pylance encodes it (codes and factors to the bit, given pylance's rotation), searched by
 pylance with Quiver's answers, about as good as pylance's own; extended by optimize_indices
@@ -61,6 +62,10 @@ SEARCHES = [
     {"k": 10, "nprobes": 3},
     {"k": 5},
     {"k": 7, "nprobes": 2, "refine_factor": 3},
+    # pylance's approx_mode: the sign bits' estimate alone, or a 16-bit FastScan table
+    {"k": 10, "nprobes": 3, "approx_mode": "fast"},
+    {"k": 10, "nprobes": 3, "approx_mode": "accurate"},
+    {"k": 6, "approx_mode": "accurate", "refine_factor": 2},
 ]
 
 
@@ -249,6 +254,10 @@ def test_bad_rq_parameters_refused(tmp_path: Path) -> None:
         with pytest.raises(InvalidInputError, match="num_bits must be in 1..=9"):
             dataset(str(uri)).create_index("vec", "IVF_RQ", num_partitions=2, num_bits=bits)
     assert not dataset(str(uri)).list_indices()
+    q = np.zeros(16, np.float32)
+    for mode in ("quick", None, 1):
+        with pytest.raises(InvalidInputError, match="approx_mode must be one of"):
+            dataset(str(uri)).to_table(nearest={"column": "vec", "q": q, "approx_mode": mode})
 
 
 def test_rows_at_their_centroid_and_kernel_arguments() -> None:
