@@ -19,13 +19,40 @@ from typing import Any
 from quiver.format.dataset.sql.topk import top_k_of
 
 
+class _Opaque(Exception):
+    """A plan node DataFusion's Python bindings cannot show (one calling a Python UDF)."""
+
+
+def _variant(node: Any) -> Any:
+    return _readable(node.to_variant)
+
+
+def _readable(read: Any, *args: Any) -> Any:
+    """`read(*args)`; _Opaque when DataFusion's bindings cannot convert what it reads."""
+    try:
+        return read(*args)
+    except Exception as e:  # DataFusion raises plain Exceptions
+        if "to a Python object is not implemented" in str(e):
+            raise _Opaque(str(e)) from None
+        raise
+
+
 def push_down(plan: Any, tables: Sequence[Any]) -> None:
     """Mark `tables` (every Quiver table the statement resolved) with the limit and the
-    top-k the optimized logical `plan` allows, when it scans exactly one table."""
+    top-k the optimized logical `plan` allows, when it scans exactly one table (nothing
+    when a node of the plan cannot be read, such as one calling the spatial functions)."""
+    try:
+        _push_down(plan, tables)
+    except _Opaque:
+        for table in tables:
+            table.limit, table.top_k = None, None
+
+
+def _push_down(plan: Any, tables: Sequence[Any]) -> None:
     scans = _scans(plan)
     if len(scans) != 1 or not tables:
         return
-    fetch = scans[0].to_variant().fetch()
+    fetch = _variant(scans[0]).fetch()
     if fetch is not None and fetch >= 0:
         for table in tables:
             table.limit = int(fetch)
@@ -34,7 +61,7 @@ def push_down(plan: Any, tables: Sequence[Any]) -> None:
         return
     variant, source = sort
     for table in tables:
-        top_k = top_k_of(variant, source, table.schema)
+        top_k = _readable(top_k_of, variant, source, table.schema)
         if top_k is None:
             return
     for table in tables:
@@ -45,7 +72,7 @@ def _scans(plan: Any) -> list[Any]:
     pending, scans = [plan], []
     while pending:
         node = pending.pop()
-        if type(node.to_variant()).__name__ == "TableScan":
+        if type(_variant(node)).__name__ == "TableScan":
             scans.append(node)
         pending.extend(node.inputs())
     return scans
@@ -54,7 +81,7 @@ def _scans(plan: Any) -> list[Any]:
 def _sort(plan: Any) -> tuple[Any, Any] | None:
     """The first sort below `plan` along single-input nodes: (its variant, its input)."""
     node = plan
-    while type(variant := node.to_variant()).__name__ != "Sort":
+    while type(variant := _variant(node)).__name__ != "Sort":
         inputs = node.inputs()
         if len(inputs) != 1 or type(variant).__name__ == "TableScan":
             return None

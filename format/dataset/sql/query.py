@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from quiver.format.dataset.blobs import as_bytes
 from quiver.format.dataset.sql.pushdown import push_down
+from quiver.format.dataset.sql.spatial import spatial_query
 from quiver.format.dataset.sql.table import QuiverTable, View
 from quiver.format.errors import InvalidInputError
 
@@ -112,7 +113,10 @@ class SqlQueryBuilder:
         context.register_dataset(self._table, table)
         options = SQLOptions().with_allow_ddl(False).with_allow_dml(False)
         try:
-            frame = context.sql_with_options(self._sql, options.with_allow_statements(False))
+            text, functions = spatial_query(self._sql, self._ds.schema)
+            for function in functions:
+                context.register_udf(function)
+            frame = context.sql_with_options(text, options.with_allow_statements(False))
             schema = frame.schema()
             # a LIMIT or ORDER BY ... LIMIT stops the table's scans early (`pushdown`)
             push_down(frame.optimized_logical_plan(), [table])
