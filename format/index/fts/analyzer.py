@@ -7,7 +7,7 @@ pylance's order:
    ``whitespace`` (runs between whitespace), ``raw`` (the whole text, one token) or
    ``ngram`` (every run of ``min_ngram_length`` to ``max_ngram_length`` characters of the
    whole text, spaces included, by start then length; with ``prefix_only`` those at the
-   start alone);
+   start alone) or ``code`` (identifiers and operators: `code_tokens`);
 2. tokens of ``max_token_length`` UTF-8 bytes or more are dropped;
 3. ``lower_case``: each character lower-cased on its own;
 4. ``stem``: the Snowball stemmer of the language (``snowballstemmer``, which runs
@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 
 from quiver.format import _kernels
 from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
+from quiver.format.index.fts.code_tokens import CodeOptions, code_tokens
 from quiver.format.index.fts.folding import FOLDING
 
 # pylance 14's English stop words, matched after stemming
@@ -49,6 +50,8 @@ ENGLISH_STOP_WORDS = frozenset(
     yourselves
     """.split()
 )
+BASE_TOKENIZERS = ("simple", "whitespace", "raw", "ngram", "code")
+CODE_FLAGS = tuple(f.name for f in fields(CodeOptions))
 _SIMPLE = re.compile(r"[^\W_]+")
 _WHITESPACE = re.compile(r"[^ \t\n\r\x0b\x0c]+")
 _FOLD_TABLE = str.maketrans(FOLDING)
@@ -90,16 +93,17 @@ class AnalyzerParams:
     min_ngram_length: int = 3
     max_ngram_length: int = 3
     prefix_only: bool = False
+    code: CodeOptions = CodeOptions()  # the code tokenizer's flags
 
     @classmethod
     def from_json(cls, doc: dict[str, Any], where: str) -> AnalyzerParams:
         """The options an index's ``params`` JSON records; UnsupportedFeatureError for a
         tokenizer or language Quiver does not implement."""
         base = str(doc.get("base_tokenizer", "simple"))
-        if base not in ("simple", "whitespace", "raw", "ngram"):
+        if base not in BASE_TOKENIZERS:
             raise UnsupportedFeatureError(
                 f"{where}: the {base!r} tokenizer of this full-text index is not supported "
-                "(simple, whitespace, raw and ngram are)"
+                "(simple, whitespace, raw, ngram and code are)"
             )
         shortest = int(doc.get("min_ngram_length", 3))
         longest = int(doc.get("max_ngram_length", 3))
@@ -129,6 +133,7 @@ class AnalyzerParams:
             min_ngram_length=shortest,
             max_ngram_length=longest,
             prefix_only=bool(doc.get("prefix_only", False)),
+            code=CodeOptions(**{k: bool(doc[k]) for k in CODE_FLAGS if doc.get(k) is not None}),
         )
 
 
@@ -149,15 +154,7 @@ class Analyzer:
         for the raw tokenizer, whose one token is then empty)."""
         if text is None or (not text and self.params.base_tokenizer != "raw"):
             return []
-        out = []
-        limit = self.params.max_token_length
-        for raw in self._split(text):
-            if limit is not None and len(raw.encode("utf-8")) >= limit:
-                continue
-            token = self._normalize(raw)
-            if token is not None:
-                out.append(token)
-        return out
+        return [token for _, token in self.positioned(text)]
 
     def positioned(self, text: str | None) -> list[tuple[int, str]]:
         """(position, token) pairs: positions count every token of the base tokenizer."""
@@ -165,15 +162,23 @@ class Analyzer:
             return []
         out = []
         limit = self.params.max_token_length
-        # tantivy's n-grams are all at position 0
-        ngrams = self.params.base_tokenizer == "ngram"
-        for position, raw in enumerate(self._split(text)):
+        for position, raw in self._placed(text):
             if limit is not None and len(raw.encode("utf-8")) >= limit:
                 continue
             token = self._normalize(raw)
             if token is not None:
-                out.append((0 if ngrams else position, token))
+                out.append((position, token))
         return out
+
+    def _placed(self, text: str) -> list[tuple[int, str]] | enumerate[str]:
+        """The base tokenizer's (position, token) pairs: a token's place in its stream,
+        the code tokenizer's own, 0 for every n-gram (as tantivy gives them)."""
+        base = self.params.base_tokenizer
+        if base == "code":
+            return code_tokens(text, self.params.code)
+        if base == "ngram":
+            return [(0, raw) for raw in self._split(text)]
+        return enumerate(self._split(text))
 
     def query_tokens(self, text: str) -> list[tuple[int, str]]:
         """A query's (position, token) pairs: `positioned`, each pair once, as pylance

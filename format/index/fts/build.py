@@ -32,7 +32,8 @@ import pyarrow.compute as pc
 from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
 from quiver.format.index.files import write_index_file
 from quiver.format.index.fts import bm25
-from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
+from quiver.format.index.fts.analyzer import CODE_FLAGS, Analyzer, AnalyzerParams
+from quiver.format.index.fts.code_tokens import CodeOptions
 from quiver.format.index.fts.encode import encode_positions, encode_postings
 from quiver.format.index.fts.index import ELEMENT_COLUMN, readable_format
 from quiver.format.index.fts.postings import BLOCK, VARINT
@@ -81,16 +82,16 @@ DEFAULT_PARAMS: dict[str, Any] = {
 }
 # the n-gram tokenizer's options (recorded by every index, used by `ngram` ones)
 NGRAM_PARAMS: dict[str, Any] = {"min_ngram_length": 3, "max_ngram_length": 3, "prefix_only": False}
-# pylance 14's code analyzer flags, recorded off by every text index
-_CODE_FLAGS = ("split_identifiers", "split_on_numerics", "preserve_original", "index_operators")
+# pylance 14's code analyzer flags: every index records them (off but for a code index's)
+_CODE_DEFAULTS = {f: getattr(CodeOptions(), f) for f in CODE_FLAGS}
 
 
 def index_params(options: dict[str, Any], where: str) -> dict[str, Any]:
     """pylance's `create_scalar_index(..., "INVERTED", **options)` options with defaults;
     refused when unknown or not built by Quiver yet."""
-    known = set(DEFAULT_PARAMS) | set(NGRAM_PARAMS)
+    known = set(DEFAULT_PARAMS) | set(NGRAM_PARAMS) | set(CODE_FLAGS)
     known |= {"memory_limit", "num_workers", "block_size", "format_version"}
-    known |= {"document_granularity"}
+    known |= {"document_granularity", "analyzer"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise InvalidInputError(f"{where}: unknown INVERTED index option {unknown[0]!r}")
@@ -114,6 +115,13 @@ def index_params(options: dict[str, Any], where: str) -> dict[str, Any]:
             f"{where}: format_version must be 1, 2 or 3 ('v1', 'v2', 'v3'), not {asked!r}"
         )
     number = _FORMAT_NAMES[asked]
+    options = _code_analyzer(options, where)
+    if options.get("base_tokenizer") == "code":
+        if number in (1, 2):
+            raise InvalidInputError(
+                f"{where}: base_tokenizer='code' requires FTS format_version=3, got {number}"
+            )
+        number = 3
     if number in (1, 2) and block == WIDE:
         raise InvalidInputError(
             f"{where}: format_version={number} is incompatible with block_size=256; use "
@@ -126,9 +134,11 @@ def index_params(options: dict[str, Any], where: str) -> dict[str, Any]:
     if block == WIDE:  # 256-document blocks are format 3's alone (pylance: the default then)
         number = 3
     defaults = dict(DEFAULT_PARAMS)
-    if options.get("base_tokenizer") == "ngram":  # no stemming or stop words unless asked
-        defaults |= {"stem": False, "remove_stop_words": False}
+    if options.get("base_tokenizer") in ("ngram", "code"):  # no stemming or stop words
+        defaults |= {"stem": False, "remove_stop_words": False}  # unless asked
     params = {**defaults, **NGRAM_PARAMS}
+    if options.get("base_tokenizer") == "code":
+        params |= _CODE_DEFAULTS
     params |= {k: v for k, v in options.items() if k in params}
     for key in ("min_ngram_length", "max_ngram_length"):
         value = params[key]
@@ -146,6 +156,31 @@ def index_params(options: dict[str, Any], where: str) -> dict[str, Any]:
     if granularity == "list_element":  # each element of a list of strings a document
         params[LIST_ELEMENT] = True
     return params
+
+
+def _code_analyzer(options: dict[str, Any], where: str) -> dict[str, Any]:
+    """`options` with pylance's `analyzer` ("text", or "code": the code tokenizer) folded
+    into `base_tokenizer`, refused as pylance refuses a mismatch."""
+    analyzer = options.get("analyzer")
+    if analyzer not in (None, "text", "code"):
+        raise InvalidInputError(
+            f"{where}: unknown analyzer {analyzer!r}, expected 'text' or 'code'"
+        )
+    base = options.get("base_tokenizer")
+    if analyzer == "code" and base not in (None, "code"):
+        raise InvalidInputError(
+            f"{where}: analyzer='code' requires base_tokenizer='code', got {base!r}"
+        )
+    flags = [k for k in CODE_FLAGS if k in options]
+    if flags and analyzer != "code" and base != "code":
+        raise InvalidInputError(f"{where}: code analyzer flags require analyzer='code'")
+    for key in flags:
+        if not isinstance(options[key], bool):
+            raise InvalidInputError(f"{where}: {key} must be true or false")
+    out = {k: v for k, v in options.items() if k != "analyzer"}
+    if analyzer == "code":
+        out["base_tokenizer"] = "code"
+    return out
 
 
 def format_version(params: dict[str, Any]) -> int:
@@ -176,6 +211,13 @@ def details(params: dict[str, Any], version: int | None = None) -> bytes:
     ngrams = {**NGRAM_PARAMS, **params}
     out += number(9, ngrams["min_ngram_length"]) + number(10, ngrams["max_ngram_length"])
     out += number(11, ngrams["prefix_only"]) + number(12, params.get("block_size", BLOCK))
+    if params["base_tokenizer"] == "code":  # the code flags (2 and 3 always, as pylance)
+        flags = {**_CODE_DEFAULTS, **params}
+        code = number(1, flags["split_identifiers"])
+        code += field(2, 0, varint(int(flags["split_on_numerics"])))
+        code += field(3, 0, varint(int(flags["preserve_original"])))
+        code += number(4, flags["index_operators"])
+        out += field(13, 2, varint(len(code)) + code)
     out += number(14, params.get(LIST_ELEMENT, 0))
     out += number(15, version or format_version(params))
     return out
@@ -482,6 +524,11 @@ def params_of(analyzer: AnalyzerParams, format_version: int, block: int = BLOCK)
         else None,
         "ascii_folding": analyzer.ascii_folding,
         "with_position": analyzer.with_position,
+        **(
+            {k: getattr(analyzer.code, k) for k in CODE_FLAGS}
+            if analyzer.base_tokenizer == "code"
+            else {}
+        ),
         "min_ngram_length": analyzer.min_ngram_length,
         "max_ngram_length": analyzer.max_ngram_length,
         "prefix_only": analyzer.prefix_only,
@@ -608,13 +655,13 @@ def _tokens(tokens: list[str]) -> pa.Table:
 
 def metadata_table(params: dict[str, Any], partitions: list[int], rows: int = 1) -> pa.Table:
     """An index's `metadata.lance` table (a staged partition's has no row)."""
-    internal = ("format_version", "block_size", LIST_ELEMENT, MEMORY_LIMIT)
+    internal = ("format_version", "block_size", LIST_ELEMENT, MEMORY_LIMIT, *CODE_FLAGS)
     doc = {
         "lance_tokenizer": "text",
         **{k: v for k, v in params.items() if k not in internal},
         **{k: params.get(k, v) for k, v in NGRAM_PARAMS.items()},
         "block_size": params.get("block_size", BLOCK),
-        **dict.fromkeys(_CODE_FLAGS, False),
+        **{k: bool(params.get(k, False)) for k in CODE_FLAGS},
     }
     schema = pa.schema(
         [pa.field("deleted_fragments", pa.binary(), nullable=False)],

@@ -288,7 +288,7 @@ def test_flight_and_namespace_build(tmp_path: Path) -> None:
         _same_everywhere(ours, reference, f"built through {name}", ({"limit": 5},))
 
 
-@pytest.mark.parametrize("base", ["simple", "whitespace", "raw", "ngram"])
+@pytest.mark.parametrize("base", ["simple", "whitespace", "raw", "ngram", "code"])
 def test_bulk_analysis_is_the_per_text_analysis(base: str) -> None:
     """`Analyzer.occurrences` (Arrow's split where a text allows) finds exactly the tokens
     and positions the per-text analyzer does, ids numbered by first appearance."""
