@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from quiver.format.dataset.query import FullTextQuery
+from quiver.format.dataset.query import FullTextQuery, combined_fields
 from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
 
 
@@ -100,7 +100,6 @@ class Combined:
 
 Query = Match | Phrase | AnyOf | Boolean | Boost | Combined
 _STRUCTURED = ("match", "multi_match", "boolean", "boost", "phrase", "combined_fields")
-MAX_FIELD_BOOST = 1048576.0  # pylance's bound on a combined field's weight
 
 
 def parse_query(value: Any, where: str) -> Query:
@@ -243,42 +242,9 @@ def _match(body: dict[str, Any], where: str) -> Match:
 
 def _combined(body: dict[str, Any], where: str) -> Combined:
     """A `combined_fields` body (lance's serde form of `CombinedFieldsQuery`), refused as
-    pylance refuses it."""
-    unknown = sorted(set(body) - {"query", "columns", "boost", "operator"})
-    if unknown:
-        raise InvalidInputError(f"{where}: 'combined_fields' has unknown key {unknown[0]!r}")
-    text = body.get("query")
-    if not isinstance(text, str):
-        raise InvalidInputError(f"{where}: 'combined_fields.query' must be a string")
-    columns = body.get("columns")
-    if not isinstance(columns, (list, tuple)) or not all(isinstance(c, str) for c in columns):
-        raise InvalidInputError(f"{where}: 'combined_fields.columns' must name columns")
-    if not columns:
-        raise InvalidInputError(f"{where}: Cannot create CombinedFieldsQuery with no columns")
-    for i, column in enumerate(columns):
-        if column in columns[:i]:
-            raise InvalidInputError(
-                f"{where}: CombinedFieldsQuery columns must be unique, but {column!r} is duplicated"
-            )
-    boosts = body.get("boost")
-    boosts = [1.0] * len(columns) if boosts is None else boosts
-    if not isinstance(boosts, (list, tuple)) or len(boosts) != len(columns):
-        count = len(boosts) if isinstance(boosts, (list, tuple)) else boosts
-        raise InvalidInputError(
-            f"{where}: The number of boosts ({count}) must match the number of columns "
-            f"({len(columns)})"
-        )
-    for column, boost in zip(columns, boosts, strict=True):
-        number = isinstance(boost, (int, float)) and not isinstance(boost, bool)
-        if not number or not 1.0 <= boost <= MAX_FIELD_BOOST:  # NaN fails both bounds
-            raise InvalidInputError(
-                f"{where}: combined_fields boost for column {column!r} must be a finite "
-                f"value in [1, {MAX_FIELD_BOOST:.0f}], got {boost!r}"
-            )
-    operator = str(body.get("operator") or "Or").lower()
-    if operator not in ("or", "and"):
-        raise InvalidInputError(f"{where}: 'combined_fields.operator' must be Or or And")
-    return Combined(text, tuple(columns), tuple(float(b) for b in boosts), operator == "and")
+    pylance refuses it (`query.combined_fields`)."""
+    text, columns, boosts, require_all = combined_fields(body, where)
+    return Combined(text, columns, boosts, require_all)
 
 
 def _granularity(body: dict[str, Any], where: str, what: str) -> str | None:

@@ -16,6 +16,8 @@ import abc
 from enum import Enum
 from typing import Any
 
+from quiver.format.errors import InvalidInputError
+
 __all__ = [
     "BooleanQuery",
     "BoostQuery",
@@ -200,9 +202,7 @@ class CombinedFieldsQuery(FullTextQuery):
             "boost": list(boosts) if boosts is not None else [1.0] * len(columns),
             "operator": _operator(operator),
         }
-        from quiver.format.dataset.fulltext_query import parse_query
-
-        parse_query(self.to_dict(), "CombinedFieldsQuery")  # refused here, as pylance does
+        combined_fields(self._body, "CombinedFieldsQuery")  # refused here, as pylance does
 
     def to_dict(self) -> dict[str, Any]:
         return {"combined_fields": dict(self._body)}
@@ -232,3 +232,48 @@ class BooleanQuery(FullTextQuery):
 def _form(query: Any) -> Any:
     """A query object's structured form (a dict stays as it is)."""
     return query.to_dict() if isinstance(query, FullTextQuery) else query
+
+
+MAX_FIELD_BOOST = 1048576.0  # pylance's bound on a combined field's weight
+
+
+def combined_fields(
+    body: dict[str, Any], where: str
+) -> tuple[str, tuple[str, ...], tuple[float, ...], bool]:
+    """A `combined_fields` body checked as pylance checks `CombinedFieldsQuery`: (text,
+    columns, boosts, whether every term is needed); InvalidInputError naming the problem."""
+    unknown = sorted(set(body) - {"query", "columns", "boost", "operator"})
+    if unknown:
+        raise InvalidInputError(f"{where}: 'combined_fields' has unknown key {unknown[0]!r}")
+    text = body.get("query")
+    if not isinstance(text, str):
+        raise InvalidInputError(f"{where}: 'combined_fields.query' must be a string")
+    columns = body.get("columns")
+    if not isinstance(columns, (list, tuple)) or not all(isinstance(c, str) for c in columns):
+        raise InvalidInputError(f"{where}: 'combined_fields.columns' must name columns")
+    if not columns:
+        raise InvalidInputError(f"{where}: Cannot create CombinedFieldsQuery with no columns")
+    for i, column in enumerate(columns):
+        if column in columns[:i]:
+            raise InvalidInputError(
+                f"{where}: CombinedFieldsQuery columns must be unique, but {column!r} is duplicated"
+            )
+    boosts = body.get("boost")
+    boosts = [1.0] * len(columns) if boosts is None else boosts
+    if not isinstance(boosts, (list, tuple)) or len(boosts) != len(columns):
+        count = len(boosts) if isinstance(boosts, (list, tuple)) else boosts
+        raise InvalidInputError(
+            f"{where}: The number of boosts ({count}) must match the number of columns "
+            f"({len(columns)})"
+        )
+    for column, boost in zip(columns, boosts, strict=True):
+        number = isinstance(boost, (int, float)) and not isinstance(boost, bool)
+        if not number or not 1.0 <= boost <= MAX_FIELD_BOOST:  # NaN fails both bounds
+            raise InvalidInputError(
+                f"{where}: combined_fields boost for column {column!r} must be a finite "
+                f"value in [1, {MAX_FIELD_BOOST:.0f}], got {boost!r}"
+            )
+    operator = str(body.get("operator") or "Or").lower()
+    if operator not in ("or", "and"):
+        raise InvalidInputError(f"{where}: 'combined_fields.operator' must be Or or And")
+    return text, tuple(columns), tuple(float(b) for b in boosts), operator == "and"

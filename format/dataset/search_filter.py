@@ -106,7 +106,7 @@ def search_filter_of(uri: str, value: Any) -> SearchFilter | None:
     if isinstance(value, FullTextQuery) or structured:
         return SearchFilter(None, text=value)
     raise InvalidInputError(
-        f"{uri}: a filter is SQL text, an expression, a full-text query, a "
+        f"{uri}: filter must be SQL text, an expression, a full-text query, a "
         f"VectorSearchQuery or {{'expr_filter', 'search_filter'}}, not {type(value).__name__}"
     )
 

@@ -250,7 +250,7 @@ def test_bad_calls_are_refused(uri: str):
     ds = dataset(uri)
     with pytest.raises(InvalidInputError, match="approx_mode must be one of"):
         ScannerBuilder(ds).nearest("vec", QUERY, approx_mode="quick").to_scanner().to_table()
-    with pytest.raises(InvalidInputError, match="a filter is"):  # no search, no SQL
+    with pytest.raises(InvalidInputError, match="filter must be"):  # no search, no SQL
         ScannerBuilder(ds).filter({"search_filter": object()})
     with pytest.raises(InvalidInputError, match="Unknown option nope"):
         ScannerBuilder(ds).apply_defaults({"nope": 1})

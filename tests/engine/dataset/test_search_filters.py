@@ -180,7 +180,7 @@ def test_builder_and_refusals(tmp_path: Path) -> None:
             InvalidInputError,
             "_distance",
         ),
-        ({"nearest": nearest, "filter": 42}, InvalidInputError, "a filter is"),
+        ({"nearest": nearest, "filter": 42}, InvalidInputError, "filter must be"),
     ]  # fmt: skip
     for options, error, message in refused:
         with pytest.raises(error, match=message):
