@@ -3777,6 +3777,98 @@ static PyObject *split_ngrams(PyObject *self, PyObject *args)
     return split_finish(err, n, &v, "split_ngrams");
 }
 
+PyDoc_STRVAR(group_postings_doc,
+             "group_postings(docs, tokens, places, token_ends, out_docs, out_freqs, out_places) "
+             "-> postings: occurrences (each one's document, uint32, never decreasing, and "
+             "token id, int32, below len(token_ends) - 1; `places`, uint32, empty or one per "
+             "occurrence) grouped by token: out_docs / out_freqs (uint32, room for every "
+             "occurrence) get each token's documents ascending and how often it holds the token, "
+             "token after token; out_places (empty, or one per occurrence) the occurrences' places "
+             "in that order; token_ends (int64, one more than the tokens) where each token's postings "
+             "start and the last ends. A "
+             "ValueError when the sizes disagree, a token id is out of range or the documents "
+             "decrease.");
+
+static PyObject *group_postings(PyObject *self, PyObject *args)
+{
+    Py_buffer docsb, tokb, placeb, endb, odb, ofb, opb;
+    if (!PyArg_ParseTuple(args, "y*y*y*w*w*w*w*", &docsb, &tokb, &placeb, &endb, &odb, &ofb,
+                          &opb))
+        return NULL;
+    Py_buffer *all[] = {&docsb, &tokb, &placeb, &endb, &odb, &ofb, &opb};
+    PyObject *res = NULL;
+    const Py_ssize_t n = docsb.len / 4, n_tok = endb.len / 8 - 1;
+    const int places = placeb.len > 0;
+    if (docsb.len % 4 || tokb.len != docsb.len || endb.len % 8 || n_tok < 0 ||
+        odb.len != docsb.len || ofb.len != docsb.len ||
+        (places && (placeb.len != docsb.len || opb.len != docsb.len)) ||
+        !aligned(docsb.buf, 4) || !aligned(tokb.buf, 4) || !aligned(placeb.buf, 4) ||
+        !aligned(endb.buf, 8) || !aligned(odb.buf, 4) || !aligned(ofb.buf, 4) ||
+        !aligned(opb.buf, 4)) {
+        PyErr_SetString(PyExc_ValueError, "group_postings: arrays of inconsistent sizes");
+        release(7, all);
+        return NULL;
+    }
+    const uint32_t *doc = docsb.buf, *place = placeb.buf;
+    const int32_t *tok = tokb.buf;
+    int64_t *ends = endb.buf;
+    uint32_t *out_doc = odb.buf, *out_freq = ofb.buf, *out_place = opb.buf;
+    int64_t *next = PyMem_RawCalloc((size_t)n_tok + 1, sizeof(int64_t));
+    if (!next) {
+        release(7, all);
+        return PyErr_NoMemory();
+    }
+    int err = 0; /* 1: a token out of range, 2: documents decrease */
+    Py_ssize_t postings = 0;
+    BEGIN_NOGIL(n)
+    for (Py_ssize_t i = 0; i < n && !err; i++) {
+        if (tok[i] < 0 || tok[i] >= n_tok)
+            err = 1;
+        else if (i && doc[i] < doc[i - 1])
+            err = 2;
+        else
+            next[tok[i] + 1]++;
+    }
+    if (!err) {
+        /* occurrences of token t go to [next[t], ...): out_freq holds their documents */
+        for (Py_ssize_t t = 0; t < n_tok; t++)
+            next[t + 1] += next[t];
+        for (Py_ssize_t i = 0; i < n; i++) {
+            const int64_t at = next[tok[i]]++;
+            out_freq[at] = doc[i];
+            if (places)
+                out_place[at] = place[i];
+        }
+        /* next[t] is now token t's end: runs of one document become (document, count) */
+        int64_t start = 0;
+        ends[0] = 0;
+        for (Py_ssize_t t = 0; t < n_tok; t++) {
+            const int64_t end = next[t];
+            for (int64_t j = start; j < end;) {
+                int64_t k = j + 1;
+                while (k < end && out_freq[k] == out_freq[j])
+                    k++;
+                out_doc[postings] = out_freq[j];
+                out_freq[postings] = (uint32_t)(k - j);
+                postings++;
+                j = k;
+            }
+            ends[t + 1] = postings;
+            start = end;
+        }
+    }
+    END_NOGIL
+    PyMem_RawFree(next);
+    if (err == 1)
+        PyErr_SetString(PyExc_ValueError, "group_postings: a token id is out of range");
+    else if (err == 2)
+        PyErr_SetString(PyExc_ValueError, "group_postings: the documents decrease");
+    else
+        res = PyLong_FromSsize_t(postings);
+    release(7, all);
+    return res;
+}
+
 #define METHOD(name) {#name, name, METH_VARARGS, name##_doc}
 
 static PyMethodDef methods[] = {
@@ -3816,6 +3908,7 @@ static PyMethodDef methods[] = {
     METHOD(sbbf_fill),
     METHOD(split_words),
     METHOD(split_ngrams),
+    METHOD(group_postings),
     METHOD(minhash_sign),
     METHOD(minhash_bands),
     {NULL, NULL, 0, NULL},

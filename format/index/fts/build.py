@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from quiver.format import _kernels
 from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
 from quiver.format.index.files import write_index_file
 from quiver.format.index.fts import bm25
@@ -63,10 +64,11 @@ def files_of(partitions: int) -> tuple[str, ...]:
 
 _EMPTY_ROARING = bytes.fromhex("3a30000000000000")
 _ENCODED_POSTINGS = 1 << 21  # postings encoded at a time
+_NO_PLACES = np.zeros(0, np.uint32)
 # the build's memory: `memory_limit` (MiB) by default, and what a token occurrence costs
 # while its partition is built (its analysis, sort and postings, measured)
 MEMORY_LIMIT, DEFAULT_MEMORY_MIB = "memory_limit", 1024
-_BYTES_PER_OCCURRENCE = 80
+_BYTES_PER_OCCURRENCE = 40
 _BYTES_PER_WORD = 5  # a word and its separator, short words counted generously
 # pylance's index parameters and their defaults (create_scalar_index's keyword arguments)
 DEFAULT_PARAMS: dict[str, Any] = {
@@ -258,46 +260,37 @@ def partition_tables(
         lengths = np.diff(np.append(starts, len(found.rows))).astype(np.uint32)
         doc_rows = np.asarray(row_ids)[found.rows[starts]].astype(np.uint64)
         n_docs = len(starts)
-        of_doc = np.cumsum(change, dtype=np.int64) - 1  # the document of each occurrence
+        of_doc = np.cumsum(change, dtype=np.uint32)  # the document of each occurrence
+        of_doc -= np.uint32(1)
         del change
     else:
         n_docs = len(texts)
         lengths = np.bincount(found.rows, minlength=n_docs).astype(np.uint32)
         doc_rows = np.asarray(row_ids).astype(np.uint64)
-        of_doc = found.rows.astype(np.int64)
+        of_doc = found.rows.astype(np.uint32)
     if not len(found.rows):
         return encoded_partition(
             np.zeros(0, np.int64), np.zeros(0, np.uint32), np.zeros(0, np.uint32),
             np.zeros(0, np.int32) if with_positions else None, lengths, doc_rows, [], elements,
             block,
         )  # fmt: skip
-    # (token, document) occurrences -> per token its documents ascending and frequencies
-    key = found.token_ids.astype(np.int64)
-    key *= n_docs
-    key += of_doc
-    places = found.positions
-    del of_doc, found
-    if with_positions:  # the positions follow their occurrences (in order within a row)
-        order = np.argsort(key, kind="stable")
-        key, places = key[order], places[order]
-        del order
-    else:
-        key.sort()
-    change = np.empty(len(key), bool)
-    change[0] = True
-    np.not_equal(key[1:], key[:-1], out=change[1:])
-    runs = np.flatnonzero(change)
-    del change
-    counts = np.diff(np.append(runs, len(key))).astype(np.uint32)
-    uniq = key[runs]
-    del key
-    # the keys are sorted by token: each token's run found by a search, not a division
-    ends = np.searchsorted(uniq, np.arange(1, len(vocabulary) + 1, dtype=np.int64) * n_docs)
-    tok = np.repeat(np.arange(len(vocabulary), dtype=np.int64), np.diff(ends, prepend=0))
-    doc = (uniq - tok * n_docs).astype(np.uint32)
+    # (token, document) occurrences -> per token its documents ascending and frequencies,
+    # by a counting sort of the occurrences on their token (a compiled pass)
+    n = len(found.rows)
+    places = found.positions if with_positions else _NO_PLACES
+    doc = np.empty(n, np.uint32)
+    counts = np.empty(n, np.uint32)
+    ordered = np.empty(n if with_positions else 0, np.uint32)
+    ends = np.empty(len(vocabulary) + 1, np.int64)
+    postings = _kernels.group_postings(
+        of_doc, np.ascontiguousarray(found.token_ids, np.int32),
+        np.ascontiguousarray(places, np.uint32), ends, doc, counts, ordered,
+    )  # fmt: skip
+    del of_doc, found, places
+    tok = np.repeat(np.arange(len(vocabulary), dtype=np.int32), np.diff(ends))
     return encoded_partition(
-        tok, doc, counts, places if with_positions else None, lengths, doc_rows, vocabulary,
-        elements, block,
+        tok, doc[:postings], counts[:postings], ordered if with_positions else None, lengths,
+        doc_rows, vocabulary, elements, block,
     )  # fmt: skip
 
 
