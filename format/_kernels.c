@@ -2459,7 +2459,9 @@ static inline void unpack4x_block(const uint8_t *src, int bits, uint32_t *dst)
 
 PyDoc_STRVAR(pack4x_doc,
              "pack4x(values, bits, out): blocks of 128 uint32 values of at most `bits` bits "
-             "into BitPacker4x blocks (4 * bits uint32 words each, as unpack4x reads them); a "
+             "(1 to 32: a block of zeros takes no words, its caller writes none) into "
+             "BitPacker4x blocks (4 * bits uint32 words each, as unpack4x reads them; words in "
+             "the machine's order, little-endian on every platform Quiver builds for); a "
              "ValueError for a value wider than `bits`.");
 
 static PyObject *pack4x(PyObject *self, PyObject *args)
@@ -3589,8 +3591,10 @@ static inline int split_text(const SplitArgs *a, Py_ssize_t offset, Py_ssize_t i
 {
     const int64_t *ends = a->offsets.buf, *rows = a->rowsb.buf;
     const uint8_t *bits = a->valid.buf;
+    if (rows[i] < 0 || rows[i] > INT64_MAX - 1 - offset)
+        return -1;
     const int64_t at = rows[i] + offset;
-    if (rows[i] < 0 || at + 1 >= a->offsets.len / 8 || (bits && at / 8 >= a->valid.len))
+    if (at + 1 >= a->offsets.len / 8 || (bits && at / 8 >= a->valid.len))
         return -1;
     if (bits && !((bits[at / 8] >> (at % 8)) & 1))
         return 0;

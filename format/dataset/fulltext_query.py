@@ -99,7 +99,7 @@ class Combined:
 
 
 Query = Match | Phrase | AnyOf | Boolean | Boost | Combined
-_STRUCTURED = ("match", "multi_match", "boolean", "boost", "phrase", "combined_fields")
+STRUCTURED = ("match", "multi_match", "boolean", "boost", "phrase", "combined_fields")
 
 
 def parse_query(value: Any, where: str) -> Query:
@@ -115,10 +115,10 @@ def parse_query(value: Any, where: str) -> Query:
             hint = " (build it with quiver.format.dataset.query's classes of the same name)"
         raise UnsupportedFeatureError(
             f"{where}: full_text_query must be a string, {{'query', 'columns'}}, a "
-            f"structured query ({', '.join(_STRUCTURED)}) or a query object, not "
+            f"structured query ({', '.join(STRUCTURED)}) or a query object, not "
             f"{type(value).__name__}{hint}"
         )
-    if "query" in value and not set(value) & set(_STRUCTURED):
+    if "query" in value and not set(value) & set(STRUCTURED):
         unknown = sorted(set(value) - {"query", "columns"})
         if unknown:
             raise InvalidInputError(
@@ -155,10 +155,10 @@ def _object(value: Any, where: str, what: str) -> dict[str, Any]:
 
 def _structured(value: dict[str, Any], where: str) -> Query:
     kinds = [k for k in value if value[k] is not None]
-    if len(kinds) != 1 or kinds[0] not in _STRUCTURED:
+    if len(kinds) != 1 or kinds[0] not in STRUCTURED:
         raise InvalidInputError(
             f"{where}: a structured full-text query is an object with one of "
-            f"{', '.join(_STRUCTURED)}, not {sorted(value)}"
+            f"{', '.join(STRUCTURED)}, not {sorted(value)}"
         )
     kind = kinds[0]
     body = _object(value[kind], where, f"'{kind}'")
@@ -261,12 +261,19 @@ def _granularity(body: dict[str, Any], where: str, what: str) -> str | None:
     return text
 
 
+def leaves(query: Query) -> list[Match | Phrase | Combined]:
+    """The matches, phrases and combined-fields queries a query is made of."""
+    if isinstance(query, (Match, Phrase, Combined)):
+        return [query]
+    if isinstance(query, AnyOf):
+        parts: tuple[Query, ...] = query.queries
+    elif isinstance(query, Boolean):
+        parts = (*query.must, *query.should, *query.must_not)
+    else:
+        parts = (query.positive, query.negative)
+    return [leaf for part in parts for leaf in leaves(part)]
+
+
 def columns_of(query: Query) -> set[str]:
     """The columns a query names (its matches without columns search every index)."""
-    if isinstance(query, (Match, Phrase, Combined)):
-        return set(query.columns or ())
-    if isinstance(query, AnyOf):
-        return set().union(*(columns_of(q) for q in query.queries))
-    if isinstance(query, Boolean):
-        return set().union(*(columns_of(q) for q in (*query.must, *query.should, *query.must_not)))
-    return columns_of(query.positive) | columns_of(query.negative)
+    return {c for leaf in leaves(query) for c in leaf.columns or ()}

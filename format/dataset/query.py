@@ -196,6 +196,8 @@ class CombinedFieldsQuery(FullTextQuery):
         boosts: list[float] | None = None,
         operator: FullTextOperator = FullTextOperator.OR,
     ) -> None:
+        if isinstance(columns, str):
+            raise TypeError("columns must be a list of column names, not a string")
         self._body = {
             "query": query,
             "columns": list(columns),

@@ -34,14 +34,13 @@ import pyarrow.compute as pc
 
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fulltext import FullTextSearch
-from quiver.format.dataset.fulltext_query import Combined, Match, parse_query
+from quiver.format.dataset.fulltext_query import STRUCTURED, Combined, Match, leaves, parse_query
 from quiver.format.dataset.minhash import search_nearest
 from quiver.format.dataset.query import FullTextQuery
 from quiver.format.dataset.scan_extras import RowMask
 from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
 
 _ROW_ID, _SCORE, _DISTANCE = "_rowid", "_score", "_distance"
-_STRUCTURED = ("match", "multi_match", "combined_fields", "boolean", "boost", "phrase")
 
 
 class VectorSearchQuery:
@@ -96,13 +95,13 @@ def search_filter_of(uri: str, value: Any) -> SearchFilter | None:
         expr = value.get("expr_filter")
         if expr is not None and not isinstance(expr, (str, pc.Expression)):
             raise InvalidInputError(f"{uri}: 'expr_filter' must be SQL text or an expression")
-        if inner is None:
-            return SearchFilter(expr) if expr is not None else None
+        if inner is None:  # (a SQL filter alone, or none at all)
+            return SearchFilter(expr)
         return SearchFilter(expr, inner.text, inner.vector)
     vector = _nearest_of(value)
     if vector is not None:
         return SearchFilter(None, vector=vector)
-    structured = isinstance(value, dict) and len(value) == 1 and next(iter(value)) in _STRUCTURED
+    structured = isinstance(value, dict) and len(value) == 1 and next(iter(value)) in STRUCTURED
     if isinstance(value, FullTextQuery) or structured:
         return SearchFilter(None, text=value)
     raise InvalidInputError(
@@ -178,9 +177,15 @@ class _Plan:
     mask: RowMask | None
 
     def fulltext(self, query: Any, **options: Any) -> FullTextSearch:
-        return FullTextSearch(
+        search = FullTextSearch(
             self.core, query, fast_search=self.fast_search, with_row_id=True, **options
         )
+        if search.elements is not None or search.batch:
+            what = "a batch of queries" if search.batch else f"list elements ({search.elements!r})"
+            raise UnsupportedFeatureError(
+                f"{self.core.uri}: a search filter with a full-text search of {what}"
+            )
+        return search
 
     def vector(self, nearest: dict[str, Any], mask: RowMask | None, **options: Any) -> Any:
         return search_nearest(
@@ -245,7 +250,10 @@ class FilteredSearch:
     def _text_by_vector(self) -> pa.Table:
         p = self._plan
         assert p.search.vector is not None
-        if _contains_combined(parse_query(p.full_text_query, p.core.uri)) and p.prefilter:
+        combined = any(
+            isinstance(q, Combined) for q in leaves(parse_query(p.full_text_query, p.core.uri))
+        )
+        if combined and p.prefilter:
             raise UnsupportedFeatureError(
                 f"{p.core.uri}: a combined-fields query prefiltered by a vector search"
             )
@@ -348,11 +356,3 @@ class FilteredSearch:
         if p.prefilter:
             return "Search filter: a vector search, then a full-text search of its rows"
         return "Search filter: a full-text search, then a vector search among its rows"
-
-
-def _contains_combined(query: Any) -> bool:
-    if isinstance(query, Combined):
-        return True
-    parts = [getattr(query, k, ()) for k in ("queries", "must", "should", "must_not")]
-    parts += [[getattr(query, k)] for k in ("positive", "negative") if hasattr(query, k)]
-    return any(_contains_combined(q) for group in parts for q in group)

@@ -11,6 +11,7 @@ their descriptions unless `blob_handling("all_binary")`. Only queries run (no DD
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -196,6 +197,11 @@ def _positive(uri: str, name: str, value: int) -> int:
     return value
 
 
+_PY_ERROR = re.compile(r"PyErr \{ type: <class '[\w.]+'>, value: (.*?), traceback: .*", re.S)
+
+
 def first_line(e: BaseException) -> str:
+    """An error's first line; a Python function's failure inside DataFusion as its
+    exception alone (DataFusion writes its traceback on the same line)."""
     text = str(e).strip() or type(e).__name__
-    return text.splitlines()[0]
+    return _PY_ERROR.sub(r"\1", text.splitlines()[0])

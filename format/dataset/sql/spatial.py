@@ -168,7 +168,8 @@ def _unary(fn: str) -> Any:
             texts = [None if m else wkt(g) for g, m in zip(geoms, missing, strict=True)]
             return pa.array(texts, pa.string())
         coords = shapely.get_x(filled) if fn == "st_x" else shapely.get_y(filled)
-        return pa.array(np.asarray(coords, np.float64), pa.float64(), mask=missing)
+        points = np.asarray(shapely.get_type_id(filled)) == 0  # other shapes: NULL
+        return pa.array(np.asarray(coords, np.float64), pa.float64(), mask=missing | ~points)
 
     return run
 
@@ -183,25 +184,28 @@ def wkt(g: Any) -> str:
     after the type, none after the commas, coordinates as Rust prints them."""
 
     def points(coords: Any) -> str:
-        return ",".join(" ".join(_number(v) for v in c[:2]) for c in coords)
+        return ",".join(" ".join(_number(v) for v in c) for c in coords)
 
     def ring_list(polygon: Any) -> str:
         rings = [polygon.exterior, *polygon.interiors]
         return ",".join(f"({points(r.coords)})" for r in rings)
 
     kind = g.geom_type
+    dims = " Z" if g.has_z else ""  # (shapely keeps no M)
     if g.is_empty:
-        return f"{kind.upper()} EMPTY"
+        return f"{kind.upper()}{dims} EMPTY"
     if kind == "Point":
-        return f"POINT({points(g.coords)})"
-    if kind in ("LineString", "LinearRing"):
-        return f"LINESTRING({points(g.coords)})"
-    if kind == "Polygon":
-        return f"POLYGON({ring_list(g)})"
-    if kind == "MultiPoint":
-        return "MULTIPOINT(" + ",".join(f"({points(p.coords)})" for p in g.geoms) + ")"
-    if kind == "MultiLineString":
-        return "MULTILINESTRING(" + ",".join(f"({points(x.coords)})" for x in g.geoms) + ")"
-    if kind == "MultiPolygon":
-        return "MULTIPOLYGON(" + ",".join(f"({ring_list(x)})" for x in g.geoms) + ")"
-    return "GEOMETRYCOLLECTION(" + ",".join(wkt(x) for x in g.geoms) + ")"
+        body = points(g.coords)
+    elif kind in ("LineString", "LinearRing"):
+        kind, body = "LineString", points(g.coords)
+    elif kind == "Polygon":
+        body = ring_list(g)
+    elif kind == "MultiPoint":
+        body = ",".join(f"({points(p.coords)})" for p in g.geoms)
+    elif kind == "MultiLineString":
+        body = ",".join(f"({points(x.coords)})" for x in g.geoms)
+    elif kind == "MultiPolygon":
+        body = ",".join(f"({ring_list(x)})" for x in g.geoms)
+    else:
+        body = ",".join(wkt(x) for x in g.geoms)
+    return f"{kind.upper()}{dims}({body})"

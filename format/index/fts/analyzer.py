@@ -23,6 +23,7 @@ leave gaps), which phrase queries compare.
 from __future__ import annotations
 
 import functools
+import numbers
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -105,8 +106,14 @@ class AnalyzerParams:
                 f"{where}: the {base!r} tokenizer of this full-text index is not supported "
                 "(simple, whitespace, raw, ngram and code are)"
             )
-        shortest = int(doc.get("min_ngram_length", 3))
-        longest = int(doc.get("max_ngram_length", 3))
+        shortest, longest = doc.get("min_ngram_length", 3), doc.get("max_ngram_length", 3)
+        prefix_only = doc.get("prefix_only", False)
+        for name, value in (("min_ngram_length", shortest), ("max_ngram_length", longest)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise InvalidInputError(f"{where}: {name} must be an integer, not {value!r}")
+        if not isinstance(prefix_only, bool | np.bool_):
+            raise InvalidInputError(f"{where}: prefix_only must be true or false")
+        shortest, longest = int(shortest), int(longest)
         if base == "ngram" and not 0 < shortest <= longest:
             raise InvalidInputError(
                 f"{where}: n-grams need 0 < min_ngram_length <= max_ngram_length, not "
@@ -132,7 +139,7 @@ class AnalyzerParams:
             ascii_folding=bool(doc.get("ascii_folding", False)),
             min_ngram_length=shortest,
             max_ngram_length=longest,
-            prefix_only=bool(doc.get("prefix_only", False)),
+            prefix_only=bool(prefix_only),
             code=CodeOptions(**{k: bool(doc[k]) for k in CODE_FLAGS if doc.get(k) is not None}),
         )
 
@@ -257,8 +264,8 @@ class Analyzer:
                 )
             else:
                 p = self.params
-                lengths = p.max_ngram_length - p.min_ngram_length + 1
-                out = scratch.sized_for(nbytes * lengths, nbytes * lengths * p.max_ngram_length)
+                counts, sizes = ngram_counts(ends[at + 1] - ends[at], p)
+                out = scratch.sized_for(int(counts.sum()), int(sizes.sum()))
                 n, distinct = _kernels.split_ngrams(
                     data, offsets, validity, texts.offset, chunk, p.min_ngram_length,
                     p.max_ngram_length, p.prefix_only, *out,
@@ -398,6 +405,19 @@ def _splitter(params: AnalyzerParams) -> Callable[[str], list[str]]:
             _ngrams, params.min_ngram_length, params.max_ngram_length, params.prefix_only
         )
     return lambda text: [text]
+
+
+def ngram_counts(lengths: np.ndarray, params: AnalyzerParams) -> tuple[np.ndarray, np.ndarray]:
+    """Per text of `lengths` characters, how many n-grams the tokenizer makes of it and
+    their characters in all."""
+    lengths = np.asarray(lengths, np.int64)
+    counts = np.zeros(len(lengths), np.int64)
+    sizes = np.zeros(len(lengths), np.int64)
+    for k in range(params.min_ngram_length, params.max_ngram_length + 1):
+        made = (lengths >= k) if params.prefix_only else np.maximum(lengths - k + 1, 0)
+        counts += made
+        sizes += k * made
+    return counts, sizes
 
 
 def _ngrams(shortest: int, longest: int, prefix_only: bool, text: str) -> list[str]:

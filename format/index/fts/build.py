@@ -33,7 +33,7 @@ from quiver.format import _kernels
 from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
 from quiver.format.index.files import write_index_file
 from quiver.format.index.fts import bm25
-from quiver.format.index.fts.analyzer import CODE_FLAGS, Analyzer, AnalyzerParams
+from quiver.format.index.fts.analyzer import CODE_FLAGS, Analyzer, AnalyzerParams, ngram_counts
 from quiver.format.index.fts.code_tokens import CodeOptions
 from quiver.format.index.fts.encode import encode_positions, encode_postings
 from quiver.format.index.fts.index import ELEMENT_COLUMN, readable_format
@@ -142,11 +142,9 @@ def index_params(options: dict[str, Any], where: str) -> dict[str, Any]:
     if options.get("base_tokenizer") == "code":
         params |= _CODE_DEFAULTS
     params |= {k: v for k, v in options.items() if k in params}
+    AnalyzerParams.from_json(params, where)  # refuses tokenizers and values it cannot take
     for key in ("min_ngram_length", "max_ngram_length"):
-        value = params[key]
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidInputError(f"{where}: {key} must be an integer, not {value!r}")
-    AnalyzerParams.from_json(params, where)  # refuses tokenizers Quiver does not have
+        params[key] = int(params[key])  # (numpy integers too)
     params["format_version"] = number or INDEX_VERSION
     limit = options.get(MEMORY_LIMIT)
     if limit is not None:
@@ -351,25 +349,25 @@ def occurrence_budget(params: dict[str, Any]) -> int:
 
 def row_ranges(analyzer: AnalyzerParams, texts: pa.Array, budget: int) -> list[tuple[int, int]]:
     """Consecutive ranges [lo, hi) of `texts` whose token occurrences (estimated from
-    their bytes: an n-gram per byte and length, a word per few bytes) stay within
-    `budget` each; one range at least."""
+    their bytes: the n-grams of that many characters, a word per five bytes, a code token
+    per three) stay within `budget` each, cut greedily; one range at least."""
     n = len(texts)
     size = pc.fill_null(pc.binary_length(texts), 0).to_numpy(zero_copy_only=False)
     size = size.astype(np.int64)
     if analyzer.base_tokenizer == "ngram":
-        low, high = analyzer.min_ngram_length, analyzer.max_ngram_length
-        if analyzer.prefix_only:
-            estimate = np.clip(size - low + 1, 0, high - low + 1)
-        else:
-            estimate = sum(np.maximum(size - k + 1, 0) for k in range(low, high + 1))
-    else:
-        estimate = size // _BYTES_PER_WORD + 1
+        estimate = ngram_counts(size, analyzer)[0]
+    else:  # (the code tokenizer's identifiers, parts and operators come denser)
+        estimate = size // (3 if analyzer.base_tokenizer == "code" else _BYTES_PER_WORD) + 1
     total = np.cumsum(estimate)
     if not n or int(total[-1]) <= budget:
         return [(0, n)]
-    cuts = np.searchsorted(total, np.arange(budget, int(total[-1]), budget), side="right")
-    edges = np.unique(np.concatenate([[0], cuts, [n]]).clip(0, n))
-    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    ranges, start = [], 0
+    while start < n:  # greedily: as many rows as fit (one at least)
+        before = int(total[start - 1]) if start else 0
+        stop = max(int(np.searchsorted(total, before + budget, side="right")), start + 1)
+        ranges.append((start, min(stop, n)))
+        start = stop
+    return ranges
 
 
 def _token_groups(bounds: np.ndarray, size: int) -> list[tuple[int, int]]:

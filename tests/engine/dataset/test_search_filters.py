@@ -185,3 +185,28 @@ def test_builder_and_refusals(tmp_path: Path) -> None:
     for options, error, message in refused:
         with pytest.raises(error, match=message):
             ours.to_table(**options)
+    # a dict of neither is no filter at all
+    empty = {"expr_filter": None, "search_filter": None}
+    assert ours.to_table(columns=["id"], filter=empty).equals(ours.to_table(columns=["id"]))
+
+
+def test_list_element_searches_are_refused_as_filters(tmp_path: Path) -> None:
+    path = str(tmp_path / "ds")
+    table = _table(50, 4).append_column("tags", pa.array([["kiwi", f"t{i}"] for i in range(50)]))
+    lance.write_dataset(table, path)
+    lance.dataset(path).create_scalar_index(
+        "tags", "INVERTED", document_granularity=lq.DocumentGranularity.LIST_ELEMENT
+    )
+    q = _query_vector(path, 1)
+    elements = {
+        "match": {"terms": "kiwi", "column": "tags", "document_granularity": "list_element"}
+    }
+    for prefilter in (False, True):
+        with pytest.raises(UnsupportedFeatureError, match="list elements"):
+            dataset(path).to_table(
+                full_text_query=elements, filter=VectorSearchQuery("vec", q, 5), prefilter=prefilter
+            )
+        with pytest.raises(UnsupportedFeatureError, match="list elements"):
+            dataset(path).to_table(
+                nearest={"column": "vec", "q": q, "k": 5}, filter=elements, prefilter=prefilter
+            )

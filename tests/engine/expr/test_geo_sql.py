@@ -84,13 +84,26 @@ def test_st_astext_writes_wkt_as_pylance(shapes) -> None:  # noqa: F811
         "POINT(1 2)", "POINT(1.5 -2.25)", "POINT(1e20 0.000001)", "POINT(-0 3)",
         "LINESTRING(0 0, 1 1, 2 0.5)", "POLYGON((0 0, 10 0, 10 10, 0 0),(1 1, 2 1, 2 2, 1 1))",
         "MULTIPOINT((1 2),(3 4))", "MULTIPOLYGON(((0 0, 1 0, 1 1, 0 0)),((5 5, 6 5, 6 6, 5 5)))",
-        "GEOMETRYCOLLECTION(POINT(1 2), LINESTRING(0 0, 1 1))",
+        "GEOMETRYCOLLECTION(POINT(1 2), LINESTRING(0 0, 1 1))", "POINT Z (1 2 3)",
+        "LINESTRING Z (1 2 3, 4 5 6)",
     ]  # fmt: skip
     for text in texts:
         sql = f"SELECT st_astext(st_geomfromtext('{text}')) AS t FROM dataset LIMIT 1"
         want = _sql(lance.dataset(uri), sql)["t"][0].as_py()
         assert _sql(dataset(uri), sql)["t"][0].as_py() == want
         assert wkt(shapely.from_wkt(text)) == want
+
+
+def test_spatial_errors_and_nulls(shapes) -> None:  # noqa: F811
+    uri, _ = shapes
+    sql = "SELECT st_x(st_geomfromtext('LINESTRING(1 2, 3 4)')) AS x FROM dataset LIMIT 1"
+    assert (
+        _sql(dataset(uri), sql)["x"].to_pylist() == _sql(lance.dataset(uri), sql)["x"].to_pylist()
+    )
+    with pytest.raises(InvalidInputError) as e:
+        _sql(dataset(uri), "SELECT st_geomfromtext('POINT(1 2') FROM dataset")
+    assert "ParseException" in str(e.value)
+    assert "Traceback" not in str(e.value) and "spatial.py" not in str(e.value)
 
 
 def test_queries_without_spatial_calls_are_untouched(shapes) -> None:  # noqa: F811

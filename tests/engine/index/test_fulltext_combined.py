@@ -136,6 +136,10 @@ def test_combined_fields_refusals(tmp_path: Path) -> None:
             lq.CombinedFieldsQuery(*args, **kwargs)
         with pytest.raises(InvalidInputError, match=message):
             qq.CombinedFieldsQuery(*args, **kwargs)
+    with pytest.raises(TypeError):
+        lq.CombinedFieldsQuery("kiwi", "a")
+    with pytest.raises(TypeError, match="not a string"):
+        qq.CombinedFieldsQuery("kiwi", "a")
     refused = [
         (["c"], InvalidInputError, "requires an inverted index"),
         (["a", "id"], InvalidInputError, "does not hold text"),

@@ -106,6 +106,7 @@ def test_repeated_ngrams_count_once_among_indexed_rows(tmp_path: Path) -> None:
         {"min_ngram_length": 0},
         {"min_ngram_length": 4, "max_ngram_length": 3},
         {"max_ngram_length": "3"},
+        {"prefix_only": "no"},
     ],
 )
 def test_bad_ngram_lengths_are_refused_as_pylance(tmp_path: Path, options: dict) -> None:
@@ -115,6 +116,28 @@ def test_bad_ngram_lengths_are_refused_as_pylance(tmp_path: Path, options: dict)
         lance.dataset(path).create_scalar_index(
             "text", "INVERTED", base_tokenizer="ngram", **options
         )
-    with pytest.raises(InvalidInputError, match="ngram_length"):
+    with pytest.raises(InvalidInputError, match="ngram_length|prefix_only"):
         dataset(path).create_scalar_index("text", "INVERTED", base_tokenizer="ngram", **options)
     assert not dataset(path).list_indices()
+
+
+def test_numpy_lengths_and_budgeted_ranges(tmp_path: Path) -> None:
+    """n-gram lengths may be numpy integers; a build's row ranges are cut greedily, none
+    over the budget but a single row that alone is."""
+    import numpy as np
+
+    from quiver.format.index.fts.analyzer import AnalyzerParams
+    from quiver.format.index.fts.build import row_ranges
+
+    path = str(tmp_path / "ds")
+    lance.write_dataset(pa.table({"text": ["Hello World", "abc"]}), path)
+    dataset(path).create_scalar_index(
+        "text", "INVERTED", base_tokenizer="ngram", min_ngram_length=np.int64(2)
+    )
+    assert dataset(path).to_table(full_text_query="he")["text"].to_pylist() == ["Hello World"]
+    params = AnalyzerParams(base_tokenizer="ngram", min_ngram_length=1, max_ngram_length=1)
+    texts = pa.array(["x" * 9, "xx", "x" * 9, "x" * 9, "x" * 30, "x"])  # 9, 2, 9, 9, 30, 1
+    assert row_ranges(params, texts, 10) == [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6)]
+    texts = pa.array(["x" * 4] * 6 + ["x" * 30])
+    assert row_ranges(params, texts, 10) == [(0, 2), (2, 4), (4, 6), (6, 7)]
+    assert row_ranges(params, texts, 1000) == [(0, 7)]
