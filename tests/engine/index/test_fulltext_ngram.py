@@ -45,9 +45,9 @@ def _dataset_pair(tmp_path: Path, options: dict[str, Any]) -> tuple[str, str]:
     """The same rows indexed by pylance and by Quiver with `options`, then rows appended
     (no index covers them) and rows deleted."""
     paths = str(tmp_path / "pylance"), str(tmp_path / "quiver")
-    more = text_table(300, 7, start=5000)
+    more = text_table(100, 7, start=5000)
     for path, build in zip(paths, (lance.dataset, dataset), strict=True):
-        lance.write_dataset(text_table(1500, 41), path, max_rows_per_file=500)
+        lance.write_dataset(text_table(1000, 41), path, max_rows_per_file=400)
         build(path).create_scalar_index("text", "INVERTED", **options)
         lance.write_dataset(more, path, mode="append")
         lance.dataset(path).delete("id % 7 = 3")
@@ -64,12 +64,15 @@ def _dataset_pair(tmp_path: Path, options: dict[str, Any]) -> tuple[str, str]:
 )
 def test_ngram_queries_answer_as_pylance(tmp_path: Path, options: dict[str, Any]) -> None:
     theirs, ours = _dataset_pair(tmp_path, options)
-    texts = [*QUERIES[:8], "ick", "the quick", "apple apple"]
+    wide = options.get("max_ngram_length", 3) > 3  # (many n-grams a query: fewer queries)
+    texts = [*QUERIES[: 4 if wide else 8], "ick", "the quick", "apple apple"]
     for text in texts:
         for label, pylance_query, quiver_query in _queries(text):
             if "phrase" in label and not options.get("with_position"):
                 continue
-            for extra in ({}, {"limit": 6}, {"fast_search": True}):
+            if wide and label.startswith("fuzzy"):
+                continue
+            for extra in ({}, {"limit": 6}) if wide else ({}, {"limit": 6}, {"fast_search": True}):
                 want = search(lance.dataset(theirs), full_text_query=pylance_query, **extra)
                 for name, ds, q in (
                     ("quiver on pylance's", dataset(theirs), quiver_query),
