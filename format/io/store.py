@@ -534,6 +534,14 @@ class ObjectStore:
         """A store rooted at a sub-directory."""
         return ObjectStore(self.fs, self.full_path(path), self.uri_of(path), self.io)
 
+    def sibling(self, uri: str) -> ObjectStore:
+        """A store of the same filesystem (and credentials) rooted at another of its URIs,
+        such as a dataset's base path."""
+        path = self.fs._strip_protocol(uri)
+        if self.is_local:
+            path = os.path.abspath(path)
+        return ObjectStore(self.fs, path.rstrip("/") or "/", uri, self.io)
+
     # reads -------------------------------------------------------------------------------
     def open(self, path: str, size: int | None = None) -> FileReader:
         """Open a file for ranged reads."""

@@ -9,9 +9,11 @@ from __future__ import annotations
 import logging
 import uuid as _uuid
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from quiver.format.errors import LanceError
+from quiver.format.io.store import ObjectStore
 from quiver.format.proto import table_pb2
 from quiver.format.table.frag_reuse import FRAG_REUSE_INDEX, FragReuse
 from quiver.format.table.manifest import Manifest, read_section
@@ -122,7 +124,7 @@ def _held(manifest: Manifest) -> tuple[tuple[IndexEntry, ...], FragReuse | None]
     # and pylance 14 never writes one then)
     if found is not None and not manifest.uses_stable_row_ids:
         try:
-            reuse = FragReuse.read(found.pb, manifest.path, manifest.read_file)
+            reuse = FragReuse.read(found.pb, manifest.path, _index_reader(manifest, found.pb))
         except (LanceError, OSError) as e:
             # without its moves every index covers only the fragments it was built on:
             # reads then scan the rewritten rows (correct, not narrowed)
@@ -137,6 +139,19 @@ def _held(manifest: Manifest) -> tuple[tuple[IndexEntry, ...], FragReuse | None]
             for e in out
         )
     return _hold(manifest, out, reuse)
+
+
+def _index_reader(manifest: Manifest, pb: table_pb2.IndexMetadata) -> Callable[[str], bytes] | None:
+    """Whole files of an index's folder, read where the index lives: the dataset, or the
+    base path it names (a shallow clone's indices live in its source)."""
+    read = manifest.read_file
+    if not pb.HasField("base_id") or read is None:
+        return read
+    store = getattr(read, "__self__", None)
+    base = next((b for b in manifest.pb.base_paths if b.id == pb.base_id), None)
+    if not isinstance(store, ObjectStore) or base is None:
+        return None
+    return store.sibling(base.path).read_all
 
 
 def _hold(

@@ -187,6 +187,12 @@ def test_large_reuse_details_live_in_a_file(
         for open_ in (lance.dataset, dataset):
             assert sorted(open_(uri).to_table(filter=sql)["id"].to_pylist()) == wanted
             assert "narrowed by id_idx" in dataset(uri).scanner(filter=sql).explain_plan()
+        # a shallow clone reads the file in its source (the index's base path)
+        clone = str(tmp_path / f"{name}-clone")
+        lance.dataset(uri).shallow_clone(clone, lance.dataset(uri).version)
+        assert frag_reuse_of(dataset(clone).core.manifest) is not None
+        assert sorted(dataset(clone).to_table(filter=sql)["id"].to_pylist()) == wanted
+        assert "narrowed by id_idx" in dataset(clone).scanner(filter=sql).explain_plan()
 
 
 def test_deferring_is_refused_with_stable_row_ids(tmp_path: Path) -> None:
