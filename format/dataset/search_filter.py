@@ -347,12 +347,13 @@ class FilteredSearch:
         return self.to_table().num_rows
 
     def explain_plan(self, verbose: bool = False) -> str:
+        """What runs, in Quiver's terms (`verbose` adds nothing)."""
         p = self._plan
-        if p.search.text is not None:
-            order = "the rows a full-text query matches, then" if p.prefilter else ""
-            return f"Search filter: {order} a vector search" + (
-                "" if p.prefilter else ", then the rows a match query matches"
-            )
-        if p.prefilter:
-            return "Search filter: a vector search, then a full-text search of its rows"
-        return "Search filter: a full-text search, then a vector search among its rows"
+        steps = {
+            (True, True): "the rows a full-text query matches, then a vector search among them",
+            (True, False): "a vector search, then the rows of it a match query matches",
+            (False, True): "a vector search, then a full-text search of its rows as unindexed",
+            (False, False): "a full-text search, then a vector search among its rows",
+        }[(p.search.text is not None, p.prefilter)]
+        sql = "" if p.search.expr is None else f"; SQL filter {p.search.expr}"
+        return f"Search filter: {steps}{sql}; then offset and limit"
