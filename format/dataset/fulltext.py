@@ -53,6 +53,7 @@ from quiver.format.dataset.fulltext_query import (
     parse_query,
 )
 from quiver.format.dataset.fulltext_ranking import Ranked
+from quiver.format.dataset.fulltext_statistics import Corpus, analysed_batch
 from quiver.format.dataset.nearest import (
     QUERY_INDEX,
     LocatedSearch,
@@ -93,7 +94,7 @@ BLOCK_MAX: ByteLRU[BlockMax] = ByteLRU(64 << 20)
 SUMMED_ROWS = 65_536
 
 
-def _ranked_key(indices: list[InvertedIndex], token: str, corpus: _Corpus) -> tuple:
+def _ranked_key(indices: list[InvertedIndex], token: str, corpus: Corpus) -> tuple:
     """A word's `RANKED` key: the segments and the corpus statistics its weights use."""
     return (tuple(i.where for i in indices), token, corpus.docs, corpus.tokens, corpus.df[token])
 
@@ -143,25 +144,6 @@ def _inverted_entries(core: DatasetCore, elements: bool) -> dict[str, list[Index
         if not first or first[0].name == e.name:
             first.append(e)
     return out
-
-
-class _Corpus:
-    """Statistics BM25 scores against: documents, their tokens, documents per token."""
-
-    def __init__(self, docs: int = 0, tokens: int = 0, df: Counter[str] | None = None) -> None:
-        self.docs, self.tokens, self.df = docs, tokens, df or Counter()
-
-    def __add__(self, other: _Corpus) -> _Corpus:
-        return _Corpus(self.docs + other.docs, self.tokens + other.tokens, self.df + other.df)
-
-    def statistics(self, token: str) -> tuple[np.float32, np.float32]:
-        """(idf, avgdl) BM25 weighs `token`'s postings with."""
-        return _F(bm25.idf(self.df[token], self.docs)), bm25.mean_length(self.tokens, self.docs)
-
-    def weights(self, token: str, freqs: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        """Each document's BM25 weight for `token` (float32, pylance's order of operations)."""
-        idf, avgdl = self.statistics(token)
-        return bm25.weights(idf, freqs, bm25.norms(lengths, avgdl))
 
 
 def _best(found: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
@@ -239,7 +221,7 @@ def _searches_every_index(query: Query) -> bool:
 
 def _score(
     tokens: list[str],
-    corpus: _Corpus,
+    corpus: Corpus,
     found: dict[str, tuple[np.ndarray, ...]],
     require_all: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -416,7 +398,7 @@ class FullTextSearch(LocatedSearch):
         if not tokens and not chosen:
             return np.empty(0, np.uint64), np.empty(0, np.float32)
         terms = set(tokens) | {t for _, t in chosen}
-        corpus = _Corpus(
+        corpus = Corpus(
             sum(i.num_docs for i in indices),
             sum(i.total_tokens for i in indices),
             Counter({t: sum(i.document_frequency(t) for i in indices) for t in terms}),
@@ -455,7 +437,7 @@ class FullTextSearch(LocatedSearch):
         asked: list[tuple[int, str]],
         chosen: list[tuple[int, str]],
         covered: set[int],
-        corpus: _Corpus,
+        corpus: Corpus,
         require_all: bool,
     ) -> tuple[np.ndarray, np.ndarray]:
         """(row ids, scores) of the indexed rows holding a fuzzy query's expansions, each
@@ -588,7 +570,7 @@ class FullTextSearch(LocatedSearch):
         indices: list[InvertedIndex],
         tokens: list[str],
         covered: set[int],
-        corpus: _Corpus,
+        corpus: Corpus,
         top: int,
     ) -> tuple[np.ndarray, np.ndarray]:
         """(row ids ascending, scores) of indexed rows holding a query token: a subset
@@ -647,7 +629,7 @@ class FullTextSearch(LocatedSearch):
         self,
         indices: list[InvertedIndex],
         token: str,
-        corpus: _Corpus,
+        corpus: Corpus,
         top: int,
         live: Callable[[np.ndarray], np.ndarray],
     ) -> tuple[np.ndarray, np.ndarray] | None:
@@ -665,7 +647,7 @@ class FullTextSearch(LocatedSearch):
         BLOCK_MAX.resize(key, blocks.nbytes)
         return found
 
-    def _ranked(self, indices: list[InvertedIndex], token: str, corpus: _Corpus) -> Ranked:
+    def _ranked(self, indices: list[InvertedIndex], token: str, corpus: Corpus) -> Ranked:
         """A word's rows (ascending) and weights over every segment, computed once per word
         and corpus statistics."""
         key = _ranked_key(indices, token, corpus)
@@ -693,16 +675,19 @@ class FullTextSearch(LocatedSearch):
         analyzer: Analyzer,
         wanted: set[str],
         phrase: PhraseSpec | None = None,
-    ) -> tuple[dict[str, tuple[np.ndarray, ...]], _Corpus]:
+    ) -> tuple[dict[str, tuple[np.ndarray, ...]], Corpus]:
         """The query tokens' matches among rows read as no index holds them (`batches` of
         `column` and `_rowid`), analysed, and those rows' statistics; with a `phrase`
         (tokens, query positions, slop), only rows holding the phrase match (every row
         counts in the statistics)."""
-        corpus = _Corpus()
+        corpus = Corpus()
         hits: dict[str, tuple[list[int], list[int], list[int]]] = {t: ([], [], []) for t in wanted}
         for batch in batches:
             ids = batch.column(ROW_ID_FIELD.name).to_numpy()
             masked = None if self.row_mask is None else self.row_mask.keep(ids)
+            if phrase is None:  # the batch analysed at once (the build's compiled split)
+                analysed_batch(batch.column(column), ids, masked, analyzer, wanted, corpus, hits)
+                continue
             for i, (rid, text) in enumerate(
                 zip(ids, batch.column(column).to_pylist(), strict=True)
             ):
