@@ -3725,10 +3725,10 @@ static PyObject *split_words(PyObject *self, PyObject *args)
 PyDoc_STRVAR(split_ngrams_doc,
              "split_ngrams(data, offsets, validity, offset, rows, shortest, longest, prefix_only, "
              "out_word, out_row, out_place, out_text, out_ends) -> (occurrences, distinct): the "
-             "byte n-grams of the texts `rows` (as split_words takes them; ASCII texts, whose "
-             "bytes are their characters), `shortest` to `longest` bytes long, by start then "
-             "length (with prefix_only, those at the start alone), as tantivy's NgramTokenizer "
-             "gives them; every place is 0. " SPLIT_OUTPUT_DOC);
+             "character n-grams of the texts `rows` (as split_words takes them; UTF-8), "
+             "`shortest` to `longest` characters long, by start then length (with "
+             "prefix_only, those at the start alone), as tantivy's NgramTokenizer gives "
+             "them; every place is 0. " SPLIT_OUTPUT_DOC);
 
 static PyObject *split_ngrams(PyObject *self, PyObject *args)
 {
@@ -3753,7 +3753,8 @@ static PyObject *split_ngrams(PyObject *self, PyObject *args)
     int32_t *out_word = a.ow.buf, *out_row = a.orow.buf;
     uint32_t *out_place = a.op.buf;
     const Py_ssize_t cap = a.ow.len / 4, n_rows = len64(&a.rowsb);
-    Py_ssize_t n = 0;
+    Py_ssize_t n = 0, room = 0;
+    int64_t *chars = NULL; /* where each character of a text starts, and its end */
     int err = 0;
     BEGIN_NOGIL(a.data.len)
     for (Py_ssize_t i = 0; i < n_rows && !err; i++) {
@@ -3763,10 +3764,23 @@ static PyObject *split_ngrams(PyObject *self, PyObject *args)
             err = kind < 0;
             continue;
         }
-        const int64_t last = prefix_only ? start : stop - shortest;
-        for (int64_t p = start; p <= last && !err; p++) {
-            for (Py_ssize_t len = shortest; len <= longest && p + len <= stop; len++) {
-                const int32_t d = vocabulary_id(&v, text + p, len);
+        if (stop - start + 1 > room) {
+            int64_t *grown = PyMem_RawRealloc(chars, (size_t)(stop - start + 1) * sizeof *chars);
+            if (!grown) {
+                err = 3;
+                break;
+            }
+            chars = grown, room = stop - start + 1;
+        }
+        Py_ssize_t count = 0; /* characters: bytes that do not continue a UTF-8 sequence */
+        for (int64_t p = start; p < stop; p++)
+            if ((text[p] & 0xC0) != 0x80)
+                chars[count++] = p;
+        chars[count] = stop;
+        const Py_ssize_t last = prefix_only ? 0 : count - shortest;
+        for (Py_ssize_t c = 0; c <= last && !err; c++) {
+            for (Py_ssize_t len = shortest; len <= longest && c + len <= count; len++) {
+                const int32_t d = vocabulary_id(&v, text + chars[c], chars[c + len] - chars[c]);
                 if (d < 0 || n >= cap) {
                     err = d < 0 ? -d : 2;
                     break;
@@ -3777,6 +3791,7 @@ static PyObject *split_ngrams(PyObject *self, PyObject *args)
         }
     }
     END_NOGIL
+    PyMem_RawFree(chars);
     split_release(&a);
     return split_finish(err, n, &v, "split_ngrams");
 }

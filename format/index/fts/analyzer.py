@@ -202,9 +202,9 @@ class Analyzer:
         n = len(texts)
         base = self.params.base_tokenizer
         separators = _SEPARATOR_BYTES.get(base)
-        if base in ("simple", "ngram"):  # ASCII texts: a byte is a character
+        if base == "simple":  # ASCII texts: their alphanumeric characters are bytes
             bulk = pc.fill_null(pc.string_is_ascii(texts), True).to_numpy(zero_copy_only=False)
-        elif separators is None:
+        elif separators is None and base != "ngram":  # (n-grams: of UTF-8 characters)
             bulk = np.zeros(n, bool)
         else:
             bulk = np.ones(n, bool)
@@ -243,7 +243,7 @@ class Analyzer:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(rows, positions, token ids) of texts `rows` (a large_string array), split a
         chunk of rows at a time by `_kernels.split_words` (at `separators`), or into
-        n-grams by `_kernels.split_ngrams` (ASCII texts), into occurrences of the chunk's
+        n-grams of characters by `_kernels.split_ngrams`, into occurrences of the chunk's
         distinct words; each distinct word is judged (too long, a stop word) and normalised
         once over the whole column."""
         validity, offsets, data = texts.buffers()
@@ -251,6 +251,7 @@ class Analyzer:
         ends = np.frombuffer(offsets, np.int64)
         seen = _Words()
         scratch = _SplitScratch()
+        letters: np.ndarray | None = None  # characters per text (n-grams)
         row_type = self._row_type(len(texts))
         parts = []
         for start in range(0, len(rows), _BULK_ROWS):
@@ -264,8 +265,15 @@ class Analyzer:
                 )
             else:
                 p = self.params
-                counts, sizes = ngram_counts(ends[at + 1] - ends[at], p)
-                out = scratch.sized_for(int(counts.sum()), int(sizes.sum()))
+                # (a character takes up to four bytes: n-grams of a text of c characters
+                # and b bytes hold at most 4 / 1 times their characters' count in bytes)
+                nbytes_of = ends[at + 1] - ends[at]
+                if letters is None:
+                    letters = pc.fill_null(pc.utf8_length(texts), 0).to_numpy(zero_copy_only=False)
+                chars = letters[chunk]
+                counts, sizes = ngram_counts(chars, p)
+                wide = np.where(nbytes_of > chars, 4, 1)
+                out = scratch.sized_for(int(counts.sum()), int((sizes * wide).sum()))
                 n, distinct = _kernels.split_ngrams(
                     data, offsets, validity, texts.offset, chunk, p.min_ngram_length,
                     p.max_ngram_length, p.prefix_only, *out,
