@@ -13,12 +13,13 @@ never answers; a filter keeps rows before the ranking with `prefilter`, after it
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
+from quiver.format.dataset.answers import TableAnswer
 from quiver.format.dataset.fragment import LanceFragment, fragments_of
 from quiver.format.dataset.nearest import (
     DISTANCE,
@@ -89,7 +90,7 @@ def minhash_entries(core: DatasetCore, column: str) -> list[IndexEntry]:
     return [e for e in entries if e.name == first]
 
 
-class MinHashSearch(LocatedSearch):
+class MinHashSearch(LocatedSearch, TableAnswer):
     """One planned MinHash search over a dataset version."""
 
     def __init__(
@@ -242,15 +243,6 @@ class MinHashSearch(LocatedSearch):
             for f in self.schema
         ]
         return pa.Table.from_arrays(columns, schema=self.schema)
-
-    def to_batches(self) -> Iterator[pa.RecordBatch]:
-        yield from self.to_table().to_batches()
-
-    def to_reader(self) -> pa.RecordBatchReader:
-        return pa.RecordBatchReader.from_batches(self.schema, self.to_batches())
-
-    def count_rows(self) -> int:
-        return self.to_table().num_rows
 
     def explain_plan(self, verbose: bool = False) -> str:
         """What the search does, in Quiver's terms."""

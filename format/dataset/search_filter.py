@@ -32,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from quiver.format.dataset.answers import TableAnswer
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fulltext import FullTextSearch
 from quiver.format.dataset.fulltext_query import STRUCTURED, Combined, Match, leaves, parse_query
@@ -206,7 +207,7 @@ class _Plan:
         return RowMask(allow, None if self.mask is None else self.mask.block)
 
 
-class FilteredSearch:
+class FilteredSearch(TableAnswer):
     """A search filtered by another search: run once, on first use."""
 
     def __init__(
@@ -336,15 +337,6 @@ class FilteredSearch:
         return self.to_table().schema
 
     projected_schema = schema
-
-    def to_batches(self) -> Any:
-        yield from self.to_table().to_batches()
-
-    def to_reader(self) -> pa.RecordBatchReader:
-        return pa.RecordBatchReader.from_batches(self.schema, self.to_batches())
-
-    def count_rows(self) -> int:
-        return self.to_table().num_rows
 
     def explain_plan(self, verbose: bool = False) -> str:
         """What runs, in Quiver's terms (`verbose` adds nothing)."""
