@@ -3,18 +3,20 @@ batches, reader and row count, all from `to_table`."""
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Iterator
 
 import pyarrow as pa
 
 
-class TableAnswer:
+class TableAnswer(abc.ABC):
     """A search whose rows come as one table: subclasses give `schema` and `to_table`."""
 
     schema: pa.Schema
 
+    @abc.abstractmethod
     def to_table(self) -> pa.Table:
-        raise NotImplementedError
+        """The whole answer."""
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
         """The answer as record batches."""
