@@ -21,13 +21,13 @@ target column without an index leaves no answer at all, as in pylance.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from quiver.format.dataset.fulltext_query import Combined
+from quiver.format.dataset.fulltext_statistics import Corpus, analysed_batch
 from quiver.format.dataset.scan import ROW_ID_FIELD
 from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
 from quiver.format.index.fts import bm25
@@ -44,9 +44,7 @@ _F = np.float32
 class _Column:
     """One target column's statistics and the query tokens' postings in it."""
 
-    docs: int = 0
-    tokens: int = 0
-    df: Counter[str] = field(default_factory=Counter)
+    stats: Corpus = field(default_factory=Corpus)  # documents, tokens, per-token documents
     # per token: (row ids, frequencies) of the rows that may answer
     hits: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     indices: list[InvertedIndex] = field(default_factory=list)
@@ -102,12 +100,12 @@ def combined_rows(search: FullTextSearch, query: Combined) -> tuple[np.ndarray, 
     if not parts:
         return empty
     rows = np.unique(np.concatenate(parts))
-    documents = max(col.docs for col in columns)
+    documents = max(col.stats.docs for col in columns)
     if not documents:
         return empty
     total = _F(0)
     for col, w in zip(columns, weights, strict=True):
-        total += w * _F(col.tokens)
+        total += w * _F(col.stats.tokens)
     avgdl = _F(total / _F(documents))
     length = np.zeros(len(rows), np.float32)
     for col, w in zip(columns, weights, strict=True):
@@ -123,7 +121,7 @@ def combined_rows(search: FullTextSearch, query: Combined) -> tuple[np.ndarray, 
                 freq[np.searchsorted(rows, ids)] += w * counts.astype(np.float32)
         held = freq > 0
         holds_all &= held
-        df = max(col.df[token] for col in columns)
+        df = max(col.stats.df[token] for col in columns)
         if df:
             idf = _F(bm25.idf(df, documents))
             scores[held] += bm25.weights(idf, freq[held], norm[held])
@@ -162,10 +160,10 @@ def _gather(
     out = _Column(indices=indices)
     covered = search._covered(entries) if entries else set()
     for index in indices:
-        out.docs += index.num_docs
-        out.tokens += index.total_tokens
+        out.stats.docs += index.num_docs
+        out.stats.tokens += index.total_tokens
         for token in tokens:
-            out.df[token] += index.document_frequency(token)
+            out.stats.df[token] += index.document_frequency(token)
     for token, (ids, freqs, _) in search._indexed(indices, tokens, covered).items():
         out.hits[token] = (ids, freqs)
     rest = [f for f in search._fragments if f.fragment_id not in covered]
@@ -189,35 +187,25 @@ def _read_flat(
     if search.prefilter and search.filter is not None:
         kept = [b.column(ROW_ID_FIELD.name).to_numpy() for b in search._rows(fragments, [], True)]
         allowed = np.sort(np.concatenate(kept)) if kept else np.zeros(0, np.uint64)
-    rows: list[int] = []
-    lengths: list[int] = []
-    hits: dict[str, tuple[list[int], list[int]]] = {t: ([], []) for t in wanted}
+    rows, lengths = [], []
+    hits: dict[str, tuple[list[int], list[int], list[int]]] = {t: ([], [], []) for t in wanted}
     for batch in search._rows(fragments, [column], False):
         ids = batch.column(ROW_ID_FIELD.name).to_numpy()
         masked = None if search.row_mask is None else search.row_mask.keep(ids)
         if allowed is not None:
             inside = np.isin(ids, allowed)
             masked = inside if masked is None else masked & inside
-        for i, (rid, text) in enumerate(zip(ids, batch.column(column).to_pylist(), strict=True)):
-            toks = [t for _, t in analyzer.positioned(text)]
-            if not toks:
-                continue
-            out.docs += 1
-            out.tokens += len(toks)
-            counts = Counter(toks)
-            present = wanted.intersection(counts)
-            out.df.update(present)
-            rows.append(int(rid))
-            lengths.append(len(toks))
-            if masked is not None and not masked[i]:
-                continue
-            for t in present:
-                hits[t][0].append(int(rid))
-                hits[t][1].append(counts[t])
-    order = np.argsort(np.array(rows, np.uint64), kind="stable")
-    out.flat_rows = np.array(rows, np.uint64)[order]
-    out.flat_lengths = np.array(lengths, np.float32)[order]
-    for t, (ids, freqs) in hits.items():
+        per_row = analysed_batch(
+            batch.column(column), ids, masked, analyzer, wanted, out.stats, hits
+        )
+        held = per_row > 0
+        rows.append(ids[held].astype(np.uint64))
+        lengths.append(per_row[held].astype(np.float32))
+    every = np.concatenate(rows) if rows else np.zeros(0, np.uint64)
+    order = np.argsort(every, kind="stable")
+    out.flat_rows = every[order]
+    out.flat_lengths = (np.concatenate(lengths) if lengths else np.zeros(0, np.float32))[order]
+    for t, (ids, freqs, _) in hits.items():
         if not ids:
             continue
         ids_a, freqs_a = np.array(ids, np.uint64), np.array(freqs, np.uint32)

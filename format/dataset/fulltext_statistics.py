@@ -46,10 +46,10 @@ def analysed_batch(
     wanted: set[str],
     corpus: Corpus,
     hits: dict[str, tuple[list[int], list[int], list[int]]],
-) -> None:
+) -> np.ndarray:
     """One batch of rows no index covers, analysed in bulk into the statistics and the
     query tokens' `hits` (row ids, frequencies, lengths; rows `masked` drops count in the
-    statistics only)."""
+    statistics only); each row's length in tokens."""
     found = analyzer.occurrences(texts, positions=False)
     lengths = np.bincount(found.rows, minlength=len(texts))
     corpus.docs += int(np.count_nonzero(lengths))
@@ -68,3 +68,4 @@ def analysed_batch(
         held[0].extend(ids[rows].tolist())
         held[1].extend(freqs.tolist())
         held[2].extend(lengths[rows].tolist())
+    return lengths
