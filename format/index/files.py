@@ -31,6 +31,12 @@ def _column_fields(schema: LanceSchema, version: str) -> list[int]:
     return [f.id for f in schema.walk() if version == "2.0" or not f.children]
 
 
+# Index files are read at random places again and again (a MinHash band table's pages, an
+# IVF index's partitions): the page indexes of up to this many pages per column stay with
+# the open file between reads (a few hundred KB each for 8 MB pages).
+KEPT_PAGE_INDEXES = 16
+
+
 class IndexFile:
     """One open index file: its schema, metadata, global buffers and columns (close it, or
     use it as a context manager)."""
@@ -59,17 +65,22 @@ class IndexFile:
     def _open_reader(self) -> DataFileReader:
         version = self._container.version
         ids = _column_fields(self.schema, version)
+        columns = list(range(len(ids)))
         if version == "2.0":
             from quiver.format.file.v20 import V2FileReader
 
-            cls: type[DataFileReader] = V2FileReader
-        elif version in ("2.1", "2.2", "2.3"):
+            return V2FileReader(self._file, ids, columns, path_for_errors=self.path)
+        if version in ("2.1", "2.2", "2.3"):
             from quiver.format.file.v21.reader import StructuralFileReader
 
-            cls = StructuralFileReader
-        else:
-            raise UnsupportedFeatureError(f"{self.path}: index file version {version}")
-        return cls(self._file, ids, list(range(len(ids))), path_for_errors=self.path)
+            return StructuralFileReader(
+                self._file,
+                ids,
+                columns,
+                path_for_errors=self.path,
+                kept_page_indexes=KEPT_PAGE_INDEXES,
+            )
+        raise UnsupportedFeatureError(f"{self.path}: index file version {version}")
 
     # -- metadata and buffers -------------------------------------------------------------
     @property

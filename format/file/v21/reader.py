@@ -127,11 +127,17 @@ class _Column:
         """Page start rows (plus the end) as Python ints, for bisecting."""
         return self.info.page_starts.tolist()
 
-    def forget_except(self, pages: Sequence[int]) -> None:
-        """Drop the decoded pages and page indexes of every page but `pages`."""
-        for held in (self.cache, self.indexes, self.steps):
-            for k in [k for k in held if k not in pages]:
-                del held[k]
+    def forget_except(self, pages: Sequence[int], keep_indexes: int = 0) -> None:
+        """Drop the decoded pages and page indexes of every page but `pages`; with
+        `keep_indexes`, the indexes (and prepared readers) of up to that many other pages
+        stay, the oldest dropped first. Readers of shared index files run this from several
+        threads at once: keys are copied before the walk and may already be gone."""
+        for k in [k for k in list(self.cache) if k not in pages]:
+            self.cache.pop(k, None)
+        for held in (self.indexes, self.steps):
+            others = [k for k in list(held) if k not in pages]
+            for k in others[: max(0, len(others) - keep_indexes)]:
+                held.pop(k, None)
 
     def pages_for(self, start: int, stop: int) -> list[int]:
         """Indices of the non-empty pages overlapping rows [start, stop)."""
@@ -201,10 +207,15 @@ class StructuralFileReader(DataFileReader):
         *,
         path_for_errors: str,
         blob_descriptions: bool = True,
+        kept_page_indexes: int = 0,
     ) -> None:
         self.path = path_for_errors
         self._file = file
         self.blob_descriptions = blob_descriptions
+        # Reads of index files land at random places again and again (a MinHash band
+        # table's pages): the indexes of up to this many pages per column a read moved past
+        # stay for the next read instead of being parsed again.
+        self.kept_page_indexes = kept_page_indexes
         self._container = V2Container(file, self.path)
         self.version = self._container.version
         if self.version not in ("2.1", "2.2", "2.3"):
@@ -234,7 +245,7 @@ class StructuralFileReader(DataFileReader):
                 owners, plans = [], []
                 for i, col in enumerate(cols):
                     needed = col.pages_for(start, stop)
-                    col.forget_except(needed)
+                    col.forget_except(needed, self.kept_page_indexes)
                     s = col.starts
                     for k in needed:
                         lo = s[k]
@@ -246,7 +257,9 @@ class StructuralFileReader(DataFileReader):
             # pages already passed go now; indexes of the page it stopped in stay for a
             # following read of the same reader (a scan's next step), until `close`
             for col in cols:
-                col.forget_except(col.pages_for(end - 1, end) if end else ())
+                col.forget_except(
+                    col.pages_for(end - 1, end) if end else (), self.kept_page_indexes
+                )
 
     def _step(
         self,

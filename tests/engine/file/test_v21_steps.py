@@ -16,6 +16,9 @@ from quiver.format.errors import CorruptFileError
 from quiver.format.file.parallel import run_plans
 from quiver.format.file.v21.reader import StructuralFileReader
 from quiver.format.file.v21.steps import MiniBlockSteps
+from quiver.format.file.v21.writer import StructuralFileWriter
+from quiver.format.io.store import open_store
+from quiver.format.table.schema import LanceSchema
 
 VERSIONS = ("2.1", "2.2")
 N = 6000
@@ -179,3 +182,49 @@ def test_a_scan_holds_the_steps_of_its_current_pages_only(tmp_path):
         assert any(c.steps for c in cols)
     reader.close()
     assert all(not c.steps and not c.indexes for c in cols)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_kept_page_indexes_serve_reads_at_random_places(tmp_path, version):
+    """A reader that keeps the indexes of pages a read moved past (index files' readers)
+    reads the same rows at random places as one that drops them, and keeps at most the
+    pages it was asked to keep besides the ones it stands in."""
+    n = 20_000
+    ints = np.arange(n, dtype=np.int64) * 7
+    table = pa.table({"i": ints, "s": pa.array(np.char.add("v", ints.astype(str)).astype(object))})
+    schema = LanceSchema.from_arrow(table.schema)
+    store = open_store(str(tmp_path))
+    sink = store.open_write("f.lance")
+    writer = StructuralFileWriter(
+        sink, schema, path_for_errors="f.lance", page_bytes=4096, version=version
+    )
+    for batch in table.to_batches(max_chunksize=1000):
+        writer.write(batch)
+    writer.finish()
+    sink.close()
+    ids = [f.id for f in schema.fields]
+
+    def reader(**options: int) -> StructuralFileReader:
+        return StructuralFileReader(
+            store.open("f.lance"), ids, ids, path_for_errors="f.lance", **options
+        )
+
+    keeping, dropping = reader(kept_page_indexes=3), reader()
+    rng = np.random.default_rng(8)
+    for _ in range(40):
+        ranges: list[tuple[int, int]] = []
+        for s in np.sort(rng.choice(n - 100, 4, replace=False)).tolist():
+            lo = max(s, ranges[-1][1]) if ranges else s  # sorted and disjoint
+            ranges.append((lo, lo + int(rng.integers(1, 100))))
+        got = list(keeping.read(schema.fields, ranges, batch_size=128))
+        want = list(dropping.read(schema.fields, ranges, batch_size=128))
+        assert [pa.table(a, names=["i", "s"]) for a in got] == [
+            pa.table(b, names=["i", "s"]) for b in want
+        ]
+        for col in keeping._columns.values():
+            assert len(col.info.pages) > 8  # small pages: reads move between them
+            assert len(col.indexes) <= 3 + 2 and len(col.steps) <= 3 + 2
+    assert all(len(c.indexes) > 1 for c in keeping._columns.values())
+    assert all(len(c.indexes) <= 1 for c in dropping._columns.values())
+    keeping.close()
+    dropping.close()
