@@ -38,7 +38,7 @@ from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
 from quiver.format.index.fts.build import DEFAULT_PARAMS
 from quiver.format.index.fts.build import details as tokenizer_details
 from quiver.format.index.wire import fields, varint
-from quiver.format.io.lru import ByteLRU
+from quiver.format.io.lru import ByteLRU, OpenOnce
 from quiver.format.io.store import ObjectStore
 from quiver.format.table.schema import LanceSchema
 
@@ -400,16 +400,21 @@ class MinHashSegment:
     def candidates(self, keys: np.ndarray) -> np.ndarray:
         """The document ids (sorted, unique) sharing any of the band `keys`."""
         table = self._page_table
-        found = []
+        wanted: dict[int, list[int]] = {}  # page -> the keys to look up in it
         for key in sorted({int(k) for k in keys}):
             first = bisect.bisect_left(table, key)
             if first == len(table):
                 continue
             last = min(bisect.bisect_right(table, key), len(table) - 1)
             for page in range(first, last + 1):
-                band, docs = self._page(page)
-                a, b = np.searchsorted(band, key, "left"), np.searchsorted(band, key, "right")
-                found.append(docs[a:b])
+                wanted.setdefault(page, []).append(key)
+        pages = self._pages(sorted(wanted))
+        found = []
+        for page, page_keys in wanted.items():
+            band, docs = pages[page]
+            lookup = np.asarray(page_keys, np.uint64)
+            lo, hi = np.searchsorted(band, lookup, "left"), np.searchsorted(band, lookup, "right")
+            found.extend(docs[a:b] for a, b in zip(lo.tolist(), hi.tolist(), strict=True) if b > a)
         if not found:
             return np.empty(0, np.uint32)
         docs = np.unique(np.concatenate(found))
@@ -417,18 +422,32 @@ class MinHashSegment:
             raise CorruptFileError(self._bands.path, f"document id {int(docs[-1])} out of range")
         return docs
 
-    def _page(self, page: int) -> tuple[np.ndarray, np.ndarray]:
-        """(band keys, documents) of one logical page of the band table, decoded (held in
-        PAGES for the next searches, as pylance's page cache holds them)."""
-        key = (self._bands.path, page)  # index files are never rewritten in place
-        held = PAGES.get(key)
-        if held is None:
-            lo = page * self._page_rows
-            hi = min(self._bands.num_rows, lo + self._page_rows)  # the last page is short
-            rows = self._bands.read(["band_key", "doc_id"], lo, hi)
-            held = (rows.column(0).to_numpy(), rows.column(1).to_numpy())
-            PAGES.put(key, held, held[0].nbytes + held[1].nbytes)
-        return held
+    def _pages(self, pages: list[int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """(band keys, documents) of logical pages of the band table (ascending), decoded:
+        those PAGES does not hold read in one pass over the file, then held for the next
+        searches, as pylance's page cache holds them."""
+        out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        missing = []
+        for page in pages:
+            held = PAGES.get((self._bands.path, page))  # index files are never rewritten
+            if held is None:
+                missing.append(page)
+            else:
+                out[page] = held
+        if not missing:
+            return out
+        rows = self._bands.num_rows
+        spans = [(p * self._page_rows, min(rows, (p + 1) * self._page_rows)) for p in missing]
+        table = self._bands.read_ranges(["band_key", "doc_id"], spans)
+        keys = table.column(0).to_numpy()
+        docs = table.column(1).to_numpy()
+        at = 0
+        for page, (lo, hi) in zip(missing, spans, strict=True):
+            held = (keys[at : at + hi - lo].copy(), docs[at : at + hi - lo].copy())
+            at += hi - lo
+            PAGES.put((self._bands.path, page), held, held[0].nbytes + held[1].nbytes)
+            out[page] = held
+        return out
 
     def load(self) -> _Loaded:
         """The whole segment, decoded."""
@@ -490,6 +509,11 @@ LOADED: ByteLRU[_Loaded] = ByteLRU(128 << 20)
 PAGES: ByteLRU[tuple[np.ndarray, np.ndarray]] = ByteLRU(64 << 20)
 
 
+# Segments opened once (their page table read, their files' page indexes kept between
+# searches): a large one is searched page by page at every search.
+_OPEN: OpenOnce[MinHashSegment] = OpenOnce(16)
+
+
 def search_segment(
     store: ObjectStore, directory: str, params: MinHashParams, keys: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -497,14 +521,11 @@ def search_segment(
     cache_key = (store.uri_of(directory), params.details())
     loaded = LOADED.get(cache_key)
     if loaded is None:
-        segment = MinHashSegment(store, directory, params)
-        try:
-            per_doc = 12 * params.num_bands + 8 + 2 * params.num_hashes
-            if segment.num_docs * per_doc > LOADED.max_bytes // 2:
-                return segment.signatures(segment.candidates(keys))
-            loaded = segment.load()
-        finally:
-            segment.close()
+        segment = _OPEN.get(cache_key, lambda: MinHashSegment(store, directory, params))
+        per_doc = 12 * params.num_bands + 8 + 2 * params.num_hashes
+        if segment.num_docs * per_doc > LOADED.max_bytes // 2:
+            return segment.signatures(segment.candidates(keys))
+        loaded = segment.load()
         LOADED.put(cache_key, loaded, loaded.nbytes)
     docs = loaded.candidates(keys)
     return loaded.row_ids[docs], loaded.signatures[docs]
