@@ -24,6 +24,8 @@ from quiver.format._kernels import minhash_bands, minhash_sign
 from quiver.format.dataset import MinHashQuery, ScannerBuilder, dataset
 from quiver.format.errors import InvalidInputError
 from quiver.format.index.files import IndexFile
+from quiver.format.index.scalar import minhash as minhash_index
+from quiver.format.index.scalar.minhash import _PAGE_TABLE_KEY as PAGE_TABLE_KEY
 from quiver.format.index.scalar.minhash import MinHashParams, _coefficients
 from quiver.format.io.store import open_store
 
@@ -107,17 +109,36 @@ def _files(uri: str) -> dict[str, pa.Table]:
             columns = [f.name for f in file.schema.fields]
             out[name] = file.read(columns)
             out[name + " metadata"] = file.metadata
+            if name == "bands.lance":  # the last key of every page of the band table
+                out["page table"] = file.global_buffer(int(file.text(PAGE_TABLE_KEY)))
         finally:
             file.close()
     return out
 
 
-def test_quiver_s_index_holds_pylance_s_signatures_and_bands(tmp_path: Path):
-    ours, theirs, _ = _twins(tmp_path)
+@pytest.mark.parametrize("slices", [None, 97], ids=["whole", "in-slices"])
+def test_quiver_s_index_holds_pylance_s_signatures_and_bands(tmp_path: Path, monkeypatch, slices):
+    """Built at once or signed and banded in slices of rows on every core (as a column of
+    more than 2^18 rows is), the files hold pylance's signatures, bands and page table."""
+    if slices:
+        monkeypatch.setattr(minhash_index, "_SIGN_SLICE_ROWS", slices)
+        monkeypatch.setattr(minhash_index, "PAGE_ROWS", 64)  # pages across the bands' parts
+    ours, theirs, texts = _twins(tmp_path)
     mine, ref = _files(ours), _files(theirs)
+    if slices:  # both engines search the index of small pages as pylance's
+        monkeypatch.setattr(minhash_index, "LOADED", minhash_index.ByteLRU(0))  # page by page
+        _search_all(ours, theirs, texts, "64-row pages")
+    if not slices:
+        assert mine["page table"] == ref["page table"]
+    else:  # pylance's pages hold 4096 rows: the table of 64-row pages, from its band table
+        keys = ref["bands.lance"].column("band_key").to_numpy()
+        assert mine["page table"] == keys[63::64].astype("<u8").tobytes() + (
+            keys[-1:].astype("<u8").tobytes() if len(keys) % 64 else b""
+        )
     for name in ("signatures.lance", "bands.lance"):
         assert_same_table(mine[name], ref[name], name)
-        assert mine[name + " metadata"] == ref[name + " metadata"], name
+        if not slices:
+            assert mine[name + " metadata"] == ref[name + " metadata"], name
     q = [i for i in lance.dataset(ours).list_indices() if i["name"] == "text_idx"]
     r = [i for i in lance.dataset(theirs).list_indices() if i["name"] == "text_idx"]
     assert [(i["type"], i["fields"], i["fragment_ids"]) for i in q] == [
