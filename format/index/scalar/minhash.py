@@ -171,18 +171,20 @@ class MinHashParams:
     def sign(self, texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         """(signatures: uint16 (rows, k), signed: bool per row, False without tokens); a
         large column is signed in slices on every core (the split and the hashing run in
-        compiled kernels without the GIL: 1 M documents, 2.4 s on one core)."""
-        n = len(texts)
-        if n < 2 * _SIGN_SLICE_ROWS:
-            return self._sign(texts)
-        parts = map_parallel(
-            lambda lo: self._sign(texts.slice(lo, _SIGN_SLICE_ROWS)),
+        compiled kernels without the GIL: 1 M documents, 2.4 s on one core), each into its
+        rows of the result."""
+        n, k = len(texts), self.num_hashes
+        out = np.empty((n, k), np.uint16)
+        signed = np.empty(n, np.uint8)
+        map_parallel(
+            lambda lo: self._sign(texts.slice(lo, _SIGN_SLICE_ROWS), out[lo:], signed[lo:]),
             list(range(0, n, _SIGN_SLICE_ROWS)),
         )
-        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+        return out, signed.astype(bool)
 
-    def _sign(self, texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-        n, k = len(texts), self.num_hashes
+    def _sign(self, texts: pa.Array, out: np.ndarray, signed: np.ndarray) -> None:
+        """Sign `texts` into the first rows of `out` and `signed` (views of the result)."""
+        n = len(texts)
         found = self.analyzer.occurrences(texts, positions=False)
         vocabulary = pa.array(found.vocabulary, pa.large_string())
         tokens = vocabulary.take(pa.array(found.token_ids)) if len(found.token_ids) else vocabulary
@@ -190,10 +192,10 @@ class MinHashParams:
         data = tokens.buffers()[2] or b""
         per_doc = np.bincount(np.asarray(found.rows, np.int64), minlength=n)
         doc_ends = np.cumsum(per_doc, dtype=np.int64)
-        out = np.empty(n * k, np.uint16)
-        signed = np.empty(n, np.uint8)
-        minhash_sign(data, ends, doc_ends, self.shingle_size, self.coefficients, out, signed)
-        return out.reshape(n, k), signed.astype(bool)
+        minhash_sign(
+            data, ends, doc_ends, self.shingle_size, self.coefficients,
+            out[:n].reshape(-1), signed[:n],
+        )  # fmt: skip
 
     def band_keys(self, signatures: np.ndarray) -> np.ndarray:
         """The band keys (uint64 (rows, num_bands)) of signatures (uint16 (rows, k)), many
