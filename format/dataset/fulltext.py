@@ -302,12 +302,12 @@ class FullTextSearch(LocatedSearch):
             )
         self.filter, self.prefilter, self.fast_search = filter, prefilter, fast_search
         self.limit, self.offset = limit, offset or 0
-        self._indexed_columns = inverted_entries(core)
+        self.indexed_columns = inverted_entries(core)
         self.element_entries = inverted_entries(core, elements=True)
         self.elements = element_column(
-            self.queries, set(self._indexed_columns), set(self.element_entries), core.uri
+            self.queries, set(self.indexed_columns), set(self.element_entries), core.uri
         )  # the column of list elements it answers (None: rows)
-        if not self._indexed_columns and any(_searches_every_index(q) for q in self.queries):
+        if not self.indexed_columns and any(_searches_every_index(q) for q in self.queries):
             raise InvalidInputError(
                 f"{core.uri}: cannot perform full text search unless an INVERTED index has "
                 "been created on at least one column"
@@ -333,10 +333,17 @@ class FullTextSearch(LocatedSearch):
 
     projected_schema = schema
 
-    # -- searching ------------------------------------------------------------------------
-    def _rows(
+    # -- what the searches of other shapes build on (`fulltext_combined`, `fulltext_elements`)
+    @property
+    def fragments(self) -> list[LanceFragment]:
+        """The version's fragments, as this search reads them."""
+        return self._fragments
+
+    def read_rows(
         self, fragments: Sequence[LanceFragment], columns: list[str], filtered: bool
     ) -> Iterator[pa.RecordBatch]:
+        """`columns` and `_rowid` of `fragments`' rows, those the search's filter keeps when
+        `filtered`."""
         return Scanner(
             self.core,
             fragments,
@@ -356,7 +363,7 @@ class FullTextSearch(LocatedSearch):
         if not (self.prefilter and self.filter is not None):
             return None
         frags = [f for f in self._fragments if f.fragment_id in covered]
-        ids = [b.column(ROW_ID_FIELD.name).to_numpy() for b in self._rows(frags, [], True)]
+        ids = [b.column(ROW_ID_FIELD.name).to_numpy() for b in self.read_rows(frags, [], True)]
         return np.sort(np.concatenate(ids).astype(np.uint64)) if ids else np.empty(0, np.uint64)
 
     def _column(
@@ -373,8 +380,8 @@ class FullTextSearch(LocatedSearch):
         `slop`, the rows holding the tokens as a phrase (`format.index.fts.phrase`); with
         `fuzzy` (fuzziness, max_expansions, prefix_length), indexed rows holding the
         expansions of its tokens (`format.index.fts.fuzzy`), the others as without."""
-        entries = self._indexed_columns.get(column, [])
-        indices = [self._open(e) for e in entries]
+        entries = self.indexed_columns.get(column, [])
+        indices = [self.open_index(e) for e in entries]
         if slop is not None and any(not p.position_columns for i in indices for p in i.partitions):
             raise InvalidInputError(
                 f"{self.core.uri}: position is not found but required for phrase queries, "
@@ -403,7 +410,7 @@ class FullTextSearch(LocatedSearch):
             sum(i.total_tokens for i in indices),
             Counter({t: sum(i.document_frequency(t) for i in indices) for t in terms}),
         )
-        covered = self._covered(entries)
+        covered = self.covered_fragments(entries)
         if self.among is not None:  # only the rows a vector search chose, read below
             ids, scores = np.empty(0, np.uint64), np.empty(0, np.float32)
         elif asked:
@@ -411,7 +418,7 @@ class FullTextSearch(LocatedSearch):
         elif top is not None and indices and not require_all and indexed_phrase is None:
             ids, scores = self._indexed_top(indices, tokens, covered, corpus, top)
         else:
-            found = self._indexed(indices, tokens, covered)
+            found = self.indexed_postings(indices, tokens, covered)
             if indexed_phrase is not None:
                 found = _phrased(found, _phrase_rows(indices, *indexed_phrase))
             ids, scores = _score(tokens, corpus, found, require_all)
@@ -420,7 +427,7 @@ class FullTextSearch(LocatedSearch):
         if self.among is not None:  # the rows a vector search chose, read as unindexed
             batches = self._among(column)
         else:
-            batches = self._rows(rest, [column], self.prefilter and self.filter is not None)
+            batches = self.read_rows(rest, [column], self.prefilter and self.filter is not None)
         if (rest or self.among is not None) and tokens and not (self.fast_search and indices):
             flat_found, flat_corpus = self._flat(batches, column, analyzer, set(tokens), phrase)
             # pylance scores rows no index covers with every query token, repeats included
@@ -446,7 +453,7 @@ class FullTextSearch(LocatedSearch):
         if require_all and {p for p, _ in chosen} != {p for p, _ in asked}:
             return np.empty(0, np.uint64), np.empty(0, np.float32)
         terms = [t for _, t in chosen]
-        found = self._indexed(indices, terms, covered)
+        found = self.indexed_postings(indices, terms, covered)
         ids, scores = _score(terms, corpus, found)
         if require_all:
             keep = np.ones(len(ids), bool)
@@ -460,7 +467,7 @@ class FullTextSearch(LocatedSearch):
         """(row ids ascending, scores) of the rows a query matches; with `top`, of a subset
         holding its `top` best (a best-of or a positive boost keeps each part's best)."""
         if isinstance(query, Match):
-            columns = query.columns or tuple(sorted(self._indexed_columns))
+            columns = query.columns or tuple(sorted(self.indexed_columns))
             top = top if query.boost > 0 else None
             fuzzy = None
             if query.fuzziness:
@@ -471,7 +478,7 @@ class FullTextSearch(LocatedSearch):
             ids, scores = _best(found)
             return ids, (scores * np.float32(query.boost)).astype(np.float32)
         if isinstance(query, Phrase):
-            columns = query.columns or tuple(sorted(self._indexed_columns))
+            columns = query.columns or tuple(sorted(self.indexed_columns))
             return _best([self._column(c, query.text, False, slop=query.slop) for c in columns])
         if isinstance(query, Combined):
             return combined_rows(self, query)
@@ -506,12 +513,15 @@ class FullTextSearch(LocatedSearch):
             ids, scores = ids[keep], scores[keep]
         return ids, scores
 
-    def _open(self, entry: IndexEntry) -> InvertedIndex:
+    def open_index(self, entry: IndexEntry) -> InvertedIndex:
+        """The open segment of an INVERTED index entry (opened once per process)."""
         base = entry.pb.base_id if entry.pb.HasField("base_id") else None
         store, directory = self.core.resolve(entry.directory, base, relative_to_root=True)
         return open_inverted(store, directory, entry.uuid, frag_reuse_of(self.core.manifest))
 
-    def _covered(self, entries: list[IndexEntry]) -> set[int]:
+    def covered_fragments(self, entries: list[IndexEntry]) -> set[int]:
+        """The fragments some segment of `entries` covers (every fragment for a segment
+        that names none)."""
         covered: set[int] = set()
         for e in entries:
             if e.fragment_ids is None:
@@ -519,7 +529,7 @@ class FullTextSearch(LocatedSearch):
             covered |= set(e.fragment_ids)
         return covered
 
-    def _live(self, covered: set[int]) -> Any:
+    def live_filter(self, covered: set[int]) -> Any:
         """A function: row ids -> which of them the index may answer (live rows of covered
         fragments, and, prefiltering, those the filter keeps)."""
         allowed = self._allowed(covered)
@@ -548,14 +558,14 @@ class FullTextSearch(LocatedSearch):
 
         return live
 
-    def _indexed(
+    def indexed_postings(
         self, indices: list[InvertedIndex], tokens: list[str], covered: set[int]
     ) -> dict[str, tuple[np.ndarray, ...]]:
         """Per query token: (row ids, frequencies, lengths) of the rows the index may
         answer with."""
         if not indices:
             return {}
-        live = self._live(covered)
+        live = self.live_filter(covered)
         found = {}
         for token in dict.fromkeys(tokens):
             parts = [i.matches(token) for i in indices]
@@ -579,7 +589,7 @@ class FullTextSearch(LocatedSearch):
         score seen beats what any row not seen could score (the words' next weights
         summed, in the order scores are summed, so float rounding cannot break the bound).
         A frequent word costs its best rows, not all of them."""
-        live = self._live(covered)
+        live = self.live_filter(covered)
         words = [t for t in dict.fromkeys(tokens) if corpus.df[t]]
         if len(tokens) == 1 and words and top > 0:
             # one word: the blocks its best rows can be in, not all of them

@@ -75,7 +75,7 @@ def _fill(out: np.ndarray, rows: np.ndarray, keys: np.ndarray, values: np.ndarra
 def combined_rows(search: FullTextSearch, query: Combined) -> tuple[np.ndarray, np.ndarray]:
     """(row ids ascending, scores) of the rows a combined-fields query matches."""
     where = search.core.uri
-    entries = {c: search._indexed_columns.get(c, []) for c in query.columns}
+    entries = {c: search.indexed_columns.get(c, []) for c in query.columns}
     for column in query.columns:
         if not entries[column] and column in search.element_entries:
             raise UnsupportedFeatureError(
@@ -88,7 +88,7 @@ def combined_rows(search: FullTextSearch, query: Combined) -> tuple[np.ndarray, 
             f"{where}: combined_fields requires an inverted index on at least one of "
             f"{list(query.columns)}"
         )
-    opened = {c: [search._open(e) for e in entries[c]] for c in query.columns}
+    opened = {c: [search.open_index(e) for e in entries[c]] for c in query.columns}
     analyzer = _shared_analyzer(opened, query.columns, where)
     tokens = list(dict.fromkeys(t for _, t in analyzer.query_tokens(query.text)))
     empty = np.empty(0, np.uint64), np.empty(0, np.float32)
@@ -158,15 +158,15 @@ def _gather(
     """A column's statistics and postings: its index segments', then its rows no index
     covers (unless `fast_search`), read and analysed."""
     out = _Column(indices=indices)
-    covered = search._covered(entries) if entries else set()
+    covered = search.covered_fragments(entries) if entries else set()
     for index in indices:
         out.stats.docs += index.num_docs
         out.stats.tokens += index.total_tokens
         for token in tokens:
             out.stats.df[token] += index.document_frequency(token)
-    for token, (ids, freqs, _) in search._indexed(indices, tokens, covered).items():
+    for token, (ids, freqs, _) in search.indexed_postings(indices, tokens, covered).items():
         out.hits[token] = (ids, freqs)
-    rest = [f for f in search._fragments if f.fragment_id not in covered]
+    rest = [f for f in search.fragments if f.fragment_id not in covered]
     if rest and not search.fast_search:
         _read_flat(search, column, rest, analyzer, set(tokens), out)
     return out
@@ -185,11 +185,13 @@ def _read_flat(
     (pylance's combined-fields statistics take them all)."""
     allowed = None
     if search.prefilter and search.filter is not None:
-        kept = [b.column(ROW_ID_FIELD.name).to_numpy() for b in search._rows(fragments, [], True)]
+        kept = [
+            b.column(ROW_ID_FIELD.name).to_numpy() for b in search.read_rows(fragments, [], True)
+        ]
         allowed = np.sort(np.concatenate(kept)) if kept else np.zeros(0, np.uint64)
     rows, lengths = [], []
     hits: dict[str, tuple[list[int], list[int], list[int]]] = {t: ([], [], []) for t in wanted}
-    for batch in search._rows(fragments, [column], False):
+    for batch in search.read_rows(fragments, [column], False):
         ids = batch.column(ROW_ID_FIELD.name).to_numpy()
         masked = None if search.row_mask is None else search.row_mask.keep(ids)
         if allowed is not None:

@@ -122,7 +122,7 @@ def search_elements(search: Any, column: str, query: Match | Phrase) -> ElementA
             f"{search.core.uri}: fuzzy matches of list elements ({column!r})"
         )
     entries = search.element_entries[column]
-    indices: list[InvertedIndex] = [search._open(e) for e in entries]
+    indices: list[InvertedIndex] = [search.open_index(e) for e in entries]
     analyzer = indices[0].analyzer
     placed = analyzer.query_tokens(query.text)
     tokens = [t for _, t in placed]
@@ -140,12 +140,12 @@ def search_elements(search: Any, column: str, query: Match | Phrase) -> ElementA
     statistics: list[Any] = [0, 0, Counter()]  # documents, tokens, documents per token
     phrase = None if slop is None else (tokens, [p for p, _ in placed], slop)
     phrased: list[np.ndarray] = []  # documents holding the phrase
-    covered = search._covered(entries)
-    live = search._live(covered)
+    covered = search.covered_fragments(entries)
+    live = search.live_filter(covered)
     for index in indices:
         for part in index.partitions:
             phrased.append(_indexed(part, index.where, distinct, docs, statistics, live, phrase))
-    rest = [f for f in search._fragments if f.fragment_id not in covered]
+    rest = [f for f in search.fragments if f.fragment_id not in covered]
     if rest and not search.fast_search:
         phrased.append(_scanned(search, rest, column, analyzer, distinct, docs, statistics, phrase))
     n_docs, n_tokens, df = statistics
@@ -260,7 +260,7 @@ def _scanned(
     wanted = set(distinct)
     rows, elements, lengths, found_phrase = [], [], [], []
     hits: dict[str, tuple[list[int], list[int]]] = {t: ([], []) for t in distinct}
-    for batch in search._rows(fragments, [column], filtered):
+    for batch in search.read_rows(fragments, [column], filtered):
         ids = batch.column(ROW_ID_FIELD.name).to_numpy()
         for rid, values in zip(ids, batch.column(column).to_pylist(), strict=True):
             for position, text in enumerate(values or []):
