@@ -29,7 +29,7 @@ from quiver.format.file.v21.reader import kept_column
 from quiver.format.proto import table_pb2
 from quiver.format.table.deletion import deletion_file_path, live_mask, read_deletion_file
 from quiver.format.table.manifest import storage_version_of_file
-from quiver.format.table.rowids import decode_row_ids, decode_row_versions
+from quiver.format.table.rowids import decode_row_ids, decode_row_versions, row_id_sequence_of
 from quiver.format.table.schema import LanceField, LanceSchema
 
 ROW_ID = "_rowid"
@@ -120,17 +120,11 @@ class LanceFragment:
     @cached_property
     def row_ids(self) -> np.ndarray | None:
         """Stable row ids of every physical row, or None if the dataset has none."""
-        pb = self.metadata
-        which = pb.WhichOneof("row_id_sequence")
-        if which is None:
+        data = row_id_sequence_of(
+            self.metadata, lambda path: self._core.resolve(path, None, relative_to_root=True)
+        )
+        if data is None:
             return None
-        if which == "inline_row_ids":
-            data = pb.inline_row_ids
-        else:
-            ext = pb.external_row_ids
-            store, path = self._core.resolve(ext.path, None, relative_to_root=True)
-            with store.open(path) as f:
-                data = f.read(ext.offset, ext.size)
         ids = decode_row_ids(data)
         if len(ids) != self.physical_rows:
             raise CorruptFileError(

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from quiver.format.errors import LanceError
+from quiver.format.errors import LanceError, UnsupportedFeatureError
 from quiver.format.expr.bind import Binder
 from quiver.format.expr.parse import parse_filter
 from quiver.format.expr.typed import flatten, unparen
@@ -44,6 +44,7 @@ from quiver.format.numeric import unique_sorted
 from quiver.format.table.frag_reuse import FRAG_REUSE_INDEX, FragReuse
 from quiver.format.table.indices import IndexEntry, frag_reuse_of, indices_of
 from quiver.format.table.manifest import Manifest
+from quiver.format.table.rowids import offsets_of_ids, row_id_sequence_of
 
 log = logging.getLogger("quiver.index")
 
@@ -183,15 +184,20 @@ def prune(core: Core, sql: str, filter_schema: pa.Schema) -> IndexPruning | None
     frags = manifest.pb.fragments
     if not manifest.pb.HasField("index_section") or not frags:
         return None
-    if any(f.WhichOneof("row_id_sequence") for f in frags):
-        return None  # stable row ids: index row ids are not row addresses
+    # stable row ids: the BITMAP and NGRAM indices hold row ids, looked up in each covered
+    # fragment's row id sequence (`_RowIds`), the BTREE addresses; the others are not read
+    stable = any(f.WhichOneof("row_id_sequence") for f in frags)
+    if stable and not all(f.WhichOneof("row_id_sequence") for f in frags):
+        return None
     entries = indices_of(manifest, system=True)
     if any(e.is_system and e.name != FRAG_REUSE_INDEX for e in entries):
         return None  # a MemWAL index: rows not in the fragments yet
+    if stable and frag_reuse_of(manifest) is not None:
+        return None
     by_column = _usable_indices(core, entries)
     ngrams = _segments_of(core, entries, "NGRAM")
-    blooms = _segments_of(core, entries, "BLOOMFILTER")
-    rtrees = _segments_of(core, entries, "RTREE")
+    blooms = {} if stable else _segments_of(core, entries, "BLOOMFILTER")
+    rtrees = {} if stable else _segments_of(core, entries, "RTREE")
     if not by_column and not ngrams and not blooms and not rtrees:
         return None
     # the same filter on the same version and indices (a read's GetFlightInfo and DoGets)
@@ -205,6 +211,7 @@ def prune(core: Core, sql: str, filter_schema: pa.Schema) -> IndexPruning | None
     walker = _Walker(core, sql, filter_schema, by_column, physical, ngrams, blooms)
     walker.reuse = frag_reuse_of(manifest)
     walker.rtrees = rtrees
+    walker.row_ids = _RowIds(core) if stable else None
     try:
         answer = walker.visit(parse_filter(sql, dataset=core.uri), False)
     except (LanceError, pa.ArrowException, ValueError, TypeError, KeyError, RecursionError) as e:
@@ -227,9 +234,16 @@ def _top_level(core: Core, entries: list[IndexEntry]) -> list[tuple[str, str, In
         if len(e.field_ids) != 1 or e.field_ids[0] not in top or e.fragment_ids is None:
             continue
         kind = scalar_kind(e)
-        if kind is not None and e.index_version == 0:
+        if kind is not None and (e.index_version == 0 or _holds_addresses(e)):
             out.append((top[e.field_ids[0]], kind, e))
     return out
+
+
+def _holds_addresses(entry: IndexEntry) -> bool:
+    """Whether an index holds row addresses where the dataset has stable row ids: pylance
+    14's BTREE of such a dataset (index version 1) does; its BITMAP and NGRAM indices hold
+    the row ids (index version 0)."""
+    return scalar_kind(entry) == "BTREE" and entry.index_version == 1
 
 
 def _usable_indices(core: Core, entries: list[IndexEntry]) -> dict[str, IndexEntry]:
@@ -276,11 +290,14 @@ class _Walker:
         # are moved to the rows' new places (see `_answer`)
         self.reuse: FragReuse | None = None
         self.rtrees: dict[str, list[IndexEntry]] = {}  # RTREE segments by column
+        self.row_ids: _RowIds | None = None  # stable row ids: where they live
 
     @property
     def index_physical(self) -> Mapping[int, int]:
         """Physical rows of the fragments an index may name: those of this version and,
-        under a fragment reuse index, those compactions rewrote."""
+        under a fragment reuse index, those compactions rewrote (row ids: see `_EveryKey`)."""
+        if self.row_ids is not None:
+            return _EveryKey()
         if self.reuse is None:
             return self.physical
         return {**self.reuse.old_physical_rows, **self.physical}
@@ -485,10 +502,13 @@ class _Walker:
                 relative_to_root=True,
             )
             rows = search(store, directory)
-            if self.reuse is not None:
-                moved, alive = self.reuse.apply(rows)
-                rows = unique_sorted(moved[alive])
-            rows = _within(rows, covered)
+            if self.row_ids is not None and not _holds_addresses(entry):
+                rows = self.row_ids.addresses(unique_sorted(rows), covered)
+            else:
+                if self.reuse is not None:
+                    moved, alive = self.reuse.apply(rows)
+                    rows = unique_sorted(moved[alive])
+                rows = _within(rows, covered)
             _answers.put(key, rows, rows.nbytes + 256)
         self.used.add(entry.name)
         return _Answer(covered, rows)
@@ -650,6 +670,53 @@ def _segments_answer(answers: list[_Answer]) -> _Answer:
     rows = np.concatenate([a.rows for a in answers])
     covered = frozenset().union(*(a.covered for a in answers))
     return _Answer(covered, unique_sorted(rows) if len(answers) > 1 else rows)
+
+
+class _RowIds:
+    """Where the row ids of a version with stable row ids live: the row addresses, in given
+    fragments, of the rows whose ids an index answered. Each fragment's row id sequence is
+    searched segment by segment (`format.table.rowids.offsets_of_ids`), so a range of ids
+    costs a binary search, not its ids materialised. A deleted row's address may be among
+    them (an updated row's old copy keeps its id): the scan drops deleted rows, and an
+    answer only has to hold every row that can match."""
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.fragments = {int(f.id): f for f in core.manifest.pb.fragments}
+
+    def addresses(self, ids: np.ndarray, fragments: frozenset[int]) -> np.ndarray:
+        """Sorted row addresses, in `fragments`, of the rows whose id is in `ids` (sorted)."""
+        parts = []
+        for fid in sorted(fragments):
+            frag = self.fragments[fid]
+            source = f"{self.core.uri}: fragment {fid} row ids"
+            offsets = offsets_of_ids(
+                self._sequence(frag), ids, source=source, expected_len=int(frag.physical_rows)
+            )
+            parts.append((np.uint64(fid) << np.uint64(32)) | offsets.astype(np.uint64))
+        return np.concatenate(parts) if parts else EMPTY
+
+    def _sequence(self, frag: Any) -> bytes:
+        """A fragment's serialized row id sequence."""
+        found = row_id_sequence_of(
+            frag, lambda path: self.core.resolve(path, None, relative_to_root=True)
+        )
+        assert found is not None  # (`prune` reads stable row ids only where all have them)
+        return found
+
+
+class _EveryKey:
+    """The `physical_rows` a bitmap index's row id map is read with when it holds stable
+    row ids: every high 32 bits kept (they name no fragment); an entry standing for a whole
+    fragment means nothing there, and stops the pruning."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+    def __getitem__(self, key: int) -> int:
+        raise UnsupportedFeatureError(
+            "a bitmap index of stable row ids with a whole-fragment entry"
+        )
 
 
 def _fragments_of(rows: np.ndarray) -> np.ndarray:

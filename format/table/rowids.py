@@ -17,7 +17,8 @@ Decoding is vectorised: Python only walks the segments and runs, never the ids.
 
 from __future__ import annotations
 
-from typing import NamedTuple, TypeVar
+from collections.abc import Callable
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 from google.protobuf.message import DecodeError, Message
@@ -211,6 +212,58 @@ def decode_row_ids(
     if len(pieces) == 1:
         return np.ascontiguousarray(pieces[0], dtype=np.uint64)
     return np.concatenate(pieces).astype(np.uint64, copy=False)
+
+
+def row_id_sequence_of(fragment: Any, resolve: Callable[[str], tuple[Any, str]]) -> bytes | None:
+    """A fragment's (`DataFragment`) serialized row id sequence: in the manifest, or in the
+    file `resolve(path)` (-> store, path in it) names; None without stable row ids."""
+    which = fragment.WhichOneof("row_id_sequence")
+    if which is None:
+        return None
+    if which == "inline_row_ids":
+        return fragment.inline_row_ids
+    ext = fragment.external_row_ids
+    store, path = resolve(ext.path)
+    with store.open(path) as f:
+        return bytes(f.read(ext.offset, ext.size))
+
+
+def offsets_of_ids(
+    data: bytes,
+    ids: np.ndarray,
+    *,
+    source: str = "row id sequence",
+    expected_len: int | None = None,
+) -> np.ndarray:
+    """The physical offsets (ascending int64) of the rows of a serialized RowIdSequence whose
+    ids are among `ids` (sorted, unique uint64), found segment by segment: the rows of a
+    range (with or without holes) by arithmetic on the asked ids, without materialising the
+    fragment's ids; other segments' ids are materialised and matched."""
+    segments = _parse_sequence(data, source)
+    _check_total(sum(s.count for s in segments), expected_len, source, "row id sequence")
+    ids = np.asarray(ids, dtype=np.uint64)
+    out: list[np.ndarray] = []
+    first = 0  # the physical offset of the segment's first row
+    for seg in segments:
+        if seg.kind in ("range", "range_with_holes"):
+            lo, hi = np.searchsorted(ids, np.array([seg.start, seg.end], dtype=np.uint64))
+            asked = ids[lo:hi]
+            if seg.kind == "range_with_holes" and len(asked):
+                holes = seg.values
+                at = np.searchsorted(holes, asked)
+                present = (at >= len(holes)) | (holes[np.minimum(at, len(holes) - 1)] != asked)
+                asked, at = asked[present], at[present]
+                rows = (asked - np.uint64(seg.start)).astype(np.int64) - at  # holes before
+            else:
+                rows = (asked - np.uint64(seg.start)).astype(np.int64)
+            if len(rows):
+                out.append(first + rows)
+        else:
+            found = np.flatnonzero(np.isin(_materialise(seg), ids))
+            if len(found):
+                out.append(first + found.astype(np.int64))
+        first += seg.count
+    return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
 
 
 def decode_row_versions(

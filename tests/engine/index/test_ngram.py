@@ -201,7 +201,8 @@ def test_few_candidates_are_taken_row_by_row(tmp_path: Path) -> None:
 def test_optimize_and_segments_as_pylance(tmp_path: Path, stable: bool) -> None:
     """optimize_indices merges the new fragments into the index (a delta segment with
     num_indices_to_merge=0) as pylance does: pylance and Quiver answer through the result
-    as a scan; with stable row ids the posting lists hold row ids."""
+    as a scan; with stable row ids the posting lists hold row ids, found in the fragments'
+    row id sequences to narrow the scan."""
     ours, theirs = str(tmp_path / "q"), str(tmp_path / "p")
     kw = {"enable_stable_row_ids": True} if stable else {}
     lance.write_dataset(_table(3000, seed=4), theirs, max_rows_per_file=1000, **kw)
@@ -228,7 +229,7 @@ def test_optimize_and_segments_as_pylance(tmp_path: Path, stable: bool) -> None:
         want = table_ref(theirs, sql)
         assert_same_table(table_ref(ours, sql), want, sql)
         q = quiver.dataset(ours).scanner(filter=sql)
-        if not stable and served:  # both segments narrow the scan
+        if served:  # both segments narrow the scan (row ids found in the fragments)
             assert q.index_pruning is not None and len(q.index_pruning.covered) == len(
                 lance.dataset(ours).get_fragments()
             )

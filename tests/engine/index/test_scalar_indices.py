@@ -220,3 +220,56 @@ def test_indices_pylance_remapped_in_compaction(tmp_path) -> None:
         scanner = ours.scanner(filter=sql)
         assert scanner.index_pruning is not None, sql
         assert_same_table(scanner.to_table(), _truth(uri, sql), sql)
+
+
+# -- stable row ids: the indices hold row ids, found in the fragments' row id sequences ------
+@pytest.fixture(scope="module", params=["BTREE", "BITMAP"])
+def stable_indexed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """As `indexed`, with stable row ids, and rows then updated by both engines: an updated
+    row keeps its id and moves to a fragment no index covers, its old copy deleted where
+    the index still finds it; compaction (pylance's) then rewrites two indexed fragments
+    into one whose row id sequence is no longer a range."""
+    uri = str(tmp_path_factory.mktemp(f"stable-{request.param.lower()}") / "t.lance")
+    ds = lance.write_dataset(
+        _table(0, ROWS), uri, max_rows_per_file=PER_FILE, enable_stable_row_ids=True
+    )
+    for column in INDEXED:
+        ds.create_scalar_index(column, request.param)
+    write_dataset(_table(ROWS, 700), uri, mode="append")
+    dataset(uri).delete("i % 5 = 1 OR (plain = 2 AND i > 7000)")
+    dataset(uri).update({"i": "i + 1", "s": "'moved'"}, where="plain = 7 AND i < 3000")
+    lance.dataset(uri).update({"plain": "plain + 100"}, where="plain = 8 AND i > 6000")
+    lance.dataset(uri).optimize.compact_files(
+        target_rows_per_fragment=4000, materialize_deletions_threshold=0.01
+    )
+    return uri
+
+
+@pytest.mark.parametrize("sql", FILTERS + ["s = 'moved'", "i = 301", "plain = 108"])
+def test_stable_row_id_filters_are_pruned_and_exact(stable_indexed: str, sql: str) -> None:
+    ours = dataset(stable_indexed)
+    assert ours.has_stable_row_ids
+    scanner = ours.scanner(filter=sql)
+    unprunable = sql in UNPRUNED or sql == "plain = 108"
+    assert (scanner.index_pruning is None) == unprunable, sql
+    got = scanner.to_table()
+    assert_same_table(got, _truth(stable_indexed, sql), f"{sql} vs unindexed scan")
+    ref = lance.dataset(stable_indexed)
+    assert_same_table(got, ref.to_table(filter=sql), f"{sql} vs pylance")
+    assert ours.count_rows(sql) == ref.count_rows(sql) == got.num_rows
+
+
+def test_stable_row_ids_map_to_the_rows_addresses(stable_indexed: str) -> None:
+    """The candidates of a covered fragment are its rows holding the ids the index
+    answered, wherever compaction and updates put them: an updated row's new copy lies in
+    a fragment no index covers (scanned whole), its deleted copy may be a candidate."""
+    ours = dataset(stable_indexed)
+    sql = "i = 3249"  # k = 1083 (indexed) and k = 9002 (appended)
+    pruning = ours.scanner(filter=sql).index_pruning
+    assert pruning is not None and pruning.covered
+    got = ours.to_table(filter=sql, with_row_id=True, with_row_address=True)
+    assert sorted(got.column("_rowid").to_pylist()) == [1083, 9002]
+    addresses = set(got.column("_rowaddr").to_pylist())
+    covered = {a for a in addresses if (a >> 32) in pruning.covered}
+    assert covered and covered <= set(pruning.rows.tolist())
+    assert_same_table(got.drop_columns(["_rowid", "_rowaddr"]), _truth(stable_indexed, sql), sql)

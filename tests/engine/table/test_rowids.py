@@ -22,6 +22,7 @@ from quiver.format.table.rowids import (
     decode_row_versions,
     encode_row_ids,
     encode_row_versions,
+    offsets_of_ids,
     row_id_count,
 )
 
@@ -573,3 +574,41 @@ def test_pylance_reads_our_sequences(tmp_path: Path) -> None:
         got_versions = table["_row_last_updated_at_version"].to_numpy()[mine]
         assert np.array_equal(got_versions, wanted_versions[frag.id][live])
         assert np.array_equal(decode_row_ids(frag.inline_row_ids), wanted_ids[frag.id])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    runs=st.lists(
+        st.tuples(
+            st.integers(0, 3000), st.integers(1, 60), st.sampled_from(["run", "gaps", "shuffle"])
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    asked_seed=st.integers(0, 2**32 - 1),
+)
+def test_offsets_of_ids_are_the_rows_holding_them(runs, asked_seed) -> None:
+    """`offsets_of_ids` finds, segment by segment (ranges, ranges with holes or bitmaps,
+    sorted and unsorted arrays), the rows the materialised sequence holds the asked ids in."""
+    rng = np.random.default_rng(asked_seed)
+    used: set[int] = set()
+    parts = []
+    for start, n, shape in runs:
+        ids = np.arange(start * 100, start * 100 + n, dtype=np.uint64)
+        if shape == "gaps":
+            ids = ids[rng.random(n) < 0.7] if n > 1 else ids
+        elif shape == "shuffle":
+            ids = rng.permutation(ids)
+        ids = np.array([i for i in ids.tolist() if i not in used], dtype=np.uint64)
+        used.update(ids.tolist())
+        if len(ids):
+            parts.append(ids)
+    if not parts:
+        return
+    data = encode_row_ids(np.concatenate(parts))
+    everything = decode_row_ids(data)
+    pool = np.concatenate([everything, np.arange(0, 310_000, 997, dtype=np.uint64)])
+    asked = np.unique(rng.choice(pool, size=min(len(pool), 40)))
+    want = np.flatnonzero(np.isin(everything, asked))
+    got = offsets_of_ids(data, asked, expected_len=len(everything))
+    assert got.dtype == np.int64 and got.tolist() == want.tolist()
