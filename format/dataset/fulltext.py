@@ -339,6 +339,12 @@ class FullTextSearch(LocatedSearch):
         """The version's fragments, as this search reads them."""
         return self._fragments
 
+    @property
+    def scanner(self) -> Scanner:
+        """The scanner of the search's projection and filter: answers are taken through
+        it (`nearest.take_answers`)."""
+        return self._scanner
+
     def read_rows(
         self, fragments: Sequence[LanceFragment], columns: list[str], filtered: bool
     ) -> Iterator[pa.RecordBatch]:

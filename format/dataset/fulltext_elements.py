@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +33,9 @@ from quiver.format.errors import CorruptFileError, InvalidInputError, Unsupporte
 from quiver.format.index.fts import bm25
 from quiver.format.index.fts.index import InvertedIndex, Partition
 from quiver.format.index.fts.phrase import indexed_match, scanned_match
+
+if TYPE_CHECKING:
+    from quiver.format.dataset.fulltext import FullTextSearch
 
 ROW, LIST_ELEMENT = "row", "list_element"
 DOC_INDEX = "_doc_index"
@@ -114,7 +117,7 @@ class _Docs:
         return first
 
 
-def search_elements(search: Any, column: str, query: Match | Phrase) -> ElementAnswers:
+def search_elements(search: FullTextSearch, column: str, query: Match | Phrase) -> ElementAnswers:
     """The list-element documents of `column` matching `query`, scored (`search`: the
     FullTextSearch asking, for its fragments, filter and options)."""
     if isinstance(query, Match) and query.fuzziness:
@@ -244,7 +247,7 @@ def _positions_in(part: Partition, tid: int, doc: int) -> list[int]:
 
 
 def _scanned(
-    search: Any,
+    search: FullTextSearch,
     fragments: list[Any],
     column: str,
     analyzer: Any,
@@ -339,14 +342,14 @@ def _nested(query: Query) -> list[Query]:
     return out
 
 
-def element_table(search: Any, column: str, take: Any) -> pa.Table:
+def element_table(search: FullTextSearch, column: str, take: Any) -> pa.Table:
     """The answers of a list-element search as pylance returns them: each document's row
     (repeated for each of its elements found), its `_doc_index` and `_score`, best first,
     `offset` and `limit` applied before a postfilter (`take`: nearest.take_answers)."""
     stop = None if search.limit is None else search.offset + search.limit
     found = search_elements(search, column, search.query).ranked(search.offset, stop)
     postfilter = search.filter is not None and not search.prefilter
-    rows, keep = take(search.core, search._scanner, search.locator, found.rows, postfilter)
+    rows, keep = take(search.core, search.scanner, search.locator, found.rows, postfilter)
     if keep is not None:
         found = ElementAnswers(found.rows[keep], found.elements[keep], found.scores[keep])
     columns = []

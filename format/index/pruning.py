@@ -44,7 +44,11 @@ from quiver.format.numeric import unique_sorted
 from quiver.format.table.frag_reuse import FRAG_REUSE_INDEX, FragReuse
 from quiver.format.table.indices import IndexEntry, frag_reuse_of, indices_of
 from quiver.format.table.manifest import Manifest
-from quiver.format.table.rowids import offsets_of_ids, row_id_sequence_of
+from quiver.format.table.rowids import (
+    offsets_in_segments,
+    row_id_segments,
+    row_id_sequence_of,
+)
 
 log = logging.getLogger("quiver.index")
 
@@ -214,7 +218,15 @@ def prune(core: Core, sql: str, filter_schema: pa.Schema) -> IndexPruning | None
     walker.row_ids = _RowIds(core) if stable else None
     try:
         answer = walker.visit(parse_filter(sql, dataset=core.uri), False)
-    except (LanceError, pa.ArrowException, ValueError, TypeError, KeyError, RecursionError) as e:
+    except (
+        LanceError,
+        pa.ArrowException,
+        ValueError,
+        TypeError,
+        KeyError,
+        IndexError,
+        RecursionError,
+    ) as e:
         # an index that cannot be used leaves the scan whole, never wrong
         log.warning("%s: indices not used for filter %r: %s", core.uri, sql, e)
         return None
@@ -226,15 +238,16 @@ def prune(core: Core, sql: str, filter_schema: pa.Schema) -> IndexPruning | None
 
 
 def _top_level(core: Core, entries: list[IndexEntry]) -> list[tuple[str, str, IndexEntry]]:
-    """(column name, kind, entry) of the version-0 scalar indices pruning reads that cover
-    one top-level column."""
+    """(column name, kind, entry) of the scalar indices pruning reads (index version 0, and
+    the BTREE of a dataset with stable row ids) that cover one top-level column."""
     top = {f.id: f.name for f in core.manifest.schema.fields}
+    stable = any(f.WhichOneof("row_id_sequence") for f in core.manifest.pb.fragments)
     out = []
     for e in entries:
         if len(e.field_ids) != 1 or e.field_ids[0] not in top or e.fragment_ids is None:
             continue
         kind = scalar_kind(e)
-        if kind is not None and (e.index_version == 0 or _holds_addresses(e)):
+        if kind is not None and (e.index_version == 0 or (stable and _holds_addresses(e))):
             out.append((top[e.field_ids[0]], kind, e))
     return out
 
@@ -675,33 +688,37 @@ def _segments_answer(answers: list[_Answer]) -> _Answer:
 class _RowIds:
     """Where the row ids of a version with stable row ids live: the row addresses, in given
     fragments, of the rows whose ids an index answered. Each fragment's row id sequence is
-    searched segment by segment (`format.table.rowids.offsets_of_ids`), so a range of ids
-    costs a binary search, not its ids materialised. A deleted row's address may be among
-    them (an updated row's old copy keeps its id): the scan drops deleted rows, and an
-    answer only has to hold every row that can match."""
+    searched segment by segment (`format.table.rowids.offsets_in_segments`), so a range of
+    ids costs a binary search, not its ids materialised; its segments are parsed once per
+    pruning. A deleted row's address may be among them (an updated row's old copy keeps its
+    id): the scan drops deleted rows, and an answer only has to hold every row that can
+    match."""
 
     def __init__(self, core: Core) -> None:
         self.core = core
         self.fragments = {int(f.id): f for f in core.manifest.pb.fragments}
+        self._segments: dict[int, list[Any]] = {}
 
     def addresses(self, ids: np.ndarray, fragments: frozenset[int]) -> np.ndarray:
         """Sorted row addresses, in `fragments`, of the rows whose id is in `ids` (sorted)."""
         parts = []
         for fid in sorted(fragments):
-            frag = self.fragments[fid]
-            source = f"{self.core.uri}: fragment {fid} row ids"
-            offsets = offsets_of_ids(
-                self._sequence(frag), ids, source=source, expected_len=int(frag.physical_rows)
-            )
+            offsets = offsets_in_segments(self._of(fid), ids)
             parts.append((np.uint64(fid) << np.uint64(32)) | offsets.astype(np.uint64))
         return np.concatenate(parts) if parts else EMPTY
 
-    def _sequence(self, frag: Any) -> bytes:
-        """A fragment's serialized row id sequence."""
-        found = row_id_sequence_of(
-            frag, lambda path: self.core.resolve(path, None, relative_to_root=True)
-        )
-        assert found is not None  # (`prune` reads stable row ids only where all have them)
+    def _of(self, fid: int) -> list[Any]:
+        """A fragment's row id segments (read from the manifest or its file once)."""
+        found = self._segments.get(fid)
+        if found is None:
+            frag = self.fragments[fid]
+            data = row_id_sequence_of(
+                frag, lambda path: self.core.resolve(path, None, relative_to_root=True)
+            )
+            assert data is not None  # (`prune` reads stable row ids only where all have them)
+            source = f"{self.core.uri}: fragment {fid} row ids"
+            found = row_id_segments(data, source=source, expected_len=int(frag.physical_rows))
+            self._segments[fid] = found
         return found
 
 

@@ -126,3 +126,8 @@ class OpenOnce(Generic[C]):
             while len(self._items) > self.max_open:
                 self._items.popitem(last=False)
             return opened
+
+    def forget(self, key: Hashable) -> None:
+        """Stop holding `key`'s object (not closed: a search may still hold it)."""
+        with self._lock:
+            self._items.pop(key, None)

@@ -228,6 +228,54 @@ def row_id_sequence_of(fragment: Any, resolve: Callable[[str], tuple[Any, str]])
         return bytes(f.read(ext.offset, ext.size))
 
 
+def row_id_segments(
+    data: bytes, *, source: str = "row id sequence", expected_len: int | None = None
+) -> list[_Segment]:
+    """The checked segments of a serialized RowIdSequence, for `offsets_in_segments`."""
+    segments = _parse_sequence(data, source)
+    _check_total(sum(s.count for s in segments), expected_len, source, "row id sequence")
+    return segments
+
+
+def offsets_in_segments(segments: list[_Segment], ids: np.ndarray) -> np.ndarray:
+    """The physical offsets (ascending int64) of the rows of a row id sequence (its
+    `row_id_segments`) whose ids are among `ids` (sorted, unique uint64), found segment by
+    segment without materialising the fragment's ids: a range's rows by arithmetic on the
+    asked ids (holes counted, a bitmap's kept bits summed), an array's ids looked up among
+    the asked ones."""
+    ids = np.asarray(ids, dtype=np.uint64)
+    out: list[np.ndarray] = []
+    first = 0  # the physical offset of the segment's first row
+    for seg in segments:
+        rows = _rows_holding(seg, ids)
+        if len(rows):
+            out.append(first + rows)
+        first += seg.count
+    return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
+
+
+def _rows_holding(seg: _Segment, ids: np.ndarray) -> np.ndarray:
+    """Offsets within one segment of its rows whose ids are among `ids` (sorted)."""
+    if seg.kind in ("sorted_array", "array"):
+        if not len(ids) or not len(seg.values):
+            return np.empty(0, dtype=np.int64)
+        at = np.minimum(np.searchsorted(ids, seg.values), len(ids) - 1)
+        return np.flatnonzero(ids[at] == seg.values).astype(np.int64)
+    lo, hi = np.searchsorted(ids, np.array([seg.start, seg.end], dtype=np.uint64))
+    rel = (ids[lo:hi] - np.uint64(seg.start)).astype(np.int64)  # within the range's span
+    if seg.kind == "range_with_bitmap":
+        kept = seg.values  # a bool per id of the span
+        rel = rel[kept[rel]]
+        return np.cumsum(kept, dtype=np.int64)[rel] - 1  # kept ids before, itself included
+    if seg.kind == "range_with_holes" and len(seg.values) and len(rel):
+        holes = (seg.values - np.uint64(seg.start)).astype(np.int64)
+        before = np.searchsorted(holes, rel)
+        present = holes[np.minimum(before, len(holes) - 1)] != rel
+        present |= before >= len(holes)
+        return rel[present] - before[present]
+    return rel
+
+
 def offsets_of_ids(
     data: bytes,
     ids: np.ndarray,
@@ -235,35 +283,9 @@ def offsets_of_ids(
     source: str = "row id sequence",
     expected_len: int | None = None,
 ) -> np.ndarray:
-    """The physical offsets (ascending int64) of the rows of a serialized RowIdSequence whose
-    ids are among `ids` (sorted, unique uint64), found segment by segment: the rows of a
-    range (with or without holes) by arithmetic on the asked ids, without materialising the
-    fragment's ids; other segments' ids are materialised and matched."""
-    segments = _parse_sequence(data, source)
-    _check_total(sum(s.count for s in segments), expected_len, source, "row id sequence")
-    ids = np.asarray(ids, dtype=np.uint64)
-    out: list[np.ndarray] = []
-    first = 0  # the physical offset of the segment's first row
-    for seg in segments:
-        if seg.kind in ("range", "range_with_holes"):
-            lo, hi = np.searchsorted(ids, np.array([seg.start, seg.end], dtype=np.uint64))
-            asked = ids[lo:hi]
-            if seg.kind == "range_with_holes" and len(asked):
-                holes = seg.values
-                at = np.searchsorted(holes, asked)
-                present = (at >= len(holes)) | (holes[np.minimum(at, len(holes) - 1)] != asked)
-                asked, at = asked[present], at[present]
-                rows = (asked - np.uint64(seg.start)).astype(np.int64) - at  # holes before
-            else:
-                rows = (asked - np.uint64(seg.start)).astype(np.int64)
-            if len(rows):
-                out.append(first + rows)
-        else:
-            found = np.flatnonzero(np.isin(_materialise(seg), ids))
-            if len(found):
-                out.append(first + found.astype(np.int64))
-        first += seg.count
-    return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
+    """`offsets_in_segments` of a serialized RowIdSequence."""
+    segments = row_id_segments(data, source=source, expected_len=expected_len)
+    return offsets_in_segments(segments, ids)
 
 
 def decode_row_versions(

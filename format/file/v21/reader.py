@@ -130,8 +130,9 @@ class _Column:
     def forget_except(self, pages: Sequence[int], keep_indexes: int = 0) -> None:
         """Drop the decoded pages and page indexes of every page but `pages`; with
         `keep_indexes`, the indexes (and prepared readers) of up to that many other pages
-        stay, the oldest dropped first. Readers of shared index files run this from several
-        threads at once: keys are copied before the walk and may already be gone."""
+        stay, the least recently used dropped first. Readers of shared index files run
+        this from several threads at once: keys are copied before the walk and may already
+        be gone."""
         for k in [k for k in list(self.cache) if k not in pages]:
             self.cache.pop(k, None)
         for held in (self.indexes, self.steps):
@@ -501,6 +502,8 @@ class StructuralFileReader(DataFileReader):
         with `share`, kept for later readers too: takes of a few rows, not scans, whose
         indexes would only crowd the cache and the memory budget)."""
         index = col.indexes.get(k)
+        if index is not None and self.kept_page_indexes:  # most recently used last
+            col.indexes[k] = col.indexes.pop(k, index)
         if index is None:
             key = (self.path, self._file.size, col.info.index, k)
             index = PAGE_INDEXES.get(key)
@@ -520,6 +523,8 @@ class StructuralFileReader(DataFileReader):
         if steps is None and k not in col.steps:
             steps = yield from self._prepare_steps(col, k)
             col.steps[k] = steps
+        elif self.kept_page_indexes:  # most recently used last (`forget_except`)
+            col.steps[k] = col.steps.pop(k, steps)
         if steps is not None:
             return (yield from steps.plan(lo, hi))
         return (yield from self._page_plan(col, k, (lo, hi)))

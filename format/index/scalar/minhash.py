@@ -470,8 +470,9 @@ class MinHashSegment:
 
     def _pages(self, pages: list[int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """(band keys, documents) of logical pages of the band table (ascending), decoded:
-        those PAGES does not hold read in one pass over the file, then held for the next
-        searches, as pylance's page cache holds them."""
+        those PAGES does not hold read by one call of the file reader (a step per page,
+        its page index kept by the open file), then held for the next searches, as
+        pylance's page cache holds them."""
         out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         missing = []
         for page in pages:
@@ -555,8 +556,8 @@ LOADED: ByteLRU[_Loaded] = ByteLRU(128 << 20)
 PAGES: ByteLRU[tuple[np.ndarray, np.ndarray]] = ByteLRU(64 << 20)
 
 
-# Segments opened once (their page table read, their files' page indexes kept between
-# searches): a large one is searched page by page at every search.
+# Segments too large to hold decoded, open between searches (their page tables read, their
+# files' page indexes kept): they are searched page by page.
 _OPEN: OpenOnce[MinHashSegment] = OpenOnce(16)
 
 
@@ -573,6 +574,7 @@ def search_segment(
             return segment.signatures(segment.candidates(keys))
         loaded = segment.load()
         LOADED.put(cache_key, loaded, loaded.nbytes)
+        _OPEN.forget(cache_key)  # held decoded: its files are not read again
     docs = loaded.candidates(keys)
     return loaded.row_ids[docs], loaded.signatures[docs]
 

@@ -14,8 +14,10 @@ from v21_files import one_file, open_reader
 from quiver.format.dataset import dataset
 from quiver.format.errors import CorruptFileError
 from quiver.format.file.parallel import run_plans
+from quiver.format.file.v21 import reader as reader_module
 from quiver.format.file.v21.reader import StructuralFileReader
 from quiver.format.file.v21.steps import MiniBlockSteps
+from quiver.format.file.v21.take import miniblock_index
 from quiver.format.file.v21.writer import StructuralFileWriter
 from quiver.format.io.store import open_store
 from quiver.format.table.schema import LanceSchema
@@ -185,7 +187,7 @@ def test_a_scan_holds_the_steps_of_its_current_pages_only(tmp_path):
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_kept_page_indexes_serve_reads_at_random_places(tmp_path, version):
+def test_kept_page_indexes_serve_reads_at_random_places(tmp_path, monkeypatch, version):
     """A reader that keeps the indexes of pages a read moved past (index files' readers)
     reads the same rows at random places as one that drops them, and keeps at most the
     pages it was asked to keep besides the ones it stands in."""
@@ -211,19 +213,35 @@ def test_kept_page_indexes_serve_reads_at_random_places(tmp_path, version):
 
     keeping, dropping = reader(kept_page_indexes=3), reader()
     rng = np.random.default_rng(8)
+    reads = []
     for _ in range(40):
         ranges: list[tuple[int, int]] = []
         for s in np.sort(rng.choice(n - 100, 4, replace=False)).tolist():
             lo = max(s, ranges[-1][1]) if ranges else s  # sorted and disjoint
             ranges.append((lo, lo + int(rng.integers(1, 100))))
-        got = list(keeping.read(schema.fields, ranges, batch_size=128))
-        want = list(dropping.read(schema.fields, ranges, batch_size=128))
+        reads.append(ranges)
+    reads = reads + reads[-5:]  # pages read again soon after: their indexes kept
+    parsed = {}
+    answers = {}
+    for name, r in (("keeping", keeping), ("dropping", dropping)):
+        calls: list[int] = []
+
+        def counted(*args, _calls=calls, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            _calls.append(1)
+            return miniblock_index(*args, **kwargs)
+
+        monkeypatch.setattr(reader_module, "miniblock_index", counted)
+        answers[name] = [list(r.read(schema.fields, ranges, batch_size=128)) for ranges in reads]
+        parsed[name] = len(calls)
+        for col in r._columns.values():
+            assert len(col.info.pages) > 8  # small pages: reads move between them
+            if r is keeping:
+                assert len(col.indexes) <= 3 + 2 and len(col.steps) <= 3 + 2
+    for got, want in zip(answers["keeping"], answers["dropping"], strict=True):
         assert [pa.table(a, names=["i", "s"]) for a in got] == [
             pa.table(b, names=["i", "s"]) for b in want
         ]
-        for col in keeping._columns.values():
-            assert len(col.info.pages) > 8  # small pages: reads move between them
-            assert len(col.indexes) <= 3 + 2 and len(col.steps) <= 3 + 2
+    assert parsed["keeping"] < parsed["dropping"]  # kept indexes were not parsed again
     assert all(len(c.indexes) > 1 for c in keeping._columns.values())
     assert all(len(c.indexes) <= 1 for c in dropping._columns.values())
     keeping.close()

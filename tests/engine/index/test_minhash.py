@@ -119,7 +119,7 @@ def _files(uri: str) -> dict[str, pa.Table]:
 @pytest.mark.parametrize("slices", [None, 97], ids=["whole", "in-slices"])
 def test_quiver_s_index_holds_pylance_s_signatures_and_bands(tmp_path: Path, monkeypatch, slices):
     """Built at once or signed and banded in slices of rows on every core (as a column of
-    more than 2^18 rows is), the files hold pylance's signatures, bands and page table."""
+    more than 2^17 rows is), the files hold pylance's signatures, bands and page table."""
     if slices:
         monkeypatch.setattr(minhash_index, "_SIGN_SLICE_ROWS", slices)
         monkeypatch.setattr(minhash_index, "PAGE_ROWS", 64)  # pages across the bands' parts

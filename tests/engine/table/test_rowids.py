@@ -18,6 +18,7 @@ from quiver.format.io.store import open_store
 from quiver.format.proto import rowids_pb2, table_pb2
 from quiver.format.table.deletion import live_offsets, read_fragment_deletions
 from quiver.format.table.rowids import (
+    _fill_segment,
     decode_row_ids,
     decode_row_versions,
     encode_row_ids,
@@ -588,27 +589,45 @@ def test_pylance_reads_our_sequences(tmp_path: Path) -> None:
     asked_seed=st.integers(0, 2**32 - 1),
 )
 def test_offsets_of_ids_are_the_rows_holding_them(runs, asked_seed) -> None:
-    """`offsets_of_ids` finds, segment by segment (ranges, ranges with holes or bitmaps,
-    sorted and unsorted arrays), the rows the materialised sequence holds the asked ids in."""
+    """`offsets_of_ids` finds, segment by segment (one per run here: ranges, ranges with
+    holes or bitmaps, sorted and unsorted arrays, the offset carried from segment to
+    segment), the rows the materialised sequence holds the asked ids in."""
     rng = np.random.default_rng(asked_seed)
     used: set[int] = set()
-    parts = []
+    seq = rowids_pb2.RowIdSequence()
     for start, n, shape in runs:
         ids = np.arange(start * 100, start * 100 + n, dtype=np.uint64)
-        if shape == "gaps":
-            ids = ids[rng.random(n) < 0.7] if n > 1 else ids
+        if shape == "gaps" and n > 1:
+            ids = ids[rng.random(n) < 0.7]
         elif shape == "shuffle":
             ids = rng.permutation(ids)
         ids = np.array([i for i in ids.tolist() if i not in used], dtype=np.uint64)
         used.update(ids.tolist())
         if len(ids):
-            parts.append(ids)
-    if not parts:
+            _fill_segment(seq.segments.add(), ids)
+    if not seq.segments:
         return
-    data = encode_row_ids(np.concatenate(parts))
+    data = seq.SerializeToString()
     everything = decode_row_ids(data)
     pool = np.concatenate([everything, np.arange(0, 310_000, 997, dtype=np.uint64)])
     asked = np.unique(rng.choice(pool, size=min(len(pool), 40)))
     want = np.flatnonzero(np.isin(everything, asked))
     got = offsets_of_ids(data, asked, expected_len=len(everything))
     assert got.dtype == np.int64 and got.tolist() == want.tolist()
+
+
+def test_offsets_of_ids_in_every_kind_of_segment() -> None:
+    """A hand-made sequence of each segment kind, a range with an empty holes array too."""
+    data = _seq(
+        _range(10, 15),
+        _holes(100, 110, _u16(100, [])),
+        _holes(200, 210, _u16(200, [1, 5, 9])),
+        _bitmap(300, 308, bytes([0b10110101])),
+        _array(_u32(500, [7, 3, 5]), False),
+        _array(_u64([900, 905]), True),
+    )
+    everything = decode_row_ids(data)
+    for asked in ([], [12], [10, 14, 105, 203, 305, 307, 503, 905], everything.tolist()):
+        asked = np.unique(np.array(asked, dtype=np.uint64))  # sorted, as asked for
+        want = np.flatnonzero(np.isin(everything, asked)).tolist()
+        assert offsets_of_ids(data, asked).tolist() == want, asked
