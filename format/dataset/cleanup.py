@@ -24,6 +24,7 @@ from quiver.format.errors import (
     VersionNotFoundError,
 )
 from quiver.format.file.v21.reader import forget_files
+from quiver.format.io.lru import forget_opened_in
 from quiver.format.io.store import ObjectStore
 from quiver.format.proto import table_pb2
 from quiver.format.table import versions as _versions
@@ -368,6 +369,7 @@ def _delete_unreferenced(
         old_versions += 1
         removed_bytes += size
     forget_files(removed)
+    forget_opened_in({posixpath.dirname(p) for p in removed})  # index segments held open
     if store.is_local:
         for d in sorted(emptied_dirs, key=len, reverse=True):
             with contextlib.suppress(OSError):

@@ -9,9 +9,10 @@ kept by an `OpenOnce`, bounded by their number.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
-from typing import Generic, Protocol, TypeVar
+from collections.abc import Callable, Collection, Hashable
+from typing import Any, Generic, Protocol, TypeVar
 
 V = TypeVar("V")
 
@@ -108,6 +109,7 @@ class OpenOnce(Generic[C]):
         self.max_open = max_open
         self._items: OrderedDict[Hashable, C] = OrderedDict()
         self._lock = threading.Lock()
+        _EVERY_OPEN_ONCE.add(self)
 
     def get(self, key: Hashable, open_: Callable[[], C]) -> C:
         """The object of `key`, opened by `open_()` (outside the lock) when not held."""
@@ -131,3 +133,32 @@ class OpenOnce(Generic[C]):
         """Stop holding `key`'s object (not closed: a search may still hold it)."""
         with self._lock:
             self._items.pop(key, None)
+
+    def forget_where(self, doomed: Callable[[Hashable], bool]) -> int:
+        """Stop holding the objects whose key is `doomed` (not closed, as `forget`); how
+        many."""
+        with self._lock:
+            keys = [k for k in self._items if doomed(k)]
+            for k in keys:
+                del self._items[k]
+        return len(keys)
+
+
+# every OpenOnce, for `forget_opened_in`
+_EVERY_OPEN_ONCE: weakref.WeakSet[OpenOnce[Any]] = weakref.WeakSet()
+
+
+def forget_opened_in(directories: Collection[str]) -> int:
+    """Stop holding every open object (an index segment) whose key starts with the URI of
+    one of `directories`: cleanup removed their files, and an open file keeps a removed
+    file's space on a local disk until it is closed (the garbage collector closes them
+    once no search holds them)."""
+    if not directories:
+        return 0
+    wanted = set(directories)
+
+    def doomed(key: Hashable) -> bool:
+        first = key[0] if isinstance(key, tuple) and key else key
+        return first in wanted
+
+    return sum(cache.forget_where(doomed) for cache in list(_EVERY_OPEN_ONCE))
