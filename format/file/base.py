@@ -214,6 +214,18 @@ class DataFileReader(ABC):
     def take(self, fields: Sequence[LanceField], indices: np.ndarray) -> list[pa.Array]:
         """The rows at sorted, unique physical offsets `indices` (uint64), one array per field."""
 
+    def read_at_once(
+        self, fields: Sequence[LanceField], ranges: Sequence[tuple[int, int]]
+    ) -> list[pa.Array]:
+        """`fields` over a few short, sorted, disjoint row `ranges`, back to back, one array
+        per field: the lookups of an index file at scattered places, all read together
+        where the format allows (here: a streaming `read` of them)."""
+        most = max((b - a for a, b in ranges), default=1)
+        steps = list(self.read(fields, ranges, batch_size=max(1, most)))
+        if not steps:
+            return [pa.array([], type=f.arrow_type) for f in fields]
+        return [pa.concat_arrays([s[i] for s in steps]) for i in range(len(fields))]
+
     def page_breaks(self, fields: Sequence[LanceField]) -> list[PageBreaks]:
         """The page starts of the row-aligned columns `fields` read, for `page_aligned_ranges`
         (none where the format has no such pages or they are not known cheaply)."""

@@ -35,6 +35,8 @@ def _column_fields(schema: LanceSchema, version: str) -> list[int]:
 # IVF index's partitions): the page indexes of up to this many pages per column stay with
 # the open file between reads (a few hundred KB each for 8 MB pages).
 KEPT_PAGE_INDEXES = 16
+# Ranges of at most this many rows, when several are asked at once, are read in one round.
+_AT_ONCE_ROWS = 1 << 16
 
 
 class IndexFile:
@@ -125,7 +127,8 @@ class IndexFile:
 
     def read_ranges(self, names: Sequence[str], ranges: Sequence[tuple[int, int]]) -> pa.Table:
         """Columns `names` over the sorted, disjoint row `ranges`, back to back, as one
-        table (one read of the file for all of them)."""
+        table: several short ranges (lookups at scattered places) read together in one
+        round (`read_at_once`), others streamed step by step and decoded on the pool."""
         fields = [self.field(n) for n in names]
         schema = pa.schema([f.to_arrow() for f in fields])
         ranges = [(int(a), int(b)) for a, b in ranges if b > a]
@@ -134,6 +137,9 @@ class IndexFile:
         start, stop = ranges[0][0], ranges[-1][1]
         try:
             most = max(b - a for a, b in ranges)
+            if len(ranges) > 1 and most <= _AT_ONCE_ROWS:
+                arrays = self._reader.read_at_once(fields, ranges)
+                return pa.Table.from_arrays(arrays, schema=schema)
             steps = list(self._reader.read(fields, ranges, batch_size=most))
         except LanceError:
             raise

@@ -262,6 +262,32 @@ class StructuralFileReader(DataFileReader):
                     col.pages_for(end - 1, end) if end else (), self.kept_page_indexes
                 )
 
+    def read_at_once(
+        self, fields: Sequence[LanceField], ranges: Sequence[tuple[int, int]]
+    ) -> list[pa.Array]:
+        """`fields` over a few short, sorted, disjoint row `ranges`, back to back: the
+        plans of every range's pages driven together, so the whole lookup is one round of
+        reads and one pass of decoding (a MinHash search's band pages: one step per page
+        cost a round and its bookkeeping each)."""
+        most = max((b - a for a, b in ranges), default=1)
+        check_read_args(self.path, ranges, max(1, most), self.num_rows)
+        plan = self._plan(fields)
+        cols = [c for _, leaves in plan for c in leaves]
+        owners, plans = [], []
+        try:
+            for i, col in enumerate(cols):
+                s = col.starts
+                for start, stop in ranges:
+                    for k in col.pages_for(start, stop):
+                        lo = s[k]
+                        a, b = max(start, lo) - lo, min(stop, s[k + 1]) - lo
+                        owners.append(i)
+                        plans.append(self._range_plan(col, k, a, b))
+            return self._step(plan, cols, owners, plans, parallel=False)
+        finally:
+            for col in cols:
+                col.forget_except((), self.kept_page_indexes)
+
     def _step(
         self,
         plan: list[tuple[LanceField, list[_Column]]],

@@ -470,8 +470,8 @@ class MinHashSegment:
 
     def _pages(self, pages: list[int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """(band keys, documents) of logical pages of the band table (ascending), decoded:
-        those PAGES does not hold read by one call of the file reader (a step per page,
-        its page index kept by the open file), then held for the next searches, as
+        those PAGES does not hold read together in one round (`IndexFile.read_ranges`,
+        the pages' indexes kept by the open file), then held for the next searches, as
         pylance's page cache holds them."""
         out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         missing = []
