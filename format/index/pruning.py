@@ -198,10 +198,11 @@ def prune(core: Core, sql: str, filter_schema: pa.Schema) -> IndexPruning | None
         return None  # a MemWAL index: rows not in the fragments yet
     if stable and frag_reuse_of(manifest) is not None:
         return None
-    by_column = _usable_indices(core, entries)
-    ngrams = _segments_of(core, entries, "NGRAM")
-    blooms = {} if stable else _segments_of(core, entries, "BLOOMFILTER")
-    rtrees = {} if stable else _segments_of(core, entries, "RTREE")
+    indexed = _top_level(core, entries, stable)
+    by_column = _usable_indices(indexed)
+    ngrams = _segments_of(indexed, "NGRAM")
+    blooms = {} if stable else _segments_of(indexed, "BLOOMFILTER")
+    rtrees = {} if stable else _segments_of(indexed, "RTREE")
     if not by_column and not ngrams and not blooms and not rtrees:
         return None
     # the same filter on the same version and indices (a read's GetFlightInfo and DoGets)
@@ -237,11 +238,12 @@ def prune(core: Core, sql: str, filter_schema: pa.Schema) -> IndexPruning | None
     return pruning
 
 
-def _top_level(core: Core, entries: list[IndexEntry]) -> list[tuple[str, str, IndexEntry]]:
+def _top_level(
+    core: Core, entries: list[IndexEntry], stable: bool
+) -> list[tuple[str, str, IndexEntry]]:
     """(column name, kind, entry) of the scalar indices pruning reads (index version 0, and
-    the BTREE of a dataset with stable row ids) that cover one top-level column."""
+    the BTREE of a dataset with `stable` row ids) that cover one top-level column."""
     top = {f.id: f.name for f in core.manifest.schema.fields}
-    stable = any(f.WhichOneof("row_id_sequence") for f in core.manifest.pb.fragments)
     out = []
     for e in entries:
         if len(e.field_ids) != 1 or e.field_ids[0] not in top or e.fragment_ids is None:
@@ -259,20 +261,23 @@ def _holds_addresses(entry: IndexEntry) -> bool:
     return scalar_kind(entry) == "BTREE" and entry.index_version == 1
 
 
-def _usable_indices(core: Core, entries: list[IndexEntry]) -> dict[str, IndexEntry]:
-    """Top-level column name -> a BTREE or BITMAP index over it that pruning can read."""
+def _usable_indices(indexed: list[tuple[str, str, IndexEntry]]) -> dict[str, IndexEntry]:
+    """Top-level column name -> a BTREE or BITMAP index over it that pruning can read
+    (`indexed`: `_top_level`'s)."""
     out: dict[str, IndexEntry] = {}
-    for column, kind, e in _top_level(core, entries):
+    for column, kind, e in indexed:
         if kind in ("BTREE", "BITMAP"):
             out.setdefault(column, e)
     return out
 
 
-def _segments_of(core: Core, entries: list[IndexEntry], wanted: str) -> dict[str, list[IndexEntry]]:
-    """Top-level column name -> the segments of one NGRAM (or BLOOMFILTER) index over it
-    (they cover disjoint fragments)."""
+def _segments_of(
+    indexed: list[tuple[str, str, IndexEntry]], wanted: str
+) -> dict[str, list[IndexEntry]]:
+    """Top-level column name -> the segments of one NGRAM (or BLOOMFILTER, RTREE) index
+    over it (they cover disjoint fragments; `indexed`: `_top_level`'s)."""
     out: dict[str, list[IndexEntry]] = {}
-    for column, kind, e in _top_level(core, entries):
+    for column, kind, e in indexed:
         if kind == wanted and (column not in out or out[column][0].name == e.name):
             out.setdefault(column, []).append(e)
     return out

@@ -276,18 +276,6 @@ def _rows_holding(seg: _Segment, ids: np.ndarray) -> np.ndarray:
     return rel
 
 
-def offsets_of_ids(
-    data: bytes,
-    ids: np.ndarray,
-    *,
-    source: str = "row id sequence",
-    expected_len: int | None = None,
-) -> np.ndarray:
-    """`offsets_in_segments` of a serialized RowIdSequence."""
-    segments = row_id_segments(data, source=source, expected_len=expected_len)
-    return offsets_in_segments(segments, ids)
-
-
 def decode_row_versions(
     data: bytes, *, source: str = "row version sequence", expected_len: int | None = None
 ) -> np.ndarray:

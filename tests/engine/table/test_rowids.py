@@ -23,8 +23,9 @@ from quiver.format.table.rowids import (
     decode_row_versions,
     encode_row_ids,
     encode_row_versions,
-    offsets_of_ids,
+    offsets_in_segments,
     row_id_count,
+    row_id_segments,
 )
 
 U64_MAX = 2**64 - 1
@@ -588,8 +589,8 @@ def test_pylance_reads_our_sequences(tmp_path: Path) -> None:
     ),
     asked_seed=st.integers(0, 2**32 - 1),
 )
-def test_offsets_of_ids_are_the_rows_holding_them(runs, asked_seed) -> None:
-    """`offsets_of_ids` finds, segment by segment (one per run here: ranges, ranges with
+def test_offsets_in_segments_are_the_rows_holding_them(runs, asked_seed) -> None:
+    """`offsets_in_segments` finds, segment by segment (one per run here: ranges, ranges with
     holes or bitmaps, sorted and unsorted arrays, the offset carried from segment to
     segment), the rows the materialised sequence holds the asked ids in."""
     rng = np.random.default_rng(asked_seed)
@@ -612,11 +613,11 @@ def test_offsets_of_ids_are_the_rows_holding_them(runs, asked_seed) -> None:
     pool = np.concatenate([everything, np.arange(0, 310_000, 997, dtype=np.uint64)])
     asked = np.unique(rng.choice(pool, size=min(len(pool), 40)))
     want = np.flatnonzero(np.isin(everything, asked))
-    got = offsets_of_ids(data, asked, expected_len=len(everything))
+    got = offsets_in_segments(row_id_segments(data, expected_len=len(everything)), asked)
     assert got.dtype == np.int64 and got.tolist() == want.tolist()
 
 
-def test_offsets_of_ids_in_every_kind_of_segment() -> None:
+def test_offsets_in_segments_of_every_kind() -> None:
     """A hand-made sequence of each segment kind, a range with an empty holes array too."""
     data = _seq(
         _range(10, 15),
@@ -630,4 +631,4 @@ def test_offsets_of_ids_in_every_kind_of_segment() -> None:
     for asked in ([], [12], [10, 14, 105, 203, 305, 307, 503, 905], everything.tolist()):
         asked = np.unique(np.array(asked, dtype=np.uint64))  # sorted, as asked for
         want = np.flatnonzero(np.isin(everything, asked)).tolist()
-        assert offsets_of_ids(data, asked).tolist() == want, asked
+        assert offsets_in_segments(row_id_segments(data), asked).tolist() == want, asked
