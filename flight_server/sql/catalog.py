@@ -94,8 +94,11 @@ class Planning:
     tables: dict[str, QuiverTable] = field(default_factory=dict)  # dataset name -> latest table
     opened: list[QuiverTable] = field(default_factory=list)  # every table resolved
     part: tuple[int, int] | None = None  # (i, n): tables read only their i-th of n groups
-    # why resolving a table failed (the engine may hand the error back only as text)
-    failure: QuiverError | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)  # "$1" -> its value
+    searched: bool = False  # a search table function ran (its rows are not cut in parts)
+    # why resolving a table or running a search failed (the engine may hand the error back
+    # only as text): a QuiverError, or the engine's own error for a search
+    failure: Exception | None = None
 
 
 _current = threading.local()
@@ -114,6 +117,11 @@ def planning(scope: Planning) -> Iterator[Planning]:
 
 def _scope() -> Planning | None:
     return getattr(_current, "scope", None)
+
+
+def current_planning() -> Planning | None:
+    """The statement being planned on this thread, if any."""
+    return _scope()
 
 
 class QuiverCatalog(CatalogProvider):
@@ -140,6 +148,25 @@ class QuiverCatalog(CatalogProvider):
         scope = _scope()
         if scope is None:  # names are resolved only while a statement is planned
             return None
+        found = self.open_dataset(scope, schema, table)
+        if found is None:
+            return None
+        ds, target, ref = found
+        quiver_table = QuiverTable(
+            ds, target, self.partitions, part=scope.part, step_bytes=self.step_bytes
+        )
+        if ref is None:
+            scope.tables[target] = quiver_table
+        scope.opened.append(quiver_table)
+        return Table(quiver_table)
+
+    def open_dataset(
+        self, scope: Planning, schema: str, table: str
+    ) -> tuple[Any, str, str | None] | None:
+        """(the dataset version, its name, the version reference) that `schema.table` names
+        for `scope`'s caller, the version recorded in `scope.resolved` (and read at the pinned
+        one when the statement is planned again); None if there is no such dataset. A
+        dataset the caller may not read raises PermissionDenied."""
         base, branch, ref = table_ref(table)
         refused = None
         for name in dataset_names(schema, base):
@@ -156,13 +183,7 @@ class QuiverCatalog(CatalogProvider):
             if ds is None:
                 continue
             scope.resolved[key] = ds.version
-            quiver_table = QuiverTable(
-                ds, target, self.partitions, part=scope.part, step_bytes=self.step_bytes
-            )
-            if ref is None:
-                scope.tables[target] = quiver_table
-            scope.opened.append(quiver_table)
-            return Table(quiver_table)
+            return ds, target, ref
         if refused is not None:
             self.service.authorize(scope.identity, refused, READ)  # raises PermissionDenied
         return None

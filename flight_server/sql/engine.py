@@ -34,6 +34,7 @@ from quiver.flight_server.sql.catalog import (
     planning,
 )
 from quiver.flight_server.sql.recent import RecentPlans, plan_key
+from quiver.flight_server.sql.search import register_searches
 from quiver.format.dataset.sql.pushdown import push_down
 from quiver.format.dataset.sql.table import STEP_BYTES
 
@@ -106,6 +107,7 @@ class SqlEngine:
         self.context = SessionContext(config, runtime)
         catalog = QuiverCatalog(service, self.partitions, step_bytes)
         self.context.register_catalog_provider(CATALOG, catalog)
+        register_searches(self.context, catalog)
         self._options = (
             SQLOptions().with_allow_ddl(False).with_allow_dml(False).with_allow_statements(False)
         )
@@ -131,8 +133,13 @@ class SqlEngine:
         recent = self._recent.get(key, identity, pinned=pins is not None)
         if recent is not None:
             return recent
-        scope = Planning(identity, dict(pins or {}), part=part)
         values = {str(i + 1): v for i, v in enumerate(parameters or [])}
+        scope = Planning(
+            identity,
+            dict(pins or {}),
+            part=part,
+            parameters={f"${k}": v for k, v in values.items()},
+        )
         with planning(scope):
             try:
                 if isinstance(query, bytes):
@@ -222,6 +229,8 @@ def _engine_failure(e: BaseException, translate: Any) -> BaseException:
 
 
 def _parts(planned: PlannedQuery) -> int:
+    if planned.planning.searched:
+        return 1  # a search's rows are whole in every plan of the statement
     with planning(planned.planning):
         try:
             plan = planned.frame.execution_plan()
