@@ -37,6 +37,7 @@ from quiver.flight_server.sql.recent import RecentPlans, plan_key
 from quiver.flight_server.sql.search import register_searches
 from quiver.format.dataset.sql.pushdown import push_down
 from quiver.format.dataset.sql.table import STEP_BYTES
+from quiver.format.expr.tokens import contains_tokens_udf
 
 if TYPE_CHECKING:
     from quiver.flight_server.service import DatasetService
@@ -108,6 +109,7 @@ class SqlEngine:
         catalog = QuiverCatalog(service, self.partitions, step_bytes)
         self.context.register_catalog_provider(CATALOG, catalog)
         register_searches(self.context, catalog)
+        self.context.register_udf(contains_tokens_udf())
         self._options = (
             SQLOptions().with_allow_ddl(False).with_allow_dml(False).with_allow_statements(False)
         )

@@ -14,6 +14,7 @@ from quiver.format.expr import types as T
 from quiver.format.expr.functions_array import ArrayFunctions
 from quiver.format.expr.functions_geo import GeoFunctions
 from quiver.format.expr.functions_scalar import ScalarFunctions
+from quiver.format.expr.tokens import contains_tokens, query_tokens
 from quiver.format.expr.typed import NULL_BOOL, Typed, const
 
 
@@ -80,6 +81,8 @@ class FunctionCalls(ScalarFunctions, ArrayFunctions, GeoFunctions):
                 if x.const:
                     return const(pa.scalar(x.value.is_valid))
                 return Typed(type=pa.bool_(), expr=pc.is_valid(x.expr))
+            if name == "contains_tokens":
+                return self._contains_tokens(args)
             if name == "regexp_match" and len(args) == 2 and self.regexp_match_lists:
                 return self._regexp_match_list(args[0], args[1])
             if name == "regexp_match" and len(args) in (2, 3):
@@ -157,6 +160,23 @@ class FunctionCalls(ScalarFunctions, ArrayFunctions, GeoFunctions):
         if bound is not None:
             return bound
         raise self.unsupported(f"{self._text(node)!r}")
+
+    def _contains_tokens(self, args: list[exp.Expression]) -> Typed:
+        """pylance's `contains_tokens(text, 'words')` (`format.expr.tokens`); integers are
+        read as their digits, as pylance casts them."""
+        if len(args) != 2:
+            raise self.bind_error(f"contains_tokens needs two arguments, got {len(args)}")
+        x = self.bind(args[0])
+        if T.is_null_type(x.type):
+            return const(NULL_BOOL)
+        if T.is_integer(x.type):
+            x = self._cast(x, pa.string())
+        if not T.is_string(x.type):
+            raise self.bind_error(
+                f"contains_tokens needs a string, got {x.sql or 'a value'} ({x.type})"
+            )
+        tokens = query_tokens(self._string_arg(args[1], "contains_tokens"))
+        return self._call(contains_tokens, [x], pa.bool_(), sql="contains_tokens", tokens=tokens)
 
     def _more_functions(self, node: exp.Expression) -> Typed | None:
         """DataFusion's other scalar, list and spatial functions (`functions_scalar`,

@@ -271,3 +271,17 @@ def test_prepared_search_schema(served: tuple[str, Path]) -> None:
     assert answer.num_rows == 3
     assert pc.all(pc.greater(answer["_score"], 0)).as_py()
     assert schema.equals(answer.schema)
+
+
+def test_contains_tokens_in_flight_sql(served: tuple[str, Path]) -> None:
+    """pylance's `contains_tokens` filter function: the rows pylance's filter keeps."""
+    address, root = served
+    with _login(address) as conn:
+        ours = fetch(
+            conn, "SELECT id FROM docs WHERE contains_tokens(text, 'apple fox') ORDER BY id"
+        )
+    want = lance.dataset(str(root / "docs.lance")).to_table(
+        columns=["id"], filter="contains_tokens(text, 'apple fox')"
+    )
+    assert ours["id"].to_pylist() == sorted(want["id"].to_pylist())
+    assert 0 < ours.num_rows < 500

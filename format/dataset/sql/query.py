@@ -22,6 +22,7 @@ from quiver.format.dataset.sql.pushdown import push_down
 from quiver.format.dataset.sql.spatial import spatial_query
 from quiver.format.dataset.sql.table import QuiverTable, View
 from quiver.format.errors import InvalidInputError
+from quiver.format.expr.tokens import contains_tokens_udf
 
 if TYPE_CHECKING:
     from quiver.format.dataset.dataset import LanceDataset
@@ -42,7 +43,7 @@ PARTITIONS = max(1, min(os.cpu_count() or 1, 8))
 
 def engine_context() -> Any:
     """A DataFusion session for queries over Quiver's tables: PARTITIONS partitions, no
-    information schema, strings as plain arrays."""
+    information schema, strings as plain arrays, pylance's `contains_tokens`."""
     from datafusion import SessionConfig, SessionContext
 
     config = (
@@ -51,7 +52,9 @@ def engine_context() -> Any:
         .with_information_schema(False)
         .set("datafusion.sql_parser.map_string_types_to_utf8view", "false")
     )
-    return SessionContext(config)
+    context = SessionContext(config)
+    context.register_udf(contains_tokens_udf())
+    return context
 
 
 class SqlQueryBuilder:
