@@ -157,7 +157,7 @@ def _checked(name: str, position: int, arg: str, kind: type, value: Any) -> Any:
     return value
 
 
-def _text_query(query: str, columns: list[str] | None) -> Any:
+def _text_query(name: str, query: str, columns: list[str] | None) -> Any:
     """The engine's full-text query: JSON object text is a structured query, anything else
     the words to match (in `columns` when given)."""
     stripped = query.strip()
@@ -169,7 +169,7 @@ def _text_query(query: str, columns: list[str] | None) -> Any:
         if isinstance(structured, dict):
             if columns is not None:
                 raise InvalidArgument(
-                    "search: a structured query names its columns itself (no 'columns' argument)"
+                    f"{name}: a structured query names its columns itself (no 'columns' argument)"
                 )
             return structured
     return query if columns is None else {"query": query, "columns": columns}
@@ -198,7 +198,7 @@ def _search(name: str, ds: Any, args: dict[str, Any]) -> pa.Table:
     if name == "vector_search":
         nearest = {"column": args["column"], "q": args["vector"], "k": limit}
         return ds.to_table(nearest=nearest, **common)
-    text = _text_query(args["query"], args.get("columns"))
+    text = _text_query(name, args["query"], args.get("columns"))
     if name == "search":
         return ds.to_table(full_text_query=text, limit=limit, **common)
     nearest = {"column": args["column"], "q": args["vector"]}
