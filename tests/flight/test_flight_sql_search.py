@@ -223,6 +223,8 @@ def test_hybrid_search_answers_as_the_engine(served: tuple[str, Path]) -> None:
         ("search('docs', 'apple', 'ten')", "INVALID_ARGUMENT", "limit.*positive integer"),
         ("search('docs', NULL)", "INVALID_ARGUMENT", r"argument 2 \(query\) is NULL"),
         ("search('docs', 'apple', 5, 'nope')", "INVALID_ARGUMENT", "nope"),
+        ("search('docs', '{\"match\": {\"terms\": \"a\"}}', 5, 'text')", "INVALID_ARGUMENT",
+         "names its columns itself"),
         ("search('docs', 'apple', 5, NULL, 'nope > 1')", "INVALID_ARGUMENT", "nope"),
         ("search('docs@v9', 'apple')", "NOT_FOUND", "no version or tag 'v9'"),
         ("search($1, 'apple')", "INVALID_ARGUMENT", "cannot be a parameter"),
