@@ -2764,6 +2764,165 @@ static inline int rq_before(const rq_step *x, const rq_step *y)
     return x->t < y->t || (x->t == y->t && x->dim < y->dim);
 }
 
+/* Rust's `slice::sort_unstable_by` (ipnsort, Rust 1.81 on) of steps by t alone, redone move
+ * for move: pylance sorts a row's steps so, from the order it makes them in (by dimension,
+ * then code), and where steps share a t the order it leaves them in moves the sweep's float32
+ * sums (and at a near-tie the rescale it picks). Our own walk of that algorithm: an insertion
+ * sort of 20 steps or fewer; else an already sorted (or strictly descending, then reversed)
+ * run of them all kept; else a quicksort whose pivot is a (recursive) median of three, a
+ * Lomuto partition through a moving gap, an insertion sort of 32 steps or fewer (the small
+ * sorts of a 16-byte element are stable) and a heapsort past 2 * log2(n) partitions. `le`
+ * makes the comparison "not greater" (the partition of steps equal to an earlier pivot). */
+static inline int rs_less(const rq_step *x, const rq_step *y, int le)
+{
+    return le ? !(y->t < x->t) : x->t < y->t;
+}
+
+static void rs_insertion(rq_step *v, int64_t n)
+{
+    for (int64_t i = 1; i < n; i++) {
+        const rq_step item = v[i];
+        int64_t j = i;
+        while (j > 0 && item.t < v[j - 1].t) {
+            v[j] = v[j - 1];
+            j--;
+        }
+        v[j] = item;
+    }
+}
+
+static int64_t rs_median3(const rq_step *v, int64_t a, int64_t b, int64_t c)
+{
+    const int x = v[a].t < v[b].t, y = v[a].t < v[c].t;
+    if (x != y)
+        return a;
+    const int z = v[b].t < v[c].t;
+    return (z ^ x) ? c : b;
+}
+
+static int64_t rs_median3_rec(const rq_step *v, int64_t a, int64_t b, int64_t c, int64_t n)
+{
+    if (n * 8 >= 64) {
+        const int64_t n8 = n / 8;
+        a = rs_median3_rec(v, a, a + n8 * 4, a + n8 * 7, n8);
+        b = rs_median3_rec(v, b, b + n8 * 4, b + n8 * 7, n8);
+        c = rs_median3_rec(v, c, c + n8 * 4, c + n8 * 7, n8);
+    }
+    return rs_median3(v, a, b, c);
+}
+
+static int64_t rs_partition(rq_step *v, int64_t n, int64_t pivot, int le)
+{
+    rq_step swap = v[0];
+    v[0] = v[pivot];
+    v[pivot] = swap;
+    const rq_step p = v[0];
+    rq_step *w = v + 1;
+    const int64_t m = n - 1;
+    int64_t lt = 0;
+    if (m > 0) {
+        const rq_step held = w[0];
+        int64_t gap = 0;
+        for (int64_t r = 1; r <= m; r++) {
+            const rq_step item = r < m ? w[r] : held;
+            const int is_lt = rs_less(&item, &p, le);
+            w[gap] = w[lt];
+            w[lt] = item;
+            gap = r;
+            lt += is_lt;
+        }
+    }
+    swap = v[0];
+    v[0] = v[lt];
+    v[lt] = swap;
+    return lt;
+}
+
+static void rs_heapsort(rq_step *v, int64_t n)
+{
+    for (int64_t i = n + n / 2 - 1; i >= 0; i--) {
+        int64_t node = 0;
+        if (i >= n)
+            node = i - n;
+        else {
+            const rq_step swap = v[0];
+            v[0] = v[i];
+            v[i] = swap;
+        }
+        const int64_t len = i < n ? i : n;
+        for (;;) {
+            int64_t child = 2 * node + 1;
+            if (child >= len)
+                break;
+            if (child + 1 < len)
+                child += v[child].t < v[child + 1].t;
+            if (!(v[node].t < v[child].t))
+                break;
+            const rq_step swap = v[node];
+            v[node] = v[child];
+            v[child] = swap;
+            node = child;
+        }
+    }
+}
+
+static void rs_quicksort(rq_step *v, int64_t n, const rq_step *ancestor, unsigned limit)
+{
+    for (;;) {
+        if (n <= 32) {
+            rs_insertion(v, n);
+            return;
+        }
+        if (limit == 0) {
+            rs_heapsort(v, n);
+            return;
+        }
+        limit--;
+        const int64_t n8 = n / 8;
+        const int64_t pivot = n < 64 ? rs_median3(v, 0, n8 * 4, n8 * 7)
+                                     : rs_median3_rec(v, 0, n8 * 4, n8 * 7, n8);
+        if (ancestor && !(ancestor->t < v[pivot].t)) {
+            const int64_t k = rs_partition(v, n, pivot, 1);
+            v += k + 1;
+            n -= k + 1;
+            ancestor = NULL;
+            continue;
+        }
+        const int64_t k = rs_partition(v, n, pivot, 0);
+        rs_quicksort(v, k, ancestor, limit);
+        ancestor = v + k;
+        v += k + 1;
+        n -= k + 1;
+    }
+}
+
+static void rs_sort_unstable(rq_step *v, int64_t n)
+{
+    if (n < 2)
+        return;
+    if (n <= 20) {
+        rs_insertion(v, n);
+        return;
+    }
+    int64_t run = 2;
+    const int descending = v[1].t < v[0].t;
+    while (run < n && (descending ? v[run].t < v[run - 1].t : !(v[run].t < v[run - 1].t)))
+        run++;
+    if (run == n) {
+        if (descending)
+            for (int64_t i = 0, j = n - 1; i < j; i++, j--) {
+                const rq_step swap = v[i];
+                v[i] = v[j];
+                v[j] = swap;
+            }
+        return;
+    }
+    unsigned log2 = 0;
+    for (uint64_t m = (uint64_t)n | 1; m > 1; m >>= 1)
+        log2++;
+    rs_quicksort(v, n, NULL, 2 * log2);
+}
+
 /* Fraction of the sweep's end where it starts, by extended bits. */
 static const float RQ_SWEEP_START[9] = {0.0f, 0.15f, 0.20f, 0.52f, 0.59f,
                                         0.71f, 0.75f, 0.77f, 0.81f};
@@ -2776,13 +2935,34 @@ static inline int64_t rq_bucket(float t, float t_start, float scale)
     return b < 0 ? 0 : (b >= RQ_BUCKETS ? RQ_BUCKETS - 1 : b);
 }
 
+/* The sweep over `n` steps in order from the sums at its start (`best` their ratio, at
+ * `best_t`): the t of the first step to the largest ratio; `*tied` is set when two steps in a
+ * row share a t. */
+static float rq_sweep(const float *a, const rq_step *sorted, int64_t n, float num, float den,
+                      float best, float best_t, int *tied)
+{
+    for (int64_t i = 0; i < n; i++) {
+        num = num + a[sorted[i].dim];
+        den = den + (float)(2 * sorted[i].code);
+        const float ratio = num / sqrtf(den);
+        if (i > 0 && sorted[i].t == sorted[i - 1].t)
+            *tied = 1;
+        if (ratio > best) {
+            best = ratio;
+            best_t = sorted[i].t;
+        }
+    }
+    return best_t;
+}
+
 /* The rescale t of one row of unit magnitudes a[0..dim) (none zero-length): its codes
  * floor(t * a + 1e-5), at most `top`, have the largest <code + 1/2, a> / |code + 1/2|. From
- * where the sweep starts, each step of one dimension's code, in increasing t (ties by
- * dimension), moves the sums; the first step to their largest ratio sets t. Every operation
- * float32, sums in dimension order then in step order (pylance's). The steps are ordered by
- * buckets of t, then by insertion within a bucket (few share one). `steps` and `sorted` hold
- * dim * top steps, `counts` RQ_BUCKETS + 1 entries. */
+ * where the sweep starts, each step of one dimension's code, in increasing t, moves the
+ * sums; the first step to their largest ratio sets t. Every operation float32, sums in
+ * dimension order then in step order (pylance's). The steps are ordered by buckets of t, then
+ * by insertion within a bucket (few share one), steps at one t by dimension; where that
+ * order of them can matter, in pylance's unstable sort's order (see below). `steps` and
+ * `sorted` hold dim * top steps, `counts` RQ_BUCKETS + 1 entries. */
 static float rq_row_rescale(const float *a, int64_t dim, int top, int eb, rq_step *steps,
                             rq_step *sorted, int64_t *counts)
 {
@@ -2813,9 +2993,9 @@ static float rq_row_rescale(const float *a, int64_t dim, int top, int eb, rq_ste
             n++;
         }
     }
-    float best = num / sqrtf(den), best_t = t_start;
+    const float first = num / sqrtf(den);
     if (n == 0)
-        return best_t;
+        return t_start;
     const float scale = (float)RQ_BUCKETS / (t_end - t_start);
     memset(counts, 0, sizeof(int64_t) * (RQ_BUCKETS + 1));
     for (int64_t i = 0; i < n; i++)
@@ -2833,16 +3013,31 @@ static float rq_row_rescale(const float *a, int64_t dim, int top, int eb, rq_ste
         }
         sorted[j] = item;
     }
-    for (int64_t i = 0; i < n; i++) {
-        num = num + a[sorted[i].dim];
-        den = den + (float)(2 * sorted[i].code);
-        const float ratio = num / sqrtf(den);
-        if (ratio > best) {
-            best = ratio;
-            best_t = sorted[i].t;
+    int tied = 0;
+    const float t = rq_sweep(a, sorted, n, num, den, first, t_start, &tied);
+    if (!tied)
+        return t;
+    /* Steps sharing a t are summed in pylance in the order its unstable sort leaves them
+     * (from the order they were made in): a few ulps of the float32 sums, which at a near-tie
+     * move the answer. Where the sweep with every such group reversed answers the same, so
+     * does pylance's order (each group is in one of those two orders when, as nearly always,
+     * it holds two steps); where it does not, sweep in pylance's order itself. */
+    for (int64_t i = 0; i < n;) {
+        int64_t j = i + 1;
+        while (j < n && sorted[j].t == sorted[i].t)
+            j++;
+        for (int64_t lo = i, hi = j - 1; lo < hi; lo++, hi--) {
+            const rq_step swap = sorted[lo];
+            sorted[lo] = sorted[hi];
+            sorted[hi] = swap;
         }
+        i = j;
     }
-    return best_t;
+    if (rq_sweep(a, sorted, n, num, den, first, t_start, &tied) == t)
+        return t;
+    memcpy(sorted, steps, sizeof(rq_step) * (size_t)n);
+    rs_sort_unstable(sorted, n);
+    return rq_sweep(a, sorted, n, num, den, first, t_start, &tied);
 }
 
 /* In place: the Walsh-Hadamard butterflies of v[0..t) (t a power of two) at strides

@@ -284,7 +284,7 @@ def encode(
     uint8, SQ codes (n, dim) uint8, RQ records (`rq_build.encode`) or the vectors (n, dim)
     float32. Their distances to their centroids add to `model.loss` (the IVF loss pylance
     records is over every row)."""
-    labels, dists = assign(x, model.centroids, params.assign_metric)
+    labels, dists = assign(x, model.centroids, params.assign_metric, settle_ties=True)
     model.loss += float(dists.sum(dtype=np.float64))
     if params.storage_kind == "IVF_FLAT":
         return labels, x

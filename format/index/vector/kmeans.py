@@ -10,7 +10,10 @@ populous cluster (both nudged apart), so none stays empty.
 Assignment is the cost. It is one matrix product per chunk of rows (BLAS), chunks spread over
 the cores:
 |x - c|^2 = |x|^2 + (|c|^2 - 2 x.c), the bracket from rows extended with a 1 against
-centroids extended with |c|^2, then an argmin per row.
+centroids extended with |c|^2, then an argmin per row. The product rounds otherwise than
+pylance's own distance kernel, so the final assignment of an index's rows settles near-ties
+(the few rows whose best centroids are closer than the roundings can tell) with pylance's
+float32 distance (`f32.l2_lanes`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
+
+from quiver.format.index.vector.f32 import l2_lanes
 
 __all__ = ["KMeans", "assign", "kmeans", "normalize"]
 
@@ -47,6 +52,8 @@ def _blas_limit() -> Any:
     return _BLAS[0].limit(limits=1, user_api="blas")
 
 
+# Centroids a near-tie is settled among (the best few by the matrix product).
+_NEAR_TIE_CANDIDATES = 4
 # How far apart the two halves of a split cluster start.
 _SPLIT_EPS = np.float32(1.0 / 1024.0)
 
@@ -72,10 +79,13 @@ def assign(
     metric: str = "l2",
     *,
     columns: tuple[int, int] | None = None,
+    settle_ties: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each row's nearest centroid (int32) and its distance (float32). `x` is (n, width)
     float32; `columns` (start, stop) compares only that slice of each row (a PQ sub-vector)
-    with centroids of that many values."""
+    with centroids of that many values. With `settle_ties` (l2), a row whose nearest
+    centroids the product cannot tell apart takes the one pylance's float32 distance
+    takes (`_settle_near_ties`): an index's partitions are then pylance's row for row."""
     if columns is not None:
         x = x[:, columns[0] : columns[1]]
     n, dim = x.shape
@@ -90,6 +100,8 @@ def assign(
     labels = np.empty(n, dtype=np.int32)
     dists = np.empty(n, dtype=np.float32)
 
+    reach = _near_tie_reach(x, c) if settle_ties and not dot and len(c) > 1 else None
+
     def run(lo: int) -> None:
         hi = min(lo + _CHUNK_ROWS, n)
         block = np.empty((hi - lo, dim + 1), dtype=np.float32)
@@ -99,6 +111,8 @@ def assign(
         best = scores.argmin(axis=1)
         labels[lo:hi] = best
         dists[lo:hi] = np.take_along_axis(scores, best[:, None], axis=1)[:, 0]
+        if reach is not None:
+            _settle_near_ties(x[lo:hi], c, scores, reach[lo:hi], labels[lo:hi], dists[lo:hi])
 
     starts = range(0, n, _CHUNK_ROWS)
     if len(starts) > 1:
@@ -113,6 +127,40 @@ def assign(
         xx = np.einsum("ij,ij->i", x, x)
         np.maximum(dists + xx, 0.0, out=dists)
     return labels, dists
+
+
+def _near_tie_reach(x: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Per row, how far apart two centroids' scores (|c|^2 - 2 x.c) may be and still be in
+    the other order by pylance's float32 distance: the worst case of both roundings (each
+    score's product, and pylance's sum of squares, off by at most dim * 2^-24 times the
+    magnitudes |x|^2 + |c|^2 they add)."""
+    xx = np.einsum("ij,ij->i", x, x, dtype=np.float64)
+    cc = float(np.einsum("ij,ij->i", c, c, dtype=np.float64).max())
+    return ((xx + cc) * (x.shape[1] * 2.0**-22)).astype(np.float32)
+
+
+def _settle_near_ties(
+    x: np.ndarray,
+    c: np.ndarray,
+    scores: np.ndarray,
+    reach: np.ndarray,
+    labels: np.ndarray,
+    dists: np.ndarray,
+) -> None:
+    """For the rows whose runner-up centroid scored within `reach` of their best (in
+    place): the nearest of their four best centroids by pylance's own float32 distance
+    (`f32.l2_lanes`), the first of equals, and its score. A matrix product rounds otherwise
+    than pylance's kernel, which at a near-tie picks the other partition."""
+    bound = np.take_along_axis(scores, labels[:, None].astype(np.intp), axis=1) + reach[:, None]
+    close = np.flatnonzero((scores <= bound).sum(axis=1) >= 2)
+    if not len(close):
+        return
+    k = min(_NEAR_TIE_CANDIDATES, scores.shape[1])
+    candidates = np.argpartition(scores[close], k - 1, axis=1)[:, :k]
+    d = l2_lanes((x[close][:, None, :] - c[candidates]).astype(np.float32))
+    first = np.where(d == d.min(axis=1, keepdims=True), candidates, scores.shape[1]).min(axis=1)
+    labels[close] = first
+    dists[close] = scores[close, first]
 
 
 def _means(x: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

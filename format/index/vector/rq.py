@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from quiver.format import _kernels
 from quiver.format.errors import CorruptFileError, UnsupportedFeatureError
+from quiver.format.index.vector.f32 import dot, fma, l2, reduce16, seq_sum
 
 F = np.float32
 CODES = "_rabit_codes"
@@ -236,73 +237,6 @@ def _unpack_ex(rows: np.ndarray, eb: int, dim: int) -> np.ndarray:
     return out.reshape(n, blocks * 64)[:, :dim]
 
 
-# -- float32 kernels in pylance's orders ----------------------------------------------------
-def _fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """A fused multiply-add rounded once (float64 holds the exact product of two floats)."""
-    return (
-        np.asarray(a, np.float64) * np.asarray(b, np.float64) + np.asarray(c, np.float64)
-    ).astype(F)
-
-
-def seq_sum(v: np.ndarray) -> np.ndarray:
-    """Float32 sums along the last axis, left to right (cumsum adds in order; sum pairs):
-    a scalar for a vector, one a row for rows."""
-    v = np.asarray(v, F)
-    if v.shape[-1] == 0:
-        return np.zeros(v.shape[:-1], F)[()]
-    return np.cumsum(v, axis=-1, dtype=F)[..., -1]
-
-
-def _reduce16(acc: np.ndarray) -> np.ndarray:
-    """Sixteen lanes added by halves (8, 4, 2, 1), as `_mm512_reduce_add_ps`."""
-    a = np.asarray(acc, F)
-    for h in (8, 4, 2, 1):
-        a = (a[..., :h] + a[..., h : 2 * h]).astype(F)
-    return a[..., 0]
-
-
-def _l2(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Squared l2 of the rows of `a` to `b`: sixteen lanes summed in order, the tail apart;
-    dimensions 8 and 16 by an eight-lane kernel of fused steps (pylance's)."""
-    d = (np.asarray(a, F) - np.asarray(b, F)).astype(F)
-    if d.shape[-1] in (8, 16):
-        acc = np.zeros(d.shape[:-1] + (8,), F)
-        for i in range(0, d.shape[-1], 8):
-            acc = _fma(d[..., i : i + 8], d[..., i : i + 8], acc)
-        for h in (4, 2, 1):
-            acc = (acc[..., :h] + acc[..., h : 2 * h]).astype(F)
-        return acc[..., 0]
-    return _l2_lanes(d)
-
-
-def _l2_lanes(d: np.ndarray) -> np.ndarray:
-    sq = (d * d).astype(F)
-    n = sq.shape[-1] // 16 * 16
-    acc = np.zeros(sq.shape[:-1] + (16,), F)
-    for i in range(0, n, 16):
-        acc = (acc + sq[..., i : i + 16]).astype(F)
-    s = np.zeros(sq.shape[:-1], F)
-    for j in range(16):
-        s = (s + acc[..., j]).astype(F)
-    t = np.zeros(sq.shape[:-1], F)
-    for j in range(n, sq.shape[-1]):
-        t = (t + sq[..., j]).astype(F)
-    return (s + t).astype(F)
-
-
-def _dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a, b = np.asarray(a, F), np.asarray(b, F)
-    n = a.shape[-1] // 16 * 16
-    acc = np.zeros(np.broadcast(a, b).shape[:-1] + (16,), F)
-    for i in range(0, n, 16):
-        acc = _fma(a[..., i : i + 16], b[..., i : i + 16], acc)
-    s = _reduce16(acc)
-    t = np.zeros(np.shape(s), F)
-    for j in range(n, a.shape[-1]):
-        t = (t + (a[..., j] * b[..., j]).astype(F)).astype(F)
-    return (s + t).astype(F)
-
-
 def normalized(q: np.ndarray) -> np.ndarray:
     """A vector, or rows, scaled to unit length as pylance's IVF_RQ does (the square root of
     a float32 sum of squares taken left to right): queries, and cosine rows in builds."""
@@ -314,8 +248,8 @@ def centroid_distances(q: np.ndarray, centroids: np.ndarray, metric: str) -> np.
     """A (normalised, for cosine) query's distances to the centroids, as pylance ranks and
     weighs partitions with them."""
     if metric == "dot":
-        return (F(1) - _dot(centroids, q)).astype(F)
-    return _l2(centroids, q)
+        return (F(1) - dot(centroids, q)).astype(F)
+    return l2(centroids, q)
 
 
 # -- a query ---------------------------------------------------------------------------------
@@ -376,11 +310,11 @@ def _ex_dot(qr: np.ndarray, ex: np.ndarray, eb: int) -> np.ndarray:
         for r in range(runs):
             s = (g * runs + r) * 16
             k = r if chains == 4 else (g + r) % 2
-            acc[k] = _fma(c[:, s : s + 16], q[s : s + 16], acc[k])
+            acc[k] = fma(c[:, s : s + 16], q[s : s + 16], acc[k])
     total = (acc[0] + acc[1]).astype(F)
     if chains == 4:
         total = (total + (acc[2] + acc[3]).astype(F)).astype(F)
-    return _reduce16(total)
+    return reduce16(total)
 
 
 class RqQuery:
@@ -413,8 +347,8 @@ class RqQuery:
         b = _binary(part.nibbles, self.table, 16 if self.mode == "accurate" else 8)
         if self.metric == "dot":
             c = self.rotated_centroids[p]
-            ip = _dot(self.qr, c)
-            alpha = F(ip / _dot(c, c))
+            ip = dot(self.qr, c)
+            alpha = F(ip / dot(c, c))
             if not np.isfinite(alpha):
                 alpha = F(0)
             a_s, a_o, qf = alpha, F(1), F(F(1) - ip)

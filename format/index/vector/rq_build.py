@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from quiver.format import _kernels
 from quiver.format.errors import InvalidInputError
+from quiver.format.index.vector.f32 import l2_lanes, seq_sum
 from quiver.format.index.vector.kmeans import in_parallel
 from quiver.format.index.vector.rq import (
     _BLOCK,
@@ -35,8 +36,6 @@ from quiver.format.index.vector.rq import (
     FACTORS,
     F,
     RaBitQ,
-    _l2_lanes,
-    seq_sum,
     stored_codes,
 )
 
@@ -147,7 +146,7 @@ def _encode(
     if q.metric == "dot":
         norm = seq_sum(residual * residual)
     else:  # the IVF's float32 distance to the centroid
-        norm = _l2_lanes(residual)
+        norm = l2_lanes(residual)
     positive = ~np.signbit(rot)
     g = np.where(positive, F(0.5), F(-0.5)).astype(F)
     b_res = seq_sum(rot * g)
@@ -213,7 +212,8 @@ def _ex_codes(rot: np.ndarray, eb: int) -> tuple[np.ndarray, np.ndarray]:
     dimensions) and `sum(rot * grid)` over its full code's grid points
     (`_kernels.rq_ex_codes`: the rescale of the row's unit magnitudes whose codes
     floor(t * a + 1e-5) have the largest <code + 1/2, a> / |code + 1/2|, found by sweeping t
-    through the points where a dimension's code steps up)."""
+    through the points where a dimension's code steps up, points at the same t in the order
+    pylance's unstable sort leaves them: that order moves the float32 sums at a near-tie)."""
     rot = np.ascontiguousarray(rot, dtype=F)
     codes = np.empty(rot.shape, np.uint8)
     dots = np.empty(len(rot), F)

@@ -307,12 +307,51 @@ def test_distance_ranges_fill_k_inside_the_range(tmp_path: Path, metric: str, bi
 def test_a_given_rotation_builds_pylance_s_rows(tmp_path: Path, metric: str, bits: int) -> None:
     """`rabitq_model` (pylance's `build_rq_model`) and the same centroids: Quiver's
     `auxiliary.idx` holds pylance's rows, codes and factors, column for column."""
-    from lance.file import LanceFileReader
     from lance.lance import indices
 
-    model = indices.build_rq_model(32, num_bits=bits, dtype="float32")
-    x = _write(tmp_path / "q", 32, 1500, 9)
-    _write(tmp_path / "p", 32, 1500, 9)
+    _same_rows_from(
+        tmp_path, metric, bits, indices.build_rq_model(32, num_bits=bits, dtype="float32")
+    )
+
+
+# A rotation under which one row (481, of the first partition) has two code steps of its
+# rescale sweep at the same t: pylance's unstable sort leaves dimension 27's step before
+# dimension 22's, and in that order the sweep's float32 sums pick a rescale near 576.6 (in
+# dimension order, one near 604.5: codes 228, 25, 158, ... for pylance's 229, 24, 151, ...).
+TIED_STEPS_MODEL = (
+    '{"rotate_mat_position":null,"fast_rotation_signs":[215,206,183,155,189,5,147,184,183,105,'
+    '202,97,143,0,41,120],"rotation_type":"fast","code_dim":32,"num_bits":9,"packed":false,'
+    '"query_estimator":"raw_query"}'
+)
+
+
+def test_rescale_steps_at_one_t_taken_in_pylance_s_order(tmp_path: Path) -> None:
+    _same_rows_from(tmp_path, "dot", 9, TIED_STEPS_MODEL)
+
+
+# Under any rotation: with these rows (3,000, seed 313) row 71 is 115.678307 from the first
+# centroid and 115.678288 from the fourth; a matrix product of the whole chunk ranks them the
+# other way round from pylance's float32 distance.
+NEAR_TIE_MODEL = (
+    '{"rotate_mat_position":null,"fast_rotation_signs":[238,185,66,12,99,196,162,234,234,74,'
+    '227,158,66,215,212,34],"rotation_type":"fast","code_dim":32,"num_bits":9,"packed":false,'
+    '"query_estimator":"raw_query"}'
+)
+
+
+def test_a_row_between_two_centroids_goes_where_pylance_puts_it(tmp_path: Path) -> None:
+    _same_rows_from(tmp_path, "l2", 9, NEAR_TIE_MODEL, rows=3000, seed=313)
+
+
+def _same_rows_from(
+    tmp_path: Path, metric: str, bits: int, model: str, *, rows: int = 1500, seed: int = 9
+) -> None:
+    """Quiver and pylance build with rotation `model` and the same centroids: the same
+    `auxiliary.idx`, column for column."""
+    from lance.file import LanceFileReader
+
+    x = _write(tmp_path / "q", 32, rows, seed)
+    _write(tmp_path / "p", 32, rows, seed)
     centroids = x[:4]
     for name, engine in (("q", dataset), ("p", lance.dataset)):
         engine(str(tmp_path / name)).create_index(
