@@ -26,6 +26,7 @@ from quiver.flight_server.budget import MemoryBudget
 from quiver.flight_server.config import DEFAULT_STAGED_TTL, DEFAULT_TICKET_TTL, ServerConfig
 from quiver.flight_server.errors import Scrubber
 from quiver.flight_server.handles import DatasetHandles
+from quiver.flight_server.names import validate_name
 from quiver.flight_server.nearest import NearestTicket, is_nearest_ticket
 from quiver.flight_server.protocol import PutRequest, ReadRequest
 from quiver.flight_server.reads import DatasetSummary, EndpointStream, Reads, ScanPlan
@@ -150,7 +151,7 @@ class DatasetService:
         read before the stream is iterated."""
         verified = isinstance(token, ReadTicket | NearestTicket)
         t = token if verified else self.ticket(token)
-        self.handles.uri(t.dataset)  # validates the name before rights are looked up
+        validate_name(t.dataset)  # before rights are looked up (the read checks the directory)
         self.authorize(identity, t.dataset, READ)
         return self.reads.read(t)
 
