@@ -279,3 +279,40 @@ def test_a_segment_too_big_to_hold_is_searched_page_by_page(tmp_path: Path, monk
     for q, want in zip(queries, whole, strict=True):
         assert_same_table(dataset(ours).to_table(nearest=MinHashQuery(q, "text")), want, q)
     assert index_module.PAGES.nbytes > 0
+
+
+@pytest.mark.parametrize("failing", ["signatures.lance", "bands.lance"])
+def test_a_failed_file_write_stops_the_build_and_commits_nothing(
+    tmp_path: Path, monkeypatch, failing: str
+):
+    """Either of a segment's two files (written at once, on two threads) failing: the
+    build raises that failure, the other write stops early, and no index is committed."""
+    uri = str(tmp_path / "ds.lance")
+    _write(uri, n=3000)
+    monkeypatch.setattr(minhash_index, "_ROWS_PER_WRITE", 16)  # many batches in each file
+    real = minhash_index.write_index_file
+    batches: dict[str, int] = {}
+
+    def write(store, path, schema, tables, version, **kw):  # noqa: ANN001, ANN202
+        name = path.rsplit("/", 1)[-1]
+
+        def counted():  # noqa: ANN202
+            for i, table in enumerate(tables):
+                batches[name] = i + 1
+                if name == failing and i == 3:
+                    raise OSError(f"disk full writing {name}")
+                yield table
+
+        return real(store, path, schema, counted(), version, **kw)
+
+    monkeypatch.setattr(minhash_index, "write_index_file", write)
+    version = dataset(uri).version
+    with pytest.raises(OSError, match=f"disk full writing {failing}"):
+        dataset(uri).create_scalar_index("text", "MINHASHLSH")
+    other = "bands.lance" if failing == "signatures.lance" else "signatures.lance"
+    # written whole: 2,837 documents with text in 178 batches of 16 signatures, and 720
+    # batches of 64 band rows
+    whole = {"signatures.lance": 178, "bands.lance": 720}
+    assert batches.get(other, 0) < whole[other]  # stopped, not written to its end
+    assert dataset(uri).version == version
+    assert not [i for i in lance.dataset(uri).list_indices() if i["type"] == "MinHashLsh"]
