@@ -188,8 +188,8 @@ def prune(core: Core, sql: str, filter_schema: pa.Schema) -> IndexPruning | None
     frags = manifest.pb.fragments
     if not manifest.pb.HasField("index_section") or not frags:
         return None
-    # stable row ids: the BITMAP and NGRAM indices hold row ids, looked up in each covered
-    # fragment's row id sequence (`_RowIds`), the BTREE addresses; the others are not read
+    # stable row ids: the BITMAP, NGRAM and RTREE indices hold row ids, looked up in each
+    # covered fragment's row id sequence (`_RowIds`), the BTREE and BLOOMFILTER addresses
     stable = any(f.WhichOneof("row_id_sequence") for f in frags)
     if stable and not all(f.WhichOneof("row_id_sequence") for f in frags):
         return None
@@ -201,8 +201,8 @@ def prune(core: Core, sql: str, filter_schema: pa.Schema) -> IndexPruning | None
     indexed = _top_level(core, entries, stable)
     by_column = _usable_indices(indexed)
     ngrams = _segments_of(indexed, "NGRAM")
-    blooms = {} if stable else _segments_of(indexed, "BLOOMFILTER")
-    rtrees = {} if stable else _segments_of(indexed, "RTREE")
+    blooms = _segments_of(indexed, "BLOOMFILTER")
+    rtrees = _segments_of(indexed, "RTREE")
     if not by_column and not ngrams and not blooms and not rtrees:
         return None
     # the same filter on the same version and indices (a read's GetFlightInfo and DoGets)
@@ -256,9 +256,11 @@ def _top_level(
 
 def _holds_addresses(entry: IndexEntry) -> bool:
     """Whether an index holds row addresses where the dataset has stable row ids: pylance
-    14's BTREE of such a dataset (index version 1) does; its BITMAP and NGRAM indices hold
-    the row ids (index version 0)."""
-    return scalar_kind(entry) == "BTREE" and entry.index_version == 1
+    14's BTREE of such a dataset (index version 1) does, and a BLOOMFILTER's zones are
+    always fragments' row offsets; its BITMAP, NGRAM and RTREE indices hold the row ids
+    (index version 0)."""
+    kind = scalar_kind(entry)
+    return (kind == "BTREE" and entry.index_version == 1) or kind == "BLOOMFILTER"
 
 
 def _usable_indices(indexed: list[tuple[str, str, IndexEntry]]) -> dict[str, IndexEntry]:
@@ -453,8 +455,11 @@ class _Walker:
         if _is_null_test(node, column):
             asked: Any = "null"
 
+            # zones are row offsets, stable row ids or not
+            physical = self.physical if self.row_ids is not None else self.index_physical
+
             def search(store: ObjectStore, directory: str) -> np.ndarray:
-                return _loaded(BloomIndex, store, directory).null_rows(self.index_physical)
+                return _loaded(BloomIndex, store, directory).null_rows(physical)
         else:
             values = self._constants(node, column, field.type)
             if values is None:

@@ -207,3 +207,24 @@ def test_types_and_options_as_pylance(tmp_path: Path) -> None:
     stats = lance.dataset(path).stats.index_stats("n_idx")["segments"][0]
     assert (stats["number_of_items"], stats["probability"]) == (8192, 0.00057)
     assert lance.dataset(path).to_table(filter="n = 2").num_rows == 1
+
+
+@pytest.mark.parametrize("builder", ["quiver", "pylance"])
+def test_stable_row_ids_are_pruned_through_zones(tmp_path: Path, builder: str) -> None:
+    """With stable row ids a BLOOMFILTER's zones are still fragments' row offsets (each
+    engine writes them so, updates having moved rows first): filters are pruned by them
+    and answer as pylance's unindexed scan, after more updates and compaction too."""
+    path = str(tmp_path / "s.lance")
+    lance.write_dataset(_table(), path, max_rows_per_file=PER_FILE, enable_stable_row_ids=True)
+    lance.dataset(path).update({"i32": "i32 + 1"}, where="i64 < -2900")
+    engine = quiver if builder == "quiver" else lance
+    for column in ("i64", "s", "d"):
+        engine.dataset(path).create_scalar_index(column, "BLOOMFILTER")
+    assert quiver.dataset(path).has_stable_row_ids
+    _check_filters(path)
+    for f in (f"i64 = {_value('i64')}", "s = 's17'", "i64 IS NULL", "d = DATE '2022-01-08'"):
+        plan = quiver.dataset(path).scanner(filter=f).explain_plan()
+        assert "narrowed by" in plan, (f, plan)
+    quiver.dataset(path).update({"i64": "i64 + 1"}, where="i32 = 5")
+    lance.dataset(path).optimize.compact_files(target_rows_per_fragment=12000)
+    _check_filters(path)
