@@ -304,6 +304,13 @@ def layer_kinds(path: LeafPath, seen: np.ndarray) -> list[Layer]:
             else:
                 layers.append(Layer.ALL_VALID_LIST)
         else:
+            # pylance pushes a struct's nulls down into what it holds: an item layer under
+            # a null struct (no list between them) is nullable too, or pylance's reader of
+            # the leaf alone would see values where the struct is null
+            for above in range(d - 1, -1, -1):
+                if null or path.kinds[above] == "list":
+                    break
+                null = bool(seen[2 * above + 1])
             layers.append(Layer.NULLABLE_ITEM if null else Layer.ALL_VALID_ITEM)
     return layers
 
