@@ -148,7 +148,7 @@ def merge_segments(core: DatasetCore, segments: Any) -> Index:
     covers = set().union(*(e.fragment_ids or () for e in entries))
     by_id = {int(f.fragment_id): f for f in fragments_of(core)}
     fragments = [by_id[i] for i in sorted(covers) if i in by_id]
-    names = {f.id: f.name for f in core.lance_schema.fields}
+    names = core.lance_schema.column_paths()
     column = names.get(first.field_ids[0])
     if column is None:
         raise UnsupportedFeatureError(f"{core.uri}: segments of a nested field cannot be merged")

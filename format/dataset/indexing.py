@@ -174,10 +174,11 @@ def _name_and_uuid(
 
 
 def _indexed_field(core: DatasetCore, column: object) -> Any:
-    """The field an index is built on (refused: a column that is not a name)."""
+    """The field an index is built on: a column, or a field nested in structs by its path
+    (`meta.lang`); refused: a column that is not a name."""
     if not isinstance(column, str):
         raise InvalidInputError(f"{core.uri}: the column to index must be a name, not {column!r}")
-    return core.lance_schema.field(column, dataset=core.uri)
+    return core.lance_schema.field_at(column, dataset=core.uri)
 
 
 def commit_index_body(
@@ -252,12 +253,12 @@ def build_scalar_index(
     # train=False: an index of no rows yet, which optimize_indices fills (as pylance's)
     field = _indexed_field(core, column)
     fragments, covers = _chosen(core, fragment_ids)
-    arrow_type = core.lance_schema.project([column]).to_arrow().field(0).type
+    arrow_type = field.arrow_type
     elements = kind == "INVERTED" and bool(params.get(_fts.LIST_ELEMENT))
     if kind == "BLOOMFILTER":
         check_bloom_type(column, arrow_type)
     elif kind == "RTREE":
-        _rtree.check_field(column, core.lance_schema.project([column]).to_arrow().field(0))
+        _rtree.check_field(column, field.to_arrow())
     elif elements:  # pylance's index of list elements: its own name, lists of strings
         _fts.list_elements(pa.array([], arrow_type), np.zeros(0, np.uint64), core.uri)
         name = f"{column}_list_element_idx" if name is None else name
@@ -529,7 +530,7 @@ def build_segment(
                 "2.1" if version == "2.0" else version,
             )
         elif kind == "RTREE":
-            field = core.lance_schema.project([column]).to_arrow().field(0)
+            field = core.lance_schema.field_at(column).to_arrow()
             files = _rtree.build_rtree(
                 core.store, directory, values, row_ids, index_file_version(core),
                 _rtree.check_field(column, field),
@@ -645,7 +646,7 @@ def optimize_indices(
             "yet (name the others in index_names)"
         )
     fragments = {int(f.fragment_id): f for f in fragments_of(core)}
-    names_by_id = {f.id: f.name for f in core.lance_schema.fields}
+    names_by_id = core.lance_schema.column_paths()
     new: list[table_pb2.IndexMetadata] = []
     removed: list[table_pb2.IndexMetadata] = []
     written: list[tuple[str, str]] = []
@@ -662,10 +663,10 @@ def optimize_indices(
                 continue
             field_id = segments[0].field_ids[0]
             column = names_by_id.get(field_id)
-            if column is None:  # an index over a nested field: pylance's to rebuild
+            if column is None:  # a field inside a list: pylance's to rebuild
                 raise UnsupportedFeatureError(
-                    f"{core.uri}: index {name!r} covers a nested field, which Quiver cannot "
-                    "optimize yet"
+                    f"{core.uri}: index {name!r} covers a field inside a list, which Quiver "
+                    "cannot optimize yet"
                 )
             covers = set(unindexed).union(*(s.fragment_ids or set() for s in merged))
             scanned = [fragments[f] for f in sorted(covers) if f in fragments]

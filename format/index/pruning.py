@@ -17,6 +17,7 @@ expressions with the rows holding every trigram of their literal text: more rows
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,14 @@ from quiver.format.expr.bind import Binder
 from quiver.format.expr.parse import parse_filter
 from quiver.format.expr.typed import flatten, unparen
 from quiver.format.expr.values import exact_constant
+from quiver.format.index.filter_nodes import (
+    FLIPPED,
+    bare_column,
+    field_at,
+    has_column,
+    is_null_test,
+    literal_texts,
+)
 from quiver.format.index.scalar.bitmap import BitmapIndex
 from quiver.format.index.scalar.bloom import BloomIndex
 from quiver.format.index.scalar.btree import BTreeIndex
@@ -198,7 +207,7 @@ def prune(core: Core, sql: str, filter_schema: pa.Schema) -> IndexPruning | None
         return None  # a MemWAL index: rows not in the fragments yet
     if stable and frag_reuse_of(manifest) is not None:
         return None
-    indexed = _top_level(core, entries, stable)
+    indexed = _indexed_columns(core, entries, stable)
     by_column = _usable_indices(indexed)
     ngrams = _segments_of(indexed, "NGRAM")
     blooms = _segments_of(indexed, "BLOOMFILTER")
@@ -238,19 +247,20 @@ def prune(core: Core, sql: str, filter_schema: pa.Schema) -> IndexPruning | None
     return pruning
 
 
-def _top_level(
+def _indexed_columns(
     core: Core, entries: list[IndexEntry], stable: bool
 ) -> list[tuple[str, str, IndexEntry]]:
-    """(column name, kind, entry) of the scalar indices pruning reads (index version 0, and
-    the BTREE of a dataset with `stable` row ids) that cover one top-level column."""
-    top = {f.id: f.name for f in core.manifest.schema.fields}
+    """(column, kind, entry) of the scalar indices pruning reads (index version 0, and the
+    BTREE of a dataset with `stable` row ids) that cover one column: a top-level one, or a
+    field nested in structs, named by its path as filters name it (`meta.lang`)."""
+    paths = core.manifest.schema.column_paths()
     out = []
     for e in entries:
-        if len(e.field_ids) != 1 or e.field_ids[0] not in top or e.fragment_ids is None:
+        if len(e.field_ids) != 1 or e.field_ids[0] not in paths or e.fragment_ids is None:
             continue
         kind = scalar_kind(e)
         if kind is not None and (e.index_version == 0 or (stable and _holds_addresses(e))):
-            out.append((top[e.field_ids[0]], kind, e))
+            out.append((paths[e.field_ids[0]], kind, e))
     return out
 
 
@@ -264,8 +274,8 @@ def _holds_addresses(entry: IndexEntry) -> bool:
 
 
 def _usable_indices(indexed: list[tuple[str, str, IndexEntry]]) -> dict[str, IndexEntry]:
-    """Top-level column name -> a BTREE or BITMAP index over it that pruning can read
-    (`indexed`: `_top_level`'s)."""
+    """Column -> a BTREE or BITMAP index over it that pruning can read
+    (`indexed`: `_indexed_columns`'s)."""
     out: dict[str, IndexEntry] = {}
     for column, kind, e in indexed:
         if kind in ("BTREE", "BITMAP"):
@@ -276,8 +286,8 @@ def _usable_indices(indexed: list[tuple[str, str, IndexEntry]]) -> dict[str, Ind
 def _segments_of(
     indexed: list[tuple[str, str, IndexEntry]], wanted: str
 ) -> dict[str, list[IndexEntry]]:
-    """Top-level column name -> the segments of one NGRAM (or BLOOMFILTER, RTREE) index
-    over it (they cover disjoint fragments; `indexed`: `_top_level`'s)."""
+    """Column -> the segments of one NGRAM (or BLOOMFILTER, RTREE) index
+    over it (they cover disjoint fragments; `indexed`: `_indexed_columns`'s)."""
     out: dict[str, list[IndexEntry]] = {}
     for column, kind, e in indexed:
         if kind == wanted and (column not in out or out[column][0].name == e.name):
@@ -312,6 +322,16 @@ class _Walker:
         self.rtrees: dict[str, list[IndexEntry]] = {}  # RTREE segments by column
         self.row_ids: _RowIds | None = None  # stable row ids: where they live
 
+    @functools.cached_property
+    def nested(self) -> list[str]:
+        """The indexed columns that are fields nested in structs (dotted paths)."""
+        columns = {*self.by_column, *self.ngrams, *self.blooms, *self.rtrees}
+        return sorted(c for c in columns if c not in self.schema.names)
+
+    def _path(self, column: str) -> tuple[str, ...]:
+        """A nested column's path (a Leaf's), nothing for a top-level one."""
+        return () if column in self.schema.names else tuple(column.split("."))
+
     @property
     def index_physical(self) -> Mapping[int, int]:
         """Physical rows of the fragments an index may name: those of this version and,
@@ -340,14 +360,14 @@ class _Walker:
         column, predicate = bound
         segments = self.ngrams.get(column)
         if segments and not negated:
-            literals = _literal_texts(node, column)
+            literals = literal_texts(node, column)
             tokens = set().union(*map(text_tokens, literals)) if literals else set()
             if tokens:
                 return _segments_answer([self._ngram_search(e, tokens) for e in segments])
         if column in self.rtrees and not negated:
             return self._spatial_search(node, column)
         entry = self.by_column.get(column)
-        field = self.schema.field(column)
+        field = field_at(self.schema, column)
         if entry is None and column in self.blooms and not negated:
             return self._bloom_search(node, column, field)
         if entry is None or pa.types.is_dictionary(field.type):
@@ -357,7 +377,8 @@ class _Walker:
             predicate,
             key=f"{target.sql()}::{field.type}",
             intervals=None if negated else self._intervals(node, column),
-            only_nulls=not negated and _is_null_test(node, column),
+            only_nulls=not negated and is_null_test(node, column),
+            path=self._path(column),
         )
         return self._search(entry, leaf)
 
@@ -372,6 +393,10 @@ class _Walker:
         if len(binder.columns) != 1:
             return None
         (column,) = binder.columns
+        refs = list(target.find_all(exp.Column))
+        for key in self.nested:  # one indexed field nested in that column, read alone
+            if key.startswith(column + ".") and refs and all(bare_column(r, key) for r in refs):
+                return key, predicate
         return column, predicate
 
     def _ranges_joined(self, conjuncts: list[exp.Expression]) -> list[Any]:
@@ -400,7 +425,7 @@ class _Walker:
             return None
         sides = [node.this] + ([node.expression] if not isinstance(node, exp.In) else [])
         for column in self.by_column:
-            if column not in self.ngrams and any(_bare_column(s, column) for s in sides):
+            if column not in self.ngrams and any(bare_column(s, column) for s in sides):
                 return column
         return None
 
@@ -414,10 +439,16 @@ class _Walker:
         for node in part.nodes[1:]:
             target = exp.And(this=target, expression=node.copy())
         bound = self._bind(target)
-        field = self.schema.field(part.column) if bound is not None else None
+        field = field_at(self.schema, part.column) if bound is not None else None
         if bound is None or bound[0] != part.column or pa.types.is_dictionary(field.type):
             return _all_of([self.visit(n, False) for n in part.nodes])
-        leaf = Leaf(field, bound[1], key=f"{target.sql()}::{field.type}", intervals=part.intervals)
+        leaf = Leaf(
+            field,
+            bound[1],
+            key=f"{target.sql()}::{field.type}",
+            intervals=part.intervals,
+            path=self._path(part.column),
+        )
         return self._search(self.by_column[part.column], leaf)
 
     def _search(self, entry: IndexEntry, leaf: Leaf) -> _Answer:
@@ -439,7 +470,7 @@ class _Walker:
             value = Binder(self.sql, self.schema, self.core.uri).bind(arg)
             return value if value.const and value.geo and not value.is_null_const else None
 
-        box = spatial_box(node, lambda n: _bare_column(n, column) is not None, constant)
+        box = spatial_box(node, lambda n: bare_column(n, column) is not None, constant)
         if box is None:
             return None
         answers = [
@@ -452,7 +483,7 @@ class _Walker:
         """A BLOOMFILTER's answer to `column = v`, `column IN (...)` or `column IS NULL`:
         the rows of the zones that may hold a value (exactly the null rows); None for
         other nodes or values the column's type cannot hold exactly."""
-        if _is_null_test(node, column):
+        if is_null_test(node, column):
             asked: Any = "null"
 
             # zones are row offsets, stable row ids or not
@@ -479,19 +510,19 @@ class _Walker:
         scalars of the column's type; None when it is something else, or a value is not
         exactly one of the column's (then no index answers it, the scan does)."""
         if isinstance(node, exp.EQ):
-            if _bare_column(node.this, column) is not None:
+            if bare_column(node.this, column) is not None:
                 items = [node.expression]
-            elif _bare_column(node.expression, column) is not None:
+            elif bare_column(node.expression, column) is not None:
                 items = [node.this]
             else:
                 return None
         elif isinstance(node, exp.In) and not node.args.get("query") and node.expressions:
-            if _bare_column(node.this, column) is None:
+            if bare_column(node.this, column) is None:
                 return None
             items = list(node.expressions)
         else:
             return None
-        if any(_has_column(i) for i in items):
+        if any(has_column(i) for i in items):
             return None
         out = []
         for item in items:
@@ -540,13 +571,13 @@ class _Walker:
         """Intervals of the column's values outside which `node` cannot be TRUE, for
         choosing BTREE pages; None when the node is not a comparison, BETWEEN or IN of
         the bare column with constants."""
-        col = _bare_column(node.this if hasattr(node, "this") else None, column)
+        col = bare_column(node.this if hasattr(node, "this") else None, column)
         if isinstance(node, (exp.EQ, exp.GT, exp.GTE, exp.LT, exp.LTE)):
             kind, other = type(node), node.expression
             if col is None:
-                col = _bare_column(node.expression, column)
-                kind, other = _FLIPPED[kind], node.this
-            if col is None or _has_column(other):
+                col = bare_column(node.expression, column)
+                kind, other = FLIPPED[kind], node.this
+            if col is None or has_column(other):
                 return None
             lower = {exp.EQ: exp.GTE, exp.GT: exp.GT, exp.GTE: exp.GTE}.get(kind)
             upper = {exp.EQ: exp.LTE, exp.LT: exp.LT, exp.LTE: exp.LTE}.get(kind)
@@ -555,12 +586,12 @@ class _Walker:
             return None
         if isinstance(node, exp.Between):
             low, high = node.args.get("low"), node.args.get("high")
-            if low is None or high is None or _has_column(low) or _has_column(high):
+            if low is None or high is None or has_column(low) or has_column(high):
                 return None
             return (self._bounds(col, exp.GTE, low, exp.LTE, high),)
         if isinstance(node, exp.In) and not node.args.get("query") and node.expressions:
             items = node.expressions
-            if any(_has_column(i) for i in items) or len(items) > MAX_IN_INTERVALS:
+            if any(has_column(i) for i in items) or len(items) > MAX_IN_INTERVALS:
                 return None
             return tuple(self._bounds(col, exp.GTE, i, exp.LTE, i) for i in items)
         return None
@@ -601,72 +632,6 @@ def _meet(a: Bounds, b: Bounds) -> Bounds:
         return y if x is None else x if y is None else x & y
 
     return Bounds(both(a.lower, b.lower), both(a.upper, b.upper))
-
-
-_FLIPPED = {exp.EQ: exp.EQ, exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE}
-
-
-def _bare_column(node: Any, column: str) -> exp.Expression | None:
-    """`node` when it is a plain reference to `column` (no cast, no function), else None."""
-    if node is None:
-        return None
-    node = unparen(node)
-    if isinstance(node, exp.Column) and len(node.parts) == 1:
-        part = node.parts[0]
-        quoted = bool(part.args.get("quoted"))
-        if part.name == column or (not quoted and part.name.lower() == column.lower()):
-            return node
-    return None
-
-
-# characters a regular expression gives a meaning to: a pattern without them is literal text
-_REGEX_SYNTAX = frozenset("\\.^$*+?()[]{}|")
-
-
-def _literal_texts(node: exp.Expression, column: str) -> list[str] | None:
-    """The texts every value matching `node` contains, when `node` is `contains`,
-    `starts_with`, LIKE (without NOT or ESCAPE, no backslash in its pattern), or
-    `regexp_like` / `regexp_match` of a literal pattern, on the bare column; else None."""
-    if isinstance(node, (exp.Contains, exp.StartsWith, exp.Like, exp.RegexpLike)):
-        subject, pattern = node.this, node.expression
-        if node.args.get("negate") or (isinstance(node, exp.RegexpLike) and node.args.get("flag")):
-            return None
-    elif (
-        isinstance(node, exp.Anonymous)
-        and str(node.this).lower() == "regexp_match"
-        and len(node.expressions) == 2
-    ):
-        subject, pattern = node.expressions
-    else:
-        return None
-    if _bare_column(subject, column) is None:
-        return None
-    if not isinstance(pattern, exp.Literal) or not pattern.is_string:
-        return None
-    text = pattern.this
-    if isinstance(node, exp.Like):
-        if "\\" in text:
-            return None
-        return [t for t in text.replace("_", "%").split("%") if t]
-    if isinstance(node, (exp.RegexpLike, exp.Anonymous)):
-        inner = text.removeprefix("^").removesuffix("$")
-        if any(c in _REGEX_SYNTAX for c in inner):
-            return None
-        return [inner]
-    return [text]
-
-
-def _has_column(node: exp.Expression) -> bool:
-    return any(True for _ in node.find_all(exp.Column, exp.Dot))
-
-
-def _is_null_test(node: exp.Expression, column: str) -> bool:
-    """Whether `node` is `column IS NULL`."""
-    return (
-        isinstance(node, exp.Is)
-        and isinstance(node.expression, exp.Null)
-        and _bare_column(node.this, column) is not None
-    )
 
 
 def _loaded(kind: Any, store: ObjectStore, directory: str) -> Any:

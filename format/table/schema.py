@@ -549,6 +549,30 @@ class LanceSchema:
             f"{dataset}: no column {name!r}; columns are {', '.join(self.names) or '(none)'}"
         )
 
+    def column_paths(self) -> dict[int, str]:
+        """Field id -> the column a filter, projection or index names it by: a top-level
+        field's name, a field nested in structs by its dotted path (`meta.lang`; none below
+        a name holding a dot)."""
+        out: dict[int, str] = {}
+        pending = [(f, f.name) for f in self.fields]
+        while pending:
+            f, path = pending.pop()
+            out[f.id] = path
+            if f.logical_type == "struct" and "." not in f.name:
+                pending += [(c, f"{path}.{c.name}") for c in f.children if "." not in c.name]
+        return out
+
+    def field_at(self, column: str, *, dataset: str = "dataset") -> LanceField:
+        """The field `column` names: a top-level one, or one nested in structs by its
+        dotted path (`column_paths`)."""
+        for f in self.fields:
+            if f.name == column:
+                return f
+        for field_id, path in self.column_paths().items():
+            if path == column:
+                return next(f for f in self.walk() if f.id == field_id)
+        return self.field(column, dataset=dataset)  # raises ColumnNotFoundError
+
     def project(self, columns: Sequence[str], *, dataset: str = "dataset") -> LanceSchema:
         """The schema restricted to the named top-level columns, in the order given."""
         seen: set[str] = set()

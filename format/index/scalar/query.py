@@ -32,11 +32,19 @@ class Leaf:
     # where matches can sit in sorted values: intervals, or None when anywhere
     intervals: tuple[Bounds, ...] | None = None
     only_nulls: bool = False  # the predicate is `column IS NULL`
+    # a field nested in structs: the names from the top-level column down (`field` the last)
+    path: tuple[str, ...] = ()
 
     def values_table(self, values: pa.Array) -> pa.Table:
-        """A one-column table of `values` under the column's name and type."""
+        """A one-column table of `values` under the column's name and type (a nested
+        field's values inside structs named along its path, as the predicate reads them)."""
         if values.type != self.field.type:
             values = values.cast(self.field.type)
+        if len(self.path) > 1:
+            column: pa.Array = values
+            for name in reversed(self.path[1:]):
+                column = pa.StructArray.from_arrays([column], names=[name])
+            return pa.table({self.path[0]: column})
         return pa.table({self.field.name: values})
 
     def truth(self, expression: pc.Expression, values: pa.Array) -> np.ndarray:
