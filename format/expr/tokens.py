@@ -1,6 +1,7 @@
 """pylance's `contains_tokens(text, 'words')`: whether a text holds every word of a query as
-a whole token, tokens being the maximal runs of Unicode letters and digits (what the
-`simple` full-text tokenizer splits on), compared as they are (case kept).
+a whole token, tokens being the maximal runs of the characters Rust calls alphanumeric
+(`format.alphanumeric`: what pylance's `simple` full-text tokenizer keeps), compared as
+they are (case kept).
 
 A NULL text answers NULL; a query without tokens (empty, blank, NULL) answers true for every
 non-NULL text. The test is vectorised: per query token, one regular expression over the
@@ -9,21 +10,17 @@ column that finds the token between non-alphanumeric characters or the text's en
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-# a token: a maximal run of letters and digits (the underscore separates, as in pylance)
-_TOKEN = re.compile(r"[^\W_]+")
-# RE2 (Arrow's regular expressions): what is not a letter or a digit
-_SEPARATOR = r"[^\p{L}\p{N}]"
+from quiver.format.alphanumeric import re2_class, token_pattern
 
 
 def query_tokens(query: str | None) -> list[str]:
     """The distinct tokens of a `contains_tokens` query, in order."""
-    return list(dict.fromkeys(_TOKEN.findall(query or "")))
+    return list(dict.fromkeys(token_pattern().findall(query or "")))
 
 
 def contains_tokens(values: Any, tokens: list[str]) -> Any:
@@ -32,8 +29,9 @@ def contains_tokens(values: Any, tokens: list[str]) -> Any:
     if not tokens:
         return pc.match_substring_regex(values, pattern="")  # true, NULL where NULL
     found = None
-    for token in tokens:  # letters and digits only: nothing to escape
-        pattern = f"(?:^|{_SEPARATOR}){token}(?:$|{_SEPARATOR})"
+    separator = f"[^{re2_class()}]"  # RE2 (Arrow's regular expressions)
+    for token in tokens:  # letters, digits and marks only: nothing to escape
+        pattern = f"(?:^|{separator}){token}(?:$|{separator})"
         match = pc.match_substring_regex(values, pattern=pattern)
         found = match if found is None else pc.and_kleene(found, match)
     return found

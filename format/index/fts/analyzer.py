@@ -3,7 +3,8 @@
 An index's parameters (its `metadata.lance` ``params``) choose the pipeline, which runs in
 pylance's order:
 
-1. the base tokenizer: ``simple`` (maximal runs of Unicode alphanumeric characters),
+1. the base tokenizer: ``simple`` (maximal runs of the characters Rust calls
+   alphanumeric, `format.alphanumeric`),
    ``whitespace`` (runs between whitespace), ``raw`` (the whole text, one token) or
    ``ngram`` (every run of ``min_ngram_length`` to ``max_ngram_length`` characters of the
    whole text, spaces included, by start then length; with ``prefix_only`` those at the
@@ -34,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from quiver.format import _kernels
+from quiver.format.alphanumeric import token_pattern
 from quiver.format.errors import InvalidInputError, UnsupportedFeatureError
 from quiver.format.index.fts.code_tokens import CodeOptions, code_tokens
 from quiver.format.index.fts.folding import FOLDING
@@ -53,7 +55,6 @@ ENGLISH_STOP_WORDS = frozenset(
 )
 BASE_TOKENIZERS = ("simple", "whitespace", "raw", "ngram", "code")
 CODE_FLAGS = tuple(f.name for f in fields(CodeOptions))
-_SIMPLE = re.compile(r"[^\W_]+")
 _WHITESPACE = re.compile(r"[^ \t\n\r\x0b\x0c]+")
 _FOLD_TABLE = str.maketrans(FOLDING)
 # `Analyzer.occurrences` splits in bulk with a compiled loop over the column's bytes (UTF-8
@@ -405,7 +406,7 @@ def _id_of(ids: dict[str, int], token: str | None) -> int:
 def _splitter(params: AnalyzerParams) -> Callable[[str], list[str]]:
     base = params.base_tokenizer
     if base == "simple":
-        return _SIMPLE.findall
+        return token_pattern().findall
     if base == "whitespace":
         return _WHITESPACE.findall
     if base == "ngram":

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from quiver.format.alphanumeric import is_alphanumeric
+
 _OPERATORS = frozenset(
     """>>>= !== === <=> <<= >>= >>> **= &&= ||= ??= //= != && ** ++ += -- -= -> // :: := <-
     << <= == => >= >> ?? |> || *= /= %= &= |= ^= ~= ! % & * + - / : < = > ? ^ | ~""".split()
@@ -39,7 +41,7 @@ class CodeOptions:
 
 
 def _word_char(c: str) -> bool:
-    return c.isalnum() or c == "_"
+    return c == "_" or is_alphanumeric(c)
 
 
 def code_tokens(text: str, options: CodeOptions) -> list[tuple[int, str]]:

@@ -32,6 +32,10 @@ EDGES = [
     "東京 タワー",
     "nai\u0308ve",
     "ΣΊΣΥΦΟΣ σίσυφος",
+    "สวัสดี ครับ",
+    "हिन्दी भाषा",
+    "كَتَبَ الولد",
+    "Ⓐbc def",
 ]
 
 
@@ -67,6 +71,14 @@ FILTERS = [
     "contains_tokens(text, 'タワー')",
     "contains_tokens(text, 'nai')",
     "contains_tokens(text, 'σίσυφος')",
+    "contains_tokens(text, 'สวัสดี')",
+    "contains_tokens(text, 'สว')",
+    "contains_tokens(text, 'हिन')",
+    "contains_tokens(text, 'हि')",
+    "contains_tokens(text, 'كَتَبَ')",
+    "contains_tokens(text, 'ك')",
+    "contains_tokens(text, 'Ⓐbc')",
+    "contains_tokens(text, 'bc')",
     "contains_tokens(text, '')",
     "contains_tokens(text, ' - ')",
     "contains_tokens(text, NULL)",
@@ -136,6 +148,7 @@ def test_refused(uri: str) -> None:
 
 _PIECES = st.sampled_from(
     ["a", "b", "ab", "Ab", "é", "e\u0301", "1", "²", "_", "-", " ", ",", "ß", "ж", "東", "\t"]
+    + ["ส", "ั", "ि", "्", "\u064e", "Ⓐ"]  # Thai and Devanagari marks, a virama, a fatha
 )
 
 

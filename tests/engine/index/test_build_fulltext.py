@@ -454,3 +454,38 @@ def test_pylance_phrase_queries_on_quiver_positions(tmp_path: Path) -> None:
     dataset(ours).optimize.optimize_indices()
     lance.dataset(theirs).optimize.optimize_indices()
     same("optimized")
+
+
+MARKED = [
+    "สวัสดี ครับ",  # Thai vowel signs: letters to Rust, not to Python's \w
+    "हिन्दी भाषा",  # Devanagari: vowel signs join a word, the virama splits it
+    "كَتَبَ الولد",  # Arabic harakat
+    "Ⓐbc def",  # a circled letter
+    "naïve x_y ²",
+    "ภาษาไทย สวัสดี",
+    "שָׁלוֹם עולם",  # Hebrew points
+]
+MARKED_QUERIES = ["สวัสดี", "สว", "हिन्दी", "हिन", "हि", "كَتَبَ", "ك", "Ⓐbc", "bc", "שָׁלוֹם", "x"]
+
+
+@pytest.mark.parametrize("base", ["simple", "code"])
+def test_words_with_combining_marks_are_pylance_s_tokens(tmp_path: Path, base: str) -> None:
+    """Words whose letters carry combining marks (Thai, Devanagari, Arabic, Hebrew) and
+    circled letters are single tokens, as Rust's `is_alphanumeric` has them: each engine
+    answers every query alike on either engine's index."""
+    table = pa.table({"id": list(range(len(MARKED))), "text": MARKED})
+    options: dict[str, Any] = {"base_tokenizer": base, "stem": False, "remove_stop_words": False}
+    for who in ("ours", "theirs"):
+        lance.write_dataset(table, str(tmp_path / who))
+    dataset(str(tmp_path / "ours")).create_scalar_index("text", "INVERTED", **options)
+    lance.dataset(str(tmp_path / "theirs")).create_scalar_index("text", "INVERTED", **options)
+    found = 0
+    for query in MARKED_QUERIES:
+        answers = [
+            sorted(engine(str(tmp_path / who)).to_table(full_text_query=query)["id"].to_pylist())
+            for who in ("ours", "theirs")
+            for engine in (dataset, lance.dataset)
+        ]
+        assert all(a == answers[0] for a in answers), (query, answers)
+        found += bool(answers[0])
+    assert found >= 6
