@@ -26,9 +26,11 @@ def bare_column(node: Any, column: str) -> exp.Expression | None:
     names = [column] if len(node.parts) == 1 else column.split(".")
     if len(names) != len(node.parts):
         return None
-    for part, name in zip(node.parts, names, strict=True):
-        quoted = bool(part.args.get("quoted"))
-        if not (part.name == name or (not quoted and part.name.lower() == name.lower())):
+    for i, (part, name) in enumerate(zip(node.parts, names, strict=True)):
+        # an unquoted top-level name is matched regardless of case; a nested field's name
+        # exactly, as the filter engine and pylance resolve it
+        folds = i == 0 and not part.args.get("quoted")
+        if not (part.name == name or (folds and part.name.lower() == name.lower())):
             return None
     return node
 

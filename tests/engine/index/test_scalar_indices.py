@@ -354,3 +354,28 @@ def test_fields_nested_in_structs_are_pruned(tmp_path, builder: str, kind: str) 
     assert names == {f"{c}_idx": fragments for c in ("meta.score", "meta.lang", "deep.inner.score")}
     for sql in NESTED_FILTERS[:5]:
         _check_filter(uri, sql, pruned=True)
+
+
+def test_nested_fields_differing_in_case_keep_their_own_indices(tmp_path) -> None:
+    """`meta.lang` and `meta.Lang` are two fields (nested names are exact, as in pylance):
+    the index of one never answers a filter on the other."""
+    uri = str(tmp_path / "c.lance")
+    n = 4000
+    meta = pa.StructArray.from_arrays(
+        [
+            pa.array(["apple"] * n),
+            pa.array([f"kiwi{i}" if i < n // 2 else "fig" for i in range(n)]),
+        ],
+        names=["lang", "Lang"],
+    )
+    lance.write_dataset(pa.table({"id": np.arange(n), "meta": meta}), uri, max_rows_per_file=1000)
+    lance.dataset(uri).create_scalar_index("meta.lang", "NGRAM")
+    lance.dataset(uri).create_scalar_index("meta.lang", "BLOOMFILTER")
+    for sql, rows in (
+        ("contains(meta.Lang, 'kiwi')", n // 2),
+        ("meta.Lang = 'kiwi5'", 1),
+        ("contains(meta.lang, 'kiwi')", 0),
+        ("meta.lang = 'apple'", n),
+    ):
+        _check_filter(uri, sql, pruned="meta.lang" in sql)
+        assert dataset(uri).count_rows(sql) == rows, sql
