@@ -21,9 +21,9 @@ dataset, as tables a query selects from, filters, joins and aggregates.
 searched, before ranking (a `WHERE` around the function filters its answer). Each search
 answers every column of the dataset but blob columns, then its score. Arguments are
 constants or `$n` parameters (not the table). The search runs when the statement is
-planned (its answer is at most `limit` rows, held in memory), at the version the statement
-reads; a prepared statement planned before its parameters are bound answers no rows, in
-the search's schema.
+planned (its answer is at most `limit` rows, up to 100,000, held in memory), at the
+version the statement reads; a prepared statement planned before its parameters are
+bound answers no rows, in the search's schema.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from quiver.format.dataset.nearest import DISTANCE
 from quiver.format.dataset.sql.table import blob_columns
 
 DEFAULT_LIMIT = 10
+MAX_LIMIT = 100_000  # rows a search answers in SQL (held in memory while the statement runs)
 _UNBOUND = object()  # a parameter not bound yet
 _SCORES = {"search": SCORE, "vector_search": DISTANCE, "hybrid_search": RELEVANCE}
 _TABLE = ("table", str)
@@ -79,7 +80,7 @@ def _table_function(name: str, catalog: QuiverCatalog) -> Callable[..., Table]:
             raise InvalidArgument(f"{name}: a search runs inside a statement")
         try:
             args = _arguments(name, raw, scope)
-            found = catalog.open_dataset(scope, *split_name(args["table"]))
+            found = catalog.open_dataset(scope, *_schema_and_table(args["table"]))
             if found is None:
                 raise NotFound(f"{name}: dataset {args['table']!r} does not exist")
             ds = found[0]
@@ -91,6 +92,14 @@ def _table_function(name: str, catalog: QuiverCatalog) -> Callable[..., Table]:
         return Table(pads.dataset(answer))
 
     return run
+
+
+def _schema_and_table(name: str) -> tuple[str, str]:
+    """(schema, table) of a dataset named as SQL names tables: the folders split off before
+    a branch (which may hold '/') or version reference."""
+    cut = min((i for i in (name.find("#"), name.find("@")) if i >= 0), default=len(name))
+    schema, table = split_name(name[:cut])
+    return schema, table + name[cut:]
 
 
 def _arguments(name: str, raw: tuple[Any, ...], scope: Planning) -> dict[str, Any]:
@@ -137,6 +146,10 @@ def _checked(name: str, position: int, arg: str, kind: type, value: Any) -> Any:
     if kind is int:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InvalidArgument(f"{where} must be a positive integer, not {value!r}")
+        if value > MAX_LIMIT:
+            raise InvalidArgument(
+                f"{where} is at most {MAX_LIMIT:,} (an answer is held in memory), not {value:,}"
+            )
         return value
     if arg == "columns":
         value = [value] if isinstance(value, str) else value
