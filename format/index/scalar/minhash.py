@@ -25,7 +25,7 @@ import bisect
 import functools
 import json
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -377,7 +377,6 @@ def _write_segment(
         raise InvalidInputError(f"{store.uri_of(directory)}: a segment holds at most 2^32 rows")
     sig_schema, band_schema = _schemas(params, docs)
     sig_arrow = sig_schema.to_arrow()
-    band_arrow = band_schema.to_arrow()
 
     bands_failed = threading.Event()
 
@@ -395,30 +394,45 @@ def _write_segment(
             write_index_file,
             store, f"{directory}/{SIGNATURES_FILE}", sig_schema, signature_tables(), version,
         )  # fmt: skip
-        parts = _band_table(params.band_keys(signatures)) if docs else []
-        page_table = _page_table([k for k, _ in parts])
-
-        def band_tables():  # noqa: ANN202
-            step = _ROWS_PER_WRITE * 4
-            for keys, doc_ids in parts:
-                for lo in range(0, len(keys), step):
-                    if signed.done() and signed.exception() is not None:
-                        raise signed.exception()  # type: ignore[misc]
-                    arrays = [
-                        pa.array(keys[lo : lo + step], pa.uint64()),
-                        pa.array(doc_ids[lo : lo + step], pa.uint32()),
-                    ]
-                    yield pa.table(arrays, schema=band_arrow)
-
         try:
-            bands = write_index_file(
-                store, f"{directory}/{BANDS_FILE}", band_schema, band_tables(), version,
-                buffers=[page_table],
-            )  # fmt: skip
+            bands = _write_bands(store, directory, band_schema, params, signatures, signed, version)
         except BaseException:
-            bands_failed.set()
+            bands_failed.set()  # (the band keys, the sort or the write)
             raise
         return [(SIGNATURES_FILE, signed.result()), (BANDS_FILE, bands)]
+
+
+def _write_bands(
+    store: ObjectStore,
+    directory: str,
+    band_schema: Any,
+    params: MinHashParams,
+    signatures: np.ndarray,
+    signed: Future,
+    version: str,
+) -> int:
+    """The band table of these signatures, sorted and written; stops at its next batch
+    when the signatures file's write (`signed`) has failed."""
+    band_arrow = band_schema.to_arrow()
+    parts = _band_table(params.band_keys(signatures)) if len(signatures) else []
+    page_table = _page_table([k for k, _ in parts])
+
+    def band_tables():  # noqa: ANN202
+        step = _ROWS_PER_WRITE * 4
+        for keys, doc_ids in parts:
+            for lo in range(0, len(keys), step):
+                if signed.done() and signed.exception() is not None:
+                    raise signed.exception()  # type: ignore[misc]
+                arrays = [
+                    pa.array(keys[lo : lo + step], pa.uint64()),
+                    pa.array(doc_ids[lo : lo + step], pa.uint32()),
+                ]
+                yield pa.table(arrays, schema=band_arrow)
+
+    return write_index_file(
+        store, f"{directory}/{BANDS_FILE}", band_schema, band_tables(), version,
+        buffers=[page_table],
+    )  # fmt: skip
 
 
 class _Abandoned(Exception):
