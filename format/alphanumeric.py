@@ -135,6 +135,8 @@ def _firsts() -> list[int]:
 
 def is_alphanumeric(c: str) -> bool:
     """Rust's `char::is_alphanumeric` of one character."""
+    if c.isascii():
+        return c.isalnum()
     code = ord(c)
     i = bisect.bisect_right(_firsts(), code) - 1
     return i >= 0 and code <= ranges()[i][1]
@@ -142,9 +144,18 @@ def is_alphanumeric(c: str) -> bool:
 
 @functools.cache
 def token_pattern() -> re.Pattern[str]:
-    """A Python regular expression matching maximal runs of alphanumeric characters."""
-    parts = [f"\\U{a:08x}" if a == b else f"\\U{a:08x}-\\U{b:08x}" for a, b in ranges()]
-    return re.compile(f"[{''.join(parts)}]+")
+    """A Python regular expression matching maximal runs of alphanumeric characters. The
+    Basic Multilingual Plane's ranges are one class (a bitmap to Python's engine); the
+    others, a list it walks, are tried only for characters beyond it."""
+    bmp = [(a, min(b, 0xFFFF)) for a, b in ranges() if a <= 0xFFFF]
+    astral = [(max(a, 0x10000), b) for a, b in ranges() if b > 0xFFFF]
+    return re.compile(
+        f"(?:[{_python_class(bmp)}]|(?=[\\U00010000-\\U0010ffff])[{_python_class(astral)}])+"
+    )
+
+
+def _python_class(runs: list[tuple[int, int]]) -> str:
+    return "".join(f"\\U{a:08x}" if a == b else f"\\U{a:08x}-\\U{b:08x}" for a, b in runs)
 
 
 @functools.cache
