@@ -115,13 +115,9 @@ def planning(scope: Planning) -> Iterator[Planning]:
         _current.scope = previous
 
 
-def _scope() -> Planning | None:
-    return getattr(_current, "scope", None)
-
-
 def current_planning() -> Planning | None:
     """The statement being planned on this thread, if any."""
-    return _scope()
+    return getattr(_current, "scope", None)
 
 
 class QuiverCatalog(CatalogProvider):
@@ -133,7 +129,7 @@ class QuiverCatalog(CatalogProvider):
         self.step_bytes = step_bytes
 
     def schema_names(self) -> set[str]:
-        scope = _scope()
+        scope = current_planning()
         if scope is None:
             return set()
         return schemas_of(d.name for d in self.service.list_datasets("", scope.identity))
@@ -145,7 +141,7 @@ class QuiverCatalog(CatalogProvider):
         """The table `schema.table` names for the planning caller, or None if there is none
         (the engine then reports it unknown); a table the caller may not read raises
         PermissionDenied, and an unknown version or tag NotFound."""
-        scope = _scope()
+        scope = current_planning()
         if scope is None:  # names are resolved only while a statement is planned
             return None
         found = self.open_dataset(scope, schema, table)
@@ -232,7 +228,7 @@ class QuiverSchema(SchemaProvider):
     @property
     def table_names(self) -> list[str]:  # type: ignore[override]
         # DataFusion 55 reads this as an attribute, though the base class declares a method
-        scope = _scope()
+        scope = current_planning()
         if scope is None:
             return []
         found = self._catalog.service.list_datasets("", scope.identity)
@@ -242,7 +238,7 @@ class QuiverSchema(SchemaProvider):
         try:
             return self._catalog.resolve(self._name, name)
         except QuiverError as e:
-            scope = _scope()
+            scope = current_planning()
             if scope is not None:
                 scope.failure = e
             raise

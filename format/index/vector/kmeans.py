@@ -147,11 +147,12 @@ def _settle_near_ties(
     labels: np.ndarray,
     dists: np.ndarray,
 ) -> None:
-    """For the rows whose runner-up centroid scored within `reach` of their best (in
-    place): the nearest of their four best centroids by pylance's own float32 distance
-    (`f32.l2_lanes`), the first of equals, and its score. A matrix product rounds otherwise
-    than pylance's kernel, which at a near-tie picks the other partition."""
-    bound = np.take_along_axis(scores, labels[:, None].astype(np.intp), axis=1) + reach[:, None]
+    """For the rows whose runner-up centroid scored within `reach` of their best score
+    (`dists`, in place with `labels`): the nearest of their four best centroids by pylance's
+    own float32 distance (`f32.l2_lanes`), the first of equals, and its score. A matrix
+    product rounds otherwise than pylance's kernel, which at a near-tie picks the other
+    partition."""
+    bound = (dists + reach)[:, None]
     close = np.flatnonzero((scores <= bound).sum(axis=1) >= 2)
     if not len(close):
         return
