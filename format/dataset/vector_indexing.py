@@ -318,8 +318,8 @@ def build_vector_segment(
 ) -> tuple[table_pb2.IndexMetadata, str]:
     """Train (unless `model` is given) and write one vector index segment over the live
     rows of `fragments`; its manifest record (covering `covers`) and directory. `progress`
-    hears of each stage: "bounds" and "sample" (reading), "train", "encode" (with rows
-    done of the total), "write"."""
+    hears of each stage: "bounds" and "sample" (reading), "train" (then again with parts
+    trained of the total), "encode" (with rows done of the total), "write"."""
     rng = np.random.default_rng() if rng is None else rng
     report = progress or (lambda _: None)
     directory = f"_indices/{new_uuid}"
@@ -335,10 +335,16 @@ def build_vector_segment(
             else:
                 report({"stage": "sample", "index": name})
                 sample = _sample(core, fragments, column, params, rng)
-            report({"stage": "train", "index": name, "rows": len(sample)})
+            rows = len(sample)
+            report({"stage": "train", "index": name, "rows": rows})
+
+            def trained(done: int, parts: int) -> None:
+                stage = {"stage": "train", "index": name, "rows": rows}
+                report({**stage, "done": done, "total": parts})
+
             model = _build.train(
                 params, sample, centroids=centroids, codebook=codebook, bounds=bounds,
-                rabitq=rabitq, rng=rng,
+                rabitq=rabitq, rng=rng, trained=trained,
             )  # fmt: skip
         model = dataclasses.replace(model, loss=0.0)  # summed over every row by `encode`
         width, dtype = _build.storage_row(params)

@@ -20,7 +20,7 @@ range (`spill`), so a build holds a batch of vectors and a fraction of the codes
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -228,13 +228,18 @@ def train(
     bounds: tuple[float, float] | None = None,
     rabitq: RaBitQ | None = None,
     rng: np.random.Generator | None = None,
+    trained: Callable[[int, int], None] | None = None,
 ) -> VectorModel:
     """Train the model of an index on `sample` (prepared rows, in random order): IVF
     centroids on its first num_partitions * sample_rate rows unless given, then the PQ
     codebook on the residuals of its first 2^bits * sample_rate rows unless given. SQ bounds
-    come from the caller (they span every row, not the sample)."""
+    come from the caller (they span every row, not the sample). `trained(done, total)` hears
+    of each part trained (the centroids, then each sub-vector's codebook): a long training
+    reports as it goes, and a build that is cancelled stops between parts."""
     rng = np.random.default_rng() if rng is None else rng
     p = params
+    told = trained or (lambda done, total: None)
+    parts = (centroids is None) + (p.num_sub_vectors if p.storage_kind == "IVF_PQ" else 0)
     loss = 0.0
     if centroids is None:
         rows = sample[: p.num_partitions * p.sample_rate]
@@ -243,22 +248,28 @@ def train(
                 f"cannot train {p.num_partitions} partitions on {len(rows)} vectors: "
                 "use fewer partitions"
             )
-        trained = kmeans(rows, p.num_partitions, p.assign_metric, max_iters=p.max_iters, rng=rng)
-        centroids, loss = trained.centroids, trained.loss
+        fitted = kmeans(rows, p.num_partitions, p.assign_metric, max_iters=p.max_iters, rng=rng)
+        centroids, loss = fitted.centroids, fitted.loss
+        told(1, parts)
     model = VectorModel(np.ascontiguousarray(centroids, dtype=np.float32), loss, bounds=bounds)
     if p.storage_kind == "IVF_RQ":  # nothing to train: a random rotation, unless given
         model.rabitq = rabitq or rq_build.new_quantizer(p.dimension, p.num_bits, p.metric, rng)
     if p.storage_kind == "IVF_PQ":
+        before = parts - p.num_sub_vectors
         model.codebook = (
             np.ascontiguousarray(codebook, dtype=np.float32)
             if codebook is not None
-            else _train_codebook(p, model.centroids, sample, rng)
+            else _train_codebook(p, model.centroids, sample, rng, lambda j: told(before + j, parts))
         )
     return model
 
 
 def _train_codebook(
-    p: VectorParams, centroids: np.ndarray, sample: np.ndarray, rng: np.random.Generator
+    p: VectorParams,
+    centroids: np.ndarray,
+    sample: np.ndarray,
+    rng: np.random.Generator,
+    trained: Callable[[int], None],
 ) -> np.ndarray:
     k = 1 << p.num_bits
     rows = sample[: k * p.sample_rate]
@@ -274,6 +285,7 @@ def _train_codebook(
     for j in range(p.num_sub_vectors):
         part = np.ascontiguousarray(rows[:, j * sub : (j + 1) * sub])
         books.append(kmeans(part, k, "l2", max_iters=p.max_iters, rng=rng).centroids)
+        trained(j + 1)
     return np.stack(books)
 
 
