@@ -27,7 +27,6 @@ from typing import Any
 os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 from quiver.flight_server.config import ConfigError, ServerConfig, add_serve_arguments  # noqa: E402
-from quiver.format.dataset import dataset  # noqa: E402
 from quiver.format.errors import LanceError  # noqa: E402
 
 COMMANDS = ("serve", "inspect", "demo", "hash-password", "api-key")
@@ -41,6 +40,8 @@ def _inspect(args: argparse.Namespace) -> int:
     version: int | str | None = args.version
     if isinstance(version, str) and version.isdigit():
         version = int(version)
+    from quiver.format.dataset import dataset
+
     ds = dataset(args.uri, version=version)
     info = {
         "uri": ds.uri,

@@ -13,28 +13,69 @@ Errors of the client are `quiver.QuiverError` subclasses (`NotFound`, `InvalidAr
 
 from __future__ import annotations
 
+import importlib
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-# The process that started this one, read before the imports below (a second or more on a busy
+# The process that started this one, read first thing (imports take a second or more on a busy
 # machine): `quiver serve --exit-with-parent` must know its parent even if it dies meanwhile.
 STARTED_BY = os.getppid()
 
-from quiver.clients import Client  # noqa: E402
-from quiver.clients.errors import (  # noqa: E402
-    AlreadyExists,
-    CommitConflict,
-    DataCorrupt,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    PermissionDenied,
-    QuiverError,
-    Unauthenticated,
-    Unavailable,
-)
-from quiver.format.dataset import LanceDataset, dataset, write_dataset  # noqa: E402
-from quiver.format.errors import LanceError  # noqa: E402
+# The public names and their modules, imported when first asked for: `import quiver` (and so
+# every `quiver.*` import and `quiver --help`) does not load the engine and the client.
+_LAZY = {
+    "Client": "quiver.clients",
+    "LanceDataset": "quiver.format.dataset",
+    "dataset": "quiver.format.dataset",
+    "write_dataset": "quiver.format.dataset",
+    "LanceError": "quiver.format.errors",
+    **dict.fromkeys(
+        (
+            "AlreadyExists",
+            "CommitConflict",
+            "DataCorrupt",
+            "FailedPrecondition",
+            "InvalidArgument",
+            "NotFound",
+            "PermissionDenied",
+            "QuiverError",
+            "Unauthenticated",
+            "Unavailable",
+        ),
+        "quiver.clients.errors",
+    ),
+}
+
+if TYPE_CHECKING:
+    from quiver.clients import Client
+    from quiver.clients.errors import (
+        AlreadyExists,
+        CommitConflict,
+        DataCorrupt,
+        FailedPrecondition,
+        InvalidArgument,
+        NotFound,
+        PermissionDenied,
+        QuiverError,
+        Unauthenticated,
+        Unavailable,
+    )
+    from quiver.format.dataset import LanceDataset, dataset, write_dataset
+    from quiver.format.errors import LanceError
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'quiver' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # asked once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "AlreadyExists",
@@ -60,6 +101,8 @@ __all__ = [
 def connect(uri: str, **options: Any) -> Client:
     """A client of the Quiver server at `uri` (`grpc://host:port` or `grpc+tls://...`);
     `options` are `Client`'s: `token`, `username` / `password`, TLS files, `timeout`."""
+    from quiver.clients import Client
+
     return Client(uri, **options)
 
 

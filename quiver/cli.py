@@ -27,14 +27,14 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 import quiver
-from quiver.clients.progress import Elapsed
 from quiver.flight_server import cli as server_cli
 from quiver.wire.errors import QuiverError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["main"]
 
@@ -178,6 +178,8 @@ def _show_progress(args: argparse.Namespace) -> bool:
 
 def _run(args: argparse.Namespace, where: Local | Remote, name: str, body: dict[str, Any]) -> Any:
     """One action on the dataset, the time so far on stderr while it runs; closes `where`."""
+    from quiver.clients.progress import Elapsed
+
     try:
         with Elapsed(_show_progress(args), f"{name} {body['dataset']}"):
             return where.action(name, body)
