@@ -10,8 +10,9 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml setup.py format/_kernels.c flight_server/_threadstate.c \
 		flight_server/_grpcstatus.cc
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet --upgrade pip uv
+	$(VENV)/bin/uv pip install --quiet --python $(PY) --reinstall-package quiver-lance -e '.[test]' \
+	  || $(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
 # The Node.js client's dependencies, from its committed lock file (tests/node runs its tests).
@@ -29,9 +30,11 @@ $(NODE_STAMP): clients/node/package.json clients/node/package-lock.json
 # of its own, which tests/flight/test_namespace_duckdb.py runs.
 DUCKDB_LANCE := .venv-duckdb-lance
 DUCKDB_STAMP := $(DUCKDB_LANCE)/.installed
-$(DUCKDB_STAMP):
+$(DUCKDB_STAMP): | $(STAMP)
 	test -x $(DUCKDB_LANCE)/bin/python || $(PYTHON) -m venv $(DUCKDB_LANCE)
-	$(DUCKDB_LANCE)/bin/pip install --quiet duckdb==1.5.5 duckdb-extension-lance==1.5.5
+	$(VENV)/bin/uv pip install --quiet --python $(DUCKDB_LANCE)/bin/python \
+	  duckdb==1.5.5 duckdb-extension-lance==1.5.5 \
+	  || $(DUCKDB_LANCE)/bin/pip install --quiet duckdb==1.5.5 duckdb-extension-lance==1.5.5
 	touch $(DUCKDB_STAMP)
 
 test: $(STAMP) $(NODE_STAMP) $(DUCKDB_STAMP)
@@ -39,7 +42,7 @@ test: $(STAMP) $(NODE_STAMP) $(DUCKDB_STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(PY) scripts/gen_protos.py --check
 	$(VENV)/bin/mkdocs build --strict --quiet --site-dir $$(mktemp -d)
-	$(PY) -m pytest -n 2 -q --durations=20
+	$(PY) -m pytest -n 3 -q --durations=20
 
 # The documentation site (docs/, mkdocs.yml) into site/; `make test` builds it strictly too.
 docs: $(STAMP)
