@@ -231,6 +231,7 @@ def build_scalar_index(
 ) -> Built:
     """`create_scalar_index`'s segment, written and not committed: over the live rows of the
     fragments `fragment_ids` (None: every fragment), covering those."""
+    column = core.lance_schema.canonical_column(column)  # type: ignore[assignment]
     kind = str(index_type).upper() if isinstance(index_type, str) else None
     kind = "INVERTED" if kind == "FTS" else kind
     if kind not in SCALAR_INDEX_TYPES:
@@ -348,7 +349,8 @@ def build_index(
 ) -> Built:
     """`create_index`'s segment, written and not committed: over the live rows of the
     fragments `fragment_ids` (None: every fragment), covering those; a scalar index type
-    builds that index's."""
+    builds that index's (pylance resolves a scalar index's column as `canonical_column`
+    does, a vector index's only as spelled)."""
     kind = str(index_type).upper() if isinstance(index_type, str) else None
     if kind in SCALAR_INDEX_TYPES:
         return build_scalar_index(

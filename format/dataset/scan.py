@@ -28,7 +28,7 @@ from quiver.format.expr import (
 from quiver.format.file.base import DEFAULT_BATCH_SIZE, split_ranges
 from quiver.format.file.types import fixed_bits
 from quiver.format.index.pruning import IndexPruning, prune
-from quiver.format.table.schema import LanceSchema
+from quiver.format.table.schema import LanceSchema, path_parts
 
 if TYPE_CHECKING:  # annotations only: fragments import this module to scan themselves
     from quiver.format.dataset.fragment import LanceFragment
@@ -674,26 +674,6 @@ def _nested_paths(
             dtype = dtype.field(part).type
         paths[c] = parts
     return paths
-
-
-def path_parts(path: str) -> list[str]:
-    """The field names of a dotted path, a name in backquotes holding any character
-    ("st.`in ner`"); [] for a path that does not parse (an unclosed quote)."""
-    parts: list[str] = []
-    i = 0
-    while i <= len(path):
-        if path.startswith("`", i):
-            end = path.find("`", i + 1)
-            if end < 0 or (end + 1 < len(path) and path[end + 1] != "."):
-                return []
-            parts.append(path[i + 1 : end])
-            i = end + 2
-        else:
-            end = path.find(".", i)
-            end = len(path) if end < 0 else end
-            parts.append(path[i:end])
-            i = end + 1
-    return parts
 
 
 def _path_field(schema: pa.Schema, name: str, parts: list[str]) -> pa.Field:

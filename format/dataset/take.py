@@ -13,12 +13,12 @@ import numpy as np
 import pyarrow as pa
 
 from quiver.format.dataset.core import DatasetCore
-from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, ROW_COLUMNS, Scanner, path_parts
+from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, ROW_COLUMNS, Scanner
 from quiver.format.dataset.system_columns import ROW_OFFSET, SYSTEM_FIELDS
 from quiver.format.errors import InvalidInputError
 from quiver.format.expr import evaluate_expressions
 from quiver.format.numeric import unique_sorted
-from quiver.format.table.schema import LanceSchema
+from quiver.format.table.schema import LanceSchema, path_parts
 
 if TYPE_CHECKING:  # fragments import this module to take their own rows
     from quiver.format.dataset.fragment import LanceFragment

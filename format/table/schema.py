@@ -573,6 +573,29 @@ class LanceSchema:
                 return next(f for f in self.walk() if f.id == field_id)
         return self.field(column, dataset=dataset)  # raises ColumnNotFoundError
 
+    def canonical_column(self, column: object) -> object:
+        """`column` as the schema spells it where it names a field (`column_paths`) the way
+        pylance's index builders resolve a column: exactly, else case-insensitively at each
+        level of the dotted path, any name in backquotes ("`meta`.LANG" -> "meta.lang");
+        anything else unchanged, for the caller's own error."""
+        if not isinstance(column, str):
+            return column
+        known = set(self.column_paths().values())
+        if column in known:
+            return column
+        fields, names = self.fields, []
+        for part in path_parts(column) or [column]:
+            lower = part.lower()
+            found = next((f for f in fields if f.name == part), None) or next(
+                (f for f in fields if f.name.lower() == lower), None
+            )
+            if found is None:
+                return column
+            names.append(found.name)
+            fields = found.children
+        spelled = ".".join(names)
+        return spelled if spelled in known else column
+
     def project(self, columns: Sequence[str], *, dataset: str = "dataset") -> LanceSchema:
         """The schema restricted to the named top-level columns, in the order given."""
         seen: set[str] = set()
@@ -589,3 +612,23 @@ class LanceSchema:
         keep = set(ids)
         kept = [k for f in self.fields if (k := f.project_ids(keep)) is not None]
         return LanceSchema(kept, self.metadata)
+
+
+def path_parts(path: str) -> list[str]:
+    """The field names of a dotted path, a name in backquotes holding any character
+    ("st.`in ner`"); [] for a path that does not parse (an unclosed quote)."""
+    parts: list[str] = []
+    i = 0
+    while i <= len(path):
+        if path.startswith("`", i):
+            end = path.find("`", i + 1)
+            if end < 0 or (end + 1 < len(path) and path[end + 1] != "."):
+                return []
+            parts.append(path[i + 1 : end])
+            i = end + 2
+        else:
+            end = path.find(".", i)
+            end = len(path) if end < 0 else end
+            parts.append(path[i:end])
+            i = end + 1
+    return parts

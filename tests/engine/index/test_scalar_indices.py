@@ -14,6 +14,7 @@ import pytest
 from compare import assert_same_table
 
 from quiver.format.dataset import dataset, write_dataset
+from quiver.format.errors import LanceError
 from quiver.format.expr import apply_filter, compile_filter
 from quiver.format.index import pruning
 from quiver.format.index.pruning import BLOCK_ROWS
@@ -379,3 +380,38 @@ def test_nested_fields_differing_in_case_keep_their_own_indices(tmp_path) -> Non
     ):
         _check_filter(uri, sql, pruned="meta.lang" in sql)
         assert dataset(uri).count_rows(sql) == rows, sql
+
+
+@pytest.mark.parametrize(
+    "spelled",
+    ["Meta.Lang", "meta.lang", "META.LANG", "`Meta`.`Lang`", "Meta.`Lang`", "ID", "`id`",
+     "meta.LANG2", "Meta.Lang2"],
+)  # fmt: skip
+def test_a_scalar_index_column_is_resolved_as_pylance_resolves_it(tmp_path, spelled: str) -> None:
+    """pylance finds a scalar index's column case-insensitively at each level of its path
+    (an exact name first: `Lang` and `LANG2` differ only in case) and with backquoted names,
+    and names the index by the schema's spelling; Quiver's builder the same."""
+    meta = pa.StructArray.from_arrays(
+        [pa.array(["a", "b"] * 50), pa.array(["c", "d"] * 50), pa.array(["e", "f"] * 50)],
+        names=["Lang", "LANG2", "lang2"],
+    )
+    table = pa.table({"id": np.arange(100), "Meta": meta})
+    listed = {}
+    for engine in ("pylance", "quiver"):
+        uri = str(tmp_path / f"{engine}.lance")
+        lance.write_dataset(table, uri)
+        ds = lance.dataset(uri) if engine == "pylance" else dataset(uri)
+        ds.create_scalar_index(spelled, "BTREE")
+        listed[engine] = [(i["name"], i["fields"]) for i in lance.dataset(uri).list_indices()]
+    assert listed["quiver"] == listed["pylance"], spelled
+
+
+def test_unknown_index_columns_are_refused_by_both(tmp_path) -> None:
+    uri = str(tmp_path / "u.lance")
+    meta = pa.StructArray.from_arrays([pa.array([1, 2])], names=["lang"])
+    lance.write_dataset(pa.table({"id": [1, 2], "meta": meta}), uri)
+    for spelled in ("meta.nope", "nope", "meta.lang.x", "`meta.lang`", "meta.`lang"):
+        with pytest.raises(KeyError):
+            lance.dataset(uri).create_scalar_index(spelled, "BTREE")
+        with pytest.raises(LanceError, match="no column"):
+            dataset(uri).create_scalar_index(spelled, "BTREE")
