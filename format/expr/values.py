@@ -90,14 +90,34 @@ def compile_expression(
     except (FilterSyntaxError, FilterBindError) as e:
         raise _as_expression_error(e) from None
     columns = [name for name in schema.names if name in binder.columns]
+    expression, dtype = bound.expression(), bound.type
+    encoded = _dictionary_field(node, bound.path, schema)
+    if encoded is not None:  # a column as it is, dictionary-encoded as pylance returns it
+        expression, dtype = pc.field(*bound.path), encoded
     return CompiledExpression(
-        expression=bound.expression(),
-        type=bound.type,
+        expression=expression,
+        type=dtype,
         nullable=nullable,
         columns=columns,
         sql=sql,
         checked=tuple(dict.fromkeys(binder.checked_ops)),
     )
+
+
+def _dictionary_field(
+    node: exp.Expression, path: tuple[str, ...] | None, schema: pa.Schema
+) -> pa.DataType | None:
+    """The dictionary type of the field an expression that is only a column reference
+    (`top`, `s.f`) names, which binding decodes for the functions and operators a larger
+    expression applies; None for anything else."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if not path or not isinstance(node, (exp.Column, exp.Dot, exp.Bracket)):
+        return None
+    dtype = schema.field(path[0]).type
+    for name in path[1:]:
+        dtype = dtype.field(name).type
+    return dtype if pa.types.is_dictionary(dtype) else None
 
 
 def _nullable(node: exp.Expression, binder: Binder) -> bool:

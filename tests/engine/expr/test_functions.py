@@ -212,3 +212,23 @@ def test_functions_pylance_refuses_are_refused(uri: str):
             lance.dataset(uri).to_table(columns={"r": sql})
         with pytest.raises(FilterSyntaxError, match="not supported"):
             dataset(uri).to_table(columns={"r": sql})
+
+
+@pytest.mark.parametrize(
+    "sql", ["top", "(top)", "c0.f0", "c0['f0']", "c0.f1", "upper(c0.f0) = 'X'", "c0.f0 = 'y'"]
+)
+def test_a_dictionary_column_projected_as_it_is_stays_encoded(tmp_path: Path, sql: str) -> None:
+    """A projection or new column that is only a reference to a dictionary-encoded column
+    (nested ones too) keeps its dictionary type, as pylance's does; one that computes with it
+    sees its values."""
+    words = pa.array(["x", "y", "x", None]).dictionary_encode()
+    c0 = pa.StructArray.from_arrays([words, pa.array([1, 2, 3, 4])], names=["f0", "f1"])
+    uri = str(tmp_path / "d.lance")
+    lance.write_dataset(pa.table({"top": words, "c0": c0}), uri)
+    expected = lance.dataset(uri).to_table(columns={"r": sql})
+    assert_same_table(dataset(uri).to_table(columns={"r": sql}), expected, sql)
+    twin = str(tmp_path / "twin.lance")
+    lance.write_dataset(pa.table({"top": words, "c0": c0}), twin)
+    lance.dataset(uri).add_columns({"r": sql})
+    dataset(twin).add_columns({"r": sql})
+    assert_same_table(lance.dataset(twin).to_table(), lance.dataset(uri).to_table(), sql)
