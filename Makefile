@@ -11,7 +11,8 @@ $(STAMP): pyproject.toml setup.py format/_kernels.c flight_server/_threadstate.c
 		flight_server/_grpcstatus.cc
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip uv
-	$(VENV)/bin/uv pip install --quiet --python $(PY) --reinstall-package quiver-lance -e '.[test]' \
+	$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) \
+	  --reinstall-package quiver-lance -e '.[test]' \
 	  || $(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
@@ -32,17 +33,21 @@ DUCKDB_LANCE := .venv-duckdb-lance
 DUCKDB_STAMP := $(DUCKDB_LANCE)/.installed
 $(DUCKDB_STAMP): | $(STAMP)
 	test -x $(DUCKDB_LANCE)/bin/python || $(PYTHON) -m venv $(DUCKDB_LANCE)
-	$(VENV)/bin/uv pip install --quiet --python $(DUCKDB_LANCE)/bin/python \
+	$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(DUCKDB_LANCE)/bin/python \
 	  duckdb==1.5.5 duckdb-extension-lance==1.5.5 \
 	  || $(DUCKDB_LANCE)/bin/pip install --quiet duckdb==1.5.5 duckdb-extension-lance==1.5.5
 	touch $(DUCKDB_STAMP)
 
+# Three workers on two cores (the tests wait on servers, JVMs and sockets), each given whole
+# modules (one Spark session, corpus or server per module). Bytecode is cached
+# even where the machine says not to: each server, Spark worker and command the tests start
+# imports the package, a second more when it is compiled from source every time.
 test: $(STAMP) $(NODE_STAMP) $(DUCKDB_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) scripts/gen_protos.py --check
 	$(VENV)/bin/mkdocs build --strict --quiet --site-dir $$(mktemp -d)
-	$(PY) -m pytest -n 3 -q --durations=20
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -n 3 --dist loadfile -q --durations=20
 
 # The documentation site (docs/, mkdocs.yml) into site/; `make test` builds it strictly too.
 docs: $(STAMP)

@@ -22,3 +22,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
                 total += sum(v for k, v in props if k == "hostile_inputs")
     if total:
         terminalreporter.write_line(f"hostile inputs sent to real quiver serve processes: {total}")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules marked slow or spark first: `make test` hands each worker whole modules, and the
+    long ones then start while the rest is left to balance the workers' ends."""
+    items.sort(
+        key=lambda item: not (item.get_closest_marker("slow") or item.get_closest_marker("spark"))
+    )

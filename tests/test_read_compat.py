@@ -15,7 +15,7 @@ from corpus import CorpusDataset, build_corpus
 from quiver.format.dataset import dataset
 from quiver.format.expr import compile_filter
 
-pytestmark = pytest.mark.compat
+pytestmark = [pytest.mark.compat, pytest.mark.slow]
 
 # The structural (2.1+) versions of the corpus, written once per session.
 STRUCTURAL_VERSIONS = ("2.1", "2.2", "2.3")

@@ -34,6 +34,7 @@ from moto_atomic import moto_s3  # noqa: E402
 from quiver.clients import Client  # noqa: E402
 from quiver.clients.errors import CommitConflict  # noqa: E402
 
+pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 TICKET_KEY = "replicas-share-this-ticket-key-0123456789"
 

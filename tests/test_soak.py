@@ -13,6 +13,8 @@ import pytest
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

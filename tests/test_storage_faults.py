@@ -28,6 +28,8 @@ from quiver.format.dataset import dataset, write_dataset  # noqa: E402
 from quiver.format.errors import CommitUnconfirmedError  # noqa: E402
 from quiver.format.table import versions  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 MANIFEST_PUT = r"/_versions/[^/?]+\.manifest"
 # how many times each fault campaign runs every kind of commit (`make fault-campaigns`: 10)
 ROUNDS = int(os.environ.get("QUIVER_FAULT_ROUNDS", "1"))

@@ -31,6 +31,7 @@ from quiver.clients import Client  # noqa: E402
 from quiver.flight_server.config import ServerConfig  # noqa: E402
 from quiver.flight_server.server import build_server  # noqa: E402
 
+pytestmark = pytest.mark.spark
 JOB_ROWS = 240
 
 
