@@ -39,9 +39,9 @@ $(DUCKDB_STAMP): | $(STAMP)
 	touch $(DUCKDB_STAMP)
 
 # Three workers on two cores (the tests wait on servers, JVMs and sockets), each given whole
-# modules (one Spark session, corpus or server per module). Bytecode is cached
-# even where the machine says not to: each server, Spark worker and command the tests start
-# imports the package, a second more when it is compiled from source every time.
+# modules (one Spark session, corpus or server per module). Bytecode is cached even where the
+# machine says not to: each server, Spark worker and command the tests start imports the
+# package, a second more when it is compiled from source every time.
 test: $(STAMP) $(NODE_STAMP) $(DUCKDB_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

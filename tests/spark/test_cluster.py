@@ -14,6 +14,7 @@ import datetime as dt
 import decimal
 import os
 import sys
+import time
 from pathlib import Path
 
 import lance
@@ -55,6 +56,12 @@ def spark():
         .config("spark.task.maxFailures", "2")  # the failing task is retried once
         .getOrCreate()
     )
+    # the executor JVMs register after the session starts (seconds on a busy machine)
+    deadline = time.monotonic() + 120
+    while session.sparkContext._jsc.sc().getExecutorMemoryStatus().size() < EXECUTORS + 1:
+        if time.monotonic() > deadline:
+            break  # test_two_executors says how many came
+        time.sleep(0.2)
     register(session)
     yield session
     session.stop()
