@@ -175,7 +175,7 @@ def commit_segments(core: DatasetCore, index_name: str, column: str, segments: A
     entries = _entries(core, segments, "commit_existing_index_segments")
     if not isinstance(index_name, str) or not index_name:
         raise InvalidInputError(f"{core.uri}: an index name must be a non-empty string")
-    column = core.lance_schema.canonical_column(column)  # type: ignore[assignment]
+    column = core.lance_schema.canonical_column(column)
     field_id = core.lance_schema.field_at(column, dataset=core.uri).id
     if entries[0].field_ids != (field_id,):
         raise InvalidInputError(
@@ -216,7 +216,7 @@ def stage_inverted(
 ) -> None:
     """Stage the INVERTED partition of `fragment_ids` for the index `index_uuid` (pylance's
     `create_scalar_index(..., fragment_ids=, index_uuid=)`; see `index.fts.staging`)."""
-    column = core.lance_schema.canonical_column(column)  # type: ignore[assignment]
+    column = core.lance_schema.canonical_column(column)
     params = _fts.index_params(options, core.uri)
     if hasattr(fragment_ids, "__iter__") and not isinstance(fragment_ids, str | bytes):
         fragment_ids = list(fragment_ids)  # read twice: checked, then the first one named

@@ -231,7 +231,7 @@ def build_scalar_index(
 ) -> Built:
     """`create_scalar_index`'s segment, written and not committed: over the live rows of the
     fragments `fragment_ids` (None: every fragment), covering those."""
-    column = core.lance_schema.canonical_column(column)  # type: ignore[assignment]
+    column = core.lance_schema.canonical_column(column)
     kind = str(index_type).upper() if isinstance(index_type, str) else None
     kind = "INVERTED" if kind == "FTS" else kind
     if kind not in SCALAR_INDEX_TYPES:

@@ -573,7 +573,7 @@ class LanceSchema:
                 return next(f for f in self.walk() if f.id == field_id)
         return self.field(column, dataset=dataset)  # raises ColumnNotFoundError
 
-    def canonical_column(self, column: object) -> object:
+    def canonical_column(self, column: str) -> str:
         """`column` as the schema spells it where it names a field (`column_paths`) the way
         pylance's index builders resolve a column: exactly, else case-insensitively at each
         level of the dotted path, any name in backquotes ("`meta`.LANG" -> "meta.lang");
