@@ -31,11 +31,11 @@ $(NODE_STAMP): clients/node/package.json clients/node/package-lock.json
 # of its own, which tests/flight/test_namespace_duckdb.py runs.
 DUCKDB_LANCE := .venv-duckdb-lance
 DUCKDB_STAMP := $(DUCKDB_LANCE)/.installed
+DUCKDB_PACKAGES := duckdb==1.5.5 duckdb-extension-lance==1.5.5
 $(DUCKDB_STAMP): | $(STAMP)
 	test -x $(DUCKDB_LANCE)/bin/python || $(PYTHON) -m venv $(DUCKDB_LANCE)
 	$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(DUCKDB_LANCE)/bin/python \
-	  duckdb==1.5.5 duckdb-extension-lance==1.5.5 \
-	  || $(DUCKDB_LANCE)/bin/pip install --quiet duckdb==1.5.5 duckdb-extension-lance==1.5.5
+	  $(DUCKDB_PACKAGES) || $(DUCKDB_LANCE)/bin/pip install --quiet $(DUCKDB_PACKAGES)
 	touch $(DUCKDB_STAMP)
 
 # Three workers on two cores (the tests wait on servers, JVMs and sockets), each given whole
