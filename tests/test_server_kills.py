@@ -36,13 +36,15 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 TRIALS = int(os.environ.get("QUIVER_KILL_TRIALS", "14"))
 
-# Imports the server once, then forks one server per trial (a fresh interpreter per start
-# spent a second importing): the parent prints each child's pid and how it ended.
+# Imports the server (and s3fs) once, then forks one server per trial (a fresh interpreter
+# per start spent a second importing): the parent prints each child's pid and how it ended.
 _SERVERS = textwrap.dedent(
     """
     import os, sys
     from quiver.flight_server.cli import main
     root, port = sys.argv[1], sys.argv[2]
+    if root.startswith("s3://"):
+        import s3fs  # the server's S3 filesystem, imported once too
     print("ready", flush=True)
     for _ in sys.stdin:
         pid = os.fork()
