@@ -21,7 +21,7 @@ target column without an index leaves no answer at all, as in pylance.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -134,10 +134,12 @@ def combined_rows(search: FullTextSearch, query: Combined) -> tuple[np.ndarray, 
 def _shared_analyzer(
     opened: dict[str, list[InvertedIndex]], columns: tuple[str, ...], where: str
 ) -> Analyzer:
-    """The one analyzer of every indexed target column (pylance refuses others)."""
+    """The one analyzer of every indexed target column (pylance refuses others; whether an
+    index keeps positions is no part of how it tokenizes)."""
     indexed = [c for c in columns if opened[c]]
     first = opened[indexed[0]][0]
-    differ = [c for c in indexed[1:] if opened[c][0].params != first.params]
+    config = replace(first.params, with_position=False)
+    differ = [c for c in indexed[1:] if replace(opened[c][0].params, with_position=False) != config]
     if differ:
         raise InvalidInputError(
             f"{where}: combined_fields requires every target column to share the same "

@@ -150,6 +150,16 @@ def test_combined_fields_refusals(tmp_path: Path) -> None:
             search(lance.dataset(path), full_text_query=lq.CombinedFieldsQuery("kiwi", columns))
         with pytest.raises(error, match=message):
             search(dataset(path), full_text_query=qq.CombinedFieldsQuery("kiwi", columns))
+    # positions are no part of the tokenizer: an index keeping them combines with one without
+    lance.dataset(path).create_scalar_index(
+        "c", "INVERTED", remove_stop_words=False, with_position=True
+    )
+    query = ("kiwi", ["a", "c"])
+    assert_same_answers(
+        search(lance.dataset(path), full_text_query=lq.CombinedFieldsQuery(*query)),
+        search(dataset(path), full_text_query=qq.CombinedFieldsQuery(*query)),
+        "with and without positions",
+    )
     lance.dataset(path).create_scalar_index("c", "INVERTED", stem=False)
     for ds in (lance.dataset(path), dataset(path)):
         query = (lq if ds.__class__.__module__.startswith("lance") else qq).CombinedFieldsQuery
