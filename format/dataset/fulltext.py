@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fragment import LanceFragment, shared_fragments
@@ -75,6 +76,7 @@ from quiver.format.index.fts.postings import BLOCK
 from quiver.format.io.lru import ByteLRU
 from quiver.format.numeric import unique_sorted
 from quiver.format.table.indices import IndexEntry, frag_reuse_of, indices_of
+from quiver.format.table.schema import path_parts
 
 SCORE = "_score"
 _INVERTED = "InvertedIndexDetails"
@@ -130,7 +132,7 @@ _ENTRIES: weakref.WeakKeyDictionary[DatasetCore, dict[bool, dict]] = weakref.Wea
 
 def _inverted_entries(core: DatasetCore, elements: bool) -> dict[str, list[IndexEntry]]:
     out: dict[str, list[IndexEntry]] = {}
-    names = {f.id: f.name for f in core.lance_schema.walk()}
+    names = core.lance_schema.column_paths()  # a nested column by its path, as queries name it
     entries = indices_of(core.manifest)
     for e in entries:
         if not e.details_type.endswith(_INVERTED) or len(e.field_ids) != 1:
@@ -315,7 +317,7 @@ class FullTextSearch(LocatedSearch):
         named = set().union(*(columns_of(q) for q in self.queries))
         # (a column of list elements is refused by the query that names it, if it must be)
         for c in sorted(named - {self.elements} - set(self.element_entries)):
-            kind = core.lance_schema.field(c).to_arrow().type  # ColumnNotFoundError names it
+            kind = core.lance_schema.field_at(c).to_arrow().type  # ColumnNotFoundError names it
             if not pa.types.is_string(kind) and not pa.types.is_large_string(kind):
                 raise InvalidInputError(f"{core.uri}: column {c!r} does not hold text")
 
@@ -361,8 +363,12 @@ class FullTextSearch(LocatedSearch):
     def _among(self, column: str) -> Iterable[pa.RecordBatch]:
         """`column` and `_rowid` of the rows `among` names."""
         assert self.among is not None
-        rows = take_rows(self.core, self._fragments, self.among, [column], with_row_id=True)
-        return rows.to_batches()
+        top, *path = path_parts(column) if column not in self.core.lance_schema.names else [column]
+        rows = take_rows(self.core, self._fragments, self.among, [top], with_row_id=True)
+        values = rows.column(top)
+        for name in path:  # a field nested in structs: its values, named by its path
+            values = pc.struct_field(values, name)
+        return pa.table({column: values, ROW_ID_FIELD.name: rows[ROW_ID_FIELD.name]}).to_batches()
 
     def _allowed(self, covered: set[int]) -> np.ndarray | None:
         """Row ids a prefilter lets the index answer (sorted), or None without one."""

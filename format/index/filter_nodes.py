@@ -10,6 +10,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from quiver.format.expr.typed import unparen
+from quiver.format.table.schema import path_parts
 
 __all__ = ["FLIPPED", "bare_column", "field_at", "has_column", "is_null_test", "literal_texts"]
 
@@ -23,7 +24,7 @@ def bare_column(node: Any, column: str) -> exp.Expression | None:
     node = unparen(node)
     if not isinstance(node, exp.Column):
         return None
-    names = [column] if len(node.parts) == 1 else column.split(".")
+    names = [column] if len(node.parts) == 1 else path_parts(column)
     if len(names) != len(node.parts):
         return None
     for i, (part, name) in enumerate(zip(node.parts, names, strict=True)):
@@ -39,7 +40,7 @@ def field_at(schema: pa.Schema, column: str) -> pa.Field:
     """The field a column names: a top-level one, or one nested in structs by its path."""
     if column in schema.names:
         return schema.field(column)
-    head, *rest = column.split(".")
+    head, *rest = path_parts(column)
     f = schema.field(head)
     for name in rest:
         f = f.type.field(name)

@@ -58,6 +58,7 @@ from quiver.format.table.rowids import (
     row_id_segments,
     row_id_sequence_of,
 )
+from quiver.format.table.schema import path_parts
 
 log = logging.getLogger("quiver.index")
 
@@ -330,7 +331,7 @@ class _Walker:
 
     def _path(self, column: str) -> tuple[str, ...]:
         """A nested column's path (a Leaf's), nothing for a top-level one."""
-        return () if column in self.schema.names else tuple(column.split("."))
+        return () if column in self.schema.names else tuple(path_parts(column))
 
     @property
     def index_physical(self) -> Mapping[int, int]:

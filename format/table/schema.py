@@ -551,15 +551,15 @@ class LanceSchema:
 
     def column_paths(self) -> dict[int, str]:
         """Field id -> the column a filter, projection or index names it by: a top-level
-        field's name, a field nested in structs by its dotted path (`meta.lang`; none below
-        a name holding a dot)."""
+        field's name, a field nested in structs by its path as pylance spells it
+        (`meta.lang`, `` meta.`a.b` ``: `column_path`)."""
         out: dict[int, str] = {}
-        pending = [(f, f.name) for f in self.fields]
+        pending: list[tuple[LanceField, list[str]]] = [(f, [f.name]) for f in self.fields]
         while pending:
-            f, path = pending.pop()
-            out[f.id] = path
-            if f.logical_type == "struct" and "." not in f.name:
-                pending += [(c, f"{path}.{c.name}") for c in f.children if "." not in c.name]
+            f, parts = pending.pop()
+            out[f.id] = column_path(parts)
+            if f.logical_type == "struct":
+                pending += [(c, [*parts, c.name]) for c in f.children]
         return out
 
     def field_at(self, column: str, *, dataset: str = "dataset") -> LanceField:
@@ -593,7 +593,7 @@ class LanceSchema:
                 return column
             names.append(found.name)
             fields = found.children
-        spelled = ".".join(names)
+        spelled = column_path(names)
         return spelled if spelled in known else column
 
     def project(self, columns: Sequence[str], *, dataset: str = "dataset") -> LanceSchema:
@@ -615,16 +615,26 @@ class LanceSchema:
 
 
 def path_parts(path: str) -> list[str]:
-    """The field names of a dotted path, a name in backquotes holding any character
-    ("st.`in ner`"); [] for a path that does not parse (an unclosed quote)."""
+    """The field names of a dotted path, a name in backquotes holding any character, a
+    backquote in it doubled ("st.`in ner`", "st.`a``b`"); [] for a path that does not
+    parse (an unclosed quote, text after a closing one)."""
     parts: list[str] = []
     i = 0
     while i <= len(path):
         if path.startswith("`", i):
-            end = path.find("`", i + 1)
-            if end < 0 or (end + 1 < len(path) and path[end + 1] != "."):
+            name, start = [], i + 1
+            while True:
+                end = path.find("`", start)
+                if end < 0:
+                    return []
+                if not path.startswith("``", end):
+                    break
+                name.append(path[start : end + 1])  # a doubled backquote: one in the name
+                start = end + 2
+            name.append(path[start:end])
+            if end + 1 < len(path) and path[end + 1] != ".":
                 return []
-            parts.append(path[i + 1 : end])
+            parts.append("".join(name))
             i = end + 2
         else:
             end = path.find(".", i)
@@ -632,3 +642,16 @@ def path_parts(path: str) -> list[str]:
             parts.append(path[i:end])
             i = end + 1
     return parts
+
+
+def format_path(parts: Sequence[str]) -> str:
+    """A field path as pylance writes it (Lance's `format_field_path`): the names joined by
+    dots, a name holding a dot or a backquote in backquotes, its backquotes doubled
+    (["meta", "a.b"] -> "meta.`a.b`"); `path_parts` reads it back."""
+    return ".".join(f"`{p.replace('`', '``')}`" if "." in p or "`" in p else p for p in parts)
+
+
+def column_path(parts: Sequence[str]) -> str:
+    """How a column is named by the names from the top level down: a top-level column by
+    its own name, a nested field by its `format_path`."""
+    return parts[0] if len(parts) == 1 else format_path(parts)

@@ -29,6 +29,7 @@ from quiver.format.index.vector.sq import ScalarQuantizer
 from quiver.format.proto import index_pb2
 from quiver.format.table.frag_reuse import FRAG_REUSE_INDEX
 from quiver.format.table.indices import IndexEntry, frag_reuse_of, indices_of
+from quiver.format.table.schema import column_path
 
 # pylance's names of index types, by the message of their details
 _TYPE_NAMES = {
@@ -303,16 +304,17 @@ def _by_name(core: Core) -> dict[str, list[IndexEntry]]:
 
 
 def _field_names(core: Core) -> Mapping[int, str]:
-    """Field id -> its name, dotted from the top level for nested fields."""
+    """Field id -> its name, from the top level for nested fields as pylance spells the
+    path (`column_path`: `meta.lang`, `` meta.`a.b` ``)."""
     out: dict[int, str] = {}
 
-    def walk(field: Any, prefix: str) -> None:
-        out[field.id] = prefix + field.name
+    def walk(field: Any, parts: list[str]) -> None:
+        out[field.id] = column_path(parts)
         for child in field.children:
-            walk(child, out[field.id] + ".")
+            walk(child, [*parts, child.name])
 
     for f in core.manifest.schema.fields:
-        walk(f, "")
+        walk(f, [f.name])
     return out
 
 

@@ -18,6 +18,7 @@ from quiver.format.errors import LanceError
 from quiver.format.expr import apply_filter, compile_filter
 from quiver.format.index import pruning
 from quiver.format.index.pruning import BLOCK_ROWS
+from quiver.format.table.schema import format_path, path_parts
 
 ROWS = 9000  # three BTREE pages of 4096 values
 PER_FILE = 2000
@@ -415,3 +416,51 @@ def test_unknown_index_columns_are_refused_by_both(tmp_path) -> None:
             lance.dataset(uri).create_scalar_index(spelled, "BTREE")
         with pytest.raises(LanceError, match="no column"):
             dataset(uri).create_scalar_index(spelled, "BTREE")
+
+
+def _listing(ds: object) -> list[tuple[str, list[str]]]:
+    return sorted((i["name"], i["fields"]) for i in ds.list_indices())  # type: ignore[attr-defined]
+
+
+def test_field_names_holding_dots_are_quoted_paths_as_in_pylance(tmp_path) -> None:
+    """Nested fields whose names hold a dot (or a backquote) are named by pylance's quoted
+    paths (`` meta.`a.b`.c ``, a backquote doubled): indices built on them by either engine
+    are listed alike, read by the other, and narrow filters on those paths."""
+    k = np.arange(3000)
+    inner = pa.StructArray.from_arrays([pa.array(k % 3), pa.array(k % 11)], names=["c", "d.e"])
+    meta = pa.StructArray.from_arrays(
+        [inner, pa.array(k % 5), pa.array(k % 2)], names=["a.b", "f.g", "t`x"]
+    )
+    table = pa.table({"id": k, "meta": meta})
+    columns = {"meta.`a.b`.c": "BTREE", "META.`F.G`": "BITMAP", "meta.`a.b`.`d.e`": "BTREE"}
+    filters = ["meta.`a.b`.c = 1", "meta.`f.g` IN (2, 4)", "meta.`a.b`.`d.e` < 3"]
+    listed = {}
+    for engine in ("pylance", "quiver"):
+        uri = str(tmp_path / f"{engine}.lance")
+        lance.write_dataset(table, uri, max_rows_per_file=1000)
+        ds = lance.dataset(uri) if engine == "pylance" else dataset(uri)
+        for column, kind in columns.items():
+            ds.create_scalar_index(column, kind)
+        listed[engine] = _listing(lance.dataset(uri))
+        assert _listing(dataset(uri)) == listed[engine]
+        for sql in filters:
+            _check_filter(uri, sql, pruned=True)
+            assert "ScalarIndexQuery" in lance.dataset(uri).scanner(filter=sql).explain_plan(), sql
+    assert listed["quiver"] == listed["pylance"]
+    assert ("meta.`a.b`.`d.e`_idx", ["meta.`a.b`.`d.e`"]) in listed["quiver"]
+    # a backquote in a name is doubled in the path (the listing's fields, as pylance's)
+    uri = str(tmp_path / "quiver.lance")
+    dataset(uri).create_scalar_index("meta.`t``x`", "BTREE")
+    assert ["meta.`t``x`"] in [i["fields"] for i in lance.dataset(uri).list_indices()]
+    _check_filter(uri, "meta.`t``x` = 1", pruned=True)
+
+
+@pytest.mark.parametrize(
+    ("path", "parts"),
+    [("meta.`a.b`.c", ["meta", "a.b", "c"]), ("`t``x`", ["t`x"]), ("a.`b```", ["a", "b`"]),
+     ("plain", ["plain"]), ("`a.b", []), ("`a`b", [])],
+)  # fmt: skip
+def test_paths_parse_and_format_back(path: str, parts: list[str]) -> None:
+    assert path_parts(path) == parts
+    if parts:
+        assert path_parts(format_path(parts)) == parts
