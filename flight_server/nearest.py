@@ -45,6 +45,7 @@ from quiver.format.dataset.fulltext import FullTextSearch
 from quiver.format.dataset.hybrid import HybridSearch
 from quiver.format.dataset.nearest import NearestSearch
 from quiver.format.dataset.search_filter import SearchFilter, filtered_search
+from quiver.format.errors import LanceError
 from quiver.wire.requests import NEAREST_KEYS, READ
 
 NEAREST_KIND = "qn1"
@@ -440,7 +441,8 @@ def exchange(
         call.rows = table.num_rows
         return
     options = nearest_options(request.nearest, need_q=False)
-    dim = ds.schema.field(options["column"]).type.list_size if _vector(ds, options) else 0
+    vector = _vector(ds, options)
+    dim = vector.list_size if vector is not None else 0
     search = search_of(ds, request, {**options, "q": np.zeros((1, dim), np.float32)})
     writer.begin(search.schema)
     seen = rows = 0
@@ -470,7 +472,12 @@ def _answer(search: NearestSearch | FullTextSearch | HybridSearch, limit: int | 
     return table
 
 
-def _vector(ds: LanceDataset, options: dict[str, Any]) -> bool:
-    """Whether the named column is a fixed-size list (the engine says what else is wrong)."""
-    column = options["column"]
-    return column in ds.schema.names and pa.types.is_fixed_size_list(ds.schema.field(column).type)
+def _vector(ds: LanceDataset, options: dict[str, Any]) -> pa.FixedSizeListType | None:
+    """The type of the named column (a field nested in structs by its path) when it is a
+    fixed-size list; None otherwise (the engine says what else is wrong)."""
+    try:
+        field = ds.core.lance_schema.field_at(options["column"])
+    except LanceError:
+        return None
+    kind = field.to_arrow().type
+    return kind if pa.types.is_fixed_size_list(kind) else None

@@ -31,7 +31,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fragment import LanceFragment, shared_fragments
@@ -63,7 +62,7 @@ from quiver.format.dataset.nearest import (
 )
 from quiver.format.dataset.scan import ROW_ID_FIELD, Scanner
 from quiver.format.dataset.scan_extras import RowMask
-from quiver.format.dataset.take import take_rows
+from quiver.format.dataset.take import column_at, take_rows
 from quiver.format.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
 from quiver.format.index.fts import bm25
 from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
@@ -363,11 +362,9 @@ class FullTextSearch(LocatedSearch):
     def _among(self, column: str) -> Iterable[pa.RecordBatch]:
         """`column` and `_rowid` of the rows `among` names."""
         assert self.among is not None
-        top, *path = path_parts(column) if column not in self.core.lance_schema.names else [column]
+        top = path_parts(column)[0] if column not in self.core.lance_schema.names else column
         rows = take_rows(self.core, self._fragments, self.among, [top], with_row_id=True)
-        values = rows.column(top)
-        for name in path:  # a field nested in structs: its values, named by its path
-            values = pc.struct_field(values, name)
+        values = column_at(rows, column)  # a nested field's values, named by its path
         return pa.table({column: values, ROW_ID_FIELD.name: rows[ROW_ID_FIELD.name]}).to_batches()
 
     def _allowed(self, covered: set[int]) -> np.ndarray | None:

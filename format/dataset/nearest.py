@@ -30,6 +30,7 @@ from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.fragment import LanceFragment, shared_fragments
 from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, ROW_COLUMNS, ROW_ID_FIELD, Scanner
 from quiver.format.dataset.scan_extras import RowMask
+from quiver.format.dataset.take import column_at
 from quiver.format.errors import ColumnNotFoundError, InvalidInputError, UnsupportedFeatureError
 from quiver.format.expr import filter_mask as _filter_mask
 from quiver.format.index.vector.build import untrained
@@ -116,9 +117,9 @@ class NearestQuery:
         column = nearest.get("column")
         if not isinstance(column, str):
             raise InvalidInputError(f"{where}: 'column' must name the vector column")
-        if column not in core.lance_schema.names:
+        if column not in core.lance_schema.names and column not in _nested_paths(core):
             raise ColumnNotFoundError(f"{where}: column {column!r} is not in the dataset")
-        dtype = core.schema.field(column).type
+        dtype = core.lance_schema.field_at(column).to_arrow().type  # (nested: by its path)
         multivector = (pa.types.is_list(dtype) or pa.types.is_large_list(dtype)) and (
             pa.types.is_fixed_size_list(dtype.value_type)
         )
@@ -355,9 +356,15 @@ def take_answers(
     return rows.filter(pa.array(keep)), keep
 
 
+def _nested_paths(core: DatasetCore) -> set[str]:
+    """The paths of the fields nested in structs (`meta.vec`), as columns name them."""
+    top = set(core.lance_schema.names)
+    return {p for p in core.lance_schema.column_paths().values() if p not in top}
+
+
 def _vector_index(core: DatasetCore, column: str) -> list[IndexEntry]:
     """The index (and its deltas: same name) pylance would use for `column`, or []."""
-    field_id = core.lance_schema.field(column).id
+    field_id = core.lance_schema.field_at(column).id
     entries = indices_of(core.manifest)
     first = next((e for e in entries if field_id in e.field_ids), None)
     if first is None:
@@ -499,9 +506,10 @@ class NearestSearch(LocatedSearch):
         if not len(found.query):
             return found
         uniq, inverse = np.unique(found.row_ids, return_inverse=True)
-        schema = self.core.lance_schema.project([self.query.column])
+        schema = self.core.lance_schema.path_projection(self.query.column)
         read = schema.to_arrow(blob_descriptions=True)
-        vectors = self.locator.take(uniq, schema, read).column(0).combine_chunks()
+        rows = self.locator.take(uniq, schema, read)
+        vectors = column_at(rows, self.query.column).combine_chunks()
         if self.query.multivector:  # one query: summed over its vectors, the nearest
             has, nearest = nearest_in_lists(self.metric, vectors, self.query.queries)
             measured = np.full(len(uniq), np.nan, np.float32)

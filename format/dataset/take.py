@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, ROW_COLUMNS, Scanner
@@ -176,6 +177,18 @@ def _pruned_projection(
         for top, ids in keep.items()
     ]
     return LanceSchema(fields, schema.metadata), names
+
+
+def column_at(table: pa.Table, column: str) -> pa.ChunkedArray:
+    """The values of `column` in a table read with its `path_projection`: a top-level
+    column, or a field nested in structs named by its path (null under a null parent)."""
+    if column in table.column_names:
+        return table.column(column)
+    top, *path = path_parts(column)
+    values = table.column(top)
+    for name in path:
+        values = pc.struct_field(values, name)
+    return values
 
 
 def check_indices(values: Sequence[int] | np.ndarray | pa.Array, what: str) -> np.ndarray:

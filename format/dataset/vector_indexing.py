@@ -84,7 +84,7 @@ def vector_params(
     uri = core.uri
     kind = index_type.upper()
     stored = kind.replace("HNSW_", "")
-    field_type = core.lance_schema.project([column]).to_arrow().field(0).type
+    field_type = core.lance_schema.field_at(column, dataset=uri).to_arrow().type
     multivector = is_multivector(field_type)
     if multivector:  # lists of vectors: each vector an entry of the index, under its row's id
         field_type = field_type.value_type
@@ -229,7 +229,7 @@ def _sample(
         table = Scanner(core, fragments, columns=[column]).to_table()
     else:
         table = _take.take(core, fragments, positions, [column])
-    x, _ = _vectors(table.column(column).combine_chunks(), params)
+    x, _ = _vectors(_take.column_at(table, column).combine_chunks(), params)
     return _build.prepare(params, x[rng.permutation(len(x))])
 
 

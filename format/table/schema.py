@@ -573,6 +573,13 @@ class LanceSchema:
                 return next(f for f in self.walk() if f.id == field_id)
         return self.field(column, dataset=dataset)  # raises ColumnNotFoundError
 
+    def path_projection(self, column: str, *, dataset: str = "dataset") -> LanceSchema:
+        """The schema reading `column`: that top-level column, or for a field nested in
+        structs (`field_at`) its top-level column pruned to the path down to it."""
+        if column in self.names:
+            return self.project([column], dataset=dataset)
+        return self.project_ids(f.id for f in self.field_at(column, dataset=dataset).walk())
+
     def canonical_column(self, column: str) -> str:
         """`column` as the schema spells it where it names a field (`column_paths`) the way
         pylance's index builders resolve a column: exactly, else case-insensitively at each

@@ -253,3 +253,25 @@ def test_do_exchange_without_a_search_is_unimplemented(served: Served) -> None:
             writer.done_writing()
             reader.read_all()
         assert "nearest" in assert_clean_error(e.value, "unimplemented", served.root)
+
+
+def test_vectors_nested_in_structs(served: Served, client: Client) -> None:
+    """A vector column nested in a struct (`meta.vec`), named by its path: GetFlightInfo +
+    DoGet and DoExchange batches answer as pylance."""
+    rng = np.random.default_rng(12)
+    vectors = rng.standard_normal((1500, DIM)).astype(np.float32)
+    meta = pa.StructArray.from_arrays(
+        [pa.FixedSizeListArray.from_arrays(pa.array(vectors.ravel()), DIM)], names=["vec"]
+    )
+    uri = str(served.root / "nested.lance")
+    lance.write_dataset(pa.table({"id": np.arange(1500), "meta": meta}), uri)
+    lance.dataset(uri).create_index("meta.vec", "IVF_FLAT", num_partitions=3)
+    q = queries(13, 5)
+    got = client.nearest("nested", "meta.vec", q[0], k=6, nprobes=2, columns=["id"])
+    nearest = {"column": "meta.vec", "q": q[0], "k": 6, "nprobes": 2}
+    assert_same_neighbours(got, pylance_nearest(uri, nearest=nearest, columns=["id"]), "one")
+    got = client.nearest_batch(
+        "nested", "meta.vec", q, k=3, batch_rows=2, nprobes=2, columns=["id"]
+    )
+    nearest = {"column": "meta.vec", "q": q, "k": 3, "nprobes": 2}
+    assert_same_neighbours(got, pylance_nearest(uri, nearest=nearest, columns=["id"]), "batches")
