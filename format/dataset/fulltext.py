@@ -63,7 +63,7 @@ from quiver.format.dataset.nearest import (
 from quiver.format.dataset.scan import ROW_ID_FIELD, Scanner
 from quiver.format.dataset.scan_extras import RowMask
 from quiver.format.dataset.take import column_at, take_rows
-from quiver.format.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
+from quiver.format.errors import CorruptFileError, InvalidInputError
 from quiver.format.index.fts import bm25
 from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
 from quiver.format.index.fts.blockmax import BlockMax, word_blocks
@@ -297,10 +297,6 @@ class FullTextSearch(LocatedSearch):
             with_row_id=with_row_id,
             with_row_address=with_row_address,
         )
-        if self._scanner._paths:
-            raise UnsupportedFeatureError(
-                f"{core.uri}: nested field paths in the columns of a full-text search"
-            )
         self.filter, self.prefilter, self.fast_search = filter, prefilter, fast_search
         self.limit, self.offset = limit, offset or 0
         self.indexed_columns = inverted_entries(core)
@@ -772,7 +768,7 @@ class FullTextSearch(LocatedSearch):
             elif f.name == QUERY_INDEX and self.batch:
                 columns.append(pa.array(query_index, pa.int32()))
             else:
-                columns.append(rows.column(f.name))
+                columns.append(column_at(rows, f.name))  # (a nested field: by its path)
         return pa.Table.from_arrays(columns, schema=self.schema)
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:

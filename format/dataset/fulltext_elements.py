@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from quiver.format.dataset.fulltext_query import Match, Phrase, Query
 from quiver.format.dataset.scan import ROW_ID_FIELD
+from quiver.format.dataset.take import column_at
 from quiver.format.errors import CorruptFileError, InvalidInputError, UnsupportedFeatureError
 from quiver.format.index.fts import bm25
 from quiver.format.index.fts.index import InvertedIndex, Partition
@@ -359,5 +360,5 @@ def element_table(search: FullTextSearch, column: str, take: Any) -> pa.Table:
         elif f.name == "_score":
             columns.append(pa.array(found.scores, pa.float32()))
         else:
-            columns.append(rows.column(f.name))
+            columns.append(column_at(rows, f.name))
     return pa.Table.from_arrays(columns, schema=search.schema)

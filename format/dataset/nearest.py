@@ -31,7 +31,7 @@ from quiver.format.dataset.fragment import LanceFragment, shared_fragments
 from quiver.format.dataset.scan import ROW_ADDRESS_FIELD, ROW_COLUMNS, ROW_ID_FIELD, Scanner
 from quiver.format.dataset.scan_extras import RowMask
 from quiver.format.dataset.take import column_at
-from quiver.format.errors import ColumnNotFoundError, InvalidInputError, UnsupportedFeatureError
+from quiver.format.errors import ColumnNotFoundError, InvalidInputError
 from quiver.format.expr import filter_mask as _filter_mask
 from quiver.format.index.vector.build import untrained
 from quiver.format.index.vector.distance import metric_name, paired
@@ -442,11 +442,6 @@ class NearestSearch(LocatedSearch):
             with_row_id=with_row_id,
             with_row_address=with_row_address,
         )
-        if scanner._paths:
-            raise UnsupportedFeatureError(
-                f"{core.uri}: nested field paths ({', '.join(scanner._paths)}) in the columns "
-                "of a nearest-neighbour search; name their top-level columns"
-            )
         self._scanner = scanner
         self.filter = filter
         self.prefilter = prefilter
@@ -667,7 +662,7 @@ class NearestSearch(LocatedSearch):
             elif f.name == DISTANCE:
                 columns.append(pa.array(distance, pa.float32()))
             else:
-                columns.append(rows.column(f.name))
+                columns.append(column_at(rows, f.name))  # (a nested field: by its path)
         return pa.Table.from_arrays(columns, schema=out)
 
 

@@ -48,6 +48,7 @@ CASES = [
     {"columns": ["id"], "with_row_id": True},
     {"filter": "meta.k = 3", "prefilter": True, "columns": ["id", "meta"]},
     {"nearest": {"refine_factor": 2, "k": 7}},
+    {"columns": ["meta.k", "_distance", "id"], "filter": "id > 50"},  # a nested field's values
 ]
 
 
