@@ -117,9 +117,9 @@ class NearestQuery:
         column = nearest.get("column")
         if not isinstance(column, str):
             raise InvalidInputError(f"{where}: 'column' must name the vector column")
-        if column not in core.lance_schema.names and column not in _nested_paths(core):
+        if column not in core.lance_schema.column_paths().values():  # (nested: by its path)
             raise ColumnNotFoundError(f"{where}: column {column!r} is not in the dataset")
-        dtype = core.lance_schema.field_at(column).to_arrow().type  # (nested: by its path)
+        dtype = core.lance_schema.field_at(column).to_arrow().type
         multivector = (pa.types.is_list(dtype) or pa.types.is_large_list(dtype)) and (
             pa.types.is_fixed_size_list(dtype.value_type)
         )
@@ -354,12 +354,6 @@ def take_answers(
         return rows, None
     keep = np.asarray(_filter_mask(rows, scanner._filter.expression).fill_null(False))
     return rows.filter(pa.array(keep)), keep
-
-
-def _nested_paths(core: DatasetCore) -> set[str]:
-    """The paths of the fields nested in structs (`meta.vec`), as columns name them."""
-    top = set(core.lance_schema.names)
-    return {p for p in core.lance_schema.column_paths().values() if p not in top}
 
 
 def _vector_index(core: DatasetCore, column: str) -> list[IndexEntry]:
