@@ -63,9 +63,10 @@ def text_table(n: int, seed: int, start: int = 0) -> pa.Table:
 
 
 def search(ds: Any, **kw: Any) -> pa.Table:
+    """A search's `id` and `_rowid` (other columns when `kw` names them), warnings silenced."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return ds.to_table(columns=["id"], with_row_id=True, **kw)
+        return ds.to_table(**{"columns": ["id"], "with_row_id": True, **kw})
 
 
 def assert_same_answers(theirs: pa.Table, ours: pa.Table, what: str) -> None:

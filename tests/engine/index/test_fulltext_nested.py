@@ -76,13 +76,6 @@ QUERIES: list[tuple[str, Any, Any]] = [
 ]
 
 
-def _search(ds: Any, **options: Any) -> pa.Table:
-    """`search` with its columns replaced when `options` name some."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return ds.to_table(**{"columns": ["id"], "with_row_id": True, **options})
-
-
 @pytest.mark.parametrize(("label", "theirs", "ours"), QUERIES, ids=[q[0] for q in QUERIES])
 def test_nested_text_fields_search_as_pylance(path: str, label: str, theirs: Any, ours: Any):
     ours = theirs if ours is None else ours
@@ -92,8 +85,8 @@ def test_nested_text_fields_search_as_pylance(path: str, label: str, theirs: Any
         {"filter": "id > 100", "prefilter": True},
         {"columns": ["id", BODY, DOTTED]},  # nested fields' values, named by their paths
     ):
-        want = _search(lance.dataset(path), full_text_query=theirs, **extra)
-        got = _search(dataset(path), full_text_query=ours, **extra)
+        want = search(lance.dataset(path), full_text_query=theirs, **extra)
+        got = search(dataset(path), full_text_query=ours, **extra)
         assert_same_answers(want, got, f"{label} {extra}")
         if not extra:
             assert got.num_rows, label  # the corpus holds every query's words
