@@ -117,9 +117,10 @@ class NearestQuery:
         column = nearest.get("column")
         if not isinstance(column, str):
             raise InvalidInputError(f"{where}: 'column' must name the vector column")
-        if column not in core.lance_schema.column_paths().values():  # (nested: by its path)
+        schema = core.lance_schema  # a nested column by its path (the walk only for those)
+        if column not in schema.names and column not in schema.column_paths().values():
             raise ColumnNotFoundError(f"{where}: column {column!r} is not in the dataset")
-        dtype = core.lance_schema.field_at(column).to_arrow().type
+        dtype = schema.field_at(column).to_arrow().type
         multivector = (pa.types.is_list(dtype) or pa.types.is_large_list(dtype)) and (
             pa.types.is_fixed_size_list(dtype.value_type)
         )
