@@ -157,10 +157,21 @@ def test_pylance_uses_quiver_s_index_as_its_own(
     # Quiver reports the index's statistics as pylance does (centroids and loss included)
     stats = lance.dataset(ours).stats.index_stats("v_idx")
     assert quiver.dataset(ours).index_statistics("v_idx") == stats
-    # pylance's training is random: on 6,000 rows its recall varies by a few hundredths, and
-    # 4-bit PQ's from 0.35 to 0.52 over pylance's own builds (Quiver's, seeded: 0.38 to 0.45)
+    # Training is random: over twenty builds on these 6,000 rows, cosine IVF_PQ's recall spans
+    # 0.79-0.87 in either engine (same mean), 4-bit PQ's 0.35-0.52; one build against one build
+    # can differ by 0.09, so each engine's recall is its median over three builds
     margin = 0.16 if kw.get("num_bits") == 4 else 0.08
-    assert _recall(ours, metric) >= _recall(theirs, metric) - margin
+
+    def rebuild(engine: object, path: str, **seed: int) -> float:
+        params = {"metric": metric, "num_partitions": 6, "replace": True, **kw, **seed}
+        engine.dataset(path).create_index("v", kind, **params)
+        return _recall(path, metric)
+
+    ours_recall = np.median(
+        [_recall(ours, metric), *(rebuild(quiver, ours, seed=s) for s in (2, 3))]
+    )
+    theirs_recall = np.median([_recall(theirs, metric), *(rebuild(lance, theirs) for _ in (2, 3))])
+    assert ours_recall >= theirs_recall - margin
     a, b = _index_files(ours), _index_files(theirs)
     for name in a:
         rows_a, meta_a, version_a, buffers_a = a[name]
