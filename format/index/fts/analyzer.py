@@ -27,6 +27,7 @@ import functools
 import numbers
 import re
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -219,7 +220,10 @@ class Analyzer:
             return Occurrences(
                 np.zeros(0, np.int64), np.zeros(0, np.uint32), np.zeros(0, np.int32), []
             )
-        rows, places, tokens = (np.concatenate(x) for x in zip(*parts, strict=True))
+        if len(parts) == 1:
+            rows, places, tokens = parts[0]
+        else:
+            rows, places, tokens = (np.concatenate(x) for x in zip(*parts, strict=True))
         vocabulary = list(ids)
         if len(parts) > 1:  # back in row order, ids renumbered by first appearance
             order = np.argsort(rows, kind="stable")
@@ -250,55 +254,81 @@ class Analyzer:
         validity, offsets, data = texts.buffers()
         data = data if data is not None else pa.py_buffer(b"")
         ends = np.frombuffer(offsets, np.int64)
-        seen = _Words()
-        scratch = _SplitScratch()
-        letters: np.ndarray | None = None  # characters per text (n-grams)
-        row_type = self._row_type(len(texts))
-        parts = []
-        for start in range(0, len(rows), _BULK_ROWS):
+        nbytes = ends[rows + texts.offset + 1] - ends[rows + texts.offset]
+        p = self.params
+        if separators is None:  # n-grams: counted from each text's characters
+            letters = pc.fill_null(pc.utf8_length(texts), 0).to_numpy(zero_copy_only=False)
+            capacity = int(ngram_counts(letters[rows], p)[0].sum())
+        else:  # words: a byte and a separator (or the text's end) at least
+            capacity = (int(nbytes.sum()) + len(rows)) // 2 + 1 + len(rows) // _BULK_ROWS
+
+        def split(start: int, scratch: _SplitScratch) -> tuple[np.ndarray, int, int, tuple]:
+            """Chunk `start`'s occurrences into `scratch` (the kernels run without the GIL)."""
             chunk = np.ascontiguousarray(rows[start : start + _BULK_ROWS], np.int64)
-            at = chunk + texts.offset
-            nbytes = int((ends[at + 1] - ends[at]).sum())
             if separators is not None:
-                out = scratch.sized(len(chunk), nbytes)
+                out = scratch.sized(len(chunk), int(nbytes[start : start + len(chunk)].sum()))
                 n, distinct = _kernels.split_words(
                     data, offsets, validity, texts.offset, chunk, separators, *out
                 )
-            else:
-                p = self.params
-                # (a character takes up to four bytes: n-grams of a text of c characters
-                # and b bytes hold at most 4 / 1 times their characters' count in bytes)
-                nbytes_of = ends[at + 1] - ends[at]
-                if letters is None:
-                    letters = pc.fill_null(pc.utf8_length(texts), 0).to_numpy(zero_copy_only=False)
-                chars = letters[chunk]
-                counts, sizes = ngram_counts(chars, p)
-                wide = np.where(nbytes_of > chars, 4, 1)
-                out = scratch.sized_for(int(counts.sum()), int((sizes * wide).sum()))
-                n, distinct = _kernels.split_ngrams(
-                    data, offsets, validity, texts.offset, chunk, p.min_ngram_length,
-                    p.max_ngram_length, p.prefix_only, *out,
-                )  # fmt: skip
-            word, owner, place, text, word_ends = out
-            words = pa.LargeStringArray.from_buffers(
-                distinct,
-                pa.py_buffer(word_ends[: distinct + 1]),
-                pa.py_buffer(text[: word_ends[distinct]]),
-            )
-            mapped = seen.ids_of(words, lambda w: self._word_id(w, ids))
-            tokens = mapped[word[:n]]
-            kept = tokens >= 0
-            if kept.all():  # no stop word or long word: nothing to drop
-                owner_of = chunk[owner[:n]]
-                places = place[:n].copy() if positions else _NO_PLACES
-            else:
-                owner_of = chunk[owner[:n][kept]]
-                places = place[:n][kept] if positions else _NO_PLACES
-                tokens = tokens[kept]
-            parts.append((owner_of.astype(row_type), places, tokens))
-        if not parts:
-            return np.zeros(0, np.int64), _NO_PLACES, np.zeros(0, np.int32)
-        return tuple(np.concatenate(x) for x in zip(*parts, strict=True))  # type: ignore[return-value]
+                return chunk, n, distinct, out
+            # (a character takes up to four bytes: n-grams of a text of c characters
+            # and b bytes hold at most 4 / 1 times their characters' count in bytes)
+            chars = letters[chunk]
+            counts, sizes = ngram_counts(chars, p)
+            wide = np.where(nbytes[start : start + len(chunk)] > chars, 4, 1)
+            out = scratch.sized_for(int(counts.sum()), int((sizes * wide).sum()))
+            n, distinct = _kernels.split_ngrams(
+                data, offsets, validity, texts.offset, chunk, p.min_ngram_length,
+                p.max_ngram_length, p.prefix_only, *out,
+            )  # fmt: skip
+            return chunk, n, distinct, out
+
+        # Every chunk's occurrences go straight into arrays of the column's (an upper bound
+        # of their count: the pages past the last occurrence are never touched, so never
+        # resident), not into arrays of their own joined at the end (fresh memory to fault
+        # in twice). The next chunk is split on a worker while this one's words are
+        # numbered: two scratches, each chunk's results copied out before it is reused.
+        row_type = self._row_type(len(texts))
+        all_rows = np.empty(capacity, row_type)
+        all_tokens = np.empty(capacity, np.int32)
+        all_places = np.empty(capacity, np.uint32) if positions else _NO_PLACES
+        seen = _Words()
+        scratches = (_SplitScratch(), _SplitScratch())
+        starts = range(0, len(rows), _BULK_ROWS)
+        done = 0
+        pending: Future | None = None  # (one chunk, as a query's unindexed rows: no thread)
+        with ThreadPoolExecutor(1, thread_name_prefix="quiver-fts-split") as pool:
+            for i, start in enumerate(starts):
+                if pending is None:
+                    chunk, n, distinct, out = split(start, scratches[0])
+                else:
+                    chunk, n, distinct, out = pending.result()
+                if i + 1 < len(starts):
+                    pending = pool.submit(split, starts[i + 1], scratches[(i + 1) % 2])
+                word, owner, place, text, word_ends = out
+                words = pa.LargeStringArray.from_buffers(
+                    distinct,
+                    pa.py_buffer(word_ends[: distinct + 1]),
+                    pa.py_buffer(text[: word_ends[distinct]]),
+                )
+                mapped = seen.ids_of(words, lambda w: self._word_id(w, ids))
+                tokens = all_tokens[done : done + n]
+                np.take(mapped, word[:n], out=tokens)
+                owners = chunk.astype(row_type)
+                kept = tokens >= 0
+                if kept.all():  # no stop word or long word: nothing to drop
+                    np.take(owners, owner[:n], out=all_rows[done : done + n])
+                    if positions:
+                        all_places[done : done + n] = place[:n]
+                else:
+                    m = int(np.count_nonzero(kept))
+                    tokens[:m] = tokens[kept]
+                    all_rows[done : done + m] = owners[owner[:n][kept]]
+                    if positions:
+                        all_places[done : done + m] = place[:n][kept]
+                    n = m
+                done += n
+        return all_rows[:done], all_places[:done], all_tokens[:done]
 
     @staticmethod
     def _row_type(n: int) -> type:

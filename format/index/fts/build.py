@@ -23,6 +23,7 @@ import functools
 import json
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -315,9 +316,8 @@ def encoded_partition(
     norm = bm25.norms(lengths, bm25.mean_length(total, n_docs))
     idf = bm25.idf(df, n_docs)
     counts = counts.astype(np.uint32, copy=False)
-    parts, bests = [], []
-    # a group of tokens at a time: the encoder's temporaries stay a few times a group's
-    for first, last in _token_groups(bounds, _ENCODED_POSTINGS):
+
+    def encode(first: int, last: int) -> tuple[pa.Array, np.ndarray]:
         lo, hi = int(bounds[first]), int(bounds[last])
         group = bounds[first : last + 1] - lo
         scores = bm25.weights(idf[tok[lo:hi]], counts[lo:hi], norm[doc[lo:hi]])
@@ -326,8 +326,18 @@ def encoded_partition(
         encoded, best = encode_postings(group, doc[lo:hi], counts[lo:hi], scores)
         if block == WIDE:  # format 3's wide blocks: no best scores inside, `_max_score` as above
             encoded = encode_wide(group, doc[lo:hi], counts[lo:hi])
-        parts.append(encoded)
-        bests.append(best)
+        return encoded, best
+
+    # a group of tokens at a time (the encoder's temporaries stay a few times a group's),
+    # two half-sized groups at once: numpy's loops and the packing kernel run without the GIL
+    groups = _token_groups(bounds, _ENCODED_POSTINGS // 2)
+    if len(groups) > 1:
+        with ThreadPoolExecutor(2, thread_name_prefix="quiver-fts-encode") as pool:
+            done = list(pool.map(lambda g: encode(*g), groups))
+    else:
+        done = [encode(*g) for g in groups]
+    parts = [encoded for encoded, _ in done]
+    bests = [best for _, best in done]
     postings = parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
     best = np.concatenate(bests) if bests else np.zeros(0, np.float32)
     positions = None

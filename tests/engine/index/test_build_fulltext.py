@@ -119,6 +119,29 @@ def test_a_memory_limit_builds_partitions_within_it(tmp_path: Path, tokenizer: s
         dataset(ours).create_scalar_index("text", "INVERTED", replace=True, memory_limit=0)
 
 
+@pytest.mark.parametrize("options", [{}, {"with_position": True}, {"format_version": 3}])
+def test_postings_encoded_in_many_groups_are_one_encoding(
+    tmp_path: Path, options: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Token groups of a few postings, encoded two at a time, make the files one group
+    makes, byte for byte; pylance answers from them as from its own index."""
+    from quiver.format.index.fts import build
+
+    ours, theirs = _pair(tmp_path, text_table(1500, 47), **options)
+    monkeypatch.setattr(build, "_ENCODED_POSTINGS", 64)
+    grouped = str(tmp_path / "grouped")
+    shutil.copytree(ours, grouped)
+    dataset(grouped).create_scalar_index("text", "INVERTED", replace=True, **options)
+    _same_everywhere(grouped, theirs, f"groups of 32 postings {options}")
+
+    def files(path: str) -> dict[str, bytes]:
+        [index] = dataset(path).list_indices()
+        directory = Path(path) / "_indices" / index["uuid"]
+        return {f.name: f.read_bytes() for f in directory.glob("part_*")}
+
+    assert files(grouped) == files(ours)
+
+
 def _format_of(path: str) -> tuple[int, str, bytes]:
     """An INVERTED index's manifest version, its metadata file's format_version and its
     details' last field (the posting format)."""
@@ -288,13 +311,21 @@ def test_flight_and_namespace_build(tmp_path: Path) -> None:
         _same_everywhere(ours, reference, f"built through {name}", ({"limit": 5},))
 
 
+@pytest.mark.parametrize("chunk", [None, 37], ids=["one chunk", "many chunks"])
 @pytest.mark.parametrize("base", ["simple", "whitespace", "raw", "ngram", "code"])
-def test_bulk_analysis_is_the_per_text_analysis(base: str) -> None:
+def test_bulk_analysis_is_the_per_text_analysis(
+    base: str, chunk: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`Analyzer.occurrences` (Arrow's split where a text allows) finds exactly the tokens
-    and positions the per-text analyzer does, ids numbered by first appearance."""
+    and positions the per-text analyzer does, ids numbered by first appearance; also when
+    the texts are split many chunks at a time, each next one on a worker."""
     from fulltext_corpus import docs
 
+    from quiver.format.index.fts import analyzer as module
     from quiver.format.index.fts.analyzer import Analyzer, AnalyzerParams
+
+    if chunk is not None:
+        monkeypatch.setattr(module, "_BULK_ROWS", chunk)
 
     texts = docs(400, 7) + [
         "Ünïcödé\u00a0mixed ascii",
