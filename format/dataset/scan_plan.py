@@ -16,7 +16,7 @@ from quiver.format.dataset import blobs as _blobs
 from quiver.format.dataset.blobs import BlobBytesScan
 from quiver.format.dataset.core import DatasetCore
 from quiver.format.dataset.deleted_rows import DeletedRowsScan
-from quiver.format.dataset.fragment import LanceFragment, fragments_of
+from quiver.format.dataset.fragment import LanceFragment, shared_fragments
 from quiver.format.dataset.fulltext import FullTextSearch
 from quiver.format.dataset.minhash import is_minhash_query, search_nearest
 from quiver.format.dataset.ordering import OrderedScan, scan_options
@@ -87,7 +87,7 @@ def plan_scan(
                 f"{ds.uri}: a row address mask with order_by or include_deleted_rows"
             )
         kept = mask.fragments()
-        chosen = fragments if fragments is not None else fragments_of(core)
+        chosen = fragments if fragments is not None else shared_fragments(core)
         if kept is not None:
             chosen = [f for f in chosen if f.fragment_id in kept]
 
@@ -138,7 +138,7 @@ def plan_scan(
         )  # fmt: skip
     return Scanner(
         core,
-        fragments if fragments is not None else fragments_of(core),
+        fragments if fragments is not None else shared_fragments(core),
         columns=columns,
         filter=filter,
         limit=limit,
