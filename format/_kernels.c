@@ -1039,13 +1039,14 @@ static const uint8_t *fsst_codes(const uint8_t *p, const uint8_t *e, int k, cons
  * 8 bytes whatever their length. Eight codes at a time where none of them is an escape (one
  * word test) and all are symbols (the poisoned lengths), else a code at a time (a 2.2 full
  * scan of the benchmark's random text: 0.25-0.29 against 0.30-0.41 s per pull in this
- * function, one code at a time throughout). Stops with FULL before a string
- * whose worst case (8 bytes per code) may not fit in `room` bytes, *s_at then being the last
- * string done. */
+ * function, one code at a time throughout). Stops with FULL before a string whose worst case
+ * (`widest` bytes per code: the table's longest symbol; an escape's two codes make one byte)
+ * may not fit in `room` bytes, *s_at then being the last string done. Stores run past the
+ * string's end by less than FSST_SLACK, as they start inside `room`. */
 static int fsst_chunk(const uint8_t *data, uint64_t n_data, uint64_t base, int width,
                       int64_t first, int64_t count, const uint64_t *sym, const uint8_t *len,
-                      int64_t *ends, uint8_t *out, uint64_t room, uint64_t *o_io, int64_t *s_at,
-                      int64_t *detail)
+                      uint64_t widest, int64_t *ends, uint8_t *out, uint64_t room,
+                      uint64_t *o_io, int64_t *s_at, int64_t *detail)
 {
     uint64_t o = *o_io;
     uint64_t j = base + load_le(data + base + first * width, width);
@@ -1057,8 +1058,8 @@ static int fsst_chunk(const uint8_t *data, uint64_t n_data, uint64_t base, int w
             status = GUARD;
             break;
         }
-        if ((end - j) * 8 > room - o) { /* o <= room always holds */
-            status = FULL, *detail = (int64_t)((end - j) * 8);
+        if ((end - j) * widest > room - o) { /* o <= room always holds */
+            status = FULL, *detail = (int64_t)((end - j) * widest);
             break;
         }
         const uint8_t *p = data + j, *e = data + end;
@@ -1125,12 +1126,14 @@ static PyObject *fsst_expand(PyObject *self, PyObject *args)
             status = GUARD;
         /* The table's 16 bytes per code (symbol, then its length: 0 for the escape and unused
          * codes) as the symbols and their lengths apart, those codes' lengths poisoned. */
-        uint64_t sym[256];
+        uint64_t sym[256], widest = 1;
         uint8_t len[256];
         for (int c = 0; c < 256; c++) {
             const uint8_t *entry = (const uint8_t *)table.buf + 16 * c;
             memcpy(&sym[c], entry, 8);
             len[c] = entry[8] >= 1 && entry[8] <= 8 ? entry[8] : FSST_POISON;
+            if (len[c] != FSST_POISON && len[c] > widest)
+                widest = len[c];
         }
         BEGIN_NOGIL(data.len)
         for (Py_ssize_t i = at64(&state, 0); i < m && status == OK; i++) {
@@ -1142,8 +1145,8 @@ static PyObject *fsst_expand(PyObject *self, PyObject *args)
                 status = GUARD;
                 break;
             }
-            status = fsst_chunk(data.buf, data.len, base, width, first, c, sym, len, ends + k,
-                                out.buf, room, &o, &s, &detail);
+            status = fsst_chunk(data.buf, data.len, base, width, first, c, sym, len, widest,
+                                ends + k, out.buf, room, &o, &s, &detail);
             if (status == FULL) {
                 put64(&state, 0, i), put64(&state, 1, s), put64(&state, 2, k);
                 put64(&state, 3, (int64_t)o);

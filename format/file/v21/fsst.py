@@ -108,15 +108,19 @@ def decode_chunks(
     to it, validated by `compression.check_variable_chunks`), then its codes; `n_codes` code
     bytes in all. Returns (int64 offsets from 0, bytes); saves gathering the codes first.
 
-    The output starts at a guess of the decoded size; when a string may not fit, it grows
-    (realloc) and decoding resumes at that string."""
+    The output starts at the decoded size's bound (the codes times the longest symbol) where
+    that is at most `_WHOLE_OUTPUT`, else at a guess; when a string may not fit, it grows
+    (realloc, a copy) and decoding resumes at that string. Only the bytes written are ever
+    touched, and the output shrinks to them in place."""
     if not table.compressed:
         raise ValueError("decode_chunks needs a compressed table")
     data = np.ascontiguousarray(data, dtype=np.uint8)
     starts, counts = as_i64(starts), as_i64(counts)
     out_offsets = np.empty(int(counts.sum()) + 1, dtype=I64)
     out_offsets[0] = 0
-    guess = n_codes * min(int(table.lengths.max()), 3)
+    widest = max(int(table.lengths.max()), 1)  # (an escape's two codes make one byte)
+    bound = n_codes * widest
+    guess = bound if bound <= _WHOLE_OUTPUT else n_codes * min(widest, 3)
     out = np.empty(guess + _SLACK, dtype=np.uint8)
     state = np.zeros(4, dtype=I64)  # resume point: chunk, its string, strings before, bytes out
     decoding = table.decoding
@@ -139,6 +143,9 @@ def decode_chunks(
 # (an escape changes how the next byte reads), which numpy can only emulate with several
 # full-size temporaries per code byte.
 _SLACK = _kernels.FSST_SLACK  # a symbol is stored as 8 bytes whatever its length
+# Outputs up to this bound are made whole at once: text of long repeated symbols decodes to
+# 6-8 bytes per code, and a guess of 3 grew twice (two copies and fresh pages each time)
+_WHOLE_OUTPUT = 32 << 20
 
 
 # -- encoding ----------------------------------------------------------------------------------
