@@ -212,6 +212,8 @@ def test_kept_page_indexes_serve_reads_at_random_places(tmp_path, monkeypatch, v
         )
 
     keeping, dropping = reader(kept_page_indexes=3), reader()
+    # (each reader's own keeping: none from the small pages' cache shared by readers)
+    monkeypatch.setattr(reader_module, "_SCAN_INDEX_BYTES", -1)
     rng = np.random.default_rng(8)
     reads = []
     for _ in range(40):
@@ -250,3 +252,48 @@ def test_kept_page_indexes_serve_reads_at_random_places(tmp_path, monkeypatch, v
     assert all(len(c.indexes) <= 1 for c in dropping._columns.values())
     keeping.close()
     dropping.close()
+
+
+def test_small_pages_indexes_are_parsed_once_for_every_reader(tmp_path, monkeypatch):
+    """A scan of small pages leaves their indexes for the next reader of the file (a small
+    table read again parses none); a file of another size under the same name is parsed
+    afresh, and `forget_files` drops them."""
+    table = pa.table({"i": np.arange(5_000, dtype=np.int64), "s": [f"v{i}" for i in range(5_000)]})
+    schema = LanceSchema.from_arrow(table.schema)
+    ids = [f.id for f in schema.fields]
+    store = open_store(str(tmp_path))
+
+    def write(rows: int) -> None:
+        sink = store.open_write("f.lance")
+        writer = StructuralFileWriter(sink, schema, path_for_errors="f.lance", page_bytes=4096)
+        writer.write(table.slice(0, rows).to_batches()[0])
+        writer.finish()
+        sink.close()
+
+    calls: list[int] = []
+
+    def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        calls.append(1)
+        return miniblock_index(*args, **kwargs)
+
+    monkeypatch.setattr(reader_module, "miniblock_index", counted)
+
+    def read(rows: int) -> pa.Table:
+        r = StructuralFileReader(store.open("f.lance"), ids, ids, path_for_errors="f.lance")
+        arrays = list(r.read(schema.fields, [(0, rows)], batch_size=1 << 20))
+        r.close()
+        return pa.Table.from_batches(
+            [pa.record_batch(a, names=["i", "s"]) for a in arrays], table.schema
+        )
+
+    write(5_000)
+    assert read(5_000).equals(table)
+    first = len(calls)
+    assert first > 4  # several small pages
+    assert read(5_000).equals(table) and len(calls) == first  # none parsed again
+    write(4_000)  # the same name, another file
+    assert read(4_000).equals(table.slice(0, 4_000))
+    assert len(calls) > first
+    parsed = len(calls)
+    reader_module.forget_files({"f.lance"})
+    assert read(4_000).equals(table.slice(0, 4_000)) and len(calls) > parsed
