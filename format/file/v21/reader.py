@@ -68,11 +68,13 @@ from quiver.format.table.schema import LanceField
 # a file opened again (a search's answers) then costs one read, not two. Data files never change
 # once written; keys hold the file's size beside its path.
 PAGE_INDEXES: ByteLRU[MiniBlockIndex] = ByteLRU(16 << 20)
-# Those of the small pages scans read, kept apart (a scan of a large table would otherwise
-# push the takes' out): a small table read again parses none of its pages' indexes again (a
-# 3,000-row table of 67 columns in 3 fragments: 58 against 65-70 ms a read). At most
-# `_SCAN_INDEX_BYTES` each.
-SCAN_PAGE_INDEXES: ByteLRU[MiniBlockIndex] = ByteLRU(8 << 20)
+# Those of the small pages scans read (small tables': at most `_SCAN_INDEX_ROWS` rows and
+# `_SCAN_INDEX_BYTES` of index), kept apart from the takes': a small table read again parses
+# none of its pages' indexes again (a 3,000-row table of 67 columns in 3 fragments: 63-66
+# against 71-74 ms a read), while a scan of a large table, whose pages are larger, leaves
+# nothing behind to crowd the server's memory.
+SCAN_PAGE_INDEXES: ByteLRU[MiniBlockIndex] = ByteLRU(4 << 20)
+_SCAN_INDEX_ROWS = 8192
 _SCAN_INDEX_BYTES = 16 << 10
 # Takes of fewer rows decode their pages in the caller's thread (see `take`).
 _PARALLEL_TAKE_ROWS = 1024
@@ -549,7 +551,7 @@ class StructuralFileReader(DataFileReader):
                 index = miniblock_index(ml, page.buffers, page.length, small, where)
                 if share:
                     PAGE_INDEXES.put(key, index, index.nbytes)
-                elif index.nbytes <= _SCAN_INDEX_BYTES:
+                elif page.length <= _SCAN_INDEX_ROWS and index.nbytes <= _SCAN_INDEX_BYTES:
                     SCAN_PAGE_INDEXES.put(key, index, index.nbytes)
             col.indexes[k] = index
         return index
