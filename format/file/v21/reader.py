@@ -70,8 +70,8 @@ from quiver.format.table.schema import LanceField
 PAGE_INDEXES: ByteLRU[MiniBlockIndex] = ByteLRU(16 << 20)
 # Those of the small pages scans read (small tables': at most `_SCAN_INDEX_ROWS` rows and
 # `_SCAN_INDEX_BYTES` of index), kept apart from the takes': a small table read again parses
-# none of its pages' indexes again (a 3,000-row table of 67 columns in 3 fragments: 63-66
-# against 71-74 ms a read), while a scan of a large table, whose pages are larger, leaves
+# none of its pages' indexes again (a 3,000-row table of 67 columns in 3 fragments: 56-58
+# against 60-70 ms a read), while a scan of a large table, whose pages are larger, leaves
 # nothing behind to crowd the server's memory.
 SCAN_PAGE_INDEXES: ByteLRU[MiniBlockIndex] = ByteLRU(4 << 20)
 _SCAN_INDEX_ROWS = 8192
