@@ -11,6 +11,8 @@ order, the same distances.
 from __future__ import annotations
 
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import lance
@@ -293,6 +295,7 @@ def test_a_failed_file_write_stops_the_build_and_commits_nothing(
     monkeypatch.setattr(minhash_index, "_ROWS_PER_WRITE", 16)  # many batches in each file
     real = minhash_index.write_index_file
     batches: dict[str, int] = {}
+    failed = threading.Event()
 
     def write(store, path, schema, tables, version, **kw):  # noqa: ANN001, ANN202
         name = path.rsplit("/", 1)[-1]
@@ -301,7 +304,14 @@ def test_a_failed_file_write_stops_the_build_and_commits_nothing(
             for i, table in enumerate(tables):
                 batches[name] = i + 1
                 if name == failing and i == 3:
+                    failed.set()
                     raise OSError(f"disk full writing {name}")
+                if name != failing and i == 3:
+                    # the other file waits for the failure (it would otherwise often be written
+                    # whole first: the band table is sorted before its first batch), then for
+                    # the build to have seen it
+                    assert failed.wait(30)
+                    time.sleep(0.3)
                 yield table
 
         return real(store, path, schema, counted(), version, **kw)
@@ -310,6 +320,7 @@ def test_a_failed_file_write_stops_the_build_and_commits_nothing(
     if failing == "band keys":
 
         def band_keys(self, signatures):  # noqa: ANN001, ANN202
+            failed.set()
             raise MemoryError("no room for the band keys")
 
         monkeypatch.setattr(MinHashParams, "band_keys", band_keys)
