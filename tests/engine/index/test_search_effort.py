@@ -10,6 +10,7 @@ import lance
 import numpy as np
 import pyarrow as pa
 import pytest
+from vectors import assert_same_neighbours_up_to_ties
 
 from quiver.format.dataset import ScannerBuilder, dataset
 from quiver.format.errors import InvalidInputError
@@ -46,15 +47,8 @@ def test_search_effort_as_pylance(tmp_path: Path, kind: str, metric: str, extra:
                 nearest = {"column": "v", "q": q, "k": 20, "search_effort": effort, **options}
                 expected = lance.dataset(uri).to_table(columns=["id"], nearest=nearest)
                 got = dataset(uri).to_table(columns=["id"], nearest=nearest)
-                ours, theirs = got["id"].to_pylist(), expected["id"].to_pylist()
-                if ours != theirs:  # with the distances: a rare flake (seen once) to explain
-                    both = enumerate(zip(ours, theirs, strict=False))
-                    at = next((i for i, (a, b) in both if a != b), min(len(ours), len(theirs)))
-                    pairs = [
-                        (t["id"][at:].to_pylist()[:3], t["_distance"][at:].to_pylist()[:3])
-                        for t in (got, expected)
-                    ]
-                    pytest.fail(f"effort {effort} {options}: at {at} ours/pylance {pairs}")
+                what = f"effort {effort} {options}"
+                assert_same_neighbours_up_to_ties(got, expected, what)
     built = ScannerBuilder(dataset(uri)).nearest("v", queries[0], k=5, search_effort=0.1)
     assert built.to_scanner().to_table().num_rows == 5
     for bad in (1.5, -0.1, float("nan"), "x"):
