@@ -33,6 +33,10 @@ pytestmark = pytest.mark.slow
 MANIFEST_PUT = r"/_versions/[^/?]+\.manifest"
 # how many times each fault campaign runs every kind of commit (`make fault-campaigns`: 10)
 ROUNDS = int(os.environ.get("QUIVER_FAULT_ROUNDS", "1"))
+# The store's client tries each request once, so every fault reaches Quiver's own retries
+# (`format/io/retry.py`, their backoff shortened by the tests): the layer under test, and
+# without botocore's backoff of up to seconds a retry.
+_ONE_ATTEMPT = {"config_kwargs": {"retries": {"max_attempts": 1}}}
 
 
 @pytest.fixture(scope="module")
@@ -313,7 +317,7 @@ def test_cleanup_removes_key_records_older_than_every_kept_version(tmp_path: Any
     ids=["slowdown", "error500", "reset", "lost", "delay", "stale_list"],
 )
 def test_every_kind_of_commit_under_each_fault(
-    proxy: FaultProxy, moto: str, rules: list[Rule]
+    proxy: FaultProxy, moto: str, rules: list[Rule], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Appends, merges, updates, deletes, compaction, index builds and cleanup (`ROUNDS`
     times each) through one server whose storage injects one kind of fault, with reads
@@ -326,9 +330,11 @@ def test_every_kind_of_commit_under_each_fault(
 
     from quiver.clients import Client
     from quiver.clients.errors import Unavailable
+    from quiver.format.io import retry
 
+    monkeypatch.setattr(retry, "_BACKOFF", 0.01)
     root = _fresh_root()
-    server = _server(root, s3fs_options(proxy.endpoint))
+    server = _server(root, {**s3fs_options(proxy.endpoint), **_ONE_ATTEMPT})
     model = Model(2000)
     try:
         client = Client(server.locations[0])
@@ -380,7 +386,7 @@ def test_unavailable_names_the_dataset_and_no_storage_location(
 
     monkeypatch.setattr(retry, "_BACKOFF", 0.01)
     secret = f"hidden-{uuid.uuid4().hex[:8]}"
-    options = {**s3fs_options(proxy.endpoint), "config_kwargs": {"retries": {"max_attempts": 1}}}
+    options = {**s3fs_options(proxy.endpoint), **_ONE_ATTEMPT}
     server = _server(f"s3://faults/{secret}", options)
     try:
         client = Client(server.locations[0])
@@ -411,7 +417,7 @@ def test_a_spark_job_commit_of_unknown_outcome_keeps_its_files(
     from quiver.format.io import retry
 
     monkeypatch.setattr(retry, "_BACKOFF", 0.01)
-    options = {**s3fs_options(proxy.endpoint), "config_kwargs": {"retries": {"max_attempts": 1}}}
+    options = {**s3fs_options(proxy.endpoint), **_ONE_ATTEMPT}
     root = _fresh_root()
     server = _server(root, options)
     try:
