@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from corpus import CORPUS_STORAGE_VERSIONS, CorpusDataset, build_corpus
+
+# Every JVM the tests' Spark sessions start (driver and executors, in this process or in a
+# job it runs) compiles with C1 only and collects with the serial collector: the JIT's
+# second tier and parallel GC threads cost more CPU than the short jobs gain from them
+# (tests/spark/test_spark.py alone: 112-123 against 72-89 CPU seconds on two cores).
+_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+os.environ.setdefault(
+    "PYSPARK_SUBMIT_ARGS",
+    f"--driver-java-options '{_JVM}' --conf 'spark.executor.extraJavaOptions={_JVM}' pyspark-shell",
+)
 
 
 @pytest.fixture(scope="session")
