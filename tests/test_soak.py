@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_short_soak_keeps_every_row_and_compacts() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.soak", "--minutes", "0.75", "--window", "15",
+        [sys.executable, "-m", "benchmarks.soak", "--minutes", "0.5", "--window", "10",
          "--readers", "2", "--appenders", "2", "--append-every", "1", "--upserters", "2",
          "--upsert-every", "3", "--maintenance", "5", "--cleanup", "10"],
         cwd=ROOT, capture_output=True, text=True, timeout=600,

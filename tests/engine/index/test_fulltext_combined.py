@@ -42,13 +42,16 @@ def _pair(text: str, columns: list[str], boosts: list[float] | None, op: str) ->
 
 
 def _compare(path: str, texts: list[str], column_sets: list[list[str]], extras: list) -> None:
+    """Every text, column set, boost and operator, each with the first of `extras` and one
+    more in turn (so that each extra meets each text, column set, boost and operator)."""
     count = 0
-    for text in texts:
-        for columns in column_sets:
-            for boosts in (None, [2.5] + [1.0] * (len(columns) - 1)):
-                for op in ("OR", "AND"):
+    for t, text in enumerate(texts):
+        for c, columns in enumerate(column_sets):
+            for b, boosts in enumerate((None, [2.5] + [1.0] * (len(columns) - 1))):
+                for o, op in enumerate(("OR", "AND")):
                     theirs, ours = _pair(text, columns, boosts, op)
-                    for extra in extras:
+                    other = extras[1 + (t + c + b + o) % (len(extras) - 1)]
+                    for extra in (extras[0], other):
                         label = f"{text!r} {columns} {boosts} {op} {extra}"
                         want = search(lance.dataset(path), full_text_query=theirs, **extra)
                         got = search(dataset(path), full_text_query=ours, **extra)
