@@ -323,3 +323,22 @@ def test_default_probing_picks_pylance_s_partitions(tmp_path, metric: str) -> No
             a, b = ours.column("_distance").to_numpy(), theirs.column("_distance").to_numpy()
             assert len(a) == len(b) and (a <= b + 1e-6).all(), (i, k)
     assert metric != "cosine" or agreed >= 34, agreed  # of 36
+
+
+def test_the_comparison_forgives_ties_only() -> None:
+    """`assert_same_neighbours` takes rows of one distance in either order, and another row
+    of the last distance at the end (a tie past k), nothing else."""
+
+    def result(ids: list[int], distances: list[float]) -> pa.Table:
+        return pa.table({"id": ids, "_distance": pa.array(distances, pa.float32())})
+
+    ref = result([1, 2, 3, 4], [0.5, 1.0, 1.0, 2.0])
+    assert_same_neighbours(result([1, 3, 2, 4], [0.5, 1.0, 1.0, 2.0]), ref, "tie swapped")
+    assert_same_neighbours(result([1, 2, 3, 9], [0.5, 1.0, 1.0, 2.0000001]), ref, "tie past k")
+    for ids, distances in (
+        ([2, 1, 3, 4], [0.5, 1.0, 1.0, 2.0]),  # rows of different distances swapped
+        ([1, 2, 9, 4], [0.5, 1.0, 1.0, 2.0]),  # another row inside the results
+        ([1, 2, 3, 9], [0.5, 1.0, 1.0, 2.0001]),  # a nearer row than the last one missed
+    ):
+        with pytest.raises(AssertionError):
+            assert_same_neighbours(result(ids, distances), ref, "wrong")
