@@ -125,6 +125,17 @@ def ordered_readahead(
             _running -= 1
 
 
+def read_ahead(
+    make: Callable[[], Iterable[T]], *, queue_size: int = 4, max_bytes: int | None = None
+) -> Iterator[T]:
+    """Yield the items of `make()`, which one background thread produces up to
+    `queue_size` items (and `max_bytes` of them, by their `nbytes`) ahead of the consumer, so
+    that producing the next items overlaps what the consumer does with this one (a SQL
+    engine's next batches while a DoGet writes this one to the network). Closing the
+    generator stops the producer; its errors are raised here."""
+    return _threaded([make], 1, queue_size, max_bytes)
+
+
 def _threaded(
     producers: Iterable[Callable[[], Iterable[T]]],
     readahead: int,
@@ -151,7 +162,7 @@ def _threaded(
             head = running[0]
             item, n = head.items.get()
             if item is _DONE:
-                running.pop(0)
+                running.pop(0).join()  # ending: no producer thread outlives its items
                 start_more()
                 continue
             if isinstance(item, _Failure):

@@ -141,3 +141,44 @@ def test_primary_keys_answer_the_dataset_a_query_would_read(tmp_path) -> None:
     ]  # fmt: skip
     for table in ("nothere", "../t", ""):
         assert meta.answer(sql.CommandGetPrimaryKeys(table=table)).num_rows == 0
+
+
+def test_a_part_of_a_plain_scan_reads_ahead_until_its_stream_closes(tmp_path) -> None:
+    """A plain scan's parts: each streams its engine's batches from a thread of its own (the
+    next decoded while one is sent), the whole table between them; a part closed midway
+    ends its thread."""
+    import threading
+
+    import pyarrow.compute as pc
+    import pyarrow.flight as flight
+
+    from quiver.flight_server.service import DatasetService
+    from quiver.flight_server.sql.front import FlightSql
+    from quiver.format.dataset import readahead, write_dataset
+
+    ids = pa.array(range(600_000), pa.int64())
+    text = pc.binary_repeat(pc.cast(pc.divide(ids, 7), pa.string()), 12)
+    write_dataset(
+        pa.table({"id": ids, "s": text}), str(tmp_path / "t.lance"), max_rows_per_file=300_000
+    )
+    front = FlightSql(DatasetService(str(tmp_path)))
+    command = pack(sql.CommandStatementQuery(query="SELECT * FROM t"))
+    info = front.flight_info(command, flight.FlightDescriptor.for_command(command), None)
+    assert len(info.endpoints) == 2
+
+    def threads() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if isinstance(t, readahead._Producer)]
+
+    parts = [
+        pa.Table.from_batches(front.read(e.ticket.ticket, None).batches) for e in info.endpoints
+    ]
+    got = pa.concat_tables(parts).sort_by("id")
+    assert got.column("id").equals(pa.chunked_array([ids])) and got.column("s").equals(
+        pa.chunked_array([text])
+    )
+    assert not threads()
+    stream = front.read(info.endpoints[0].ticket.ticket, None)
+    assert next(stream.batches).num_rows > 0
+    assert len(threads()) == 1  # decoding ahead, its queue full
+    stream.close()
+    assert not threads()

@@ -248,8 +248,9 @@ def test_a_scan_holds_no_step_past_the_one_it_decodes(tmp_path: Path):
 
 
 class _Sized:
-    def __init__(self, nbytes: int) -> None:
+    def __init__(self, nbytes: int, tag: int = 0) -> None:
         self.nbytes = nbytes
+        self.tag = tag
 
 
 def test_readahead_holds_at_most_its_bytes():
@@ -309,6 +310,54 @@ def test_a_readahead_runs_in_the_callers_thread_while_others_keep_the_cores_busy
     assert list(ordered_readahead([producer("c")], readahead=2)) == [0, 1, 2]
     assert here not in seen["c"]
     assert readahead._running == 0
+
+
+def test_read_ahead_produces_in_a_thread_within_its_bytes_and_stops_when_closed():
+    """`read_ahead` yields every item in order from one thread of its own, at most
+    `max_bytes` ahead (plus the item in hand); its producer's error is raised to the
+    consumer; closing it early ends the producer, whatever the consumer's crowd."""
+    here = threading.current_thread()
+    threads: set[threading.Thread] = set()
+    made = {"n": 0}
+    lock = threading.Lock()
+
+    def make():
+        for i in range(20):
+            threads.add(threading.current_thread())
+            with lock:
+                made["n"] += 1
+            yield _Sized(1000, i)
+
+    stream = readahead.read_ahead(make, max_bytes=3000)
+    first = next(stream)
+    time.sleep(0.2)  # the producer runs ahead as far as it may
+    with lock:
+        ahead = made["n"] - 1
+    assert first.tag == 0 and 1 <= ahead <= 4, ahead
+    assert [item.tag for item in stream] == list(range(1, 20))
+    assert threads and here not in threads
+
+    def failing():
+        yield _Sized(1, 0)
+        raise ValueError("bad page in fragment 3")
+
+    with pytest.raises(ValueError, match="fragment 3"):
+        list(readahead.read_ahead(failing))
+
+    endless_threads: set[threading.Thread] = set()
+
+    def endless():
+        i = 0
+        while True:
+            endless_threads.add(threading.current_thread())
+            yield _Sized(1, i)
+            i += 1
+
+    stream = readahead.read_ahead(endless, queue_size=2)
+    assert [next(stream).tag for _ in range(5)] == [0, 1, 2, 3, 4]
+    stream.close()
+    (producer,) = endless_threads
+    assert not producer.is_alive()
 
 
 def test_batches_sized_by_bytes_hold_fewer_wide_rows(uri: str):
