@@ -14,7 +14,10 @@ Five queries: a count with a filter, a group-by, a top-k, a join with the dimens
 full projection (every column). Rounds interleave the two; each figure is the median over
 rounds and each ratio the median of per-round ratios (DuckDB's seconds / Quiver's: above 1
 Quiver is faster). Both results are checked equal. The server's peak RSS over each query's
-rounds is printed.
+rounds is printed. The full projection's rounds also time `memory`: a Flight SQL server
+that holds the table decoded in memory (read by pylance) and streams it as Quiver does (two
+endpoints, 4 MiB batches) to the same ADBC driver: what the transport and the client cost
+with no reading at all, the bound a server that reads files can approach.
 
 Memory mode: the group-by on a 20 M-row table, the server's peak RSS.
 
@@ -31,6 +34,7 @@ import os
 import statistics
 import sys
 import tempfile
+import textwrap
 import time
 import warnings
 from pathlib import Path
@@ -65,6 +69,55 @@ QUERIES = {
     ),
     "full projection": "SELECT * FROM {t}",
 }
+
+
+# A Flight SQL server holding the whole table decoded (read by pylance): every query answers
+# the table, as two endpoints of 4 MiB batches (Quiver's parts and batch bytes). It answers
+# what ADBC's driver asks before a query (GetSqlInfo, CreatePreparedStatement), with the
+# protocol's messages from Quiver's compiled .proto.
+_MEMORY_SQL_SERVER = textwrap.dedent(
+    """
+    import sys
+    import lance
+    import pyarrow.flight as flight
+    from quiver.flight_server.sql.messages import pack, sql, unpack
+    from quiver.flight_server.sql.metadata import sql_info_table
+
+    uri, port = sys.argv[1], int(sys.argv[2])
+    table = lance.dataset(uri).to_table().combine_chunks()
+    rows = max(1, table.num_rows * (4 << 20) // table.nbytes)
+    half = table.num_rows // 2
+    parts = [table.slice(0, half), table.slice(half)]
+    prepared = sql.ActionCreatePreparedStatementResult(
+        prepared_statement_handle=b"table", dataset_schema=table.schema.serialize().to_pybytes()
+    )
+
+    class Memory(flight.FlightServerBase):
+        def get_flight_info(self, context, descriptor):
+            command = unpack(descriptor.command)
+            if isinstance(command, sql.CommandGetSqlInfo):
+                info = sql_info_table(list(command.info), "1")
+                self.info = info
+                return flight.FlightInfo(
+                    info.schema, descriptor, [flight.FlightEndpoint(b"info", [])], -1, -1
+                )
+            eps = [flight.FlightEndpoint(str(i).encode(), []) for i in range(len(parts))]
+            return flight.FlightInfo(table.schema, descriptor, eps, -1, -1)
+
+        def do_action(self, context, action):
+            if action.type == "CreatePreparedStatement":
+                return [flight.Result(pack(prepared))]
+            return []
+
+        def do_get(self, context, ticket):
+            if ticket.ticket == b"info":
+                return flight.RecordBatchStream(self.info)
+            part = parts[int(ticket.ticket)]
+            return flight.GeneratorStream(table.schema, part.to_batches(max_chunksize=rows))
+
+    Memory(f"grpc://127.0.0.1:{port}").serve()
+    """
+)
 
 
 def _connect(port: int):  # noqa: ANN202 - an ADBC connection
@@ -127,8 +180,11 @@ def throughput(args: argparse.Namespace) -> None:
         root = _linked_root(Path(tmp), uri)
         dims = _dims(root)
         server = _serve(root)
+        held = Server("memory", [sys.executable, "-c", _MEMORY_SQL_SERVER, str(uri)])
         try:
+            held.ready()
             conn = _connect(server.port)
+            held_conn = _connect(held.port)
             con = duckdb.connect()
             con.register("bench", lance.dataset(str(uri)))
             con.register("dims", lance.dataset(dims))
@@ -139,9 +195,12 @@ def throughput(args: argparse.Namespace) -> None:
             for label, template in QUERIES.items():
                 ours = template.format(t=f'"{name}"')
                 theirs = template.format(t="bench")
+                whole = label == "full projection"
                 _quiver(conn, ours), _duckdb(con, theirs)  # warm both
+                if whole:
+                    _quiver(held_conn, ours)
                 server.reset_peak()
-                q_times, d_times, ratios = [], [], []
+                q_times, d_times, ratios, m_ratios = [], [], [], []
                 for _ in range(args.rounds):
                     q, q_table = _quiver(conn, ours)
                     del q_table
@@ -150,6 +209,12 @@ def throughput(args: argparse.Namespace) -> None:
                     q_times.append(q)
                     d_times.append(d)
                     ratios.append(d / q)
+                    if whole:
+                        m, m_table = _quiver(held_conn, ours)
+                        if m_table.num_rows != args.rows:
+                            raise AssertionError(f"memory server: {m_table.num_rows} rows")
+                        del m_table
+                        m_ratios.append((m, d / m))
                 peak = server.peak_mb()
                 _, q_table = _quiver(conn, ours)
                 _, d_table = _duckdb(con, theirs)
@@ -158,8 +223,15 @@ def throughput(args: argparse.Namespace) -> None:
                       f"{statistics.median(d_times):.3f} | {statistics.median(ratios):.2f}x | "
                       f"{q_table.num_rows:,} | {peak:,.0f} |", flush=True)  # fmt: skip
                 del q_table, d_table
+                if m_ratios:
+                    held_s = statistics.median(m for m, _ in m_ratios)
+                    held_ratio = statistics.median(r for _, r in m_ratios)
             conn.close()
+            held_conn.close()
+            print(f"full projection from a Flight SQL server holding the table in memory: "
+                  f"{held_s:.3f} s, {held_ratio:.2f}x DuckDB over pylance")  # fmt: skip
         finally:
+            held.stop()
             server.stop()
 
 
