@@ -312,10 +312,11 @@ def test_a_readahead_runs_in_the_callers_thread_while_others_keep_the_cores_busy
     assert readahead._running == 0
 
 
-def test_read_ahead_produces_in_a_thread_within_its_bytes_and_stops_when_closed():
+def test_read_ahead_produces_in_a_thread_within_its_bytes_and_stops_when_closed(monkeypatch):
     """`read_ahead` yields every item in order from one thread of its own, at most
     `max_bytes` ahead (plus the item in hand); its producer's error is raised to the
-    consumer; closing it early ends the producer, whatever the consumer's crowd."""
+    consumer; closing it early ends the producer."""
+    monkeypatch.setattr(readahead, "_CPUS", 8)  # uncrowded, whatever else runs
     here = threading.current_thread()
     threads: set[threading.Thread] = set()
     made = {"n": 0}
@@ -358,6 +359,31 @@ def test_read_ahead_produces_in_a_thread_within_its_bytes_and_stops_when_closed(
     stream.close()
     (producer,) = endless_threads
     assert not producer.is_alive()
+
+
+def test_a_read_ahead_runs_in_the_callers_thread_once_the_cores_have_one_each(monkeypatch):
+    """On two cores, two read-aheads (a query's two parts) get a thread each; a third one
+    starting meanwhile runs in the caller's thread; once they end, threads again."""
+    monkeypatch.setattr(readahead, "_CPUS", 2)
+    here = threading.current_thread()
+    seen: dict[str, set[threading.Thread]] = {}
+
+    def producer(tag: str):
+        def make():
+            for i in range(3):
+                seen.setdefault(tag, set()).add(threading.current_thread())
+                yield _Sized(1, i)
+
+        return make
+
+    first, second = readahead.read_ahead(producer("a")), readahead.read_ahead(producer("b"))
+    assert next(first).tag == 0 and next(second).tag == 0
+    assert [x.tag for x in readahead.read_ahead(producer("c"))] == [0, 1, 2]
+    assert seen["c"] == {here} and here not in seen["a"] | seen["b"]
+    assert [x.tag for x in first] == [1, 2] and [x.tag for x in second] == [1, 2]
+    assert [x.tag for x in readahead.read_ahead(producer("d"))] == [0, 1, 2]
+    assert here not in seen["d"]
+    assert readahead._running == 0
 
 
 def test_batches_sized_by_bytes_hold_fewer_wide_rows(uri: str):
