@@ -380,8 +380,11 @@ def test_unavailable_names_the_dataset_and_no_storage_location(
     """A read whose storage keeps failing answers Unavailable naming the dataset; neither
     the bucket nor the server's root reaches the client, in any form the store's client
     writes them."""
+    import pyarrow.flight as fl
+
     from quiver.clients import Client
-    from quiver.clients.errors import Unavailable
+    from quiver.clients.errors import Unavailable, from_flight_error
+    from quiver.flight_server.sql.messages import pack, sql
     from quiver.format.io import retry
 
     monkeypatch.setattr(retry, "_BACKOFF", 0.01)
@@ -396,6 +399,18 @@ def test_unavailable_names_the_dataset_and_no_storage_location(
             client.read("t")
         message = str(failed.value)
         assert "'t'" in message, message
+        assert secret not in message and "faults/" not in message, message
+        # a SQL query whose rows' reads fail (planned while the store answered): the same
+        proxy.set_rules()
+        sql_client = fl.connect(server.locations[0])
+        command = pack(sql.CommandStatementQuery(query="SELECT * FROM t"))
+        info = sql_client.get_flight_info(fl.FlightDescriptor.for_command(command))
+        proxy.set_rules(Rule("error500", method="GET"), Rule("error500", method="HEAD"))
+        with pytest.raises(fl.FlightError) as failed_sql:
+            sql_client.do_get(info.endpoints[0].ticket).read_all()
+        assert from_flight_error(failed_sql.value).code == "unavailable", failed_sql.value
+        message = str(failed_sql.value)
+        assert "'t'" in message and "SQL" not in message, message
         assert secret not in message and "faults/" not in message, message
     finally:
         proxy.set_rules()

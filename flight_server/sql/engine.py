@@ -200,6 +200,8 @@ class SqlEngine:
         The engine's own stream is iterated (not its Arrow C stream export: a panic in the
         engine, such as a string column over 2 GiB in one batch, aborts the process from
         inside the export, and arrives here as an exception from the stream)."""
+        for table in planned.planning.opened:
+            table.failure = None  # (a plan is reused: each run's scans report anew)
         try:
             stream = planned.frame.execute_stream()
         except QuiverError:
@@ -214,10 +216,20 @@ class SqlEngine:
             except QuiverError:
                 raise
             except BaseException as e:  # noqa: BLE001 - a scan's or the engine's failure
-                raise _engine_failure(e, run_error) from None
+                raise self._run_failure(planned, e) from None
             if batch.schema != planned.schema:
                 batch = batch.cast(planned.schema)
             yield from split_batch(batch)
+
+    def _run_failure(self, planned: PlannedQuery, e: BaseException) -> BaseException:
+        """What a failed run raises: the error a table's scan raised, which the engine hands
+        back as text only (a damaged file then names its dataset, version, fragment and
+        file; a storage outage is Unavailable), else the engine's own error translated."""
+        if isinstance(e, Exception):
+            for table in planned.planning.opened:
+                if table.failure is not None:
+                    return self.service.explain(table.failure, table.name, table.dataset.version)
+        return _engine_failure(e, run_error)
 
 
 def _engine_failure(e: BaseException, translate: Any) -> BaseException:

@@ -13,13 +13,14 @@ import lance
 import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
-from flight_helpers import error_code
+from flight_helpers import assert_clean_error, error_code
 from server_process import quiver_serve
 from sql_helpers import connect, facts_table, fetch
 from tls_certs import make_tls_material
 
 from quiver.flight_server.auth import hash_password
 from quiver.flight_server.sql.messages import pack, session, sql
+from quiver.format.dataset import dataset, write_dataset
 
 PASSWORDS = {
     "reader": "reader-Pa55word!",
@@ -300,3 +301,42 @@ def test_type_info_lists_the_types_sql_can_name(open_server) -> None:
             if pa.types.is_nested(field.type):
                 continue  # lists and structs: no XDBC type
             assert field.metadata[b"ARROW:FLIGHT:SQL:TYPE_NAME"].decode() in names, field
+
+
+def test_a_damaged_file_fails_a_query_as_a_plain_read_fails(tmp_path: Path) -> None:
+    """A query over a damaged data file answers what a plain read of it answers: the code
+    `data_corrupt`, naming the dataset, version, fragment and file (not the engine's
+    wrapped text as a bad argument), whichever part, join or top-k met it; the server then
+    answers other queries."""
+    ids = pa.array(range(40_000), pa.int64())
+    data = pa.table(
+        {
+            "id": ids,
+            "s": pa.compute.binary_join_element_wise("row ", pa.compute.cast(ids, pa.string()), ""),
+        }
+    )
+    write_dataset(data, str(tmp_path / "t.lance"), max_rows_per_file=10_000)
+    write_dataset(pa.table({"k": [1, 2]}), str(tmp_path / "d.lance"))
+    frag = dataset(str(tmp_path / "t.lance")).get_fragments()[3]
+    file = f"data/{frag.data_files()[0].path}"
+    path = tmp_path / "t.lance" / file
+    size = path.stat().st_size
+    with open(path, "r+b") as f:  # the middle third of the fragment's pages overwritten
+        f.seek(size // 4)
+        f.write(bytes(range(256)) * (size // 3 // 256))
+    with quiver_serve(tmp_path) as (uri, _pid):
+        client = fl.connect(uri)
+        for query in (
+            "SELECT * FROM t",
+            "SELECT count(*) FROM t WHERE s LIKE 'row 1%'",
+            "SELECT * FROM t JOIN d ON t.id = d.k",
+        ):
+            info = client.get_flight_info(query_descriptor(query))
+            with pytest.raises((fl.FlightError, pa.ArrowException)) as err:
+                for endpoint in info.endpoints:
+                    client.do_get(endpoint.ticket).read_all()
+            message = assert_clean_error(err.value, "data_corrupt", tmp_path)
+            assert f"dataset 't' version 1 fragment {frag.fragment_id}" in message, message
+            assert file in message and "SQL" not in message, message
+        with connect(uri) as conn:
+            assert fetch(conn, "SELECT count(*) AS n FROM d").to_pylist() == [{"n": 2}]

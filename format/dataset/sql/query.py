@@ -128,7 +128,9 @@ class SqlQueryBuilder:
             message = f"{self._ds.uri}: sql {self._sql!r}: {first_line(e)}"
             raise InvalidInputError(message) from None
         what = f"sql {self._sql!r}"
-        return SqlQuery(self._ds.uri, what, frame, schema, self._batch_rows, self._batch_bytes)
+        return SqlQuery(
+            self._ds.uri, what, frame, schema, self._batch_rows, self._batch_bytes, table
+        )
 
 
 class SqlQuery:
@@ -143,8 +145,10 @@ class SqlQuery:
         schema: pa.Schema,
         batch_rows: int | None,
         batch_bytes: int | None,
+        table: QuiverTable | None = None,
     ) -> None:
         self._uri = uri
+        self._table = table  # whose scans' errors the engine hands back only as text
         self._what = what
         self._frame = frame
         self._schema = pa.schema(
@@ -168,6 +172,8 @@ class SqlQuery:
         return pa.RecordBatchReader.from_batches(self._schema, self._batches())
 
     def _batches(self) -> Iterator[pa.RecordBatch]:
+        if self._table is not None:
+            self._table.failure = None
         try:
             stream = self._frame.execute_stream()  # type: ignore[attr-defined]
             for item in stream:
@@ -178,6 +184,9 @@ class SqlQuery:
         except InvalidInputError:
             raise
         except Exception as e:  # an error while running: one line, naming the query
+            failure = self._table.failure if self._table is not None else None
+            if failure is not None:  # the scan's own error (a damaged file, the storage)
+                raise failure from None
             raise InvalidInputError(f"{self._uri}: {self._what}: {first_line(e)}") from None
 
     def _cut(self, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:

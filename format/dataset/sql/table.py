@@ -197,20 +197,46 @@ class _Scan:
         return sum(step.num_rows for step in self._steps())
 
 
+class _Reported:
+    """A scan that keeps the first error it raises on its table (`QuiverTable.failure`):
+    the engine hands a Python scan's error back as text only, and the table's caller
+    raises the error itself (a damaged file stays a `CorruptFileError`)."""
+
+    def __init__(self, scan: _Scan | TopKScan, table: QuiverTable) -> None:
+        self._scan = scan
+        self._table = table
+
+    @property
+    def projected_schema(self) -> pa.Schema:
+        return self._scan.projected_schema
+
+    def to_batches(self) -> Iterator[pa.RecordBatch]:
+        try:
+            yield from self._scan.to_batches()
+        except Exception as e:
+            if self._table.failure is None:
+                self._table.failure = e
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._scan, name)
+
+
 class _FragmentGroup:
     """Several fragments scanned one after another: one partition of the engine's scan
     (of only the rows that can be among its first k, when the query is a `TopK`)."""
 
     def __init__(
         self,
-        ds: LanceDataset,
+        table: QuiverTable,
         fragments: list[LanceFragment],
         step_bytes: int,
         top_k: TopK | None = None,
         limit: int | None = None,
         view: View = BYTES,
     ) -> None:
-        self._ds = ds
+        self._table = table
+        self._ds = table.dataset
         self._fragments = fragments
         self._step_bytes = step_bytes
         self._top_k = top_k
@@ -224,6 +250,11 @@ class _FragmentGroup:
         filter: pc.Expression | None = None,
         batch_size: int | None = None,
         **_: Any,
+    ) -> _Reported:
+        return _Reported(self._scanner(columns, filter), self._table)
+
+    def _scanner(
+        self, columns: Sequence[str] | None, filter: pc.Expression | None
     ) -> _Scan | TopKScan:
         view = self._view
 
@@ -269,6 +300,13 @@ class QuiverTable(pads.Dataset):
         # each fragment group may stop after, and the first k rows by a column it keeps
         self.limit: int | None = None
         self.top_k: TopK | None = None
+        # the first error a scan of the table raised while the engine ran it
+        self.failure: Exception | None = None
+
+    @property
+    def dataset(self) -> LanceDataset:
+        """The dataset version the table reads."""
+        return self._ds
 
     @property
     def schema(self) -> pa.Schema:  # type: ignore[override]
@@ -280,10 +318,11 @@ class QuiverTable(pads.Dataset):
         columns: Sequence[str] | None = None,
         filter: pc.Expression | None = None,
         **_: Any,
-    ) -> _Scan:
+    ) -> _Reported:
         """A scan of every fragment (the engine asks one at planning for its schema)."""
         fragments = self._all_fragments()
-        return _Scan(self._ds, fragments, columns, filter, self._step_bytes, view=self._view)
+        scan = _Scan(self._ds, fragments, columns, filter, self._step_bytes, view=self._view)
+        return _Reported(scan, self)
 
     def get_fragments(self, filter: pc.Expression | None = None) -> list[_FragmentGroup]:  # type: ignore[override]
         """The engine's partitions: fragments dealt round-robin into at most `partitions`
@@ -302,9 +341,7 @@ class QuiverTable(pads.Dataset):
         return self._fragments if self._fragments is not None else self._ds.get_fragments()
 
     def _group(self, fragments: list[LanceFragment]) -> _FragmentGroup:
-        return _FragmentGroup(
-            self._ds, fragments, self._step_bytes, self.top_k, self.limit, self._view
-        )
+        return _FragmentGroup(self, fragments, self._step_bytes, self.top_k, self.limit, self._view)
 
     def to_batches(self, **kwargs: Any) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         return self.scanner(**kwargs).to_batches()

@@ -128,3 +128,24 @@ def test_a_query_reads_the_version_it_was_built_on(uri: str, tmp_path: Path) -> 
     assert quiver.dataset(path).sql("SELECT sum(x) AS s FROM dataset").build().to_batch_records()[
         0
     ].to_pylist() == [{"s": 13}]
+
+
+def test_a_damaged_file_raises_its_own_error(tmp_path: Path) -> None:
+    """A query meeting a damaged data file raises the scan's `CorruptFileError` (naming the
+    file), not the engine's text of it, each time it runs."""
+    from quiver.format.errors import CorruptFileError
+
+    path = str(tmp_path / "t.lance")
+    ids = pa.array(range(40_000), pa.int64())
+    table = pa.table({"id": ids, "s": pa.compute.cast(ids, pa.string())})
+    quiver.write_dataset(table, path, max_rows_per_file=10_000)
+    ds = quiver.dataset(path)
+    data = tmp_path / "t.lance" / "data" / ds.get_fragments()[2].data_files()[0].path
+    size = data.stat().st_size
+    with open(data, "r+b") as f:
+        f.seek(size // 4)
+        f.write(bytes(range(256)) * (size // 3 // 256))
+    query = ds.sql("SELECT s FROM dataset").build()
+    for _ in range(2):
+        with pytest.raises(CorruptFileError, match=data.name):
+            query.to_stream_reader().read_all()
