@@ -58,11 +58,11 @@ class AggregateScan:
         needed = _renumber(ds.uri, aggregate, base)
         context = engine_context()
         scan = source(needed)
+        table = None
         if isinstance(scan, Scanner):  # streamed through the engine's partitions
             view = replace(view, columns=tuple(needed))
-            context.register_dataset(
-                TABLE, QuiverTable(ds, TABLE, PARTITIONS, view=view, fragments=fragments)
-            )
+            table = QuiverTable(ds, TABLE, PARTITIONS, view=view, fragments=fragments)
+            context.register_dataset(TABLE, table)
         else:  # a search's answers, or deleted rows too: what it yields, in memory
             rows = scan.to_table()
             context.register_record_batches(TABLE, [rows.select(needed).to_batches()])
@@ -88,7 +88,7 @@ class AggregateScan:
         except Exception as e:  # DataFusion raises plain Exceptions
             raise InvalidInputError(f"{ds.uri}: substrait_aggregate: {first_line(e)}") from None
         self._frame = frame
-        self._query = SqlQuery(ds.uri, "substrait_aggregate", frame, schema, None, None)
+        self._query = SqlQuery(ds.uri, "substrait_aggregate", frame, schema, None, None, table)
 
     @property
     def projected_schema(self) -> pa.Schema:

@@ -24,7 +24,7 @@ from datafusion import substrait as ss
 from lance.dataset import ColumnOrdering
 from lance.dataset import ScannerBuilder as PylanceBuilder
 
-from quiver.format.dataset import ScannerBuilder, dataset
+from quiver.format.dataset import ScannerBuilder, dataset, write_dataset
 from quiver.format.errors import InvalidInputError
 
 ROWS = 3_000
@@ -325,3 +325,25 @@ def test_an_aggregate_over_many_rows_reads_only_its_columns(tmp_path: Path):
     assert ours.num_rows == 1000
     assert_same_aggregate(ours, theirs, "group-by over 4 fragments")
     assert read < n * 16 * 4 / 2  # well under the vectors' bytes
+
+
+def test_an_aggregate_over_a_damaged_file_raises_its_own_error(tmp_path: Path):
+    """An aggregate whose scan meets a damaged data file raises the scan's
+    `CorruptFileError`, not the engine's text of it."""
+    from quiver.format.errors import CorruptFileError
+
+    path = str(tmp_path / "t.lance")
+    ids = pa.array(range(40_000), pa.int64())
+    write_dataset(
+        pa.table({"id": ids, "s": pc.cast(ids, pa.string())}), path, max_rows_per_file=10_000
+    )
+    ds = dataset(path)
+    data = tmp_path / "t.lance" / "data" / ds.get_fragments()[2].data_files()[0].path
+    size = data.stat().st_size
+    with open(data, "r+b") as f:
+        f.seek(size // 4)
+        f.write(bytes(range(256)) * (size // 3 // 256))
+    plan = aggregate_plan("SELECT count(*) AS n, max(s) AS m FROM t", ds.schema)
+    scanner = ScannerBuilder(ds).substrait_aggregate(plan).to_scanner()
+    with pytest.raises(CorruptFileError, match=data.name):
+        scanner.to_table()
