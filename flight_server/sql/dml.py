@@ -168,7 +168,7 @@ class _Change:
         where = statement.args.get("where")
         predicate = _lance_sql(where.this) if where is not None else "true"
         ds = self.service.handles.open_latest(name)
-        stats = ds.delete(predicate)
+        stats = self._change(name, ds, lambda: ds.delete(predicate))
         return stats["num_deleted_rows"], {"dataset": name, "version": ds.version}
 
     def update(self, statement: exp.Update) -> tuple[int, dict[str, Any]]:
@@ -182,8 +182,17 @@ class _Change:
             updates[_name(assignment.this.this)] = _lance_sql(assignment.expression)
         where = statement.args.get("where")
         ds = self.service.handles.open_latest(name)
-        stats = ds.update(updates, _lance_sql(where.this) if where is not None else None)
+        condition = _lance_sql(where.this) if where is not None else None
+        stats = self._change(name, ds, lambda: ds.update(updates, condition))
         return stats["num_rows_updated"], {"dataset": name, "version": ds.version}
+
+    def _change(self, name: str, ds: Any, change: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """Run a change of dataset `name` read at `ds`: a damaged file it reads names the
+        dataset, version, fragment and file, a storage outage the dataset (as reads do)."""
+        try:
+            return change()
+        except Exception as e:  # noqa: BLE001 - explained, or raised as it was
+            raise self.service.explain(e, name, ds.version) from None
 
     def insert(
         self, statement: exp.Insert, query: str, parameters: list[pa.Scalar] | None

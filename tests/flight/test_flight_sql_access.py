@@ -306,8 +306,8 @@ def test_type_info_lists_the_types_sql_can_name(open_server) -> None:
 def test_a_damaged_file_fails_a_query_as_a_plain_read_fails(tmp_path: Path) -> None:
     """A query over a damaged data file answers what a plain read of it answers: the code
     `data_corrupt`, naming the dataset, version, fragment and file (not the engine's
-    wrapped text as a bad argument), whichever part, join or top-k met it; the server then
-    answers other queries."""
+    wrapped text as a bad argument), whichever part, join or aggregate met it, and so do
+    UPDATE and DELETE; nothing is committed, and the server then answers other queries."""
     ids = pa.array(range(40_000), pa.int64())
     data = pa.table(
         {
@@ -339,4 +339,15 @@ def test_a_damaged_file_fails_a_query_as_a_plain_read_fails(tmp_path: Path) -> N
             assert f"dataset 't' version 1 fragment {frag.fragment_id}" in message, message
             assert file in message and "SQL" not in message, message
         with connect(uri) as conn:
+            for change in (
+                "UPDATE t SET s = 'x' WHERE s = '35000'",
+                "DELETE FROM t WHERE s = '35001'",
+            ):
+                with pytest.raises(adbc_driver_manager.Error) as failed:
+                    with conn.cursor() as cur:
+                        cur.execute(change)
+                message = str(failed.value)
+                assert f"dataset 't' version 1 fragment {frag.fragment_id}" in message, message
+                assert file in message and str(tmp_path) not in message, message
             assert fetch(conn, "SELECT count(*) AS n FROM d").to_pylist() == [{"n": 2}]
+        assert dataset(str(tmp_path / "t.lance")).version == 1  # nothing committed
