@@ -228,11 +228,18 @@ class _Change:
             source_sql = using.this.sql(dialect=_DIALECT)
         else:
             raise InvalidArgument("SQL: MERGE's USING must be a table or a (query) with an alias")
-        spec = _merge_spec(statement, target_alias, source_alias)
+        target = self.service.handles.open_current(name).schema
+        alias = using.args.get("alias")
+        source_id = alias.this if alias is not None else using.this
+        spec, values = _merge_spec(statement, target_alias, source_alias, target.names, source_id)
+        if values is not None:  # SET / INSERT lists: the source as rows of the target's columns
+            source_sql = _source_rows(source_sql, source_id, values)
         planned = self.front.engine.plan(source_sql, self.identity)
-        rows = self.front.engine.stream(planned)
+        rows, schema = self.front.engine.stream(planned), planned.schema
+        if values is not None:  # computed values in the target's types
+            rows, schema = _aligned(rows, target, list(values), name), target
         result = self.service.put(
-            PutRequest(name, merge=spec), planned.schema, rows, self.cancelled, self.identity
+            PutRequest(name, merge=spec), schema, rows, self.cancelled, self.identity
         )
         changed = sum(
             int(result.get(k, 0)) for k in ("inserted_rows", "updated_rows", "deleted_rows")
@@ -296,8 +303,16 @@ def _aligned(
         yield pa.RecordBatch.from_arrays(arrays, schema=target)
 
 
-def _merge_spec(statement: exp.Merge, target: str, source: str) -> MergeRequest:
-    """A MERGE's clauses as the engine's merge request."""
+def _merge_spec(
+    statement: exp.Merge,
+    target: str,
+    source: str,
+    columns: list[str],
+    source_id: exp.Identifier,
+) -> tuple[MergeRequest, dict[str, exp.Expression] | None]:
+    """A MERGE's clauses as the engine's merge request, and, when they list columns
+    (`UPDATE SET c = ...`, `INSERT (c, ...) VALUES (...)`, as dbt writes them), the value of
+    each of the target's `columns` the source's rows become (`_merge_values`)."""
     keys = []
     for condition in _conjuncts(statement.args.get("on")):
         if not (
@@ -313,22 +328,25 @@ def _merge_spec(statement: exp.Merge, target: str, source: str) -> MergeRequest:
     when_matched, matched_condition = "nothing", None
     insert = delete_by_source = False
     by_source_filter = None
+    listed: dict[str, dict[str, exp.Expression] | None] = {}  # clause -> its column values
     whens = statement.args.get("whens")
     for when in whens.expressions if whens is not None else []:
         then, condition = when.args.get("then"), when.args.get("condition")
         deleting = isinstance(then, exp.Var) and then.name.upper() == "DELETE"
         if when.args.get("matched"):
-            if isinstance(then, exp.Update) and all(
-                isinstance(e, exp.Star) for e in then.expressions
-            ):
+            if isinstance(then, exp.Update):
                 when_matched = "update_all"
+                if not all(isinstance(e, exp.Star) for e in then.expressions):
+                    listed["UPDATE SET"] = _assignments(then, columns)
+                else:
+                    listed["UPDATE SET"] = None
                 if condition is not None:
                     matched_condition = _qualified(condition, target, source)
             elif deleting and condition is None:
                 when_matched = "delete"
             else:
                 raise Unimplemented(
-                    "SQL: WHEN MATCHED supports THEN UPDATE SET * (with an AND condition or "
+                    "SQL: WHEN MATCHED supports THEN UPDATE SET (with an AND condition or "
                     "not) and THEN DELETE"
                 )
         elif when.args.get("source"):
@@ -338,10 +356,11 @@ def _merge_spec(statement: exp.Merge, target: str, source: str) -> MergeRequest:
             if condition is not None:
                 by_source_filter = _lance_sql(condition)
         else:
-            if not (isinstance(then, exp.Insert) and isinstance(then.this, exp.Star)) or condition:
-                raise Unimplemented("SQL: WHEN NOT MATCHED supports THEN INSERT * only")
+            if not isinstance(then, exp.Insert) or condition:
+                raise Unimplemented("SQL: WHEN NOT MATCHED supports THEN INSERT (with no AND)")
             insert = True
-    return MergeRequest(
+            listed["INSERT"] = None if isinstance(then.this, exp.Star) else _inserted(then, columns)
+    spec = MergeRequest(
         on=tuple(keys),
         when_matched=when_matched,
         matched_condition=matched_condition,
@@ -349,6 +368,110 @@ def _merge_spec(statement: exp.Merge, target: str, source: str) -> MergeRequest:
         delete_by_source=delete_by_source,
         by_source_filter=by_source_filter,
     )
+    return spec, _merge_values(listed, columns, keys, source_id)
+
+
+def _assignments(update: exp.Update, columns: list[str]) -> dict[str, exp.Expression]:
+    """`UPDATE SET c = e, ...` as {c: e}, each c a column of the target."""
+    values: dict[str, exp.Expression] = {}
+    for assignment in update.expressions:
+        if not isinstance(assignment, exp.EQ) or not isinstance(assignment.this, exp.Column):
+            raise InvalidArgument("SQL: UPDATE's SET takes column = expression pairs")
+        values[_target_column(assignment.this, columns)] = assignment.expression
+    return values
+
+
+def _inserted(insert: exp.Insert, columns: list[str]) -> dict[str, exp.Expression]:
+    """`INSERT (c, ...) VALUES (e, ...)` (or `INSERT VALUES (e, ...)`, every column in
+    order) as {c: e}."""
+    given = insert.expression
+    if not isinstance(given, exp.Tuple):
+        raise InvalidArgument("SQL: MERGE's INSERT takes VALUES (...)")
+    if isinstance(insert.this, exp.Tuple):
+        names = [_target_column(c, columns) for c in insert.this.expressions]
+    else:
+        names = list(columns)
+    if len(names) != len(given.expressions):
+        raise InvalidArgument(
+            f"SQL: MERGE's INSERT gives {len(given.expressions)} values for {len(names)} columns"
+        )
+    return dict(zip(names, given.expressions, strict=True))
+
+
+def _target_column(column: exp.Expression, columns: list[str]) -> str:
+    name = _name(column.this if isinstance(column, exp.Column) else column)
+    if not isinstance(column, exp.Column) or name not in columns:
+        raise InvalidArgument(f"SQL: the target table has no column {name!r}")
+    return name
+
+
+def _merge_values(
+    listed: dict[str, dict[str, exp.Expression] | None],
+    columns: list[str],
+    keys: list[str],
+    source_id: exp.Identifier,
+) -> dict[str, exp.Expression] | None:
+    """The value of every target column in the rows the source becomes, when a clause
+    lists columns; None when every clause is `*` (the source's rows as they are).
+
+    Matched rows are replaced whole and new rows inserted whole, from one row of the
+    source each, so each listing clause must give every column, from the source's columns
+    alone, and both clauses the same value (a `*` clause gives each column its same-named
+    source column); a key column must be the source's key, which the rows are matched by."""
+    if all(values is None for values in listed.values()):
+        return None
+    source = _name(source_id)
+    rows: dict[str, exp.Expression] = {}
+    for clause, values in listed.items():
+        if values is None:
+            values = {c: exp.column(c, table=source_id.copy(), quoted=True) for c in columns}
+        missing = [c for c in columns if c not in values]
+        if missing:
+            raise Unimplemented(
+                f"SQL: MERGE's {clause} must give every column of the table (a row is "
+                f"written whole); missing: {', '.join(missing)}"
+            )
+        for c, value in values.items():
+            for ref in value.find_all(exp.Column):
+                if _name(ref.args.get("table")) not in ("", source):
+                    raise Unimplemented(
+                        f"SQL: MERGE's {clause} values may read the source's columns only "
+                        f"({ref.sql(dialect=_DIALECT)} is not one)"
+                    )
+            known = rows.setdefault(c, value)
+            if _unqualified(known, source) != _unqualified(value, source):
+                raise Unimplemented(
+                    f"SQL: MERGE's UPDATE SET and INSERT must give column {c!r} the same value"
+                )
+    for key in keys:
+        if _unqualified(rows[key], source) != _unqualified(exp.column(key), source):
+            raise Unimplemented(
+                f"SQL: MERGE must write key column {key!r} as the source's {key!r}, which "
+                "the rows are matched by"
+            )
+    return rows
+
+
+def _unqualified(value: exp.Expression, source: str) -> str:
+    """`value` as SQL with the source's qualifier dropped and names folded, to compare."""
+
+    def strip(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column) and _name(node.args.get("table")) in ("", source):
+            return exp.column(_name(node.this))
+        return node
+
+    return value.copy().transform(strip).sql(dialect=_DIALECT)
+
+
+def _source_rows(
+    source_sql: str, source_id: exp.Identifier, values: dict[str, exp.Expression]
+) -> str:
+    """The source query's rows as the target's columns, each its MERGE value."""
+    select = ", ".join(
+        f"{v.sql(dialect=_DIALECT)} AS {exp.to_identifier(c, quoted=True).sql(dialect=_DIALECT)}"
+        for c, v in values.items()
+    )
+    return f"SELECT {select} FROM ({source_sql}) AS {source_id.sql(dialect=_DIALECT)}"
 
 
 def _conjuncts(condition: exp.Expression | None) -> list[exp.Expression]:

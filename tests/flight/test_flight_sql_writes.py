@@ -181,6 +181,80 @@ def test_insert_from_a_query_and_merge_equal_pylance(served, conn, tmp_path: Pat
     assert merged_rows > 50
 
 
+COLUMNS = ["id", "grp", "value", "qty", "flag", "ts", "tags"]
+
+
+def test_a_merge_listing_its_columns_as_dbt_writes_it_equals_pylance(
+    served, conn, tmp_path: Path
+) -> None:
+    """dbt's incremental MERGE lists every column in SET and INSERT, from a query aliased
+    like `DBT_INTERNAL_SOURCE`; values may be computed from the source's columns. The
+    result equals pylance's merge_insert of the same rows, and a commit of one Update."""
+    root = served[1]
+    path = root / "dbt_merged.lance"
+    lance.write_dataset(facts_table(1_000, seed=9), str(path))
+    copy = tmp_path / "copy.lance"
+    shutil.copytree(path, copy)
+    source = facts_table(200, seed=10)
+    source = source.set_column(0, "id", pa.array(range(900, 1100), pa.int64()))
+    quoted = ", ".join(f'"{c}"' for c in COLUMNS)
+    values = ", ".join(
+        "DBT_INTERNAL_SOURCE.qty * 2" if c == "qty" else f'DBT_INTERNAL_SOURCE."{c}"'
+        for c in COLUMNS
+    )
+    sets = ", ".join(f'"{c}" = {v}' for c, v in zip(COLUMNS, values.split(", "), strict=True))
+    with conn.cursor() as cur:
+        cur.adbc_ingest("dbt_source", source, mode="create")
+        cur.execute(
+            "merge into dbt_merged as DBT_INTERNAL_DEST using (select * from dbt_source) as "
+            'DBT_INTERNAL_SOURCE on (DBT_INTERNAL_SOURCE."id" = DBT_INTERNAL_DEST."id") '
+            f"when matched then update set {sets} "
+            f"when not matched then insert ({quoted}) values ({values})"
+        )
+        assert cur.rowcount == 200
+    twice = pa.compute.multiply(source.column("qty"), 2).cast(pa.int32())
+    doubled = source.set_column(3, "qty", twice)
+    (
+        lance.dataset(str(copy))
+        .merge_insert("id")
+        .when_matched_update_all()
+        .when_not_matched_insert_all()
+        .execute(doubled)
+    )
+    assert table_of(path).equals(table_of(copy))
+    assert operations(path, 1) == operations(copy, 1) == ["Update"]
+
+
+@pytest.mark.parametrize(
+    ("clauses", "match"),
+    [
+        ("when matched then update set qty = s.qty", "must give every column"),
+        ("when not matched then insert (id, qty) values (s.id, s.qty)", "must give every column"),
+        (
+            "when matched then update set * when not matched then insert "
+            f"({', '.join(COLUMNS)}) values (s.id + 1, {', '.join('s.' + c for c in COLUMNS[1:])})",
+            "the same value|key column",
+        ),
+        (
+            f"when matched then update set {', '.join(f'{c} = t.{c}' for c in COLUMNS)}",
+            "source's columns only",
+        ),
+        ("when matched then update set nope = s.qty", "no column 'nope'"),
+    ],
+)
+def test_merge_column_lists_that_cannot_be_written_whole_are_refused(
+    served, conn, clauses: str, match: str
+) -> None:
+    path = served[1] / "mfacts.lance"
+    if not path.exists():
+        lance.write_dataset(facts_table(20, seed=11), str(path))
+    version = lance.dataset(str(path)).version
+    with pytest.raises(adbc_driver_manager.Error, match=match):
+        with conn.cursor() as cur:
+            cur.execute(f"MERGE INTO mfacts AS t USING mfacts AS s ON t.id = s.id {clauses}")
+    assert lance.dataset(str(path)).version == version
+
+
 def test_parameters_of_a_change_run_once_per_row(served, conn) -> None:
     root = served[1]
     path = root / "params.lance"
