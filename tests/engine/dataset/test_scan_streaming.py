@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 
 import lance
@@ -253,6 +254,21 @@ class _Sized:
         self.tag = tag
 
 
+def _recording(seen: dict[str, set[threading.Thread]], item: Callable[[int], object]):
+    """Producers of three items (`item(i)`), each recording under its tag the threads that
+    ran it."""
+
+    def producer(tag: str):
+        def make():
+            for i in range(3):
+                seen.setdefault(tag, set()).add(threading.current_thread())
+                yield item(i)
+
+        return make
+
+    return producer
+
+
 def test_readahead_holds_at_most_its_bytes():
     """Producers that outpace the consumer stop once the queued items reach `max_bytes`
     (each producer may still queue one item, so the head producer is never blocked)."""
@@ -292,14 +308,7 @@ def test_a_readahead_runs_in_the_callers_thread_while_others_keep_the_cores_busy
     monkeypatch.setattr(readahead, "_CPUS", 2)
     here = threading.current_thread()
     seen: dict[str, set[threading.Thread]] = {}
-
-    def producer(tag: str):
-        def make():
-            for i in range(3):
-                seen.setdefault(tag, set()).add(threading.current_thread())
-                yield i
-
-        return make
+    producer = _recording(seen, lambda i: i)
 
     first = ordered_readahead([producer("a"), producer("a")], readahead=2)
     assert next(first) == 0
@@ -367,14 +376,7 @@ def test_a_read_ahead_runs_in_the_callers_thread_once_the_cores_have_one_each(mo
     monkeypatch.setattr(readahead, "_CPUS", 2)
     here = threading.current_thread()
     seen: dict[str, set[threading.Thread]] = {}
-
-    def producer(tag: str):
-        def make():
-            for i in range(3):
-                seen.setdefault(tag, set()).add(threading.current_thread())
-                yield _Sized(1, i)
-
-        return make
+    producer = _recording(seen, lambda i: _Sized(1, i))
 
     first, second = readahead.read_ahead(producer("a")), readahead.read_ahead(producer("b"))
     assert next(first).tag == 0 and next(second).tag == 0
