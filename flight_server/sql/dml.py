@@ -236,8 +236,9 @@ class _Change:
             source_sql = _source_rows(source_sql, source_id, values)
         planned = self.front.engine.plan(source_sql, self.identity)
         rows, schema = self.front.engine.stream(planned), planned.schema
-        if values is not None:  # computed values in the target's types
-            rows, schema = _aligned(rows, target, list(values), name), target
+        if values is not None:  # the listed columns, computed values in their types
+            schema = pa.schema([f for f in target if f.name in values])
+            rows = _aligned(rows, schema, list(values), name)
         result = self.service.put(
             PutRequest(name, merge=spec), schema, rows, self.cancelled, self.identity
         )
@@ -312,7 +313,7 @@ def _merge_spec(
 ) -> tuple[MergeRequest, dict[str, exp.Expression] | None]:
     """A MERGE's clauses as the engine's merge request, and, when they list columns
     (`UPDATE SET c = ...`, `INSERT (c, ...) VALUES (...)`, as dbt writes them), the value of
-    each of the target's `columns` the source's rows become (`_merge_values`)."""
+    each column of the target's `columns` the source's rows write (`_merge_values`)."""
     keys = []
     for condition in _conjuncts(statement.args.get("on")):
         if not (
@@ -360,6 +361,15 @@ def _merge_spec(
                 raise Unimplemented("SQL: WHEN NOT MATCHED supports THEN INSERT (with no AND)")
             insert = True
             listed["INSERT"] = None if isinstance(then.this, exp.Star) else _inserted(then, columns)
+    values = _merge_values(listed, columns, keys, source_id)
+    condition = _matched_condition(statement)
+    if values is not None and condition is not None:
+        for ref in condition.find_all(exp.Column):
+            if _name(ref.args.get("table")) == _name(source_id) and _name(ref.this) not in values:
+                raise Unimplemented(
+                    "SQL: a WHEN MATCHED condition may read the target's columns and the "
+                    f"listed columns of the source ({ref.sql(dialect=_DIALECT)} is not listed)"
+                )
     spec = MergeRequest(
         on=tuple(keys),
         when_matched=when_matched,
@@ -368,7 +378,16 @@ def _merge_spec(
         delete_by_source=delete_by_source,
         by_source_filter=by_source_filter,
     )
-    return spec, _merge_values(listed, columns, keys, source_id)
+    return spec, values
+
+
+def _matched_condition(statement: exp.Merge) -> exp.Expression | None:
+    """The AND condition of a MERGE's WHEN MATCHED clause, if any."""
+    whens = statement.args.get("whens")
+    for when in whens.expressions if whens is not None else []:
+        if when.args.get("matched") and not when.args.get("source"):
+            return when.args.get("condition")
+    return None
 
 
 def _assignments(update: exp.Update, columns: list[str]) -> dict[str, exp.Expression]:
@@ -411,39 +430,48 @@ def _merge_values(
     keys: list[str],
     source_id: exp.Identifier,
 ) -> dict[str, exp.Expression] | None:
-    """The value of every target column in the rows the source becomes, when a clause
-    lists columns; None when every clause is `*` (the source's rows as they are).
+    """The value of each column the source's rows write, when a clause lists columns; None
+    when every clause is `*` (the source's rows as they are).
 
-    Matched rows are replaced whole and new rows inserted whole, from one row of the
-    source each, so each listing clause must give every column, from the source's columns
-    alone, and both clauses the same value (a `*` clause gives each column its same-named
-    source column); a key column must be the source's key, which the rows are matched by."""
+    The rows carry the listed columns only: an updated row keeps its others, an inserted
+    row has NULL there (the merge of a source lacking columns). One row of the source
+    serves both clauses, so both must list the same columns with the same values (`*`
+    being each column's same-named source column), from the source's columns alone (named
+    by its alias: a bare `qty` could mean the target's); the rows carry each key column as
+    the source's key, which they are matched by."""
     if all(values is None for values in listed.values()):
         return None
     source = _name(source_id)
     rows: dict[str, exp.Expression] = {}
+    named: list[set[str]] = []
     for clause, values in listed.items():
         if values is None:
             values = {c: exp.column(c, table=source_id.copy(), quoted=True) for c in columns}
-        missing = [c for c in columns if c not in values]
-        if missing:
-            raise Unimplemented(
-                f"SQL: MERGE's {clause} must give every column of the table (a row is "
-                f"written whole); missing: {', '.join(missing)}"
-            )
+        elif clause == "UPDATE SET":  # an updated row's key is the one it was matched by
+            missing = [k for k in keys if k not in values]
+            values = {**values, **{k: exp.column(k, table=source_id.copy()) for k in missing}}
+        named.append(set(values))
         for c, value in values.items():
             for ref in value.find_all(exp.Column):
-                if _name(ref.args.get("table")) not in ("", source):
+                if _name(ref.args.get("table")) != source:  # (`c` alone: whose c?)
                     raise Unimplemented(
-                        f"SQL: MERGE's {clause} values may read the source's columns only "
-                        f"({ref.sql(dialect=_DIALECT)} is not one)"
+                        f"SQL: MERGE's {clause} values may read the source's columns only, "
+                        f"named by its alias ({ref.sql(dialect=_DIALECT)} is not one)"
                     )
             known = rows.setdefault(c, value)
             if _unqualified(known, source) != _unqualified(value, source):
                 raise Unimplemented(
                     f"SQL: MERGE's UPDATE SET and INSERT must give column {c!r} the same value"
                 )
+    if len(named) == 2 and named[0] != named[1]:
+        differ = sorted(named[0] ^ named[1])
+        raise Unimplemented(
+            "SQL: MERGE's UPDATE SET and INSERT must list the same columns (one source row "
+            f"serves both); only one lists {', '.join(differ)}"
+        )
     for key in keys:
+        if key not in rows:
+            raise Unimplemented(f"SQL: MERGE's INSERT must give the key column {key!r}")
         if _unqualified(rows[key], source) != _unqualified(exp.column(key), source):
             raise Unimplemented(
                 f"SQL: MERGE must write key column {key!r} as the source's {key!r}, which "

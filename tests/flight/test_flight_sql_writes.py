@@ -225,11 +225,54 @@ def test_a_merge_listing_its_columns_as_dbt_writes_it_equals_pylance(
     assert operations(path, 1) == operations(copy, 1) == ["Update"]
 
 
+def test_a_merge_of_some_columns_keeps_or_nulls_the_others_as_pylance(
+    served, conn, tmp_path: Path
+) -> None:
+    """`UPDATE SET` of some columns keeps an updated row's others, `INSERT` of some columns
+    leaves the others NULL: pylance's merge_insert of a source of those columns."""
+    root = served[1]
+    path = root / "some_merged.lance"
+    lance.write_dataset(facts_table(300, seed=12), str(path))
+    copy = tmp_path / "copy.lance"
+    shutil.copytree(path, copy)
+    source = facts_table(100, seed=13)
+    source = source.set_column(0, "id", pa.array(range(250, 350), pa.int64()))
+    with conn.cursor() as cur:
+        cur.adbc_ingest("some_source", source, mode="create")
+        cur.execute(
+            "MERGE INTO some_merged AS t USING some_source AS s ON t.id = s.id "
+            "WHEN MATCHED THEN UPDATE SET qty = s.qty, grp = s.grp "
+            "WHEN NOT MATCHED THEN INSERT (id, qty, grp) VALUES (s.id, s.qty, s.grp)"
+        )
+        assert cur.rowcount == 100
+        cur.execute(
+            "MERGE INTO some_merged AS t USING some_source AS s ON t.id = s.id "
+            "WHEN MATCHED AND t.qty > 50 THEN UPDATE SET value = s.value"
+        )
+        with pytest.raises(adbc_driver_manager.Error, match="listed columns"):
+            cur.execute(
+                "MERGE INTO some_merged AS t USING some_source AS s ON t.id = s.id "
+                "WHEN MATCHED AND s.flag THEN UPDATE SET value = s.value"
+            )
+    few = source.select(["id", "qty", "grp"])
+    ds = lance.dataset(str(copy))
+    ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(few)
+    values = source.select(["id", "value"])
+    ds = lance.dataset(str(copy))
+    ds.merge_insert("id").when_matched_update_all("target.qty > 50").execute(values)
+    assert table_of(path).equals(table_of(copy))
+    assert operations(path, 2) == operations(copy, 2)
+
+
 @pytest.mark.parametrize(
     ("clauses", "match"),
     [
-        ("when matched then update set qty = s.qty", "must give every column"),
-        ("when not matched then insert (id, qty) values (s.id, s.qty)", "must give every column"),
+        (
+            "when matched then update set qty = s.qty when not matched then insert (id, grp) "
+            "values (s.id, s.grp)",
+            "same columns",
+        ),
+        ("when not matched then insert (grp) values (s.grp)", "key column 'id'"),
         (
             "when matched then update set * when not matched then insert "
             f"({', '.join(COLUMNS)}) values (s.id + 1, {', '.join('s.' + c for c in COLUMNS[1:])})",
@@ -240,6 +283,7 @@ def test_a_merge_listing_its_columns_as_dbt_writes_it_equals_pylance(
             "source's columns only",
         ),
         ("when matched then update set nope = s.qty", "no column 'nope'"),
+        ("when matched then update set qty = qty + 1", "named by its alias"),
     ],
 )
 def test_merge_column_lists_that_cannot_be_written_whole_are_refused(
