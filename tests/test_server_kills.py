@@ -176,8 +176,11 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]
         )
 
 
-def test_server_killed_during_every_kind_of_commit(storage: Storage) -> None:
+def test_server_killed_during_every_kind_of_commit(storage: Storage, tmp_path: Path) -> None:
     env = {"QUIVER_STORAGE_OPTIONS": json.dumps(storage.options)} if storage.options else {}
+    # a killed server leaves its staged uploads behind: in this test's directory, not /tmp
+    (tmp_path / "server-tmp").mkdir(exist_ok=True)
+    env["TMPDIR"] = str(tmp_path / "server-tmp")
     servers = Servers(storage.root, env)
     path = f"{storage.root}/t.lance"
     ours_options = {"storage_options": storage.options} if storage.options else {}
