@@ -326,7 +326,7 @@ def _merge_spec(
                 "SQL: MERGE's ON must be equalities of same-named columns (t.k = s.k AND ...)"
             )
         keys.append(_name(condition.this.this))
-    when_matched, matched_condition = "nothing", None
+    when_matched, matched_condition, matched_when = "nothing", None, None
     insert = delete_by_source = False
     by_source_filter = None
     listed: dict[str, dict[str, exp.Expression] | None] = {}  # clause -> its column values
@@ -342,6 +342,7 @@ def _merge_spec(
                 else:
                     listed["UPDATE SET"] = None
                 if condition is not None:
+                    matched_when = condition
                     matched_condition = _qualified(condition, target, source)
             elif deleting and condition is None:
                 when_matched = "delete"
@@ -362,9 +363,8 @@ def _merge_spec(
             insert = True
             listed["INSERT"] = None if isinstance(then.this, exp.Star) else _inserted(then, columns)
     values = _merge_values(listed, columns, keys, source_id)
-    condition = _matched_condition(statement)
-    if values is not None and condition is not None:
-        for ref in condition.find_all(exp.Column):
+    if values is not None and matched_when is not None:
+        for ref in matched_when.find_all(exp.Column):
             if _name(ref.args.get("table")) == _name(source_id) and _name(ref.this) not in values:
                 raise Unimplemented(
                     "SQL: a WHEN MATCHED condition may read the target's columns and the "
@@ -379,15 +379,6 @@ def _merge_spec(
         by_source_filter=by_source_filter,
     )
     return spec, values
-
-
-def _matched_condition(statement: exp.Merge) -> exp.Expression | None:
-    """The AND condition of a MERGE's WHEN MATCHED clause, if any."""
-    whens = statement.args.get("whens")
-    for when in whens.expressions if whens is not None else []:
-        if when.args.get("matched") and not when.args.get("source"):
-            return when.args.get("condition")
-    return None
 
 
 def _assignments(update: exp.Update, columns: list[str]) -> dict[str, exp.Expression]:

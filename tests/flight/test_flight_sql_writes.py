@@ -184,19 +184,26 @@ def test_insert_from_a_query_and_merge_equal_pylance(served, conn, tmp_path: Pat
 COLUMNS = ["id", "grp", "value", "qty", "flag", "ts", "tags"]
 
 
+def _merge_case(
+    path: Path, tmp_path: Path, rows: int, seed: int, changed: int
+) -> tuple[Path, Path, pa.Table]:
+    """A served target of `rows` facts, its copy for pylance, and a source of `changed`
+    rows whose first half matches the target's last ids and the rest are new."""
+    lance.write_dataset(facts_table(rows, seed=seed), str(path))
+    copy = tmp_path / "copy.lance"
+    shutil.copytree(path, copy)
+    first = rows - changed // 2
+    source = facts_table(changed, seed=seed + 1)
+    return path, copy, source.set_column(0, "id", pa.array(range(first, first + changed)))
+
+
 def test_a_merge_listing_its_columns_as_dbt_writes_it_equals_pylance(
     served, conn, tmp_path: Path
 ) -> None:
     """dbt's incremental MERGE lists every column in SET and INSERT, from a query aliased
     like `DBT_INTERNAL_SOURCE`; values may be computed from the source's columns. The
     result equals pylance's merge_insert of the same rows, and a commit of one Update."""
-    root = served[1]
-    path = root / "dbt_merged.lance"
-    lance.write_dataset(facts_table(1_000, seed=9), str(path))
-    copy = tmp_path / "copy.lance"
-    shutil.copytree(path, copy)
-    source = facts_table(200, seed=10)
-    source = source.set_column(0, "id", pa.array(range(900, 1100), pa.int64()))
+    path, copy, source = _merge_case(served[1] / "dbt_merged.lance", tmp_path, 1_000, 9, 200)
     quoted = ", ".join(f'"{c}"' for c in COLUMNS)
     values = ", ".join(
         "DBT_INTERNAL_SOURCE.qty * 2" if c == "qty" else f'DBT_INTERNAL_SOURCE."{c}"'
@@ -230,13 +237,7 @@ def test_a_merge_of_some_columns_keeps_or_nulls_the_others_as_pylance(
 ) -> None:
     """`UPDATE SET` of some columns keeps an updated row's others, `INSERT` of some columns
     leaves the others NULL: pylance's merge_insert of a source of those columns."""
-    root = served[1]
-    path = root / "some_merged.lance"
-    lance.write_dataset(facts_table(300, seed=12), str(path))
-    copy = tmp_path / "copy.lance"
-    shutil.copytree(path, copy)
-    source = facts_table(100, seed=13)
-    source = source.set_column(0, "id", pa.array(range(250, 350), pa.int64()))
+    path, copy, source = _merge_case(served[1] / "some_merged.lance", tmp_path, 300, 12, 100)
     with conn.cursor() as cur:
         cur.adbc_ingest("some_source", source, mode="create")
         cur.execute(
