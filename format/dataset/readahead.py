@@ -104,15 +104,17 @@ def ordered_readahead(
     readahead: int = 2,
     queue_size: int = 4,
     max_bytes: int | None = None,
+    crowd: int | None = None,
 ) -> Iterator[T]:
     """Yield every item of each producer's iterable, in order, running up to `readahead`
     producers concurrently, with at most `max_bytes` of items (by their `nbytes`) queued
-    beyond one per producer. With readahead <= 1 everything runs in the caller's thread."""
+    beyond one per producer. With readahead <= 1 everything runs in the caller's thread,
+    and so it does while `crowd` readaheads iterate already (default: half the cores)."""
     global _running
     with _lock:
         # Other scans already keep half the cores busy (a server streaming to several
         # clients): threads would only add GIL hand-offs, so this one reads in the caller's.
-        crowded = _running >= max(1, _CPUS // 2)
+        crowded = _running >= (crowd if crowd is not None else max(1, _CPUS // 2))
         _running += 1
     try:
         if readahead <= 1 or crowded:
@@ -138,18 +140,7 @@ def read_ahead(
     instead: the cores are busy, and a thread would only trade the GIL (three concurrent
     4 M-row SQL full projections on two cores: 10 % more server CPU with a thread per
     part, no less time)."""
-    global _running
-    with _lock:
-        crowded = _running >= _CPUS
-        _running += 1
-    try:
-        if crowded:
-            yield from make()
-        else:
-            yield from _threaded([make], 1, queue_size, max_bytes)
-    finally:
-        with _lock:
-            _running -= 1
+    return ordered_readahead([make], queue_size=queue_size, max_bytes=max_bytes, crowd=_CPUS)
 
 
 def _threaded(
