@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +28,6 @@ from quiver.format.index.vector.sq import ScalarQuantizer
 from quiver.format.proto import index_pb2
 from quiver.format.table.frag_reuse import FRAG_REUSE_INDEX
 from quiver.format.table.indices import IndexEntry, frag_reuse_of, indices_of
-from quiver.format.table.schema import column_path
 
 # pylance's names of index types, by the message of their details
 _TYPE_NAMES = {
@@ -83,7 +81,7 @@ def index_type(core: Core, entry: IndexEntry) -> str:
 def list_indices(core: Core) -> list[dict[str, Any]]:
     """Every user index of the version, by name: name, type, uuid, fields (names), version
     (the dataset version it was built on), fragment_ids (a set) and base_id."""
-    names = _field_names(core)
+    names = core.manifest.schema.column_paths()
     out = []
     for e in sorted((e for v in _by_name(core).values() for e in v), key=lambda e: e.name):
         out.append(
@@ -102,7 +100,7 @@ def list_indices(core: Core) -> list[dict[str, Any]]:
 
 def describe_indices(core: Core) -> list[IndexDescription]:
     """One description per index name (its segments together), as pylance's."""
-    names = _field_names(core)
+    names = core.manifest.schema.column_paths()
     live = _live_rows(core)
     out = []
     for name, segments in sorted(_by_name(core).items()):
@@ -300,21 +298,6 @@ def _by_name(core: Core) -> dict[str, list[IndexEntry]]:
     for e in indices_of(core.manifest, system=True):
         if not e.is_system or e.name == FRAG_REUSE_INDEX:
             out.setdefault(e.name, []).append(e)
-    return out
-
-
-def _field_names(core: Core) -> Mapping[int, str]:
-    """Field id -> its name, from the top level for nested fields as pylance spells the
-    path (`column_path`: `meta.lang`, `` meta.`a.b` ``)."""
-    out: dict[int, str] = {}
-
-    def walk(field: Any, parts: list[str]) -> None:
-        out[field.id] = column_path(parts)
-        for child in field.children:
-            walk(child, [*parts, child.name])
-
-    for f in core.manifest.schema.fields:
-        walk(f, [f.name])
     return out
 
 
