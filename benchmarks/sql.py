@@ -15,8 +15,8 @@ full projection (every column). Rounds interleave the two; each figure is the me
 rounds and each ratio the median of per-round ratios (DuckDB's seconds / Quiver's: above 1
 Quiver is faster). Both results are checked equal. The server's peak RSS over each query's
 rounds is printed. The full projection's rounds also time `memory`: a Flight SQL server
-that holds the table decoded in memory (read by pylance) and streams it as Quiver does (two
-endpoints, 4 MiB batches) to the same ADBC driver: what the transport and the client cost
+that holds the table decoded in memory (read by pylance) and streams it as Quiver does (one
+endpoint, 4 MiB batches) to the same ADBC driver: what the transport and the client cost
 with no reading at all, the bound a server that reads files can approach.
 
 Memory mode: the group-by on a 20 M-row table, the server's peak RSS.
@@ -72,7 +72,7 @@ QUERIES = {
 
 
 # A Flight SQL server holding the whole table decoded (read by pylance): every query answers
-# the table, as two endpoints of 4 MiB batches (Quiver's parts and batch bytes). It answers
+# the table, as one endpoint of 4 MiB batches (Quiver's batch bytes). It answers
 # what ADBC's driver asks before a query (GetSqlInfo, CreatePreparedStatement), with the
 # protocol's messages from Quiver's compiled .proto.
 _MEMORY_SQL_SERVER = textwrap.dedent(
@@ -86,8 +86,6 @@ _MEMORY_SQL_SERVER = textwrap.dedent(
     uri, port = sys.argv[1], int(sys.argv[2])
     table = lance.dataset(uri).to_table().combine_chunks()
     rows = max(1, table.num_rows * (4 << 20) // table.nbytes)
-    half = table.num_rows // 2
-    parts = [table.slice(0, half), table.slice(half)]
     prepared = sql.ActionCreatePreparedStatementResult(
         prepared_statement_handle=b"table", dataset_schema=table.schema.serialize().to_pybytes()
     )
@@ -101,8 +99,8 @@ _MEMORY_SQL_SERVER = textwrap.dedent(
                 return flight.FlightInfo(
                     info.schema, descriptor, [flight.FlightEndpoint(b"info", [])], -1, -1
                 )
-            eps = [flight.FlightEndpoint(str(i).encode(), []) for i in range(len(parts))]
-            return flight.FlightInfo(table.schema, descriptor, eps, -1, -1)
+            endpoint = flight.FlightEndpoint(b"table", [])
+            return flight.FlightInfo(table.schema, descriptor, [endpoint], -1, -1)
 
         def do_action(self, context, action):
             if action.type == "CreatePreparedStatement":
@@ -112,8 +110,7 @@ _MEMORY_SQL_SERVER = textwrap.dedent(
         def do_get(self, context, ticket):
             if ticket.ticket == b"info":
                 return flight.RecordBatchStream(self.info)
-            part = parts[int(ticket.ticket)]
-            return flight.GeneratorStream(table.schema, part.to_batches(max_chunksize=rows))
+            return flight.GeneratorStream(table.schema, table.to_batches(max_chunksize=rows))
 
     Memory(f"grpc://127.0.0.1:{port}").serve()
     """

@@ -6,11 +6,6 @@ running streams hold; a stream bigger than the whole budget runs once nothing el
 An admitted stream never waits again: if its batches turn out bigger than estimated it
 grows its lease without blocking, which only delays later admissions. So streams cannot
 deadlock on the budget, and the overshoot is bounded by what running streams misjudged.
-
-Streams of one `group` (the parts of one SQL query, which a client opens together and may
-not read until all have begun) share one lease: the first admitted holds it for all of
-them, and the others join it at once, even while queued, instead of waiting for room
-their own group holds.
 """
 
 from __future__ import annotations
@@ -63,32 +58,6 @@ class Lease:
         self.release()
 
 
-class _Member:
-    """One stream's hold on its group's shared lease."""
-
-    def __init__(self, budget: MemoryBudget, group: str, lease: Lease) -> None:
-        self._budget = budget
-        self._group = group
-        self._lease = lease
-        self._released = False
-
-    @property
-    def nbytes(self) -> int:
-        return 0 if self._released else self._lease.nbytes
-
-    def grow_to(self, nbytes: int) -> None:
-        self._lease.grow_to(nbytes)
-
-    def release(self) -> None:
-        self._budget._leave(self)
-
-    def __enter__(self) -> _Member:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-
 class MemoryBudget:
     """At most `limit` bytes held by admitted leases (None or 0: unlimited), FIFO admission."""
 
@@ -103,7 +72,6 @@ class MemoryBudget:
         self._active = 0
         self._peak = 0
         self._admitted_total = 0
-        self._groups: dict[str, tuple[Lease, int]] = {}  # group -> (shared lease, members)
 
     # -- counters (for logs and a future metrics endpoint) ------------------------------
     @property
@@ -136,24 +104,15 @@ class MemoryBudget:
         return self.limit is None or self._active == 0 or self._in_use + estimate <= self.limit
 
     def admit(
-        self,
-        estimate: int,
-        cancelled: Callable[[], bool] = lambda: False,
-        *,
-        label: str = "",
-        group: str | None = None,
-    ) -> Lease | _Member:
+        self, estimate: int, cancelled: Callable[[], bool] = lambda: False, *, label: str = ""
+    ) -> Lease:
         """Wait for room for `estimate` bytes (FIFO) and hold them; raises `Cancelled` if
-        `cancelled()` turns true meanwhile (whatever `cancelled` raises also propagates).
-        A stream of a `group` joins the group's lease when one is held (see the module doc);
-        its estimate is the whole group's."""
+        `cancelled()` turns true meanwhile (whatever `cancelled` raises also propagates)."""
         estimate = max(1, int(estimate))  # so no lease is free and "nothing held" is exact
         token = object()
         with self._cond:
-            if group is not None and group in self._groups:
-                return self._join(group)
             if not self._queue and self._fits(estimate):
-                return self._granted(estimate, group)
+                return self._grant(estimate)
             self._queue.append(token)
             started = time.monotonic()
             log.debug(
@@ -166,15 +125,10 @@ class MemoryBudget:
             )
             try:
                 while not (self._queue[0] is token and self._fits(estimate)):
-                    if group is not None and group in self._groups:
-                        break
                     if cancelled():
                         raise Cancelled("the call was cancelled while waiting for memory")
                     self._cond.wait(POLL_SECONDS)
-                if group is not None and group in self._groups:
-                    lease: Lease | _Member = self._join(group)
-                else:
-                    lease = self._granted(estimate, group)
+                lease = self._grant(estimate)
             finally:
                 self._queue.remove(token)
                 self._cond.notify_all()  # the next in line may fit too, or be first now
@@ -185,30 +139,6 @@ class MemoryBudget:
                 estimate,
             )
             return lease
-
-    def _granted(self, nbytes: int, group: str | None) -> Lease | _Member:
-        lease = self._grant(nbytes)
-        if group is None:
-            return lease
-        self._groups[group] = (lease, 0)
-        return self._join(group)
-
-    def _join(self, group: str) -> _Member:
-        lease, members = self._groups[group]
-        self._groups[group] = (lease, members + 1)
-        return _Member(self, group, lease)
-
-    def _leave(self, member: _Member) -> None:
-        with self._cond:
-            if member._released:
-                return
-            member._released = True
-            lease, members = self._groups[member._group]
-            if members > 1:
-                self._groups[member._group] = (lease, members - 1)
-                return
-            del self._groups[member._group]
-        lease.release()
 
     def _grant(self, nbytes: int) -> Lease:
         self._in_use += nbytes

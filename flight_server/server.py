@@ -365,12 +365,11 @@ class QuiverFlightServer(flight.FlightServerBase):
 
         def batches() -> Iterator[pa.RecordBatch]:
             finished = False
-            lease: Lease | Any = None
+            lease: Lease | None = None
             try:
                 # Wait for memory when the first batch is asked for, not in the handler: the
                 # wait then polls the call's cancellation and the drain, and no read has begun.
-                group = getattr(stream, "lease_group", None)  # the parts of one SQL query
-                lease = self.budget.admit(stream.memory_estimate, gone, label=label, group=group)
+                lease = self.budget.admit(stream.memory_estimate, gone, label=label)
                 biggest = 0
                 # No cancellation check per batch: gRPC's holds the GIL while it polls (a
                 # third of a millisecond, a fifth of a 2.2 full scan's time under the GIL),

@@ -93,9 +93,7 @@ class Planning:
     resolved: dict[str, int] = field(default_factory=dict)  # "name@ref" -> version read
     tables: dict[str, QuiverTable] = field(default_factory=dict)  # dataset name -> latest table
     opened: list[QuiverTable] = field(default_factory=list)  # every table resolved
-    part: tuple[int, int] | None = None  # (i, n): tables read only their i-th of n groups
     parameters: dict[str, Any] = field(default_factory=dict)  # "$1" -> its value
-    searched: bool = False  # a search table function ran (its rows are not cut in parts)
     # why resolving a table or running a search failed (the engine may hand the error back
     # only as text): a QuiverError, or the engine's own error for a search
     failure: Exception | None = None
@@ -148,9 +146,7 @@ class QuiverCatalog(CatalogProvider):
         if found is None:
             return None
         ds, target, ref = found
-        quiver_table = QuiverTable(
-            ds, target, self.partitions, part=scope.part, step_bytes=self.step_bytes
-        )
+        quiver_table = QuiverTable(ds, target, self.partitions, step_bytes=self.step_bytes)
         if ref is None:
             scope.tables[target] = quiver_table
         scope.opened.append(quiver_table)

@@ -16,7 +16,6 @@ that change datasets are `flight_server.sql.dml`'s).
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -46,16 +45,6 @@ DEFAULT_MEMORY_LIMIT = 256 << 20
 # a batch sent to a client holds at most this many bytes: ADBC's Flight SQL driver refuses
 # gRPC messages over 16 MiB by default, and pyarrow does not split batches
 MAX_BATCH_BYTES = 4 << 20
-# operators that keep each partition to itself: a plan of only these streams its
-# partitions as independent parts
-_PER_PARTITION = {
-    "DatasetExec",
-    "ProjectionExec",
-    "FilterExec",
-    "CoalesceBatchesExec",
-    "CooperativeExec",
-}
-_OPERATOR = re.compile(r"\s*(\w+)")
 # logical plans that are not queries (a Substrait plan must be a query)
 _NOT_QUERIES = {"Dml", "Ddl", "CopyTo", "Statement", "SetVariable", "Transaction", "Prepare"}
 _VIEW_TYPES = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
@@ -69,7 +58,6 @@ class PlannedQuery:
     schema: pa.Schema
     versions: dict[str, int]  # "name" or "name@ref" -> version
     planning: Planning
-    parts: int | None = None  # `SqlEngine.parallel_parts`, once asked
 
 
 class SqlEngine:
@@ -122,25 +110,20 @@ class SqlEngine:
         *,
         parameters: list[pa.Scalar] | None = None,
         pins: dict[str, int] | None = None,
-        part: tuple[int, int] | None = None,
     ) -> PlannedQuery:
         """Plan `query` (SQL text, or a Substrait plan's bytes) for `identity` (nothing is
         read yet): `$1`, `$2`... take `parameters`; tables named in `pins` are read at those
-        versions; `part` (i, n) reads only the i-th of a table's n fragment groups (see
-        `parallel_parts`)."""
+        versions."""
         if not (query.strip() if isinstance(query, str) else query):
             kind = "SQL statement" if isinstance(query, str) else "Substrait plan"
             raise InvalidArgument(f"the {kind} is empty")
-        key = plan_key(query, identity, parameters, pins, part)
+        key = plan_key(query, identity, parameters, pins)
         recent = self._recent.get(key, identity, pinned=pins is not None)
         if recent is not None:
             return recent
         values = {str(i + 1): v for i, v in enumerate(parameters or [])}
         scope = Planning(
-            identity,
-            dict(pins or {}),
-            part=part,
-            parameters={f"${k}": v for k, v in values.items()},
+            identity, dict(pins or {}), parameters={f"${k}": v for k, v in values.items()}
         )
         with planning(scope):
             try:
@@ -160,7 +143,7 @@ class SqlEngine:
         planned = PlannedQuery(frame, plain_schema(schema), dict(scope.resolved), scope)
         self._recent.put(key, planned)
         if pins is None:  # the stream of this plan's ticket asks with its versions pinned
-            self._recent.put(plan_key(query, identity, parameters, planned.versions, part), planned)
+            self._recent.put(plan_key(query, identity, parameters, planned.versions), planned)
         return planned
 
     def _substrait_frame(self, plan: bytes, values: dict[str, Any]) -> DataFrame:
@@ -184,15 +167,6 @@ class SqlEngine:
                 "sent with DoPut)"
             )
         return self.context.create_dataframe_from_logical_plan(logical)
-
-    def parallel_parts(self, planned: PlannedQuery) -> int:
-        """In how many parts the query's result can be streamed at once: the partitions
-        of its one table scan when nothing combines them (projections and filters over
-        one scan: no ordering, aggregation, join or limit), else 1. Part i is the same
-        query planned with the table cut to its i-th fragment group (`plan(part=)`)."""
-        if planned.parts is None:
-            planned.parts = _parts(planned)
-        return planned.parts
 
     def stream(self, planned: PlannedQuery) -> Iterator[pa.RecordBatch]:
         """Run a planned query: its batches, none over `MAX_BATCH_BYTES`, in plain types.
@@ -240,29 +214,6 @@ def _engine_failure(e: BaseException, translate: Any) -> BaseException:
     if type(e).__name__ == "PanicException":
         return InvalidArgument(f"SQL: the query failed in the SQL engine: {_message(e)}")
     return translate(e)
-
-
-def _parts(planned: PlannedQuery) -> int:
-    if planned.planning.searched:
-        return 1  # a search's rows are whole in every plan of the statement
-    with planning(planned.planning):
-        try:
-            plan = planned.frame.execution_plan()
-        except QuiverError:
-            raise
-        except BaseException as e:  # noqa: BLE001 - as in `SqlEngine.plan`
-            raise _engine_failure(e, sql_error) from None
-    if plan.partition_count < 2:
-        return 1
-    pending, scans = [plan], 0
-    while pending:
-        node = pending.pop()
-        name = _OPERATOR.match(node.display())
-        if name is None or name.group(1) not in _PER_PARTITION:
-            return 1
-        scans += name.group(1) == "DatasetExec"
-        pending.extend(node.children())
-    return plan.partition_count if scans == 1 else 1
 
 
 def plain_schema(schema: pa.Schema) -> pa.Schema:

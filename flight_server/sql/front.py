@@ -34,7 +34,7 @@ import pyarrow.flight as flight
 
 from quiver.flight_server.errors import Cancelled, InvalidArgument, Unimplemented
 from quiver.flight_server.sql import dml, ingest
-from quiver.flight_server.sql.engine import MAX_BATCH_BYTES, SqlEngine, split_batch
+from quiver.flight_server.sql.engine import SqlEngine, split_batch
 from quiver.flight_server.sql.messages import pack, session, sql, unpack
 from quiver.flight_server.sql.metadata import (
     CATALOGS_SCHEMA,
@@ -49,18 +49,10 @@ from quiver.flight_server.sql.metadata import (
 )
 from quiver.flight_server.sql.statements import Statement, parameter_rows
 from quiver.flight_server.sql.type_info import TYPE_INFO_SCHEMA
-from quiver.format.dataset.readahead import read_ahead
 from quiver.format.dataset.sql.table import GROUP_MEMORY
 
 if TYPE_CHECKING:
     from quiver.flight_server.service import DatasetService
-
-# What a part of a plain scan may have queued ahead of the batch being sent: two batches.
-# The engine's next step then decodes while this one is written to the client (4 M rows,
-# every column, through ADBC: 6-9 % less time, the server's CPU the same); what the part
-# holds is the step being decoded and the one being sent, as the query's estimate counts
-# (`GROUP_MEMORY`). A whole step queued (four batches) was no faster and held ~30 MB more.
-AHEAD_BYTES = 2 * MAX_BATCH_BYTES
 
 # the actions of the protocol this server answers (others are UNIMPLEMENTED)
 SQL_ACTIONS = {
@@ -113,7 +105,6 @@ class SqlStream:
     schema: pa.Schema
     batches: Iterator[pa.RecordBatch]
     memory_estimate: int
-    lease_group: str | None = None  # the parts of one query share one memory lease
 
     def close(self) -> None:
         close = getattr(self.batches, "close", None)
@@ -154,8 +145,15 @@ class FlightSql:
     def flight_info(
         self, command_bytes: bytes, descriptor: flight.FlightDescriptor, identity: Any
     ) -> flight.FlightInfo:
-        """Plan a query (or a metadata command): its endpoints, all on this server (no
-        locations); several when the query's result streams in parts at once."""
+        """Plan a query (or a metadata command): its one endpoint, on this server (no
+        location).
+
+        A query's result is one stream, whatever it reads: the engine reads a table's
+        fragment groups at once on the server's cores into it. ADBC's driver, given several
+        endpoints, opens them together but reads them in turn, so a result cut in parts had
+        only the part being read decoding (and a step of one wide column on one core) while
+        the others waited with their first batches; one stream was 4-8 % faster on every
+        column of the benchmark table, 12 % with a filter, 23 % on a string column."""
         command = self._command(command_bytes)
         if type(command) in _METADATA_SCHEMAS:
             schema = _METADATA_SCHEMAS[type(command)](command)
@@ -165,15 +163,11 @@ class FlightSql:
         planned = self.engine.plan(
             statement.query, identity, parameters=statement.single_parameters()
         )
-        ticket = statement.planned(planned.versions)
-        parts = self.engine.parallel_parts(planned)
-        # several parts: the client streams them at once (ADBC pulls every endpoint together)
-        tickets = [ticket] if parts == 1 else [ticket.for_part(i, parts) for i in range(parts)]
-        endpoints = [
-            flight.FlightEndpoint(pack(sql.TicketStatementQuery(statement_handle=t.encode())), [])
-            for t in tickets
-        ]
-        return flight.FlightInfo(planned.schema, descriptor, endpoints, -1, -1)
+        ticket = statement.planned(planned.versions).encode()
+        endpoint = flight.FlightEndpoint(
+            pack(sql.TicketStatementQuery(statement_handle=ticket)), []
+        )
+        return flight.FlightInfo(planned.schema, descriptor, [endpoint], -1, -1)
 
     def schema(self, command_bytes: bytes, identity: Any) -> pa.Schema:
         """The schema a command's stream will have."""
@@ -229,32 +223,22 @@ class FlightSql:
             identity,
             parameters=statement.single_parameters(),
             pins=statement.versions,
-            part=statement.part,
         )
         datasets = sorted(planned.planning.tables) or sorted(planned.versions)
         stopped = self._cancellations.cancelled
 
-        def rows() -> Iterator[pa.RecordBatch]:
-            return self.engine.stream(planned)
-
         def batches() -> Iterator[pa.RecordBatch]:
-            # A part of a plain scan streams every row it reads: the engine works out its
-            # next batches in a thread of their own while this one is written to the client
-            # (`AHEAD_BYTES`). A single-part query's result is mostly small (an aggregate, a
-            # top-k) and would only pay the hand-off (a count: 2 ms more).
-            source = rows() if statement.part is None else read_ahead(rows, max_bytes=AHEAD_BYTES)
-            with closing(source):  # a stream closed early stops its thread here
+            # (the engine's partitions decode ahead of the batch being sent on their own)
+            with closing(self.engine.stream(planned)) as source:  # closed early: stopped
                 for batch in source:
                     if stopped(statement.query_id):
                         raise Cancelled("the query was cancelled")
                     yield batch
 
-        # a query's memory: its scans' fragment groups (all its parts' when cut in parts,
-        # which share one lease) and what the engine holds beside them
+        # a query's memory: its scans' fragment groups and what the engine holds beside them
         estimate = self.engine.partitions * GROUP_MEMORY + (8 << 20)
         label = "sql:" + ",".join(f"{k}@{v}" for k, v in sorted(planned.versions.items()))
-        group = statement.query_id if statement.part is not None else None
-        return SqlStream(label, datasets, planned.schema, batches(), estimate, group)
+        return SqlStream(label, datasets, planned.schema, batches(), estimate)
 
     # -- DoPut -----------------------------------------------------------------------------
     def put(

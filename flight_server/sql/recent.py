@@ -1,10 +1,10 @@
 """Plans just made, kept a moment for the next call of the same statement.
 
 A client runs one query in three calls that each need its plan: CreatePreparedStatement
-(for the result schema), GetFlightInfo (for the endpoints) and DoGet (to run it). Each
+(for the result schema), GetFlightInfo (for the endpoint) and DoGet (to run it). Each
 plan is kept for `TTL` seconds under what made it (the SQL, its parameters, the caller,
-the versions asked for, the part); the next call reuses it when every table it read still
-is what the call would read: a version it was pinned to, or, for a table read at its latest
+the versions asked for); the next call reuses it when every table it read still is what
+the call would read: a version it was pinned to, or, for a table read at its latest
 version, the same latest version now. The caller's read right is checked again every time.
 """
 
@@ -35,13 +35,12 @@ def plan_key(
     identity: Any,
     parameters: list[pa.Scalar] | None,
     pins: dict[str, int] | None,
-    part: tuple[int, int] | None,
 ) -> Key:
     """What a plan is kept under."""
     who = getattr(identity, "user", None) if identity is not None else None
     who = who if who is not None else repr(identity)
     values = tuple(repr(v) for v in parameters or ())
-    return (query, who, values, tuple(sorted((pins or {}).items())), part)
+    return (query, who, values, tuple(sorted((pins or {}).items())))
 
 
 class RecentPlans:

@@ -88,7 +88,6 @@ def _table_function(name: str, catalog: QuiverCatalog) -> Callable[..., Table]:
         except Exception as e:
             scope.failure = e  # the engine hands it back wrapped in its own error
             raise
-        scope.searched = True
         return Table(pads.dataset(answer))
 
     return run

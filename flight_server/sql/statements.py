@@ -33,7 +33,6 @@ class Statement:
     parameters: bytes | None = None  # one row of parameter values, as an Arrow IPC stream
     versions: dict[str, int] = field(default_factory=dict)
     query_id: str = ""  # a planned query's id, for CancelFlightInfo
-    part: tuple[int, int] | None = None  # (i, n): a ticket for part i of n (streamed at once)
 
     def encode(self) -> bytes:
         doc: dict[str, Any] = (
@@ -47,8 +46,6 @@ class Statement:
             doc["v"] = self.versions
         if self.query_id:
             doc["id"] = self.query_id
-        if self.part is not None:
-            doc["part"] = list(self.part)
         data = _PREFIX + json.dumps(doc, separators=(",", ":")).encode()
         if len(data) > MAX_HANDLE_BYTES:
             raise InvalidArgument(
@@ -67,18 +64,8 @@ class Statement:
             params = doc.get("p")
             versions = doc.get("v", {})
             query_id = doc.get("id", "")
-            part = doc.get("part")
             ok = (
-                (
-                    part is None
-                    or (
-                        isinstance(part, list)
-                        and len(part) == 2
-                        and all(type(x) is int for x in part)
-                        and 0 <= part[0] < part[1] <= 4096
-                    )
-                )
-                and isinstance(query, str | bytes)
+                isinstance(query, str | bytes)
                 and isinstance(versions, dict)
                 and all(isinstance(k, str) and type(v) is int for k, v in versions.items())
                 and isinstance(query_id, str)
@@ -88,15 +75,11 @@ class Statement:
             ok = False
         if not ok:
             raise InvalidArgument("not a prepared statement handle of this server")
-        return cls(query, parameters, versions, query_id, tuple(part) if part else None)
+        return cls(query, parameters, versions, query_id)
 
     def planned(self, versions: dict[str, int]) -> Statement:
         """This statement as a query ticket: the versions its plan read and a fresh id."""
         return replace(self, versions=versions, query_id=secrets.token_hex(8))
-
-    def for_part(self, i: int, n: int) -> Statement:
-        """This query ticket for part `i` of `n` of its result."""
-        return replace(self, part=(i, n))
 
     def with_parameters(self, table: pa.Table) -> Statement:
         """This statement with `table`'s rows as its parameter values."""

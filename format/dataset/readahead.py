@@ -104,17 +104,16 @@ def ordered_readahead(
     readahead: int = 2,
     queue_size: int = 4,
     max_bytes: int | None = None,
-    crowd: int | None = None,
 ) -> Iterator[T]:
     """Yield every item of each producer's iterable, in order, running up to `readahead`
     producers concurrently, with at most `max_bytes` of items (by their `nbytes`) queued
     beyond one per producer. With readahead <= 1 everything runs in the caller's thread,
-    and so it does while `crowd` readaheads iterate already (default: half the cores)."""
+    and so it does while half the cores' worth of readaheads iterate already."""
     global _running
     with _lock:
         # Other scans already keep half the cores busy (a server streaming to several
         # clients): threads would only add GIL hand-offs, so this one reads in the caller's.
-        crowded = _running >= (crowd if crowd is not None else max(1, _CPUS // 2))
+        crowded = _running >= max(1, _CPUS // 2)
         _running += 1
     try:
         if readahead <= 1 or crowded:
@@ -125,22 +124,6 @@ def ordered_readahead(
     finally:
         with _lock:
             _running -= 1
-
-
-def read_ahead(
-    make: Callable[[], Iterable[T]], *, queue_size: int = 4, max_bytes: int | None = None
-) -> Iterator[T]:
-    """Yield the items of `make()`, which one background thread produces up to
-    `queue_size` items (and `max_bytes` of them, by their `nbytes`) ahead of the consumer, so
-    that producing the next items overlaps what the consumer does with this one (a SQL
-    engine's next batches while a DoGet writes this one to the network). Closing the
-    generator stops the producer; its errors are raised here.
-
-    While as many readaheads as cores iterate already, `make()` runs in the caller's thread
-    instead: the cores are busy, and a thread would only trade the GIL (three concurrent
-    4 M-row SQL full projections on two cores: 10 % more server CPU with a thread per
-    part, no less time)."""
-    return ordered_readahead([make], queue_size=queue_size, max_bytes=max_bytes, crowd=_CPUS)
 
 
 def _threaded(

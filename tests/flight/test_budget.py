@@ -401,24 +401,3 @@ def test_a_stream_ended_by_the_drain_midway_fails_cleanly_and_releases(budget_se
     # pyarrow would send an exception raised while streaming with its traceback
     assert "during the stream" in assert_clean_error(e.value, "unavailable")
     _until(lambda: _idle(server.budget))
-
-
-def test_streams_of_one_group_share_one_lease_and_never_wait_for_each_other() -> None:
-    budget = MemoryBudget(100)
-    first = budget.admit(80, group="q1")
-    second = budget.admit(80, group="q1")  # would not fit beside the first: joins it
-    assert budget.in_use == 80 and budget.active == 1
-    other: list = []
-    waiter = threading.Thread(target=lambda: other.append(budget.admit(80, group="q2")))
-    waiter.start()
-    time.sleep(0.3)
-    assert not other  # another query's part waits for room
-    third = budget.admit(80, group="q1")  # a part arriving while q2 waits still joins
-    first.release()
-    second.release()
-    assert not other and budget.in_use == 80
-    third.release()
-    waiter.join(5)
-    assert other and budget.in_use == 80
-    other[0].release()
-    assert budget.in_use == 0 and budget.active == 0

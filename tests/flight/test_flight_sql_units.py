@@ -23,7 +23,7 @@ def test_statement_handles_round_trip_and_refuse_foreign_bytes() -> None:
     assert back.single_parameters() == [pa.scalar(3), pa.scalar("x")]
     assert back.query_id and back.versions == {"t": 4}
     # a Substrait plan's bytes travel as they are
-    plan = Statement(bytes(range(256))).planned({"t": 2}).for_part(1, 2)
+    plan = Statement(bytes(range(256))).planned({"t": 2})
     assert Statement.decode(plan.encode()) == plan
     for bad in (
         b"",
@@ -143,20 +143,17 @@ def test_primary_keys_answer_the_dataset_a_query_would_read(tmp_path) -> None:
         assert meta.answer(sql.CommandGetPrimaryKeys(table=table)).num_rows == 0
 
 
-def test_a_part_of_a_plain_scan_reads_ahead_until_its_stream_closes(tmp_path, monkeypatch) -> None:
-    """A plain scan's parts: each streams its engine's batches from a thread of its own (the
-    next decoded while one is sent), the whole table between them; a part closed midway
-    ends its thread."""
-    import threading
-
+def test_a_plain_scan_is_one_stream_of_the_whole_table_that_stops_when_closed(tmp_path) -> None:
+    """A plain scan of a table of two fragments: one endpoint, whose stream holds every row
+    (both fragment groups decoded into it); a stream closed after its first batch yields no
+    more, and the next read of the ticket streams the table again."""
     import pyarrow.compute as pc
     import pyarrow.flight as flight
 
     from quiver.flight_server.service import DatasetService
     from quiver.flight_server.sql.front import FlightSql
-    from quiver.format.dataset import readahead, write_dataset
+    from quiver.format.dataset import write_dataset
 
-    monkeypatch.setattr(readahead, "_CPUS", 8)  # no other stream's crowd in the way
     ids = pa.array(range(600_000), pa.int64())
     text = pc.binary_repeat(pc.cast(pc.divide(ids, 7), pa.string()), 12)
     write_dataset(
@@ -165,21 +162,15 @@ def test_a_part_of_a_plain_scan_reads_ahead_until_its_stream_closes(tmp_path, mo
     front = FlightSql(DatasetService(str(tmp_path)))
     command = pack(sql.CommandStatementQuery(query="SELECT * FROM t"))
     info = front.flight_info(command, flight.FlightDescriptor.for_command(command), None)
-    assert len(info.endpoints) == 2
-
-    def threads() -> list[threading.Thread]:
-        return [t for t in threading.enumerate() if isinstance(t, readahead._Producer)]
-
-    parts = [
-        pa.Table.from_batches(front.read(e.ticket.ticket, None).batches) for e in info.endpoints
-    ]
-    got = pa.concat_tables(parts).sort_by("id")
+    assert len(info.endpoints) == 1
+    ticket = info.endpoints[0].ticket.ticket
+    got = pa.Table.from_batches(front.read(ticket, None).batches).sort_by("id")
     assert got.column("id").equals(pa.chunked_array([ids])) and got.column("s").equals(
         pa.chunked_array([text])
     )
-    assert not threads()
-    stream = front.read(info.endpoints[0].ticket.ticket, None)
+    stream = front.read(ticket, None)
     assert next(stream.batches).num_rows > 0
-    assert len(threads()) == 1  # decoding ahead, its queue full
     stream.close()
-    assert not threads()
+    assert next(stream.batches, None) is None
+    again = pa.Table.from_batches(front.read(ticket, None).batches)
+    assert again.num_rows == len(ids)

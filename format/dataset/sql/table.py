@@ -282,7 +282,6 @@ class QuiverTable(pads.Dataset):
         name: str,
         partitions: int = 2,
         *,
-        part: tuple[int, int] | None = None,
         step_bytes: int = STEP_BYTES,
         view: View = BYTES,
         fragments: Sequence[LanceFragment] | None = None,
@@ -294,8 +293,6 @@ class QuiverTable(pads.Dataset):
         self.name = name
         self._partitions = max(1, partitions)
         self._step_bytes = step_bytes
-        # (i, n): only the i-th of the n fragment groups `get_fragments` deals, as one group
-        self._part = part
         # set once the query is planned (`format.dataset.sql.pushdown`): the rows a scan of
         # each fragment group may stop after, and the first k rows by a column it keeps
         self.limit: int | None = None
@@ -328,9 +325,6 @@ class QuiverTable(pads.Dataset):
         """The engine's partitions: fragments dealt round-robin into at most `partitions`
         groups (neighbouring fragments in different groups, so both stay busy)."""
         fragments = self._all_fragments()
-        if self._part is not None:
-            i, n = self._part
-            return [self._group(fragments[i::n])]
         # a few rows asked for: one group, read in order until they are found (a second
         # group's scan would only decode rows the engine drops, on the other core)
         n = 1 if self.limit is not None else max(1, min(self._partitions, len(fragments)))
