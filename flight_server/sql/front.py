@@ -150,9 +150,9 @@ class FlightSql:
 
         A query's result is one stream, whatever it reads: the engine reads a table's
         fragment groups at once on the server's cores into it. ADBC's driver, given several
-        endpoints, opens them together but reads them in turn, so a result cut in parts had
-        only the part being read decoding (and a step of one wide column on one core) while
-        the others waited with their first batches; one stream was 4-8 % faster on every
+        endpoints, opens them together but reads them in turn, so a result cut in parts would
+        have only the part being read decoding (and a step of one wide column on one core)
+        while the others wait with their first batches: one stream is 4-8 % faster on every
         column of the benchmark table, 12 % with a filter, 23 % on a string column."""
         command = self._command(command_bytes)
         if type(command) in _METADATA_SCHEMAS:
