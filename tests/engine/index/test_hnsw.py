@@ -122,8 +122,9 @@ def test_both_engines_search_either_engine_s_index_alike(
         for segment in s["indices"] + s["segments"]:
             segment["sub_index"].pop("bounds", None)
     assert ours_stats == stats[1]
-    # graphs are built at random in both engines: recall on 3,000 rows varies a little
-    queries = _queries(12, seed=11)
+    # graphs and codebooks are trained at random in both engines: over 40 queries the two
+    # recalls differ from build to build with a spread (sd) of about 0.03
+    queries = _queries(40, seed=11)
     assert _recall(ours, metric, queries) >= _recall(theirs, metric, queries) - 0.1
 
 
