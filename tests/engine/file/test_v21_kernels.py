@@ -248,6 +248,90 @@ def test_fsst_resumes_when_the_output_guess_is_short():
     np.testing.assert_array_equal(out_offsets, offsets)
 
 
+def _short_table(singles: int, pairs: list[tuple[int, int]]) -> fsst.SymbolTable:
+    """A table of one-byte symbols 0..singles-1, then two-byte ones (pairs: codes past 127
+    when there are many), as FSST learns for high-entropy strings."""
+    symbols, lengths = np.zeros((256, 8), np.uint8), np.zeros(256, np.int8)
+    for code, sym in enumerate([bytes([b]) for b in range(singles)] + [bytes(p) for p in pairs]):
+        symbols[code, : len(sym)] = list(sym)
+        lengths[code] = len(sym)
+    return fsst.SymbolTable(True, symbols, lengths, singles + len(pairs))
+
+
+def _fsst_chunks(
+    table: fsst.SymbolTable, strings: list[bytes], per_chunk: int, bits: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """The strings FSST-compressed into mini-block Variable chunks of `per_chunk` strings:
+    (data, starts, counts, code bytes)."""
+    offsets = np.cumsum([0, *map(len, strings)]).astype(I64)
+    coffs, codes = fsst.compress(table, offsets, np.frombuffer(b"".join(strings), np.uint8))
+    n = len(strings)
+    counts = np.array([min(per_chunk, n - k) for k in range(0, n, per_chunk)], dtype=I64)
+    data, sizes = encode_variable_chunks(coffs, codes, counts, bits)
+    return data, np.cumsum(sizes) - sizes, counts, len(codes)
+
+
+@given(
+    st.lists(st.lists(st.integers(0, 23), max_size=160).map(bytes), min_size=1, max_size=120),
+    st.integers(1, 40),
+    st.sampled_from([32, 64]),
+    st.integers(0, 230),
+    st.integers(0, 2**32 - 1),
+)
+@settings(max_examples=80, deadline=None)
+def test_fsst_tables_of_one_and_two_byte_symbols_decode_whole(
+    strings: list[bytes], per_chunk: int, bits: int, n_pairs: int, seed: int
+) -> None:
+    """Such tables decode 32 codes at a time across string ends where the CPU can: strings of
+    every length, empty ones, escapes (bytes 20-23 have no symbol), codes past 127, chunk
+    tails, both offset widths; the same bytes and offsets as the strings compressed."""
+    rng = np.random.default_rng(seed)
+    every_pair = [(a, b) for a in range(20) for b in range(20)]
+    pairs = [every_pair[i] for i in rng.choice(len(every_pair), n_pairs, replace=False)]
+    table = _short_table(20, pairs)
+    data, starts, counts, n_codes = _fsst_chunks(table, strings, per_chunk, bits)
+    offsets, out = fsst.decode_chunks(table, data, starts, counts, bits // 8, n_codes, "w")
+    assert out.tobytes() == b"".join(strings)
+    np.testing.assert_array_equal(offsets, np.cumsum([0, *map(len, strings)]))
+
+
+def test_fsst_blocks_stop_at_bad_codes_and_trailing_escapes():
+    table = _short_table(10, [(1, 2), (3, 4)])  # codes 12..254 unused
+    strings = [bytes(range(10)) * 9 + bytes([1, 2]) * 5] * 6
+    data, starts, counts, n_codes = _fsst_chunks(table, strings, 6, 32)
+    codes_at, codes_end = data[:8].view(np.uint32).tolist()  # the first string's, 77 codes
+    for at, code, match in [(codes_at + 50, 12, "FSST code 12 beyond the 12 symbols"),
+                            (codes_end - 1, 255, "ends with an escape byte")]:  # fmt: skip
+        bad = data.copy()
+        bad[at] = code
+        with pytest.raises(CorruptFileError, match=match):
+            fsst.decode_chunks(table, bad, starts, counts, 4, n_codes, "w")
+
+
+def test_fsst_kernel_resumes_a_chunk_whose_bytes_outgrow_the_output():
+    """The kernel stops before a string that may not fit (FULL), even inside a chunk it
+    decodes in blocks, and resumes at that string once the output has grown."""
+    table = _short_table(20, [(a, b) for a in range(20) for b in range(11)])  # 240 pairs
+    rng = np.random.default_rng(5)
+    strings = [bytes(rng.integers(0, 20, int(rng.integers(0, 90)))) for _ in range(200)]
+    data, starts, counts, _ = _fsst_chunks(table, strings, 70, 32)
+    ends = np.zeros(len(strings) + 1, dtype=I64)
+    out = np.zeros(_kernels.FSST_SLACK + 64, dtype=np.uint8)
+    state, fulls = np.zeros(4, dtype=I64), 0
+    while True:
+        status, need = _kernels.fsst_expand(
+            data, starts, counts, 4, table.decoding, ends, out, state
+        )
+        if status != _kernels.FULL:
+            break
+        fulls += 1
+        assert int(state[3]) == ends[int(state[2]) + int(state[1])]  # whole strings kept
+        out.resize(int(state[3]) + need + 100 + _kernels.FSST_SLACK, refcheck=False)
+    assert status == _kernels.OK and fulls > 10
+    assert out[: int(state[3])].tobytes() == b"".join(strings)
+    np.testing.assert_array_equal(ends, np.cumsum([0, *map(len, strings)]))
+
+
 # -- the kernels on their own ------------------------------------------------------------------
 def test_copying_kernels_refuse_unvalidated_ranges():
     data = np.arange(64, dtype=np.uint8)
