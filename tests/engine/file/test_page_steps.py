@@ -92,11 +92,10 @@ def test_a_page_start_within_two_steps_is_hit() -> None:
 
 
 # -- real files ---------------------------------------------------------------------------
-@pytest.mark.parametrize("storage", ["2.0"])
+@pytest.mark.parametrize("storage", ["2.0", "2.1", "2.2"])
 def test_scan_steps_end_at_the_heavy_columns_pages(tmp_path: Path, storage: str) -> None:
     """A scan of pylance-written files with many pages: the same rows as pylance, and no
-    batch stitches pages of the vector column (the heaviest). (2.1+ readers report no page
-    starts: see `StructuralFileReader`.)"""
+    batch stitches pages of the vector column (the heaviest)."""
     n = 20_000
     rng = np.random.default_rng(5)
     vec = pa.FixedSizeListArray.from_arrays(pa.array(rng.random(n * 32, dtype=np.float32)), 32)
