@@ -1099,7 +1099,10 @@ static SHORT_TARGET int fsst_short_blocks(const FsstShort *t, const uint8_t *dat
     __mmask64 kept[SHORT_SEGMENT + 1]; /* block b's kept bytes; kept[nb] = 0 */
     uint64_t at[SHORT_SEGMENT + 1];    /* where block b's bytes start in out */
     for (;;) {
-        uint64_t nb = (uint64_t)(last - p) / 32, fit = (room - (uint64_t)(q - out)) / 64;
+        /* (p passes `last` where offsets inside the chunk run past its last one: the scalar
+         * loop decodes up to such an end, inside the data, and meets the bad offset next) */
+        uint64_t nb = last > p ? (uint64_t)(last - p) / 32 : 0;
+        const uint64_t fit = (room - (uint64_t)(q - out)) / 64;
         nb = nb < fit ? nb : fit;
         nb = nb < SHORT_SEGMENT ? nb : SHORT_SEGMENT;
         if (nb == 0)
@@ -1186,7 +1189,8 @@ static int fsst_chunk(const uint8_t *data, uint64_t n_data, uint64_t base, int w
 {
     uint64_t o = *o_io; /* the end of the last whole string */
     uint64_t j = base + load_le(data + base + first * width, width); /* ... its codes' end */
-    const uint8_t *p = data + j; /* the next code */
+    const uint8_t *p = data + (j <= n_data ? j : 0); /* the next code (j past the data: the
+                                                      * first string's check stops it) */
     uint8_t *q = out + o;        /* the next byte out */
     int status = OK;
     int64_t s = first + 1;

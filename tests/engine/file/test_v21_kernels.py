@@ -8,6 +8,8 @@ threads run.
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import sys
 import threading
 
@@ -330,6 +332,72 @@ def test_fsst_kernel_resumes_a_chunk_whose_bytes_outgrow_the_output():
     assert status == _kernels.OK and fulls > 10
     assert out[: int(state[3])].tobytes() == b"".join(strings)
     np.testing.assert_array_equal(ends, np.cumsum([0, *map(len, strings)]))
+
+
+def _guarded(data: np.ndarray) -> np.ndarray:
+    """`data` copied to end where an unreadable page starts: a kernel that reads past it
+    faults (Linux; elsewhere a plain copy)."""
+    page = mmap.PAGESIZE
+    body = -(-len(data) // page) * page
+    region = mmap.mmap(-1, body + page)
+    out = np.frombuffer(region, np.uint8)[body - len(data) : body]  # (keeps `region` mapped)
+    out[:] = data
+    if sys.platform.startswith("linux"):
+        addr = ctypes.addressof(ctypes.c_char.from_buffer(region)) + body
+        assert ctypes.CDLL(None).mprotect(ctypes.c_void_p(addr), page, 0) == 0  # PROT_NONE
+    return out
+
+
+@given(st.integers(0, 2**32 - 1), st.sampled_from([4, 8]), st.integers(0, 3000))
+@settings(max_examples=300, deadline=None)
+def test_fsst_kernel_on_hostile_chunks_reads_nothing_past_the_data(
+    seed: int, width: int, room: int
+) -> None:
+    """Chunks of offsets that decrease, run past the data or past the chunk's last one, with
+    unused codes and escapes, through a table of one- and two-byte symbols (blocks of 32 codes
+    where the CPU has them): a status or a refusal, and no read past the page data (which ends
+    at an unreadable page)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 3000))
+    data = rng.integers(0, 256, n, dtype=np.uint8)
+    starts = np.sort(rng.integers(0, n, int(rng.integers(1, 4)))).astype(I64)
+    counts = rng.integers(-1, 60, len(starts)).astype(I64)
+    for s, c in zip(starts.tolist(), counts.tolist(), strict=True):
+        head = (c + 1) * width
+        if c < 0 or s + head > n:
+            continue
+        offs = head + np.sort(rng.integers(0, n - s - head + 1, c + 1))
+        if rng.random() < 0.5:  # one offset anywhere: past the chunk's last, the data, 2**31
+            offs[rng.integers(0, c + 1)] = rng.choice([offs[-1] + 40, n - s, 2**31])
+        data[s : s + head] = offs.astype(f"<u{width}").view(np.uint8)
+        codes = data[s + head :]
+        codes[rng.random(len(codes)) < 0.95] %= 240  # mostly symbols
+    table = _short_table(20, [(a, b) for a in range(20) for b in range(11)])
+    ends = np.zeros(int(counts.clip(0).sum()) + 1, dtype=I64)
+    out = np.zeros(_kernels.FSST_SLACK + room, dtype=np.uint8)
+    state = np.zeros(4, dtype=I64)
+    try:
+        status, _ = _kernels.fsst_expand(
+            _guarded(data), starts, counts, width, table.decoding, ends, out, state
+        )
+    except ValueError:  # (offsets the kernel will not follow)
+        return
+    assert status in (_kernels.OK, _kernels.FULL, _kernels.BAD_CODE, _kernels.TRAILING_ESCAPE)
+
+
+def test_fsst_blocks_stay_inside_the_data_when_an_offset_runs_past_the_chunk_end():
+    """String ends past the chunk's last offset (inside the data): the scalar loop decodes
+    up to them, and the blocks tried at the next string must not read on from there."""
+    head = 5 * 4  # four strings: ends at 10, 500 and 505 codes (past the last), then 20
+    offs = np.array([head, head + 10, head + 500, head + 505, head + 20], dtype="<u4")
+    data = np.concatenate([offs.view(np.uint8), np.full(510, 3, np.uint8)])
+    table = _short_table(20, [(1, 2)])
+    state = np.zeros(4, dtype=I64)
+    with pytest.raises(ValueError, match="fsst_expand"):
+        _kernels.fsst_expand(
+            _guarded(data), i64(0), i64(4), 4, table.decoding, np.zeros(5, dtype=I64),
+            np.zeros(_kernels.FSST_SLACK + 4096, np.uint8), state,
+        )  # fmt: skip
 
 
 # -- the kernels on their own ------------------------------------------------------------------
