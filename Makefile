@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint docs protos serve bench bench-write bench-flight bench-memory bench-spark bench-vector bench-changes bench-backfill bench-indices bench-vector-index bench-hnsw bench-sql bench-sql-memory bench-namespace bench-fts bench-soak kill-trials fault-campaigns spark-example clean
+.PHONY: test test-sanitized lint docs protos serve bench bench-write bench-flight bench-memory bench-spark bench-vector bench-changes bench-backfill bench-indices bench-vector-index bench-hnsw bench-sql bench-sql-memory bench-namespace bench-fts bench-soak kill-trials fault-campaigns spark-example clean
 
 # setup.py builds the C kernels: an edited kernel is recompiled by the next `make test`.
 $(STAMP): pyproject.toml setup.py format/_kernels.c flight_server/_threadstate.c \
@@ -47,7 +47,13 @@ test: $(STAMP) $(NODE_STAMP) $(DUCKDB_STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(PY) scripts/gen_protos.py --check
 	$(VENV)/bin/mkdocs build --strict --quiet --site-dir $$(mktemp -d)
+	$(PY) scripts/sanitized_kernels.py
 	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -n 3 --dist loadfile -q --durations=20
+
+# The C kernels built with AddressSanitizer and UBSan, run by their own tests (hostile inputs
+# included): a read or write past a buffer, which a plain build survives, stops the run.
+test-sanitized: $(STAMP)
+	$(PY) scripts/sanitized_kernels.py
 
 # The documentation site (docs/, mkdocs.yml) into site/; `make test` builds it strictly too.
 docs: $(STAMP)
