@@ -367,8 +367,12 @@ def test_fsst_kernel_on_hostile_chunks_reads_nothing_past_the_data(
         if c < 0 or s + head > n:
             continue
         offs = head + np.sort(rng.integers(0, n - s - head + 1, c + 1))
-        if rng.random() < 0.5:  # one offset anywhere: past the chunk's last, the data, 2**31
+        mode = rng.random()
+        if mode < 0.3:  # one offset anywhere: past the chunk's last, the data, 2**31
             offs[rng.integers(0, c + 1)] = rng.choice([offs[-1] + 40, n - s, 2**31])
+        elif mode < 0.6 and c >= 2:  # a run of ends past the last one, rising, inside the data
+            k = int(rng.integers(1, c))
+            offs[k:c] = np.sort(rng.integers(offs[-1], n - s + 1, c - k))
         data[s : s + head] = offs.astype(f"<u{width}").view(np.uint8)
         codes = data[s + head :]
         codes[rng.random(len(codes)) < 0.95] %= 240  # mostly symbols
