@@ -121,6 +121,11 @@ class ColumnInfo:
         """Rows (or items, for nested columns) over all pages."""
         return int(self.page_starts[-1])
 
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes of all its pages' buffers in the file."""
+        return sum(n for page in self.pages for _, n in page.buffers)
+
 
 class _FileMeta:
     """What a data file's footer, offset tables and column metadata parse to: the same for

@@ -298,8 +298,7 @@ class V2FileReader(DataFileReader):
                 continue
             col = node.column
             if col is not None and col.num_rows == self.num_rows and self.num_rows:
-                stored = sum(n for p in col.info.pages for _, n in p.buffers)
-                out.append(PageBreaks(col.info.page_starts, stored / self.num_rows))
+                out.append(PageBreaks(col.info.page_starts, col.info.stored_bytes / self.num_rows))
         return out
 
     def close(self) -> None:

@@ -325,8 +325,7 @@ class StructuralFileReader(DataFileReader):
         out = []
         for _, leaves in self._plan(fields):
             for col in leaves:
-                stored = sum(n for page in col.info.pages for _, n in page.buffers)
-                out.append(PageBreaks(col.info.page_starts, stored / self.num_rows))
+                out.append(PageBreaks(col.info.page_starts, col.info.stored_bytes / self.num_rows))
         return out
 
     def take(self, fields: Sequence[LanceField], indices: np.ndarray) -> list[pa.Array]:
